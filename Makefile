@@ -1,0 +1,93 @@
+# kda.c - build, test and demo. `make` builds build/kda; `make test` runs the CPU suite.
+#
+#   make [BUILD=dir] [KDA_CUDA=auto|0|1]   build (CUDA auto-detected from nvcc; 0 forces CPU)
+#   make test                              CPU test suite (what CI runs)
+#   make test-gpu                          GPU test suite (on a machine with an NVIDIA GPU)
+#   make demo                              install deps, build, run the quick-start demo
+#   make fuzz                              build the libFuzzer targets (clang)
+#   make format                            clang-format every source file
+
+BUILD    ?= build
+CC       ?= cc
+NVCC     ?= $(shell command -v nvcc 2>/dev/null)
+KDA_CUDA ?= auto
+OPT      ?= -O2
+
+CFLAGS   := -std=c11 $(OPT) -g -Wall -Wextra -Werror -fopenmp -D_GNU_SOURCE -Isrc -MMD -MP
+LDLIBS   := -lopenblas -lzstd -lz -lsnappy -lyaml -lm -lpthread
+
+LIB_SRC  := $(sort $(wildcard src/*/*.c))
+TEST_SRC := $(sort $(wildcard tests/*.c))
+CU_SRC   := $(sort $(wildcard src/cuda/*.cu))
+
+ifeq ($(KDA_CUDA),auto)
+  USE_CUDA := $(if $(NVCC),1,0)
+else
+  USE_CUDA := $(KDA_CUDA)
+endif
+
+ifeq ($(USE_CUDA),1)
+  CUDA_HOME ?= $(patsubst %/bin/nvcc,%,$(NVCC))
+  CFLAGS    += -DKDA_HAVE_CUDA=1 -I$(CUDA_HOME)/include
+  NVFLAGS   := -std=c++17 -O3 -g -lineinfo -Isrc -DKDA_HAVE_CUDA=1 -MMD -MP \
+               -gencode arch=compute_90a,code=sm_90a -gencode arch=compute_90,code=sm_90 \
+               -Xcompiler -Wall,-Wextra,-Werror -Werror all-warnings
+  LDLIBS    += -L$(CUDA_HOME)/lib64 -lcublasLt -lcublas -lcudart_static -ldl -lrt -lstdc++
+  CU_OBJ    := $(CU_SRC:%.cu=$(BUILD)/%.o)
+endif
+
+LIB_OBJ  := $(LIB_SRC:%.c=$(BUILD)/%.o) $(CU_OBJ)
+TEST_OBJ := $(TEST_SRC:%.c=$(BUILD)/%.o)
+
+.PHONY: all test test-gpu demo deps fuzz format clean
+all: $(BUILD)/kda $(BUILD)/kda_test
+
+$(BUILD)/%.o: %.c
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) -c $< -o $@
+
+$(BUILD)/%.o: %.cu
+	@mkdir -p $(dir $@)
+	$(NVCC) $(NVFLAGS) -c $< -o $@
+
+$(BUILD)/tests/%.o: CFLAGS += -Itests
+
+$(BUILD)/libkda.a: $(LIB_OBJ)
+	@rm -f $@
+	ar rcs $@ $^
+
+$(BUILD)/kda: $(BUILD)/src/main.o $(BUILD)/libkda.a
+	$(CC) -fopenmp -o $@ $^ $(LDLIBS)
+
+$(BUILD)/kda_test: $(TEST_OBJ) $(BUILD)/libkda.a
+	$(CC) -fopenmp -o $@ $^ $(LDLIBS)
+
+test: all
+	OMP_NUM_THREADS=$${OMP_NUM_THREADS:-2} ./$(BUILD)/kda_test $(TESTS)
+
+test-gpu: all
+	./$(BUILD)/kda_test gpu_
+
+deps:
+	./tools/install-deps.sh
+
+demo: deps
+	$(MAKE) all
+	./tools/demo.sh
+
+# libFuzzer targets: one per parser, each fuzz/fuzz_<name>.c, linked against the sources.
+FUZZ_SRC := $(sort $(wildcard fuzz/fuzz_*.c))
+FUZZ_BIN := $(FUZZ_SRC:fuzz/%.c=$(BUILD)/fuzz/%)
+fuzz: $(FUZZ_BIN)
+$(BUILD)/fuzz/%: fuzz/%.c $(LIB_SRC)
+	@mkdir -p $(dir $@)
+	clang -std=c11 -O1 -g -D_GNU_SOURCE -Isrc -fopenmp -fsanitize=fuzzer,address,undefined \
+	  -o $@ $< $(LIB_SRC) $(filter-out -lcudart_static -lcublasLt -lcublas -ldl -lrt -lstdc++,$(LDLIBS))
+
+format:
+	clang-format -i $$(git ls-files '*.c' '*.h' '*.cu')
+
+clean:
+	rm -rf $(BUILD)
+
+-include $(LIB_OBJ:.o=.d) $(TEST_OBJ:.o=.d) $(BUILD)/src/main.d

@@ -1,0 +1,9 @@
+// commands.h - entry points of the `kda <command>` subcommands; main.c dispatches to them.
+// Each returns the process exit status. argv[0] is the first flag (not the command name).
+#ifndef KDA_COMMANDS_H
+#define KDA_COMMANDS_H
+
+int cmd_info(int argc, char **argv);     // src/model/cmd_info.c
+int cmd_score(int argc, char **argv);    // src/eval/cmd_score.c
+
+#endif

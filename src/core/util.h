@@ -1,0 +1,62 @@
+// util.h - small file, path, time and UTF-8 helpers shared by every module.
+#ifndef KDA_UTIL_H
+#define KDA_UTIL_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+
+#include "core/error.h"
+
+// Reads a whole file into a NUL-terminated malloc'd buffer (*n = size without the NUL).
+// Returns NULL with "<path>: <strerror>" in err.
+char *read_file(const char *path, size_t *n, KdaError *err);
+
+// Writes data to path atomically: path.tmp.<pid>, fsync, rename, fsync of the directory.
+// A crash leaves either the old file or the new one, never a half-written file under path.
+int write_file_atomic(const char *path, const void *data, size_t n, KdaError *err);
+
+// Atomic write through a FILE*: open_atomic gives a temp file next to path; commit_atomic
+// fflush+fsync+rename; abort_atomic removes the temp. tmp_path must hold PATH_MAX bytes.
+FILE *open_atomic(const char *path, char *tmp_path, KdaError *err);
+int commit_atomic(FILE *f, const char *tmp_path, const char *path, KdaError *err);
+void abort_atomic(FILE *f, const char *tmp_path);
+
+int mkdir_p(const char *path, KdaError *err);   // like `mkdir -p`
+int fsync_dir_of(const char *path);              // fsync the directory holding path
+int path_exists(const char *path);
+int path_is_dir(const char *path);
+// Joins dir and name with one '/', into out (size cap). Returns out.
+char *path_join(char *out, size_t cap, const char *dir, const char *name);
+
+double now_seconds(void); // monotonic clock
+
+// UTF-8: length of the valid code point starting at s (1..4), or 0 if s[0..n) does not start
+// with a valid, shortest-form, non-surrogate encoding.
+size_t utf8_valid_prefix(const unsigned char *s, size_t n);
+// Decodes one valid code point (call utf8_valid_prefix first); returns its byte length.
+size_t utf8_decode(const unsigned char *s, uint32_t *cp);
+// Encodes cp (< 0x110000) into out (4 bytes room); returns the byte count.
+size_t utf8_encode(uint32_t cp, unsigned char *out);
+
+// bf16 <-> fp32 (round to nearest even; NaN stays NaN).
+static inline float bf16_to_f32(uint16_t h) {
+    union {
+        uint32_t u;
+        float f;
+    } v = {.u = (uint32_t)h << 16};
+    return v.f;
+}
+static inline uint16_t f32_to_bf16(float f) {
+    union {
+        float f;
+        uint32_t u;
+    } v = {.f = f};
+    if ((v.u & 0x7fffffffu) > 0x7f800000u) return (uint16_t)((v.u >> 16) | 0x40); // quiet NaN
+    v.u += 0x7fffu + ((v.u >> 16) & 1u);
+    return (uint16_t)(v.u >> 16);
+}
+float f16_to_f32(uint16_t h);
+uint16_t f32_to_f16(float f);
+
+#endif

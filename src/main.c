@@ -1,0 +1,35 @@
+// main.c - `kda <command>`: dispatch only; every command lives in its module.
+#include <stdio.h>
+#include <string.h>
+
+#include "commands.h"
+
+typedef struct {
+    const char *name;
+    int (*run)(int argc, char **argv);
+    const char *summary;
+} Command;
+
+static const Command g_commands[] = {
+    {"info", cmd_info, "model config summary, parameter count, memory estimate"},
+    {"score", cmd_score, "per-sequence loss of token ids or text under a model"},
+};
+
+static void usage(FILE *f) {
+    fprintf(f, "kda - pretraining stack for Kimi-Delta-Attention language models\n\n"
+               "usage: kda <command> [flags]    (kda <command> --help for its flags)\n\ncommands:\n");
+    for (size_t i = 0; i < sizeof g_commands / sizeof *g_commands; i++)
+        fprintf(f, "  %-14s %s\n", g_commands[i].name, g_commands[i].summary);
+}
+
+int main(int argc, char **argv) {
+    if (argc < 2 || !strcmp(argv[1], "--help") || !strcmp(argv[1], "-h") ||
+        !strcmp(argv[1], "help")) {
+        usage(argc < 2 ? stderr : stdout);
+        return argc < 2 ? 2 : 0;
+    }
+    for (size_t i = 0; i < sizeof g_commands / sizeof *g_commands; i++)
+        if (!strcmp(argv[1], g_commands[i].name)) return g_commands[i].run(argc - 2, argv + 2);
+    fprintf(stderr, "kda: error: unknown command '%s' (kda --help lists them)\n", argv[1]);
+    return 2;
+}

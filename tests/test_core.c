@@ -1,0 +1,113 @@
+// test_core.c - tests of src/core: JSON parser, UTF-8 and half-float helpers, args, rng.
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/args.h"
+#include "core/json.h"
+#include "core/rng.h"
+#include "core/util.h"
+#include "test.h"
+
+static int parse(JsonDoc *d, const char *s) {
+    KdaError e;
+    return json_parse(d, s, strlen(s), &e);
+}
+
+KDA_TEST(json_values) {
+    JsonDoc d;
+    CHECK(parse(&d, " {\"a\": [1, -2.5e1, true, null, \"x\\u00e9\\ud83d\\ude00\"], \"b\": {}} ") == 0);
+    const JsonValue *a = json_get(&d.root, "a");
+    CHECK(a && a->type == JSON_ARRAY && a->len == 5);
+    CHECK(a->items[0].is_int && a->items[0].i == 1);
+    CHECK_NEAR(a->items[1].num, -25.0, 0);
+    CHECK(a->items[2].type == JSON_TRUE && a->items[3].type == JSON_NULL);
+    CHECK(strcmp(a->items[4].str, "x\xc3\xa9\xf0\x9f\x98\x80") == 0);
+    CHECK(json_get(&d.root, "b")->type == JSON_OBJECT && json_get(&d.root, "b")->len == 0);
+    json_free(&d);
+}
+
+KDA_TEST(json_rejects_bad_input) {
+    const char *bad[] = {"", "{", "[1,]", "{\"a\" 1}", "01", "\"\\x\"", "[1] 2", "tru", "\"a\nb\"",
+                         "{\"a\":1,}", "-", "1e", "[\"\\ud800\\u\"]"};
+    for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
+        JsonDoc d;
+        CHECK_MSG(parse(&d, bad[i]) != 0, "accepted bad JSON: %s", bad[i]);
+    }
+    char deep[JSON_MAX_DEPTH + 10];
+    memset(deep, '[', sizeof deep - 1);
+    deep[sizeof deep - 1] = 0;
+    JsonDoc d;
+    KdaError e;
+    CHECK(json_parse(&d, deep, strlen(deep), &e) != 0 && strstr(e.msg, "deep"));
+    CHECK(json_parse(&d, "[1,\n  x]", 8, &e) != 0 && strstr(e.msg, "line 2, column 3"));
+}
+
+KDA_TEST(utf8_and_halfs) {
+    unsigned char buf[4];
+    for (uint32_t cp = 0; cp < 0x110000; cp += 97) {
+        if (cp >= 0xD800 && cp <= 0xDFFF) continue;
+        size_t n = utf8_encode(cp, buf);
+        uint32_t back;
+        CHECK(utf8_valid_prefix(buf, n) == n);
+        CHECK(utf8_decode(buf, &back) == n && back == cp);
+    }
+    CHECK(utf8_valid_prefix((const unsigned char *)"\xc0\x80", 2) == 0); // overlong
+    CHECK(utf8_valid_prefix((const unsigned char *)"\xed\xa0\x80", 3) == 0); // surrogate
+    CHECK(bf16_to_f32(f32_to_bf16(1.0f)) == 1.0f);
+    CHECK(f32_to_bf16(1.00390625f) == 0x3f80); // tie rounds to even
+    CHECK(f32_to_bf16(1.01171875f) == 0x3f82);
+    for (int h = 0; h < 0x7c00; h += 7) CHECK(f32_to_f16(f16_to_f32((uint16_t)h)) == h);
+    CHECK(f32_to_f16(65520.0f) == 0x7c00 && f32_to_f16(65504.0f) == 0x7bff);
+}
+
+KDA_TEST(args_parse_table) {
+    const char *s = "x";
+    int64_t n = 3;
+    double f = 0.5;
+    int b = 0;
+    ArgList l = {0};
+    ArgSpec specs[] = {{"name", ARG_STR, &s, "a string", 1},
+                       {"n", ARG_INT, &n, "an int", 0},
+                       {"lr", ARG_FLOAT, &f, "a float", 0},
+                       {"flag", ARG_BOOL, &b, "a bool", 0},
+                       {"input", ARG_STRS, &l, "inputs", 0}};
+    ArgTable t = {"kda t", "test", NULL, specs, 5};
+    char *argv[] = {"--name", "y", "--n=7", "--lr", "3e-4", "--flag", "--input", "a", "b"};
+    KdaError e;
+    CHECK(args_parse(&t, 9, argv, &e) == 0);
+    CHECK(!strcmp(s, "y") && n == 7 && f == 3e-4 && b == 1 && l.n == 2);
+    char *bad1[] = {"--name", "y", "--bogus", "1"};
+    CHECK(args_parse(&t, 4, bad1, &e) < 0 && strstr(e.msg, "--bogus"));
+    char *bad2[] = {"--n", "7"};
+    CHECK(args_parse(&t, 2, bad2, &e) < 0 && strstr(e.msg, "--name"));
+    char *bad3[] = {"--name", "y", "--n", "seven"};
+    CHECK(args_parse(&t, 4, bad3, &e) < 0 && strstr(e.msg, "integer"));
+    arglist_free(&l);
+}
+
+KDA_TEST(rng_deterministic_and_normal) {
+    KdaRng a, b;
+    rng_seed(&a, 42);
+    rng_seed(&b, 42);
+    for (int i = 0; i < 100; i++) CHECK(rng_u64(&a) == rng_u64(&b));
+    double s = 0, s2 = 0;
+    int n = 200000;
+    for (int i = 0; i < n; i++) {
+        double x = rng_normal(&a, 0, 2);
+        s += x, s2 += x * x;
+    }
+    CHECK_NEAR(s / n, 0.0, 0.02);
+    CHECK_NEAR(sqrt(s2 / n), 2.0, 0.02);
+}
+
+KDA_TEST(atomic_write) {
+    char path[512];
+    path_join(path, sizeof path, test_tmpdir(), "f.txt");
+    KdaError e;
+    CHECK(write_file_atomic(path, "hello", 5, &e) == 0);
+    size_t n;
+    char *s = read_file(path, &n, &e);
+    CHECK(s && n == 5 && !strcmp(s, "hello"));
+    free(s);
+    CHECK(read_file("/nonexistent/x", &n, &e) == NULL && strstr(e.msg, "/nonexistent/x"));
+}

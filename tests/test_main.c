@@ -1,0 +1,105 @@
+// test_main.c - the test runner: runs every registered test (or those whose name contains
+// one of the arguments) and prints "N passed, N failed".
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "core/util.h"
+#include "test.h"
+
+typedef struct {
+    const char *name, *file;
+    KdaTestFn fn;
+} TestCase;
+
+static TestCase g_tests[1024];
+static int g_n_tests;
+static int g_current_failed;
+static char g_tmpdir[256];
+
+void kda_test_register(const char *name, const char *file, KdaTestFn fn) {
+    if (g_n_tests < (int)(sizeof g_tests / sizeof *g_tests))
+        g_tests[g_n_tests++] = (TestCase){name, file, fn};
+}
+
+void kda_test_fail(const char *file, int line, const char *fmt, ...) {
+    if (g_current_failed < 20) {
+        va_list ap;
+        va_start(ap, fmt);
+        fprintf(stderr, "    %s:%d: ", file, line);
+        vfprintf(stderr, fmt, ap);
+        fputc('\n', stderr);
+        va_end(ap);
+    }
+    g_current_failed++;
+}
+
+int kda_test_failed(void) {
+    return g_current_failed > 0;
+}
+
+const char *test_data(const char *rel) {
+    static char buf[4096];
+    const char *root = getenv("KDA_TEST_DATA");
+    snprintf(buf, sizeof buf, "%s/%s", root ? root : "tests/data", rel);
+    return buf;
+}
+
+const char *test_tmpdir(void) {
+    if (!g_tmpdir[0]) {
+        snprintf(g_tmpdir, sizeof g_tmpdir, "/tmp/kda_test.XXXXXX");
+        if (!mkdtemp(g_tmpdir)) {
+            perror("mkdtemp");
+            exit(1);
+        }
+    }
+    return g_tmpdir;
+}
+
+static int by_file_then_order(const void *a, const void *b) {
+    const TestCase *x = a, *y = b;
+    int c = strcmp(x->file, y->file);
+    return c ? c : (x < y ? -1 : x > y);
+}
+
+static int selected(const TestCase *t, int argc, char **argv) {
+    if (argc <= 1) return 1;
+    for (int i = 1; i < argc; i++)
+        if (strstr(t->name, argv[i]) || strstr(t->file, argv[i])) return 1;
+    return 0;
+}
+
+int main(int argc, char **argv) {
+    if (argc > 1 && !strcmp(argv[1], "--list")) {
+        for (int i = 0; i < g_n_tests; i++) printf("%s (%s)\n", g_tests[i].name, g_tests[i].file);
+        return 0;
+    }
+    qsort(g_tests, (size_t)g_n_tests, sizeof *g_tests, by_file_then_order);
+    int passed = 0, failed = 0;
+    for (int i = 0; i < g_n_tests; i++) {
+        if (!selected(&g_tests[i], argc, argv)) continue;
+        g_current_failed = 0;
+        g_tmpdir[0] = 0;
+        double t0 = now_seconds();
+        g_tests[i].fn();
+        double dt = now_seconds() - t0;
+        if (g_current_failed) {
+            failed++;
+            printf("FAIL %-48s %7.2fs  (%d failed checks; temp dir %s)\n", g_tests[i].name, dt,
+                   g_current_failed, g_tmpdir[0] ? g_tmpdir : "-");
+        } else {
+            passed++;
+            printf("ok   %-48s %7.2fs\n", g_tests[i].name, dt);
+            if (g_tmpdir[0]) {
+                char cmd[300];
+                snprintf(cmd, sizeof cmd, "rm -rf '%s'", g_tmpdir);
+                if (system(cmd) != 0) fprintf(stderr, "could not remove %s\n", g_tmpdir);
+            }
+        }
+        fflush(stdout);
+    }
+    printf("%d passed, %d failed\n", passed, failed);
+    return failed ? 1 : 0;
+}
