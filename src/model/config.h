@@ -34,6 +34,7 @@ typedef struct {
     int use_cache;
     int has_pad_token_id;
     int64_t pad_token_id;
+    int has_bos_token_id, has_eos_token_id; // 0 when null in the file
     int64_t bos_token_id, eos_token_id;
     int tie_word_embeddings;
     double initializer_range;
@@ -58,7 +59,11 @@ int kda_config_derive(KdaConfig *c, const char *src, KdaError *err);
 // than "kda", hybrid `attn` layers and `attnres_block_size` with a clear error.
 int kda_config_load(KdaConfig *c, const char *path, KdaError *err);
 int kda_config_from_json(KdaConfig *c, const JsonValue *root, const char *src, KdaError *err);
-// Writes FLA-format config.json atomically (architectures ["KDAForCausalLM"], every key).
+// Writes FLA-format config.json atomically (architectures ["KDAForCausalLM"], every key;
+// null where the file had null). torch_dtype: the stored dtype ("float32", "bfloat16"), or
+// NULL to keep c->torch_dtype (omitted when that is empty).
 int kda_config_save(const KdaConfig *c, const char *path, const char *torch_dtype, KdaError *err);
+// 1 when every FLA key (the raw values, not torch_dtype) of a and b is equal.
+int kda_config_equal(const KdaConfig *a, const KdaConfig *b);
 
 #endif

@@ -64,7 +64,8 @@ typedef struct {
     KdaInit init;
     int weight_decay;      // 1: AdamW decays it (training-recipe.md §1.3)
     int layer;             // block index, -1 for top-level tensors
-    size_t field;          // offsetof(KdaLayerTensors, ...) for block tensors
+    size_t field;          // offsetof(KdaLayerTensors, ...) for block tensors,
+                           // offsetof(KdaTensors, ...) for top-level ones
     int64_t offset;        // element offset into the flat buffers
 } KdaParamInfo;
 
@@ -83,6 +84,14 @@ void kda_tensors_free(KdaTensors *w);
 // Draws every tensor by its init rule from a seeded RNG (deterministic for a seed).
 void kda_params_init(const KdaParamTable *t, const KdaConfig *c, float *flat, uint64_t seed);
 // FLOPs per token for training (6 x matmul weights + KDA core + conv), training-recipe.md §4.2.
+// seq_len only matters below the chunk size 64 (shorter chunks). 300M at 2048: ~1.835e9.
 double kda_model_flops_per_token(const KdaConfig *c, int64_t seq_len);
+// What Megatron's dense-transformer formula reports for the same model (training-recipe.md
+// §4.1; 2L sublayers counted as attention+MLP blocks). For comparison in logs only.
+double kda_megatron_flops_per_token(const KdaConfig *c, int64_t seq_len);
+// Parameter counts straight from the config (kda-model.md §4): unique parameters (tied head
+// counted once), the matmul weights used for FLOPs (all Linear weights + head once).
+int64_t kda_params_count(const KdaConfig *c);
+int64_t kda_params_matmul_count(const KdaConfig *c);
 
 #endif
