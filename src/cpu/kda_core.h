@@ -49,6 +49,8 @@ typedef struct {
 } KdaGateOpts;
 
 // f [N, HV, K] raw gate (N = B*T tokens), A_log [HV], dt_bias [HV*K] -> g [N, HV, K].
+// A_log or dt_bias may be NULL (absent: exp(A_log) = 1, dt_bias = 0; FLA's optional A_log of
+// the bounded form); the matching gradient pointer may then be NULL too.
 void kda_gate_fwd(float *g, const float *f, const float *A_log, const float *dt_bias, int64_t N,
                   int64_t HV, int64_t K, const KdaGateOpts *opt);
 // df [N, HV, K] overwritten; dA_log [HV] and ddt_bias [HV*K] ACCUMULATE (+=).
@@ -58,7 +60,7 @@ void kda_gate_bwd(float *df, float *dA_log, float *ddt_bias, const float *dg, co
 // b [N, HV] logits -> beta = s * sigmoid(b), s = 2 if allow_neg_eigval else 1.
 void kda_beta_fwd(float *beta, const float *b, int64_t n, int allow_neg_eigval);
 void kda_beta_bwd(float *db, const float *dbeta, const float *b, int64_t n, int allow_neg_eigval);
-// x [N, dim] -> y = x / sqrt(|x|^2 + eps) per row; rstd [N] saved for backward.
+// x [N, dim] -> y = x / sqrt(|x|^2 + eps) per row; rstd [N] saved for backward (may be NULL).
 void kda_l2norm_fwd(float *y, float *rstd, const float *x, int64_t N, int64_t dim, float eps);
 void kda_l2norm_bwd(float *dx, const float *dy, const float *y, const float *rstd, int64_t N,
                     int64_t dim);
