@@ -381,6 +381,24 @@ KDA_TEST(st_rejects_bad_headers) {
                "NUL", NULL, NULL);
     expect_bad("{\"line\\nbreak\":{\"dtype\":\"Q\",\"shape\":[1],\"data_offsets\":[0,1]}}", 1,
                "'line?break'", NULL, NULL); // control bytes never break the one-line message
+    {   // a long name is cut at a UTF-8 boundary: 'x' + 60 x U+00E9 (2 bytes each)
+        char h[400] = "{\"x", *w = h + strlen(h);
+        for (int i = 0; i < 60; i++) w += sprintf(w, "\xc3\xa9");
+        strcpy(w, "\":{\"dtype\":\"Q\",\"shape\":[1],\"data_offsets\":[0,1]}}");
+        size_t n2;
+        unsigned char *im = make_image(h, 1, &n2);
+        CHECK(st_parse(&st, im, n2, "bad.safetensors", &err) == -1);
+        const char *dots = strstr(err.msg, "...'");
+        CHECK_MSG(dots != NULL, "%s", err.msg);
+        const unsigned char *m = (const unsigned char *)err.msg;
+        size_t len = strlen(err.msg), k;
+        for (size_t i = 0; i < len; i += k) // the message stays valid UTF-8
+            if (!(k = utf8_valid_prefix(m + i, len - i))) {
+                CHECK_MSG(0, "invalid UTF-8 at byte %zu of %s", i, err.msg);
+                break;
+            }
+        free(im);
+    }
     // metadata
     expect_bad("{\"__metadata__\":{\"format\":\"pt\",\"n\":3}}", 0, "__metadata__", "'n'",
                "string");

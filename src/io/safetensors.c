@@ -60,7 +60,7 @@ static const char *show(char *buf, const char *s) {
         buf[n] = (c < 0x20 || c == 0x7f) ? '?' : (char)c;
     }
     if (s[n]) {
-        while (n > 0 && ((unsigned char)buf[n] & 0xC0) == 0x80) n--; // s[n] continues a char
+        while (n > 0 && ((unsigned char)s[n] & 0xC0) == 0x80) n--; // don't split a char
         memcpy(buf + n, "...", 4);
     } else {
         buf[n] = 0;
