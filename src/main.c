@@ -13,6 +13,8 @@ typedef struct {
 static const Command g_commands[] = {
     {"info", cmd_info, "model config summary, parameter count, memory estimate"},
     {"score", cmd_score, "per-sequence loss of token ids or text under a model"},
+    {"tokenize", cmd_tokenize, "tokenize jsonl/txt/parquet corpora into a Megatron .bin/.idx"},
+    {"dataset-info", cmd_dataset_info, "summary and integrity check of a Megatron .bin/.idx"},
 };
 
 static void usage(FILE *f) {
