@@ -1,0 +1,106 @@
+// run_config.h - the training run configuration: a flat YAML mapping with Megatron/Primus key
+// names (plus a few kda.c keys), command-line overrides, validation, and write-back.
+//
+// Keys (type, default) - Megatron names unless marked (kda):
+//   train_iters (int, 0)         micro_batch_size (int, 1)     global_batch_size (int, 1)
+//   seq_length (int, 2048)       lr (float, 2e-4)              min_lr (float, 2e-5)
+//   lr_warmup_iters (int, 0)     lr_decay_iters (int, 0 = train_iters)
+//   lr_decay_style (cosine|linear|constant, cosine)
+//   adam_beta1 (0.9)  adam_beta2 (0.95)  adam_eps (1e-8)  weight_decay (0.01)  clip_grad (1.0)
+//   seed (int, 42)  save (str)  save_interval (int, 0 = only at the end)  load (str)
+//   eval_interval (int, 0)  eval_iters (int, 0)  log_interval (int, 100)
+//   train_data_path, valid_data_path (lists: plain paths, or Megatron blends "w1 p1 w2 p2")
+//   split (str, "969,30,1")  model (config.json path)  tokenizer (tokenizer.json path)
+//   objective (megatron|fla, megatron) (kda)   keep_last (int, 0 = keep all) (kda)
+//   max_nan_steps (int, 0) (kda)   device (cpu|cuda, cpu) (kda)   threads (int, 0 = auto) (kda)
+// A YAML null (`~`, `null`, empty) unsets a string or list; numbers must be numbers.
+// Dashes and underscores in key names are equivalent ("lr-warmup-iters").
+#ifndef KDA_RUN_CONFIG_H
+#define KDA_RUN_CONFIG_H
+
+#include <stdint.h>
+#include <stdio.h>
+
+#include "core/error.h"
+
+typedef struct {
+    char **items;  // owned strings
+    int n;
+} KdaStrList;
+
+typedef struct {
+    int64_t train_iters;
+    int64_t micro_batch_size;
+    int64_t global_batch_size;
+    int64_t seq_length;
+    double lr;
+    double min_lr;
+    int64_t lr_warmup_iters;
+    int64_t lr_decay_iters;
+    char *lr_decay_style;
+    double adam_beta1;
+    double adam_beta2;
+    double adam_eps;
+    double weight_decay;
+    double clip_grad;
+    int64_t seed;
+    char *save;             // checkpoint directory (NULL: no checkpoints)
+    int64_t save_interval;
+    char *load;             // checkpoint to resume from (NULL: fresh start)
+    int64_t eval_interval;
+    int64_t eval_iters;
+    int64_t log_interval;
+    KdaStrList train_data_path;
+    KdaStrList valid_data_path;
+    char *split;
+    char *model;
+    char *tokenizer;
+    char *objective;        // "megatron" | "fla"
+    int64_t keep_last;
+    int64_t max_nan_steps;
+    char *device;           // "cpu" | "cuda"
+    int64_t threads;
+} KdaRunConfig;
+
+// Every string of cfg is owned; free with kda_run_config_free (accepts a zeroed struct).
+void kda_run_config_defaults(KdaRunConfig *cfg);
+void kda_run_config_free(KdaRunConfig *cfg);
+
+// Applies the YAML file at path on top of cfg. Errors name the file, line and key:
+// unknown key (with the nearest valid name), wrong type, duplicate key, non-flat value.
+// On error cfg may be partly updated.
+int kda_run_config_load(KdaRunConfig *cfg, const char *path, KdaError *err);
+// Same for YAML text in memory (name is used in messages).
+int kda_run_config_parse(KdaRunConfig *cfg, const char *text, size_t n, const char *name,
+                         KdaError *err);
+
+// Sets one key from n_vals strings (exactly one for scalars; any number for lists).
+int kda_run_config_set(KdaRunConfig *cfg, const char *key, const char *const *vals, int n_vals,
+                       KdaError *err);
+// Applies "--key value", "--key=value" and "--list_key v1 v2 ..." (every following word that
+// does not start with "--") from argv[0..argc). Unknown keys fail with a suggestion.
+int kda_run_config_apply_args(KdaRunConfig *cfg, int argc, char **argv, KdaError *err);
+// The trainer's entry: defaults, then the YAML named by "--config PATH" if present, then every
+// other flag as an override (in argv order).
+int kda_run_config_from_cli(KdaRunConfig *cfg, int argc, char **argv, KdaError *err);
+
+// Cross-field checks: train_iters > 0, global % micro == 0, seq_length >= 2, a valid schedule,
+// model and train_data_path set, intervals >= 0. Sets lr_decay_iters = train_iters when 0.
+int kda_run_config_validate(KdaRunConfig *cfg, KdaError *err);
+
+// Data paths of a list: a Megatron blend ("w1 p1 w2 p2", detected by a numeric first item)
+// gives *weights (owned, normalized to sum 1); a plain list gives *weights = NULL.
+// *paths is an owned array of strings borrowed from list; the caller frees both arrays.
+// n_out = number of datasets (0 and NULLs for an empty list).
+int kda_run_config_blend(const KdaStrList *list, const char ***paths, double **weights,
+                         int *n_out, KdaError *err);
+
+// Writes the effective config as YAML (every key, in table order); the _atomic form writes
+// path via a temp file + rename. The result reads back to an identical config.
+int kda_run_config_write(const KdaRunConfig *cfg, FILE *f);
+int kda_run_config_write_atomic(const KdaRunConfig *cfg, const char *path, KdaError *err);
+
+// The valid key closest to key by edit distance (dashes = underscores).
+const char *kda_run_config_suggest(const char *key);
+
+#endif
