@@ -152,6 +152,7 @@ typedef struct {
     z_stream z;
     int z_init, z_done;
     ZSTD_DStream *zs;
+    int zs_in_frame;         // inside a zstd frame (more input or output pending)
     int64_t bytes_read;      // raw bytes consumed from the file
 } ByteSource;
 
@@ -231,10 +232,11 @@ static int src_read(ByteSource *s, unsigned char *out, size_t cap, size_t *got, 
             if (ZSTD_isError(zr))
                 return kda_fail(err, "%s: corrupt zstd data (%s)", s->path, ZSTD_getErrorName(zr));
             s->raw_pos += in.pos, *got = o.pos;
-            if (*got == 0 && avail == 0) {
-                if (zr != 0) return kda_fail(err, "%s: truncated zstd stream", s->path);
+            if (*got == 0 && avail == 0) { // nothing left: fine only between frames
+                if (s->zs_in_frame) return kda_fail(err, "%s: truncated zstd stream", s->path);
                 return 0;
             }
+            s->zs_in_frame = zr != 0; // 0: a frame just ended and its output is all flushed
         }
     }
     return 0;
