@@ -8,6 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "model/config.h"
 #include "test.h"
 #include "train/optim.h"
 
@@ -164,4 +165,36 @@ KDA_TEST(grad_clip_global_norm) {
     // non-finite: reported, gradients left alone
     float bad[2] = {NAN, 1};
     CHECK(!isfinite(kda_grad_clip(bad, 2, 1.0, &coef)) && coef == 1.0 && bad[1] == 1);
+}
+
+// The real parameter table of configs/tiny.json: with zero gradients only weight decay acts,
+// so exactly the decay rows of §1.3 shrink (A_log and matrices) and the rest (norms, dt_bias,
+// g_proj.1.bias) stay bit-identical.
+KDA_TEST(adamw_decay_groups_follow_param_table) {
+    KdaConfig c;
+    KdaParamTable t;
+    KdaError e;
+    CHECK_MSG(kda_config_load(&c, "configs/tiny.json", &e) == 0, "%s", e.msg);
+    CHECK_MSG(kda_params_build(&t, &c, &e) == 0, "%s", e.msg);
+    float *p = malloc((size_t)t.total_numel * sizeof *p), *p0 = malloc((size_t)t.total_numel * sizeof *p);
+    float *g = calloc((size_t)t.total_numel, sizeof *g);
+    for (int64_t i = 0; i < t.total_numel; i++) p[i] = p0[i] = 1.0f;
+    KdaAdamW o;
+    CHECK(kda_adamw_init(&o, t.total_numel, &k_recipe, &e) == 0);
+    kda_adamw_step(&o, &t, p, g, 0.5);  // decay factor 1 - 0.5 * 0.01 = 0.995
+    for (int r = 0; r < t.n; r++) {
+        const KdaParamInfo *row = &t.rows[r];
+        float want = row->weight_decay ? 0.995f : 1.0f;
+        int bad = 0;
+        for (int64_t i = 0; i < row->numel; i++) bad += fabsf(p[row->offset + i] - want) > 1e-7f;
+        CHECK_MSG(bad == 0, "%s: %d elements not %g", row->name, bad, want);
+    }
+    const KdaParamInfo *a = kda_params_find(&t, "model.layers.0.attn.A_log");
+    const KdaParamInfo *d = kda_params_find(&t, "model.layers.0.attn.dt_bias");
+    CHECK(a && a->weight_decay == 1 && d && d->weight_decay == 0);
+    kda_adamw_free(&o);
+    free(p);
+    free(p0);
+    free(g);
+    kda_params_free(&t);
 }
