@@ -25,7 +25,9 @@ static inline size_t kda_state_at(const KdaDims *d, int64_t b, int64_t j) {
     return ((size_t)b * d->HV + j) * d->K * d->V; // state [B, HV, K, V]
 }
 // q/k head read by value head j (§5.8 GVA: contiguous groups of HV/H value heads).
-static inline int64_t kda_qk_head(const KdaDims *d, int64_t j) { return j / (d->HV / d->H); }
+static inline int64_t kda_qk_head(const KdaDims *d, int64_t j) {
+    return j / (d->HV / d->H);
+}
 
 // dst [B, T, H, K] = sum over the HV/H value heads of each group of src [B, T, HV, K], summed
 // in increasing value-head order (deterministic). Defined in kda_recurrent.c.

@@ -10,10 +10,14 @@
 
 #include "cpu/kda_core.h" // defines: KdaGateOpts, kda_gate_*, kda_beta_*, kda_l2norm_*
 
-static float sigmoidf_(float x) { return 1.0f / (1.0f + expf(-x)); }
+static float sigmoidf_(float x) {
+    return 1.0f / (1.0f + expf(-x));
+}
 
 // softplus as FLA writes it (§5.3 step 8): identity above 20, ln(1 + e^a) below.
-static float softplusf_(float a) { return a > 20.0f ? a : log1pf(expf(a)); }
+static float softplusf_(float a) {
+    return a > 20.0f ? a : log1pf(expf(a));
+}
 
 // ---- gate (§5.3 step 8, §5.8 lower_bound) ------------------------------------------------------
 
@@ -77,7 +81,8 @@ void kda_gate_bwd(float *df, float *dA_log, float *ddt_bias, const float *dg, co
 
 void kda_beta_fwd(float *beta, const float *b, int64_t n, int allow_neg_eigval) {
     float s = allow_neg_eigval ? 2.0f : 1.0f; // beta in (0, 2) allows negative eigenvalues
-    for (int64_t i = 0; i < n; i++) beta[i] = s * sigmoidf_(b[i]);
+    for (int64_t i = 0; i < n; i++)
+        beta[i] = s * sigmoidf_(b[i]);
 }
 
 void kda_beta_bwd(float *db, const float *dbeta, const float *b, int64_t n, int allow_neg_eigval) {
@@ -95,10 +100,12 @@ void kda_l2norm_fwd(float *y, float *rstd, const float *x, int64_t N, int64_t di
     for (int64_t n = 0; n < N; n++) {
         const float *xr = x + n * dim;
         double ss = 0.0;
-        for (int64_t i = 0; i < dim; i++) ss += (double)xr[i] * xr[i];
+        for (int64_t i = 0; i < dim; i++)
+            ss += (double)xr[i] * xr[i];
         float r = (float)(1.0 / sqrt(ss + eps)); // eps INSIDE the square root
         if (rstd) rstd[n] = r;
-        for (int64_t i = 0; i < dim; i++) y[n * dim + i] = xr[i] * r;
+        for (int64_t i = 0; i < dim; i++)
+            y[n * dim + i] = xr[i] * r;
     }
 }
 
@@ -110,7 +117,9 @@ void kda_l2norm_bwd(float *dx, const float *dy, const float *y, const float *rst
         // y = x * r with r = (|x|^2 + eps)^-1/2 gives dy/dx = r (I - y y^T), so
         // dx = r * (dy - (dy . y) y).
         double dot = 0.0;
-        for (int64_t i = 0; i < dim; i++) dot += (double)dyr[i] * yr[i];
-        for (int64_t i = 0; i < dim; i++) dx[n * dim + i] = rstd[n] * (dyr[i] - (float)dot * yr[i]);
+        for (int64_t i = 0; i < dim; i++)
+            dot += (double)dyr[i] * yr[i];
+        for (int64_t i = 0; i < dim; i++)
+            dx[n * dim + i] = rstd[n] * (dyr[i] - (float)dot * yr[i]);
     }
 }

@@ -26,10 +26,12 @@ void kda_sum_gva(float *dst, const float *src, const KdaDims *d) {
     for (int64_t bt = 0; bt < d->B * d->T; bt++) {
         for (int64_t h = 0; h < d->H; h++) {
             float *o = dst + ((size_t)bt * d->H + h) * d->K;
-            for (int64_t c = 0; c < d->K; c++) o[c] = 0.0f;
+            for (int64_t c = 0; c < d->K; c++)
+                o[c] = 0.0f;
             for (int64_t jj = 0; jj < group; jj++) {
                 const float *s = src + ((size_t)bt * d->HV + h * group + jj) * d->K;
-                for (int64_t c = 0; c < d->K; c++) o[c] += s[c];
+                for (int64_t c = 0; c < d->K; c++)
+                    o[c] += s[c];
             }
         }
     }
@@ -44,28 +46,35 @@ static void recurrent_step(float *S, float *r, float *delta, const float *q, con
     // decay: S~ = Diag(exp(g)) S
     for (int64_t c = 0; c < K; c++) {
         float a = expf(g[c]);
-        for (int64_t e = 0; e < V; e++) S[c * V + e] *= a;
+        for (int64_t e = 0; e < V; e++)
+            S[c * V + e] *= a;
     }
     // predict with the decayed state: r = S~^T k; delta: d = beta (v - r)
-    for (int64_t e = 0; e < V; e++) r[e] = 0.0f;
+    for (int64_t e = 0; e < V; e++)
+        r[e] = 0.0f;
     for (int64_t c = 0; c < K; c++)
-        for (int64_t e = 0; e < V; e++) r[e] += S[c * V + e] * k[c];
-    for (int64_t e = 0; e < V; e++) delta[e] = beta * (v[e] - r[e]);
+        for (int64_t e = 0; e < V; e++)
+            r[e] += S[c * V + e] * k[c];
+    for (int64_t e = 0; e < V; e++)
+        delta[e] = beta * (v[e] - r[e]);
     // update: S = S~ + k d^T
     for (int64_t c = 0; c < K; c++)
-        for (int64_t e = 0; e < V; e++) S[c * V + e] += k[c] * delta[e];
+        for (int64_t e = 0; e < V; e++)
+            S[c * V + e] += k[c] * delta[e];
     // output reads the updated state: o = S^T (scale q)
     if (o) {
-        for (int64_t e = 0; e < V; e++) o[e] = 0.0f;
+        for (int64_t e = 0; e < V; e++)
+            o[e] = 0.0f;
         for (int64_t c = 0; c < K; c++) {
             float qc = scale * q[c];
-            for (int64_t e = 0; e < V; e++) o[e] += S[c * V + e] * qc;
+            for (int64_t e = 0; e < V; e++)
+                o[e] += S[c * V + e] * qc;
         }
     }
 }
 
-void kda_recurrent_fwd(float *o, float *final_state, const float *q, const float *k,
-                       const float *v, const float *g, const float *beta, const float *init_state,
+void kda_recurrent_fwd(float *o, float *final_state, const float *q, const float *k, const float *v,
+                       const float *g, const float *beta, const float *init_state,
                        const KdaDims *d) {
     KDA_ASSERT(d->H > 0 && d->HV % d->H == 0);
     int64_t K = d->K, V = d->V;
@@ -74,23 +83,26 @@ void kda_recurrent_fwd(float *o, float *final_state, const float *q, const float
         int64_t b = bj / d->HV, j = bj % d->HV, h = kda_qk_head(d, j);
         float *S = kda_malloc((size_t)(K * V + 2 * V) * sizeof(float));
         float *r = S + K * V, *delta = r + V;
-        if (init_state) memcpy(S, init_state + kda_state_at(d, b, j), (size_t)(K * V) * sizeof(float));
-        else memset(S, 0, (size_t)(K * V) * sizeof(float));
+        if (init_state)
+            memcpy(S, init_state + kda_state_at(d, b, j), (size_t)(K * V) * sizeof(float));
+        else
+            memset(S, 0, (size_t)(K * V) * sizeof(float));
         for (int64_t t = 0; t < d->T; t++)
             recurrent_step(S, r, delta, q + kda_qk_at(d, b, t, h), k + kda_qk_at(d, b, t, h),
                            v + kda_v_at(d, b, t, j), g + kda_g_at(d, b, t, j),
                            beta[kda_beta_at(d, b, t, j)], d->scale, o + kda_v_at(d, b, t, j), K, V);
-        if (final_state) memcpy(final_state + kda_state_at(d, b, j), S, (size_t)(K * V) * sizeof(float));
+        if (final_state)
+            memcpy(final_state + kda_state_at(d, b, j), S, (size_t)(K * V) * sizeof(float));
         free(S);
     }
 }
 
 // ---- backward (§6.4) ---------------------------------------------------------------------------
 
-void kda_recurrent_bwd(float *dq, float *dk, float *dv, float *dg, float *dbeta,
-                       float *dinit_state, const float *d_o, const float *dfinal_state,
-                       const float *q, const float *k, const float *v, const float *g,
-                       const float *beta, const float *init_state, const KdaDims *d) {
+void kda_recurrent_bwd(float *dq, float *dk, float *dv, float *dg, float *dbeta, float *dinit_state,
+                       const float *d_o, const float *dfinal_state, const float *q, const float *k,
+                       const float *v, const float *g, const float *beta, const float *init_state,
+                       const KdaDims *d) {
     KDA_ASSERT(d->H > 0 && d->HV % d->H == 0);
     int64_t K = d->K, V = d->V, T = d->T, KV = K * V;
     // With GVA, dq/dk are first written per value head ([B, T, HV, K]) and summed afterwards.
@@ -108,18 +120,22 @@ void kda_recurrent_bwd(float *dq, float *dk, float *dv, float *dg, float *dbeta,
         float *Sall = kda_malloc((size_t)((T + 1) * KV + 2 * KV + 4 * V) * sizeof(float));
         float *G = Sall + (T + 1) * KV, *St = G + KV, *r = St + KV, *delta = r + V;
         float *ddelta = delta + V, *dr = ddelta + V;
-        if (init_state) memcpy(Sall, init_state + kda_state_at(d, b, j), (size_t)KV * sizeof(float));
-        else memset(Sall, 0, (size_t)KV * sizeof(float));
+        if (init_state)
+            memcpy(Sall, init_state + kda_state_at(d, b, j), (size_t)KV * sizeof(float));
+        else
+            memset(Sall, 0, (size_t)KV * sizeof(float));
         for (int64_t t = 0; t < T; t++) {
             memcpy(Sall + (t + 1) * KV, Sall + t * KV, (size_t)KV * sizeof(float));
             recurrent_step(Sall + (t + 1) * KV, r, delta, q + kda_qk_at(d, b, t, h),
                            k + kda_qk_at(d, b, t, h), v + kda_v_at(d, b, t, j),
-                           g + kda_g_at(d, b, t, j), beta[kda_beta_at(d, b, t, j)], d->scale,
-                           NULL, K, V);
+                           g + kda_g_at(d, b, t, j), beta[kda_beta_at(d, b, t, j)], d->scale, NULL,
+                           K, V);
         }
         // G = dLoss/dS_t, starting from the final-state gradient at t = T.
-        if (dfinal_state) memcpy(G, dfinal_state + kda_state_at(d, b, j), (size_t)KV * sizeof(float));
-        else memset(G, 0, (size_t)KV * sizeof(float));
+        if (dfinal_state)
+            memcpy(G, dfinal_state + kda_state_at(d, b, j), (size_t)KV * sizeof(float));
+        else
+            memset(G, 0, (size_t)KV * sizeof(float));
 
         for (int64_t t = T - 1; t >= 0; t--) {
             const float *qt = q + kda_qk_at(d, b, t, h), *kt = k + kda_qk_at(d, b, t, h);
@@ -127,18 +143,23 @@ void kda_recurrent_bwd(float *dq, float *dk, float *dv, float *dg, float *dbeta,
             const float *dot = d_o + kda_v_at(d, b, t, j);
             const float *S = Sall + (t + 1) * KV, *Sp = Sall + t * KV;
             float bt = beta[kda_beta_at(d, b, t, j)];
-            float *dqt = dq_v + kda_qk_at(&dv_dims, b, t, j), *dkt = dk_v + kda_qk_at(&dv_dims, b, t, j);
+            float *dqt = dq_v + kda_qk_at(&dv_dims, b, t, j),
+                  *dkt = dk_v + kda_qk_at(&dv_dims, b, t, j);
             float *dvt = dv + kda_v_at(d, b, t, j), *dgt = dg + kda_g_at(d, b, t, j);
 
             // Recompute S~_t = Diag(alpha_t) S_{t-1}, r_t = S~_t^T k_t and v_t - r_t.
             for (int64_t c = 0; c < K; c++) {
                 float a = expf(gt[c]);
-                for (int64_t e = 0; e < V; e++) St[c * V + e] = a * Sp[c * V + e];
+                for (int64_t e = 0; e < V; e++)
+                    St[c * V + e] = a * Sp[c * V + e];
             }
-            for (int64_t e = 0; e < V; e++) r[e] = 0.0f;
+            for (int64_t e = 0; e < V; e++)
+                r[e] = 0.0f;
             for (int64_t c = 0; c < K; c++)
-                for (int64_t e = 0; e < V; e++) r[e] += St[c * V + e] * kt[c];
-            for (int64_t e = 0; e < V; e++) delta[e] = bt * (vt[e] - r[e]);
+                for (int64_t e = 0; e < V; e++)
+                    r[e] += St[c * V + e] * kt[c];
+            for (int64_t e = 0; e < V; e++)
+                delta[e] = bt * (vt[e] - r[e]);
 
             // o_t = S_t^T (scale q_t):  G += (scale q_t) do_t^T;  dq_t = scale S_t do_t
             for (int64_t c = 0; c < K; c++) {
@@ -150,7 +171,8 @@ void kda_recurrent_bwd(float *dq, float *dk, float *dv, float *dg, float *dbeta,
                 dqt[c] = d->scale * acc;
             }
             // S_t = S~_t + k_t d_t^T:  dd_t = G^T k_t;  dk_t = G d_t;  dS~_t = G
-            for (int64_t e = 0; e < V; e++) ddelta[e] = 0.0f;
+            for (int64_t e = 0; e < V; e++)
+                ddelta[e] = 0.0f;
             for (int64_t c = 0; c < K; c++) {
                 float acc = 0.0f;
                 for (int64_t e = 0; e < V; e++) {
