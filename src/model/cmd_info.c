@@ -135,7 +135,8 @@ static double act_bytes_per_token_layer(const KdaConfig *c) {
 }
 
 static void gib(const char *label, double bytes) {
-    printf("  %-48s %8.2f GiB\n", label, bytes / GIB);
+    if (bytes < 0.1 * GIB) printf("  %-48s %8.2f MiB\n", label, bytes / (1024.0 * 1024.0));
+    else printf("  %-48s %8.2f GiB\n", label, bytes / GIB);
 }
 
 static void print_memory(const KdaConfig *c, int64_t P, int64_t B, int64_t T) {
@@ -157,8 +158,8 @@ static void print_memory(const KdaConfig *c, int64_t P, int64_t B, int64_t T) {
     gib("backward temporaries (one block)", temps);
     snprintf(label, sizeof label, "loss workspace (%g tokens x n_vocab)", loss_tokens);
     gib(label, loss_ws);
-    printf("  %-48s %8.2f GiB%s\n", "total", total / GIB,
-           total / GIB > 139.0 ? "  (more than one H200's ~139 GiB)" : "");
+    gib("total", total);
+    if (total / GIB > 139.0) printf("  (more than one H200's ~139 GiB)\n");
 }
 
 // ---------------------------------------------------------------------------------------------
