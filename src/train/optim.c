@@ -60,7 +60,7 @@ void kda_adamw_step(KdaAdamW *o, const KdaParamTable *t, float *params, const fl
         float *p = params + row->offset;
         const float *g = grads + row->offset;
         float *mr = m + row->offset, *vr = v + row->offset;
-#pragma omp for schedule(static) nowait
+#pragma omp for simd schedule(static) nowait
         for (int64_t i = 0; i < row->numel; i++) {
             float pi = p[i] - decay * p[i];
             float gi = g[i];
@@ -76,7 +76,7 @@ void kda_adamw_step(KdaAdamW *o, const KdaParamTable *t, float *params, const fl
 
 double kda_grad_norm(const float *g, int64_t n) {
     double sum = 0;
-#pragma omp parallel for schedule(static) reduction(+ : sum)
+#pragma omp parallel for simd schedule(static) reduction(+ : sum)
     for (int64_t i = 0; i < n; i++) sum += (double)g[i] * (double)g[i];
     return sqrt(sum);
 }
