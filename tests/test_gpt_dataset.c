@@ -58,7 +58,8 @@ static const Golden *golden_get(const GoldenFile *g, const char *name) {
 }
 
 static void golden_free(GoldenFile *g) {
-    for (int k = 0; k < g->n; k++) free(g->rows[k].v);
+    for (int k = 0; k < g->n; k++)
+        free(g->rows[k].v);
     free(g->rows);
     free(g->text);
 }
@@ -100,21 +101,24 @@ KDA_TEST(mt19937_shuffle_matches_numpy) {
     const int64_t cases[][2] = {{42, 1}, {42, 2}, {42, 5}, {42, 100}, {7, 1000}, {3, 65537}};
     for (int c = 0; c < 6; c++) {
         char name[64];
-        snprintf(name, sizeof name, "shuffle_%lld_%lld", (long long)cases[c][0], (long long)cases[c][1]);
+        snprintf(name, sizeof name, "shuffle_%lld_%lld", (long long)cases[c][0],
+                 (long long)cases[c][1]);
         const Golden *r = golden_get(&g, name);
         CHECK_MSG(r != NULL, "missing %s", name);
         if (!r) continue;
         int64_t n = cases[c][1];
         int64_t *x = malloc((size_t)n * sizeof *x);
         int32_t *y = malloc((size_t)n * sizeof *y);
-        for (int64_t i = 0; i < n; i++) x[i] = y[i] = (int32_t)i;
+        for (int64_t i = 0; i < n; i++)
+            x[i] = y[i] = (int32_t)i;
         KdaMt19937 a, b;
         mt19937_seed(&a, (uint32_t)cases[c][0]);
         mt19937_seed(&b, (uint32_t)cases[c][0]);
         mt19937_shuffle_i64(&a, x, n);
         mt19937_shuffle_i32(&b, y, n);
         int bad = 0;
-        for (int64_t i = 0; i < r->n; i++) bad += x[i] != r->v[i] || y[i] != r->v[i];
+        for (int64_t i = 0; i < r->n; i++)
+            bad += x[i] != r->v[i] || y[i] != r->v[i];
         CHECK_MSG(bad == 0, "%s: %d mismatches", name, bad);
         free(x);
         free(y);
@@ -147,7 +151,8 @@ static void check_gpt_case(const char *case_name, int expect_epochs, int expect_
     CHECK(len && par && par->n == 5);
     if (!len || !par) return;
     int32_t *lengths = malloc((size_t)len->n * sizeof *lengths);
-    for (int64_t i = 0; i < len->n; i++) lengths[i] = (int32_t)len->v[i];
+    for (int64_t i = 0; i < len->n; i++)
+        lengths[i] = (int32_t)len->v[i];
     KdaGptIndex ix;
     KdaError e;
     int rc = kda_gpt_index_build(&ix, lengths, len->n, par->v[0], par->v[1], par->v[2], par->v[3],
@@ -160,8 +165,10 @@ static void check_gpt_case(const char *case_name, int expect_epochs, int expect_
     CHECK(es && es->v[0] == ix.num_epochs && es->v[1] == ix.separate_last_epoch);
 
     int64_t *doc = malloc((size_t)ix.n_document_index * sizeof *doc);
-    for (int64_t i = 0; i < ix.n_document_index; i++) doc[i] = ix.document_index[i];
-    check_array("document_index", case_name, golden_get(&g, "document_index"), doc, ix.n_document_index);
+    for (int64_t i = 0; i < ix.n_document_index; i++)
+        doc[i] = ix.document_index[i];
+    check_array("document_index", case_name, golden_get(&g, "document_index"), doc,
+                ix.n_document_index);
     check_array("sample_index", case_name, golden_get(&g, "sample_index"), ix.sample_index,
                 2 * (ix.n_samples + 1));
     check_array("shuffle_index", case_name, golden_get(&g, "shuffle_index"), ix.shuffle_index,
@@ -187,21 +194,31 @@ static void check_gpt_case(const char *case_name, int expect_epochs, int expect_
     golden_free(&g);
 }
 
-KDA_TEST(gpt_index_one_epoch) { check_gpt_case("one_epoch", 1, 0); }
-KDA_TEST(gpt_index_three_epochs_separate_last) { check_gpt_case("three_epochs_separate", 3, 1); }
-KDA_TEST(gpt_index_three_epochs_joint) { check_gpt_case("three_epochs_joint", 3, 0); }
-KDA_TEST(gpt_index_split_with_empty_sequences) { check_gpt_case("split_zero_len", 1, 0); }
-KDA_TEST(gpt_index_fixed_chunks) { check_gpt_case("chunks", 3, 1); }
+KDA_TEST(gpt_index_one_epoch) {
+    check_gpt_case("one_epoch", 1, 0);
+}
+KDA_TEST(gpt_index_three_epochs_separate_last) {
+    check_gpt_case("three_epochs_separate", 3, 1);
+}
+KDA_TEST(gpt_index_three_epochs_joint) {
+    check_gpt_case("three_epochs_joint", 3, 0);
+}
+KDA_TEST(gpt_index_split_with_empty_sequences) {
+    check_gpt_case("split_zero_len", 1, 0);
+}
+KDA_TEST(gpt_index_fixed_chunks) {
+    check_gpt_case("chunks", 3, 1);
+}
 
 KDA_TEST(gpt_index_rejects_bad_input) {
     int32_t lengths[4] = {5, 3, -1, 4};
     KdaGptIndex ix;
     KdaError e;
-    CHECK(kda_gpt_index_build(&ix, lengths, 4, 0, 2, 16, 10, 42, &e) == -1);  // 8 < 17 tokens
+    CHECK(kda_gpt_index_build(&ix, lengths, 4, 0, 2, 16, 10, 42, &e) == -1); // 8 < 17 tokens
     CHECK(strstr(e.msg, "fewer than") != NULL);
-    CHECK(kda_gpt_index_build(&ix, lengths, 4, 0, 4, 2, 10, 42, &e) == -1);   // negative length
-    CHECK(kda_gpt_index_build(&ix, lengths, 4, 3, 2, 2, 10, 42, &e) == -1);   // out of range
-    CHECK(kda_gpt_index_build(&ix, lengths, 4, 0, 2, 1, 10, 42, &e) == -1);   // seq_length 1
+    CHECK(kda_gpt_index_build(&ix, lengths, 4, 0, 4, 2, 10, 42, &e) == -1); // negative length
+    CHECK(kda_gpt_index_build(&ix, lengths, 4, 3, 2, 2, 10, 42, &e) == -1); // out of range
+    CHECK(kda_gpt_index_build(&ix, lengths, 4, 0, 2, 1, 10, 42, &e) == -1); // seq_length 1
     CHECK(ix.document_index == NULL);
 }
 
@@ -217,7 +234,8 @@ KDA_TEST(split_bounds_match_megatron) {
     long long n = 0, b[4] = {0};
     for (char *line = text ? strtok(text, "\n") : NULL; line; line = strtok(NULL, "\n")) {
         if (!strncmp(line, "split ", 6)) {
-            CHECK(sscanf(line + 6, "%lld %lld %lld %lld %lld", &n, &b[0], &b[1], &b[2], &b[3]) == 5);
+            CHECK(sscanf(line + 6, "%lld %lld %lld %lld %lld", &n, &b[0], &b[1], &b[2], &b[3]) ==
+                  5);
         } else if (!strncmp(line, "str ", 4)) {
             double split[3];
             CHECK_MSG(kda_split_parse(line + 4, split, &e) == 0, "%s", e.msg);
@@ -297,17 +315,22 @@ KDA_TEST(fla_order_structure) {
     CHECK_EQ_INT(o.total, 12);
     CHECK(o.perm[10] == o.perm[0] && o.perm[11] == o.perm[1]);
     int seen[10] = {0};
-    for (int k = 0; k < 10; k++) seen[o.perm[k]]++;
-    for (int k = 0; k < 10; k++) CHECK_EQ_INT(seen[k], 1);
+    for (int k = 0; k < 10; k++)
+        seen[o.perm[k]]++;
+    for (int k = 0; k < 10; k++)
+        CHECK_EQ_INT(seen[k], 1);
     // perm is RandomState(42).shuffle(arange(10)), the same draws as the numpy golden
     int64_t ref[10];
-    for (int k = 0; k < 10; k++) ref[k] = k;
+    for (int k = 0; k < 10; k++)
+        ref[k] = k;
     KdaMt19937 mt;
     mt19937_seed(&mt, 42);
     mt19937_shuffle_i64(&mt, ref, 10);
-    for (int k = 0; k < 10; k++) CHECK_EQ_INT(o.perm[k], ref[k]);
+    for (int k = 0; k < 10; k++)
+        CHECK_EQ_INT(o.perm[k], ref[k]);
     // mbs 1, dp 4: global sample g at step t, rank r -> perm[r + t*4] = perm[g]
-    for (int g = 0; g < 12; g++) CHECK_EQ_INT(kda_fla_order_chunk(&o, g, 1), o.perm[g]);
+    for (int g = 0; g < 12; g++)
+        CHECK_EQ_INT(kda_fla_order_chunk(&o, g, 1), o.perm[g]);
     // mbs 2, dp 4 (gb 8): g = 3 -> t 0, r 1, j 1 -> k = 1 + 1*4 = 5
     CHECK_EQ_INT(kda_fla_order_chunk(&o, 3, 2), o.perm[5]);
     // g = 9 -> t 1, r 0, j 1 -> k = 0 + (2 + 1)*4 = 12 >= 12 -> chunk 0 (Primus's fallback)

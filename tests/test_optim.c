@@ -29,8 +29,8 @@ static KdaParamTable two_rows(void) {
     return t;
 }
 
-static const KdaAdamWConfig k_recipe = {.beta1 = 0.9, .beta2 = 0.95, .eps = 1e-8,
-                                        .weight_decay = 0.01};
+static const KdaAdamWConfig k_recipe = {
+    .beta1 = 0.9, .beta2 = 0.95, .eps = 1e-8, .weight_decay = 0.01};
 
 KDA_TEST(adamw_first_update_at_lr_zero) {
     KdaParamTable t = two_rows();
@@ -43,8 +43,8 @@ KDA_TEST(adamw_first_update_at_lr_zero) {
     kda_adamw_step(&o, &t, p, g, 0.0);
     CHECK_EQ_INT(o.step, 1);
     for (int i = 0; i < 5; i++) {
-        CHECK(p[i] == p0[i]);                                   // lr 0: no change at all
-        CHECK_NEAR(o.m[i], 0.1 * g[i], 1e-8);                   // moments still advance
+        CHECK(p[i] == p0[i]);                 // lr 0: no change at all
+        CHECK_NEAR(o.m[i], 0.1 * g[i], 1e-8); // moments still advance
         CHECK_NEAR(o.v[i], 0.05 * (double)g[i] * g[i], 1e-8);
     }
     kda_adamw_free(&o);
@@ -63,8 +63,10 @@ KDA_TEST(adamw_hand_computed_first_step) {
     float p[5] = {1, 1, 1, 1, 1};
     float g[5] = {0.5f, 0.5f, 0.5f, 0.5f, 0.5f};
     kda_adamw_step(&o, &t, p, g, 1e-3);
-    for (int i = 0; i < 3; i++) CHECK_NEAR(p[i], 0.99899000002, 2e-7);
-    for (int i = 3; i < 5; i++) CHECK_NEAR(p[i], 0.99900000002, 2e-7);
+    for (int i = 0; i < 3; i++)
+        CHECK_NEAR(p[i], 0.99899000002, 2e-7);
+    for (int i = 3; i < 5; i++)
+        CHECK_NEAR(p[i], 0.99900000002, 2e-7);
     kda_adamw_free(&o);
     free(t.rows);
 }
@@ -88,13 +90,14 @@ KDA_TEST(adamw_matches_reference_over_steps) {
     float p[5] = {1, -2, 0.5f, 1, 0.75f};
     double pr[5], mr[5] = {0}, vr[5] = {0};
     const int decay[5] = {1, 1, 1, 0, 0};
-    for (int i = 0; i < 5; i++) pr[i] = p[i];
-    const double lrs[6] = {0, 1e-2, 2e-2, 2e-2, 5e-3, 1e-3};  // warmup-like, lr 0 first
+    for (int i = 0; i < 5; i++)
+        pr[i] = p[i];
+    const double lrs[6] = {0, 1e-2, 2e-2, 2e-2, 5e-3, 1e-3}; // warmup-like, lr 0 first
     for (int u = 1; u <= 6; u++) {
         float g[5];
         double gd[5];
         for (int i = 0; i < 5; i++) {
-            g[i] = (float)(sin(0.7 * u + i) * (i + 1) * 0.3);  // changing signs and scales
+            g[i] = (float)(sin(0.7 * u + i) * (i + 1) * 0.3); // changing signs and scales
             gd[i] = g[i];
         }
         kda_adamw_step(&o, &t, p, g, lrs[u - 1]);
@@ -105,7 +108,7 @@ KDA_TEST(adamw_matches_reference_over_steps) {
         CHECK_NEAR(o.m[i], mr[i], 1e-6);
         CHECK_NEAR(o.v[i], vr[i], 1e-6);
     }
-    CHECK(fabs(pr[0] - 1.0) > 1e-3);  // the run moved the parameters (the test has teeth)
+    CHECK(fabs(pr[0] - 1.0) > 1e-3); // the run moved the parameters (the test has teeth)
     kda_adamw_free(&o);
     free(t.rows);
 }
@@ -123,7 +126,8 @@ KDA_TEST(adamw_zero_grads_only_decay) {
     CHECK_NEAR(p[1], -1.998, 2e-7);
     CHECK_NEAR(p[2], 0.4995, 1e-7);
     CHECK(p[3] == 3 && p[4] == -4);
-    for (int i = 0; i < 5; i++) CHECK(o.m[i] == 0 && o.v[i] == 0);
+    for (int i = 0; i < 5; i++)
+        CHECK(o.m[i] == 0 && o.v[i] == 0);
     kda_adamw_free(&o);
     free(t.rows);
 }
@@ -141,7 +145,7 @@ KDA_TEST(adamw_rejects_bad_config) {
 }
 
 KDA_TEST(grad_clip_global_norm) {
-    float g[4] = {3, 0, 0, 4};  // norm 5
+    float g[4] = {3, 0, 0, 4}; // norm 5
     double coef;
     double norm = kda_grad_clip(g, 4, 1.0, &coef);
     CHECK_NEAR(norm, 5.0, 1e-12);
@@ -158,7 +162,8 @@ KDA_TEST(grad_clip_global_norm) {
     // a large buffer: exercises the OpenMP reduction
     int64_t n = 1 << 20;
     float *big = malloc((size_t)n * sizeof *big);
-    for (int64_t i = 0; i < n; i++) big[i] = (i % 2) ? 0.5f : -0.5f;  // norm = 0.5 * 1024 = 512
+    for (int64_t i = 0; i < n; i++)
+        big[i] = (i % 2) ? 0.5f : -0.5f; // norm = 0.5 * 1024 = 512
     CHECK_NEAR(kda_grad_clip(big, n, 1.0, &coef), 512.0, 1e-9);
     CHECK_NEAR(kda_grad_norm(big, n), 1.0, 1e-5);
     free(big);
@@ -176,17 +181,20 @@ KDA_TEST(adamw_decay_groups_follow_param_table) {
     KdaError e;
     CHECK_MSG(kda_config_load(&c, "configs/tiny.json", &e) == 0, "%s", e.msg);
     CHECK_MSG(kda_params_build(&t, &c, &e) == 0, "%s", e.msg);
-    float *p = malloc((size_t)t.total_numel * sizeof *p), *p0 = malloc((size_t)t.total_numel * sizeof *p);
+    float *p = malloc((size_t)t.total_numel * sizeof *p),
+          *p0 = malloc((size_t)t.total_numel * sizeof *p);
     float *g = calloc((size_t)t.total_numel, sizeof *g);
-    for (int64_t i = 0; i < t.total_numel; i++) p[i] = p0[i] = 1.0f;
+    for (int64_t i = 0; i < t.total_numel; i++)
+        p[i] = p0[i] = 1.0f;
     KdaAdamW o;
     CHECK(kda_adamw_init(&o, t.total_numel, &k_recipe, &e) == 0);
-    kda_adamw_step(&o, &t, p, g, 0.5);  // decay factor 1 - 0.5 * 0.01 = 0.995
+    kda_adamw_step(&o, &t, p, g, 0.5); // decay factor 1 - 0.5 * 0.01 = 0.995
     for (int r = 0; r < t.n; r++) {
         const KdaParamInfo *row = &t.rows[r];
         float want = row->weight_decay ? 0.995f : 1.0f;
         int bad = 0;
-        for (int64_t i = 0; i < row->numel; i++) bad += fabsf(p[row->offset + i] - want) > 1e-7f;
+        for (int64_t i = 0; i < row->numel; i++)
+            bad += fabsf(p[row->offset + i] - want) > 1e-7f;
         CHECK_MSG(bad == 0, "%s: %d elements not %g", row->name, bad, want);
     }
     const KdaParamInfo *a = kda_params_find(&t, "model.layers.0.attn.A_log");

@@ -49,12 +49,20 @@ KDA_TEST(run_config_recipe_file) {
 }
 
 KDA_TEST(run_config_cli_overrides) {
-    char *argv[] = {"--config",       "configs/train_kda_300M.yaml",
-                    "--lr",           "3e-4",
-                    "--train-iters",  "10",
+    char *argv[] = {"--config",
+                    "configs/train_kda_300M.yaml",
+                    "--lr",
+                    "3e-4",
+                    "--train-iters",
+                    "10",
                     "--lr_decay_style=linear",
-                    "--train_data_path", "0.3", "a", "0.7", "b",
-                    "--device", "cpu"};
+                    "--train_data_path",
+                    "0.3",
+                    "a",
+                    "0.7",
+                    "b",
+                    "--device",
+                    "cpu"};
     int argc = (int)(sizeof argv / sizeof *argv);
     KdaRunConfig c;
     KdaError e;
@@ -62,7 +70,7 @@ KDA_TEST(run_config_cli_overrides) {
     CHECK_MSG(rc == 0, "%s", e.msg);
     CHECK(c.lr == 3e-4);
     CHECK_EQ_INT(c.train_iters, 10);
-    CHECK_EQ_INT(c.global_batch_size, 1024);  // from the file
+    CHECK_EQ_INT(c.global_batch_size, 1024); // from the file
     CHECK(!strcmp(c.lr_decay_style, "linear") && !strcmp(c.device, "cpu"));
     CHECK_EQ_INT(c.train_data_path.n, 4);
     const char **paths;
@@ -88,7 +96,8 @@ KDA_TEST(run_config_unknown_key_suggests) {
     KdaError e;
     CHECK(parse_str(&c, "lr: 1e-3\nlr_warmup_iter: 5\n", &e) == -1);
     CHECK_MSG(strstr(e.msg, "t.yaml:2") && strstr(e.msg, "lr_warmup_iter") &&
-                  strstr(e.msg, "did you mean 'lr_warmup_iters'"), "%s", e.msg);
+                  strstr(e.msg, "did you mean 'lr_warmup_iters'"),
+              "%s", e.msg);
     kda_run_config_free(&c);
     char *argv[] = {"--micro_bach_size", "4"};
     kda_run_config_defaults(&c);
@@ -134,8 +143,8 @@ KDA_TEST(run_config_validate) {
     KdaError e;
     CHECK(parse_str(&c, "train_iters: 10\nmodel: m.json\ntrain_data_path: d\n", &e) == 0);
     CHECK_MSG(kda_run_config_validate(&c, &e) == 0, "%s", e.msg);
-    CHECK_EQ_INT(c.lr_decay_iters, 10);  // 0 -> train_iters
-    CHECK_EQ_INT(c.train_data_path.n, 1);  // a scalar is a one-item list
+    CHECK_EQ_INT(c.lr_decay_iters, 10);   // 0 -> train_iters
+    CHECK_EQ_INT(c.train_data_path.n, 1); // a scalar is a one-item list
     c.global_batch_size = 10;
     c.micro_batch_size = 4;
     CHECK(kda_run_config_validate(&c, &e) == -1 && strstr(e.msg, "multiple"));
@@ -155,7 +164,7 @@ KDA_TEST(run_config_write_roundtrip) {
     CHECK(kda_run_config_load(&a, "configs/train_kda_300M.yaml", &e) == 0);
     const char *vals[] = {"x \"quoted\" path", "y\\z"};
     CHECK(kda_run_config_set(&a, "valid_data_path", vals, 2, &e) == 0);
-    a.lr = 0.1 + 0.2;  // needs 17 digits
+    a.lr = 0.1 + 0.2; // needs 17 digits
     char path[4096];
     path_join(path, sizeof path, test_tmpdir(), "run.yaml");
     CHECK_MSG(kda_run_config_write_atomic(&a, path, &e) == 0, "%s", e.msg);

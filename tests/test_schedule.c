@@ -6,8 +6,8 @@
 #include "train/schedule.h"
 
 static KdaLrSchedule recipe(KdaLrStyle style) {
-    return (KdaLrSchedule){.lr = 2e-4, .min_lr = 2e-5, .warmup_iters = 200, .decay_iters = 4768,
-                           .style = style};
+    return (KdaLrSchedule){
+        .lr = 2e-4, .min_lr = 2e-5, .warmup_iters = 200, .decay_iters = 4768, .style = style};
 }
 
 KDA_TEST(schedule_recipe_values) {
@@ -18,7 +18,7 @@ KDA_TEST(schedule_recipe_values) {
     CHECK_NEAR(kda_lr_at(&s, 1), 1e-6, 1e-18);
     CHECK_NEAR(kda_lr_at(&s, 100), 1e-4, 1e-18);
     CHECK_NEAR(kda_lr_at(&s, 200), 2e-4, 1e-18);
-    CHECK_NEAR(kda_lr_at(&s, 2484), 1.1e-4, 1e-18);  // cosine midpoint: (2e-4 + 2e-5) / 2
+    CHECK_NEAR(kda_lr_at(&s, 2484), 1.1e-4, 1e-18); // cosine midpoint: (2e-4 + 2e-5) / 2
     CHECK_NEAR(kda_lr_at(&s, 4768), 2e-5, 1e-18);
     CHECK(kda_lr_at(&s, 4769) == 2e-5 && kda_lr_at(&s, 100000) == 2e-5);
     CHECK(kda_lr_at(&s, 201) < 2e-4 && kda_lr_at(&s, 201) > 1.9999e-4);
@@ -34,11 +34,11 @@ KDA_TEST(schedule_linear_and_constant) {
     CHECK_NEAR(kda_lr_at(&s, 2484), 1.1e-4, 1e-18);
     CHECK_NEAR(kda_lr_at(&s, 200 + 4568 / 4), 2e-5 + 0.75 * 1.8e-4, 1e-18);
     s.style = KDA_LR_CONSTANT;
-    CHECK_NEAR(kda_lr_at(&s, 100), 1e-4, 1e-18);  // warmup still applies
+    CHECK_NEAR(kda_lr_at(&s, 100), 1e-4, 1e-18); // warmup still applies
     CHECK(kda_lr_at(&s, 3000) == 2e-4 && kda_lr_at(&s, 9000) == 2e-4);
     s.warmup_iters = 0;
     s.style = KDA_LR_COSINE;
-    CHECK(kda_lr_at(&s, 0) == 2e-4);  // no warmup: starts at the peak
+    CHECK(kda_lr_at(&s, 0) == 2e-4); // no warmup: starts at the peak
 }
 
 KDA_TEST(schedule_parse_and_check) {

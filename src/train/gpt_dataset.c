@@ -1,11 +1,11 @@
 // gpt_dataset.c - Megatron GPTDataset indices, splits, blending, FLA order; see gpt_dataset.h.
-#include "train/gpt_dataset.h"  // defines: KdaGptIndex, KdaSpan, KdaFlaOrder, kda_gpt_*, ...
+#include "train/gpt_dataset.h" // defines: KdaGptIndex, KdaSpan, KdaFlaOrder, kda_gpt_*, ...
 
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "train/mt19937.h"  // defines: KdaMt19937, mt19937_seed, mt19937_shuffle_*
+#include "train/mt19937.h" // defines: KdaMt19937, mt19937_seed, mt19937_shuffle_*
 
 // ---------------------------------------------------------------------------------------------
 // Epoch count and the separate-last-epoch rule (data-formats.md §2.1)
@@ -36,7 +36,8 @@ static int gpt_separate_last_epoch(int64_t epochs, int64_t tpe, int64_t seq_leng
 static void gpt_tile_shuffle(int32_t *out, int64_t first, int64_t count, int64_t epochs,
                              KdaMt19937 *rs) {
     for (int64_t e = 0; e < epochs; e++)
-        for (int64_t k = 0; k < count; k++) out[e * count + k] = (int32_t)(first + k);
+        for (int64_t k = 0; k < count; k++)
+            out[e * count + k] = (int32_t)(first + k);
     mt19937_shuffle_i32(rs, out, epochs * count);
 }
 
@@ -46,7 +47,7 @@ static void gpt_tile_shuffle(int32_t *out, int64_t first, int64_t count, int64_t
 static int gpt_build_sample_index(KdaGptIndex *ix, const int32_t *lengths, KdaError *err) {
     const int64_t seq = ix->seq_length;
     int64_t *si = ix->sample_index;
-    int64_t pos = 0, off = 0;  // position in the document index, offset inside that sequence
+    int64_t pos = 0, off = 0; // position in the document index, offset inside that sequence
     si[0] = 0;
     si[1] = 0;
     for (int64_t s = 1; s <= ix->n_samples; s++) {
@@ -55,12 +56,14 @@ static int gpt_build_sample_index(KdaGptIndex *ix, const int32_t *lengths, KdaEr
             int64_t len = (int64_t)lengths[ix->document_index[pos]] - off;
             remaining -= len;
             if (remaining <= 0) {
-                off += remaining + len - 1;  // offset of the sample's last token
+                off += remaining + len - 1; // offset of the sample's last token
                 remaining = 0;
             } else {
                 if (pos == ix->n_document_index - 1)
-                    return kda_fail(err, "gpt dataset: ran out of tokens at sample %lld "
-                                         "(internal error)", (long long)s);
+                    return kda_fail(err,
+                                    "gpt dataset: ran out of tokens at sample %lld "
+                                    "(internal error)",
+                                    (long long)s);
                 pos++;
                 off = 0;
             }
@@ -75,7 +78,8 @@ static int gpt_build_sample_index(KdaGptIndex *ix, const int32_t *lengths, KdaEr
 // Shuffle index (§2.5)
 
 static void gpt_build_shuffle_index(KdaGptIndex *ix, KdaMt19937 *rs) {
-    for (int64_t k = 0; k < ix->n_samples; k++) ix->shuffle_index[k] = k;
+    for (int64_t k = 0; k < ix->n_samples; k++)
+        ix->shuffle_index[k] = k;
     mt19937_shuffle_i64(rs, ix->shuffle_index, ix->n_samples_first);
     if (ix->n_samples_first < ix->n_samples)
         mt19937_shuffle_i64(rs, ix->shuffle_index + ix->n_samples_first,
@@ -84,9 +88,11 @@ static void gpt_build_shuffle_index(KdaGptIndex *ix, KdaMt19937 *rs) {
 
 static int gpt_check_args(const int32_t *lengths, int64_t n_lengths, int64_t first, int64_t count,
                           int64_t seq_length, int64_t *tpe, KdaError *err) {
-    if (seq_length < 2) return kda_fail(err, "gpt dataset: seq_length %lld < 2", (long long)seq_length);
+    if (seq_length < 2)
+        return kda_fail(err, "gpt dataset: seq_length %lld < 2", (long long)seq_length);
     if (count <= 0 || first < 0 || first + count > n_lengths || first + count > INT32_MAX)
-        return kda_fail(err, "gpt dataset: split [%lld, %lld) is empty or outside the %lld sequences",
+        return kda_fail(err,
+                        "gpt dataset: split [%lld, %lld) is empty or outside the %lld sequences",
                         (long long)first, (long long)(first + count), (long long)n_lengths);
     int64_t sum = 0;
     for (int64_t k = first; k < first + count; k++) {
@@ -102,9 +108,9 @@ static int gpt_check_args(const int32_t *lengths, int64_t n_lengths, int64_t fir
     return 0;
 }
 
-int kda_gpt_index_build(KdaGptIndex *ix, const int32_t *lengths, int64_t n_lengths,
-                        int64_t first, int64_t count, int64_t seq_length, int64_t num_samples,
-                        uint32_t seed, KdaError *err) {
+int kda_gpt_index_build(KdaGptIndex *ix, const int32_t *lengths, int64_t n_lengths, int64_t first,
+                        int64_t count, int64_t seq_length, int64_t num_samples, uint32_t seed,
+                        KdaError *err) {
     memset(ix, 0, sizeof *ix);
     int64_t tpe = 0;
     if (gpt_check_args(lengths, n_lengths, first, count, seq_length, &tpe, err)) return -1;
@@ -134,7 +140,8 @@ int kda_gpt_index_build(KdaGptIndex *ix, const int32_t *lengths, int64_t n_lengt
         return -1;
     }
     ix->n_samples_first = ix->separate_last_epoch ? before : ix->n_samples;
-    ix->shuffle_index = kda_malloc((size_t)(ix->n_samples > 0 ? ix->n_samples : 1) * sizeof(int64_t));
+    ix->shuffle_index =
+        kda_malloc((size_t)(ix->n_samples > 0 ? ix->n_samples : 1) * sizeof(int64_t));
     gpt_build_shuffle_index(ix, &rs);
     return 0;
 }
@@ -151,7 +158,7 @@ void kda_gpt_index_free(KdaGptIndex *ix) {
 
 static int64_t span_push(KdaSpan *spans, int64_t cap, int64_t n, int64_t seq, int64_t off,
                          int64_t len) {
-    if (len <= 0) return n;  // empty sequences add no tokens
+    if (len <= 0) return n; // empty sequences add no tokens
     if (n < cap) spans[n] = (KdaSpan){seq, off, len};
     return n + 1;
 }
@@ -165,7 +172,8 @@ int64_t kda_gpt_sample_spans(const KdaGptIndex *ix, const int32_t *lengths, int6
     const int32_t *doc = ix->document_index;
     if (pb == pe) return span_push(spans, cap, 0, doc[pb], ob, oe - ob + 1);
     int64_t n = span_push(spans, cap, 0, doc[pb], ob, lengths[doc[pb]] - ob);
-    for (int64_t p = pb + 1; p < pe; p++) n = span_push(spans, cap, n, doc[p], 0, lengths[doc[p]]);
+    for (int64_t p = pb + 1; p < pe; p++)
+        n = span_push(spans, cap, n, doc[p], 0, lengths[doc[p]]);
     return span_push(spans, cap, n, doc[pe], 0, oe + 1);
 }
 
@@ -181,7 +189,8 @@ int kda_split_parse(const char *s, double split[3], KdaError *err) {
             continue;
         }
         const char *start = p;
-        while ((*p >= '0' && *p <= '9') || *p == '.') p++;
+        while ((*p >= '0' && *p <= '9') || *p == '.')
+            p++;
         if (n == 3) return kda_fail(err, "split \"%s\": more than 3 numbers", s);
         char buf[64];
         size_t len = (size_t)(p - start);
@@ -190,21 +199,25 @@ int kda_split_parse(const char *s, double split[3], KdaError *err) {
         buf[len] = 0;
         char *end;
         v[n] = strtod(buf, &end);
-        if (*end || end == buf) return kda_fail(err, "split \"%s\": \"%s\" is not a number", s, buf);
+        if (*end || end == buf)
+            return kda_fail(err, "split \"%s\": \"%s\" is not a number", s, buf);
         n++;
     }
     double sum = v[0] + v[1] + v[2];
-    if (!(sum > 0)) return kda_fail(err, "split \"%s\": expected up to 3 weights with a positive sum", s);
-    for (int k = 0; k < 3; k++) split[k] = v[k] / sum;
+    if (!(sum > 0))
+        return kda_fail(err, "split \"%s\": expected up to 3 weights with a positive sum", s);
+    for (int k = 0; k < 3; k++)
+        split[k] = v[k] / sum;
     return 0;
 }
 
 void kda_split_bounds(const double split[3], int64_t n, int64_t bounds[4]) {
     bounds[0] = 0;
     for (int k = 0; k < 3; k++)
-        bounds[k + 1] = bounds[k] + (int64_t)nearbyint(split[k] * (double)n);  // half to even
+        bounds[k + 1] = bounds[k] + (int64_t)nearbyint(split[k] * (double)n); // half to even
     int64_t excess = bounds[3] - n;
-    for (int k = 1; k < 4; k++) bounds[k] -= excess;
+    for (int k = 1; k < 4; k++)
+        bounds[k] -= excess;
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -214,11 +227,13 @@ int kda_blend_normalize(double *w, int n, KdaError *err) {
     if (n < 1) return kda_fail(err, "blend: no datasets");
     double sum = 0;
     for (int k = 0; k < n; k++) {
-        if (!isfinite(w[k]) || w[k] < 0) return kda_fail(err, "blend: weight %d is %g, expected >= 0", k, w[k]);
+        if (!isfinite(w[k]) || w[k] < 0)
+            return kda_fail(err, "blend: weight %d is %g, expected >= 0", k, w[k]);
         sum += w[k];
     }
     if (!(sum > 0)) return kda_fail(err, "blend: weights sum to 0");
-    for (int k = 0; k < n; k++) w[k] /= sum;
+    for (int k = 0; k < n; k++)
+        w[k] /= sum;
     return 0;
 }
 
@@ -261,11 +276,13 @@ int kda_fla_order_build(KdaFlaOrder *o, int64_t n_chunks, int64_t dp, uint32_t s
     int64_t pad = o->total - n_chunks;
     o->n_perm = n_chunks + (pad < n_chunks ? pad : n_chunks);
     o->perm = kda_malloc((size_t)o->n_perm * sizeof(int64_t));
-    for (int64_t k = 0; k < n_chunks; k++) o->perm[k] = k;
+    for (int64_t k = 0; k < n_chunks; k++)
+        o->perm[k] = k;
     KdaMt19937 rs;
     mt19937_seed(&rs, seed);
-    mt19937_shuffle_i64(&rs, o->perm, n_chunks);  // our permutation, not torch.randperm
-    for (int64_t k = n_chunks; k < o->n_perm; k++) o->perm[k] = o->perm[k - n_chunks];
+    mt19937_shuffle_i64(&rs, o->perm, n_chunks); // our permutation, not torch.randperm
+    for (int64_t k = n_chunks; k < o->n_perm; k++)
+        o->perm[k] = o->perm[k - n_chunks];
     return 0;
 }
 

@@ -19,29 +19,29 @@
 #include "core/error.h"
 
 typedef struct {
-    int64_t seq_length;          // tokens per sample (the sample holds seq_length + 1)
-    int64_t num_samples;         // samples requested (train_iters * global_batch), 0 = 1 epoch
-    int64_t num_epochs;          // E
-    int separate_last_epoch;     // last epoch shuffled on its own (§2.1)
-    int64_t tokens_per_epoch;    // sum of the split's lengths
-    int64_t n_samples;           // samples in the sample index (>= num_samples)
-    int64_t n_samples_first;     // samples before the separately shuffled tail (= n_samples
-                                 // when not separate)
-    int32_t *document_index;     // [E * n_seq] sequence ids, owned
+    int64_t seq_length;       // tokens per sample (the sample holds seq_length + 1)
+    int64_t num_samples;      // samples requested (train_iters * global_batch), 0 = 1 epoch
+    int64_t num_epochs;       // E
+    int separate_last_epoch;  // last epoch shuffled on its own (§2.1)
+    int64_t tokens_per_epoch; // sum of the split's lengths
+    int64_t n_samples;        // samples in the sample index (>= num_samples)
+    int64_t n_samples_first;  // samples before the separately shuffled tail (= n_samples
+                              // when not separate)
+    int32_t *document_index;  // [E * n_seq] sequence ids, owned
     int64_t n_document_index;
-    int64_t *sample_index;       // [n_samples + 1, 2] (document-index position, offset of the
-                                 // sample's last token), owned
-    int64_t *shuffle_index;      // [n_samples] sample ids, owned
+    int64_t *sample_index;  // [n_samples + 1, 2] (document-index position, offset of the
+                            // sample's last token), owned
+    int64_t *shuffle_index; // [n_samples] sample ids, owned
 } KdaGptIndex;
 
 // Builds the three indices for the sequences [first, first + count) of lengths (a split of
 // the dataset; lengths is the whole dataset's length array, n_lengths entries). seed is the
 // RandomState seed (0..2^32-1). Fails (-1, message in err) on an empty split, seq_length < 2,
 // a negative length, or a split with fewer than seq_length + 1 tokens. On failure ix is zeroed.
-int kda_gpt_index_build(KdaGptIndex *ix, const int32_t *lengths, int64_t n_lengths,
-                        int64_t first, int64_t count, int64_t seq_length, int64_t num_samples,
-                        uint32_t seed, KdaError *err);
-void kda_gpt_index_free(KdaGptIndex *ix);  // accepts a zeroed index
+int kda_gpt_index_build(KdaGptIndex *ix, const int32_t *lengths, int64_t n_lengths, int64_t first,
+                        int64_t count, int64_t seq_length, int64_t num_samples, uint32_t seed,
+                        KdaError *err);
+void kda_gpt_index_free(KdaGptIndex *ix); // accepts a zeroed index
 
 // One contiguous token range of a sample: tokens [offset, offset + length) of sequence seq.
 typedef struct {
@@ -89,15 +89,14 @@ void kda_blend_build(const double *weights, int n, int64_t size, int16_t *datase
 // be reproduced here, so perm = MT19937 RandomState(seed).shuffle(arange(n_chunks)). FLA's
 // batches are therefore matched in structure, not in content.
 typedef struct {
-    int64_t n_chunks;   // N
-    int64_t dp;         // data-parallel ranks the order was built for
-    int64_t total;      // ceil(N / dp) * dp: global samples before the order wraps
-    int64_t n_perm;     // N + min(total - N, N) (Python's perm + perm[:padding])
-    int64_t *perm;      // [n_perm], owned; entries past N repeat the head
+    int64_t n_chunks; // N
+    int64_t dp;       // data-parallel ranks the order was built for
+    int64_t total;    // ceil(N / dp) * dp: global samples before the order wraps
+    int64_t n_perm;   // N + min(total - N, N) (Python's perm + perm[:padding])
+    int64_t *perm;    // [n_perm], owned; entries past N repeat the head
 } KdaFlaOrder;
 
-int kda_fla_order_build(KdaFlaOrder *o, int64_t n_chunks, int64_t dp, uint32_t seed,
-                        KdaError *err);
+int kda_fla_order_build(KdaFlaOrder *o, int64_t n_chunks, int64_t dp, uint32_t seed, KdaError *err);
 void kda_fla_order_free(KdaFlaOrder *o);
 // Chunk id for Megatron global sample g with micro batch mbs: g wraps modulo total; then
 // t = g / (mbs*dp), r = (g % (mbs*dp)) / mbs, j = g % mbs, k = r + (t*mbs + j)*dp and the

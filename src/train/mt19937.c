@@ -1,9 +1,9 @@
 // mt19937.c - numpy legacy RandomState (MT19937 + interval draws + shuffle); see mt19937.h.
-#include "train/mt19937.h"  // defines: KdaMt19937, mt19937_*
+#include "train/mt19937.h" // defines: KdaMt19937, mt19937_*
 
-#define MT_M 397
-#define MT_UPPER 0x80000000u
-#define MT_LOWER 0x7fffffffu
+#define MT_M        397
+#define MT_UPPER    0x80000000u
+#define MT_LOWER    0x7fffffffu
 #define MT_MATRIX_A 0x9908b0dfu
 
 void mt19937_seed(KdaMt19937 *r, uint32_t seed) {
@@ -36,7 +36,7 @@ uint32_t mt19937_next32(KdaMt19937 *r) {
 }
 
 uint64_t mt19937_next64(KdaMt19937 *r) {
-    uint64_t hi = mt19937_next32(r);  // drawn first: the high word
+    uint64_t hi = mt19937_next32(r); // drawn first: the high word
     uint64_t lo = mt19937_next32(r);
     return (hi << 32) | lo;
 }
@@ -52,10 +52,12 @@ uint64_t mt19937_interval(KdaMt19937 *r, uint64_t max) {
     mask |= mask >> 32;
     uint64_t v;
     if (max <= 0xffffffffu) {
-        do v = mt19937_next32(r) & mask;
+        do
+            v = mt19937_next32(r) & mask;
         while (v > max);
     } else {
-        do v = mt19937_next64(r) & mask;
+        do
+            v = mt19937_next64(r) & mask;
         while (v > max);
     }
     return v;

@@ -22,14 +22,14 @@
 
 typedef struct {
     uint32_t key[KDA_MT_N];
-    int pos;  // next word of key to temper; KDA_MT_N means "regenerate first"
+    int pos; // next word of key to temper; KDA_MT_N means "regenerate first"
 } KdaMt19937;
 
-void mt19937_seed(KdaMt19937 *r, uint32_t seed);          // RandomState(seed)
+void mt19937_seed(KdaMt19937 *r, uint32_t seed); // RandomState(seed)
 uint32_t mt19937_next32(KdaMt19937 *r);
 uint64_t mt19937_next64(KdaMt19937 *r);
-uint64_t mt19937_interval(KdaMt19937 *r, uint64_t max);  // uniform in [0, max]
-void mt19937_shuffle_i32(KdaMt19937 *r, int32_t *x, int64_t n);  // x: [n]
-void mt19937_shuffle_i64(KdaMt19937 *r, int64_t *x, int64_t n);  // x: [n]
+uint64_t mt19937_interval(KdaMt19937 *r, uint64_t max);         // uniform in [0, max]
+void mt19937_shuffle_i32(KdaMt19937 *r, int32_t *x, int64_t n); // x: [n]
+void mt19937_shuffle_i64(KdaMt19937 *r, int64_t *x, int64_t n); // x: [n]
 
 #endif

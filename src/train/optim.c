@@ -1,5 +1,5 @@
 // optim.c - AdamW (torch fused form), global grad norm and clipping; see optim.h.
-#include "train/optim.h"  // defines: KdaAdamW, kda_adamw_*, kda_grad_*
+#include "train/optim.h" // defines: KdaAdamW, kda_adamw_*, kda_grad_*
 
 #include <math.h>
 #include <stdlib.h>
@@ -77,7 +77,8 @@ void kda_adamw_step(KdaAdamW *o, const KdaParamTable *t, float *params, const fl
 double kda_grad_norm(const float *g, int64_t n) {
     double sum = 0;
 #pragma omp parallel for simd schedule(static) reduction(+ : sum)
-    for (int64_t i = 0; i < n; i++) sum += (double)g[i] * (double)g[i];
+    for (int64_t i = 0; i < n; i++)
+        sum += (double)g[i] * (double)g[i];
     return sqrt(sum);
 }
 
@@ -90,7 +91,8 @@ double kda_grad_clip(float *g, int64_t n, double max_norm, double *coef_out) {
             coef = c;
             const float cf = (float)c;
 #pragma omp parallel for schedule(static)
-            for (int64_t i = 0; i < n; i++) g[i] *= cf;
+            for (int64_t i = 0; i < n; i++)
+                g[i] *= cf;
         }
     }
     if (coef_out) *coef_out = coef;

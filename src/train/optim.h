@@ -15,7 +15,7 @@
 #include <stdint.h>
 
 #include "core/error.h"
-#include "model/params.h"  // defines: KdaParamTable, KdaParamInfo
+#include "model/params.h" // defines: KdaParamTable, KdaParamInfo
 
 typedef struct {
     double beta1, beta2, eps, weight_decay;
@@ -23,16 +23,16 @@ typedef struct {
 
 typedef struct {
     KdaAdamWConfig cfg;
-    int64_t step;   // updates applied so far (u of the last update)
-    int64_t n;      // elements = table total_numel
-    float *m;       // [n] fp32, first moment, owned
-    float *v;       // [n] fp32, second moment, owned
+    int64_t step; // updates applied so far (u of the last update)
+    int64_t n;    // elements = table total_numel
+    float *m;     // [n] fp32, first moment, owned
+    float *v;     // [n] fp32, second moment, owned
 } KdaAdamW;
 
 // Zeroed moments, step 0. Fails on bad hyper-parameters (betas outside [0, 1), eps <= 0,
 // weight_decay < 0) or n < 1.
 int kda_adamw_init(KdaAdamW *o, int64_t n, const KdaAdamWConfig *cfg, KdaError *err);
-void kda_adamw_free(KdaAdamW *o);  // accepts a zeroed struct
+void kda_adamw_free(KdaAdamW *o); // accepts a zeroed struct
 
 // Applies update step+1 to params ([t->total_numel] fp32) from grads (same layout, already
 // averaged and clipped). lr may be 0 (the first update of the recipe): moments and step still

@@ -1,6 +1,6 @@
 // run_config.c - YAML run configuration (libyaml), CLI overrides, validation, write-back;
 // see run_config.h.
-#include "train/run_config.h"  // defines: KdaRunConfig, kda_run_config_*
+#include "train/run_config.h" // defines: KdaRunConfig, kda_run_config_*
 
 #include <errno.h>
 #include <limits.h>
@@ -10,8 +10,8 @@
 #include <string.h>
 #include <yaml.h>
 
-#include "core/util.h"         // defines: read_file, open_atomic, commit_atomic, abort_atomic
-#include "train/schedule.h"    // defines: KdaLrSchedule, kda_lr_schedule_check, kda_lr_style_parse
+#include "core/util.h"      // defines: read_file, open_atomic, commit_atomic, abort_atomic
+#include "train/schedule.h" // defines: KdaLrSchedule, kda_lr_schedule_check, kda_lr_style_parse
 
 // ---------------------------------------------------------------------------------------------
 // The key table: one row per key drives parsing, overrides, suggestions and writing.
@@ -22,27 +22,43 @@ typedef struct {
     const char *name;
     RcType type;
     size_t offset;
-    const char *choices;  // RC_STR enums: "a|b|c", else NULL
+    const char *choices; // RC_STR enums: "a|b|c", else NULL
 } RcKey;
 
-#define RC(name, type, choices) {#name, type, offsetof(KdaRunConfig, name), choices}
+#define RC(name, type, choices)                                                                    \
+    { #name, type, offsetof(KdaRunConfig, name), choices }
 static const RcKey g_keys[] = {
-    RC(train_iters, RC_INT, NULL),        RC(micro_batch_size, RC_INT, NULL),
-    RC(global_batch_size, RC_INT, NULL),  RC(seq_length, RC_INT, NULL),
-    RC(lr, RC_FLOAT, NULL),               RC(min_lr, RC_FLOAT, NULL),
-    RC(lr_warmup_iters, RC_INT, NULL),    RC(lr_decay_iters, RC_INT, NULL),
+    RC(train_iters, RC_INT, NULL),
+    RC(micro_batch_size, RC_INT, NULL),
+    RC(global_batch_size, RC_INT, NULL),
+    RC(seq_length, RC_INT, NULL),
+    RC(lr, RC_FLOAT, NULL),
+    RC(min_lr, RC_FLOAT, NULL),
+    RC(lr_warmup_iters, RC_INT, NULL),
+    RC(lr_decay_iters, RC_INT, NULL),
     RC(lr_decay_style, RC_STR, "cosine|linear|constant"),
-    RC(adam_beta1, RC_FLOAT, NULL),       RC(adam_beta2, RC_FLOAT, NULL),
-    RC(adam_eps, RC_FLOAT, NULL),         RC(weight_decay, RC_FLOAT, NULL),
-    RC(clip_grad, RC_FLOAT, NULL),        RC(seed, RC_INT, NULL),
-    RC(save, RC_STR, NULL),               RC(save_interval, RC_INT, NULL),
-    RC(load, RC_STR, NULL),               RC(eval_interval, RC_INT, NULL),
-    RC(eval_iters, RC_INT, NULL),         RC(log_interval, RC_INT, NULL),
-    RC(train_data_path, RC_LIST, NULL),   RC(valid_data_path, RC_LIST, NULL),
-    RC(split, RC_STR, NULL),              RC(model, RC_STR, NULL),
-    RC(tokenizer, RC_STR, NULL),          RC(objective, RC_STR, "megatron|fla"),
-    RC(keep_last, RC_INT, NULL),          RC(max_nan_steps, RC_INT, NULL),
-    RC(device, RC_STR, "cpu|cuda"),       RC(threads, RC_INT, NULL),
+    RC(adam_beta1, RC_FLOAT, NULL),
+    RC(adam_beta2, RC_FLOAT, NULL),
+    RC(adam_eps, RC_FLOAT, NULL),
+    RC(weight_decay, RC_FLOAT, NULL),
+    RC(clip_grad, RC_FLOAT, NULL),
+    RC(seed, RC_INT, NULL),
+    RC(save, RC_STR, NULL),
+    RC(save_interval, RC_INT, NULL),
+    RC(load, RC_STR, NULL),
+    RC(eval_interval, RC_INT, NULL),
+    RC(eval_iters, RC_INT, NULL),
+    RC(log_interval, RC_INT, NULL),
+    RC(train_data_path, RC_LIST, NULL),
+    RC(valid_data_path, RC_LIST, NULL),
+    RC(split, RC_STR, NULL),
+    RC(model, RC_STR, NULL),
+    RC(tokenizer, RC_STR, NULL),
+    RC(objective, RC_STR, "megatron|fla"),
+    RC(keep_last, RC_INT, NULL),
+    RC(max_nan_steps, RC_INT, NULL),
+    RC(device, RC_STR, "cpu|cuda"),
+    RC(threads, RC_INT, NULL),
 };
 #undef RC
 #define N_KEYS ((int)(sizeof g_keys / sizeof *g_keys))
@@ -67,7 +83,8 @@ static int edit_distance(const char *a, const char *b) {
     if (la > 63) la = 63;
     if (lb > 63) lb = 63;
     int row[64];
-    for (int j = 0; j <= lb; j++) row[j] = j;
+    for (int j = 0; j <= lb; j++)
+        row[j] = j;
     for (int i = 1; i <= la; i++) {
         int diag = row[0];
         row[0] = i;
@@ -99,7 +116,8 @@ const char *kda_run_config_suggest(const char *key) {
 // Defaults and ownership
 
 static void list_clear(KdaStrList *l) {
-    for (int k = 0; k < l->n; k++) free(l->items[k]);
+    for (int k = 0; k < l->n; k++)
+        free(l->items[k]);
     free(l->items);
     l->items = NULL;
     l->n = 0;
@@ -189,12 +207,12 @@ static int set_values(KdaRunConfig *cfg, const RcKey *k, const char *const *vals
         KdaStrList *l = (KdaStrList *)((char *)cfg + k->offset);
         list_clear(l);
         l->items = kda_calloc((size_t)(n > 0 ? n : 1), sizeof(char *));
-        for (int i = 0; i < n; i++) l->items[i] = kda_strdup(vals[i]);
+        for (int i = 0; i < n; i++)
+            l->items[i] = kda_strdup(vals[i]);
         l->n = n;
         return 0;
     }
-    if (n != 1)
-        return kda_fail(err, "%skey '%s': expected one value, got %d", where, k->name, n);
+    if (n != 1) return kda_fail(err, "%skey '%s': expected one value, got %d", where, k->name, n);
     return set_scalar(cfg, k, vals[0], where, err);
 }
 
@@ -261,7 +279,8 @@ static int yaml_apply_pair(KdaRunConfig *cfg, yaml_document_t *doc, yaml_node_pa
         return rc;
     }
     return kda_fail(err, "%skey '%s': expected %s", where, k->name,
-                    k->type == RC_LIST ? "a list or a single value" : "a single value, not a list or mapping");
+                    k->type == RC_LIST ? "a list or a single value"
+                                       : "a single value, not a list or mapping");
 }
 
 int kda_run_config_parse(KdaRunConfig *cfg, const char *text, size_t n, const char *name,
@@ -309,7 +328,8 @@ static int is_flag(const char *a) {
 
 int kda_run_config_apply_args(KdaRunConfig *cfg, int argc, char **argv, KdaError *err) {
     for (int i = 0; i < argc;) {
-        if (!is_flag(argv[i])) return kda_fail(err, "unexpected argument '%s' (flags are --key value)", argv[i]);
+        if (!is_flag(argv[i]))
+            return kda_fail(err, "unexpected argument '%s' (flags are --key value)", argv[i]);
         char key[128];
         const char *eq = strchr(argv[i] + 2, '=');
         size_t klen = eq ? (size_t)(eq - argv[i] - 2) : strlen(argv[i] + 2);
@@ -317,7 +337,9 @@ int kda_run_config_apply_args(KdaRunConfig *cfg, int argc, char **argv, KdaError
         const RcKey *k = key_find(key);
         char where[160];
         snprintf(where, sizeof where, "--%s: ", key);
-        if (!k) return kda_fail(err, "unknown flag '--%s' (did you mean '--%s'?)", key, kda_run_config_suggest(key));
+        if (!k)
+            return kda_fail(err, "unknown flag '--%s' (did you mean '--%s'?)", key,
+                            kda_run_config_suggest(key));
         if (eq) {
             const char *v = eq + 1;
             if (set_values(cfg, k, &v, 1, where, err)) return -1;
@@ -325,7 +347,8 @@ int kda_run_config_apply_args(KdaRunConfig *cfg, int argc, char **argv, KdaError
             continue;
         }
         int j = i + 1;
-        while (j < argc && !is_flag(argv[j]) && (k->type == RC_LIST || j == i + 1)) j++;
+        while (j < argc && !is_flag(argv[j]) && (k->type == RC_LIST || j == i + 1))
+            j++;
         if (k->type != RC_LIST && j == i + 1) return kda_fail(err, "%smissing value", where);
         if (set_values(cfg, k, (const char *const *)argv + i + 1, j - i - 1, where, err)) return -1;
         i = j;
@@ -357,12 +380,15 @@ int kda_run_config_from_cli(KdaRunConfig *cfg, int argc, char **argv, KdaError *
 // Validation
 
 int kda_run_config_validate(KdaRunConfig *c, KdaError *err) {
-    if (c->train_iters <= 0) return kda_fail(err, "train_iters must be > 0 (got %lld)", (long long)c->train_iters);
+    if (c->train_iters <= 0)
+        return kda_fail(err, "train_iters must be > 0 (got %lld)", (long long)c->train_iters);
     if (c->micro_batch_size <= 0 || c->global_batch_size <= 0 ||
         c->global_batch_size % c->micro_batch_size)
-        return kda_fail(err, "global_batch_size (%lld) must be a positive multiple of micro_batch_size (%lld)",
-                        (long long)c->global_batch_size, (long long)c->micro_batch_size);
-    if (c->seq_length < 2) return kda_fail(err, "seq_length must be >= 2 (got %lld)", (long long)c->seq_length);
+        return kda_fail(
+            err, "global_batch_size (%lld) must be a positive multiple of micro_batch_size (%lld)",
+            (long long)c->global_batch_size, (long long)c->micro_batch_size);
+    if (c->seq_length < 2)
+        return kda_fail(err, "seq_length must be >= 2 (got %lld)", (long long)c->seq_length);
     if (c->lr_decay_iters == 0) c->lr_decay_iters = c->train_iters;
     KdaLrSchedule s = {c->lr, c->min_lr, c->lr_warmup_iters, c->lr_decay_iters, KDA_LR_COSINE};
     if (kda_lr_style_parse(c->lr_decay_style ? c->lr_decay_style : "", &s.style, err)) return -1;
@@ -383,8 +409,8 @@ int kda_run_config_validate(KdaRunConfig *c, KdaError *err) {
     return 0;
 }
 
-int kda_run_config_blend(const KdaStrList *list, const char ***paths, double **weights,
-                         int *n_out, KdaError *err) {
+int kda_run_config_blend(const KdaStrList *list, const char ***paths, double **weights, int *n_out,
+                         KdaError *err) {
     *paths = NULL;
     *weights = NULL;
     *n_out = 0;
@@ -394,20 +420,23 @@ int kda_run_config_blend(const KdaStrList *list, const char ***paths, double **w
     int weighted = end != list->items[0] && *end == 0;
     if (!weighted) {
         const char **p = kda_malloc((size_t)list->n * sizeof *p);
-        for (int k = 0; k < list->n; k++) p[k] = list->items[k];
+        for (int k = 0; k < list->n; k++)
+            p[k] = list->items[k];
         *paths = p;
         *n_out = list->n;
         return 0;
     }
     if (list->n % 2)
-        return kda_fail(err, "data path blend: expected pairs \"weight path\", got %d items", list->n);
+        return kda_fail(err, "data path blend: expected pairs \"weight path\", got %d items",
+                        list->n);
     int n = list->n / 2;
     double *w = kda_malloc((size_t)n * sizeof *w);
     const char **p = kda_malloc((size_t)n * sizeof *p);
     for (int k = 0; k < n; k++) {
         w[k] = strtod(list->items[2 * k], &end);
         if (end == list->items[2 * k] || *end || !isfinite(w[k]) || w[k] < 0) {
-            kda_fail(err, "data path blend: item %d ('%s') is not a weight >= 0", 2 * k, list->items[2 * k]);
+            kda_fail(err, "data path blend: item %d ('%s') is not a weight >= 0", 2 * k,
+                     list->items[2 * k]);
             free(w);
             free(p);
             return -1;
@@ -415,13 +444,15 @@ int kda_run_config_blend(const KdaStrList *list, const char ***paths, double **w
         p[k] = list->items[2 * k + 1];
     }
     double sum = 0;
-    for (int k = 0; k < n; k++) sum += w[k];
+    for (int k = 0; k < n; k++)
+        sum += w[k];
     if (!(sum > 0)) {
         free(w);
         free(p);
         return kda_fail(err, "data path blend: weights sum to 0");
     }
-    for (int k = 0; k < n; k++) w[k] /= sum;
+    for (int k = 0; k < n; k++)
+        w[k] /= sum;
     *paths = p;
     *weights = w;
     *n_out = n;
@@ -434,9 +465,12 @@ int kda_run_config_blend(const KdaStrList *list, const char ***paths, double **w
 static void write_str(FILE *f, const char *s) {
     fputc('"', f);
     for (const unsigned char *p = (const unsigned char *)s; *p; p++) {
-        if (*p == '"' || *p == '\\') fprintf(f, "\\%c", *p);
-        else if (*p < 0x20) fprintf(f, "\\x%02x", *p);
-        else fputc(*p, f);
+        if (*p == '"' || *p == '\\')
+            fprintf(f, "\\%c", *p);
+        else if (*p < 0x20)
+            fprintf(f, "\\x%02x", *p);
+        else
+            fputc(*p, f);
     }
     fputc('"', f);
 }
@@ -467,7 +501,9 @@ int kda_run_config_write(const KdaRunConfig *cfg, FILE *f) {
         const void *p = (const char *)cfg + g_keys[k].offset;
         fprintf(f, "%s:", g_keys[k].name);
         switch (g_keys[k].type) {
-        case RC_INT: fprintf(f, " %lld\n", (long long)*(const int64_t *)p); break;
+        case RC_INT:
+            fprintf(f, " %lld\n", (long long)*(const int64_t *)p);
+            break;
         case RC_FLOAT:
             fputc(' ', f);
             write_double(f, *(const double *)p);
@@ -486,8 +522,10 @@ int kda_run_config_write(const KdaRunConfig *cfg, FILE *f) {
         }
         case RC_LIST: {
             const KdaStrList *l = p;
-            if (l->n == 0) fprintf(f, " []\n");
-            else fputc('\n', f);
+            if (l->n == 0)
+                fprintf(f, " []\n");
+            else
+                fputc('\n', f);
             for (int i = 0; i < l->n; i++) {
                 fprintf(f, "  - ");
                 write_str(f, l->items[i]);

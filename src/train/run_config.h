@@ -24,7 +24,7 @@
 #include "core/error.h"
 
 typedef struct {
-    char **items;  // owned strings
+    char **items; // owned strings
     int n;
 } KdaStrList;
 
@@ -44,9 +44,9 @@ typedef struct {
     double weight_decay;
     double clip_grad;
     int64_t seed;
-    char *save;             // checkpoint directory (NULL: no checkpoints)
+    char *save; // checkpoint directory (NULL: no checkpoints)
     int64_t save_interval;
-    char *load;             // checkpoint to resume from (NULL: fresh start)
+    char *load; // checkpoint to resume from (NULL: fresh start)
     int64_t eval_interval;
     int64_t eval_iters;
     int64_t log_interval;
@@ -55,10 +55,10 @@ typedef struct {
     char *split;
     char *model;
     char *tokenizer;
-    char *objective;        // "megatron" | "fla"
+    char *objective; // "megatron" | "fla"
     int64_t keep_last;
     int64_t max_nan_steps;
-    char *device;           // "cpu" | "cuda"
+    char *device; // "cpu" | "cuda"
     int64_t threads;
 } KdaRunConfig;
 
@@ -92,8 +92,8 @@ int kda_run_config_validate(KdaRunConfig *cfg, KdaError *err);
 // gives *weights (owned, normalized to sum 1); a plain list gives *weights = NULL.
 // *paths is an owned array of strings borrowed from list; the caller frees both arrays.
 // n_out = number of datasets (0 and NULLs for an empty list).
-int kda_run_config_blend(const KdaStrList *list, const char ***paths, double **weights,
-                         int *n_out, KdaError *err);
+int kda_run_config_blend(const KdaStrList *list, const char ***paths, double **weights, int *n_out,
+                         KdaError *err);
 
 // Writes the effective config as YAML (every key, in table order); the _atomic form writes
 // path via a temp file + rename. The result reads back to an identical config.

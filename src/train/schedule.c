@@ -1,5 +1,5 @@
 // schedule.c - warmup + cosine/linear/constant learning-rate schedule; see schedule.h.
-#include "train/schedule.h"  // defines: KdaLrSchedule, kda_lr_*
+#include "train/schedule.h" // defines: KdaLrSchedule, kda_lr_*
 
 #include <math.h>
 #include <string.h>
@@ -9,7 +9,8 @@ int kda_lr_schedule_check(const KdaLrSchedule *s, KdaError *err) {
         return kda_fail(err, "lr schedule: need 0 <= min_lr (%g) <= lr (%g)", s->min_lr, s->lr);
     if (s->warmup_iters < 0) return kda_fail(err, "lr schedule: lr_warmup_iters < 0");
     if (s->style != KDA_LR_CONSTANT && s->decay_iters <= s->warmup_iters)
-        return kda_fail(err, "lr schedule: lr_decay_iters (%lld) must exceed lr_warmup_iters (%lld)",
+        return kda_fail(err,
+                        "lr schedule: lr_decay_iters (%lld) must exceed lr_warmup_iters (%lld)",
                         (long long)s->decay_iters, (long long)s->warmup_iters);
     return 0;
 }

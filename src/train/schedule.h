@@ -19,17 +19,17 @@
 typedef enum { KDA_LR_COSINE, KDA_LR_LINEAR, KDA_LR_CONSTANT } KdaLrStyle;
 
 typedef struct {
-    double lr;             // peak
+    double lr; // peak
     double min_lr;
     int64_t warmup_iters;
-    int64_t decay_iters;   // the schedule reaches min_lr here
+    int64_t decay_iters; // the schedule reaches min_lr here
     KdaLrStyle style;
 } KdaLrSchedule;
 
 // Checks 0 <= min_lr <= lr, warmup >= 0, decay_iters > warmup (unless constant).
 int kda_lr_schedule_check(const KdaLrSchedule *s, KdaError *err);
-double kda_lr_at(const KdaLrSchedule *s, int64_t n);          // lr(n), logged after update n
-double kda_lr_for_update(const KdaLrSchedule *s, int64_t u);  // lr(u - 1), u >= 1
+double kda_lr_at(const KdaLrSchedule *s, int64_t n);         // lr(n), logged after update n
+double kda_lr_for_update(const KdaLrSchedule *s, int64_t u); // lr(u - 1), u >= 1
 // "cosine" | "linear" | "constant"; -1 with the valid names in err otherwise.
 int kda_lr_style_parse(const char *name, KdaLrStyle *out, KdaError *err);
 const char *kda_lr_style_name(KdaLrStyle s);
