@@ -15,6 +15,8 @@ static const Command g_commands[] = {
     {"score", cmd_score, "per-sequence loss of token ids or text under a model"},
     {"tokenize", cmd_tokenize, "tokenize jsonl/txt/parquet corpora into a Megatron .bin/.idx"},
     {"dataset-info", cmd_dataset_info, "summary and integrity check of a Megatron .bin/.idx"},
+    {"encode", cmd_encode, "tokenize stdin text, print token ids as a JSON array"},
+    {"decode", cmd_decode, "decode a JSON array of token ids from stdin to text"},
 };
 
 static void usage(FILE *f) {
