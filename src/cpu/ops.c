@@ -9,6 +9,9 @@
 #include "cpu/gemm.h" // defines: gemm_fwd, gemm_bwd_dx, gemm_bwd_dw
 
 #define XENT_ROWS 32 // rows of logits alive at once in xent_fwd / xent_bwd
+// Loops with less work than this many elements run on one thread (OpenMP start-up and
+// barriers cost more than they save on test-size tensors).
+#define PAR_MIN 32768
 
 static inline float sigmoidf_(float x) { return 1.0f / (1.0f + expf(-x)); }
 static inline float silu_(float x) { return x * sigmoidf_(x); }
@@ -22,7 +25,7 @@ static inline float dsilu_(float x) {
 
 void rmsnorm_fwd(float *y, float *rstd, const float *x, const float *w, int64_t N, int64_t D,
                  float eps) {
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(static) if (N * D >= PAR_MIN)
     for (int64_t n = 0; n < N; n++) {
         const float *xr = x + n * D;
         double ss = 0.0;
@@ -35,7 +38,7 @@ void rmsnorm_fwd(float *y, float *rstd, const float *x, const float *w, int64_t 
 
 void rmsnorm_bwd(float *dx, float *dw, const float *dy, const float *x, const float *w,
                  const float *rstd, int64_t N, int64_t D, int accumulate) {
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(static) if (N * D >= PAR_MIN)
     for (int64_t n = 0; n < N; n++) {
         const float *xr = x + n * D, *dyr = dy + n * D;
         float r = rstd[n];
@@ -56,7 +59,7 @@ void rmsnorm_bwd(float *dx, float *dw, const float *dy, const float *x, const fl
 
 void gnorm_fwd(float *y, float *rstd, const float *x, const float *z, const float *w, int64_t N,
                int64_t V, float eps) {
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(static) if (N * V >= PAR_MIN)
     for (int64_t n = 0; n < N; n++) {
         const float *xr = x + n * V;
         double ss = 0.0;
@@ -69,7 +72,7 @@ void gnorm_fwd(float *y, float *rstd, const float *x, const float *z, const floa
 
 void gnorm_bwd(float *dx, float *dz, float *dw, const float *dy, const float *x, const float *z,
                const float *w, const float *rstd, int64_t N, int64_t V) {
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(static) if (N * V >= PAR_MIN)
     for (int64_t n = 0; n < N; n++) {
         const float *xr = x + n * V, *dyr = dy + n * V, *zr = z + n * V;
         float r = rstd[n];
@@ -92,7 +95,7 @@ void gnorm_bwd(float *dx, float *dz, float *dw, const float *dy, const float *x,
 
 void conv_silu_fwd(float *y, float *c, const float *p, const float *w, int64_t B, int64_t T,
                    int64_t C, int64_t W) {
-#pragma omp parallel for collapse(2) schedule(static)
+#pragma omp parallel for collapse(2) schedule(static) if (B * T * C >= PAR_MIN)
     for (int64_t b = 0; b < B; b++)
         for (int64_t t = 0; t < T; t++) {
             const float *pb = p + b * T * C;
@@ -113,7 +116,7 @@ void conv_silu_bwd(float *dp, float *dw, const float *dy, const float *p, const 
                    const float *w, int64_t B, int64_t T, int64_t C, int64_t W) {
     // dc overwrites dp's storage row by row is not possible (dp_τ reads dc at τ..τ+W-1), so
     // parallelize over channels: each channel is an independent 1-D problem.
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(static) if (B * T * C >= PAR_MIN)
     for (int64_t ch = 0; ch < C; ch++) {
         for (int64_t b = 0; b < B; b++) {
             const float *pb = p + b * T * C, *cb = c + b * T * C, *dyb = dy + b * T * C;
@@ -139,24 +142,24 @@ void conv_silu_bwd(float *dp, float *dw, const float *dy, const float *p, const 
 }
 
 void silu_fwd(float *y, const float *x, int64_t n) {
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(static) if (n >= PAR_MIN)
     for (int64_t i = 0; i < n; i++) y[i] = silu_(x[i]);
 }
 
 void silu_bwd(float *dx, const float *dy, const float *x, int64_t n) {
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(static) if (n >= PAR_MIN)
     for (int64_t i = 0; i < n; i++) dx[i] = dy[i] * dsilu_(x[i]);
 }
 
 // ---- SwiGLU -----------------------------------------------------------------------------------
 
 void swiglu_fwd(float *m, const float *a, const float *b, int64_t n) {
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(static) if (n >= PAR_MIN)
     for (int64_t i = 0; i < n; i++) m[i] = silu_(a[i]) * b[i];
 }
 
 void swiglu_bwd(float *da, float *db, const float *dm, const float *a, const float *b, int64_t n) {
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(static) if (n >= PAR_MIN)
     for (int64_t i = 0; i < n; i++) {
         float g = dm[i];
         da[i] = g * b[i] * dsilu_(a[i]);
@@ -167,7 +170,7 @@ void swiglu_bwd(float *da, float *db, const float *dm, const float *a, const flo
 // ---- embedding ----------------------------------------------------------------------------------
 
 void embed_fwd(float *h, const float *E, const int32_t *ids, int64_t N, int64_t D) {
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(static) if (N * D >= PAR_MIN)
     for (int64_t n = 0; n < N; n++) memcpy(h + n * D, E + (int64_t)ids[n] * D, D * sizeof(float));
 }
 
@@ -211,7 +214,7 @@ double xent_fwd(float *nll, float *logits_out, const float *n, const float *Wh,
         int64_t rows = N - r0 < XENT_ROWS ? N - r0 : XENT_ROWS;
         gemm_fwd(work, n + r0 * D, Wh, NULL, rows, D, n_vocab, 0);
         if (logits_out) memcpy(logits_out + r0 * n_vocab, work, rows * n_vocab * sizeof(float));
-#pragma omp parallel for schedule(static) reduction(+ : total)
+#pragma omp parallel for schedule(static) reduction(+ : total) if (rows * n_vocab >= PAR_MIN)
         for (int64_t r = 0; r < rows; r++) {
             int32_t y = targets[r0 + r];
             double l = 0.0;
@@ -231,7 +234,7 @@ void xent_bwd(float *dn, float *dWh, const float *n, const float *Wh, const int3
     for (int64_t r0 = 0; r0 < N; r0 += XENT_ROWS) {
         int64_t rows = N - r0 < XENT_ROWS ? N - r0 : XENT_ROWS;
         gemm_fwd(work, n + r0 * D, Wh, NULL, rows, D, n_vocab, 0);
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(static) if (rows * n_vocab >= PAR_MIN)
         for (int64_t r = 0; r < rows; r++) {
             int32_t y = targets[r0 + r];
             float *row = work + r * n_vocab;

@@ -1,0 +1,372 @@
+// model.c - whole-model forward/backward of the KDA LM on the CPU (contract in model.h).
+//
+// Shape legend (kda-model.md §0): N = B·T tokens, D hidden, H/HV q-k/value heads, K/V their
+// head dims, HK = H·K, HVK = HV·K, HVV = HV·V, I MLP width, W conv kernel.
+#include "model/model.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cpu/gemm.h"     // defines: gemm_fwd, gemm_bwd_dx, gemm_bwd_dw
+#include "cpu/kda_core.h" // defines: kda_{gate,beta,l2norm,chunk,recurrent}_{fwd,bwd}, KdaDims
+#include "cpu/ops.h"      // defines: rmsnorm_*, gnorm_*, conv_silu_*, silu_*, swiglu_*, embed_*, xent_*
+
+#define L2NORM_EPS 1e-6f // q/k L2 norm eps, fixed in FLA (§5.3 step 6), not norm_eps
+
+// ---- activations ----------------------------------------------------------------------------
+
+typedef struct {          // saved per block for backward
+    float *h;             // [N, D] block input (residual stream)
+    float *xa, *rstd_a;   // [N, D], [N] attn_norm output and its rstd
+    float *pq, *pk, *pv;  // [N, HK], [N, HK], [N, HVV] projections (conv inputs)
+    float *cq, *ck, *cv;  // conv pre-activations (alias pq/pk/pv when use_short_conv = false)
+    float *q, *k;         // [N, H, K] L2-normalized
+    float *rq, *rk;       // [N·H] their L2 rstd
+    float *v;             // [N, HV, V] after conv + SiLU
+    float *f0, *f;        // [N, V], [N, HVK] low-rank gate input and the raw gate
+    float *g;             // [N, HV, K] log-decay
+    float *b, *beta;      // [N, HV] beta logits and beta
+    float *z0, *z;        // [N, V], [N, HVV] output-gate low rank and gate logits
+    float *o, *rstd_o;    // [N, HV, V] core output, [N·HV] its gated-norm rstd
+    float *on;            // [N, HVV] gated-norm output
+    float *h2;            // [N, D] residual after the KDA sublayer
+    float *xm, *rstd_m;   // [N, D], [N] mlp_norm output and rstd
+    float *ga, *up, *mm;  // [N, I] gate_proj, up_proj outputs and SwiGLU product
+} LayerActs;
+
+struct KdaActs {
+    float *arena;         // owned; every pointer below points into it
+    LayerActs *layers;    // [L], owned
+    float *hL;            // [N, D] output of the last block
+    float *nf, *rstd_f;   // [N, D], [N] final norm
+    int32_t *ids;         // [N] copy of the last forward's ids
+    int32_t *targets;     // [N] shifted targets
+    int64_t n_valid;
+    // backward scratch
+    float *dh, *dx;       // [N, D]
+    float *dI1, *dI2;     // [N, I]
+    float *dq, *dk;       // [N, HK]
+    float *dt1, *dt2;     // [N, max(HK, HVV)]
+    float *dv, *d_o, *dz, *don; // [N, HVV]
+    float *dg, *df;       // [N, HVK]
+    float *dbeta, *db;    // [N, HV]
+    float *dlow;          // [N, V]
+    float *xent_work;     // [xent_work_floats(n_vocab)]
+    float *qt;            // [N, max(HK, HVV)] forward scratch (q̃/k̃ before the L2 norm)
+};
+
+typedef struct {
+    float *base;
+    int64_t used;
+} Arena;
+
+static float *take_(Arena *a, int64_t n) {
+    float *p = a->base ? a->base + a->used : NULL;
+    a->used += (n + 15) & ~(int64_t)15; // 64-byte aligned slices
+    return p;
+}
+
+static int64_t max64_(int64_t a, int64_t b) { return a > b ? a : b; }
+
+// Assigns every activation pointer for N tokens (a->base NULL: only counts).
+static void layout_(KdaActs *A, const KdaConfig *c, int64_t N, Arena *a) {
+    int64_t D = c->hidden_size, H = c->num_heads, HV = c->num_v_heads, V = c->head_v_dim;
+    int64_t HK = c->key_dim, HVK = c->gate_dim, HVV = c->value_dim, I = c->intermediate_size;
+    int64_t W = max64_(HK, HVV);
+    for (int64_t l = 0; l < c->num_hidden_layers; l++) {
+        LayerActs *L = &A->layers[l];
+        L->h = take_(a, N * D), L->xa = take_(a, N * D), L->rstd_a = take_(a, N);
+        L->pq = take_(a, N * HK), L->pk = take_(a, N * HK), L->pv = take_(a, N * HVV);
+        if (c->use_short_conv) {
+            L->cq = take_(a, N * HK), L->ck = take_(a, N * HK), L->cv = take_(a, N * HVV);
+        } else {
+            L->cq = L->pq, L->ck = L->pk, L->cv = L->pv;
+        }
+        L->q = take_(a, N * HK), L->k = take_(a, N * HK);
+        L->rq = take_(a, N * H), L->rk = take_(a, N * H);
+        L->v = take_(a, N * HVV);
+        L->f0 = take_(a, N * V), L->f = take_(a, N * HVK), L->g = take_(a, N * HVK);
+        L->b = take_(a, N * HV), L->beta = take_(a, N * HV);
+        L->z0 = take_(a, N * V), L->z = take_(a, N * HVV);
+        L->o = take_(a, N * HVV), L->rstd_o = take_(a, N * HV), L->on = take_(a, N * HVV);
+        L->h2 = take_(a, N * D), L->xm = take_(a, N * D), L->rstd_m = take_(a, N);
+        L->ga = take_(a, N * I), L->up = take_(a, N * I), L->mm = take_(a, N * I);
+    }
+    A->hL = take_(a, N * D), A->nf = take_(a, N * D), A->rstd_f = take_(a, N);
+    A->dh = take_(a, N * D), A->dx = take_(a, N * D);
+    A->dI1 = take_(a, N * I), A->dI2 = take_(a, N * I);
+    A->dq = take_(a, N * HK), A->dk = take_(a, N * HK);
+    A->dt1 = take_(a, N * W), A->dt2 = take_(a, N * W), A->qt = take_(a, N * W);
+    A->dv = take_(a, N * HVV), A->d_o = take_(a, N * HVV), A->dz = take_(a, N * HVV);
+    A->don = take_(a, N * HVV);
+    A->dg = take_(a, N * HVK), A->df = take_(a, N * HVK);
+    A->dbeta = take_(a, N * HV), A->db = take_(a, N * HV), A->dlow = take_(a, N * V);
+    A->xent_work = take_(a, xent_work_floats(c->vocab_size));
+}
+
+static void acts_free_(KdaActs *A) {
+    if (!A) return;
+    free(A->arena);
+    free(A->layers);
+    free(A->ids);
+    free(A->targets);
+    free(A);
+}
+
+static void reserve_(KdaModel *m, int64_t N) {
+    if (m->acts && m->cap_tokens >= N) return;
+    acts_free_(m->acts);
+    KdaActs *A = kda_calloc(1, sizeof *A);
+    A->layers = kda_calloc((size_t)m->cfg.num_hidden_layers, sizeof *A->layers);
+    Arena a = {NULL, 0};
+    layout_(A, &m->cfg, N, &a);
+    a.base = A->arena = kda_malloc((size_t)a.used * sizeof(float));
+    a.used = 0;
+    layout_(A, &m->cfg, N, &a);
+    A->ids = kda_malloc((size_t)N * sizeof(int32_t));
+    A->targets = kda_malloc((size_t)N * sizeof(int32_t));
+    m->acts = A;
+    m->cap_tokens = N;
+}
+
+// ---- lifetime -----------------------------------------------------------------------------------
+
+int kda_model_init_from(KdaModel *m, const KdaConfig *cfg, KdaParamTable *table, float *params,
+                        KdaError *err) {
+    memset(m, 0, sizeof *m);
+    if (cfg->hidden_act[0] && strcmp(cfg->hidden_act, "swish") && strcmp(cfg->hidden_act, "silu"))
+        return kda_fail(err, "hidden_act '%s' is not supported (expected \"swish\")",
+                        cfg->hidden_act);
+    if (cfg->num_v_heads % cfg->num_heads)
+        return kda_fail(err, "num_v_heads %lld is not a multiple of num_heads %lld",
+                        (long long)cfg->num_v_heads, (long long)cfg->num_heads);
+    m->cfg = *cfg;
+    m->table = *table;
+    memset(table, 0, sizeof *table);
+    m->params = params;
+    kda_tensors_bind(&m->w, &m->table, m->params);
+    m->core = KDA_CORE_CHUNK;
+    return 0;
+}
+
+int kda_model_init(KdaModel *m, const KdaConfig *cfg, KdaError *err) {
+    KdaParamTable t;
+    memset(m, 0, sizeof *m);
+    if (kda_params_build(&t, cfg, err)) return -1;
+    float *p = kda_calloc((size_t)t.total_numel, sizeof(float));
+    if (kda_model_init_from(m, cfg, &t, p, err)) {
+        kda_params_free(&t);
+        free(p);
+        return -1;
+    }
+    return 0;
+}
+
+void kda_model_free(KdaModel *m) {
+    acts_free_(m->acts);
+    kda_tensors_free(&m->w);
+    kda_params_free(&m->table);
+    free(m->params);
+    memset(m, 0, sizeof *m);
+}
+
+// ---- forward ------------------------------------------------------------------------------------
+
+static KdaDims dims_(const KdaModel *m) {
+    const KdaConfig *c = &m->cfg;
+    KdaDims d = {m->B, m->T, c->num_heads, c->num_v_heads, c->head_dim, c->head_v_dim,
+                 (float)(1.0 / sqrt((double)c->head_dim)), 64};
+    return d;
+}
+
+static KdaGateOpts gate_opts_(const KdaConfig *c) {
+    KdaGateOpts o = {c->has_lower_bound, (float)c->lower_bound};
+    return o;
+}
+
+// q̃ = SiLU(conv(p)) (or SiLU(p)) into out [B, T, C].
+static void short_conv_fwd_(const KdaModel *m, float *out, float *c, const float *p,
+                            const float *w, int64_t C) {
+    if (m->cfg.use_short_conv)
+        conv_silu_fwd(out, c, p, w, m->B, m->T, C, m->cfg.conv_size);
+    else
+        silu_fwd(out, p, m->B * m->T * C);
+}
+
+// One KDA sublayer + MLP: reads L->h, writes next [N, D] (the block output).
+static void block_fwd_(KdaModel *m, const KdaLayerTensors *P, LayerActs *L, float *next) {
+    const KdaConfig *c = &m->cfg;
+    KdaActs *A = m->acts;
+    int64_t N = m->B * m->T, D = c->hidden_size, H = c->num_heads, HV = c->num_v_heads;
+    int64_t K = c->head_dim, V = c->head_v_dim, HK = c->key_dim, HVK = c->gate_dim;
+    int64_t HVV = c->value_dim, I = c->intermediate_size;
+    float eps = (float)c->norm_eps;
+    KdaDims d = dims_(m);
+    KdaGateOpts go = gate_opts_(c);
+
+    rmsnorm_fwd(L->xa, L->rstd_a, L->h, P->attn_norm, N, D, eps);
+    gemm_fwd(L->pq, L->xa, P->q_proj, NULL, N, D, HK, 0);
+    gemm_fwd(L->pk, L->xa, P->k_proj, NULL, N, D, HK, 0);
+    gemm_fwd(L->pv, L->xa, P->v_proj, NULL, N, D, HVV, 0);
+    short_conv_fwd_(m, A->qt, L->cq, L->pq, P->q_conv, HK);
+    kda_l2norm_fwd(L->q, L->rq, A->qt, N * H, K, L2NORM_EPS);
+    short_conv_fwd_(m, A->qt, L->ck, L->pk, P->k_conv, HK);
+    kda_l2norm_fwd(L->k, L->rk, A->qt, N * H, K, L2NORM_EPS);
+    short_conv_fwd_(m, L->v, L->cv, L->pv, P->v_conv, HVV);
+    gemm_fwd(L->f0, L->xa, P->f_proj0, NULL, N, D, V, 0);
+    gemm_fwd(L->f, L->f0, P->f_proj1, NULL, N, V, HVK, 0);
+    kda_gate_fwd(L->g, L->f, P->A_log, P->dt_bias, N, HV, K, &go);
+    gemm_fwd(L->b, L->xa, P->b_proj, NULL, N, D, HV, 0);
+    kda_beta_fwd(L->beta, L->b, N * HV, c->allow_neg_eigval);
+    if (m->core == KDA_CORE_RECURRENT)
+        kda_recurrent_fwd(L->o, NULL, L->q, L->k, L->v, L->g, L->beta, NULL, &d);
+    else
+        kda_chunk_fwd(L->o, NULL, L->q, L->k, L->v, L->g, L->beta, NULL, &d);
+    gemm_fwd(L->z0, L->xa, P->g_proj0, NULL, N, D, V, 0);
+    gemm_fwd(L->z, L->z0, P->g_proj1, P->g_proj1_bias, N, V, HVV, 0);
+    gnorm_fwd(L->on, L->rstd_o, L->o, L->z, P->o_norm, N * HV, V, eps);
+    memcpy(L->h2, L->h, (size_t)(N * D) * sizeof(float));
+    gemm_fwd(L->h2, L->on, P->o_proj, NULL, N, HVV, D, 1);
+
+    rmsnorm_fwd(L->xm, L->rstd_m, L->h2, P->mlp_norm, N, D, eps);
+    gemm_fwd(L->ga, L->xm, P->gate_proj, NULL, N, D, I, 0);
+    gemm_fwd(L->up, L->xm, P->up_proj, NULL, N, D, I, 0);
+    swiglu_fwd(L->mm, L->ga, L->up, N * I);
+    memcpy(next, L->h2, (size_t)(N * D) * sizeof(float));
+    gemm_fwd(next, L->mm, P->down_proj, NULL, N, I, D, 1);
+}
+
+static int check_ids_(const int32_t *x, int64_t n, int64_t T, int64_t vocab, int allow_ignore,
+                      const char *what, KdaError *err) {
+    for (int64_t i = 0; i < n; i++) {
+        if (allow_ignore && x[i] == XENT_IGNORE) continue;
+        if (x[i] < 0 || x[i] >= vocab)
+            return kda_fail(err, "%s[%lld][%lld] = %d is outside the vocabulary [0, %lld)", what,
+                            (long long)(i / T), (long long)(i % T), (int)x[i], (long long)vocab);
+    }
+    return 0;
+}
+
+int kda_model_forward(KdaModel *m, const int32_t *ids, const int32_t *labels, int64_t B,
+                      int64_t T, float *nll, float *logits, float *loss, KdaError *err) {
+    const KdaConfig *c = &m->cfg;
+    int64_t N = B * T, D = c->hidden_size, vocab = c->vocab_size;
+    if (B <= 0 || T <= 0) return kda_fail(err, "batch shape B=%lld T=%lld must be positive",
+                                          (long long)B, (long long)T);
+    if (check_ids_(ids, N, T, vocab, 0, "ids", err)) return -1;
+    if (!labels) labels = ids;
+    else if (check_ids_(labels, N, T, vocab, 1, "labels", err)) return -1;
+    reserve_(m, N);
+    m->B = B, m->T = T;
+    KdaActs *A = m->acts;
+    memcpy(A->ids, ids, (size_t)N * sizeof(int32_t));
+    A->n_valid = xent_targets(A->targets, labels, B, T);
+
+    int64_t nl = c->num_hidden_layers;
+    embed_fwd(nl > 0 ? A->layers[0].h : A->hL, m->w.embed, ids, N, D);
+    for (int64_t l = 0; l < nl; l++)
+        block_fwd_(m, &m->w.layers[l], &A->layers[l], l + 1 < nl ? A->layers[l + 1].h : A->hL);
+    rmsnorm_fwd(A->nf, A->rstd_f, A->hL, m->w.final_norm, N, D, (float)c->norm_eps);
+    double sum = xent_fwd(nll, logits, A->nf, m->w.lm_head, A->targets, N, D, vocab,
+                          A->xent_work);
+    if (loss) *loss = A->n_valid ? (float)(sum / (double)A->n_valid) : 0.0f;
+    m->have_fwd = 1;
+    return 0;
+}
+
+// ---- backward -----------------------------------------------------------------------------------
+
+// dp [N, C] from dy [N, C] through SiLU(conv(p)) (or SiLU(p)); dw accumulates.
+static void short_conv_bwd_(const KdaModel *m, float *dp, float *dw, const float *dy,
+                            const float *p, const float *cpre, const float *w, int64_t C) {
+    if (m->cfg.use_short_conv)
+        conv_silu_bwd(dp, dw, dy, p, cpre, w, m->B, m->T, C, m->cfg.conv_size);
+    else
+        silu_bwd(dp, dy, p, m->B * m->T * C);
+}
+
+// A->dh holds dLoss/d(block output) on entry and dLoss/d(block input) on exit.
+static void block_bwd_(KdaModel *m, const KdaLayerTensors *P, KdaLayerTensors *G,
+                       const LayerActs *L) {
+    const KdaConfig *c = &m->cfg;
+    KdaActs *A = m->acts;
+    int64_t N = m->B * m->T, D = c->hidden_size, H = c->num_heads, HV = c->num_v_heads;
+    int64_t K = c->head_dim, V = c->head_v_dim, HK = c->key_dim, HVK = c->gate_dim;
+    int64_t HVV = c->value_dim, I = c->intermediate_size;
+    KdaDims d = dims_(m);
+    KdaGateOpts go = gate_opts_(c);
+
+    // MLP: out = h2 + down(SwiGLU(gate(xm), up(xm)))
+    gemm_bwd_dx(A->dI1, A->dh, P->down_proj, N, I, D, 0);
+    gemm_bwd_dw(G->down_proj, NULL, A->dh, L->mm, N, I, D);
+    swiglu_bwd(A->dI1, A->dI2, A->dI1, L->ga, L->up, N * I);
+    gemm_bwd_dx(A->dx, A->dI1, P->gate_proj, N, D, I, 0);
+    gemm_bwd_dx(A->dx, A->dI2, P->up_proj, N, D, I, 1);
+    gemm_bwd_dw(G->gate_proj, NULL, A->dI1, L->xm, N, D, I);
+    gemm_bwd_dw(G->up_proj, NULL, A->dI2, L->xm, N, D, I);
+    rmsnorm_bwd(A->dh, G->mlp_norm, A->dx, L->h2, P->mlp_norm, L->rstd_m, N, D, 1);
+
+    // KDA sublayer: h2 = h + o_proj(gnorm(o, z))
+    gemm_bwd_dx(A->don, A->dh, P->o_proj, N, HVV, D, 0);
+    gemm_bwd_dw(G->o_proj, NULL, A->dh, L->on, N, HVV, D);
+    gnorm_bwd(A->d_o, A->dz, G->o_norm, A->don, L->o, L->z, P->o_norm, L->rstd_o, N * HV, V);
+    gemm_bwd_dw(G->g_proj1, G->g_proj1_bias, A->dz, L->z0, N, V, HVV);
+    gemm_bwd_dx(A->dlow, A->dz, P->g_proj1, N, V, HVV, 0);
+    gemm_bwd_dw(G->g_proj0, NULL, A->dlow, L->xa, N, D, V);
+    gemm_bwd_dx(A->dx, A->dlow, P->g_proj0, N, D, V, 0);
+
+    if (m->core == KDA_CORE_RECURRENT)
+        kda_recurrent_bwd(A->dq, A->dk, A->dv, A->dg, A->dbeta, NULL, A->d_o, NULL, L->q, L->k,
+                          L->v, L->g, L->beta, NULL, &d);
+    else
+        kda_chunk_bwd(A->dq, A->dk, A->dv, A->dg, A->dbeta, NULL, A->d_o, NULL, L->q, L->k, L->v,
+                      L->g, L->beta, NULL, &d);
+
+    kda_gate_bwd(A->df, G->A_log, G->dt_bias, A->dg, L->f, P->A_log, P->dt_bias, N, HV, K, &go);
+    gemm_bwd_dw(G->f_proj1, NULL, A->df, L->f0, N, V, HVK);
+    gemm_bwd_dx(A->dlow, A->df, P->f_proj1, N, V, HVK, 0);
+    gemm_bwd_dw(G->f_proj0, NULL, A->dlow, L->xa, N, D, V);
+    gemm_bwd_dx(A->dx, A->dlow, P->f_proj0, N, D, V, 1);
+
+    kda_beta_bwd(A->db, A->dbeta, L->b, N * HV, c->allow_neg_eigval);
+    gemm_bwd_dw(G->b_proj, NULL, A->db, L->xa, N, D, HV);
+    gemm_bwd_dx(A->dx, A->db, P->b_proj, N, D, HV, 1);
+
+    kda_l2norm_bwd(A->dt1, A->dq, L->q, L->rq, N * H, K);
+    short_conv_bwd_(m, A->dt2, G->q_conv, A->dt1, L->pq, L->cq, P->q_conv, HK);
+    gemm_bwd_dw(G->q_proj, NULL, A->dt2, L->xa, N, D, HK);
+    gemm_bwd_dx(A->dx, A->dt2, P->q_proj, N, D, HK, 1);
+
+    kda_l2norm_bwd(A->dt1, A->dk, L->k, L->rk, N * H, K);
+    short_conv_bwd_(m, A->dt2, G->k_conv, A->dt1, L->pk, L->ck, P->k_conv, HK);
+    gemm_bwd_dw(G->k_proj, NULL, A->dt2, L->xa, N, D, HK);
+    gemm_bwd_dx(A->dx, A->dt2, P->k_proj, N, D, HK, 1);
+
+    short_conv_bwd_(m, A->dt2, G->v_conv, A->dv, L->pv, L->cv, P->v_conv, HVV);
+    gemm_bwd_dw(G->v_proj, NULL, A->dt2, L->xa, N, D, HVV);
+    gemm_bwd_dx(A->dx, A->dt2, P->v_proj, N, D, HVV, 1);
+
+    rmsnorm_bwd(A->dh, G->attn_norm, A->dx, L->h, P->attn_norm, L->rstd_a, N, D, 1);
+}
+
+int kda_model_backward(KdaModel *m, float *grads, KdaError *err) {
+    if (!m->have_fwd) return kda_fail(err, "kda_model_backward: no forward to differentiate");
+    const KdaConfig *c = &m->cfg;
+    KdaActs *A = m->acts;
+    int64_t N = m->B * m->T, D = c->hidden_size;
+    KdaTensors G;
+    kda_tensors_bind(&G, &m->table, grads);
+
+    float scale = A->n_valid ? 1.0f / (float)A->n_valid : 0.0f;
+    xent_bwd(A->dx, G.lm_head, A->nf, m->w.lm_head, A->targets, N, D, c->vocab_size, scale,
+             A->xent_work);
+    rmsnorm_bwd(A->dh, G.final_norm, A->dx, A->hL, m->w.final_norm, A->rstd_f, N, D, 0);
+    for (int64_t l = c->num_hidden_layers - 1; l >= 0; l--)
+        block_bwd_(m, &m->w.layers[l], &G.layers[l], &A->layers[l]);
+    embed_bwd(G.embed, A->dh, A->ids, N, D, c->has_pad_token_id ? c->pad_token_id : -1);
+
+    kda_tensors_free(&G);
+    m->have_fwd = 0;
+    return 0;
+}

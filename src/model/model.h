@@ -1,0 +1,69 @@
+// model.h - the KDA language model on the CPU (fp32 reference): whole-model forward, loss and
+// backward (kda-model.md §5: embedding, L pre-norm blocks of KDA sublayer + SwiGLU MLP, final
+// RMSNorm, tied or untied LM head, shifted-label cross-entropy; backward per §6.4-6.5).
+//
+// Lifetime: kda_model_init (zero parameters, owned) or kda_model_init_from (takes ownership of
+// a table and flat buffer, e.g. from kda_model_load_dir) ... kda_model_free. Activations are
+// sized for B*T tokens and grow on demand inside kda_model_forward.
+//
+// Gradient contract: kda_model_backward ACCUMULATES (+=) into grads (table.total_numel floats,
+// same layout as params): zero it before the first micro-batch. The loss is the mean NLL over
+// the valid targets of the last forward's batch, so accumulating k micro-batches sums k means.
+//
+// Threads: OpenMP loops over tokens/channels and OpenBLAS GEMMs (OMP_NUM_THREADS /
+// OPENBLAS_NUM_THREADS). Not reentrant: one forward/backward at a time per KdaModel.
+#ifndef KDA_MODEL_H
+#define KDA_MODEL_H
+
+#include <stdint.h>
+
+#include "core/error.h"   // defines: KdaError
+#include "model/config.h" // defines: KdaConfig
+#include "model/params.h" // defines: KdaParamTable, KdaTensors
+
+typedef enum {
+    KDA_CORE_CHUNK = 0,    // kda_chunk_fwd/bwd (default; the GPU's algorithm)
+    KDA_CORE_RECURRENT = 1 // kda_recurrent_fwd/bwd (per-token reference)
+} KdaCoreMode;
+
+typedef struct KdaActs KdaActs; // saved activations and backward scratch (model.c)
+
+typedef struct {
+    KdaConfig cfg;          // derived fields filled
+    KdaParamTable table;    // owned
+    float *params;          // [table.total_numel] fp32, owned
+    KdaTensors w;           // named views into params
+    KdaCoreMode core;       // KDA_CORE_CHUNK unless changed by the caller
+    KdaActs *acts;          // owned; NULL until the first forward
+    int64_t cap_tokens;     // tokens the activations are sized for
+    int64_t B, T;           // shape of the last forward (0 before)
+    int have_fwd;           // 1 after a forward, until the next backward
+} KdaModel;
+
+// Builds the table from cfg (kda_config_derive must have run) and allocates zero parameters.
+// Use kda_params_init(&m->table, &m->cfg, m->params, seed) for a random init.
+int kda_model_init(KdaModel *m, const KdaConfig *cfg, KdaError *err);
+// Takes ownership of table and params (params: table->total_numel floats, kda_malloc'ed);
+// on success *table is zeroed. On failure nothing is taken.
+int kda_model_init_from(KdaModel *m, const KdaConfig *cfg, KdaParamTable *table, float *params,
+                        KdaError *err);
+// Releases everything; accepts a zeroed model.
+void kda_model_free(KdaModel *m);
+
+// Forward of a batch and its loss.
+//   ids    [B, T] int32 token ids, each in [0, n_vocab) (checked: -1 with the position)
+//   labels [B, T] int32 or NULL (= ids); targets are shifted inside: target[b,t] = labels[b,t+1],
+//          the last position and labels of -100 are ignored; other labels must be in range.
+//   nll    [B, T] fp32 or NULL: per-position NLL of its target (natural log), 0 where ignored;
+//          Σ nll / (number of valid targets) = *loss.
+//   logits [B, T, n_vocab] fp32 or NULL (tests only: large).
+//   loss   mean NLL over valid targets (0 when there are none); may be NULL.
+// Saves what kda_model_backward needs. Rows of the batch are independent sequences.
+int kda_model_forward(KdaModel *m, const int32_t *ids, const int32_t *labels, int64_t B,
+                      int64_t T, float *nll, float *logits, float *loss, KdaError *err);
+// Backward of the last forward's mean loss; grads [table.total_numel] ACCUMULATES.
+// Fails (-1) if no forward preceded it. When tied, the head and embedding gradients both land
+// in the embedding rows. A pad_token_id row gets no embedding-lookup gradient (torch semantics).
+int kda_model_backward(KdaModel *m, float *grads, KdaError *err);
+
+#endif
