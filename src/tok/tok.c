@@ -95,9 +95,13 @@ static void vocab_insert(KdaTokenizer *t, int32_t id) {
     const char *s = t->blob + t->bytes_off[id];
     size_t n = t->bytes_len[id];
     for (uint64_t i = tok_hash_bytes(s, n) & t->vocab.mask;; i = (i + 1) & t->vocab.mask) {
-        uint32_t v = t->vocab.slots[i];
+        TokSlot *sl = &t->vocab.slots[i];
+        uint32_t v = sl->id1;
         if (!v || (t->bytes_len[v - 1] == n && !memcmp(t->blob + t->bytes_off[v - 1], s, n))) {
-            t->vocab.slots[i] = (uint32_t)id + 1;
+            memset(sl, 0, sizeof *sl);
+            sl->id1 = (uint32_t)id + 1;
+            sl->len = n < 255 ? (uint8_t)n : 255;
+            memcpy(sl->head, s, n < TOK_INLINE ? n : TOK_INLINE);
             return;
         }
     }

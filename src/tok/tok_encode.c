@@ -26,7 +26,7 @@ typedef struct {
 
 static inline int is_cont(uint8_t b) { return (b & 0xC0) == 0x80; }
 
-static inline Ch ch_at(const uint8_t *s, size_t i, size_t n) {
+static inline __attribute__((always_inline)) Ch ch_at(const uint8_t *s, size_t i, size_t n) {
     uint8_t b = s[i];
     if (b < 0x80) return (Ch){b, 1, tok_uc_blocks[tok_uc_index[0]][b]};
     size_t left = n - i;
@@ -70,6 +70,11 @@ static inline size_t run_cls(const uint8_t *s, size_t i, size_t n, unsigned mask
 // End of the run of characters of no class ([^\s\p{L}\p{N}]+), starting at i.
 static inline size_t run_p(const uint8_t *s, size_t i, size_t n) {
     while (i < n) {
+        if (s[i] < 0x80) {
+            if (tok_uc_blocks[tok_uc_index[0]][s[i]]) break;
+            i++;
+            continue;
+        }
         Ch c = ch_at(s, i, n);
         if (c.cls) break;
         i += c.len;

@@ -14,9 +14,16 @@ typedef enum { TOK_PRE_LLAMA3 = 1, TOK_PRE_GPT2 = 2 } TokPretok;
 
 enum { TOK_F_PRESENT = 1, TOK_F_ADDED = 2, TOK_F_SPECIAL = 4 };
 
-// Open-addressing map: raw token bytes -> id. slots[i] = id + 1, 0 = empty. Power-of-2 size.
+// Open-addressing map: raw token bytes -> id, power-of-2 size. A slot keeps the id + 1 (0 =
+// empty), the length and the first TOK_INLINE bytes, so most lookups touch one cache line.
+#define TOK_INLINE 11
 typedef struct {
-    uint32_t *slots;
+    uint32_t id1;
+    uint8_t len; // min(length, 255)
+    char head[TOK_INLINE];
+} TokSlot;
+typedef struct {
+    TokSlot *slots;
     uint64_t mask;
 } TokBytesMap;
 
@@ -70,10 +77,14 @@ static inline uint64_t tok_pair_hash(uint64_t key) {
 static inline int32_t tok_vocab_find(const KdaTokenizer *t, const char *s, size_t n,
                                      uint64_t h) {
     if (!t->vocab.slots) return -1;
+    uint8_t len8 = n < 255 ? (uint8_t)n : 255;
+    size_t nh = n < TOK_INLINE ? n : TOK_INLINE;
     for (uint64_t i = h & t->vocab.mask;; i = (i + 1) & t->vocab.mask) {
-        uint32_t v = t->vocab.slots[i];
-        if (!v) return -1;
-        int32_t id = (int32_t)(v - 1);
+        const TokSlot *sl = &t->vocab.slots[i];
+        if (!sl->id1) return -1;
+        if (sl->len != len8 || memcmp(sl->head, s, nh)) continue;
+        int32_t id = (int32_t)(sl->id1 - 1);
+        if (n <= TOK_INLINE) return id;
         if (t->bytes_len[id] == n && !memcmp(t->blob + t->bytes_off[id], s, n)) return id;
     }
 }
