@@ -1,0 +1,104 @@
+// cuda_common.h - the CUDA backend's context (device, stream, cuBLASLt handle, workspace),
+// error checks, device query and small host<->device helpers. Plain C11: tests/*.c include it.
+//
+// Error contract: every kda_cuda_* function returns 0 on success and -1 on failure, with one
+// line "file:line: call: reason" in ctx->err (the first failure is kept until
+// kda_cuda_clear_error). Launchers check the launch (cudaGetLastError) but do not synchronize:
+// errors raised while a kernel runs surface at the next kda_cuda_sync. All work goes to
+// ctx->stream. No globals: two contexts on two devices are independent.
+//
+// Tensor storage: fp32 is float; bf16 is kda_bf16 (uint16_t bits of a bfloat16, the same
+// rounding as core/util.h f32_to_bf16). Device pointers are plain pointers in the C API.
+#ifndef KDA_CUDA_COMMON_H
+#define KDA_CUDA_COMMON_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef KDA_HAVE_CUDA
+#include <cuda_runtime_api.h>
+
+#ifdef __cplusplus
+extern "C" { // C linkage for error.h too when a .cu includes this
+#endif
+
+#include "core/error.h" // defines: KdaError, kda_fail, kda_malloc
+
+typedef uint16_t kda_bf16; // bf16 bits on the device
+
+typedef struct {
+    char name[256];
+    int cc_major, cc_minor;      // compute capability
+    int sm_count;                // multiprocessors
+    int clock_khz;               // peak SM clock reported by the driver
+    size_t mem_total, mem_free;  // bytes, at query time
+    size_t l2_bytes;             // L2 cache size
+    size_t smem_per_block_optin; // largest dynamic shared memory a block can opt into
+    // Dense bf16 tensor-core peak in FLOP/s for MFU: SMs x (FLOP/clock/SM for the architecture)
+    // x clock. Hopper (cc 9.x) uses the datasheet tensor clock 1830 MHz (H100/H200 SXM: 989.4
+    // TFLOP/s); other architectures use clock_khz. 0 when the architecture is not known.
+    double peak_bf16_flops;
+} KdaCudaDeviceInfo;
+
+typedef struct {
+    int device;
+    cudaStream_t stream;
+    void *lt_handle;   // cublasLtHandle_t
+    void *lt_ws;       // cuBLASLt workspace (device)
+    size_t lt_ws_size; // bytes
+    void *ws;          // scratch for launchers (device), grown on demand by kda_cuda_scratch
+    size_t ws_size;    // bytes
+    KdaCudaDeviceInfo info;
+    KdaError err; // first failure since the last kda_cuda_clear_error
+    int failed;
+} KdaCudaCtx;
+
+// Records "file:line: what: reason" in ctx->err (keeps the first) and returns -1.
+int kda_cuda_fail_at(KdaCudaCtx *ctx, const char *file, int line, const char *what,
+                     const char *reason);
+void kda_cuda_clear_error(KdaCudaCtx *ctx);
+
+// CUDA_CHECK(ctx, call): on a cudaError_t other than cudaSuccess, records file:line, the call
+// text and cudaGetErrorString, then `return -1` from the enclosing function.
+#define CUDA_CHECK(ctx, call)                                                                      \
+    do {                                                                                           \
+        cudaError_t e_ = (call);                                                                   \
+        if (e_ != cudaSuccess)                                                                     \
+            return kda_cuda_fail_at((ctx), __FILE__, __LINE__, #call, cudaGetErrorString(e_));     \
+    } while (0)
+
+// After a kernel launch: the launch's own error (bad configuration, no device image).
+#define CUDA_CHECK_LAUNCH(ctx) CUDA_CHECK((ctx), cudaGetLastError())
+
+// Creates stream, cuBLASLt handle and a 32 MiB cuBLASLt workspace on `device`; fills ctx->info.
+// On failure returns -1 with the reason in *err and leaves nothing allocated.
+int kda_cuda_init(KdaCudaCtx *ctx, int device, KdaError *err);
+void kda_cuda_free(KdaCudaCtx *ctx); // accepts a zeroed struct
+int kda_cuda_sync(KdaCudaCtx *ctx);  // waits for ctx->stream; reports asynchronous errors
+
+// Number of visible devices (0 when there is no driver or device; never fails).
+int kda_cuda_device_count(void);
+int kda_cuda_query(int device, KdaCudaDeviceInfo *info, KdaError *err);
+
+// Scratch of at least `bytes` on the device for one launcher call (ctx->ws; grows, which
+// synchronizes the stream; never shrinks). Returns NULL with ctx->err set on failure.
+void *kda_cuda_scratch(KdaCudaCtx *ctx, size_t bytes);
+
+// ---- memory helpers (tests, loaders) -----------------------------------------------------------
+void *kda_cuda_alloc(KdaCudaCtx *ctx, size_t bytes); // NULL + ctx->err on failure
+void kda_cuda_release(void *p);                      // cudaFree, accepts NULL
+// Fills `bytes` with 0xFF: NaN for both fp32 and bf16 (test poison before a launch).
+int kda_cuda_poison(KdaCudaCtx *ctx, void *p, size_t bytes);
+int kda_cuda_zero(KdaCudaCtx *ctx, void *p, size_t bytes);
+// Host fp32 <-> device fp32 / bf16 (round to nearest even). These synchronize the stream.
+int kda_cuda_put_f32(KdaCudaCtx *ctx, float *dst, const float *src, int64_t n);
+int kda_cuda_get_f32(KdaCudaCtx *ctx, float *dst, const float *src, int64_t n);
+int kda_cuda_put_bf16(KdaCudaCtx *ctx, kda_bf16 *dst, const float *src, int64_t n);
+int kda_cuda_get_bf16(KdaCudaCtx *ctx, float *dst, const kda_bf16 *src, int64_t n);
+int kda_cuda_put_bytes(KdaCudaCtx *ctx, void *dst, const void *src, size_t bytes);
+
+#ifdef __cplusplus
+}
+#endif
+#endif // KDA_HAVE_CUDA
+#endif

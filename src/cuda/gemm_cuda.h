@@ -1,0 +1,44 @@
+// gemm_cuda.h - the Linear layer on the GPU through cuBLASLt: bf16 operands, fp32 accumulate,
+// torch layout W [out, in]; the twin of cpu/gemm.h.
+//
+//   forward     y  (+)= x · Wᵀ          x [N, in] bf16, W [out, in] bf16, y [N, out] fp32|bf16
+//   input grad  dx (+)= dy · W          dy [N, out] bf16 -> dx [N, in] fp32|bf16
+//   weight grad dW  += dyᵀ · x          dW [out, in] fp32 (beta = 1: fp32 accumulation across
+//                                       micro-batches and the two uses of a tied matrix)
+//
+// accumulate = 1 adds into the output (beta = 1), 0 overwrites it (beta = 0; the output is never
+// read, so it may hold NaN). All tensors row-major. Biases are not fused here.
+#ifndef KDA_CUDA_GEMM_H
+#define KDA_CUDA_GEMM_H
+
+#include "cuda/cuda_common.h" // defines: KdaCudaCtx, kda_bf16
+
+#ifdef KDA_HAVE_CUDA
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef enum { KDA_DT_F32 = 0, KDA_DT_BF16 = 1 } KdaDtype;
+
+// y [N, out] (y_type) = x [N, in] · W [out, in]ᵀ.
+int kda_cuda_gemm_fwd(KdaCudaCtx *ctx, void *y, KdaDtype y_type, const kda_bf16 *x,
+                      const kda_bf16 *W, int64_t N, int64_t in, int64_t out, int accumulate);
+// dx [N, in] (dx_type) = dy [N, out] · W [out, in].
+int kda_cuda_gemm_bwd_dx(KdaCudaCtx *ctx, void *dx, KdaDtype dx_type, const kda_bf16 *dy,
+                         const kda_bf16 *W, int64_t N, int64_t in, int64_t out, int accumulate);
+// dW [out, in] fp32 += dy [N, out]ᵀ · x [N, in].
+int kda_cuda_gemm_bwd_dw(KdaCudaCtx *ctx, float *dW, const kda_bf16 *dy, const kda_bf16 *x,
+                         int64_t N, int64_t in, int64_t out);
+
+// General column-major form (BLAS convention) the three above are built on:
+// D [m, n] (ld ldd, d_type) = alpha · op(A) · op(B) + beta · D, op(A) [m, k], op(B) [k, n],
+// A and B bf16; trans_* = 1 means the stored matrix is the transpose of op(·).
+int kda_cuda_matmul(KdaCudaCtx *ctx, int trans_a, int trans_b, int64_t m, int64_t n, int64_t k,
+                    float alpha, const kda_bf16 *A, int64_t lda, const kda_bf16 *B, int64_t ldb,
+                    float beta, void *D, KdaDtype d_type, int64_t ldd);
+
+#ifdef __cplusplus
+}
+#endif
+#endif // KDA_HAVE_CUDA
+#endif

@@ -1,0 +1,632 @@
+// test_gpu_ops.c - the CUDA kernels of src/cuda (GEMM, norms, conv, gate, beta, SwiGLU,
+// embedding, AdamW, grad norm) against their CPU twins, on the GPU (`make test-gpu`).
+//
+// Method: fresh random inputs for every shape; inputs that the GPU reads as bf16 are rounded to
+// bf16 first and the CPU twin gets the same rounded values, so the comparison measures only the
+// GPU's arithmetic and the rounding of its outputs. Every GPU output is poisoned with NaN
+// (0xFF bytes) before the launch; NaN never passes, so an unwritten element fails.
+// Metric (kda-model.md §6.6): rel = RMS(ref - out) / RMS(ref).
+// Tolerances:
+//   * bf16 outputs: rel <= 1e-2. Rounding an exact value to bf16 alone gives rel ~ 2e-3
+//     (8 significand bits: 2^-9 relative half-ulp, RMS ~ 0.6 of it), so 1e-2 leaves room only
+//     for fp32 noise on top, not for a wrong formula (those show at rel >= 1e-1).
+//   * fp32 outputs: rel <= 1e-5. Both sides compute in fp32 in different orders (warp
+//     reductions vs serial loops, FMA vs separate multiply-add on the GPU): ~1e-7 per op, up to
+//     ~1e-6 for sums of thousands of terms (the CPU twins sum some weight gradients in fp32).
+//   * AdamW, embedding, grad norm: the GPU does the same operations in the same order, so these
+//     are held to ~exact (see each test).
+// Shapes sweep T = 1, 63, 64, 65, 2048 (chunk edges of 64) and small and large rows.
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "test.h"
+
+#ifdef KDA_HAVE_CUDA
+
+#include "core/rng.h"       // defines: KdaRng, rng_normal, rng_uniform, rng_below
+#include "core/util.h"      // defines: bf16_to_f32, f32_to_bf16
+#include "cpu/gemm.h"       // defines: gemm_fwd, gemm_bwd_dx, gemm_bwd_dw
+#include "cpu/kda_core.h"   // defines: kda_gate_*, kda_beta_*, kda_l2norm_*
+#include "cpu/ops.h"        // defines: rmsnorm_*, gnorm_*, conv_silu_*, swiglu_*, embed_*
+#include "cuda/gemm_cuda.h" // defines: kda_cuda_gemm_*
+#include "cuda/ops_cuda.h"  // defines: kda_cuda_* ops
+#include "model/params.h"   // defines: KdaParamTable, KdaParamInfo
+#include "train/optim.h"    // defines: kda_adamw_*, kda_grad_norm, kda_grad_clip
+
+#define TOL_BF16 1e-2
+#define TOL_F32  1e-5
+
+static const int64_t T_SWEEP[] = {1, 63, 64, 65, 2048};
+#define N_T_SWEEP 5
+
+// ---- one context for the whole suite; device buffers freed at the end of each test -------------
+
+static KdaCudaCtx g_ctx;
+static int g_ctx_state; // 0 untried, 1 ready, -1 failed
+
+static KdaCudaCtx *gpu_(void) {
+    if (g_ctx_state == 0) {
+        KdaError err = {{0}};
+        if (kda_cuda_device_count() < 1) {
+            g_ctx_state = -1;
+        } else if (kda_cuda_init(&g_ctx, 0, &err) == 0) {
+            g_ctx_state = 1;
+        } else {
+            fprintf(stderr, "cuda init: %s\n", err.msg);
+            g_ctx_state = -1;
+        }
+    }
+    CHECK_MSG(g_ctx_state == 1, "no usable CUDA device (GPU tests need one)");
+    return g_ctx_state == 1 ? &g_ctx : NULL;
+}
+
+#define MAX_DEV 64
+static void *g_dev[MAX_DEV];
+static int g_ndev;
+
+static void *dalloc_(size_t bytes) {
+    KDA_ASSERT(g_ndev < MAX_DEV);
+    void *p = kda_cuda_alloc(&g_ctx, bytes);
+    KDA_ASSERT(p);
+    g_dev[g_ndev++] = p;
+    return p;
+}
+
+static void dfree_all_(void) {
+    kda_cuda_sync(&g_ctx);
+    for (int i = 0; i < g_ndev; i++)
+        kda_cuda_release(g_dev[i]);
+    g_ndev = 0;
+}
+
+// Host copies go to the device; poisoned outputs are allocated filled with NaN.
+static float *dev_f32_(const float *h, int64_t n) {
+    float *d = dalloc_((size_t)n * sizeof(float));
+    KDA_ASSERT(kda_cuda_put_f32(&g_ctx, d, h, n) == 0);
+    return d;
+}
+static kda_bf16 *dev_bf16_(const float *h, int64_t n) {
+    kda_bf16 *d = dalloc_((size_t)n * sizeof(kda_bf16));
+    KDA_ASSERT(kda_cuda_put_bf16(&g_ctx, d, h, n) == 0);
+    return d;
+}
+static void *dev_poison_(size_t bytes) {
+    void *d = dalloc_(bytes);
+    KDA_ASSERT(kda_cuda_poison(&g_ctx, d, bytes) == 0);
+    return d;
+}
+
+static float *get_f32_(const float *d, int64_t n) {
+    float *h = malloc((size_t)(n > 0 ? n : 1) * sizeof(float));
+    CHECK_MSG(kda_cuda_get_f32(&g_ctx, h, d, n) == 0, "%s", g_ctx.err.msg);
+    return h;
+}
+static float *get_bf16_(const kda_bf16 *d, int64_t n) {
+    float *h = malloc((size_t)(n > 0 ? n : 1) * sizeof(float));
+    CHECK_MSG(kda_cuda_get_bf16(&g_ctx, h, d, n) == 0, "%s", g_ctx.err.msg);
+    return h;
+}
+
+// ---- host data
+// -----------------------------------------------------------------------------------
+
+static float *randn_(KdaRng *r, int64_t n, float std) {
+    float *x = malloc((size_t)(n > 0 ? n : 1) * sizeof(float));
+    for (int64_t i = 0; i < n; i++)
+        x[i] = rng_normal(r, 0.0f, std);
+    return x;
+}
+
+// Rounds to bf16 in place: the values the GPU will see.
+static float *bf16r_(float *x, int64_t n) {
+    for (int64_t i = 0; i < n; i++)
+        x[i] = bf16_to_f32(f32_to_bf16(x[i]));
+    return x;
+}
+
+static float *copy_(const float *x, int64_t n) {
+    float *y = malloc((size_t)(n > 0 ? n : 1) * sizeof(float));
+    memcpy(y, x, (size_t)n * sizeof(float));
+    return y;
+}
+
+// RMS(ref - out) / RMS(ref); infinity when any output is not finite.
+static double rel_rms_(const float *ref, const float *out, int64_t n) {
+    double se = 0.0, sr = 0.0;
+    for (int64_t i = 0; i < n; i++) {
+        if (!isfinite(out[i])) return INFINITY;
+        double e = (double)ref[i] - out[i];
+        se += e * e;
+        sr += (double)ref[i] * ref[i];
+    }
+    if (sr == 0.0) return se == 0.0 ? 0.0 : INFINITY;
+    return sqrt(se / sr);
+}
+
+// Checks and prints one comparison (the log shows every kernel's error).
+static void expect_(const char *what, const float *ref, const float *out, int64_t n, double tol) {
+    double rel = rel_rms_(ref, out, n);
+    printf("    %-40s n=%-9lld rel %.2e (tol %.0e)%s\n", what, (long long)n, rel, tol,
+           rel <= tol ? "" : "  FAIL");
+    CHECK_MSG(rel <= tol, "%s: rel RMS error %.3g > %.1g", what, rel, tol);
+}
+
+static int ok_(int rc) {
+    CHECK_MSG(rc == 0, "cuda: %s", g_ctx.err.msg);
+    if (rc) kda_cuda_clear_error(&g_ctx);
+    return rc == 0;
+}
+
+// ---- tests
+// ---------------------------------------------------------------------------------------
+
+KDA_TEST(gpu_device_info) {
+    KdaCudaCtx *c = gpu_();
+    if (!c) return;
+    const KdaCudaDeviceInfo *d = &c->info;
+    printf("    %s: cc %d.%d, %d SMs, clock %d MHz, %.1f GiB (%.1f free), L2 %.0f MiB, "
+           "peak bf16 %.1f TFLOP/s\n",
+           d->name, d->cc_major, d->cc_minor, d->sm_count, d->clock_khz / 1000,
+           d->mem_total / 1073741824.0, d->mem_free / 1073741824.0, d->l2_bytes / 1048576.0,
+           d->peak_bf16_flops / 1e12);
+    CHECK(d->sm_count > 0);
+    CHECK(d->mem_total > 0);
+    // An invalid launch argument must come back as an error with file:line and the call text.
+    CHECK(kda_cuda_rmsnorm_fwd(c, NULL, NULL, NULL, NULL, 4, 0, 1e-6f) == -1);
+    CHECK(strstr(c->err.msg, "ops_cuda.cu:") != NULL);
+    kda_cuda_clear_error(c);
+}
+
+static void gemm_case_(KdaRng *r, int64_t N, int64_t in, int64_t out) {
+    char what[96];
+    float *x = bf16r_(randn_(r, N * in, 1.0f), N * in);
+    float *W = bf16r_(randn_(r, out * in, 0.05f), out * in);
+    float *dy = bf16r_(randn_(r, N * out, 1.0f), N * out);
+    float *y0 = randn_(r, N * out, 1.0f), *dx0 = randn_(r, N * in, 1.0f);
+    float *dW0 = randn_(r, out * in, 1.0f);
+    kda_bf16 *dx_ = dev_bf16_(x, N * in), *dW_ = dev_bf16_(W, out * in);
+    kda_bf16 *ddy = dev_bf16_(dy, N * out);
+    // forward: bf16 out (overwrite), fp32 out (accumulate into y0)
+    kda_bf16 *yb = dev_poison_((size_t)(N * out) * 2);
+    float *yf = dev_f32_(y0, N * out), *dxf = dev_f32_(dx0, N * in);
+    kda_bf16 *dxb = dev_poison_((size_t)(N * in) * 2);
+    float *dWf = dev_f32_(dW0, out * in);
+    ok_(kda_cuda_gemm_fwd(&g_ctx, yb, KDA_DT_BF16, dx_, dW_, N, in, out, 0));
+    ok_(kda_cuda_gemm_fwd(&g_ctx, yf, KDA_DT_F32, dx_, dW_, N, in, out, 1));
+    ok_(kda_cuda_gemm_bwd_dx(&g_ctx, dxb, KDA_DT_BF16, ddy, dW_, N, in, out, 0));
+    ok_(kda_cuda_gemm_bwd_dx(&g_ctx, dxf, KDA_DT_F32, ddy, dW_, N, in, out, 1));
+    ok_(kda_cuda_gemm_bwd_dw(&g_ctx, dWf, ddy, dx_, N, in, out));
+    float *y = malloc((size_t)(N * out) * sizeof(float)), *dxr = malloc((size_t)(N * in) * 4);
+    gemm_fwd(y, x, W, NULL, N, in, out, 0);
+    gemm_bwd_dx(dxr, dy, W, N, in, out, 0);
+    float *yacc = copy_(y0, N * out), *dxacc = copy_(dx0, N * in), *dWr = copy_(dW0, out * in);
+    gemm_fwd(yacc, x, W, NULL, N, in, out, 1);
+    gemm_bwd_dx(dxacc, dy, W, N, in, out, 1);
+    gemm_bwd_dw(dWr, NULL, dy, x, N, in, out);
+    float *g1 = get_bf16_(yb, N * out), *g2 = get_f32_(yf, N * out);
+    float *g3 = get_bf16_(dxb, N * in), *g4 = get_f32_(dxf, N * in), *g5 = get_f32_(dWf, out * in);
+    snprintf(what, sizeof what, "gemm %lldx%lldx%lld y bf16", (long long)N, (long long)in,
+             (long long)out);
+    expect_(what, y, g1, N * out, TOL_BF16);
+    snprintf(what, sizeof what, "gemm %lldx%lldx%lld y += fp32", (long long)N, (long long)in,
+             (long long)out);
+    expect_(what, yacc, g2, N * out, TOL_F32);
+    expect_("  dx bf16", dxr, g3, N * in, TOL_BF16);
+    expect_("  dx += fp32", dxacc, g4, N * in, TOL_F32);
+    expect_("  dW += fp32", dWr, g5, out * in, TOL_F32);
+    free(x), free(W), free(dy), free(y0), free(dx0), free(dW0), free(y), free(dxr), free(yacc);
+    free(dxacc), free(dWr), free(g1), free(g2), free(g3), free(g4), free(g5);
+    dfree_all_();
+}
+
+KDA_TEST(gpu_gemm) {
+    if (!gpu_()) return;
+    KdaRng r;
+    rng_seed(&r, 101);
+    gemm_case_(&r, 1, 32, 64);
+    gemm_case_(&r, 63, 1024, 96);
+    gemm_case_(&r, 65, 96, 1024);
+    gemm_case_(&r, 64, 33, 17); // odd sizes: no 16-byte alignment of rows
+    gemm_case_(&r, 2048, 1024, 1024);
+}
+
+KDA_TEST(gpu_rmsnorm) {
+    if (!gpu_()) return;
+    KdaRng r;
+    rng_seed(&r, 102);
+    const int64_t Ds[] = {24, 1024};
+    for (int di = 0; di < 2; di++)
+        for (int ti = 0; ti < N_T_SWEEP; ti++) {
+            int64_t N = 2 * T_SWEEP[ti], D = Ds[di], n = N * D;
+            printf("  N=%lld D=%lld\n", (long long)N, (long long)D);
+            float *x = randn_(&r, n, 1.5f), *w = randn_(&r, D, 1.0f);
+            float *a = bf16r_(randn_(&r, n, 1.0f), n);
+            float *dy = randn_(&r, n, 1.0f), *dx0 = randn_(&r, n, 1.0f), *dw0 = randn_(&r, D, 1.f);
+            // CPU: plain, residual (z = x + a), backward on x with accumulate
+            float *y = malloc((size_t)n * 4), *rs = malloc((size_t)N * 4);
+            float *y2 = malloc((size_t)n * 4), *rs2 = malloc((size_t)N * 4), *z = copy_(x, n);
+            for (int64_t i = 0; i < n; i++)
+                z[i] += a[i];
+            rmsnorm_fwd(y, rs, x, w, N, D, 1e-6f);
+            rmsnorm_fwd(y2, rs2, z, w, N, D, 1e-6f);
+            float *dx = copy_(dx0, n), *dw = copy_(dw0, D);
+            rmsnorm_bwd(dx, dw, dy, x, w, rs, N, D, 1);
+            // GPU
+            float *dxg = dev_f32_(x, n), *dwg = dev_f32_(w, D), *dres = dev_f32_(x, n);
+            kda_bf16 *da = dev_bf16_(a, n);
+            kda_bf16 *dyo = dev_poison_((size_t)n * 2), *dyo2 = dev_poison_((size_t)n * 2);
+            float *drs = dev_poison_((size_t)N * 4), *drs2 = dev_poison_((size_t)N * 4);
+            float *ddy = dev_f32_(dy, n), *ddx = dev_f32_(dx0, n), *ddw = dev_f32_(dw0, D);
+            ok_(kda_cuda_rmsnorm_fwd(&g_ctx, dyo, drs, dxg, dwg, N, D, 1e-6f));
+            ok_(kda_cuda_rmsnorm_residual_fwd(&g_ctx, dyo2, drs2, dres, da, dwg, N, D, 1e-6f));
+            ok_(kda_cuda_rmsnorm_bwd(&g_ctx, ddx, ddw, ddy, dxg, dwg, drs, N, D, 1));
+            float *g_y = get_bf16_(dyo, n), *g_rs = get_f32_(drs, N);
+            float *g_y2 = get_bf16_(dyo2, n), *g_z = get_f32_(dres, n);
+            float *g_dx = get_f32_(ddx, n), *g_dw = get_f32_(ddw, D);
+            expect_("rmsnorm y bf16", y, g_y, n, TOL_BF16);
+            expect_("rmsnorm rstd", rs, g_rs, N, TOL_F32);
+            expect_("rmsnorm+residual residual fp32", z, g_z, n, TOL_F32);
+            expect_("rmsnorm+residual y bf16", y2, g_y2, n, TOL_BF16);
+            expect_("rmsnorm bwd dx += fp32", dx, g_dx, n, TOL_F32);
+            expect_("rmsnorm bwd dw += fp32", dw, g_dw, D, TOL_F32);
+            free(x), free(w), free(a), free(dy), free(dx0), free(dw0), free(y), free(rs), free(y2);
+            free(rs2), free(z), free(dx), free(dw), free(g_y), free(g_rs), free(g_y2), free(g_z);
+            free(g_dx), free(g_dw);
+            dfree_all_();
+        }
+}
+
+KDA_TEST(gpu_l2norm) {
+    if (!gpu_()) return;
+    KdaRng r;
+    rng_seed(&r, 103);
+    const int64_t dims[] = {32, 128};
+    for (int di = 0; di < 2; di++)
+        for (int ti = 0; ti < N_T_SWEEP; ti++) {
+            int64_t N = 2 * T_SWEEP[ti] * 4, dim = dims[di], n = N * dim; // 4 heads
+            printf("  N=%lld dim=%lld\n", (long long)N, (long long)dim);
+            float *x = bf16r_(randn_(&r, n, 0.7f), n), *dy = randn_(&r, n, 1.0f);
+            float *y = malloc((size_t)n * 4), *rs = malloc((size_t)N * 4);
+            float *dx = malloc((size_t)n * 4);
+            kda_l2norm_fwd(y, rs, x, N, dim, 1e-6f);
+            kda_l2norm_bwd(dx, dy, y, rs, N, dim);
+            kda_bf16 *dxg = dev_bf16_(x, n), *dyo = dev_poison_((size_t)n * 2);
+            float *drs = dev_poison_((size_t)N * 4), *ddy = dev_f32_(dy, n);
+            kda_bf16 *ddx = dev_poison_((size_t)n * 2);
+            ok_(kda_cuda_l2norm_fwd(&g_ctx, dyo, drs, dxg, N, dim, 1e-6f));
+            ok_(kda_cuda_l2norm_bwd(&g_ctx, ddx, ddy, dxg, drs, N, dim));
+            float *g_y = get_bf16_(dyo, n), *g_rs = get_f32_(drs, N), *g_dx = get_bf16_(ddx, n);
+            expect_("l2norm y bf16", y, g_y, n, TOL_BF16);
+            expect_("l2norm rstd", rs, g_rs, N, TOL_F32);
+            expect_("l2norm bwd dx bf16", dx, g_dx, n, TOL_BF16);
+            free(x), free(dy), free(y), free(rs), free(dx), free(g_y), free(g_rs), free(g_dx);
+            dfree_all_();
+        }
+}
+
+KDA_TEST(gpu_conv_silu) {
+    if (!gpu_()) return;
+    KdaRng r;
+    rng_seed(&r, 104);
+    const int64_t Cs[] = {5, 384}, Ws[] = {4, 2};
+    for (int ci = 0; ci < 2; ci++)
+        for (int ti = 0; ti < N_T_SWEEP; ti++) {
+            int64_t B = 2, T = T_SWEEP[ti], C = Cs[ci], W = Ws[ci], n = B * T * C;
+            printf("  B=%lld T=%lld C=%lld W=%lld\n", (long long)B, (long long)T, (long long)C,
+                   (long long)W);
+            float *p = bf16r_(randn_(&r, n, 1.0f), n), *w = randn_(&r, C * W, 0.5f);
+            float *dy = bf16r_(randn_(&r, n, 1.0f), n), *dw0 = randn_(&r, C * W, 1.0f);
+            float *y = malloc((size_t)n * 4), *c = malloc((size_t)n * 4);
+            float *dp = malloc((size_t)n * 4), *dw = copy_(dw0, C * W);
+            conv_silu_fwd(y, c, p, w, B, T, C, W);
+            conv_silu_bwd(dp, dw, dy, p, c, w, B, T, C, W);
+            kda_bf16 *dpg = dev_bf16_(p, n), *dyg = dev_bf16_(dy, n);
+            float *dwg = dev_f32_(w, C * W), *ddw = dev_f32_(dw0, C * W);
+            kda_bf16 *dyo = dev_poison_((size_t)n * 2), *ddp = dev_poison_((size_t)n * 2);
+            ok_(kda_cuda_conv_silu_fwd(&g_ctx, dyo, dpg, dwg, B, T, C, W));
+            ok_(kda_cuda_conv_silu_bwd(&g_ctx, ddp, ddw, dyg, dpg, dwg, B, T, C, W));
+            float *g_y = get_bf16_(dyo, n), *g_dp = get_bf16_(ddp, n), *g_dw = get_f32_(ddw, C * W);
+            expect_("conv+silu y bf16", y, g_y, n, TOL_BF16);
+            expect_("conv+silu bwd dp bf16", dp, g_dp, n, TOL_BF16);
+            expect_("conv+silu bwd dw += fp32", dw, g_dw, C * W, TOL_F32);
+            free(p), free(w), free(dy), free(dw0), free(y), free(c), free(dp), free(dw);
+            free(g_y), free(g_dp), free(g_dw);
+            dfree_all_();
+        }
+}
+
+KDA_TEST(gpu_gate_cumsum) {
+    if (!gpu_()) return;
+    KdaRng r;
+    rng_seed(&r, 105);
+    const int64_t HV = 4, K = 32, chunk = 64;
+    for (int ti = 0; ti < N_T_SWEEP; ti++) {
+        int64_t B = 2, T = T_SWEEP[ti], HK = HV * K, N = B * T, n = N * HK;
+        printf("  B=%lld T=%lld HV=%lld K=%lld\n", (long long)B, (long long)T, (long long)HV,
+               (long long)K);
+        float *f = randn_(&r, n, 2.0f);
+        for (int64_t i = 0; i < n; i += 97)
+            f[i] = 24.0f; // the softplus threshold branch
+        bf16r_(f, n);
+        float *A_log = malloc((size_t)HV * 4), *dtb = malloc((size_t)HK * 4);
+        for (int64_t j = 0; j < HV; j++)
+            A_log[j] = (float)log(1.0 + 15.0 * rng_uniform(&r));
+        for (int64_t i = 0; i < HK; i++)
+            dtb[i] = (float)(-4.0 + 3.0 * rng_uniform(&r));
+        float *dgc = randn_(&r, n, 1.0f), *dA0 = randn_(&r, HV, 1.0f), *ddt0 = randn_(&r, HK, 1.f);
+        // CPU: gate, chunk cumsum; reverse cumsum of dgcum, gate backward
+        float *g = malloc((size_t)n * 4), *gc = malloc((size_t)n * 4), *dg = malloc((size_t)n * 4);
+        float *df = malloc((size_t)n * 4), *dA = copy_(dA0, HV), *ddt = copy_(ddt0, HK);
+        kda_gate_fwd(g, f, A_log, dtb, N, HV, K, NULL);
+        for (int64_t b = 0; b < B; b++)
+            for (int64_t c0 = 0; c0 < T; c0 += chunk)
+                for (int64_t jd = 0; jd < HK; jd++) {
+                    int64_t c1 = c0 + chunk < T ? c0 + chunk : T;
+                    float acc = 0.0f;
+                    for (int64_t t = c0; t < c1; t++) {
+                        int64_t i = (b * T + t) * HK + jd;
+                        acc += g[i];
+                        gc[i] = acc;
+                    }
+                    acc = 0.0f;
+                    for (int64_t t = c1 - 1; t >= c0; t--) {
+                        int64_t i = (b * T + t) * HK + jd;
+                        acc += dgc[i];
+                        dg[i] = acc;
+                    }
+                }
+        kda_gate_bwd(df, dA, ddt, dg, f, A_log, dtb, N, HV, K, NULL);
+        // GPU
+        kda_bf16 *dfr = dev_bf16_(f, n);
+        float *dAl = dev_f32_(A_log, HV), *ddtb = dev_f32_(dtb, HK), *ddgc = dev_f32_(dgc, n);
+        float *dgo = dev_poison_((size_t)n * 4), *dgco = dev_poison_((size_t)n * 4);
+        kda_bf16 *ddf = dev_poison_((size_t)n * 2);
+        float *ddA = dev_f32_(dA0, HV), *dddt = dev_f32_(ddt0, HK);
+        ok_(kda_cuda_gate_cumsum_fwd(&g_ctx, dgco, dgo, dfr, dAl, ddtb, B, T, HV, K, chunk));
+        ok_(kda_cuda_gate_cumsum_bwd(&g_ctx, ddf, ddA, dddt, ddgc, dfr, dAl, ddtb, B, T, HV, K,
+                                     chunk));
+        float *g_g = get_f32_(dgo, n), *g_gc = get_f32_(dgco, n), *g_df = get_bf16_(ddf, n);
+        float *g_dA = get_f32_(ddA, HV), *g_ddt = get_f32_(dddt, HK);
+        expect_("gate g fp32", g, g_g, n, TOL_F32);
+        expect_("gate chunk cumsum fp32", gc, g_gc, n, TOL_F32);
+        expect_("gate bwd df bf16", df, g_df, n, TOL_BF16);
+        expect_("gate bwd dA_log += fp32", dA, g_dA, HV, TOL_F32);
+        expect_("gate bwd ddt_bias += fp32", ddt, g_ddt, HK, TOL_F32);
+        free(f), free(A_log), free(dtb), free(dgc), free(dA0), free(ddt0), free(g), free(gc);
+        free(dg), free(df), free(dA), free(ddt), free(g_g), free(g_gc), free(g_df), free(g_dA);
+        free(g_ddt);
+        dfree_all_();
+    }
+}
+
+KDA_TEST(gpu_beta) {
+    if (!gpu_()) return;
+    KdaRng r;
+    rng_seed(&r, 106);
+    for (int neg = 0; neg < 2; neg++)
+        for (int ti = 0; ti < N_T_SWEEP; ti++) {
+            int64_t n = 2 * T_SWEEP[ti] * 8;
+            float *b = bf16r_(randn_(&r, n, 3.0f), n), *dbeta = randn_(&r, n, 1.0f);
+            float *beta = malloc((size_t)n * 4), *db = malloc((size_t)n * 4);
+            kda_beta_fwd(beta, b, n, neg);
+            kda_beta_bwd(db, dbeta, b, n, neg);
+            kda_bf16 *dbg = dev_bf16_(b, n), *ddb = dev_poison_((size_t)n * 2);
+            float *dbo = dev_poison_((size_t)n * 4), *ddbeta = dev_f32_(dbeta, n);
+            ok_(kda_cuda_beta_fwd(&g_ctx, dbo, dbg, n, neg));
+            ok_(kda_cuda_beta_bwd(&g_ctx, ddb, ddbeta, dbg, n, neg));
+            float *g_beta = get_f32_(dbo, n), *g_db = get_bf16_(ddb, n);
+            expect_(neg ? "beta (neg eig) fp32" : "beta fp32", beta, g_beta, n, TOL_F32);
+            expect_("beta bwd db bf16", db, g_db, n, TOL_BF16);
+            free(b), free(dbeta), free(beta), free(db), free(g_beta), free(g_db);
+            dfree_all_();
+        }
+}
+
+KDA_TEST(gpu_gnorm) {
+    if (!gpu_()) return;
+    KdaRng r;
+    rng_seed(&r, 107);
+    const int64_t Vs[] = {64, 20};
+    for (int vi = 0; vi < 2; vi++)
+        for (int ti = 0; ti < N_T_SWEEP; ti++) {
+            int64_t N = 2 * T_SWEEP[ti] * 4, V = Vs[vi], n = N * V; // 4 value heads
+            printf("  N=%lld V=%lld\n", (long long)N, (long long)V);
+            float *x = bf16r_(randn_(&r, n, 0.3f), n), *z = bf16r_(randn_(&r, n, 2.0f), n);
+            float *w = randn_(&r, V, 1.0f), *dy = bf16r_(randn_(&r, n, 1.0f), n);
+            float *dw0 = randn_(&r, V, 1.0f);
+            float *y = malloc((size_t)n * 4), *rs = malloc((size_t)N * 4);
+            float *dx = malloc((size_t)n * 4), *dz = malloc((size_t)n * 4), *dw = copy_(dw0, V);
+            gnorm_fwd(y, rs, x, z, w, N, V, 1e-6f);
+            gnorm_bwd(dx, dz, dw, dy, x, z, w, rs, N, V);
+            kda_bf16 *dxg = dev_bf16_(x, n), *dzg = dev_bf16_(z, n), *ddy = dev_bf16_(dy, n);
+            float *dwg = dev_f32_(w, V), *ddw = dev_f32_(dw0, V), *drs = dev_poison_((size_t)N * 4);
+            kda_bf16 *dyo = dev_poison_((size_t)n * 2), *ddx = dev_poison_((size_t)n * 2);
+            kda_bf16 *ddz = dev_poison_((size_t)n * 2);
+            ok_(kda_cuda_gnorm_fwd(&g_ctx, dyo, drs, dxg, dzg, dwg, N, V, 1e-6f));
+            ok_(kda_cuda_gnorm_bwd(&g_ctx, ddx, ddz, ddw, ddy, dxg, dzg, dwg, drs, N, V));
+            float *g_y = get_bf16_(dyo, n), *g_rs = get_f32_(drs, N), *g_dx = get_bf16_(ddx, n);
+            float *g_dz = get_bf16_(ddz, n), *g_dw = get_f32_(ddw, V);
+            expect_("gated rmsnorm y bf16", y, g_y, n, TOL_BF16);
+            expect_("gated rmsnorm rstd", rs, g_rs, N, TOL_F32);
+            expect_("gated rmsnorm bwd dx bf16", dx, g_dx, n, TOL_BF16);
+            expect_("gated rmsnorm bwd dz bf16", dz, g_dz, n, TOL_BF16);
+            expect_("gated rmsnorm bwd dw += fp32", dw, g_dw, V, TOL_F32);
+            free(x), free(z), free(w), free(dy), free(dw0), free(y), free(rs), free(dx), free(dz);
+            free(dw), free(g_y), free(g_rs), free(g_dx), free(g_dz), free(g_dw);
+            dfree_all_();
+        }
+}
+
+KDA_TEST(gpu_swiglu) {
+    if (!gpu_()) return;
+    KdaRng r;
+    rng_seed(&r, 108);
+    for (int ti = 0; ti < N_T_SWEEP; ti++) {
+        int64_t n = 2 * T_SWEEP[ti] * 352; // rows of I = 352 (small MLP)
+        float *a = bf16r_(randn_(&r, n, 2.0f), n), *b = bf16r_(randn_(&r, n, 1.0f), n);
+        float *dm = bf16r_(randn_(&r, n, 1.0f), n);
+        float *m = malloc((size_t)n * 4), *da = malloc((size_t)n * 4), *db = malloc((size_t)n * 4);
+        swiglu_fwd(m, a, b, n);
+        swiglu_bwd(da, db, dm, a, b, n);
+        kda_bf16 *dag = dev_bf16_(a, n), *dbg = dev_bf16_(b, n), *ddm = dev_bf16_(dm, n);
+        kda_bf16 *dmo = dev_poison_((size_t)n * 2), *dda = dev_poison_((size_t)n * 2);
+        kda_bf16 *ddb = dev_poison_((size_t)n * 2);
+        ok_(kda_cuda_swiglu_fwd(&g_ctx, dmo, dag, dbg, n));
+        ok_(kda_cuda_swiglu_bwd(&g_ctx, dda, ddb, ddm, dag, dbg, n));
+        float *g_m = get_bf16_(dmo, n), *g_da = get_bf16_(dda, n), *g_db = get_bf16_(ddb, n);
+        expect_("swiglu m bf16", m, g_m, n, TOL_BF16);
+        expect_("swiglu bwd da bf16", da, g_da, n, TOL_BF16);
+        expect_("swiglu bwd db bf16", db, g_db, n, TOL_BF16);
+        free(a), free(b), free(dm), free(m), free(da), free(db), free(g_m), free(g_da), free(g_db);
+        dfree_all_();
+    }
+}
+
+// Embedding forward is a copy and the backward adds in the CPU's order: both must be exact.
+KDA_TEST(gpu_embed) {
+    if (!gpu_()) return;
+    KdaRng r;
+    rng_seed(&r, 109);
+    const int64_t Ds[] = {64, 1024};
+    for (int di = 0; di < 2; di++)
+        for (int ti = 0; ti < N_T_SWEEP; ti++) {
+            int64_t N = 2 * T_SWEEP[ti], D = Ds[di], nv = 1000;
+            int64_t pad = di ? 3 : -1;
+            float *E = randn_(&r, nv * D, 1.0f), *dh = randn_(&r, N * D, 1.0f);
+            float *dE = randn_(&r, nv * D, 1.0f);
+            int32_t *ids = malloc((size_t)N * 4);
+            for (int64_t i = 0; i < N; i++) // many repeats, and the vocabulary's last row
+                ids[i] = i % 5 == 4 ? (int32_t)(nv - 1) : (int32_t)rng_below(&r, 40);
+            float *h = malloc((size_t)(N * D) * 4), *dEr = copy_(dE, nv * D);
+            embed_fwd(h, E, ids, N, D);
+            embed_bwd(dEr, dh, ids, N, D, pad);
+            float *dEg = dev_f32_(E, nv * D), *ddh = dev_f32_(dh, N * D);
+            float *ddE = dev_f32_(dE, nv * D), *dho = dev_poison_((size_t)(N * D) * 4);
+            int32_t *dids = dalloc_((size_t)N * 4);
+            ok_(kda_cuda_put_bytes(&g_ctx, dids, ids, (size_t)N * 4));
+            ok_(kda_cuda_embed_fwd(&g_ctx, dho, dEg, dids, N, D));
+            ok_(kda_cuda_embed_bwd(&g_ctx, ddE, ddh, dids, N, D, nv, pad));
+            float *g_h = get_f32_(dho, N * D), *g_dE = get_f32_(ddE, nv * D);
+            int exact_h = !memcmp(h, g_h, (size_t)(N * D) * 4);
+            int exact_dE = !memcmp(dEr, g_dE, (size_t)(nv * D) * 4);
+            printf("    embed N=%lld D=%lld pad=%lld: fwd %s, bwd %s\n", (long long)N, (long long)D,
+                   (long long)pad, exact_h ? "exact" : "DIFFERS", exact_dE ? "exact" : "DIFFERS");
+            CHECK(exact_h);
+            CHECK(exact_dE);
+            free(E), free(dh), free(dE), free(ids), free(h), free(dEr), free(g_h), free(g_dE);
+            dfree_all_();
+        }
+}
+
+// AdamW: the GPU kernel does the CPU's fp32 operations in the CPU's order without FMA
+// contraction; sqrt and division are correctly rounded on both. Expect equality; allow 1e-6
+// relative in case the host compiler contracts differently. Two decay groups, two steps, and the
+// fused clip coefficient (gscale) against the CPU's in-place clipping.
+KDA_TEST(gpu_adamw) {
+    if (!gpu_()) return;
+    KdaRng r;
+    rng_seed(&r, 110);
+    const int64_t n0 = 70001, n1 = 1234, n = n0 + n1;
+    KdaParamInfo rows[2];
+    memset(rows, 0, sizeof rows);
+    rows[0].numel = n0, rows[0].offset = 0, rows[0].weight_decay = 1;
+    rows[1].numel = n1, rows[1].offset = n0, rows[1].weight_decay = 0;
+    KdaParamTable tab = {rows, 2, n};
+    KdaAdamWConfig cfg = {0.9, 0.95, 1e-8, 0.1};
+    KdaAdamW opt;
+    KdaError err = {{0}};
+    CHECK(kda_adamw_init(&opt, n, &cfg, &err) == 0);
+    float *p = randn_(&r, n, 0.02f), *g = randn_(&r, n, 1.0f);
+    float *dp = dev_f32_(p, n), *dg = dev_f32_(g, n), *dm = dalloc_((size_t)n * 4);
+    float *dv = dalloc_((size_t)n * 4), *dcoef = dalloc_(4);
+    double *dnorm = dalloc_(8);
+    kda_bf16 *dpb = dev_poison_((size_t)n * 2);
+    ok_(kda_cuda_zero(&g_ctx, dm, (size_t)n * 4));
+    ok_(kda_cuda_zero(&g_ctx, dv, (size_t)n * 4));
+    const double lrs[2] = {3e-4, 2e-4}, max_norm = 1.0;
+    for (int step = 1; step <= 2; step++) {
+        // CPU: clip in place, then the update
+        float *gc = copy_(g, n);
+        double coef = 1.0;
+        kda_grad_clip(gc, n, max_norm, &coef);
+        kda_adamw_step(&opt, &tab, p, gc, lrs[step - 1]);
+        // GPU: norm -> coef -> AdamW with gscale, one call per decay group
+        ok_(kda_cuda_grad_norm(&g_ctx, dnorm, dg, n));
+        ok_(kda_cuda_clip_coef(&g_ctx, dcoef, dnorm, max_norm));
+        for (int k = 0; k < 2; k++) {
+            KdaCudaAdamScalars s = kda_cuda_adam_scalars(
+                cfg.beta1, cfg.beta2, cfg.eps, rows[k].weight_decay ? cfg.weight_decay : 0.0, step,
+                lrs[step - 1]);
+            int64_t o = rows[k].offset;
+            ok_(kda_cuda_adamw(&g_ctx, dp + o, dpb + o, dg + o, dm + o, dv + o, rows[k].numel, &s,
+                               dcoef));
+        }
+        float coef_g = 0;
+        ok_(kda_cuda_get_f32(&g_ctx, &coef_g, dcoef, 1));
+        printf("    step %d: clip coef CPU %.9g GPU %.9g\n", step, coef, coef_g);
+        CHECK(coef_g == (float)coef);
+        free(gc);
+        float *g_p = get_f32_(dp, n), *g_m = get_f32_(dm, n), *g_v = get_f32_(dv, n);
+        float *g_pb = get_bf16_(dpb, n);
+        int64_t same = 0;
+        for (int64_t i = 0; i < n; i++)
+            same += g_p[i] == p[i];
+        printf("    step %d: %lld of %lld params bit-equal\n", step, (long long)same, (long long)n);
+        expect_("adamw p", p, g_p, n, 1e-6);
+        expect_("adamw m", opt.m, g_m, n, 1e-6);
+        expect_("adamw v", opt.v, g_v, n, 1e-6);
+        float *pr = bf16r_(copy_(g_p, n), n);
+        CHECK(!memcmp(pr, g_pb, (size_t)n * 4)); // the bf16 copy is exactly bf16(p)
+        free(g_p), free(g_m), free(g_v), free(g_pb), free(pr);
+    }
+    kda_adamw_free(&opt);
+    free(p), free(g);
+    dfree_all_();
+}
+
+// Grad norm: double accumulation on both sides, different orders: rel 1e-12. Two runs on the
+// GPU must give the same bits (fixed two-stage order).
+KDA_TEST(gpu_grad_norm) {
+    if (!gpu_()) return;
+    KdaRng r;
+    rng_seed(&r, 111);
+    const int64_t ns[] = {1, 1000, 262145, 10000019};
+    for (int k = 0; k < 4; k++) {
+        int64_t n = ns[k];
+        float *g = randn_(&r, n, 1e-3f);
+        double ref = kda_grad_norm(g, n);
+        float *dg = dev_f32_(g, n);
+        double *dn = dalloc_(16);
+        ok_(kda_cuda_grad_norm(&g_ctx, dn, dg, n));
+        ok_(kda_cuda_grad_norm(&g_ctx, dn + 1, dg, n));
+        double got[2] = {0, 0};
+        KDA_ASSERT(cudaMemcpy(got, dn, 16, cudaMemcpyDeviceToHost) == cudaSuccess);
+        printf("    grad norm n=%lld: CPU %.17g GPU %.17g\n", (long long)n, ref, got[0]);
+        CHECK(fabs(got[0] - ref) <= 1e-12 * ref);
+        CHECK(got[0] == got[1]);
+        // a NaN anywhere makes the norm non-finite, and the clip coefficient 1
+        float nan = NAN;
+        ok_(kda_cuda_put_f32(&g_ctx, dg + n / 2, &nan, 1));
+        float *dc = dalloc_(4);
+        ok_(kda_cuda_grad_norm(&g_ctx, dn, dg, n));
+        ok_(kda_cuda_clip_coef(&g_ctx, dc, dn, 1.0));
+        float c = 0;
+        ok_(kda_cuda_get_f32(&g_ctx, &c, dc, 1));
+        KDA_ASSERT(cudaMemcpy(got, dn, 8, cudaMemcpyDeviceToHost) == cudaSuccess);
+        CHECK(!isfinite(got[0]));
+        CHECK(c == 1.0f);
+        free(g);
+        dfree_all_();
+    }
+}
+
+#else // !KDA_HAVE_CUDA
+
+// Built without CUDA: asking for the GPU suite must not look like a pass.
+KDA_TEST(gpu_unavailable) {
+    CHECK_MSG(0, "built without CUDA (KDA_CUDA=0 or no nvcc): no GPU tests");
+}
+
+#endif
