@@ -9,5 +9,8 @@ int cmd_tokenize(int argc, char **argv);     // src/data/cmd_tokenize.c
 int cmd_dataset_info(int argc, char **argv); // src/data/cmd_tokenize.c
 int cmd_encode(int argc, char **argv);       // src/tok/cmd_encode.c
 int cmd_decode(int argc, char **argv);       // src/tok/cmd_encode.c
+int cmd_train(int argc, char **argv);        // src/train/cmd_train.c
+int cmd_export(int argc, char **argv);       // src/train/cmd_export.c
+int cmd_plot(int argc, char **argv);         // src/train/cmd_plot.c
 
 #endif

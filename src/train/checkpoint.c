@@ -1,0 +1,393 @@
+// checkpoint.c - atomic training checkpoints (contract in checkpoint.h).
+#include "train/checkpoint.h"
+
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <inttypes.h>
+#include <limits.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "core/json.h"
+#include "core/util.h"
+#include "io/model_io.h"
+#include "io/safetensors.h"
+
+#define STATE_FORMAT 1
+
+int (*kda_checkpoint_test_hook)(const char *stage) = NULL;
+
+static int hook(const char *stage, KdaError *err) {
+    if (kda_checkpoint_test_hook && kda_checkpoint_test_hook(stage))
+        return kda_fail(err, "checkpoint: simulated failure at stage '%s'", stage);
+    return 0;
+}
+
+// ---------------------------------------------------------------------------------------------
+// Config comparison
+
+int kda_config_diff(const KdaConfig *a, const KdaConfig *b, char *out, size_t cap) {
+#define DIFF_S(f)                                                                                  \
+    if (strcmp(a->f, b->f)) return snprintf(out, cap, #f ": \"%s\" vs \"%s\"", a->f, b->f), 1
+#define DIFF_I(f)                                                                                  \
+    if (a->f != b->f) return snprintf(out, cap, #f ": %lld vs %lld", (long long)a->f,             \
+                                      (long long)b->f), 1
+#define DIFF_D(f)                                                                                  \
+    if (a->f != b->f) return snprintf(out, cap, #f ": %.17g vs %.17g", a->f, b->f), 1
+#define DIFF_OPT(has, f)                                                                           \
+    if (a->has != b->has || (a->has && a->f != b->f)) {                                            \
+        if (a->has && b->has)                                                                      \
+            snprintf(out, cap, #f ": %.17g vs %.17g", (double)a->f, (double)b->f);                 \
+        else                                                                                       \
+            snprintf(out, cap, #f ": %s vs %s", a->has ? "set" : "null", b->has ? "set" : "null"); \
+        return 1;                                                                                  \
+    }
+    DIFF_S(attn_mode);
+    DIFF_I(hidden_size);
+    DIFF_D(expand_v);
+    DIFF_I(use_short_conv);
+    DIFF_I(allow_neg_eigval);
+    DIFF_I(safe_gate);
+    DIFF_OPT(has_lower_bound, lower_bound);
+    DIFF_I(conv_size);
+    DIFF_I(head_dim);
+    DIFF_I(num_heads);
+    DIFF_I(num_v_heads_raw);
+    DIFF_I(max_position_embeddings);
+    DIFF_I(hidden_ratio);
+    DIFF_I(intermediate_size_raw);
+    DIFF_S(hidden_act);
+    DIFF_I(num_hidden_layers);
+    DIFF_D(norm_eps);
+    DIFF_OPT(has_pad_token_id, pad_token_id);
+    DIFF_OPT(has_bos_token_id, bos_token_id);
+    DIFF_OPT(has_eos_token_id, eos_token_id);
+    DIFF_I(tie_word_embeddings);
+    DIFF_D(initializer_range);
+    DIFF_I(fuse_norm);
+    DIFF_I(fuse_swiglu);
+    DIFF_I(fuse_cross_entropy);
+    DIFF_I(use_l2warp);
+    DIFF_I(vocab_size);
+    return 0;
+#undef DIFF_S
+#undef DIFF_I
+#undef DIFF_D
+#undef DIFF_OPT
+}
+
+// ---------------------------------------------------------------------------------------------
+// Directory helpers
+
+// Removes a directory of plain files (one level, what a checkpoint is). Errors are ignored.
+static void remove_flat_dir(const char *dir) {
+    DIR *d = opendir(dir);
+    if (d) {
+        struct dirent *e;
+        char p[PATH_MAX];
+        while ((e = readdir(d)))
+            if (strcmp(e->d_name, ".") && strcmp(e->d_name, ".."))
+                unlink(path_join(p, sizeof p, dir, e->d_name));
+        closedir(d);
+    }
+    rmdir(dir);
+}
+
+static int fsync_path(const char *path) {
+    int fd = open(path, O_RDONLY);
+    if (fd < 0) return -1;
+    int rc = fsync(fd);
+    close(fd);
+    return rc;
+}
+
+static int parse_iter_name(const char *name, int64_t *it) {
+    if (strncmp(name, "iter_", 5)) return 0;
+    char *end;
+    long long v = strtoll(name + 5, &end, 10);
+    if (end == name + 5 || *end || v < 0) return 0;
+    *it = v;
+    return 1;
+}
+
+static int cmp_i64(const void *a, const void *b) {
+    int64_t x = *(const int64_t *)a, y = *(const int64_t *)b;
+    return x < y ? -1 : x > y;
+}
+
+// Removes stale .tmp-iter_* directories (a killed save) and, when keep_last > 0, all but the
+// newest keep_last iter_* directories.
+static void cleanup_dir(const char *save, int64_t keep_last) {
+    DIR *d = opendir(save);
+    if (!d) return;
+    int64_t *its = NULL, n = 0, cap = 0, it;
+    struct dirent *e;
+    char p[PATH_MAX];
+    while ((e = readdir(d))) {
+        if (!strncmp(e->d_name, ".tmp-iter_", 10)) {
+            remove_flat_dir(path_join(p, sizeof p, save, e->d_name));
+        } else if (keep_last > 0 && parse_iter_name(e->d_name, &it)) {
+            if (n == cap) its = kda_realloc(its, (size_t)(cap = cap ? 2 * cap : 16) * 8);
+            its[n++] = it;
+        }
+    }
+    closedir(d);
+    if (n > keep_last) {
+        qsort(its, (size_t)n, sizeof *its, cmp_i64);
+        for (int64_t i = 0; i < n - keep_last; i++) {
+            char name[32];
+            snprintf(name, sizeof name, "iter_%07lld", (long long)its[i]);
+            remove_flat_dir(path_join(p, sizeof p, save, name));
+        }
+    }
+    free(its);
+}
+
+// ---------------------------------------------------------------------------------------------
+// Save
+
+static int save_optimizer(const char *path, const KdaParamTable *t, const KdaAdamW *opt,
+                          KdaError *err) {
+    StWriter *w = st_writer_new();
+    char name[160], step[32];
+    for (int i = 0; i < t->n; i++) {
+        const KdaParamInfo *r = &t->rows[i];
+        snprintf(name, sizeof name, "%s.exp_avg", r->name);
+        st_writer_add(w, name, ST_F32, r->ndim, r->shape, opt->m + r->offset);
+        snprintf(name, sizeof name, "%s.exp_avg_sq", r->name);
+        st_writer_add(w, name, ST_F32, r->ndim, r->shape, opt->v + r->offset);
+    }
+    snprintf(step, sizeof step, "%lld", (long long)opt->step);
+    st_writer_meta(w, "step", step);
+    st_writer_meta(w, "optimizer", "adamw");
+    int rc = st_writer_save(w, path, err);
+    st_writer_free(w);
+    return rc;
+}
+
+static void put_u64(FILE *f, const char *key, uint64_t v, const char *sep) {
+    fprintf(f, "  \"%s\": \"%016" PRIx64 "\"%s\n", key, v, sep);
+}
+
+static int save_state(const char *path, const KdaTrainState *st, KdaError *err) {
+    char *buf = NULL;
+    size_t n = 0;
+    FILE *f = open_memstream(&buf, &n);
+    if (!f) return kda_fail(err, "%s: out of memory", path);
+    union {
+        double d;
+        uint64_t u;
+    } spare = {.d = st->rng.spare};
+    fprintf(f, "{\n  \"format\": %d,\n", STATE_FORMAT);
+    fprintf(f, "  \"iteration\": %lld,\n", (long long)st->iteration);
+    fprintf(f, "  \"consumed_train_samples\": %lld,\n", (long long)st->consumed_train);
+    fprintf(f, "  \"consumed_valid_samples\": %lld,\n", (long long)st->consumed_valid);
+    fprintf(f, "  \"skipped_iterations\": %lld,\n", (long long)st->skipped_iters);
+    fprintf(f, "  \"nan_iterations\": %lld,\n", (long long)st->nan_iters);
+    fprintf(f, "  \"consecutive_nan_iterations\": %lld,\n", (long long)st->consecutive_nan);
+    fprintf(f, "  \"rng\": [\"%016" PRIx64 "\", \"%016" PRIx64 "\", \"%016" PRIx64
+               "\", \"%016" PRIx64 "\"],\n",
+            st->rng.s[0], st->rng.s[1], st->rng.s[2], st->rng.s[3]);
+    fprintf(f, "  \"rng_has_spare\": %d,\n", st->rng.has_spare);
+    put_u64(f, "rng_spare_bits", spare.u, ",");
+    fprintf(f, "  \"train_data\": ");
+    json_write_string(f, st->train_desc, strlen(st->train_desc));
+    fprintf(f, ",\n");
+    put_u64(f, "train_data_fingerprint", st->train_fingerprint, ",");
+    fprintf(f, "  \"valid_data\": ");
+    json_write_string(f, st->valid_desc, strlen(st->valid_desc));
+    fprintf(f, ",\n");
+    put_u64(f, "valid_data_fingerprint", st->valid_fingerprint, "");
+    fprintf(f, "}\n");
+    fclose(f);
+    int rc = write_file_atomic(path, buf, n, err);
+    free(buf);
+    return rc;
+}
+
+static int write_all(const char *tmp, const KdaTrainState *st, const KdaConfig *cfg,
+                     const KdaParamTable *t, const float *params, const KdaAdamW *opt,
+                     const KdaRunConfig *rc, KdaError *err) {
+    char p[PATH_MAX];
+    if (kda_model_save_dir(tmp, cfg, t, params, KDA_DTYPE_F32, err) || hook("model", err))
+        return -1;
+    if (save_optimizer(path_join(p, sizeof p, tmp, "optimizer.safetensors"), t, opt, err) ||
+        hook("optimizer", err))
+        return -1;
+    if (save_state(path_join(p, sizeof p, tmp, "trainer_state.json"), st, err) ||
+        hook("state", err))
+        return -1;
+    if (rc && kda_run_config_write_atomic(rc, path_join(p, sizeof p, tmp, "run_config.yaml"), err))
+        return -1;
+    if (fsync_path(tmp)) return kda_fail(err, "%s: fsync failed: %s", tmp, strerror(errno));
+    return hook("before_rename", err);
+}
+
+int kda_checkpoint_save(const char *save, const KdaTrainState *st, const KdaConfig *cfg,
+                        const KdaParamTable *t, const float *params, const KdaAdamW *opt,
+                        const KdaRunConfig *rc, int64_t keep_last, char *out_dir, KdaError *err) {
+    char name[32], tmp[PATH_MAX], fin[PATH_MAX], old[PATH_MAX], p[PATH_MAX];
+    if (mkdir_p(save, err)) return -1;
+    cleanup_dir(save, 0);
+    snprintf(name, sizeof name, "iter_%07lld", (long long)st->iteration);
+    snprintf(tmp, sizeof tmp, "%s/.tmp-%s", save, name);
+    path_join(fin, sizeof fin, save, name);
+    if (mkdir(tmp, 0755) != 0)
+        return kda_fail(err, "%s: cannot create: %s", tmp, strerror(errno));
+    if (write_all(tmp, st, cfg, t, params, opt, rc, err)) {
+        remove_flat_dir(tmp);
+        return -1;
+    }
+    // An existing iter_ dir of the same iteration (a re-run) is moved aside, then deleted.
+    old[0] = 0;
+    if (path_exists(fin)) {
+        snprintf(old, sizeof old, "%s/.tmp-old-%s", save, name);
+        remove_flat_dir(old);
+        if (rename(fin, old) != 0) {
+            int e = errno;
+            remove_flat_dir(tmp);
+            return kda_fail(err, "%s: cannot replace: %s", fin, strerror(e));
+        }
+    }
+    if (rename(tmp, fin) != 0) {
+        int e = errno;
+        remove_flat_dir(tmp);
+        return kda_fail(err, "%s: cannot rename from %s: %s", fin, tmp, strerror(e));
+    }
+    fsync_path(save);
+    if (hook("before_latest", err)) return -1;
+    char line[40];
+    int n = snprintf(line, sizeof line, "%s\n", name);
+    if (write_file_atomic(path_join(p, sizeof p, save, "latest"), line, (size_t)n, err)) return -1;
+    if (old[0]) remove_flat_dir(old);
+    cleanup_dir(save, keep_last);
+    if (out_dir) snprintf(out_dir, PATH_MAX, "%s", fin);
+    return 0;
+}
+
+// ---------------------------------------------------------------------------------------------
+// Load
+
+int kda_checkpoint_resolve(const char *path, char *out, size_t cap, KdaError *err) {
+    char p[PATH_MAX];
+    if (!path_is_dir(path)) return kda_fail(err, "%s: no such checkpoint directory", path);
+    if (path_exists(path_join(p, sizeof p, path, "trainer_state.json"))) {
+        snprintf(out, cap, "%s", path);
+        return 0;
+    }
+    path_join(p, sizeof p, path, "latest");
+    if (!path_exists(p)) return 1;
+    size_t n;
+    char *s = read_file(p, &n, err);
+    if (!s) return -1;
+    while (n && (s[n - 1] == '\n' || s[n - 1] == '\r' || s[n - 1] == ' ')) s[--n] = 0;
+    int64_t it;
+    if (!parse_iter_name(s, &it)) {
+        kda_fail(err, "%s: expected \"iter_NNNNNNN\", found \"%.60s\"", p, s);
+        free(s);
+        return -1;
+    }
+    path_join(out, cap, path, s);
+    free(s);
+    if (!path_exists(path_join(p, sizeof p, out, "trainer_state.json")))
+        return kda_fail(err, "%s: `latest` names %s, which has no trainer_state.json", path, out);
+    return 0;
+}
+
+static int load_optimizer(const char *path, const KdaParamTable *t, KdaAdamW *opt, KdaError *err) {
+    SafeTensors st;
+    if (st_open(&st, path, err)) return -1;
+    int rc = 0;
+    char name[160];
+    for (int i = 0; i < t->n && !rc; i++) {
+        const KdaParamInfo *r = &t->rows[i];
+        for (int k = 0; k < 2 && !rc; k++) {
+            snprintf(name, sizeof name, "%s.%s", r->name, k ? "exp_avg_sq" : "exp_avg");
+            const StTensor *x = st_find(&st, name);
+            if (!x) rc = kda_fail(err, "%s: tensor %s is missing", path, name);
+            else if (x->dtype != ST_F32 || x->numel != r->numel)
+                rc = kda_fail(err, "%s: tensor %s: expected F32 with %lld elements", path, name,
+                              (long long)r->numel);
+            else memcpy((k ? opt->v : opt->m) + r->offset, x->data, x->nbytes);
+        }
+    }
+    if (!rc && st.n_tensors != 2 * (int64_t)t->n)
+        rc = kda_fail(err, "%s: %lld tensors, expected %d", path, (long long)st.n_tensors,
+                      2 * t->n);
+    const char *step = st_meta(&st, "step");
+    char *end = NULL;
+    long long s = step ? strtoll(step, &end, 10) : -1;
+    if (!rc && (!step || *end || s < 0))
+        rc = kda_fail(err, "%s: __metadata__ \"step\" missing or not a non-negative integer", path);
+    if (!rc) opt->step = s;
+    st_close(&st);
+    return rc;
+}
+
+static int get_hex(const JsonValue *v, uint64_t *out) {
+    if (!v || v->type != JSON_STRING) return -1;
+    char *end;
+    errno = 0;
+    unsigned long long x = strtoull(v->str, &end, 16);
+    if (errno || *end || end == v->str) return -1;
+    *out = x;
+    return 0;
+}
+
+static int load_state(const char *path, KdaTrainState *st, KdaError *err) {
+    JsonDoc doc;
+    if (json_parse_file(&doc, path, err)) return -1;
+    const JsonValue *r = &doc.root;
+    memset(st, 0, sizeof *st);
+    int64_t fmt = 0, has_spare = 0;
+    uint64_t spare = 0;
+    const JsonValue *rng = json_get(r, "rng");
+    const char *td = json_get_str(r, "train_data"), *vd = json_get_str(r, "valid_data");
+    int bad = json_get_int(r, "format", &fmt) || fmt != STATE_FORMAT ||
+              json_get_int(r, "iteration", &st->iteration) ||
+              json_get_int(r, "consumed_train_samples", &st->consumed_train) ||
+              json_get_int(r, "consumed_valid_samples", &st->consumed_valid) ||
+              json_get_int(r, "skipped_iterations", &st->skipped_iters) ||
+              json_get_int(r, "nan_iterations", &st->nan_iters) ||
+              json_get_int(r, "consecutive_nan_iterations", &st->consecutive_nan) ||
+              json_get_int(r, "rng_has_spare", &has_spare) ||
+              get_hex(json_get(r, "rng_spare_bits"), &spare) || !rng ||
+              rng->type != JSON_ARRAY || rng->len != 4 || !td || !vd ||
+              get_hex(json_get(r, "train_data_fingerprint"), &st->train_fingerprint) ||
+              get_hex(json_get(r, "valid_data_fingerprint"), &st->valid_fingerprint);
+    for (int i = 0; !bad && i < 4; i++) bad = get_hex(&rng->items[i], &st->rng.s[i]);
+    if (!bad) {
+        union {
+            uint64_t u;
+            double d;
+        } sp = {.u = spare};
+        st->rng.has_spare = (int)has_spare;
+        st->rng.spare = sp.d;
+        snprintf(st->train_desc, sizeof st->train_desc, "%s", td);
+        snprintf(st->valid_desc, sizeof st->valid_desc, "%s", vd);
+    }
+    json_free(&doc);
+    if (bad)
+        return kda_fail(err, "%s: not a format-%d trainer state (a field is missing or has the "
+                             "wrong type)",
+                        path, STATE_FORMAT);
+    return 0;
+}
+
+int kda_checkpoint_load(const char *dir, const KdaConfig *cfg, const KdaParamTable *t,
+                        float *params, KdaAdamW *opt, KdaTrainState *st, KdaError *err) {
+    char p[PATH_MAX], diff[512];
+    KdaConfig ck;
+    if (kda_config_load(&ck, path_join(p, sizeof p, dir, "config.json"), err)) return -1;
+    if (kda_config_diff(&ck, cfg, diff, sizeof diff))
+        return kda_fail(err, "%s: model config differs from the checkpoint (checkpoint vs run): %s",
+                        dir, diff);
+    if (kda_model_read_weights(dir, cfg, t, params, err)) return -1;
+    if (load_optimizer(path_join(p, sizeof p, dir, "optimizer.safetensors"), t, opt, err))
+        return -1;
+    return load_state(path_join(p, sizeof p, dir, "trainer_state.json"), st, err);
+}

@@ -1,0 +1,75 @@
+// checkpoint.h - training checkpoints: atomic save, keep-last rotation, `latest` pointer, load
+// and resume checks (engineering-notes.md §7).
+//
+// Layout of SAVE/iter_NNNNNNN/ (NNNNNNN = iteration, 7 digits as Megatron):
+//   model.safetensors      fp32 weights, FLA names (kda-model.md §3); + config.json (FLA keys):
+//                          the directory is also a valid HF model dir for kda_model_load_dir
+//   optimizer.safetensors  fp32 "<param>.exp_avg" and "<param>.exp_avg_sq" for every row of
+//                          the parameter table; __metadata__ "step" = updates applied
+//   trainer_state.json     iteration, consumed samples (train, valid), skipped/nan counters,
+//                          RNG state, data descriptions and fingerprints, format version
+//   run_config.yaml        the effective run config
+// SAVE/latest holds "iter_NNNNNNN\n" and is replaced atomically after the directory is complete.
+//
+// Atomicity: files are written (each fsync'ed) into SAVE/.tmp-iter_NNNNNNN, the temp directory
+// is fsync'ed and renamed to iter_NNNNNNN, SAVE is fsync'ed, then `latest` is written. A crash
+// (even SIGKILL) at any point leaves `latest` naming the previous complete checkpoint; stale
+// .tmp-iter_* directories are removed by the next save. On any error the temp directory is
+// removed and -1 returned (no partial checkpoint is ever visible under an iter_ name).
+#ifndef KDA_CHECKPOINT_H
+#define KDA_CHECKPOINT_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "core/error.h"
+#include "core/rng.h"
+#include "model/config.h"
+#include "model/params.h"
+#include "train/optim.h"
+#include "train/run_config.h"
+
+typedef struct {
+    int64_t iteration;        // iterations completed (skipped ones included)
+    int64_t consumed_train;   // train samples consumed = the loader cursor
+    int64_t consumed_valid;   // valid samples consumed by evaluations so far
+    int64_t skipped_iters;    // total updates skipped (NaN/inf loss or grad norm)
+    int64_t nan_iters;        // total iterations with a NaN/inf loss or grad norm
+    int64_t consecutive_nan;  // current run of consecutive NaN iterations
+    KdaRng rng;               // trainer RNG (not used by the CPU math today; saved for resume)
+    char train_desc[2048];    // kda_loader_describe of the train data ("" if none)
+    uint64_t train_fingerprint;
+    char valid_desc[2048];
+    uint64_t valid_fingerprint;
+} KdaTrainState;
+
+// Test hook: when set, called at named stages of a save ("model", "optimizer", "state",
+// "before_rename", "before_latest"); a nonzero return makes the save fail there (simulated
+// write error). NULL in production.
+extern int (*kda_checkpoint_test_hook)(const char *stage);
+
+// Writes SAVE/iter_NNNNNNN (see above) and updates SAVE/latest; then, when keep_last > 0,
+// deletes the oldest iter_* directories so that keep_last remain. out_dir (may be NULL, cap
+// PATH_MAX) receives the checkpoint path. rc may be NULL (no run_config.yaml).
+int kda_checkpoint_save(const char *save, const KdaTrainState *st, const KdaConfig *cfg,
+                        const KdaParamTable *t, const float *params, const KdaAdamW *opt,
+                        const KdaRunConfig *rc, int64_t keep_last, char *out_dir, KdaError *err);
+
+// Resolves path to a checkpoint directory: an iter_* directory (holds trainer_state.json) is
+// taken as is; a save directory is followed through its `latest` file. Returns 0 with out
+// filled, 1 when path is a directory without `latest` (nothing to resume), -1 on error
+// (missing path, latest naming a missing directory).
+int kda_checkpoint_resolve(const char *path, char *out, size_t cap, KdaError *err);
+
+// Loads a checkpoint directory into caller buffers. cfg is the run's model config: a different
+// model config fails with "model config differs from the checkpoint: <key> is X there, Y here".
+// params [t->total_numel] fp32; opt must be initialized for t->total_numel elements (its
+// moments and step are overwritten); st receives the trainer state.
+int kda_checkpoint_load(const char *dir, const KdaConfig *cfg, const KdaParamTable *t,
+                        float *params, KdaAdamW *opt, KdaTrainState *st, KdaError *err);
+
+// First FLA config key whose value differs between a and b; writes "key: A vs B" into out
+// (cap bytes) and returns 1, or returns 0 when the configs are the same model.
+int kda_config_diff(const KdaConfig *a, const KdaConfig *b, char *out, size_t cap);
+
+#endif

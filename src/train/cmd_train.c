@@ -1,0 +1,92 @@
+// cmd_train.c - `kda train --config X.yaml [--any_key value ...] [--init-from HF_DIR]`.
+#include <omp.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "commands.h"
+#include "core/error.h"
+#include "core/log.h"
+#include "train/run_config.h"
+#include "train/trainer.h"
+
+void openblas_set_num_threads(int n); // OpenBLAS (cblas.h pulls in more than needed)
+
+static void usage(FILE *f) {
+    fprintf(f,
+            "usage: kda train --config RUN.yaml [--KEY VALUE ...] [--init-from HF_DIR]\n"
+            "train (or resume) a KDA model on the CPU\n\n"
+            "  --config PATH       run config (YAML, Megatron key names; configs/*.yaml)\n"
+            "  --KEY VALUE         override any run-config key, e.g. --train_iters 100 "
+            "--lr 1e-3\n"
+            "                      (lists take several words: --train_data_path a b)\n"
+            "  --init-from DIR     start from the weights of an HF model dir (fresh optimizer)\n"
+            "  --no-progress       no progress bar\n"
+            "  --quiet             no per-iteration log lines\n"
+            "  --help              this help\n\n"
+            "Resumes from `load`, or from `save` when it holds a `latest` checkpoint. SIGINT/\n"
+            "SIGTERM: finish the step, save, exit 0 (a second signal exits at once).\n"
+            "Keys: see src/train/run_config.h; the effective config is saved with every\n"
+            "checkpoint (run_config.yaml).\n");
+}
+
+int cmd_train(int argc, char **argv) {
+    const char *init_from = NULL;
+    int progress = 1, quiet = 0;
+    char **rest = calloc((size_t)argc + 1, sizeof *rest);
+    int n = 0;
+    for (int i = 0; i < argc; i++) {
+        if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) {
+            usage(stdout);
+            free(rest);
+            return 0;
+        } else if (!strcmp(argv[i], "--init-from") || !strcmp(argv[i], "--init_from")) {
+            if (i + 1 >= argc) kda_die("--init-from needs a directory");
+            init_from = argv[++i];
+        } else if (!strncmp(argv[i], "--init-from=", 12)) {
+            init_from = argv[i] + 12;
+        } else if (!strcmp(argv[i], "--no-progress")) {
+            progress = 0;
+        } else if (!strcmp(argv[i], "--quiet")) {
+            quiet = 1;
+        } else {
+            rest[n++] = argv[i];
+        }
+    }
+    KdaRunConfig rc;
+    KdaError err = {{0}};
+    kda_run_config_defaults(&rc);
+    if (kda_run_config_from_cli(&rc, n, rest, &err)) kda_die("%s", err.msg);
+    free(rest);
+    if (!rc.model && init_from) {
+        const char *v[1] = {init_from};
+        if (kda_run_config_set(&rc, "model", v, 1, &err)) kda_die("%s", err.msg);
+    }
+    if (kda_run_config_validate(&rc, &err)) kda_die("%s", err.msg);
+    if (rc.device && strcmp(rc.device, "cpu"))
+        kda_die("device \"%s\": this build trains on the CPU only (device: cpu)", rc.device);
+    if (rc.threads > 0) {
+        omp_set_num_threads((int)rc.threads);
+        openblas_set_num_threads((int)rc.threads);
+    }
+    kda_train_install_signal_handlers();
+    KdaTrainOptions o = {.rc = &rc, .init_from = init_from, .progress = progress, .quiet = quiet};
+    KdaTrainResult res;
+    int status = 0;
+    if (kda_train(&o, &res, &err)) {
+        fprintf(stderr, "kda: error: %s\n", err.msg);
+        status = 1;
+    } else {
+        char a[32], b[32];
+        kda_info("%s at iteration %lld (%lld samples) in %s, %s tokens/s; last loss %.4f%s%s",
+                 res.interrupted ? "stopped" : "done", (long long)res.iteration,
+                 (long long)res.consumed_samples, human_seconds(a, sizeof a, res.seconds),
+                 human_count(b, sizeof b, res.tokens_per_s), res.last_loss,
+                 res.checkpoint[0] ? "; checkpoint " : "", res.checkpoint);
+        if (res.nan_iters)
+            kda_warn("%lld iterations had a non-finite loss or grad norm and were skipped",
+                     (long long)res.nan_iters);
+    }
+    kda_run_config_free(&rc);
+    return status;
+}

@@ -1,0 +1,594 @@
+// trainer.c - the training loop and the CPU backend (contract in trainer.h).
+#include "train/trainer.h"
+
+#include <math.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/resource.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "core/json.h"
+#include "core/log.h"
+#include "core/rng.h"
+#include "core/util.h"
+#include "io/model_io.h"
+#include "train/checkpoint.h"
+#include "train/loader.h"
+#include "train/schedule.h"
+
+// ---------------------------------------------------------------------------------------------
+// CPU backend
+
+typedef struct {
+    KdaModel m;
+    float *grads; // [n] fp32
+    KdaAdamW opt;
+} CpuCtx;
+
+static void cpu_zero(void *c) {
+    CpuCtx *x = c;
+    memset(x->grads, 0, (size_t)x->m.table.total_numel * sizeof(float));
+}
+
+static int cpu_fwd_bwd(void *c, const int32_t *ids, int64_t B, int64_t T, int backward,
+                       float *loss, KdaError *err) {
+    CpuCtx *x = c;
+    if (kda_model_forward(&x->m, ids, NULL, B, T, NULL, NULL, loss, err)) return -1;
+    if (!backward) return 0;
+    return kda_model_backward(&x->m, x->grads, err);
+}
+
+static double cpu_finish(void *c, double scale, double max_norm) {
+    CpuCtx *x = c;
+    int64_t n = x->m.table.total_numel;
+    if (scale != 1.0) {
+        float s = (float)scale;
+        for (int64_t i = 0; i < n; i++) x->grads[i] *= s;
+    }
+    if (max_norm > 0) return kda_grad_clip(x->grads, n, max_norm, NULL);
+    return kda_grad_norm(x->grads, n);
+}
+
+static void cpu_update(void *c, double lr) {
+    CpuCtx *x = c;
+    kda_adamw_step(&x->opt, &x->m.table, x->m.params, x->grads, lr);
+}
+
+static float *cpu_params(void *c) { return ((CpuCtx *)c)->m.params; }
+static KdaAdamW *cpu_optim(void *c) { return &((CpuCtx *)c)->opt; }
+static void cpu_changed(void *c) { (void)c; }
+
+static void cpu_destroy(void *c) {
+    CpuCtx *x = c;
+    kda_model_free(&x->m);
+    kda_adamw_free(&x->opt);
+    free(x->grads);
+    free(x);
+}
+
+int kda_backend_cpu_create(KdaBackend *be, KdaModel *model, const KdaAdamWConfig *ocfg,
+                           KdaError *err) {
+    memset(be, 0, sizeof *be);
+    CpuCtx *x = kda_calloc(1, sizeof *x);
+    if (kda_adamw_init(&x->opt, model->table.total_numel, ocfg, err)) {
+        free(x);
+        return -1;
+    }
+    x->m = *model;
+    memset(model, 0, sizeof *model);
+    x->grads = kda_calloc((size_t)x->m.table.total_numel, sizeof(float));
+    *be = (KdaBackend){.name = "cpu",
+                       .ctx = x,
+                       .n_params = x->m.table.total_numel,
+                       .zero_grads = cpu_zero,
+                       .forward_backward = cpu_fwd_bwd,
+                       .finish_grads = cpu_finish,
+                       .update = cpu_update,
+                       .host_params = cpu_params,
+                       .host_optim = cpu_optim,
+                       .state_changed = cpu_changed,
+                       .destroy = cpu_destroy};
+    return 0;
+}
+
+void kda_backend_destroy(KdaBackend *be) {
+    if (be->destroy && be->ctx) be->destroy(be->ctx);
+    memset(be, 0, sizeof *be);
+}
+
+// ---------------------------------------------------------------------------------------------
+// Signals
+
+static volatile sig_atomic_t g_stop = 0;
+
+static void on_signal(int sig) {
+    (void)sig;
+    if (g_stop) _exit(130);
+    g_stop = 1;
+}
+
+void kda_train_install_signal_handlers(void) {
+    struct sigaction sa;
+    memset(&sa, 0, sizeof sa);
+    sa.sa_handler = on_signal;
+    sigemptyset(&sa.sa_mask);
+    sa.sa_flags = SA_RESTART;
+    sigaction(SIGINT, &sa, NULL);
+    sigaction(SIGTERM, &sa, NULL);
+}
+void kda_train_request_stop(void) { g_stop = 1; }
+void kda_train_clear_stop(void) { g_stop = 0; }
+
+// ---------------------------------------------------------------------------------------------
+// The run: everything the loop needs in one place.
+
+typedef struct {
+    const KdaTrainOptions *o;
+    const KdaRunConfig *rc;
+    KdaConfig cfg;
+    KdaParamTable table; // the run's table (a copy owned here, for checkpoints)
+    KdaBackend be;
+    KdaLrSchedule sched;
+    KdaLoader *train, *valid;
+    int32_t *eval_buf;
+    int64_t n_micro, T, tokens_per_iter;
+    double flops_tok, mflops_tok;
+    KdaTrainState st;
+    int64_t start_iteration;
+    FILE *metrics;
+    Progress prog;
+    int use_prog;
+    double last_valid;
+    // log window
+    double win_t0, win_loss;
+    int64_t win_iters, win_good, win_skipped, win_nan, last_log_iter;
+    double last_norm, last_lr;
+    float last_loss;
+} Run;
+
+static double peak_rss_mib(void) {
+    struct rusage ru;
+    getrusage(RUSAGE_SELF, &ru);
+    return (double)ru.ru_maxrss / 1024.0;
+}
+
+static void timestamp(char *buf, size_t cap) {
+    struct timespec ts;
+    struct tm tm;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    localtime_r(&ts.tv_sec, &tm);
+    size_t n = strftime(buf, cap, "%Y-%m-%d %H:%M:%S", &tm);
+    snprintf(buf + n, cap - n, ".%06ld", ts.tv_nsec / 1000);
+}
+
+static void clear_bar(Run *r) {
+    if (r->use_prog && r->prog.tty && r->prog.drawn) fprintf(stderr, "\r\033[K");
+}
+
+static int load_model_config(Run *r, KdaError *err) {
+    if (kda_config_load(&r->cfg, r->rc->model, err)) return -1;
+    return kda_config_derive(&r->cfg, r->rc->model, err);
+}
+
+// Model, parameters and backend: fresh init, or weights from o->init_from.
+static int setup_backend(Run *r, KdaError *err) {
+    KdaModel m;
+    if (kda_model_init(&m, &r->cfg, err)) return -1;
+    if (r->o->init_from) {
+        KdaConfig ic;
+        char diff[512];
+        if (kda_config_load(&ic, r->o->init_from, err)) goto fail;
+        if (kda_config_diff(&ic, &r->cfg, diff, sizeof diff)) {
+            kda_fail(err, "%s: model config differs from the run's model %s (init vs run): %s",
+                     r->o->init_from, r->rc->model, diff);
+            goto fail;
+        }
+        if (kda_model_read_weights(r->o->init_from, &r->cfg, &m.table, m.params, err)) goto fail;
+    } else {
+        kda_params_init(&m.table, &r->cfg, m.params, (uint64_t)r->rc->seed);
+    }
+    if (kda_params_build(&r->table, &r->cfg, err)) goto fail;
+    KdaAdamWConfig oc = {r->rc->adam_beta1, r->rc->adam_beta2, r->rc->adam_eps,
+                         r->rc->weight_decay};
+    if (kda_backend_cpu_create(&r->be, &m, &oc, err)) goto fail;
+    return 0;
+fail:
+    kda_model_free(&m);
+    return -1;
+}
+
+static int open_loader(KdaLoader **out, const KdaRunConfig *rc, const KdaStrList *list, int part,
+                       int whole, int64_t num_samples, int64_t n_vocab, KdaError *err) {
+    const char **paths = NULL;
+    double *weights = NULL;
+    int n = 0;
+    if (kda_run_config_blend(list, &paths, &weights, &n, err)) return -1;
+    KdaLoaderSpec s = {.paths = paths,
+                       .weights = weights,
+                       .n_paths = n,
+                       .split = rc->split,
+                       .split_part = part,
+                       .whole = whole,
+                       .seq_length = rc->seq_length,
+                       .num_samples = num_samples,
+                       .seed = (uint32_t)rc->seed,
+                       .objective = rc->objective && !strcmp(rc->objective, "fla") ? KDA_OBJ_FLA
+                                                                                    : KDA_OBJ_MEGATRON,
+                       .n_vocab = n_vocab};
+    int rc2 = kda_loader_open(out, &s, err);
+    free(paths);
+    free(weights);
+    return rc2;
+}
+
+static int setup_data(Run *r, KdaError *err) {
+    const KdaRunConfig *rc = r->rc;
+    if (rc->objective && strcmp(rc->objective, "megatron") && strcmp(rc->objective, "fla"))
+        return kda_fail(err, "objective: expected megatron or fla, got \"%s\"", rc->objective);
+    int64_t gbs = rc->global_batch_size;
+    if (open_loader(&r->train, rc, &rc->train_data_path, 0, 0, rc->train_iters * gbs,
+                    r->cfg.vocab_size, err))
+        return -1;
+    r->T = kda_loader_row_tokens(r->train);
+    if (rc->eval_interval > 0 && rc->eval_iters > 0) {
+        int64_t n_evals = rc->train_iters / rc->eval_interval + 1;
+        int64_t want = rc->eval_iters * gbs * n_evals;
+        int sep = rc->valid_data_path.n > 0;
+        if (open_loader(&r->valid, rc, sep ? &rc->valid_data_path : &rc->train_data_path, 1, sep,
+                        want, r->cfg.vocab_size, err))
+            return -1;
+        r->eval_buf = kda_malloc((size_t)(rc->micro_batch_size * r->T) * sizeof(int32_t));
+    }
+    return 0;
+}
+
+// Keeps only metrics lines with iteration <= it (resume), atomically.
+static void trim_metrics(const char *path, int64_t it) {
+    size_t n;
+    KdaError e;
+    char *s = read_file(path, &n, &e);
+    if (!s) return;
+    char *out = kda_malloc(n + 1);
+    size_t k = 0;
+    for (char *line = s; *line;) {
+        char *nl = strchr(line, '\n');
+        size_t len = nl ? (size_t)(nl - line) + 1 : strlen(line);
+        JsonDoc d;
+        int64_t li;
+        if (!json_parse(&d, line, nl ? len - 1 : len, &e)) {
+            if (!json_get_int(&d.root, "iteration", &li) && li <= it) {
+                memcpy(out + k, line, len);
+                k += len;
+            }
+            json_free(&d);
+        }
+        line += len;
+    }
+    write_file_atomic(path, out, k, &e);
+    free(out);
+    free(s);
+}
+
+static int setup_resume(Run *r, KdaError *err) {
+    const KdaRunConfig *rc = r->rc;
+    const char *from = rc->load ? rc->load : rc->save;
+    char dir[PATH_MAX];
+    if (!from) return 0;
+    int got = kda_checkpoint_resolve(from, dir, sizeof dir, err);
+    if (got < 0) {
+        if (!rc->load && !path_exists(from)) return 0; // a new save dir: fresh start
+        return -1;
+    }
+    if (got == 1) {
+        if (rc->load) return kda_fail(err, "%s: no `latest` checkpoint to resume from", from);
+        return 0;
+    }
+    if (r->o->init_from) kda_warn("resuming from %s: --init-from is ignored", dir);
+    KdaTrainState st;
+    float *p = r->be.host_params(r->be.ctx);
+    if (kda_checkpoint_load(dir, &r->cfg, &r->table, p, r->be.host_optim(r->be.ctx), &st, err))
+        return -1;
+    r->be.state_changed(r->be.ctx);
+    if (st.train_fingerprint != r->st.train_fingerprint)
+        kda_warn("%s: the training data differs from the checkpoint's:\n  was: %s\n  now: %s", dir,
+                 st.train_desc, r->st.train_desc);
+    st.train_fingerprint = r->st.train_fingerprint;
+    st.valid_fingerprint = r->st.valid_fingerprint;
+    memcpy(st.train_desc, r->st.train_desc, sizeof st.train_desc);
+    memcpy(st.valid_desc, r->st.valid_desc, sizeof st.valid_desc);
+    r->st = st;
+    r->start_iteration = st.iteration;
+    if (!r->o->quiet)
+        kda_info("resumed from %s: iteration %lld, %lld samples consumed, optimizer step %lld", dir,
+                 (long long)st.iteration, (long long)st.consumed_train,
+                 (long long)r->be.host_optim(r->be.ctx)->step);
+    return 0;
+}
+
+static int setup(Run *r, KdaError *err) {
+    const KdaRunConfig *rc = r->rc;
+    if (rc->micro_batch_size < 1 || rc->global_batch_size % rc->micro_batch_size)
+        return kda_fail(err, "global_batch_size %lld must be a multiple of micro_batch_size %lld",
+                        (long long)rc->global_batch_size, (long long)rc->micro_batch_size);
+    r->n_micro = rc->global_batch_size / rc->micro_batch_size;
+    r->sched = (KdaLrSchedule){rc->lr, rc->min_lr, rc->lr_warmup_iters,
+                               rc->lr_decay_iters ? rc->lr_decay_iters : rc->train_iters,
+                               KDA_LR_COSINE};
+    if (kda_lr_style_parse(rc->lr_decay_style ? rc->lr_decay_style : "cosine", &r->sched.style,
+                           err) ||
+        kda_lr_schedule_check(&r->sched, err))
+        return -1;
+    if (load_model_config(r, err) || setup_backend(r, err) || setup_data(r, err)) return -1;
+    r->tokens_per_iter = rc->global_batch_size * rc->seq_length;
+    r->flops_tok = kda_model_flops_per_token(&r->cfg, rc->seq_length);
+    r->mflops_tok = kda_megatron_flops_per_token(&r->cfg, rc->seq_length);
+    rng_seed(&r->st.rng, (uint64_t)rc->seed);
+    snprintf(r->st.train_desc, sizeof r->st.train_desc, "%s", kda_loader_describe(r->train));
+    r->st.train_fingerprint = kda_loader_fingerprint(r->train);
+    if (r->valid) {
+        snprintf(r->st.valid_desc, sizeof r->st.valid_desc, "%s", kda_loader_describe(r->valid));
+        r->st.valid_fingerprint = kda_loader_fingerprint(r->valid);
+    }
+    if (setup_resume(r, err)) return -1;
+    if (rc->save) {
+        char p[PATH_MAX];
+        if (mkdir_p(rc->save, err)) return -1;
+        path_join(p, sizeof p, rc->save, "metrics.jsonl");
+        trim_metrics(p, r->start_iteration);
+        r->metrics = fopen(p, "a");
+        if (!r->metrics) return kda_fail(err, "%s: cannot open for appending", p);
+    }
+    return kda_loader_start(r->train, r->st.consumed_train, rc->micro_batch_size, 4, err);
+}
+
+// ---------------------------------------------------------------------------------------------
+// Evaluation, logging, saving
+
+static int evaluate(Run *r, double *out, KdaError *err) {
+    const KdaRunConfig *rc = r->rc;
+    int64_t mbs = rc->micro_batch_size, n = rc->eval_iters * r->n_micro;
+    double sum = 0;
+    for (int64_t k = 0; k < n; k++) {
+        if (kda_loader_read(r->valid, r->st.consumed_valid, mbs, r->eval_buf, err)) return -1;
+        float l;
+        if (r->be.forward_backward(r->be.ctx, r->eval_buf, mbs, r->T, 0, &l, err)) return -1;
+        sum += l;
+        r->st.consumed_valid += mbs;
+    }
+    *out = sum / (double)n;
+    return 0;
+}
+
+static void log_eval(Run *r, double vl) {
+    r->last_valid = vl;
+    if (!r->o->quiet) {
+        clear_bar(r);
+        printf(" validation loss at iteration %lld on validation set | lm loss value: %E | "
+               "lm loss PPL: %E |\n",
+               (long long)r->st.iteration, vl, exp(vl < 700 ? vl : 700));
+        fflush(stdout);
+    }
+}
+
+static void log_train(Run *r, int evaluated) {
+    const KdaRunConfig *rc = r->rc;
+    double dt = now_seconds() - r->win_t0;
+    int64_t it = r->st.iteration;
+    double ms = 1000.0 * dt / (double)(r->win_iters ? r->win_iters : 1);
+    double tok_s = (double)r->tokens_per_iter / (ms / 1000.0);
+    double loss = r->win_good ? r->win_loss / (double)r->win_good : NAN;
+    double lr = kda_lr_at(&r->sched, r->be.host_optim(r->be.ctx)->step);
+    if (!r->o->quiet) {
+        char ts[64];
+        timestamp(ts, sizeof ts);
+        clear_bar(r);
+        printf("[%s] iteration %8lld/%8lld | consumed samples: %12lld | elapsed time per "
+               "iteration (ms): %.1f | throughput per GPU (TFLOP/s/GPU): %.1f | learning rate: "
+               "%E | global batch size: %5lld | lm loss: %E | loss scale: 1.0 | grad norm: %.3f | "
+               "number of skipped iterations: %3lld | number of nan iterations: %3lld | "
+               "tokens/s/GPU: %.1f | model TFLOP/s/GPU: %.3f | MFU: n/a | peak memory (MiB): "
+               "%.0f |\n",
+               ts, (long long)it, (long long)rc->train_iters, (long long)r->st.consumed_train, ms,
+               tok_s * r->mflops_tok / 1e12, lr, (long long)rc->global_batch_size, loss,
+               r->last_norm, (long long)r->win_skipped, (long long)r->win_nan, tok_s,
+               tok_s * r->flops_tok / 1e12, peak_rss_mib());
+        fflush(stdout);
+    }
+    if (r->metrics) {
+        fprintf(r->metrics,
+                "{\"iteration\": %lld, \"consumed_samples\": %lld, \"lr\": %.9g, \"loss\": %.9g, "
+                "\"grad_norm\": %.9g, \"ms_per_iter\": %.3f, \"tokens_per_s\": %.1f, "
+                "\"skipped\": %lld, \"nan\": %lld",
+                (long long)it, (long long)r->st.consumed_train, lr, isfinite(loss) ? loss : -1.0,
+                isfinite(r->last_norm) ? r->last_norm : -1.0, ms, tok_s,
+                (long long)r->win_skipped, (long long)r->win_nan);
+        if (evaluated) fprintf(r->metrics, ", \"valid_loss\": %.9g", r->last_valid);
+        fprintf(r->metrics, "}\n");
+        fflush(r->metrics);
+    }
+    r->win_t0 = now_seconds();
+    r->win_loss = 0;
+    r->win_iters = r->win_good = r->win_skipped = r->win_nan = 0;
+    r->last_log_iter = it;
+}
+
+static int save(Run *r, KdaTrainResult *res, KdaError *err) {
+    if (!r->rc->save || r->st.iteration == r->start_iteration) return 0;
+    char dir[PATH_MAX];
+    const KdaAdamW *opt = r->be.host_optim(r->be.ctx);
+    if (kda_checkpoint_save(r->rc->save, &r->st, &r->cfg, &r->table, r->be.host_params(r->be.ctx),
+                            opt, r->rc, r->rc->keep_last, dir, err))
+        return -1;
+    snprintf(res->checkpoint, sizeof res->checkpoint, "%s", dir);
+    if (!r->o->quiet) {
+        clear_bar(r);
+        kda_info("saved checkpoint %s (iteration %lld)", dir, (long long)r->st.iteration);
+    }
+    return 0;
+}
+
+// ---------------------------------------------------------------------------------------------
+// One iteration
+
+static int train_step(Run *r, KdaStepInfo *si, KdaError *err) {
+    const KdaRunConfig *rc = r->rc;
+    KdaBackend *be = &r->be;
+    be->zero_grads(be->ctx);
+    double sum = 0;
+    for (int k = 0; k < r->n_micro; k++) {
+        const int32_t *ids = kda_loader_next(r->train, err);
+        if (!ids) return -1;
+        float l;
+        if (be->forward_backward(be->ctx, ids, rc->micro_batch_size, r->T, 1, &l, err)) return -1;
+        if (r->o->poison && r->o->poison(r->o->user, r->st.iteration + 1, k)) l = NAN;
+        sum += l;
+    }
+    si->iteration = r->st.iteration + 1;
+    si->loss = (float)(sum / (double)r->n_micro);
+    si->grad_norm = NAN;
+    si->lr = 0;
+    si->skipped = 1;
+    if (isfinite(si->loss)) {
+        si->grad_norm = be->finish_grads(be->ctx, 1.0 / (double)r->n_micro, rc->clip_grad);
+        if (isfinite(si->grad_norm)) {
+            si->lr = kda_lr_for_update(&r->sched, be->host_optim(be->ctx)->step + 1);
+            be->update(be->ctx, si->lr);
+            si->skipped = 0;
+        }
+    }
+    r->st.iteration++;
+    r->st.consumed_train += rc->global_batch_size;
+    r->win_iters++;
+    if (si->skipped) {
+        r->st.skipped_iters++;
+        r->st.nan_iters++;
+        r->st.consecutive_nan++;
+        r->win_skipped++;
+        r->win_nan++;
+        if (!r->o->quiet) {
+            clear_bar(r);
+            kda_warn("iteration %lld: non-finite %s, update skipped (%lld consecutive, %lld total)",
+                     (long long)si->iteration, isfinite(si->loss) ? "grad norm" : "loss",
+                     (long long)r->st.consecutive_nan, (long long)r->st.nan_iters);
+        }
+    } else {
+        r->st.consecutive_nan = 0;
+        r->win_good++;
+        r->win_loss += si->loss;
+        r->last_norm = si->grad_norm;
+    }
+    r->last_loss = si->loss;
+    if (rc->max_nan_steps > 0 && r->st.consecutive_nan >= rc->max_nan_steps)
+        return kda_fail(err, "aborting: %lld consecutive iterations with a non-finite loss or "
+                             "grad norm (max_nan_steps %lld), last at iteration %lld",
+                        (long long)r->st.consecutive_nan, (long long)rc->max_nan_steps,
+                        (long long)si->iteration);
+    return 0;
+}
+
+static void progress_tick(Run *r, double tok_s) {
+    if (!r->use_prog) return;
+    char extra[160];
+    int n = snprintf(extra, sizeof extra, "loss %.4f", r->last_loss);
+    if (isfinite(r->last_valid))
+        n += snprintf(extra + n, sizeof extra - (size_t)n, " | valid %.4f", r->last_valid);
+    if (tok_s > 0) snprintf(extra + n, sizeof extra - (size_t)n, " | %.0f tok/s", tok_s);
+    progress_update(&r->prog, (double)r->st.iteration, extra);
+}
+
+static int loop(Run *r, KdaTrainResult *res, KdaError *err) {
+    const KdaRunConfig *rc = r->rc;
+    const KdaTrainOptions *o = r->o;
+    double t0 = now_seconds(), t1 = 0;
+    int64_t it1 = r->st.iteration;
+    r->win_t0 = t0;
+    while (r->st.iteration < rc->train_iters) {
+        KdaStepInfo si;
+        if (train_step(r, &si, err)) return -1;
+        if (o->on_step) o->on_step(o->user, &si);
+        int64_t it = r->st.iteration;
+        if (it == r->start_iteration + 1) { // throughput excludes the first (warm-up) iteration
+            t1 = now_seconds();
+            it1 = it;
+        }
+        int last = it == rc->train_iters;
+        int evaluated = 0;
+        if (r->valid && (it % rc->eval_interval == 0 || last)) {
+            double vl;
+            if (evaluate(r, &vl, err)) return -1;
+            log_eval(r, vl);
+            evaluated = 1;
+        }
+        if (it == 1 || (rc->log_interval > 0 && it % rc->log_interval == 0) || last)
+            log_train(r, evaluated);
+        else if (evaluated && r->metrics) {
+            fprintf(r->metrics, "{\"iteration\": %lld, \"consumed_samples\": %lld, "
+                                "\"valid_loss\": %.9g}\n",
+                    (long long)it, (long long)r->st.consumed_train, r->last_valid);
+            fflush(r->metrics);
+        }
+        double el = now_seconds() - t1;
+        progress_tick(r, it > it1 && el > 0 ? (double)((it - it1) * r->tokens_per_iter) / el : 0);
+        int stop = g_stop || (o->stop_after > 0 && it >= o->stop_after);
+        if (last || stop || (rc->save_interval > 0 && it % rc->save_interval == 0))
+            if (save(r, res, err)) return -1;
+        if (stop && !last) {
+            res->interrupted = 1;
+            if (!o->quiet) {
+                clear_bar(r);
+                kda_info("stopped at iteration %lld on request", (long long)it);
+            }
+            break;
+        }
+    }
+    res->seconds = now_seconds() - t0;
+    double el = now_seconds() - t1;
+    if (r->st.iteration > it1 && el > 0)
+        res->tokens_per_s = (double)((r->st.iteration - it1) * r->tokens_per_iter) / el;
+    return 0;
+}
+
+int kda_train(const KdaTrainOptions *o, KdaTrainResult *res, KdaError *err) {
+    memset(res, 0, sizeof *res);
+    res->last_valid_loss = NAN;
+    Run r;
+    memset(&r, 0, sizeof r);
+    r.o = o;
+    r.rc = o->rc;
+    r.last_valid = NAN;
+    r.last_norm = NAN;
+    int rc = setup(&r, err);
+    if (!rc) {
+        r.use_prog = o->progress && isatty(STDERR_FILENO);
+        if (r.use_prog) {
+            progress_init(&r.prog, "train", (double)r.rc->train_iters, "it");
+            progress_update(&r.prog, (double)r.st.iteration, NULL);
+        }
+        if (!o->quiet)
+            kda_info("training %lld iterations from %lld: %lld x %lld micro-batches of %lld x %lld "
+                     "tokens, objective %s, %.3g model FLOPs/token",
+                     (long long)r.rc->train_iters, (long long)r.st.iteration,
+                     (long long)r.n_micro, (long long)r.rc->micro_batch_size,
+                     (long long)r.rc->micro_batch_size, (long long)r.T,
+                     r.rc->objective ? r.rc->objective : "megatron", r.flops_tok);
+        rc = loop(&r, res, err);
+        if (r.use_prog) progress_finish(&r.prog, (double)r.st.iteration, NULL);
+    }
+    res->iteration = r.st.iteration;
+    res->consumed_samples = r.st.consumed_train;
+    res->start_iteration = r.start_iteration;
+    res->nan_iters = r.st.nan_iters;
+    res->skipped_iters = r.st.skipped_iters;
+    res->last_loss = r.last_loss;
+    res->last_valid_loss = r.last_valid;
+    if (r.metrics) fclose(r.metrics);
+    kda_loader_free(r.train);
+    kda_loader_free(r.valid);
+    free(r.eval_buf);
+    kda_backend_destroy(&r.be);
+    kda_params_free(&r.table);
+    return rc;
+}

@@ -1,0 +1,112 @@
+// trainer.h - the training loop: data -> micro-batches -> forward/backward (behind a backend
+// interface) -> averaged gradients -> clipping -> AdamW with the LR schedule; Megatron-style
+// logs, metrics.jsonl, validation, atomic checkpoints, exact resume, signals, NaN handling.
+//
+// One update ("iteration") = global_batch_size / micro_batch_size micro-batches. Gradients are
+// accumulated and scaled by 1 / n_micro, so the step's loss and gradient are the mean of the
+// micro-batch means (training-recipe.md §1.4). Norm before clipping is logged as "grad norm".
+// The update index u (1-based) counts applied updates only: a skipped iteration (NaN/inf loss
+// or grad norm) advances the iteration and the data cursor but neither the optimizer step nor
+// the schedule (Megatron's behaviour), and leaves parameters and moments untouched.
+//
+// max_nan_steps: the run aborts (returns -1) after that many CONSECUTIVE skipped iterations;
+// 0 means never abort (skips are only counted and reported).
+//
+// Resume: from rc->load (a checkpoint dir or a save dir with `latest`), or else from rc->save
+// when it has a `latest`. On CPU the continued run is bit-identical to an uninterrupted one
+// (same data cursor, parameters, moments, step; the math is deterministic for a fixed thread
+// count). A different model config fails naming the key; a different data description only
+// warns. No checkpoint is written for an iteration that was just loaded.
+//
+// Signals (after kda_train_install_signal_handlers): the first SIGINT/SIGTERM lets the current
+// iteration finish, then a checkpoint is saved (when rc->save is set) and kda_train returns 0
+// with result.interrupted = 1; a second signal exits the process at once (status 130).
+//
+// Outputs: one Megatron log line (training-recipe.md §3.1 fields and order, then ours) to
+// stdout at iteration 1 and every log_interval; a validation line every eval_interval (and at
+// the end); SAVE/metrics.jsonl (one JSON object per log/eval; on resume lines past the resumed
+// iteration are dropped); a progress bar on stderr when it is a TTY.
+#ifndef KDA_TRAINER_H
+#define KDA_TRAINER_H
+
+#include <limits.h>
+#include <stdint.h>
+
+#include "core/error.h"
+#include "model/model.h"
+#include "train/optim.h"
+#include "train/run_config.h"
+
+// ---- Backend: where the math runs. The trainer only talks to this interface. ----------------
+typedef struct KdaBackend {
+    const char *name; // "cpu"
+    void *ctx;
+    int64_t n_params; // elements of the flat parameter buffer
+    void (*zero_grads)(void *ctx);
+    // One micro-batch: ids [B, T] int32 (labels = ids, shifted by the model). *loss = mean NLL
+    // over valid targets. backward != 0 accumulates its gradient into the backend's buffer.
+    int (*forward_backward)(void *ctx, const int32_t *ids, int64_t B, int64_t T, int backward,
+                            float *loss, KdaError *err);
+    // Scales the accumulated gradient by scale (1 / n_micro), returns its global L2 norm
+    // (non-finite if any element is) and clips it to max_norm (<= 0: no clipping; a non-finite
+    // norm leaves it unclipped: the caller skips the update).
+    double (*finish_grads)(void *ctx, double scale, double max_norm);
+    void (*update)(void *ctx, double lr); // AdamW update step+1 with this lr
+    // Host views of the training state for checkpoints (a GPU backend syncs first). After the
+    // caller writes into them (resume, init), it calls state_changed.
+    float *(*host_params)(void *ctx);     // [n_params] fp32, layout of the parameter table
+    KdaAdamW *(*host_optim)(void *ctx);   // m, v [n_params] fp32 and the step count
+    void (*state_changed)(void *ctx);
+    void (*destroy)(void *ctx);
+} KdaBackend;
+
+// CPU backend over an initialized model (ownership of *model's contents moves into the
+// backend; *model is zeroed). Gradients and moments are host fp32 buffers.
+int kda_backend_cpu_create(KdaBackend *be, KdaModel *model, const KdaAdamWConfig *ocfg,
+                           KdaError *err);
+void kda_backend_destroy(KdaBackend *be); // accepts a zeroed backend
+
+// ---- The loop ---------------------------------------------------------------------------------
+typedef struct {
+    int64_t iteration;
+    float loss;       // mean of the micro-batch means (NaN when poisoned)
+    double grad_norm; // before clipping (NaN when the loss was already non-finite)
+    double lr;        // learning rate the update used (0 when skipped)
+    int skipped;
+} KdaStepInfo;
+
+typedef struct {
+    const KdaRunConfig *rc;  // validated (kda_run_config_validate)
+    const char *init_from;   // HF model dir whose weights start a fresh run (NULL: own init)
+    int progress;            // 1: progress bar when stderr is a TTY; 0: never
+    int quiet;               // 1: no log lines on stdout (tests)
+    int64_t stop_after;      // > 0: stop as on a signal after this iteration (tests)
+    // Test hook: nonzero poisons that micro-batch's loss (and gradient) with NaN.
+    int (*poison)(void *user, int64_t iteration, int micro);
+    void (*on_step)(void *user, const KdaStepInfo *s); // after every iteration (may be NULL)
+    void *user;
+} KdaTrainOptions;
+
+typedef struct {
+    int64_t iteration;        // iterations completed
+    int64_t consumed_samples; // train samples consumed
+    int64_t start_iteration;  // iteration resumed from (0 for a fresh run)
+    int64_t nan_iters, skipped_iters;
+    int interrupted;          // stopped by a signal / stop_after
+    double last_loss;         // loss of the last iteration
+    double last_valid_loss;   // NaN when never evaluated
+    double seconds;           // wall time of the loop
+    double tokens_per_s;      // averaged over the loop (after the first iteration)
+    char checkpoint[PATH_MAX]; // last checkpoint written ("" if none)
+} KdaTrainResult;
+
+// Runs (or resumes) the training described by o->rc. Returns 0 when train_iters is reached or
+// a stop was requested (checkpoint written), -1 on error (bad data/config, write failure,
+// max_nan_steps consecutive NaN iterations) with the message in err.
+int kda_train(const KdaTrainOptions *o, KdaTrainResult *res, KdaError *err);
+
+void kda_train_install_signal_handlers(void); // SIGINT, SIGTERM (see above)
+void kda_train_request_stop(void);            // what the first signal does
+void kda_train_clear_stop(void);              // tests: reset the stop flag
+
+#endif
