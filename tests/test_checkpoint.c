@@ -1,0 +1,258 @@
+// test_checkpoint.c - checkpoint save/load round trip, keep_last, `latest`, atomicity under a
+// simulated write failure and under SIGKILL of a fork()ed child mid-save, config diff, export.
+#include <limits.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "commands.h"
+#include "core/rng.h"
+#include "core/util.h"
+#include "io/model_io.h"
+#include "test.h"
+#include "train/checkpoint.h"
+
+typedef struct {
+    KdaConfig cfg;
+    KdaParamTable t;
+    float *p;
+    KdaAdamW opt;
+    KdaTrainState st;
+} Ck;
+
+// The tiny model with random weights and moments; values depend on salt.
+static int ck_make(Ck *c, uint64_t salt) {
+    KdaError err;
+    memset(c, 0, sizeof *c);
+    if (kda_config_load(&c->cfg, "configs/tiny.json", &err) ||
+        kda_config_derive(&c->cfg, "tiny", &err) || kda_params_build(&c->t, &c->cfg, &err))
+        return -1;
+    c->p = kda_malloc((size_t)c->t.total_numel * sizeof(float));
+    kda_params_init(&c->t, &c->cfg, c->p, 42 + salt);
+    KdaAdamWConfig oc = {0.9, 0.95, 1e-8, 0.01};
+    if (kda_adamw_init(&c->opt, c->t.total_numel, &oc, &err)) return -1;
+    KdaRng r;
+    rng_seed(&r, salt);
+    for (int64_t i = 0; i < c->t.total_numel; i++) {
+        c->opt.m[i] = rng_normal(&r, 0, 1e-3f);
+        c->opt.v[i] = (float)rng_uniform(&r) * 1e-6f;
+    }
+    c->opt.step = (int64_t)salt + 5;
+    c->st.iteration = (int64_t)salt;
+    c->st.consumed_train = 16 * (int64_t)salt;
+    c->st.consumed_valid = 3;
+    c->st.nan_iters = c->st.skipped_iters = 1;
+    rng_seed(&c->st.rng, 99 + salt);
+    rng_normal(&c->st.rng, 0, 1); // leaves a spare normal in the state
+    snprintf(c->st.train_desc, sizeof c->st.train_desc, "train \"data\" %llu",
+             (unsigned long long)salt);
+    c->st.train_fingerprint = 0xfedcba9876543210ull;
+    return 0;
+}
+
+static void ck_free(Ck *c) {
+    free(c->p);
+    kda_adamw_free(&c->opt);
+    kda_params_free(&c->t);
+}
+
+static int ck_save(const char *save, Ck *c, int64_t keep, KdaError *err) {
+    return kda_checkpoint_save(save, &c->st, &c->cfg, &c->t, c->p, &c->opt, NULL, keep, NULL, err);
+}
+
+// Loads SAVE (via latest) and compares with c bit for bit.
+static int ck_matches(const char *save, Ck *c) {
+    char dir[PATH_MAX];
+    KdaError err;
+    if (kda_checkpoint_resolve(save, dir, sizeof dir, &err) != 0) return 0;
+    Ck l;
+    if (ck_make(&l, 1000)) return 0; // different contents, same shapes
+    int ok = kda_checkpoint_load(dir, &c->cfg, &c->t, l.p, &l.opt, &l.st, &err) == 0;
+    if (!ok) fprintf(stderr, "load: %s\n", err.msg);
+    size_t n = (size_t)c->t.total_numel * sizeof(float);
+    ok = ok && !memcmp(l.p, c->p, n) && !memcmp(l.opt.m, c->opt.m, n) &&
+         !memcmp(l.opt.v, c->opt.v, n) && l.opt.step == c->opt.step &&
+         l.st.iteration == c->st.iteration && l.st.consumed_train == c->st.consumed_train &&
+         l.st.consumed_valid == c->st.consumed_valid && l.st.nan_iters == c->st.nan_iters &&
+         !memcmp(l.st.rng.s, c->st.rng.s, sizeof l.st.rng.s) &&
+         l.st.rng.has_spare == c->st.rng.has_spare && l.st.rng.spare == c->st.rng.spare &&
+         !strcmp(l.st.train_desc, c->st.train_desc) &&
+         l.st.train_fingerprint == c->st.train_fingerprint;
+    ck_free(&l);
+    return ok;
+}
+
+static int count_entries(const char *dir, const char *prefix) {
+    char cmd[PATH_MAX + 64];
+    int n = 0;
+    FILE *f;
+    snprintf(cmd, sizeof cmd, "ls -a '%s' | grep -c '^%s'", dir, prefix);
+    if ((f = popen(cmd, "r"))) {
+        if (fscanf(f, "%d", &n) != 1) n = -1;
+        pclose(f);
+    }
+    return n;
+}
+
+KDA_TEST(checkpoint_round_trip_and_keep_last) {
+    char save[1024];
+    snprintf(save, sizeof save, "%s/save", test_tmpdir());
+    KdaError err;
+    Ck a[3];
+    for (int i = 0; i < 3; i++) {
+        CHECK(ck_make(&a[i], (uint64_t)i + 1) == 0);
+        CHECK_MSG(ck_save(save, &a[i], 2, &err) == 0, "%s", err.msg);
+        CHECK_MSG(ck_matches(save, &a[i]), "checkpoint %d does not read back bit-identically", i);
+    }
+    CHECK_EQ_INT(count_entries(save, "iter_"), 2); // keep_last 2: iter_0000001 deleted
+    char p[PATH_MAX];
+    snprintf(p, sizeof p, "%s/iter_0000001", save);
+    CHECK(!path_exists(p));
+    size_t n;
+    snprintf(p, sizeof p, "%s/latest", save);
+    char *s = read_file(p, &n, &err);
+    CHECK(s && !strcmp(s, "iter_0000003\n"));
+    free(s);
+    // an iter dir is itself a valid HF model dir
+    KdaConfig c;
+    KdaParamTable t;
+    float *w;
+    snprintf(p, sizeof p, "%s/iter_0000003", save);
+    CHECK_MSG(kda_model_load_dir(p, &c, &t, &w, &err) == 0, "%s", err.msg);
+    CHECK(!memcmp(w, a[2].p, (size_t)a[2].t.total_numel * sizeof(float)));
+    free(w);
+    kda_params_free(&t);
+    for (int i = 0; i < 3; i++) ck_free(&a[i]);
+}
+
+static int fail_at_optimizer(const char *stage) { return !strcmp(stage, "optimizer"); }
+
+// A write failure mid-save: error, temp dir removed, `latest` and the old checkpoint intact.
+KDA_TEST(checkpoint_failed_save_keeps_previous) {
+    char save[1024];
+    snprintf(save, sizeof save, "%s/save", test_tmpdir());
+    KdaError err;
+    Ck a, b;
+    CHECK(ck_make(&a, 1) == 0 && ck_make(&b, 2) == 0);
+    CHECK(ck_save(save, &a, 0, &err) == 0);
+    kda_checkpoint_test_hook = fail_at_optimizer;
+    int rc = ck_save(save, &b, 0, &err);
+    kda_checkpoint_test_hook = NULL;
+    CHECK(rc == -1);
+    CHECK_MSG(strstr(err.msg, "optimizer") != NULL, "%s", err.msg);
+    CHECK_EQ_INT(count_entries(save, ".tmp"), 0);
+    CHECK_EQ_INT(count_entries(save, "iter_"), 1);
+    CHECK(ck_matches(save, &a));
+    // a save into an unwritable place fails cleanly too (a file where the directory should be)
+    char bad[PATH_MAX];
+    snprintf(bad, sizeof bad, "%s/latest/x", save);
+    CHECK(ck_save(bad, &b, 0, &err) == -1);
+    ck_free(&a);
+    ck_free(&b);
+}
+
+static int g_pipe_w = -1;
+static const char *g_kill_stage;
+static int block_at_stage(const char *stage) {
+    if (!strcmp(stage, g_kill_stage)) {
+        char c = 1;
+        if (write(g_pipe_w, &c, 1) != 1) _exit(3);
+        pause(); // the parent SIGKILLs us here
+    }
+    return 0;
+}
+
+// The real test: a fork()ed child is SIGKILLed in the middle of a save (after the weights
+// were written; and after the rename, before `latest`). The previous checkpoint stays the
+// `latest` and loads bit-identically; the next save removes the stale temp directory.
+KDA_TEST(checkpoint_sigkill_mid_save) {
+    const char *stages[2] = {"state", "before_latest"};
+    for (int k = 0; k < 2; k++) {
+        char save[1024];
+        snprintf(save, sizeof save, "%s/save%d", test_tmpdir(), k);
+        KdaError err;
+        Ck a, b;
+        CHECK(ck_make(&a, 1) == 0 && ck_make(&b, 2) == 0);
+        CHECK(ck_save(save, &a, 0, &err) == 0);
+        int fds[2];
+        CHECK(pipe(fds) == 0);
+        fflush(NULL);
+        pid_t pid = fork();
+        if (pid == 0) {
+            close(fds[0]);
+            g_pipe_w = fds[1];
+            g_kill_stage = stages[k];
+            kda_checkpoint_test_hook = block_at_stage;
+            ck_save(save, &b, 0, &err);
+            _exit(2); // not reached when the hook blocks
+        }
+        close(fds[1]);
+        char c = 0;
+        CHECK(read(fds[0], &c, 1) == 1 && c == 1);
+        kill(pid, SIGKILL);
+        int status = 0;
+        waitpid(pid, &status, 0);
+        close(fds[0]);
+        CHECK(WIFSIGNALED(status) && WTERMSIG(status) == SIGKILL);
+        CHECK_MSG(ck_matches(save, &a), "stage %s: previous checkpoint not intact", stages[k]);
+        if (k == 0) CHECK_EQ_INT(count_entries(save, ".tmp-iter_"), 1); // the killed save's
+        // the next save succeeds and cleans up
+        CHECK(ck_save(save, &b, 0, &err) == 0);
+        CHECK(ck_matches(save, &b));
+        CHECK_EQ_INT(count_entries(save, ".tmp"), 0);
+        ck_free(&a);
+        ck_free(&b);
+    }
+}
+
+KDA_TEST(checkpoint_resolve_and_config_diff) {
+    char save[1024], p[PATH_MAX], out[PATH_MAX];
+    KdaError err;
+    snprintf(save, sizeof save, "%s/empty", test_tmpdir());
+    CHECK(mkdir_p(save, &err) == 0);
+    CHECK_EQ_INT(kda_checkpoint_resolve(save, out, sizeof out, &err), 1);
+    snprintf(p, sizeof p, "%s/latest", save);
+    CHECK(write_file_atomic(p, "garbage\n", 8, &err) == 0);
+    CHECK_EQ_INT(kda_checkpoint_resolve(save, out, sizeof out, &err), -1);
+    CHECK(strstr(err.msg, "iter_") != NULL);
+    KdaConfig a, b;
+    CHECK(kda_config_load(&a, "configs/tiny.json", &err) == 0);
+    b = a;
+    char d[256];
+    CHECK_EQ_INT(kda_config_diff(&a, &b, d, sizeof d), 0);
+    b.num_hidden_layers = 3;
+    CHECK_EQ_INT(kda_config_diff(&a, &b, d, sizeof d), 1);
+    CHECK_MSG(strstr(d, "num_hidden_layers: 2 vs 3") != NULL, "%s", d);
+}
+
+// kda export (fp32) of a checkpoint: kda_model_load_dir reads the same weights bit for bit;
+// tokenizer files and generation_config.json are written.
+KDA_TEST(checkpoint_export_round_trip) {
+    char save[1024], out[1024], p[PATH_MAX];
+    snprintf(save, sizeof save, "%s/save", test_tmpdir());
+    snprintf(out, sizeof out, "%s/hf", test_tmpdir());
+    KdaError err;
+    Ck a;
+    CHECK(ck_make(&a, 4) == 0);
+    CHECK(ck_save(save, &a, 0, &err) == 0);
+    char *argv[] = {"--checkpoint", save, "--output", out, "--dtype", "fp32", "--tokenizer",
+                    "assets/tokenizers/gpt2/tokenizer.json"};
+    CHECK_EQ_INT(cmd_export(8, argv), 0);
+    KdaConfig c;
+    KdaParamTable t;
+    float *w = NULL;
+    CHECK_MSG(kda_model_load_dir(out, &c, &t, &w, &err) == 0, "%s", err.msg);
+    CHECK(w && t.total_numel == a.t.total_numel &&
+          !memcmp(w, a.p, (size_t)a.t.total_numel * sizeof(float)));
+    CHECK(kda_config_equal(&c, &a.cfg));
+    const char *files[] = {"tokenizer.json", "tokenizer_config.json", "special_tokens_map.json",
+                           "generation_config.json", "config.json"};
+    for (int i = 0; i < 5; i++) CHECK_MSG(path_exists(path_join(p, sizeof p, out, files[i])),
+                                          "missing %s", files[i]);
+    free(w);
+    kda_params_free(&t);
+    ck_free(&a);
+}
