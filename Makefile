@@ -75,14 +75,23 @@ demo: deps
 	$(MAKE) all
 	./tools/demo.sh
 
-# libFuzzer targets: one per parser, each fuzz/fuzz_<name>.c, linked against the sources.
-FUZZ_SRC := $(sort $(wildcard fuzz/fuzz_*.c))
-FUZZ_BIN := $(FUZZ_SRC:fuzz/%.c=$(BUILD)/fuzz/%)
+# libFuzzer targets: one per parser, each fuzz/fuzz_<name>.c, linked against a sanitized build
+# of the library (objects built once, incrementally, into $(BUILD)/fuzz/).
+FUZZ_SRC    := $(sort $(wildcard fuzz/fuzz_*.c))
+FUZZ_BIN    := $(FUZZ_SRC:fuzz/%.c=$(BUILD)/fuzz/%)
+FUZZ_OBJ    := $(LIB_SRC:%.c=$(BUILD)/fuzz/obj/%.o)
+FUZZ_CFLAGS := -std=c11 -O1 -g -D_GNU_SOURCE -Isrc -fopenmp -MMD -MP
+FUZZ_SAN    := address,undefined
 fuzz: $(FUZZ_BIN)
-$(BUILD)/fuzz/%: fuzz/%.c $(LIB_SRC)
+$(BUILD)/fuzz/obj/%.o: %.c
 	@mkdir -p $(dir $@)
-	clang -std=c11 -O1 -g -D_GNU_SOURCE -Isrc -fopenmp -fsanitize=fuzzer,address,undefined \
-	  -o $@ $< $(LIB_SRC) $(filter-out -lcudart_static -lcublasLt -lcublas -ldl -lrt -lstdc++,$(LDLIBS))
+	clang $(FUZZ_CFLAGS) -fsanitize=fuzzer-no-link,$(FUZZ_SAN) -c $< -o $@
+$(BUILD)/fuzz/libkda_fuzz.a: $(FUZZ_OBJ)
+	@rm -f $@
+	ar rcs $@ $^
+$(BUILD)/fuzz/%: fuzz/%.c $(BUILD)/fuzz/libkda_fuzz.a
+	clang $(FUZZ_CFLAGS) -fsanitize=fuzzer,$(FUZZ_SAN) -o $@ $< $(BUILD)/fuzz/libkda_fuzz.a \
+	  -lopenblas -lzstd -lz -lsnappy -lyaml -lm -lpthread
 
 format:
 	clang-format -i $$(git ls-files '*.c' '*.h' '*.cu')
@@ -90,4 +99,4 @@ format:
 clean:
 	rm -rf $(BUILD)
 
--include $(LIB_OBJ:.o=.d) $(TEST_OBJ:.o=.d) $(BUILD)/src/main.d
+-include $(LIB_OBJ:.o=.d) $(TEST_OBJ:.o=.d) $(BUILD)/src/main.d $(FUZZ_OBJ:.o=.d)

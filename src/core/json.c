@@ -205,10 +205,13 @@ static void close_container(Parser *p, JsonValue *v, size_t base, int is_object)
     size_t n = p->sp - base;
     v->len = n;
     v->items = arena_alloc(p->arena, (n ? n : 1) * sizeof *v->items);
-    memcpy(v->items, p->stack + base, n * sizeof *v->items);
     if (is_object) {
         v->keys = arena_alloc(p->arena, (n ? n : 1) * sizeof *v->keys);
         v->key_lens = arena_alloc(p->arena, (n ? n : 1) * sizeof *v->key_lens);
+    }
+    if (n == 0) return; // the child stack may not exist yet (memcpy from NULL is UB)
+    memcpy(v->items, p->stack + base, n * sizeof *v->items);
+    if (is_object) {
         memcpy(v->keys, p->kstack + base, n * sizeof *v->keys);
         memcpy(v->key_lens, p->klstack + base, n * sizeof *v->key_lens);
     }
