@@ -1,6 +1,7 @@
 // tok.c - loading byte-level BPE tokenizers (HF tokenizer.json, tiktoken .model) and the
 // vocabulary queries. Encoding and decoding live in tok_encode.c.
 #include <ctype.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -21,22 +22,19 @@ static const char GPT2_REGEX[] =
 static uint16_t g_b2u[256];
 static int16_t g_u2b[324]; // code point (< 324) -> byte, -1 if not in the alphabet
 
-static void byte_alphabet_init(void) {
-    static int done;
-    if (__atomic_load_n(&done, __ATOMIC_ACQUIRE)) return;
-    uint16_t b2u[256];
-    int16_t u2b[324];
+static void byte_alphabet_build(void) {
     int next = 256;
     for (int b = 0; b < 256; b++) {
         int keep = (b >= 33 && b <= 126) || (b >= 161 && b <= 172) || (b >= 174);
-        b2u[b] = (uint16_t)(keep ? b : next++);
+        g_b2u[b] = (uint16_t)(keep ? b : next++);
     }
-    for (int u = 0; u < 324; u++) u2b[u] = -1;
-    for (int b = 0; b < 256; b++) u2b[b2u[b]] = (int16_t)b;
-    // Every thread computes the same values, so a racing second initialisation is harmless.
-    memcpy(g_b2u, b2u, sizeof b2u);
-    memcpy(g_u2b, u2b, sizeof u2b);
-    __atomic_store_n(&done, 1, __ATOMIC_RELEASE);
+    for (int u = 0; u < 324; u++) g_u2b[u] = -1;
+    for (int b = 0; b < 256; b++) g_u2b[g_b2u[b]] = (int16_t)b;
+}
+
+static void byte_alphabet_init(void) {
+    static pthread_once_t once = PTHREAD_ONCE_INIT;
+    pthread_once(&once, byte_alphabet_build);
 }
 
 // Spelling (UTF-8 in the byte-level alphabet) -> raw bytes, written to out (room for n bytes:
