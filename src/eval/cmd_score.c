@@ -1,10 +1,80 @@
-// cmd_score.c - `kda score` (placeholder until the model module lands).
+// cmd_score.c - `kda score`: per-sequence loss of token-id (or text) sequences under a model.
+//
+// Input: JSON lines, each {"ids": [int, ...]} or {"text": "..."} (text needs --tokenizer; no
+// BOS unless --bos). Blank lines are skipped. Every line is validated before any scoring;
+// errors name FILE:LINE. Output: one JSON line per scored input, in input order:
+//   {"tokens": n, "loss": mean NLL of tokens 2..n given their prefix (natural log),
+//    "sum_nll": the sum of those n-1 NLLs}
+// Each sequence is one B=1 forward of the CPU fp32 model (chunked core unless --core
+// recurrent); memory grows to the longest sequence.
+#include <limits.h>
 #include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
 
 #include "commands.h"
+#include "core/args.h"     // defines: ArgSpec, ArgTable, args_parse_or_die
+#include "core/util.h"     // defines: open_atomic, commit_atomic
+#include "eval/score.h"    // defines: ScoreSeq, score_read_input
+#include "io/model_io.h"   // defines: kda_model_load_dir
+#include "model/model.h"   // defines: KdaModel, kda_model_forward
+#include "tok/tok.h"       // defines: KdaTokenizer, tok_load, tok_encode
 
 int cmd_score(int argc, char **argv) {
-    (void)argc, (void)argv;
-    fprintf(stderr, "kda score: not implemented yet\n");
-    return 1;
+    const char *model_dir = NULL, *input = NULL, *output = "-", *tok_path = NULL, *core = "chunk";
+    int bos = 0;
+    ArgSpec specs[] = {
+        {"model", ARG_STR, &model_dir, "model directory (config.json + model.safetensors)", 1},
+        {"input", ARG_STR, &input, "JSON lines: {\"ids\": [...]} or {\"text\": \"...\"}", 1},
+        {"output", ARG_STR, &output, "output JSON lines file ('-' = stdout)", 0},
+        {"tokenizer", ARG_STR, &tok_path, "tokenizer.json / tokenizer.model for \"text\" lines", 0},
+        {"bos", ARG_BOOL, &bos, "prepend BOS to \"text\" lines", 0},
+        {"core", ARG_STR, &core, "KDA core: chunk | recurrent", 0},
+    };
+    ArgTable table = {"kda score",
+                      "per-sequence mean NLL (natural log) of tokens 2..n given their prefix",
+                      "Each input line is scored as its own sequence (B = 1, fp32 CPU). Output "
+                      "lines: {\"tokens\": n, \"loss\": sum_nll/(n-1), \"sum_nll\": ...}.",
+                      specs, (int)(sizeof specs / sizeof *specs)};
+    if (args_parse_or_die(&table, argc, argv)) return 0;
+    if (strcmp(core, "chunk") && strcmp(core, "recurrent"))
+        kda_die("--core must be chunk or recurrent, got '%s'", core);
+
+    KdaError err;
+    KdaConfig cfg;
+    KdaParamTable pt;
+    float *flat;
+    if (kda_model_load_dir(model_dir, &cfg, &pt, &flat, &err)) kda_die("%s", err.msg);
+    KdaModel m;
+    if (kda_model_init_from(&m, &cfg, &pt, flat, &err)) kda_die("%s: %s", model_dir, err.msg);
+    m.core = strcmp(core, "recurrent") ? KDA_CORE_CHUNK : KDA_CORE_RECURRENT;
+    KdaTokenizer *tok = NULL;
+    if (tok_path && tok_load(&tok, tok_path, &err)) kda_die("%s", err.msg);
+
+    int64_t n_seq = 0, tmax = 0;
+    ScoreSeq *seqs;
+    if (score_read_input(input, tok, bos, cfg.vocab_size, &seqs, &n_seq, &err))
+        kda_die("%s", err.msg);
+    for (int64_t i = 0; i < n_seq; i++) tmax = seqs[i].n > tmax ? seqs[i].n : tmax;
+
+    char tmp[PATH_MAX];
+    FILE *out = stdout;
+    if (strcmp(output, "-") && !(out = open_atomic(output, tmp, &err))) kda_die("%s", err.msg);
+    float *nll = kda_malloc((size_t)(tmax > 0 ? tmax : 1) * sizeof(float));
+    for (int64_t i = 0; i < n_seq; i++) {
+        float loss;
+        if (kda_model_forward(&m, seqs[i].ids, NULL, 1, seqs[i].n, nll, NULL, &loss, &err))
+            kda_die("%s: sequence %lld: %s", input, (long long)i + 1, err.msg);
+        double sum = 0.0;
+        for (int64_t t = 0; t < seqs[i].n; t++) sum += nll[t];
+        fprintf(out, "{\"tokens\": %lld, \"loss\": %.9g, \"sum_nll\": %.9g}\n",
+                (long long)seqs[i].n, sum / (double)(seqs[i].n - 1), sum);
+    }
+    if (out != stdout && commit_atomic(out, tmp, output, &err)) kda_die("%s", err.msg);
+    if (out == stdout && fflush(stdout)) kda_die("writing stdout failed");
+    free(nll);
+    score_seqs_free(seqs, n_seq);
+    tok_free(tok);
+    kda_model_free(&m);
+    return 0;
 }
