@@ -265,36 +265,44 @@ typedef struct {
     int64_t N, D, Vo, n_valid;
     float *n, *W, *nll, *work;
     int32_t *tg;
+    int64_t work_n;
 } XentCtx;
 
 static double xent_loss_(void *p) {
     XentCtx *c = p;
-    return xent_fwd(c->nll, NULL, c->n, c->W, c->tg, c->N, c->D, c->Vo, c->work) /
+    return xent_fwd(c->nll, NULL, NULL, c->n, c->W, c->tg, c->N, c->D, c->Vo, c->work,
+                    c->work_n) /
            (double)c->n_valid;
 }
 
 KDA_TEST(cpu_xent_grad) {
     KdaRng rng;
     rng_seed(&rng, 9);
-    int64_t B = 2, T = 23, N = B * T, D = 6, Vo = 37; // N > XENT_ROWS: several row chunks
+    // work of N·10 floats: vocabulary chunks of 10 columns, the last one partial (37 = 3·10 + 7)
+    int64_t B = 2, T = 23, N = B * T, D = 6, Vo = 37;
     int32_t *labels = malloc((size_t)N * sizeof(int32_t));
     for (int64_t i = 0; i < N; i++) labels[i] = (int32_t)rng_below(&rng, (uint64_t)Vo);
     labels[5] = XENT_IGNORE; // ignored label inside a row
     XentCtx c = {N, D, Vo, 0, randn_(&rng, N * D, 1), randn_(&rng, Vo * D, 1),
                  calloc((size_t)N, sizeof(float)),
-                 calloc((size_t)xent_work_floats(Vo), sizeof(float)),
-                 malloc((size_t)N * sizeof(int32_t))};
+                 calloc((size_t)xent_work_floats(N, Vo), sizeof(float)),
+                 malloc((size_t)N * sizeof(int32_t)), N * 10};
+    CHECK(xent_work_floats(N, Vo) >= N * Vo); // small problem: one chunk by default
     c.n_valid = xent_targets(c.tg, labels, B, T);
     CHECK_EQ_INT(c.n_valid, B * (T - 1) - 1);
     CHECK(c.tg[T - 1] == XENT_IGNORE && c.tg[4] == XENT_IGNORE && c.tg[0] == labels[1]);
     float *logits = calloc((size_t)(N * Vo), sizeof(float));
-    double sum = xent_fwd(c.nll, logits, c.n, c.W, c.tg, N, D, Vo, c.work);
+    float *lse = calloc((size_t)N, sizeof(float)), *nll1 = calloc((size_t)N, sizeof(float));
+    double sum = xent_fwd(c.nll, lse, logits, c.n, c.W, c.tg, N, D, Vo, c.work, c.work_n);
+    double sum1 = xent_fwd(nll1, NULL, NULL, c.n, c.W, c.tg, N, D, Vo, c.work, N * Vo);
+    CHECK_NEAR(sum, sum1, 1e-5 * sum); // chunked == one chunk
     // reference NLL of row 30 in double from the logits it returned
     double mx = -1e30, s = 0, l30 = 0;
     for (int64_t v = 0; v < Vo; v++) mx = fmax(mx, logits[30 * Vo + v]);
     for (int64_t v = 0; v < Vo; v++) s += exp(logits[30 * Vo + v] - mx);
     l30 = mx + log(s) - logits[30 * Vo + c.tg[30]];
     CHECK_NEAR(c.nll[30], l30, 1e-5);
+    CHECK_NEAR(lse[30], mx + log(s), 1e-5);
     double l = 0;
     for (int64_t d = 0; d < D; d++) l += (double)c.n[30 * D + d] * c.W[c.tg[30] * D + d];
     CHECK_NEAR(logits[30 * Vo + c.tg[30]], l, 1e-5);
@@ -304,10 +312,11 @@ KDA_TEST(cpu_xent_grad) {
     CHECK(c.nll[T - 1] == 0 && c.nll[4] == 0);
 
     float *dn = calloc((size_t)(N * D), sizeof(float)), *dW = calloc((size_t)(Vo * D), sizeof(float));
-    xent_bwd(dn, dW, c.n, c.W, c.tg, N, D, Vo, 1.0f / (float)c.n_valid, c.work);
+    xent_bwd(dn, dW, c.n, c.W, c.tg, lse, N, D, Vo, 1.0f / (float)c.n_valid, c.work, c.work_n);
     fd_check_("xent dn", xent_loss_, &c, c.n, dn, N * D);
     fd_check_("xent dW", xent_loss_, &c, c.W, dW, Vo * D);
     for (int64_t d = 0; d < D; d++) CHECK(dn[(T - 1) * D + d] == 0); // ignored row: no grad
     free(labels), free(c.n), free(c.W), free(c.nll), free(c.work), free(c.tg), free(logits);
+    free(lse), free(nll1);
     free(dn), free(dW);
 }

@@ -2,6 +2,7 @@
 // code: finite-difference checks of every parameter tensor's gradient, chunked vs recurrent
 // core, init loss, per-token NLL, row independence, gradient accumulation, input errors.
 #include <math.h>
+#include <omp.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -143,7 +144,11 @@ static void fd_tensor_(KdaModel *m, const KdaParamInfo *row, const float *grads,
 
 // Layer 0 and the top-level tensors (layer 1 runs the same code) of a tiny model at init std
 // `std`; every tensor kind of the config is covered.
+// Runs on one thread: ~1000 forwards of a tiny model, where OpenMP barriers on a busy machine
+// cost more than the work (threading is covered by the other tests).
 static void model_fd_case_(TinyKind kind, const char *name, KdaCoreMode core, double std) {
+    int threads = omp_get_max_threads();
+    omp_set_num_threads(1);
     KdaModel m;
     tiny_model_(&m, kind, std, 100 + kind);
     if (m.cfg.use_short_conv) condition_convs_(&m, 50 + kind);
@@ -160,6 +165,7 @@ static void model_fd_case_(TinyKind kind, const char *name, KdaCoreMode core, do
             fd_tensor_(&m, &m.table.rows[i], grads, ids, B, T, nll, name);
     free(ids), free(nll), free(grads);
     kda_model_free(&m);
+    omp_set_num_threads(threads);
 }
 
 KDA_TEST(model_grad_fd_tied) { model_fd_case_(TINY_TIED, "tied", KDA_CORE_CHUNK, 0.1); }

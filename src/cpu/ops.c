@@ -3,12 +3,13 @@
 #include "cpu/ops.h"
 
 #include <math.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "core/error.h"
 #include "cpu/gemm.h" // defines: gemm_fwd, gemm_bwd_dx, gemm_bwd_dw
 
-#define XENT_ROWS 32 // rows of logits alive at once in xent_fwd / xent_bwd
+#define XENT_WORK (1 << 22) // target size (floats) of the logits chunk [N, Vc]
 // Loops with less work than this many elements run on one thread (OpenMP start-up and
 // barriers cost more than they save on test-size tensors).
 #define PAR_MIN 32768
@@ -196,58 +197,77 @@ int64_t xent_targets(int32_t *targets, const int32_t *labels, int64_t B, int64_t
     return valid;
 }
 
-int64_t xent_work_floats(int64_t n_vocab) { return (int64_t)XENT_ROWS * n_vocab; }
-
-// logsumexp of one row, max-shifted, sum in double.
-static double logsumexp_(const float *row, int64_t n) {
-    float mx = row[0];
-    for (int64_t i = 1; i < n; i++) mx = row[i] > mx ? row[i] : mx;
-    double s = 0.0;
-    for (int64_t i = 0; i < n; i++) s += exp((double)(row[i] - mx));
-    return (double)mx + log(s);
+// Columns per vocabulary chunk for N rows.
+static int64_t xent_cols_(int64_t N, int64_t n_vocab) {
+    int64_t vc = XENT_WORK / (N > 0 ? N : 1);
+    vc = vc < 256 ? 256 : vc;
+    return vc < n_vocab ? vc : n_vocab;
 }
 
-double xent_fwd(float *nll, float *logits_out, const float *n, const float *Wh,
-                const int32_t *targets, int64_t N, int64_t D, int64_t n_vocab, float *work) {
-    double total = 0.0;
-    for (int64_t r0 = 0; r0 < N; r0 += XENT_ROWS) {
-        int64_t rows = N - r0 < XENT_ROWS ? N - r0 : XENT_ROWS;
-        gemm_fwd(work, n + r0 * D, Wh, NULL, rows, D, n_vocab, 0);
-        if (logits_out) memcpy(logits_out + r0 * n_vocab, work, rows * n_vocab * sizeof(float));
-#pragma omp parallel for schedule(static) reduction(+ : total) if (rows * n_vocab >= PAR_MIN)
-        for (int64_t r = 0; r < rows; r++) {
-            int32_t y = targets[r0 + r];
-            double l = 0.0;
-            if (y != XENT_IGNORE) {
-                const float *row = work + r * n_vocab;
-                l = logsumexp_(row, n_vocab) - (double)row[y];
-            }
-            if (nll) nll[r0 + r] = (float)l;
-            total += l;
+int64_t xent_work_floats(int64_t N, int64_t n_vocab) { return N * xent_cols_(N, n_vocab); }
+
+// work [N, vc] = n [N, D] · Wh[v0 : v0+vc]ᵀ
+static void xent_chunk_logits_(float *work, const float *n, const float *Wh, int64_t N,
+                               int64_t D, int64_t v0, int64_t vc) {
+    gemm_fwd(work, n, Wh + v0 * D, NULL, N, D, vc, 0);
+}
+
+double xent_fwd(float *nll, float *lse, float *logits_out, const float *n, const float *Wh,
+                const int32_t *targets, int64_t N, int64_t D, int64_t n_vocab, float *work,
+                int64_t work_floats) {
+    int64_t VC = work_floats / (N > 0 ? N : 1);
+    KDA_ASSERT(VC >= 1);
+    double *mx = kda_malloc((size_t)N * sizeof(double)), *se = kda_malloc((size_t)N * sizeof(double));
+    double *tl = kda_calloc((size_t)N, sizeof(double)); // target logits
+    for (int64_t r = 0; r < N; r++) mx[r] = -INFINITY, se[r] = 0.0;
+    for (int64_t v0 = 0; v0 < n_vocab; v0 += VC) {
+        int64_t vc = n_vocab - v0 < VC ? n_vocab - v0 : VC;
+        xent_chunk_logits_(work, n, Wh, N, D, v0, vc);
+#pragma omp parallel for schedule(static) if (N * vc >= PAR_MIN)
+        for (int64_t r = 0; r < N; r++) {
+            const float *row = work + r * vc;
+            if (logits_out) memcpy(logits_out + r * n_vocab + v0, row, vc * sizeof(float));
+            float cm = row[0];
+            for (int64_t i = 1; i < vc; i++) cm = row[i] > cm ? row[i] : cm;
+            double m = mx[r] > cm ? mx[r] : cm, s = se[r] * exp(mx[r] - m);
+            for (int64_t i = 0; i < vc; i++) s += exp((double)row[i] - m);
+            mx[r] = m, se[r] = s;
+            int32_t y = targets[r];
+            if (y != XENT_IGNORE && y >= v0 && y < v0 + vc) tl[r] = row[y - v0];
         }
     }
+    double total = 0.0;
+    for (int64_t r = 0; r < N; r++) {
+        double l = mx[r] + log(se[r]);
+        if (lse) lse[r] = (float)l;
+        double x = targets[r] != XENT_IGNORE ? l - tl[r] : 0.0;
+        if (nll) nll[r] = (float)x;
+        total += x;
+    }
+    free(mx), free(se), free(tl);
     return total;
 }
 
 void xent_bwd(float *dn, float *dWh, const float *n, const float *Wh, const int32_t *targets,
-              int64_t N, int64_t D, int64_t n_vocab, float scale, float *work) {
-    for (int64_t r0 = 0; r0 < N; r0 += XENT_ROWS) {
-        int64_t rows = N - r0 < XENT_ROWS ? N - r0 : XENT_ROWS;
-        gemm_fwd(work, n + r0 * D, Wh, NULL, rows, D, n_vocab, 0);
-#pragma omp parallel for schedule(static) if (rows * n_vocab >= PAR_MIN)
-        for (int64_t r = 0; r < rows; r++) {
-            int32_t y = targets[r0 + r];
-            float *row = work + r * n_vocab;
+              const float *lse, int64_t N, int64_t D, int64_t n_vocab, float scale, float *work,
+              int64_t work_floats) {
+    int64_t VC = work_floats / (N > 0 ? N : 1);
+    KDA_ASSERT(VC >= 1);
+    for (int64_t v0 = 0; v0 < n_vocab; v0 += VC) {
+        int64_t vc = n_vocab - v0 < VC ? n_vocab - v0 : VC;
+        xent_chunk_logits_(work, n, Wh, N, D, v0, vc);
+#pragma omp parallel for schedule(static) if (N * vc >= PAR_MIN)
+        for (int64_t r = 0; r < N; r++) {
+            float *row = work + r * vc;
+            int32_t y = targets[r];
             if (y == XENT_IGNORE) {
-                memset(row, 0, n_vocab * sizeof(float));
+                memset(row, 0, vc * sizeof(float));
                 continue;
             }
-            double lse = logsumexp_(row, n_vocab);
-            for (int64_t i = 0; i < n_vocab; i++)
-                row[i] = (float)exp((double)row[i] - lse) * scale;
-            row[y] -= scale;
+            for (int64_t i = 0; i < vc; i++) row[i] = expf(row[i] - lse[r]) * scale;
+            if (y >= v0 && y < v0 + vc) row[y - v0] -= scale;
         }
-        gemm_bwd_dx(dn + r0 * D, work, Wh, rows, D, n_vocab, 0);
-        gemm_bwd_dw(dWh, NULL, work, n + r0 * D, rows, D, n_vocab);
+        gemm_bwd_dx(dn, work, Wh + v0 * D, N, D, vc, v0 > 0);
+        gemm_bwd_dw(dWh + v0 * D, NULL, work, n, N, D, vc);
     }
 }

@@ -52,7 +52,9 @@ struct KdaActs {
     float *dg, *df;       // [N, HVK]
     float *dbeta, *db;    // [N, HV]
     float *dlow;          // [N, V]
-    float *xent_work;     // [xent_work_floats(n_vocab)]
+    float *lse;           // [N] per-row logsumexp of the logits
+    float *xent_work;     // [xent_work_n] head/cross-entropy chunk buffer
+    int64_t xent_work_n;
     float *qt;            // [N, max(HK, HVV)] forward scratch (q̃/k̃ before the L2 norm)
 };
 
@@ -102,7 +104,9 @@ static void layout_(KdaActs *A, const KdaConfig *c, int64_t N, Arena *a) {
     A->don = take_(a, N * HVV);
     A->dg = take_(a, N * HVK), A->df = take_(a, N * HVK);
     A->dbeta = take_(a, N * HV), A->db = take_(a, N * HV), A->dlow = take_(a, N * V);
-    A->xent_work = take_(a, xent_work_floats(c->vocab_size));
+    A->lse = take_(a, N);
+    A->xent_work_n = xent_work_floats(N, c->vocab_size);
+    A->xent_work = take_(a, A->xent_work_n);
 }
 
 static void acts_free_(KdaActs *A) {
@@ -268,8 +272,8 @@ int kda_model_forward(KdaModel *m, const int32_t *ids, const int32_t *labels, in
     for (int64_t l = 0; l < nl; l++)
         block_fwd_(m, &m->w.layers[l], &A->layers[l], l + 1 < nl ? A->layers[l + 1].h : A->hL);
     rmsnorm_fwd(A->nf, A->rstd_f, A->hL, m->w.final_norm, N, D, (float)c->norm_eps);
-    double sum = xent_fwd(nll, logits, A->nf, m->w.lm_head, A->targets, N, D, vocab,
-                          A->xent_work);
+    double sum = xent_fwd(nll, A->lse, logits, A->nf, m->w.lm_head, A->targets, N, D, vocab,
+                          A->xent_work, A->xent_work_n);
     if (loss) *loss = A->n_valid ? (float)(sum / (double)A->n_valid) : 0.0f;
     m->have_fwd = 1;
     return 0;
@@ -359,8 +363,8 @@ int kda_model_backward(KdaModel *m, float *grads, KdaError *err) {
     kda_tensors_bind(&G, &m->table, grads);
 
     float scale = A->n_valid ? 1.0f / (float)A->n_valid : 0.0f;
-    xent_bwd(A->dx, G.lm_head, A->nf, m->w.lm_head, A->targets, N, D, c->vocab_size, scale,
-             A->xent_work);
+    xent_bwd(A->dx, G.lm_head, A->nf, m->w.lm_head, A->targets, A->lse, N, D, c->vocab_size,
+             scale, A->xent_work, A->xent_work_n);
     rmsnorm_bwd(A->dh, G.final_norm, A->dx, A->hL, m->w.final_norm, A->rstd_f, N, D, 0);
     for (int64_t l = c->num_hidden_layers - 1; l >= 0; l--)
         block_bwd_(m, &m->w.layers[l], &G.layers[l], &A->layers[l]);
