@@ -386,7 +386,7 @@ KDA_TEST(gpu_gate_cumsum) {
         float *ddA = dev_f32_(dA0, HV), *dddt = dev_f32_(ddt0, HK);
         ok_(kda_cuda_gate_cumsum_fwd(&g_ctx, dgco, dgo, dfr, dAl, ddtb, B, T, HV, K, chunk));
         ok_(kda_cuda_gate_cumsum_bwd(&g_ctx, ddf, ddA, dddt, ddgc, dfr, dAl, ddtb, B, T, HV, K,
-                                     chunk));
+                                     chunk, 1));
         float *g_g = get_f32_(dgo, n), *g_gc = get_f32_(dgco, n), *g_df = get_bf16_(ddf, n);
         float *g_dA = get_f32_(ddA, HV), *g_ddt = get_f32_(dddt, HK);
         expect_("gate g fp32", g, g_g, n, TOL_F32);
@@ -394,6 +394,15 @@ KDA_TEST(gpu_gate_cumsum) {
         expect_("gate bwd df bf16", df, g_df, n, TOL_BF16);
         expect_("gate bwd dA_log += fp32", dA, g_dA, HV, TOL_F32);
         expect_("gate bwd ddt_bias += fp32", ddt, g_ddt, HK, TOL_F32);
+        // from_cumsum = 0: the input is already dg (what the KDA core backward returns)
+        float *ddg = dev_f32_(dg, n), *ddA2 = dev_f32_(dA0, HV), *dddt2 = dev_f32_(ddt0, HK);
+        kda_bf16 *ddf2 = dev_poison_((size_t)n * 2);
+        ok_(kda_cuda_gate_cumsum_bwd(&g_ctx, ddf2, ddA2, dddt2, ddg, dfr, dAl, ddtb, B, T, HV, K,
+                                     chunk, 0));
+        float *g_df2 = get_bf16_(ddf2, n), *g_dA2 = get_f32_(ddA2, HV);
+        expect_("gate bwd (dg input) df bf16", df, g_df2, n, TOL_BF16);
+        expect_("gate bwd (dg input) dA_log fp32", dA, g_dA2, HV, TOL_F32);
+        free(g_df2), free(g_dA2);
         free(f), free(A_log), free(dtb), free(dgc), free(dA0), free(ddt0), free(g), free(gc);
         free(dg), free(df), free(dA), free(ddt), free(g_g), free(g_gc), free(g_df), free(g_dA);
         free(g_ddt);

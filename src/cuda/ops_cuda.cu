@@ -243,7 +243,7 @@ __global__ void gate_fwd_k(float *gcum, float *gout, const kda_bf16 *f, const fl
 // part_dt / part_A [B*NC, HV*K].
 __global__ void gate_bwd_k(kda_bf16 *df, double *part_dt, double *part_A, const float *dgcum,
                            const kda_bf16 *f, const float *A_log, const float *dt_bias, int64_t B,
-                           int64_t T, int64_t HV, int64_t K, int64_t chunk) {
+                           int64_t T, int64_t HV, int64_t K, int64_t chunk, int from_cumsum) {
     int64_t HK = HV * K, NC = CEIL_DIV(T, chunk);
     int64_t e = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
     if (e >= B * NC * HK) return;
@@ -253,7 +253,7 @@ __global__ void gate_bwd_k(kda_bf16 *df, double *part_dt, double *part_A, const 
     int64_t t0 = ck * chunk, t1 = min((ck + 1) * chunk, T);
     for (int64_t t = t1 - 1; t >= t0; t--) {
         int64_t i = (b * T + t) * HK + jd;
-        dg += dgcum[i]; // dg_t = Σ_{s >= t in chunk} dgcum_s
+        dg = from_cumsum ? dg + dgcum[i] : dgcum[i]; // dg_t = Σ_{s >= t in chunk} dgcum_s
         float a = bf2f(f[i]) + bias;
         float sp_grad = a > 20.0f ? 1.0f : sigmoid_f(a);
         float dfi = -dg * A * sp_grad; // dg/da = -A σ(a)
@@ -569,14 +569,14 @@ int kda_cuda_gate_cumsum_fwd(KdaCudaCtx *ctx, float *gcum, float *g, const kda_b
 int kda_cuda_gate_cumsum_bwd(KdaCudaCtx *ctx, kda_bf16 *df, float *dA_log, float *ddt_bias,
                              const float *dgcum, const kda_bf16 *f, const float *A_log,
                              const float *dt_bias, int64_t B, int64_t T, int64_t HV, int64_t K,
-                             int64_t chunk) {
+                             int64_t chunk, int from_cumsum) {
     KDA_CUDA_REQUIRE(ctx, B >= 0 && T >= 0 && HV > 0 && K > 0 && chunk > 0);
     if (B * T == 0) return 0;
     int64_t P = B * CEIL_DIV(T, chunk), HK = HV * K;
     double *part = (double *)kda_cuda_scratch(ctx, (size_t)(2 * P * HK) * sizeof(double));
     if (!part) return -1;
     gate_bwd_k<<<(unsigned)CEIL_DIV(P * HK, (int64_t)256), 256, 0, ctx->stream>>>(
-        df, part, part + P * HK, dgcum, f, A_log, dt_bias, B, T, HV, K, chunk);
+        df, part, part + P * HK, dgcum, f, A_log, dt_bias, B, T, HV, K, chunk, from_cumsum);
     CUDA_CHECK_LAUNCH(ctx);
     colsum_finish_k<<<(unsigned)CEIL_DIV(HK, (int64_t)256), 256, 0, ctx->stream>>>(ddt_bias, part,
                                                                                    P, HK);

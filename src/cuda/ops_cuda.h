@@ -62,12 +62,14 @@ int kda_cuda_conv_silu_bwd(KdaCudaCtx *ctx, kda_bf16 *dp, float *dw, const kda_b
 int kda_cuda_gate_cumsum_fwd(KdaCudaCtx *ctx, float *gcum, float *g, const kda_bf16 *f,
                              const float *A_log, const float *dt_bias, int64_t B, int64_t T,
                              int64_t HV, int64_t K, int64_t chunk);
-// dgcum [B, T, HV, K] fp32 (gradient w.r.t. gcum) -> dg = reverse chunk-local cumsum ->
-// df [B, T, HV, K] bf16 (overwritten); dA_log [HV] and ddt_bias [HV*K] fp32 +=.
+// dgrad [B, T, HV, K] fp32 -> dg -> df [B, T, HV, K] bf16 (overwritten); dA_log [HV] and
+// ddt_bias [HV*K] fp32 +=. With from_cumsum = 1 dgrad is the gradient w.r.t. gcum (FLA's dΓ)
+// and dg = its reverse chunk-local cumsum; with from_cumsum = 0 dgrad is already dg (the
+// gradient w.r.t. the per-token log-decay g, what kda_cuda_chunk_bwd returns).
 int kda_cuda_gate_cumsum_bwd(KdaCudaCtx *ctx, kda_bf16 *df, float *dA_log, float *ddt_bias,
-                             const float *dgcum, const kda_bf16 *f, const float *A_log,
+                             const float *dgrad, const kda_bf16 *f, const float *A_log,
                              const float *dt_bias, int64_t B, int64_t T, int64_t HV, int64_t K,
-                             int64_t chunk);
+                             int64_t chunk, int from_cumsum);
 
 // ---- beta (§5.3 step 7): beta = s·σ(b), s = 2 if allow_neg_eigval else 1 -----------------
 // b [n] bf16 logits -> beta [n] fp32; backward dbeta [n] fp32 -> db [n] bf16.

@@ -1,0 +1,94 @@
+#!/bin/bash
+# device_run.sh - build kda.c on a bare GPU machine and run the GPU test suite (`gpu_*`), then
+# compute-sanitizer passes; full logs under $OUT, a short summary on stdout.
+#
+# The GPU machine has nvcc but none of our apt dependencies (OpenBLAS, zstd, snappy, libyaml), and
+# nothing can be installed there. So the dev machine packs their headers and shared libraries into
+# .devdeps/deps.tgz (an ignored folder, passed to the device tool's `carry`); this script unpacks
+# it to /tmp/kdadeps and points gcc at it through CPATH / LIBRARY_PATH / LD_LIBRARY_PATH, with no
+# Makefile change. If the full build fails (another module mid-edit, a newer gcc's -Werror), a
+# minimal build of just what the GPU tests link follows; .devdeps/kda_test_prebuilt.gz (built on
+# the dev machine) is the last resort.
+#
+# Usage (repository root, on the device): bash bench/kda_kernel/device_run.sh [test filters...]
+set -u
+OUT=${OUT:-/tmp/kda-out}
+mkdir -p "$OUT"
+FILTERS=${*:-gpu_}
+D=/tmp/kdadeps
+mkdir -p "$D" && tar xzf .devdeps/deps.tgz -C "$D" || { echo "cannot unpack .devdeps/deps.tgz"; exit 1; }
+export PATH=/usr/local/cuda/bin:$PATH
+export CPATH=$D/include LIBRARY_PATH=$D/lib
+export LD_LIBRARY_PATH=$D/lib:/usr/local/cuda/lib64${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
+{ date; nvidia-smi; command -v nvcc; nvcc --version; cc --version | head -1; uname -a
+  head -2 /etc/os-release; nproc; command -v compute-sanitizer; } > "$OUT/env.log" 2>&1
+grep -m1 -o 'NVIDIA H[0-9A-Za-z ]*' "$OUT/env.log"; nvcc --version | tail -1
+
+NVFLAGS="-std=c++17 -O3 -g -lineinfo -Isrc -DKDA_HAVE_CUDA=1 -gencode arch=compute_90a,code=sm_90a \
+ -gencode arch=compute_90,code=sm_90 -Xcompiler -Wall,-Wextra -Werror all-warnings"
+minimal_build() { # the GPU tests and what they link, nothing else (no zstd/snappy/yaml)
+    local B=build-gpu-min
+    mkdir -p $B
+    local objs=() pids=()
+    for f in src/cuda/*.cu; do
+        nvcc $NVFLAGS -c "$f" -o $B/$(basename "$f" .cu).cu.o & pids+=($!)
+        objs+=($B/$(basename "$f" .cu).cu.o)
+    done
+    for f in src/core/error.c src/core/util.c src/core/rng.c src/core/log.c src/cpu/*.c \
+             src/train/optim.c tests/test_main.c tests/test_gpu_*.c; do
+        cc -std=c11 -O2 -g -fopenmp -D_GNU_SOURCE -Isrc -Itests -DKDA_HAVE_CUDA=1 \
+           -I/usr/local/cuda/include -c "$f" -o $B/$(basename "$f" .c).o & pids+=($!)
+        objs+=($B/$(basename "$f" .c).o)
+    done
+    for p in "${pids[@]}"; do wait "$p" || return 1; done
+    cc -fopenmp -o $B/kda_test "${objs[@]}" -lopenblas -lz -lm -lpthread -L/usr/local/cuda/lib64 \
+       -lcublasLt -lcublas -lcudart_static -ldl -lrt -lstdc++
+}
+
+t0=$(date +%s)
+BIN=""
+if make -j16 BUILD=build-gpu build-gpu/kda_test > "$OUT/build.log" 2>&1; then
+    BIN=./build-gpu/kda_test
+else
+    echo "full build failed; tail of build.log:"
+    grep -E 'error|Error' "$OUT/build.log" | head -8
+    if minimal_build >> "$OUT/build.log" 2>&1; then
+        BIN=./build-gpu-min/kda_test
+    elif [ -f .devdeps/kda_test_prebuilt.gz ]; then
+        echo "minimal build failed too: using the dev machine's prebuilt binary"
+        gunzip -c .devdeps/kda_test_prebuilt.gz > /tmp/kda_test_prebuilt && chmod +x /tmp/kda_test_prebuilt
+        export LD_LIBRARY_PATH=$LD_LIBRARY_PATH:$D/lib-fallback
+        BIN=/tmp/kda_test_prebuilt
+    else
+        echo "no binary"; tail -20 "$OUT/build.log"; exit 1
+    fi
+fi
+echo "binary: $BIN (build $(( $(date +%s) - t0 )) s)"
+
+t0=$(date +%s)
+timeout 300 "$BIN" $FILTERS > "$OUT/test.log" 2>&1
+echo "tests: rc=$? in $(( $(date +%s) - t0 )) s"
+# Summary: every test's verdict, then the worst error of each comparison over all shapes.
+grep -E '^(ok|FAIL) ' "$OUT/test.log"
+grep -E 'test_gpu.*\.c:[0-9]+:' "$OUT/test.log" | head -20
+awk '/ rel [^ ]+ \(tol/ { w = $0; sub(/ +n=.*/, "", w); sub(/^ +/, "", w)
+       r = $0; sub(/.* rel /, "", r); sub(/ .*/, "", r)
+       if (!(w in m)) { key[++k] = w; m[w] = r }
+       else if (m[w] !~ /inf|nan/ && (r ~ /inf|nan/ || r + 0 > m[w] + 0)) m[w] = r }
+     END { for (i = 1; i <= k; i++) printf "  worst %-40s %s\n", key[i], m[key[i]] }' "$OUT/test.log"
+grep -E 'device|TFLOP|bit-equal|clip coef|grad norm|embed N=2048' "$OUT/test.log" | head -12
+tail -1 "$OUT/test.log"
+
+if [ -n "${KDA_SANITIZE:-1}" ] && command -v compute-sanitizer > /dev/null; then
+    t0=$(date +%s)
+    timeout 150 compute-sanitizer --tool memcheck --error-exitcode 7 "$BIN" gpu_device gpu_rmsnorm \
+        gpu_l2norm gpu_conv gpu_gate gpu_beta gpu_gnorm gpu_swiglu gpu_embed gpu_adamw gpu_grad \
+        gpu_kda > "$OUT/memcheck.log" 2>&1
+    echo "memcheck: rc=$? in $(( $(date +%s) - t0 )) s"
+    grep -E 'ERROR SUMMARY|Invalid|passed, ' "$OUT/memcheck.log" | head -5
+    t0=$(date +%s)
+    timeout 90 compute-sanitizer --tool racecheck --error-exitcode 7 "$BIN" gpu_kda \
+        > "$OUT/racecheck.log" 2>&1
+    echo "racecheck: rc=$? in $(( $(date +%s) - t0 )) s"
+    grep -E 'RACECHECK SUMMARY|ERROR SUMMARY|hazard|passed, ' "$OUT/racecheck.log" | head -5
+fi

@@ -1,0 +1,333 @@
+// kda_cuda.cu - KDA core on the GPU, correctness-first: chunked forward (one block per
+// (b, value head), chunks in sequence, everything in shared memory in fp32) and a per-token
+// backward with chunk checkpoints (one thread per value column). See kda_cuda.h.
+#include "cuda/cuda_internal.h" // defines: bf2f, f2bf, warp_sum, CEIL_DIV, KDA_CUDA_REQUIRE
+#include "cuda/kda_cuda.h"      // defines: kda_cuda_chunk_fwd, kda_cuda_recurrent_bwd
+
+namespace {
+
+#define FWD_THREADS 256
+#define FWD_MAX_C   64
+
+// Shared floats of the forward kernel: Q, K, G, W [C, K]; V [C, V]; S [K, V]; L, Aqk [C, C]; β [C].
+size_t fwd_smem_floats(int64_t C, int64_t K, int64_t V) {
+    return (size_t)(4 * C * K + C * V + K * V + 2 * C * C + C);
+}
+
+// One chunk of rows [t0, t0 + n) of (b, j) per iteration of the chunk loop (kda-model.md §6.1):
+//   L[i,j]   = β_i Σ_d k_i k_j e^{G_i - G_j}          (j < i)
+//   Aqk[i,j] = scale Σ_d q_i k_j e^{G_i - G_j}        (j <= i)
+//   u = (I + L)^-1 (β ⊙ V),  w = (I + L)^-1 (β ⊙ K ⊙ e^G)   (forward substitution)
+//   Δ = u - w S;  o = scale (Q ⊙ e^G) S + Aqk Δ;  S = e^{G_last} ⊙ S + (K ⊙ e^{G_last - G})ᵀ Δ
+__global__ void __launch_bounds__(FWD_THREADS)
+    chunk_fwd_k(kda_bf16 *o, float *final_state, const kda_bf16 *q, const kda_bf16 *k,
+                const kda_bf16 *v, const float *gcum, const float *beta, const float *init_state,
+                KdaDims d) {
+    extern __shared__ float sm[];
+    const int64_t C = d.chunk, K = d.K, V = d.V, T = d.T, H = d.H, HV = d.HV;
+    float *Qs = sm, *Ks = Qs + C * K, *Gs = Ks + C * K, *Ws = Gs + C * K, *Vs = Ws + C * K;
+    float *Ss = Vs + C * V, *Ls = Ss + K * V, *Aq = Ls + C * C, *bs = Aq + C * C;
+    const int tid = threadIdx.x, nt = blockDim.x;
+    const int64_t bj = blockIdx.x, b = bj / HV, j = bj % HV, h = j / (HV / H);
+    const float scale = d.scale;
+
+    for (int64_t e = tid; e < K * V; e += nt)
+        Ss[e] = init_state ? init_state[bj * K * V + e] : 0.0f;
+    for (int64_t t0 = 0; t0 < T; t0 += C) {
+        const int64_t n = min(C, T - t0);
+        __syncthreads(); // the previous chunk is done with shared memory
+        for (int64_t e = tid; e < C * K; e += nt) {
+            int64_t i = e / K, c = e % K, t = t0 + i;
+            bool in = i < n;
+            Qs[e] = in ? bf2f(q[((b * T + t) * H + h) * K + c]) : 0.0f;
+            Ks[e] = in ? bf2f(k[((b * T + t) * H + h) * K + c]) : 0.0f;
+            Gs[e] = in ? gcum[((b * T + t) * HV + j) * K + c] : 0.0f;
+        }
+        for (int64_t e = tid; e < C * V; e += nt) {
+            int64_t i = e / V, c = e % V;
+            Vs[e] = i < n ? bf2f(v[((b * T + t0 + i) * HV + j) * V + c]) : 0.0f;
+        }
+        for (int64_t i = tid; i < C; i += nt)
+            bs[i] = i < n ? beta[(b * T + t0 + i) * HV + j] : 0.f;
+        __syncthreads();
+        // L, Aqk: exponents G_i - G_j <= 0 only (rows past n are never paired)
+        for (int64_t e = tid; e < C * C; e += nt) {
+            int64_t i = e / C, jj = e % C;
+            float l = 0.0f, a = 0.0f;
+            if (i < n && jj <= i) {
+                for (int64_t c = 0; c < K; c++) {
+                    float kd = Ks[jj * K + c] * expf(Gs[i * K + c] - Gs[jj * K + c]);
+                    l += Ks[i * K + c] * kd;
+                    a += Qs[i * K + c] * kd;
+                }
+            }
+            Ls[e] = jj < i ? bs[i] * l : 0.0f;
+            Aq[e] = scale * a;
+        }
+        // right-hand sides: β ⊙ V and β ⊙ K ⊙ e^G (rows past n are zero: β = 0)
+        for (int64_t e = tid; e < C * V; e += nt)
+            Vs[e] *= bs[e / V];
+        for (int64_t e = tid; e < C * K; e += nt)
+            Ws[e] = bs[e / K] * Ks[e] * expf(Gs[e]);
+        __syncthreads();
+        // (I + L) X = RHS by forward substitution, one thread per column of [u | w]; meanwhile
+        // Q becomes scale · Q ⊙ e^G (Q is not read again in its raw form)
+        for (int64_t col = tid; col < V + K; col += nt) {
+            float *X = col < V ? Vs + col : Ws + (col - V);
+            int64_t ld = col < V ? V : K;
+            for (int64_t i = 1; i < n; i++) {
+                float s = X[i * ld];
+                for (int64_t jj = 0; jj < i; jj++)
+                    s -= Ls[i * C + jj] * X[jj * ld];
+                X[i * ld] = s;
+            }
+        }
+        for (int64_t e = tid; e < n * K; e += nt)
+            Qs[e] = scale * Qs[e] * expf(Gs[e]);
+        __syncthreads();
+        // Δ = u - w S (in place over u); K ⊙ e^{G_last - G} for the state update
+        for (int64_t e = tid; e < n * V; e += nt) {
+            int64_t i = e / V, c = e % V;
+            float s = Vs[e];
+            for (int64_t x = 0; x < K; x++)
+                s -= Ws[i * K + x] * Ss[x * V + c];
+            Vs[e] = s;
+        }
+        for (int64_t e = tid; e < n * K; e += nt)
+            Ks[e] *= expf(Gs[(n - 1) * K + e % K] - Gs[e]);
+        __syncthreads();
+        // o = (scale Q ⊙ e^G) S + Aqk Δ
+        for (int64_t e = tid; e < n * V; e += nt) {
+            int64_t i = e / V, c = e % V;
+            float s = 0.0f;
+            for (int64_t x = 0; x < K; x++)
+                s += Qs[i * K + x] * Ss[x * V + c];
+            for (int64_t jj = 0; jj <= i; jj++)
+                s += Aq[i * C + jj] * Vs[jj * V + c];
+            o[((b * T + t0 + i) * HV + j) * V + c] = f2bf(s);
+        }
+        __syncthreads();
+        // S = e^{G_last} ⊙ S + (K ⊙ e^{G_last - G})ᵀ Δ
+        for (int64_t e = tid; e < K * V; e += nt) {
+            int64_t x = e / V, c = e % V;
+            float s = expf(Gs[(n - 1) * K + x]) * Ss[e];
+            for (int64_t i = 0; i < n; i++)
+                s += Ks[i * K + x] * Vs[i * V + c];
+            Ss[e] = s;
+        }
+    }
+    __syncthreads();
+    if (final_state)
+        for (int64_t e = tid; e < K * V; e += nt)
+            final_state[bj * K * V + e] = Ss[e];
+}
+
+// ---- backward: per-token recurrence, thread v owns column v of S and dS -----------------------
+
+// Token inputs shared by the block's threads: k_t, q_t, α_t = e^{g_t}.
+template <int K>
+__device__ __forceinline__ void load_token(float *kt, float *qt, float *at, const kda_bf16 *q,
+                                           const kda_bf16 *k, const float *g, int64_t qk_off,
+                                           int64_t g_off) {
+    for (int c = threadIdx.x; c < K; c += blockDim.x) {
+        kt[c] = bf2f(k[qk_off + c]);
+        qt[c] = bf2f(q[qk_off + c]);
+        at[c] = expf(g[g_off + c]);
+    }
+}
+
+// S ← S̃ + k δᵀ with S̃ = α ⊙ S, δ = β (v - S̃ᵀ k), for this thread's column.
+template <int K>
+__device__ __forceinline__ void step_column(float (&S)[K], const float *kt, const float *at,
+                                            float beta, float vv) {
+    float r = 0.0f;
+#pragma unroll
+    for (int c = 0; c < K; c++)
+        r += at[c] * S[c] * kt[c];
+    float delta = beta * (vv - r);
+#pragma unroll
+    for (int c = 0; c < K; c++)
+        S[c] = at[c] * S[c] + kt[c] * delta;
+}
+
+template <int K>
+__global__ void __launch_bounds__(256)
+    recurrent_bwd_k(float *dq, float *dk, kda_bf16 *dv, float *dg, float *dbeta, float *dS0,
+                    const kda_bf16 *d_o, const float *dST, const kda_bf16 *q, const kda_bf16 *k,
+                    const kda_bf16 *v, const float *g, const float *beta, const float *S0,
+                    KdaDims d, float *ckpt, float *tok) {
+    __shared__ float kt[K], qt[K], at[K];
+    __shared__ float red[8][3 * K + 1];
+    const int64_t T = d.T, HV = d.HV, V = d.V, C = d.chunk, NC = CEIL_DIV(T, C);
+    const int64_t bj = blockIdx.x, b = bj / HV, j = bj % HV; // HV == H
+    const int vv = threadIdx.x, lane = vv & 31, warp = vv >> 5, nwarps = blockDim.x >> 5;
+    const bool act = vv < V;
+    const float scale = d.scale;
+    float *ck = ckpt + bj * NC * K * V, *tk = tok + bj * C * K * V;
+    float S[K], G[K];
+#pragma unroll
+    for (int c = 0; c < K; c++)
+        S[c] = act && S0 ? S0[(bj * K + c) * V + vv] : 0.0f;
+
+    // Phase A: forward replay, storing the start state of every chunk.
+    for (int64_t n = 0; n < NC; n++) {
+        if (act)
+#pragma unroll
+            for (int c = 0; c < K; c++)
+                ck[(n * K + c) * V + vv] = S[c];
+        for (int64_t t = n * C; t < min((n + 1) * C, T); t++) {
+            __syncthreads();
+            load_token<K>(kt, qt, at, q, k, g, ((b * T + t) * HV + j) * K,
+                          ((b * T + t) * HV + j) * K);
+            __syncthreads();
+            float bt = beta[(b * T + t) * HV + j];
+            float vt = act ? bf2f(v[((b * T + t) * HV + j) * V + vv]) : 0.0f;
+            step_column<K>(S, kt, at, bt, vt);
+        }
+    }
+
+    // Phase B: reverse over chunks; G = gradient w.r.t. the current state S_t.
+#pragma unroll
+    for (int c = 0; c < K; c++)
+        G[c] = act && dST ? dST[(bj * K + c) * V + vv] : 0.0f;
+    for (int64_t n = NC - 1; n >= 0; n--) {
+        const int64_t t0 = n * C, nrows = min(C, T - t0);
+#pragma unroll
+        for (int c = 0; c < K; c++)
+            S[c] = act ? ck[(n * K + c) * V + vv] : 0.0f;
+        for (int64_t i = 0; i < nrows; i++) { // replay, keeping S_{t-1} of every token
+            int64_t t = t0 + i;
+            if (act)
+#pragma unroll
+                for (int c = 0; c < K; c++)
+                    tk[(i * K + c) * V + vv] = S[c];
+            __syncthreads();
+            load_token<K>(kt, qt, at, q, k, g, ((b * T + t) * HV + j) * K,
+                          ((b * T + t) * HV + j) * K);
+            __syncthreads();
+            float bt = beta[(b * T + t) * HV + j];
+            float vt = act ? bf2f(v[((b * T + t) * HV + j) * V + vv]) : 0.0f;
+            step_column<K>(S, kt, at, bt, vt);
+        }
+        for (int64_t i = nrows - 1; i >= 0; i--) { // kda-model.md §6.4, token t
+            int64_t t = t0 + i, row = (b * T + t) * HV + j;
+            __syncthreads();
+            load_token<K>(kt, qt, at, q, k, g, row * K, row * K);
+            __syncthreads();
+            float Sp[K]; // S_{t-1}
+#pragma unroll
+            for (int c = 0; c < K; c++)
+                Sp[c] = act ? tk[(i * K + c) * V + vv] : 0.0f;
+            float bt = beta[row], vt = act ? bf2f(v[row * V + vv]) : 0.0f;
+            float dot = act ? bf2f(d_o[row * V + vv]) : 0.0f;
+            float r = 0.0f;
+#pragma unroll
+            for (int c = 0; c < K; c++)
+                r += at[c] * Sp[c] * kt[c];
+            float delta = bt * (vt - r), ddelta = 0.0f;
+#pragma unroll
+            for (int c = 0; c < K; c++) {
+                G[c] += scale * qt[c] * dot; // o_t = S_tᵀ (scale q_t)
+                ddelta += G[c] * kt[c];      // S_t = S̃_t + k_t δ_tᵀ
+            }
+            float dr = -bt * ddelta;
+            float pb = warp_sum(ddelta * (vt - r));
+            if (act) dv[row * V + vv] = f2bf(bt * ddelta);
+#pragma unroll
+            for (int c = 0; c < K; c++) {
+                float Stil = at[c] * Sp[c], St = Stil + kt[c] * delta;
+                float dStil = G[c] + kt[c] * dr; // r_t = S̃_tᵀ k_t
+                float pq = warp_sum(St * dot);
+                float pk = warp_sum(G[c] * delta + Stil * dr);
+                float pg = warp_sum(dStil * Stil); // α_t = e^{g_t}
+                G[c] = at[c] * dStil;
+                if (lane == 0) {
+                    red[warp][c] = pq;
+                    red[warp][K + c] = pk;
+                    red[warp][2 * K + c] = pg;
+                }
+            }
+            if (lane == 0) red[warp][3 * K] = pb;
+            __syncthreads();
+            for (int x = vv; x < 3 * K + 1; x += blockDim.x) {
+                float s = 0.0f;
+                for (int w = 0; w < nwarps; w++)
+                    s += red[w][x];
+                if (x < K)
+                    dq[row * K + x] = scale * s;
+                else if (x < 2 * K)
+                    dk[row * K + x - K] = s;
+                else if (x < 3 * K)
+                    dg[row * K + x - 2 * K] = s;
+                else
+                    dbeta[row] = s;
+            }
+        }
+    }
+    if (dS0 && act)
+#pragma unroll
+        for (int c = 0; c < K; c++)
+            dS0[(bj * K + c) * V + vv] = G[c];
+}
+
+template <int K>
+int launch_bwd(KdaCudaCtx *ctx, float *dq, float *dk, kda_bf16 *dv, float *dg, float *dbeta,
+               float *dS0, const kda_bf16 *d_o, const float *dST, const kda_bf16 *q,
+               const kda_bf16 *k, const kda_bf16 *v, const float *g, const float *beta,
+               const float *S0, const KdaDims *d) {
+    int64_t BH = d->B * d->HV, NC = CEIL_DIV(d->T, d->chunk);
+    size_t floats = (size_t)(BH * (NC + d->chunk) * K * d->V);
+    float *ws = (float *)kda_cuda_scratch(ctx, floats * sizeof(float));
+    if (!ws) return -1;
+    unsigned threads = (unsigned)CEIL_DIV(d->V, (int64_t)32) * 32;
+    recurrent_bwd_k<K><<<(unsigned)BH, threads, 0, ctx->stream>>>(
+        dq, dk, dv, dg, dbeta, dS0, d_o, dST, q, k, v, g, beta, S0, *d, ws,
+        ws + (size_t)(BH * NC * K * d->V));
+    CUDA_CHECK_LAUNCH(ctx);
+    return 0;
+}
+
+} // namespace
+
+extern "C" int kda_cuda_chunk_fwd(KdaCudaCtx *ctx, kda_bf16 *o, float *final_state,
+                                  const kda_bf16 *q, const kda_bf16 *k, const kda_bf16 *v,
+                                  const float *gcum, const float *beta, const float *init_state,
+                                  const KdaDims *d) {
+    KDA_CUDA_REQUIRE(ctx, d->B >= 0 && d->T >= 0 && d->H > 0 && d->HV % d->H == 0);
+    KDA_CUDA_REQUIRE(ctx, d->chunk >= 1 && d->chunk <= FWD_MAX_C && d->K >= 1 && d->K <= 64 &&
+                              d->V >= 1 && d->V <= 128);
+    if (d->B == 0) return 0;
+    size_t smem = fwd_smem_floats(d->chunk, d->K, d->V) * sizeof(float);
+    KDA_CUDA_REQUIRE(ctx, smem <= ctx->info.smem_per_block_optin);
+    CUDA_CHECK(ctx, cudaFuncSetAttribute(chunk_fwd_k, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                         (int)smem));
+    chunk_fwd_k<<<(unsigned)(d->B * d->HV), FWD_THREADS, smem, ctx->stream>>>(
+        o, final_state, q, k, v, gcum, beta, init_state, *d);
+    CUDA_CHECK_LAUNCH(ctx);
+    return 0;
+}
+
+extern "C" int kda_cuda_recurrent_bwd(KdaCudaCtx *ctx, float *dq, float *dk, kda_bf16 *dv,
+                                      float *dg, float *dbeta, float *dinit_state,
+                                      const kda_bf16 *d_o, const float *dfinal_state,
+                                      const kda_bf16 *q, const kda_bf16 *k, const kda_bf16 *v,
+                                      const float *g, const float *beta, const float *init_state,
+                                      const KdaDims *d) {
+    KDA_CUDA_REQUIRE(ctx, d->B >= 0 && d->T >= 0 && d->HV == d->H && d->chunk >= 1);
+    KDA_CUDA_REQUIRE(ctx, d->V >= 1 && d->V <= 256); // one thread per column, <= 256 threads
+    if (d->B == 0 || d->T == 0) return 0;
+    switch (d->K) {
+    case 16:
+        return launch_bwd<16>(ctx, dq, dk, dv, dg, dbeta, dinit_state, d_o, dfinal_state, q, k, v,
+                              g, beta, init_state, d);
+    case 32:
+        return launch_bwd<32>(ctx, dq, dk, dv, dg, dbeta, dinit_state, d_o, dfinal_state, q, k, v,
+                              g, beta, init_state, d);
+    case 64:
+        return launch_bwd<64>(ctx, dq, dk, dv, dg, dbeta, dinit_state, d_o, dfinal_state, q, k, v,
+                              g, beta, init_state, d);
+    default:
+        return kda_cuda_fail_at(ctx, __FILE__, __LINE__, "kda_cuda_recurrent_bwd",
+                                "K must be 16, 32 or 64");
+    }
+}
