@@ -125,10 +125,13 @@ KDA_TEST(checkpoint_round_trip_and_keep_last) {
     CHECK(!memcmp(w, a[2].p, (size_t)a[2].t.total_numel * sizeof(float)));
     free(w);
     kda_params_free(&t);
-    for (int i = 0; i < 3; i++) ck_free(&a[i]);
+    for (int i = 0; i < 3; i++)
+        ck_free(&a[i]);
 }
 
-static int fail_at_optimizer(const char *stage) { return !strcmp(stage, "optimizer"); }
+static int fail_at_optimizer(const char *stage) {
+    return !strcmp(stage, "optimizer");
+}
 
 // A write failure mid-save: error, temp dir removed, `latest` and the old checkpoint intact.
 KDA_TEST(checkpoint_failed_save_keeps_previous) {
@@ -238,8 +241,8 @@ KDA_TEST(checkpoint_export_round_trip) {
     Ck a;
     CHECK(ck_make(&a, 4) == 0);
     CHECK(ck_save(save, &a, 0, &err) == 0);
-    char *argv[] = {"--checkpoint", save, "--output", out, "--dtype", "fp32", "--tokenizer",
-                    "assets/tokenizers/gpt2/tokenizer.json"};
+    char *argv[] = {"--checkpoint", save,   "--output",    out,
+                    "--dtype",      "fp32", "--tokenizer", "assets/tokenizers/gpt2/tokenizer.json"};
     CHECK_EQ_INT(cmd_export(8, argv), 0);
     KdaConfig c;
     KdaParamTable t;
@@ -250,8 +253,8 @@ KDA_TEST(checkpoint_export_round_trip) {
     CHECK(kda_config_equal(&c, &a.cfg));
     const char *files[] = {"tokenizer.json", "tokenizer_config.json", "special_tokens_map.json",
                            "generation_config.json", "config.json"};
-    for (int i = 0; i < 5; i++) CHECK_MSG(path_exists(path_join(p, sizeof p, out, files[i])),
-                                          "missing %s", files[i]);
+    for (int i = 0; i < 5; i++)
+        CHECK_MSG(path_exists(path_join(p, sizeof p, out, files[i])), "missing %s", files[i]);
     free(w);
     kda_params_free(&t);
     ck_free(&a);

@@ -27,7 +27,8 @@ static const char *make_data(void) {
     int32_t tok[64];
     for (int d = 0; d < 120; d++) {
         int n = 20 + (d * 7) % 40;
-        for (int k = 0; k < n; k++) tok[k] = 10 + (d + 3 * k) % 40;
+        for (int k = 0; k < n; k++)
+            tok[k] = 10 + (d + 3 * k) % 40;
         if (indexed_builder_add(&b, tok, n, &err)) return NULL;
         indexed_builder_end_document(&b);
     }
@@ -79,10 +80,13 @@ static int rec_poison(void *u, int64_t it, int micro) {
     return micro == 0 && it >= r->poison_from && it <= r->poison_to;
 }
 
-static int run(KdaRunConfig *rc, Rec *rec, int64_t stop_after, KdaTrainResult *res,
-               KdaError *err) {
-    KdaTrainOptions o = {.rc = rc, .quiet = 1, .stop_after = stop_after, .on_step = rec_step,
-                         .poison = rec_poison, .user = rec};
+static int run(KdaRunConfig *rc, Rec *rec, int64_t stop_after, KdaTrainResult *res, KdaError *err) {
+    KdaTrainOptions o = {.rc = rc,
+                         .quiet = 1,
+                         .stop_after = stop_after,
+                         .on_step = rec_step,
+                         .poison = rec_poison,
+                         .user = rec};
     return kda_train(&o, res, err);
 }
 
@@ -135,8 +139,9 @@ KDA_TEST(trainer_resume_bit_identical) {
         snprintf(pb, sizeof pb, "%s/iter_0000008/%s", sb, files[k]);
         CHECK_MSG(files_equal(pa, pb), "%s differs after resume", files[k]);
     }
-    fprintf(stderr, "  resume: 8 losses bit-equal (first %.6f, last %.6f), weights and moments "
-                    "byte-identical\n",
+    fprintf(stderr,
+            "  resume: 8 losses bit-equal (first %.6f, last %.6f), weights and moments "
+            "byte-identical\n",
             ra.loss[0], ra.loss[7]);
 }
 
@@ -316,9 +321,15 @@ KDA_TEST(trainer_resume_incompatible_config) {
 KDA_TEST(trainer_loader_deterministic) {
     const char *data = make_data();
     const char *paths[1] = {data};
-    KdaLoaderSpec sp = {.paths = paths, .n_paths = 1, .split = "90,10,0", .split_part = 0,
-                        .seq_length = 16, .num_samples = 64, .seed = 3,
-                        .objective = KDA_OBJ_MEGATRON, .n_vocab = 256};
+    KdaLoaderSpec sp = {.paths = paths,
+                        .n_paths = 1,
+                        .split = "90,10,0",
+                        .split_part = 0,
+                        .seq_length = 16,
+                        .num_samples = 64,
+                        .seed = 3,
+                        .objective = KDA_OBJ_MEGATRON,
+                        .n_vocab = 256};
     KdaLoader *l;
     KdaError err;
     CHECK_MSG(kda_loader_open(&l, &sp, &err) == 0, "%s", err.msg);

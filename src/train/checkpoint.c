@@ -34,8 +34,8 @@ int kda_config_diff(const KdaConfig *a, const KdaConfig *b, char *out, size_t ca
 #define DIFF_S(f)                                                                                  \
     if (strcmp(a->f, b->f)) return snprintf(out, cap, #f ": \"%s\" vs \"%s\"", a->f, b->f), 1
 #define DIFF_I(f)                                                                                  \
-    if (a->f != b->f) return snprintf(out, cap, #f ": %lld vs %lld", (long long)a->f,             \
-                                      (long long)b->f), 1
+    if (a->f != b->f)                                                                              \
+    return snprintf(out, cap, #f ": %lld vs %lld", (long long)a->f, (long long)b->f), 1
 #define DIFF_D(f)                                                                                  \
     if (a->f != b->f) return snprintf(out, cap, #f ": %.17g vs %.17g", a->f, b->f), 1
 #define DIFF_OPT(has, f)                                                                           \
@@ -189,8 +189,9 @@ static int save_state(const char *path, const KdaTrainState *st, KdaError *err) 
     fprintf(f, "  \"skipped_iterations\": %lld,\n", (long long)st->skipped_iters);
     fprintf(f, "  \"nan_iterations\": %lld,\n", (long long)st->nan_iters);
     fprintf(f, "  \"consecutive_nan_iterations\": %lld,\n", (long long)st->consecutive_nan);
-    fprintf(f, "  \"rng\": [\"%016" PRIx64 "\", \"%016" PRIx64 "\", \"%016" PRIx64
-               "\", \"%016" PRIx64 "\"],\n",
+    fprintf(f,
+            "  \"rng\": [\"%016" PRIx64 "\", \"%016" PRIx64 "\", \"%016" PRIx64 "\", \"%016" PRIx64
+            "\"],\n",
             st->rng.s[0], st->rng.s[1], st->rng.s[2], st->rng.s[3]);
     fprintf(f, "  \"rng_has_spare\": %d,\n", st->rng.has_spare);
     put_u64(f, "rng_spare_bits", spare.u, ",");
@@ -236,8 +237,7 @@ int kda_checkpoint_save(const char *save, const KdaTrainState *st, const KdaConf
     snprintf(name, sizeof name, "iter_%07lld", (long long)st->iteration);
     snprintf(tmp, sizeof tmp, "%s/.tmp-%s", save, name);
     path_join(fin, sizeof fin, save, name);
-    if (mkdir(tmp, 0755) != 0)
-        return kda_fail(err, "%s: cannot create: %s", tmp, strerror(errno));
+    if (mkdir(tmp, 0755) != 0) return kda_fail(err, "%s: cannot create: %s", tmp, strerror(errno));
     if (write_all(tmp, st, cfg, t, params, opt, rc, err)) {
         remove_flat_dir(tmp);
         return -1;
@@ -284,7 +284,8 @@ int kda_checkpoint_resolve(const char *path, char *out, size_t cap, KdaError *er
     size_t n;
     char *s = read_file(p, &n, err);
     if (!s) return -1;
-    while (n && (s[n - 1] == '\n' || s[n - 1] == '\r' || s[n - 1] == ' ')) s[--n] = 0;
+    while (n && (s[n - 1] == '\n' || s[n - 1] == '\r' || s[n - 1] == ' '))
+        s[--n] = 0;
     int64_t it;
     if (!parse_iter_name(s, &it)) {
         kda_fail(err, "%s: expected \"iter_NNNNNNN\", found \"%.60s\"", p, s);
@@ -308,16 +309,18 @@ static int load_optimizer(const char *path, const KdaParamTable *t, KdaAdamW *op
         for (int k = 0; k < 2 && !rc; k++) {
             snprintf(name, sizeof name, "%s.%s", r->name, k ? "exp_avg_sq" : "exp_avg");
             const StTensor *x = st_find(&st, name);
-            if (!x) rc = kda_fail(err, "%s: tensor %s is missing", path, name);
+            if (!x)
+                rc = kda_fail(err, "%s: tensor %s is missing", path, name);
             else if (x->dtype != ST_F32 || x->numel != r->numel)
                 rc = kda_fail(err, "%s: tensor %s: expected F32 with %lld elements", path, name,
                               (long long)r->numel);
-            else memcpy((k ? opt->v : opt->m) + r->offset, x->data, x->nbytes);
+            else
+                memcpy((k ? opt->v : opt->m) + r->offset, x->data, x->nbytes);
         }
     }
     if (!rc && st.n_tensors != 2 * (int64_t)t->n)
-        rc = kda_fail(err, "%s: %lld tensors, expected %d", path, (long long)st.n_tensors,
-                      2 * t->n);
+        rc =
+            kda_fail(err, "%s: %lld tensors, expected %d", path, (long long)st.n_tensors, 2 * t->n);
     const char *step = st_meta(&st, "step");
     char *end = NULL;
     long long s = step ? strtoll(step, &end, 10) : -1;
@@ -355,11 +358,12 @@ static int load_state(const char *path, KdaTrainState *st, KdaError *err) {
               json_get_int(r, "nan_iterations", &st->nan_iters) ||
               json_get_int(r, "consecutive_nan_iterations", &st->consecutive_nan) ||
               json_get_int(r, "rng_has_spare", &has_spare) ||
-              get_hex(json_get(r, "rng_spare_bits"), &spare) || !rng ||
-              rng->type != JSON_ARRAY || rng->len != 4 || !td || !vd ||
+              get_hex(json_get(r, "rng_spare_bits"), &spare) || !rng || rng->type != JSON_ARRAY ||
+              rng->len != 4 || !td || !vd ||
               get_hex(json_get(r, "train_data_fingerprint"), &st->train_fingerprint) ||
               get_hex(json_get(r, "valid_data_fingerprint"), &st->valid_fingerprint);
-    for (int i = 0; !bad && i < 4; i++) bad = get_hex(&rng->items[i], &st->rng.s[i]);
+    for (int i = 0; !bad && i < 4; i++)
+        bad = get_hex(&rng->items[i], &st->rng.s[i]);
     if (!bad) {
         union {
             uint64_t u;
@@ -372,8 +376,9 @@ static int load_state(const char *path, KdaTrainState *st, KdaError *err) {
     }
     json_free(&doc);
     if (bad)
-        return kda_fail(err, "%s: not a format-%d trainer state (a field is missing or has the "
-                             "wrong type)",
+        return kda_fail(err,
+                        "%s: not a format-%d trainer state (a field is missing or has the "
+                        "wrong type)",
                         path, STATE_FORMAT);
     return 0;
 }

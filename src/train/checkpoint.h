@@ -30,14 +30,14 @@
 #include "train/run_config.h"
 
 typedef struct {
-    int64_t iteration;        // iterations completed (skipped ones included)
-    int64_t consumed_train;   // train samples consumed = the loader cursor
-    int64_t consumed_valid;   // valid samples consumed by evaluations so far
-    int64_t skipped_iters;    // total updates skipped (NaN/inf loss or grad norm)
-    int64_t nan_iters;        // total iterations with a NaN/inf loss or grad norm
-    int64_t consecutive_nan;  // current run of consecutive NaN iterations
-    KdaRng rng;               // trainer RNG (not used by the CPU math today; saved for resume)
-    char train_desc[2048];    // kda_loader_describe of the train data ("" if none)
+    int64_t iteration;       // iterations completed (skipped ones included)
+    int64_t consumed_train;  // train samples consumed = the loader cursor
+    int64_t consumed_valid;  // valid samples consumed by evaluations so far
+    int64_t skipped_iters;   // total updates skipped (NaN/inf loss or grad norm)
+    int64_t nan_iters;       // total iterations with a NaN/inf loss or grad norm
+    int64_t consecutive_nan; // current run of consecutive NaN iterations
+    KdaRng rng;              // trainer RNG (not used by the CPU math today; saved for resume)
+    char train_desc[2048];   // kda_loader_describe of the train data ("" if none)
     uint64_t train_fingerprint;
     char valid_desc[2048];
     uint64_t valid_fingerprint;

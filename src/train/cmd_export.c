@@ -39,8 +39,10 @@ static void write_text(const char *dir, const char *name, char *text, size_t n) 
 static void put_token(FILE *f, const KdaTokenizer *t, int32_t id) {
     size_t len = 0;
     const char *s = id >= 0 ? tok_token_bytes(t, id, &len) : NULL;
-    if (s) json_write_string(f, s, len);
-    else fputs("null", f);
+    if (s)
+        json_write_string(f, s, len);
+    else
+        fputs("null", f);
 }
 
 // tokenizer_config.json from the tokenizer itself (when none lies next to tokenizer.json).
@@ -80,17 +82,22 @@ static void export_tokenizer(const char *out, const char *tok_path) {
     copy_file(tok_path, path_join(p, sizeof p, out, "tokenizer.json"));
     snprintf(dir, sizeof dir, "%s", tok_path);
     char *slash = strrchr(dir, '/');
-    if (slash) *slash = 0;
-    else snprintf(dir, sizeof dir, ".");
+    if (slash)
+        *slash = 0;
+    else
+        snprintf(dir, sizeof dir, ".");
     path_join(q, sizeof q, dir, "tokenizer_config.json");
-    if (path_exists(q)) copy_file(q, path_join(p, sizeof p, out, "tokenizer_config.json"));
-    else gen_tokenizer_config(out, t);
+    if (path_exists(q))
+        copy_file(q, path_join(p, sizeof p, out, "tokenizer_config.json"));
+    else
+        gen_tokenizer_config(out, t);
     // license files travel with the tokenizer (e.g. the Llama 3 license)
     DIR *d = opendir(dir);
     struct dirent *e;
     while (d && (e = readdir(d)))
         if (strstr(e->d_name, "LICENSE"))
-            copy_file(path_join(q, sizeof q, dir, e->d_name), path_join(p, sizeof p, out, e->d_name));
+            copy_file(path_join(q, sizeof q, dir, e->d_name),
+                      path_join(p, sizeof p, out, e->d_name));
     if (d) closedir(d);
     char *buf;
     size_t n;
@@ -121,7 +128,8 @@ static void export_generation_config(const char *out, const KdaConfig *c) {
 int cmd_export(int argc, char **argv) {
     const char *ckpt = NULL, *output = NULL, *dtype = "bf16", *tokenizer = NULL;
     ArgSpec specs[] = {
-        {"checkpoint", ARG_STR, &ckpt, "checkpoint iter_* dir, or a save dir (follows `latest`)", 1},
+        {"checkpoint", ARG_STR, &ckpt, "checkpoint iter_* dir, or a save dir (follows `latest`)",
+         1},
         {"output", ARG_STR, &output, "HF model directory to write", 1},
         {"dtype", ARG_STR, &dtype, "weights dtype: bf16 or fp32", 0},
         {"tokenizer", ARG_STR, &tokenizer,
@@ -134,9 +142,12 @@ int cmd_export(int argc, char **argv) {
                   specs, (int)(sizeof specs / sizeof *specs)};
     if (args_parse_or_die(&t, argc, argv)) return 0;
     KdaSaveDtype dt;
-    if (!strcmp(dtype, "bf16") || !strcmp(dtype, "bfloat16")) dt = KDA_DTYPE_BF16;
-    else if (!strcmp(dtype, "fp32") || !strcmp(dtype, "float32")) dt = KDA_DTYPE_F32;
-    else kda_die("--dtype: expected bf16 or fp32, got \"%s\"", dtype);
+    if (!strcmp(dtype, "bf16") || !strcmp(dtype, "bfloat16"))
+        dt = KDA_DTYPE_BF16;
+    else if (!strcmp(dtype, "fp32") || !strcmp(dtype, "float32"))
+        dt = KDA_DTYPE_F32;
+    else
+        kda_die("--dtype: expected bf16 or fp32, got \"%s\"", dtype);
     KdaError err;
     char dir[PATH_MAX], p[PATH_MAX];
     int r = kda_checkpoint_resolve(ckpt, dir, sizeof dir, &err);
@@ -153,8 +164,10 @@ int cmd_export(int argc, char **argv) {
         tokenizer = rc.tokenizer;
     if (kda_model_save_dir(output, &cfg, &tab, flat, dt, &err)) kda_die("%s", err.msg);
     export_generation_config(output, &cfg);
-    if (tokenizer) export_tokenizer(output, tokenizer);
-    else kda_warn("no tokenizer given: %s has no tokenizer files", output);
+    if (tokenizer)
+        export_tokenizer(output, tokenizer);
+    else
+        kda_warn("no tokenizer given: %s has no tokenizer files", output);
     kda_info("exported %s -> %s (%s, %lld parameters)", dir, output,
              dt == KDA_DTYPE_BF16 ? "bf16" : "fp32", (long long)tab.total_numel);
     kda_run_config_free(&rc);

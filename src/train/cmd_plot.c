@@ -29,7 +29,7 @@ static void series_add(Series *s, double x, double y) {
 }
 
 typedef struct {
-    double x0, y0, w, h;          // pixel box of the plot area
+    double x0, y0, w, h;           // pixel box of the plot area
     double xmin, xmax, ymin, ymax; // data range
 } Panel;
 
@@ -61,7 +61,8 @@ static void axes(FILE *f, const Panel *p, const char *title) {
     fprintf(f, "<text x='%.1f' y='%.1f' font-size='14' text-anchor='middle'>%s</text>\n",
             p->x0 + p->w / 2, p->y0 - 8, title);
     for (int i = 0; i <= 5; i++) {
-        double yv = p->ymin + (p->ymax - p->ymin) * i / 5, xv = p->xmin + (p->xmax - p->xmin) * i / 5;
+        double yv = p->ymin + (p->ymax - p->ymin) * i / 5,
+               xv = p->xmin + (p->xmax - p->xmin) * i / 5;
         double y = py(p, yv), x = px(p, xv);
         fprintf(f, "<line x1='%.1f' y1='%.1f' x2='%.1f' y2='%.1f' stroke='#ddd'/>\n", p->x0, y,
                 p->x0 + p->w, y);
@@ -75,7 +76,8 @@ static void axes(FILE *f, const Panel *p, const char *title) {
 static void line(FILE *f, const Panel *p, const Series *s, const char *color, int dots) {
     if (s->n == 0) return;
     fprintf(f, "<polyline fill='none' stroke='%s' stroke-width='1.5' points='", color);
-    for (int i = 0; i < s->n; i++) fprintf(f, "%.1f,%.1f ", px(p, s->x[i]), py(p, s->y[i]));
+    for (int i = 0; i < s->n; i++)
+        fprintf(f, "%.1f,%.1f ", px(p, s->x[i]), py(p, s->y[i]));
     fprintf(f, "'/>\n");
     for (int i = 0; dots && i < s->n; i++)
         fprintf(f, "<circle cx='%.1f' cy='%.1f' r='3' fill='%s'/>\n", px(p, s->x[i]),

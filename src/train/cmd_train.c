@@ -13,21 +13,20 @@
 void openblas_set_num_threads(int n); // OpenBLAS (cblas.h pulls in more than needed)
 
 static void usage(FILE *f) {
-    fprintf(f,
-            "usage: kda train --config RUN.yaml [--KEY VALUE ...] [--init-from HF_DIR]\n"
-            "train (or resume) a KDA model on the CPU\n\n"
-            "  --config PATH       run config (YAML, Megatron key names; configs/*.yaml)\n"
-            "  --KEY VALUE         override any run-config key, e.g. --train_iters 100 "
-            "--lr 1e-3\n"
-            "                      (lists take several words: --train_data_path a b)\n"
-            "  --init-from DIR     start from the weights of an HF model dir (fresh optimizer)\n"
-            "  --no-progress       no progress bar\n"
-            "  --quiet             no per-iteration log lines\n"
-            "  --help              this help\n\n"
-            "Resumes from `load`, or from `save` when it holds a `latest` checkpoint. SIGINT/\n"
-            "SIGTERM: finish the step, save, exit 0 (a second signal exits at once).\n"
-            "Keys: see src/train/run_config.h; the effective config is saved with every\n"
-            "checkpoint (run_config.yaml).\n");
+    fprintf(f, "usage: kda train --config RUN.yaml [--KEY VALUE ...] [--init-from HF_DIR]\n"
+               "train (or resume) a KDA model on the CPU\n\n"
+               "  --config PATH       run config (YAML, Megatron key names; configs/*.yaml)\n"
+               "  --KEY VALUE         override any run-config key, e.g. --train_iters 100 "
+               "--lr 1e-3\n"
+               "                      (lists take several words: --train_data_path a b)\n"
+               "  --init-from DIR     start from the weights of an HF model dir (fresh optimizer)\n"
+               "  --no-progress       no progress bar\n"
+               "  --quiet             no per-iteration log lines\n"
+               "  --help              this help\n\n"
+               "Resumes from `load`, or from `save` when it holds a `latest` checkpoint. SIGINT/\n"
+               "SIGTERM: finish the step, save, exit 0 (a second signal exits at once).\n"
+               "Keys: see src/train/run_config.h; the effective config is saved with every\n"
+               "checkpoint (run_config.yaml).\n");
 }
 
 int cmd_train(int argc, char **argv) {

@@ -33,10 +33,10 @@ typedef struct {
 struct KdaLoader {
     LoaderSet *sets;
     int n;
-    double *weights;            // [n] normalized
-    int64_t num_samples;        // blended size (n > 1) or the single index's sample count
-    int16_t *blend_ds;          // [num_samples] (n > 1)
-    int64_t *blend_sample;      // [num_samples] (n > 1)
+    double *weights;       // [n] normalized
+    int64_t num_samples;   // blended size (n > 1) or the single index's sample count
+    int16_t *blend_ds;     // [num_samples] (n > 1)
+    int64_t *blend_sample; // [num_samples] (n > 1)
     int64_t seq_length, row_tokens, n_vocab;
     KdaObjective objective;
     char *desc;
@@ -46,7 +46,8 @@ struct KdaLoader {
 
 static uint64_t fnv1a(const char *s) {
     uint64_t h = 1469598103934665603ull;
-    for (; *s; s++) h = (h ^ (unsigned char)*s) * 1099511628211ull;
+    for (; *s; s++)
+        h = (h ^ (unsigned char)*s) * 1099511628211ull;
     return h;
 }
 
@@ -55,7 +56,8 @@ static int set_open(LoaderSet *s, const char *prefix, const KdaLoaderSpec *spec,
     if (indexed_open(&s->ds, prefix, err)) return -1;
     const IndexedIndex *ix = &s->ds.idx;
     s->lengths = kda_malloc((size_t)(ix->n_seq > 0 ? ix->n_seq : 1) * sizeof(int32_t));
-    for (int64_t i = 0; i < ix->n_seq; i++) s->lengths[i] = indexed_index_length(ix, i);
+    for (int64_t i = 0; i < ix->n_seq; i++)
+        s->lengths[i] = indexed_index_length(ix, i);
     int64_t doc_lo = 0, doc_hi = ix->n_docs;
     if (!spec->whole) {
         double split[3];
@@ -74,7 +76,8 @@ static int set_open(LoaderSet *s, const char *prefix, const KdaLoaderSpec *spec,
     indexed_index_doc_range(ix, doc_hi - 1, &a2, &e2);
     s->first_seq = a;
     s->n_seq_split = e2 - a;
-    for (int64_t i = a; i < e2; i++) s->split_tokens += s->lengths[i];
+    for (int64_t i = a; i < e2; i++)
+        s->split_tokens += s->lengths[i];
     if (s->n_seq_split < 1 || s->split_tokens < spec->seq_length + 1)
         return kda_fail(err, "%s: the %s split has %lld tokens, fewer than seq_length + 1 = %lld",
                         prefix, parts[spec->split_part], (long long)s->split_tokens,
@@ -112,17 +115,16 @@ static int build_indices(KdaLoader *l, const KdaLoaderSpec *spec, KdaError *err)
 
 static void describe(KdaLoader *l, const KdaLoaderSpec *spec) {
     size_t cap = 256, n = 0;
-    for (int d = 0; d < l->n; d++) cap += strlen(l->sets[d].prefix) + 96;
+    for (int d = 0; d < l->n; d++)
+        cap += strlen(l->sets[d].prefix) + 96;
     l->desc = kda_malloc(cap);
-    n += (size_t)snprintf(l->desc + n, cap - n,
-                          "part=%d whole=%d split=%s seq_length=%lld seed=%u objective=%s",
-                          spec->split_part, spec->whole, spec->whole ? "-" : spec->split,
-                          (long long)spec->seq_length, spec->seed,
-                          spec->objective == KDA_OBJ_FLA ? "fla" : "megatron");
+    n += (size_t)snprintf(
+        l->desc + n, cap - n, "part=%d whole=%d split=%s seq_length=%lld seed=%u objective=%s",
+        spec->split_part, spec->whole, spec->whole ? "-" : spec->split, (long long)spec->seq_length,
+        spec->seed, spec->objective == KDA_OBJ_FLA ? "fla" : "megatron");
     for (int d = 0; d < l->n; d++)
         n += (size_t)snprintf(l->desc + n, cap - n, " | %s w=%.6f seqs=%lld tokens=%lld",
-                              l->sets[d].prefix, l->weights[d],
-                              (long long)l->sets[d].ds.idx.n_seq,
+                              l->sets[d].prefix, l->weights[d], (long long)l->sets[d].ds.idx.n_seq,
                               (long long)l->sets[d].ds.idx.n_tokens);
     l->fingerprint = fnv1a(l->desc);
 }
@@ -161,7 +163,8 @@ static void prefetch_stop(KdaLoader *l) {
     pthread_mutex_unlock(&p->mu);
     pthread_join(p->th, NULL);
     p->running = 0;
-    for (int i = 0; i <= p->depth; i++) free(p->bufs[i]);
+    for (int i = 0; i <= p->depth; i++)
+        free(p->bufs[i]);
     free(p->bufs);
     p->bufs = NULL;
 }
@@ -186,14 +189,22 @@ void kda_loader_free(KdaLoader *l) {
     free(l);
 }
 
-int64_t kda_loader_row_tokens(const KdaLoader *l) { return l->row_tokens; }
-int64_t kda_loader_n_samples(const KdaLoader *l) { return l->num_samples; }
-const char *kda_loader_describe(const KdaLoader *l) { return l->desc; }
-uint64_t kda_loader_fingerprint(const KdaLoader *l) { return l->fingerprint; }
+int64_t kda_loader_row_tokens(const KdaLoader *l) {
+    return l->row_tokens;
+}
+int64_t kda_loader_n_samples(const KdaLoader *l) {
+    return l->num_samples;
+}
+const char *kda_loader_describe(const KdaLoader *l) {
+    return l->desc;
+}
+uint64_t kda_loader_fingerprint(const KdaLoader *l) {
+    return l->fingerprint;
+}
 
 // Reads global sample i (wrapping) into row ([row_tokens] int32). spans/tok are scratch.
-static int read_sample(const KdaLoader *l, int64_t i, int32_t *row, KdaSpan **spans,
-                       int64_t *cap, int64_t *tok, KdaError *err) {
+static int read_sample(const KdaLoader *l, int64_t i, int32_t *row, KdaSpan **spans, int64_t *cap,
+                       int64_t *tok, KdaError *err) {
     i %= l->num_samples;
     int d = 0;
     int64_t j = i;
@@ -215,8 +226,9 @@ static int read_sample(const KdaLoader *l, int64_t i, int32_t *row, KdaSpan **sp
         int64_t got = indexed_read_tokens(&s->ds, (*spans)[k].seq, (*spans)[k].offset, tok, want);
         for (int64_t t = 0; t < got; t++) {
             if (tok[t] < 0 || tok[t] >= l->n_vocab)
-                return kda_fail(err, "%s: sequence %lld holds token id %lld, outside the "
-                                     "model's vocabulary [0, %lld)",
+                return kda_fail(err,
+                                "%s: sequence %lld holds token id %lld, outside the "
+                                "model's vocabulary [0, %lld)",
                                 s->prefix, (long long)(*spans)[k].seq, (long long)tok[t],
                                 (long long)l->n_vocab);
             row[at + t] = (int32_t)tok[t];
@@ -244,7 +256,8 @@ static void *prefetch_main(void *arg) {
     Prefetch *p = &l->pf;
     for (;;) {
         pthread_mutex_lock(&p->mu);
-        while (!p->stop && p->n_prod - p->n_cons >= p->depth) pthread_cond_wait(&p->cv, &p->mu);
+        while (!p->stop && p->n_prod - p->n_cons >= p->depth)
+            pthread_cond_wait(&p->cv, &p->mu);
         if (p->stop || p->failed) {
             pthread_mutex_unlock(&p->mu);
             return NULL;
@@ -279,7 +292,8 @@ int kda_loader_start(KdaLoader *l, int64_t first, int64_t B, int depth, KdaError
     for (int i = 0; i <= depth; i++)
         p->bufs[i] = kda_malloc((size_t)(B * l->row_tokens) * sizeof(int32_t));
     if (pthread_create(&p->th, NULL, prefetch_main, l) != 0) {
-        for (int i = 0; i <= depth; i++) free(p->bufs[i]);
+        for (int i = 0; i <= depth; i++)
+            free(p->bufs[i]);
         free(p->bufs);
         p->bufs = NULL;
         return kda_fail(err, "data: cannot start the prefetch thread");
@@ -295,7 +309,8 @@ const int32_t *kda_loader_next(KdaLoader *l, KdaError *err) {
         return NULL;
     }
     pthread_mutex_lock(&p->mu);
-    while (!p->failed && p->n_prod <= p->n_cons) pthread_cond_wait(&p->cv, &p->mu);
+    while (!p->failed && p->n_prod <= p->n_cons)
+        pthread_cond_wait(&p->cv, &p->mu);
     if (p->n_prod <= p->n_cons) { // failed before producing this batch
         if (err) *err = p->err;
         pthread_mutex_unlock(&p->mu);

@@ -35,14 +35,14 @@ typedef struct {
     const char *const *paths; // [n_paths] dataset prefixes (borrowed during open)
     const double *weights;    // [n_paths] normalized blend weights, or NULL (token counts)
     int n_paths;
-    const char *split;      // "969,30,1" (ignored when whole_split is set)
-    int split_part;         // 0 train, 1 valid, 2 test
-    int whole;              // 1: use every document (a separate valid list)
-    int64_t seq_length;     // tokens per sample (the window holds seq_length + 1)
-    int64_t num_samples;    // samples the run needs (>= 1)
-    uint32_t seed;          // RandomState seed of the shuffles
+    const char *split;   // "969,30,1" (ignored when whole_split is set)
+    int split_part;      // 0 train, 1 valid, 2 test
+    int whole;           // 1: use every document (a separate valid list)
+    int64_t seq_length;  // tokens per sample (the window holds seq_length + 1)
+    int64_t num_samples; // samples the run needs (>= 1)
+    uint32_t seed;       // RandomState seed of the shuffles
     KdaObjective objective;
-    int64_t n_vocab;        // every token id must be below it (checked per batch)
+    int64_t n_vocab; // every token id must be below it (checked per batch)
 } KdaLoaderSpec;
 
 // Opens and validates the datasets and builds the indices. On error returns -1 (*out NULL)

@@ -33,8 +33,8 @@ static void cpu_zero(void *c) {
     memset(x->grads, 0, (size_t)x->m.table.total_numel * sizeof(float));
 }
 
-static int cpu_fwd_bwd(void *c, const int32_t *ids, int64_t B, int64_t T, int backward,
-                       float *loss, KdaError *err) {
+static int cpu_fwd_bwd(void *c, const int32_t *ids, int64_t B, int64_t T, int backward, float *loss,
+                       KdaError *err) {
     CpuCtx *x = c;
     if (kda_model_forward(&x->m, ids, NULL, B, T, NULL, NULL, loss, err)) return -1;
     if (!backward) return 0;
@@ -46,7 +46,8 @@ static double cpu_finish(void *c, double scale, double max_norm) {
     int64_t n = x->m.table.total_numel;
     if (scale != 1.0) {
         float s = (float)scale;
-        for (int64_t i = 0; i < n; i++) x->grads[i] *= s;
+        for (int64_t i = 0; i < n; i++)
+            x->grads[i] *= s;
     }
     if (max_norm > 0) return kda_grad_clip(x->grads, n, max_norm, NULL);
     return kda_grad_norm(x->grads, n);
@@ -57,9 +58,15 @@ static void cpu_update(void *c, double lr) {
     kda_adamw_step(&x->opt, &x->m.table, x->m.params, x->grads, lr);
 }
 
-static float *cpu_params(void *c) { return ((CpuCtx *)c)->m.params; }
-static KdaAdamW *cpu_optim(void *c) { return &((CpuCtx *)c)->opt; }
-static void cpu_changed(void *c) { (void)c; }
+static float *cpu_params(void *c) {
+    return ((CpuCtx *)c)->m.params;
+}
+static KdaAdamW *cpu_optim(void *c) {
+    return &((CpuCtx *)c)->opt;
+}
+static void cpu_changed(void *c) {
+    (void)c;
+}
 
 static void cpu_destroy(void *c) {
     CpuCtx *x = c;
@@ -119,8 +126,12 @@ void kda_train_install_signal_handlers(void) {
     sigaction(SIGINT, &sa, NULL);
     sigaction(SIGTERM, &sa, NULL);
 }
-void kda_train_request_stop(void) { g_stop = 1; }
-void kda_train_clear_stop(void) { g_stop = 0; }
+void kda_train_request_stop(void) {
+    g_stop = 1;
+}
+void kda_train_clear_stop(void) {
+    g_stop = 0;
+}
 
 // ---------------------------------------------------------------------------------------------
 // The run: everything the loop needs in one place.
@@ -215,8 +226,9 @@ static int open_loader(KdaLoader **out, const KdaRunConfig *rc, const KdaStrList
                        .seq_length = rc->seq_length,
                        .num_samples = num_samples,
                        .seed = (uint32_t)rc->seed,
-                       .objective = rc->objective && !strcmp(rc->objective, "fla") ? KDA_OBJ_FLA
-                                                                                    : KDA_OBJ_MEGATRON,
+                       .objective = rc->objective && !strcmp(rc->objective, "fla")
+                                        ? KDA_OBJ_FLA
+                                        : KDA_OBJ_MEGATRON,
                        .n_vocab = n_vocab};
     int rc2 = kda_loader_open(out, &s, err);
     free(paths);
@@ -314,9 +326,9 @@ static int setup(Run *r, KdaError *err) {
         return kda_fail(err, "global_batch_size %lld must be a multiple of micro_batch_size %lld",
                         (long long)rc->global_batch_size, (long long)rc->micro_batch_size);
     r->n_micro = rc->global_batch_size / rc->micro_batch_size;
-    r->sched = (KdaLrSchedule){rc->lr, rc->min_lr, rc->lr_warmup_iters,
-                               rc->lr_decay_iters ? rc->lr_decay_iters : rc->train_iters,
-                               KDA_LR_COSINE};
+    r->sched =
+        (KdaLrSchedule){rc->lr, rc->min_lr, rc->lr_warmup_iters,
+                        rc->lr_decay_iters ? rc->lr_decay_iters : rc->train_iters, KDA_LR_COSINE};
     if (kda_lr_style_parse(rc->lr_decay_style ? rc->lr_decay_style : "cosine", &r->sched.style,
                            err) ||
         kda_lr_schedule_check(&r->sched, err))
@@ -403,8 +415,8 @@ static void log_train(Run *r, int evaluated) {
                 "\"grad_norm\": %.9g, \"ms_per_iter\": %.3f, \"tokens_per_s\": %.1f, "
                 "\"skipped\": %lld, \"nan\": %lld",
                 (long long)it, (long long)r->st.consumed_train, lr, isfinite(loss) ? loss : -1.0,
-                isfinite(r->last_norm) ? r->last_norm : -1.0, ms, tok_s,
-                (long long)r->win_skipped, (long long)r->win_nan);
+                isfinite(r->last_norm) ? r->last_norm : -1.0, ms, tok_s, (long long)r->win_skipped,
+                (long long)r->win_nan);
         if (evaluated) fprintf(r->metrics, ", \"valid_loss\": %.9g", r->last_valid);
         fprintf(r->metrics, "}\n");
         fflush(r->metrics);
@@ -482,8 +494,9 @@ static int train_step(Run *r, KdaStepInfo *si, KdaError *err) {
     }
     r->last_loss = si->loss;
     if (rc->max_nan_steps > 0 && r->st.consecutive_nan >= rc->max_nan_steps)
-        return kda_fail(err, "aborting: %lld consecutive iterations with a non-finite loss or "
-                             "grad norm (max_nan_steps %lld), last at iteration %lld",
+        return kda_fail(err,
+                        "aborting: %lld consecutive iterations with a non-finite loss or "
+                        "grad norm (max_nan_steps %lld), last at iteration %lld",
                         (long long)r->st.consecutive_nan, (long long)rc->max_nan_steps,
                         (long long)si->iteration);
     return 0;
@@ -525,8 +538,9 @@ static int loop(Run *r, KdaTrainResult *res, KdaError *err) {
         if (it == 1 || (rc->log_interval > 0 && it % rc->log_interval == 0) || last)
             log_train(r, evaluated);
         else if (evaluated && r->metrics) {
-            fprintf(r->metrics, "{\"iteration\": %lld, \"consumed_samples\": %lld, "
-                                "\"valid_loss\": %.9g}\n",
+            fprintf(r->metrics,
+                    "{\"iteration\": %lld, \"consumed_samples\": %lld, "
+                    "\"valid_loss\": %.9g}\n",
                     (long long)it, (long long)r->st.consumed_train, r->last_valid);
             fflush(r->metrics);
         }
@@ -570,10 +584,9 @@ int kda_train(const KdaTrainOptions *o, KdaTrainResult *res, KdaError *err) {
         if (!o->quiet)
             kda_info("training %lld iterations from %lld: %lld x %lld micro-batches of %lld x %lld "
                      "tokens, objective %s, %.3g model FLOPs/token",
-                     (long long)r.rc->train_iters, (long long)r.st.iteration,
-                     (long long)r.n_micro, (long long)r.rc->micro_batch_size,
-                     (long long)r.rc->micro_batch_size, (long long)r.T,
-                     r.rc->objective ? r.rc->objective : "megatron", r.flops_tok);
+                     (long long)r.rc->train_iters, (long long)r.st.iteration, (long long)r.n_micro,
+                     (long long)r.rc->micro_batch_size, (long long)r.rc->micro_batch_size,
+                     (long long)r.T, r.rc->objective ? r.rc->objective : "megatron", r.flops_tok);
         rc = loop(&r, res, err);
         if (r.use_prog) progress_finish(&r.prog, (double)r.st.iteration, NULL);
     }

@@ -54,8 +54,8 @@ typedef struct KdaBackend {
     void (*update)(void *ctx, double lr); // AdamW update step+1 with this lr
     // Host views of the training state for checkpoints (a GPU backend syncs first). After the
     // caller writes into them (resume, init), it calls state_changed.
-    float *(*host_params)(void *ctx);     // [n_params] fp32, layout of the parameter table
-    KdaAdamW *(*host_optim)(void *ctx);   // m, v [n_params] fp32 and the step count
+    float *(*host_params)(void *ctx);   // [n_params] fp32, layout of the parameter table
+    KdaAdamW *(*host_optim)(void *ctx); // m, v [n_params] fp32 and the step count
     void (*state_changed)(void *ctx);
     void (*destroy)(void *ctx);
 } KdaBackend;
@@ -76,12 +76,12 @@ typedef struct {
 } KdaStepInfo;
 
 typedef struct {
-    const KdaRunConfig *rc;  // validated (kda_run_config_validate)
-    const char *init_from;   // HF model dir whose weights start a fresh run (NULL: own init)
-    int progress;            // 1: progress bar when stderr is a TTY; 0: never
-    int quiet;               // 1: no log lines on stdout (tests)
-    int64_t stop_after;      // > 0: stop as on a signal after this iteration (tests)
-    // Test hook: nonzero poisons that micro-batch's loss (and gradient) with NaN.
+    const KdaRunConfig *rc; // validated (kda_run_config_validate)
+    const char *init_from;  // HF model dir whose weights start a fresh run (NULL: own init)
+    int progress;           // 1: progress bar when stderr is a TTY; 0: never
+    int quiet;              // 1: no log lines on stdout (tests)
+    int64_t stop_after;     // > 0: stop as on a signal after this iteration (tests)
+    // Test hook: nonzero makes that micro-batch's loss NaN (the step is then skipped).
     int (*poison)(void *user, int64_t iteration, int micro);
     void (*on_step)(void *user, const KdaStepInfo *s); // after every iteration (may be NULL)
     void *user;
@@ -92,11 +92,11 @@ typedef struct {
     int64_t consumed_samples; // train samples consumed
     int64_t start_iteration;  // iteration resumed from (0 for a fresh run)
     int64_t nan_iters, skipped_iters;
-    int interrupted;          // stopped by a signal / stop_after
-    double last_loss;         // loss of the last iteration
-    double last_valid_loss;   // NaN when never evaluated
-    double seconds;           // wall time of the loop
-    double tokens_per_s;      // averaged over the loop (after the first iteration)
+    int interrupted;           // stopped by a signal / stop_after
+    double last_loss;          // loss of the last iteration
+    double last_valid_loss;    // NaN when never evaluated
+    double seconds;            // wall time of the loop
+    double tokens_per_s;       // averaged over the loop (after the first iteration)
     char checkpoint[PATH_MAX]; // last checkpoint written ("" if none)
 } KdaTrainResult;
 
