@@ -111,3 +111,26 @@ KDA_TEST(atomic_write) {
     free(s);
     CHECK(read_file("/nonexistent/x", &n, &e) == NULL && strstr(e.msg, "/nonexistent/x"));
 }
+
+// Expected strings follow Python's bytes.decode("utf-8", "replace"), which implements the same
+// "maximal subpart" rule as Rust's from_utf8_lossy (HF tokenizers' decoder).
+KDA_TEST(utf8_lossy_maximal_subparts) {
+    struct {
+        const char *in, *out;
+    } cases[] = {
+        {"ok \xc3\xa9", "ok \xc3\xa9"},
+        {"\xff", "\xef\xbf\xbd"},
+        {"\xe2\x82", "\xef\xbf\xbd"},              // truncated 3-byte: one U+FFFD
+        {"\xe2\x82x", "\xef\xbf\xbdx"},
+        {"\xf0\x9f\x98", "\xef\xbf\xbd"},          // truncated emoji
+        {"\xed\xa0\x80", "\xef\xbf\xbd\xef\xbf\xbd\xef\xbf\xbd"}, // surrogate: 3
+        {"\xc0\xaf", "\xef\xbf\xbd\xef\xbf\xbd"},          // overlong: 2
+        {"\xf4\x90\x80\x80", "\xef\xbf\xbd\xef\xbf\xbd\xef\xbf\xbd\xef\xbf\xbd"},
+        {"\xe0\x80", "\xef\xbf\xbd\xef\xbf\xbd"},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
+        unsigned char out[64];
+        size_t n = utf8_lossy((const unsigned char *)cases[i].in, strlen(cases[i].in), out);
+        CHECK_MSG(n == strlen(cases[i].out) && memcmp(out, cases[i].out, n) == 0, "case %zu", i);
+    }
+}

@@ -152,6 +152,47 @@ size_t utf8_valid_prefix(const unsigned char *s, size_t n) {
     return len;
 }
 
+// Length of the longest prefix of s[0..n) that could start a valid sequence (>= 1), and
+// whether it is complete. Second-byte ranges per the Unicode well-formed table (Table 3-7).
+static size_t utf8_maximal_subpart(const unsigned char *s, size_t n, int *complete) {
+    unsigned c = s[0];
+    size_t need;
+    unsigned lo = 0x80, hi = 0xBF;
+    *complete = 0;
+    if (c >= 0xC2 && c <= 0xDF) need = 2;
+    else if (c >= 0xE0 && c <= 0xEF) {
+        need = 3;
+        if (c == 0xE0) lo = 0xA0;
+        if (c == 0xED) hi = 0x9F;
+    } else if (c >= 0xF0 && c <= 0xF4) {
+        need = 4;
+        if (c == 0xF0) lo = 0x90;
+        if (c == 0xF4) hi = 0x8F;
+    } else return 1;
+    size_t k = 1;
+    if (k < n && s[k] >= lo && s[k] <= hi) k++;
+    else return k;
+    while (k < need && k < n && (s[k] & 0xC0) == 0x80) k++;
+    *complete = k == need;
+    return k;
+}
+
+size_t utf8_lossy(const unsigned char *s, size_t n, unsigned char *out) {
+    size_t i = 0, o = 0;
+    while (i < n) {
+        if (s[i] < 0x80) {
+            out[o++] = s[i++];
+            continue;
+        }
+        int complete;
+        size_t k = utf8_maximal_subpart(s + i, n - i, &complete);
+        if (complete) memcpy(out + o, s + i, k), o += k;
+        else out[o++] = 0xEF, out[o++] = 0xBF, out[o++] = 0xBD; // U+FFFD
+        i += k;
+    }
+    return o;
+}
+
 size_t utf8_decode(const unsigned char *s, uint32_t *cp) {
     unsigned c = s[0];
     if (c < 0x80) return *cp = c, 1;

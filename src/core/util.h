@@ -39,6 +39,11 @@ size_t utf8_decode(const unsigned char *s, uint32_t *cp);
 // Encodes cp (< 0x110000) into out (4 bytes room); returns the byte count.
 size_t utf8_encode(uint32_t cp, unsigned char *out);
 
+// Replaces every maximal invalid subsequence of s[0..n) with U+FFFD, the rule of Rust's
+// String::from_utf8_lossy (what HF tokenizers' ByteLevel decoder applies) and of the Unicode
+// "substitution of maximal subparts". out needs room for 3*n bytes; returns the bytes written.
+size_t utf8_lossy(const unsigned char *s, size_t n, unsigned char *out);
+
 // bf16 <-> fp32 (round to nearest even; NaN stays NaN).
 static inline float bf16_to_f32(uint16_t h) {
     union {

@@ -6,6 +6,7 @@
 #include "commands.h"
 #include "core/args.h" // defines: ArgSpec, ArgTable, args_parse_or_die
 #include "core/json.h" // defines: JsonDoc, json_parse
+#include "core/util.h"  // defines: utf8_lossy
 #include "tok/tok.h"   // defines: KdaTokenizer, tok_load, tok_encode, tok_decode
 
 #define DEFAULT_TOKENIZER "assets/tokenizers/llama3/tokenizer.json"
@@ -62,12 +63,17 @@ int cmd_encode(int argc, char **argv) {
 
 int cmd_decode(int argc, char **argv) {
     const char *path = DEFAULT_TOKENIZER;
+    int raw = 0;
     ArgSpec specs[] = {
         {"tokenizer", ARG_STR, &path, "tokenizer.json or tiktoken tokenizer.model", 0},
+        {"raw", ARG_BOOL, &raw, "write the token bytes as they are (no UTF-8 repair)", 0},
     };
     ArgTable table = {"kda decode",
-                      "read a JSON array of token ids on stdin, write the decoded bytes to stdout",
-                      NULL, specs, 1};
+                      "read a JSON array of token ids on stdin, write the decoded text to stdout",
+                      "Invalid UTF-8 in the decoded bytes (a character split across tokens) is "
+                      "replaced by U+FFFD\nper maximal invalid subsequence, as HF tokenizers' "
+                      "decode does; --raw keeps the bytes.",
+                      specs, 2};
     if (args_parse_or_die(&table, argc, argv)) return 0;
     KdaTokenizer *t = load_or_die(path);
     size_t n;
@@ -85,7 +91,13 @@ int cmd_decode(int argc, char **argv) {
     }
     TokBytes out = {0};
     if (tok_decode(t, ids, doc.root.len, &out, &err)) kda_die("%s", err.msg);
-    fwrite(out.data, 1, out.n, stdout);
+    if (raw) {
+        fwrite(out.data, 1, out.n, stdout);
+    } else {
+        unsigned char *text = kda_malloc(3 * out.n + 1);
+        fwrite(text, 1, utf8_lossy((const unsigned char *)out.data, out.n, text), stdout);
+        free(text);
+    }
     tok_bytes_free(&out);
     free(ids);
     json_free(&doc);
