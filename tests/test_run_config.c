@@ -43,7 +43,7 @@ KDA_TEST(run_config_recipe_file) {
     kda_run_config_defaults(&c);
     rc = kda_run_config_load(&c, "configs/train_demo.yaml", &e);
     CHECK_MSG(rc == 0, "%s", e.msg);
-    CHECK(!strcmp(c.device, "cpu") && !strcmp(c.model, "configs/tiny.json"));
+    CHECK(!strcmp(c.device, "cpu") && !strcmp(c.model, "configs/demo_model.json"));
     CHECK_MSG(kda_run_config_validate(&c, &e) == 0, "%s", e.msg);
     kda_run_config_free(&c);
 }
