@@ -611,6 +611,7 @@ KDA_TEST(gpu_grad_norm) {
         ok_(kda_cuda_grad_norm(&g_ctx, dn, dg, n));
         ok_(kda_cuda_grad_norm(&g_ctx, dn + 1, dg, n));
         double got[2] = {0, 0};
+        ok_(kda_cuda_sync(&g_ctx)); // the tests' stream does not order with cudaMemcpy's
         KDA_ASSERT(cudaMemcpy(got, dn, 16, cudaMemcpyDeviceToHost) == cudaSuccess);
         printf("    grad norm n=%lld: CPU %.17g GPU %.17g\n", (long long)n, ref, got[0]);
         CHECK(fabs(got[0] - ref) <= 1e-12 * ref);

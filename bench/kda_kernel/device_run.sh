@@ -12,6 +12,12 @@
 #
 # Usage (repository root, on the device): bash bench/kda_kernel/device_run.sh [test filters...]
 set -u
+START=$(date +%s)
+LIMIT=${KDA_LIMIT:-400} # seconds for the whole script; each stage gets what is left
+budget() { # budget WANTED: min(WANTED, seconds left - 5), at least 1
+    local left=$(( LIMIT - ($(date +%s) - START) - 5 ))
+    [ "$left" -lt "$1" ] && echo $(( left > 1 ? left : 1 )) || echo "$1"
+}
 OUT=${OUT:-/tmp/kda-out}
 mkdir -p "$OUT"
 FILTERS=${*:-gpu_}
@@ -23,6 +29,7 @@ export LD_LIBRARY_PATH=$D/lib:/usr/local/cuda/lib64${LD_LIBRARY_PATH:+:$LD_LIBRA
 { date; nvidia-smi; command -v nvcc; nvcc --version; cc --version | head -1; uname -a
   head -2 /etc/os-release; nproc; command -v compute-sanitizer; } > "$OUT/env.log" 2>&1
 grep -m1 -o 'NVIDIA H[0-9A-Za-z ]*' "$OUT/env.log"; nvcc --version | tail -1
+CC=$(command -v cc || command -v gcc || echo cc)
 
 NVFLAGS="-std=c++17 -O3 -g -lineinfo -Isrc -DKDA_HAVE_CUDA=1 -gencode arch=compute_90a,code=sm_90a \
  -gencode arch=compute_90,code=sm_90 -Xcompiler -Wall,-Wextra -Werror all-warnings"
@@ -36,18 +43,18 @@ minimal_build() { # the GPU tests and what they link, nothing else (no zstd/snap
     done
     for f in src/core/error.c src/core/util.c src/core/rng.c src/core/log.c src/cpu/*.c \
              src/train/optim.c tests/test_main.c tests/test_gpu_*.c; do
-        cc -std=c11 -O2 -g -fopenmp -D_GNU_SOURCE -Isrc -Itests -DKDA_HAVE_CUDA=1 \
+        $CC -std=c11 -O2 -g -fopenmp -D_GNU_SOURCE -Isrc -Itests -DKDA_HAVE_CUDA=1 \
            -I/usr/local/cuda/include -c "$f" -o $B/$(basename "$f" .c).o & pids+=($!)
         objs+=($B/$(basename "$f" .c).o)
     done
     for p in "${pids[@]}"; do wait "$p" || return 1; done
-    cc -fopenmp -o $B/kda_test "${objs[@]}" -lopenblas -lz -lm -lpthread -L/usr/local/cuda/lib64 \
+    $CC -fopenmp -o $B/kda_test "${objs[@]}" -lopenblas -lz -lm -lpthread -L/usr/local/cuda/lib64 \
        -lcublasLt -lcublas -lcudart_static -ldl -lrt -lstdc++
 }
 
 t0=$(date +%s)
 BIN=""
-if make -j16 BUILD=build-gpu build-gpu/kda_test > "$OUT/build.log" 2>&1; then
+if make -j16 CC="$CC" BUILD=build-gpu build-gpu/kda_test > "$OUT/build.log" 2>&1; then
     BIN=./build-gpu/kda_test
 else
     echo "full build failed; tail of build.log:"
@@ -66,7 +73,7 @@ fi
 echo "binary: $BIN (build $(( $(date +%s) - t0 )) s)"
 
 t0=$(date +%s)
-timeout 300 "$BIN" $FILTERS > "$OUT/test.log" 2>&1
+timeout "$(budget 200)" "$BIN" $FILTERS > "$OUT/test.log" 2>&1
 echo "tests: rc=$? in $(( $(date +%s) - t0 )) s"
 # Summary: every test's verdict, then the worst error of each comparison over all shapes.
 grep -E '^(ok|FAIL) ' "$OUT/test.log"
@@ -79,16 +86,30 @@ awk '/ rel [^ ]+ \(tol/ { w = $0; sub(/ +n=.*/, "", w); sub(/^ +/, "", w)
 grep -E 'device|TFLOP|bit-equal|clip coef|grad norm|embed N=2048' "$OUT/test.log" | head -12
 tail -1 "$OUT/test.log"
 
-if [ -n "${KDA_SANITIZE:-1}" ] && command -v compute-sanitizer > /dev/null; then
+# Kernel timings at the 300M shapes (not with the prebuilt binary: no objects to link).
+OBJS=""
+[ "$BIN" = ./build-gpu/kda_test ] && OBJS="build-gpu/src/cuda/*.o build-gpu/src/core/error.o build-gpu/src/core/rng.o"
+[ "$BIN" = ./build-gpu-min/kda_test ] && OBJS="build-gpu-min/*.cu.o build-gpu-min/error.o build-gpu-min/rng.o"
+if [ -n "$OBJS" ] && [ "${KDA_BENCH:-1}" = 1 ]; then
+    $CC -std=c11 -O2 -fopenmp -D_GNU_SOURCE -Isrc -DKDA_HAVE_CUDA=1 -I/usr/local/cuda/include \
+       bench/kda_kernel/bench_gpu.c $OBJS -L/usr/local/cuda/lib64 -lcublasLt -lcublas \
+       -lcudart_static -ldl -lrt -lstdc++ -lm -lpthread -o /tmp/bench_gpu > "$OUT/bench.log" 2>&1 &&
+        timeout "$(budget 90)" /tmp/bench_gpu >> "$OUT/bench.log" 2>&1
+    echo "bench: rc=$?"
+    cat "$OUT/bench.log"
+fi
+
+if [ "${KDA_SANITIZE:-1}" = 1 ] && command -v compute-sanitizer > /dev/null; then
     t0=$(date +%s)
-    timeout 150 compute-sanitizer --tool memcheck --error-exitcode 7 "$BIN" gpu_device gpu_rmsnorm \
-        gpu_l2norm gpu_conv gpu_gate gpu_beta gpu_gnorm gpu_swiglu gpu_embed gpu_adamw gpu_grad \
-        gpu_kda > "$OUT/memcheck.log" 2>&1
+    timeout "$(budget 100)" compute-sanitizer --tool memcheck --error-exitcode 7 "$BIN" gpu_device \
+        gpu_rmsnorm gpu_l2norm gpu_conv gpu_gate gpu_beta gpu_gnorm gpu_swiglu gpu_embed \
+        gpu_adamw gpu_grad gpu_kda > "$OUT/memcheck.log" 2>&1
     echo "memcheck: rc=$? in $(( $(date +%s) - t0 )) s"
     grep -E 'ERROR SUMMARY|Invalid|passed, ' "$OUT/memcheck.log" | head -5
     t0=$(date +%s)
-    timeout 90 compute-sanitizer --tool racecheck --error-exitcode 7 "$BIN" gpu_kda \
+    timeout "$(budget 60)" compute-sanitizer --tool racecheck --error-exitcode 7 "$BIN" gpu_kda \
         > "$OUT/racecheck.log" 2>&1
     echo "racecheck: rc=$? in $(( $(date +%s) - t0 )) s"
     grep -E 'RACECHECK SUMMARY|ERROR SUMMARY|hazard|passed, ' "$OUT/racecheck.log" | head -5
 fi
+echo "total $(( $(date +%s) - START )) s"

@@ -1,0 +1,235 @@
+// bench_gpu.c - timings of the CUDA kernels at the 300M model's shapes (kda-model.md §1.2:
+// D = 1024, H = HV = 8, K = 32, V = 64, I = 4096, W = 4) for one 16 x 2048-token micro-batch.
+// CUDA events around each launch, 3 warm-ups, median of 10 runs; random (never zero) inputs.
+// Prints ms, the bytes or FLOPs that the time implies, and ns per token-head for the KDA core.
+//
+// Build: see bench/kda_kernel/device_run.sh (links the src/cuda objects, core/error.o and
+// core/rng.o with cuBLASLt and the static CUDA runtime).
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/rng.h"         // defines: KdaRng, rng_normal
+#include "cuda/cuda_common.h" // defines: KdaCudaCtx, kda_cuda_*
+#include "cuda/gemm_cuda.h"   // defines: kda_cuda_gemm_*
+#include "cuda/kda_cuda.h"    // defines: kda_cuda_chunk_fwd, kda_cuda_recurrent_bwd
+#include "cuda/ops_cuda.h"    // defines: kda_cuda_* ops
+
+static KdaCudaCtx g;
+
+static void die_(const char *what) {
+    fprintf(stderr, "bench_gpu: %s: %s\n", what, g.err.msg);
+    exit(1);
+}
+
+// Device buffer of n elements of `size` bytes (bf16 when size == 2) filled from N(mean, std):
+// a tile of at most 4M host draws, repeated by device copies (host draws are slow for 300M).
+static void *rand_buf_(KdaRng *r, int64_t n, int size, float mean, float std) {
+    int64_t tile = n < ((int64_t)1 << 22) ? n : ((int64_t)1 << 22);
+    float *h = malloc((size_t)tile * sizeof(float));
+    for (int64_t i = 0; i < tile; i++)
+        h[i] = rng_normal(r, mean, std);
+    char *d = kda_cuda_alloc(&g, (size_t)n * size);
+    if (!d) die_("alloc");
+    int rc = size == 2 ? kda_cuda_put_bf16(&g, (kda_bf16 *)d, h, tile)
+                       : kda_cuda_put_f32(&g, (float *)d, h, tile);
+    if (rc) die_("upload");
+    for (int64_t at = tile; at < n; at += tile) {
+        int64_t m = n - at < tile ? n - at : tile;
+        if (cudaMemcpyAsync(d + at * size, d, (size_t)(m * size), cudaMemcpyDeviceToDevice,
+                            g.stream) != cudaSuccess)
+            die_("tile copy");
+    }
+    if (kda_cuda_sync(&g)) die_("fill");
+    free(h);
+    return d;
+}
+
+static int cmp_f_(const void *a, const void *b) {
+    float x = *(const float *)a, y = *(const float *)b;
+    return (x > y) - (x < y);
+}
+
+typedef int (*BenchFn)(void *arg);
+
+// Median milliseconds of fn over 10 timed runs after 3 warm-ups.
+static float time_ms_(BenchFn fn, void *arg) {
+    cudaEvent_t e0, e1;
+    cudaEventCreate(&e0);
+    cudaEventCreate(&e1);
+    float ms[10];
+    for (int i = 0; i < 13; i++) {
+        cudaEventRecord(e0, g.stream);
+        if (fn(arg)) die_("launch");
+        cudaEventRecord(e1, g.stream);
+        if (kda_cuda_sync(&g)) die_("sync");
+        if (i >= 3) cudaEventElapsedTime(&ms[i - 3], e0, e1);
+    }
+    cudaEventDestroy(e0);
+    cudaEventDestroy(e1);
+    qsort(ms, 10, sizeof *ms, cmp_f_);
+    return (ms[4] + ms[5]) / 2;
+}
+
+// ---- the shapes and buffers -----------------------------------------------------------------
+
+enum { B = 16, T = 2048, N = B * T, D = 1024, H = 8, K = 32, V = 64, I = 4096, W = 4 };
+#define NPARAM 300000000LL
+
+typedef struct {
+    void *x16, *w16, *dy16, *y16, *yf, *wf; // GEMM: x [N, D], W [I, D], dy [N, I]
+    float *res, *rstd, *dxf, *dwf, *normw;  // RMSNorm
+    void *cp, *cy, *cdy, *cdp;              // conv over 2HK + HV·V = 1024 channels
+    float *cw, *cdw;
+    void *q, *k, *v, *o, *dO, *f16, *df16; // KDA core
+    float *gcum, *g, *beta, *Alog, *dtb, *dAlog, *ddtb;
+    float *dq, *dk, *dg, *dbeta;
+    void *dv;
+    float *p, *grad, *m, *vv; // AdamW over NPARAM
+    void *pb;
+    double *norm;
+    KdaDims d;
+    KdaCudaAdamScalars s;
+} Bufs;
+
+static Bufs z;
+
+static int b_gemm_fwd(void *a) {
+    (void)a;
+    return kda_cuda_gemm_fwd(&g, z.y16, KDA_DT_BF16, z.x16, z.w16, N, D, I, 0);
+}
+static int b_gemm_dx(void *a) {
+    (void)a;
+    return kda_cuda_gemm_bwd_dx(&g, z.dxf, KDA_DT_F32, z.dy16, z.w16, N, D, I, 1);
+}
+static int b_gemm_dw(void *a) {
+    (void)a;
+    return kda_cuda_gemm_bwd_dw(&g, z.wf, z.dy16, z.x16, N, D, I);
+}
+static int b_rms_fwd(void *a) {
+    (void)a;
+    return kda_cuda_rmsnorm_fwd(&g, z.x16, z.rstd, z.res, z.normw, N, D, 1e-6f);
+}
+static int b_rms_bwd(void *a) {
+    (void)a;
+    return kda_cuda_rmsnorm_bwd(&g, z.dxf, z.dwf, z.res, z.res, z.normw, z.rstd, N, D, 1);
+}
+static int b_conv_fwd(void *a) {
+    (void)a;
+    return kda_cuda_conv_silu_fwd(&g, z.cy, z.cp, z.cw, B, T, 1024, W);
+}
+static int b_conv_bwd(void *a) {
+    (void)a;
+    return kda_cuda_conv_silu_bwd(&g, z.cdp, z.cdw, z.cdy, z.cp, z.cw, B, T, 1024, W);
+}
+static int b_gate_fwd(void *a) {
+    (void)a;
+    return kda_cuda_gate_cumsum_fwd(&g, z.gcum, z.g, z.f16, z.Alog, z.dtb, B, T, H, K, 64);
+}
+static int b_gate_bwd(void *a) {
+    (void)a;
+    return kda_cuda_gate_cumsum_bwd(&g, z.df16, z.dAlog, z.ddtb, z.dg, z.f16, z.Alog, z.dtb, B, T,
+                                    H, K, 64, 0);
+}
+static int b_swiglu_fwd(void *a) {
+    (void)a;
+    return kda_cuda_swiglu_fwd(&g, z.y16, z.dy16, z.y16, (int64_t)N * I);
+}
+static int b_kda_fwd(void *a) {
+    (void)a;
+    return kda_cuda_chunk_fwd(&g, z.o, NULL, z.q, z.k, z.v, z.gcum, z.beta, NULL, &z.d);
+}
+static int b_kda_bwd(void *a) {
+    (void)a;
+    return kda_cuda_recurrent_bwd(&g, z.dq, z.dk, z.dv, z.dg, z.dbeta, NULL, z.dO, NULL, z.q, z.k,
+                                  z.v, z.g, z.beta, NULL, &z.d);
+}
+static int b_adamw(void *a) {
+    (void)a;
+    return kda_cuda_adamw(&g, z.p, z.pb, z.grad, z.m, z.vv, NPARAM, &z.s, NULL);
+}
+static int b_norm(void *a) {
+    (void)a;
+    return kda_cuda_grad_norm(&g, z.norm, z.grad, NPARAM);
+}
+
+int main(void) {
+    KdaError err = {{0}};
+    if (kda_cuda_init(&g, 0, &err)) {
+        fprintf(stderr, "bench_gpu: %s\n", err.msg);
+        return 1;
+    }
+    printf("%s, %d SMs, peak bf16 %.0f TFLOP/s\n", g.info.name, g.info.sm_count,
+           g.info.peak_bf16_flops / 1e12);
+    KdaRng r;
+    rng_seed(&r, 7);
+    z.x16 = rand_buf_(&r, (int64_t)N * D, 2, 0, 1),
+    z.w16 = rand_buf_(&r, (int64_t)I * D, 2, 0, .02f);
+    z.dy16 = rand_buf_(&r, (int64_t)N * I, 2, 0, 1), z.y16 = rand_buf_(&r, (int64_t)N * I, 2, 0, 1);
+    z.wf = rand_buf_(&r, (int64_t)I * D, 4, 0, 1), z.dxf = rand_buf_(&r, (int64_t)N * D, 4, 0, 1);
+    z.res = rand_buf_(&r, (int64_t)N * D, 4, 0, 1), z.rstd = rand_buf_(&r, N, 4, 1, .1f);
+    z.dwf = rand_buf_(&r, D, 4, 0, 1), z.normw = rand_buf_(&r, D, 4, 1, .1f);
+    z.cp = rand_buf_(&r, (int64_t)N * 1024, 2, 0, 1),
+    z.cy = rand_buf_(&r, (int64_t)N * 1024, 2, 0, 1);
+    z.cdy = rand_buf_(&r, (int64_t)N * 1024, 2, 0, 1),
+    z.cdp = rand_buf_(&r, (int64_t)N * 1024, 2, 0, 1);
+    z.cw = rand_buf_(&r, 1024 * W, 4, 0, .3f), z.cdw = rand_buf_(&r, 1024 * W, 4, 0, 1);
+    int64_t nqk = (int64_t)N * H * K, nv = (int64_t)N * H * V;
+    z.q = rand_buf_(&r, nqk, 2, 0, .18f), z.k = rand_buf_(&r, nqk, 2, 0, .18f);
+    z.v = rand_buf_(&r, nv, 2, 0, 1), z.o = rand_buf_(&r, nv, 2, 0, 1),
+    z.dO = rand_buf_(&r, nv, 2, 0, 1);
+    z.f16 = rand_buf_(&r, nqk, 2, 0, 1), z.df16 = rand_buf_(&r, nqk, 2, 0, 1);
+    z.gcum = rand_buf_(&r, nqk, 4, 0, 1), z.g = rand_buf_(&r, nqk, 4, -0.05f, 0.01f);
+    z.beta = rand_buf_(&r, (int64_t)N * H, 4, 0.5f, 0.1f);
+    z.Alog = rand_buf_(&r, H, 4, 1, .5f), z.dtb = rand_buf_(&r, H * K, 4, -3, 1);
+    z.dAlog = rand_buf_(&r, H, 4, 0, 1), z.ddtb = rand_buf_(&r, H * K, 4, 0, 1);
+    z.dq = rand_buf_(&r, nqk, 4, 0, 1), z.dk = rand_buf_(&r, nqk, 4, 0, 1),
+    z.dg = rand_buf_(&r, nqk, 4, 0, 1);
+    z.dbeta = rand_buf_(&r, (int64_t)N * H, 4, 0, 1), z.dv = rand_buf_(&r, nv, 2, 0, 1);
+    z.d = (KdaDims){B, T, H, H, K, V, 0.17677670f, 64};
+    // the gate's cumsum for the KDA forward: real log-decays
+    if (b_gate_fwd(NULL) || kda_cuda_sync(&g)) die_("gate");
+    double th = (double)B * T * H; // token-heads
+    struct {
+        const char *name;
+        BenchFn fn;
+        double bytes, flops;
+        int kda;
+    } rows[] = {
+        {"gemm fwd  32768x1024 -> 4096 bf16", b_gemm_fwd, 0, 2.0 * N * D * I, 0},
+        {"gemm dx   32768x4096 -> 1024 fp32+=", b_gemm_dx, 0, 2.0 * N * D * I, 0},
+        {"gemm dW   4096x1024 += over 32768", b_gemm_dw, 0, 2.0 * N * D * I, 0},
+        {"rmsnorm fwd 32768x1024", b_rms_fwd, (double)N * D * 6, 0, 0},
+        {"rmsnorm bwd 32768x1024", b_rms_bwd, (double)N * D * 16, 0, 0},
+        {"conv+silu fwd 16x2048x1024", b_conv_fwd, (double)N * 1024 * 4, 0, 0},
+        {"conv+silu bwd 16x2048x1024", b_conv_bwd, (double)N * 1024 * 6, 0, 0},
+        {"gate+cumsum fwd 16x2048x8x32", b_gate_fwd, (double)N * 256 * 10, 0, 0},
+        {"gate bwd 16x2048x8x32", b_gate_bwd, (double)N * 256 * 6, 0, 0},
+        {"swiglu fwd 32768x4096", b_swiglu_fwd, (double)N * I * 6, 0, 0},
+        {"kda chunk fwd 16x2048 H8 K32 V64", b_kda_fwd, 0, 0, 1},
+        {"kda recurrent bwd 16x2048 H8 K32 V64", b_kda_bwd, 0, 0, 1},
+    };
+    printf("%-40s %10s %12s\n", "kernel", "ms", "rate");
+    for (size_t i = 0; i < sizeof rows / sizeof *rows; i++) {
+        float ms = time_ms_(rows[i].fn, NULL);
+        if (rows[i].kda)
+            printf("%-40s %10.3f %9.2f ns/token-head\n", rows[i].name, ms, ms * 1e6 / th);
+        else if (rows[i].flops > 0)
+            printf("%-40s %10.3f %9.1f TFLOP/s\n", rows[i].name, ms, rows[i].flops / ms / 1e9);
+        else
+            printf("%-40s %10.3f %9.0f GB/s\n", rows[i].name, ms, rows[i].bytes / ms / 1e6);
+    }
+    // AdamW and grad norm over 300M fp32 parameters (separate buffers, allocated last)
+    z.p = rand_buf_(&r, NPARAM, 4, 0, .02f), z.grad = rand_buf_(&r, NPARAM, 4, 0, 1e-3f);
+    z.m = rand_buf_(&r, NPARAM, 4, 0, 1e-3f), z.vv = rand_buf_(&r, NPARAM, 4, 1e-6f, 1e-7f);
+    z.pb = rand_buf_(&r, NPARAM, 2, 0, 1);
+    z.norm = kda_cuda_alloc(&g, 8);
+    z.s = kda_cuda_adam_scalars(0.9, 0.95, 1e-8, 0.01, 10, 2e-4);
+    float ms = time_ms_(b_adamw, NULL);
+    printf("%-40s %10.3f %9.0f GB/s\n", "adamw 300M (p,g,m,v fp32 + bf16 copy)", ms,
+           (double)NPARAM * 30 / ms / 1e6);
+    ms = time_ms_(b_norm, NULL);
+    printf("%-40s %10.3f %9.0f GB/s\n", "grad norm 300M fp32", ms, (double)NPARAM * 4 / ms / 1e6);
+    kda_cuda_free(&g);
+    return 0;
+}
