@@ -216,6 +216,20 @@ static void gemm_case_(KdaRng *r, int64_t N, int64_t in, int64_t out) {
     expect_("  dx bf16", dxr, g3, N * in, TOL_BF16);
     expect_("  dx += fp32", dxacc, g4, N * in, TOL_F32);
     expect_("  dW += fp32", dWr, g5, out * in, TOL_F32);
+    // bias: y (bf16) += bias; dbias += Σ_rows dy (the CPU twin: gemm_fwd / gemm_bwd_dw's bias)
+    float *bias = randn_(r, out, 1.0f), *db0 = randn_(r, out, 1.0f), *dbr = copy_(db0, out);
+    float *yb_h = get_bf16_(yb, N * out), *ybias = malloc((size_t)(N * out) * 4);
+    for (int64_t i = 0; i < N * out; i++)
+        ybias[i] = yb_h[i] + bias[i % out];
+    float *dWdummy = calloc((size_t)(out * in), sizeof(float));
+    gemm_bwd_dw(dWdummy, dbr, dy, x, N, in, out);
+    float *dbias = dev_f32_(bias, out), *ddb = dev_f32_(db0, out);
+    ok_(kda_cuda_bias_add(&g_ctx, yb, dbias, N, out));
+    ok_(kda_cuda_bias_bwd(&g_ctx, ddb, ddy, N, out));
+    float *g6 = get_bf16_(yb, N * out), *g7 = get_f32_(ddb, out);
+    expect_("  bias add bf16", ybias, g6, N * out, TOL_BF16);
+    expect_("  dbias += fp32", dbr, g7, out, TOL_F32);
+    free(bias), free(db0), free(dbr), free(yb_h), free(ybias), free(dWdummy), free(g6), free(g7);
     free(x), free(W), free(dy), free(y0), free(dx0), free(dW0), free(y), free(dxr), free(yacc);
     free(dxacc), free(dWr), free(g1), free(g2), free(g3), free(g4), free(g5);
     dfree_all_();

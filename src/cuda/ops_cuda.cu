@@ -345,6 +345,23 @@ struct GnormDw { // dy ⊙ σ(z) ⊙ x̂
     }
 };
 
+// ---- Linear bias -----------------------------------------------------------------------------
+
+__global__ void bias_add_k(kda_bf16 *y, const float *bias, int64_t N, int64_t out) {
+    int64_t n = N * out;
+    for (int64_t e = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; e < n;
+         e += (int64_t)gridDim.x * blockDim.x)
+        y[e] = f2bf(bf2f(y[e]) + bias[e % out]);
+}
+
+struct BiasDb { // dy
+    const kda_bf16 *dy;
+    int64_t out;
+    __device__ float operator()(int64_t r, int64_t c) const {
+        return bf2f(dy[r * out + c]);
+    }
+};
+
 // ---- SwiGLU ----------------------------------------------------------------------------------
 
 __global__ void swiglu_fwd_k(kda_bf16 *m, const kda_bf16 *a, const kda_bf16 *b, int64_t n) {
@@ -623,6 +640,20 @@ int kda_cuda_gnorm_bwd(KdaCudaCtx *ctx, kda_bf16 *dx, kda_bf16 *dz, float *dw, c
     gnorm_bwd_k<<<row_blocks(N), 256, 0, ctx->stream>>>(dx, dz, dy, x, z, w, rstd, N, V);
     CUDA_CHECK_LAUNCH(ctx);
     return colsum_add(ctx, dw, N, V, GnormDw{dy, x, z, rstd, V});
+}
+
+int kda_cuda_bias_add(KdaCudaCtx *ctx, kda_bf16 *y, const float *bias, int64_t N, int64_t out) {
+    KDA_CUDA_REQUIRE(ctx, N >= 0 && out > 0);
+    if (N == 0) return 0;
+    bias_add_k<<<grid_for(N * out), 256, 0, ctx->stream>>>(y, bias, N, out);
+    CUDA_CHECK_LAUNCH(ctx);
+    return 0;
+}
+
+int kda_cuda_bias_bwd(KdaCudaCtx *ctx, float *dbias, const kda_bf16 *dy, int64_t N, int64_t out) {
+    KDA_CUDA_REQUIRE(ctx, N >= 0 && out > 0);
+    if (N == 0) return 0;
+    return colsum_add(ctx, dbias, N, out, BiasDb{dy, out});
 }
 
 int kda_cuda_swiglu_fwd(KdaCudaCtx *ctx, kda_bf16 *m, const kda_bf16 *a, const kda_bf16 *b,

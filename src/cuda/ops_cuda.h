@@ -87,6 +87,12 @@ int kda_cuda_gnorm_bwd(KdaCudaCtx *ctx, kda_bf16 *dx, kda_bf16 *dz, float *dw, c
                        const kda_bf16 *x, const kda_bf16 *z, const float *w, const float *rstd,
                        int64_t N, int64_t V);
 
+// ---- Linear bias (g_proj.1 is the one Linear with a bias, §5.3 step 11) ----------------------
+// y [N, out] bf16 += bias [out] fp32 (fp32 add, one rounding); the GEMM wrapper has no epilogue.
+int kda_cuda_bias_add(KdaCudaCtx *ctx, kda_bf16 *y, const float *bias, int64_t N, int64_t out);
+// dbias [out] fp32 += Σ_rows dy [N, out] bf16 (deterministic column sum).
+int kda_cuda_bias_bwd(KdaCudaCtx *ctx, float *dbias, const kda_bf16 *dy, int64_t N, int64_t out);
+
 // ---- SwiGLU (§5.6): m = SiLU(a) ⊙ b, all [n] bf16, fp32 math -------------------------------
 int kda_cuda_swiglu_fwd(KdaCudaCtx *ctx, kda_bf16 *m, const kda_bf16 *a, const kda_bf16 *b,
                         int64_t n);
