@@ -22,10 +22,10 @@ import sys
 import time
 import traceback
 
-import torch
-
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
+import fla_patch  # noqa: E402,F401  (FLA_ONE_CONFIG=1: one autotune config per kernel)
+import torch  # noqa: E402
 import kda_ref64 as R  # noqa: E402
 
 T0 = time.time()
