@@ -1,6 +1,6 @@
 // test_gpu_kda.c - the GPU KDA core (src/cuda/kda_cuda.h) against the CPU reference:
-// kda_cuda_chunk_fwd vs kda_chunk_fwd, kda_cuda_recurrent_bwd vs kda_recurrent_bwd
-// (`make test-gpu`).
+// kda_cuda_chunk_fwd vs kda_chunk_fwd, kda_cuda_recurrent_bwd vs kda_recurrent_bwd,
+// kda_cuda_chunk_bwd vs kda_chunk_bwd (`make test-gpu`).
 //
 // Inputs: q, k L2-normalized per head then rounded to bf16, v and dO rounded to bf16 (the CPU
 // gets the same rounded values), log-decay g = -exp(N(-2.5, 1.5)) (median 0.08 nats per token,
@@ -176,15 +176,22 @@ static void run_fwd_(const KdaCase *c) {
     free(o), free(fs);
 }
 
-static void run_bwd_(const KdaCase *c) {
+// chunked = 0: kda_cuda_recurrent_bwd vs kda_recurrent_bwd; 1: kda_cuda_chunk_bwd (reads gcum)
+// vs kda_chunk_bwd.
+static void run_bwd_(const KdaCase *c, int chunked) {
     const KdaDims *d = &c->d;
     float *dq = malloc((size_t)c->nqk * 4), *dk = malloc((size_t)c->nqk * 4);
     float *dv = malloc((size_t)c->nv * 4), *dg = malloc((size_t)c->ng * 4);
     float *db = malloc((size_t)c->nb * 4), *dS0 = malloc((size_t)c->ns * 4);
-    kda_recurrent_bwd(dq, dk, dv, dg, db, dS0, c->dO, c->dST, c->q, c->k, c->v, c->g, c->beta,
+    if (chunked)
+        kda_chunk_bwd(dq, dk, dv, dg, db, dS0, c->dO, c->dST, c->q, c->k, c->v, c->g, c->beta,
                       c->S0, d);
+    else
+        kda_recurrent_bwd(dq, dk, dv, dg, db, dS0, c->dO, c->dST, c->q, c->k, c->v, c->g, c->beta,
+                          c->S0, d);
     void *q = up_bf16_(c->q, c->nqk), *k = up_bf16_(c->k, c->nqk), *v = up_bf16_(c->v, c->nv);
-    void *g = up_f32_(c->g, c->ng), *be = up_f32_(c->beta, c->nb), *dO = up_bf16_(c->dO, c->nv);
+    void *g = up_f32_(chunked ? c->gcum : c->g, c->ng), *be = up_f32_(c->beta, c->nb),
+         *dO = up_bf16_(c->dO, c->nv);
     void *S0 = c->S0 ? up_f32_(c->S0, c->ns) : NULL, *dST = c->dST ? up_f32_(c->dST, c->ns) : NULL;
     void *gdq = poisoned_((size_t)c->nqk * 4), *gdk = poisoned_((size_t)c->nqk * 4);
     void *gdv = poisoned_((size_t)c->nv * 2), *gdg = poisoned_((size_t)c->ng * 4);
@@ -241,13 +248,32 @@ KDA_TEST(gpu_kda_recurrent_bwd) {
         int64_t T = T_SWEEP[ti];
         printf("  B=2 T=%lld H=HV=2 K=32 V=64 state=%d\n", (long long)T, ti & 1);
         case_make_(&c, &r, 2, T, 2, 2, 32, 64, ti & 1);
-        run_bwd_(&c);
+        run_bwd_(&c, 0);
         case_free_(&c);
     }
     KdaCase c;
     printf("  B=1 T=130 H=HV=3 K=16 V=20 state=1\n");
     case_make_(&c, &r, 1, 130, 3, 3, 16, 20, 1);
-    run_bwd_(&c);
+    run_bwd_(&c, 0);
+    case_free_(&c);
+}
+
+KDA_TEST(gpu_kda_chunk_bwd) {
+    if (!gpu_()) return;
+    KdaRng r;
+    rng_seed(&r, 203);
+    for (int ti = 0; ti < 5; ti++) {
+        KdaCase c;
+        int64_t T = T_SWEEP[ti];
+        printf("  B=2 T=%lld H=HV=2 K=32 V=64 state=%d\n", (long long)T, ti & 1);
+        case_make_(&c, &r, 2, T, 2, 2, 32, 64, ti & 1);
+        run_bwd_(&c, 1);
+        case_free_(&c);
+    }
+    KdaCase c;
+    printf("  B=1 T=130 H=HV=3 K=16 V=20 state=1\n");
+    case_make_(&c, &r, 1, 130, 3, 3, 16, 20, 1);
+    run_bwd_(&c, 1);
     case_free_(&c);
 }
 

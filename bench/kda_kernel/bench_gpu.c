@@ -144,6 +144,11 @@ static int b_kda_bwd(void *a) {
     return kda_cuda_recurrent_bwd(&g, z.dq, z.dk, z.dv, z.dg, z.dbeta, NULL, z.dO, NULL, z.q, z.k,
                                   z.v, z.g, z.beta, NULL, &z.d);
 }
+static int b_kda_cbwd(void *a) {
+    (void)a;
+    return kda_cuda_chunk_bwd(&g, z.dq, z.dk, z.dv, z.dg, z.dbeta, NULL, z.dO, NULL, z.q, z.k, z.v,
+                              z.gcum, z.beta, NULL, &z.d);
+}
 static int b_adamw(void *a) {
     (void)a;
     return kda_cuda_adamw(&g, z.p, z.pb, z.grad, z.m, z.vv, NPARAM, &z.s, NULL);
@@ -208,6 +213,7 @@ int main(void) {
         {"swiglu fwd 32768x4096", b_swiglu_fwd, (double)N * I * 6, 0, 0},
         {"kda chunk fwd 16x2048 H8 K32 V64", b_kda_fwd, 0, 0, 1},
         {"kda recurrent bwd 16x2048 H8 K32 V64", b_kda_bwd, 0, 0, 1},
+        {"kda chunk bwd 16x2048 H8 K32 V64", b_kda_cbwd, 0, 0, 1},
     };
     printf("%-40s %10s %12s\n", "kernel", "ms", "rate");
     for (size_t i = 0; i < sizeof rows / sizeof *rows; i++) {

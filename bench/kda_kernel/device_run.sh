@@ -107,7 +107,7 @@ if [ "${KDA_SANITIZE:-1}" = 1 ] && command -v compute-sanitizer > /dev/null; the
     echo "memcheck: rc=$? in $(( $(date +%s) - t0 )) s"
     grep -E 'ERROR SUMMARY|Invalid|passed, ' "$OUT/memcheck.log" | head -5
     t0=$(date +%s)
-    timeout "$(budget 60)" compute-sanitizer --tool racecheck --error-exitcode 7 "$BIN" gpu_kda \
+    timeout "$(budget 60)" compute-sanitizer --tool racecheck --error-exitcode 7 "$BIN" gpu_kda_chunk_fwd \
         > "$OUT/racecheck.log" 2>&1
     echo "racecheck: rc=$? in $(( $(date +%s) - t0 )) s"
     grep -E 'RACECHECK SUMMARY|ERROR SUMMARY|hazard|passed, ' "$OUT/racecheck.log" | head -5

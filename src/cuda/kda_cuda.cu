@@ -287,6 +287,335 @@ int launch_bwd(KdaCudaCtx *ctx, float *dq, float *dk, kda_bf16 *dv, float *dg, f
     return 0;
 }
 
+// ---- chunked backward: a port of cpu/kda_chunk.c's kda_chunk_bwd, one block per (b, j) ------
+// The chunk workspace lives in global scratch (per block), phases are separated by
+// __syncthreads (which also orders the block's global-memory accesses).
+
+struct ChunkWs {
+    float *h;        // [(NT + 1), K, V] chunk starts
+    float *dS, *dSn; // [K, V]
+    float *q, *k, *G, *eG, *eL, *Kb, *w, *dq, *dk, *dG, *dw, *dKb, *tk; // [C, K]
+    float *v, *Vb, *u, *D, *dO, *dD, *dVb;                              // [C, V]
+    float *Aqk, *KK, *L, *Akk, *dAqk, *dAkk, *M, *dL;                   // [C, C]
+    float *beta, *dbeta;                                                // [C]
+    float *acc;                                                         // [K]
+};
+
+__host__ __device__ size_t chunk_ws_floats(int64_t NT, int64_t C, int64_t K, int64_t V) {
+    return (size_t)((NT + 3) * K * V + 13 * C * K + 7 * C * V + 8 * C * C + 2 * C + K);
+}
+
+__device__ ChunkWs chunk_ws_carve(float *p, int64_t NT, int64_t C, int64_t K, int64_t V) {
+    ChunkWs w;
+#define TAKE(f, n) (w.f = p, p += (n))
+    TAKE(h, (NT + 1) * K * V), TAKE(dS, K * V), TAKE(dSn, K * V);
+    TAKE(q, C * K), TAKE(k, C * K), TAKE(G, C * K), TAKE(eG, C * K), TAKE(eL, C * K);
+    TAKE(Kb, C * K), TAKE(w, C * K), TAKE(dq, C * K), TAKE(dk, C * K), TAKE(dG, C * K);
+    TAKE(dw, C * K), TAKE(dKb, C * K), TAKE(tk, C * K);
+    TAKE(v, C * V), TAKE(Vb, C * V), TAKE(u, C * V), TAKE(D, C * V), TAKE(dO, C * V);
+    TAKE(dD, C * V), TAKE(dVb, C * V);
+    TAKE(Aqk, C * C), TAKE(KK, C * C), TAKE(L, C * C), TAKE(Akk, C * C), TAKE(dAqk, C * C);
+    TAKE(dAkk, C * C), TAKE(M, C * C), TAKE(dL, C * C);
+    TAKE(beta, C), TAKE(dbeta, C), TAKE(acc, K);
+#undef TAKE
+    return w;
+}
+
+#define BLOCK_LOOP(e, n) for (int64_t e = threadIdx.x; e < (n); e += blockDim.x)
+
+// Rows [t0, t0 + n) of (b, j) into the workspace (G = the chunk-local cumsum as given).
+__device__ void cb_gather(ChunkWs &w, const KdaDims &d, int64_t b, int64_t j, int64_t t0, int64_t n,
+                          const kda_bf16 *q, const kda_bf16 *k, const kda_bf16 *v,
+                          const float *gcum, const float *beta, const kda_bf16 *d_o) {
+    const int64_t K = d.K, V = d.V, T = d.T, HV = d.HV;
+    BLOCK_LOOP(e, n * K) {
+        int64_t i = e / K, c = e % K, row = (b * T + t0 + i) * HV + j; // HV == H
+        w.q[e] = bf2f(q[row * K + c]);
+        w.k[e] = bf2f(k[row * K + c]);
+        w.G[e] = gcum[row * K + c];
+    }
+    BLOCK_LOOP(e, n * V) {
+        int64_t i = e / V, c = e % V, row = (b * T + t0 + i) * HV + j;
+        w.v[e] = bf2f(v[row * V + c]);
+        if (d_o) w.dO[e] = bf2f(d_o[row * V + c]);
+    }
+    BLOCK_LOOP(i, n) w.beta[i] = beta[(b * T + t0 + i) * HV + j];
+}
+
+// chunk_prepare of the CPU: eG, eL, Aqk, KK, L, Akk, Vb, Kb, u, w, D (start state S0).
+__device__ void cb_prepare(ChunkWs &w, const float *S0, int64_t n, int64_t C, int64_t K, int64_t V,
+                           float scale) {
+    const float *Glast = w.G + (n - 1) * K;
+    BLOCK_LOOP(e, n * K) {
+        w.eG[e] = expf(w.G[e]);
+        w.eL[e] = expf(Glast[e % K] - w.G[e]);
+    }
+    BLOCK_LOOP(e, n * n) {
+        int64_t i = e / n, jj = e % n;
+        float aqk = 0.0f, kk = 0.0f;
+        if (jj <= i)
+            for (int64_t c = 0; c < K; c++) {
+                float x = w.k[jj * K + c] * expf(w.G[i * K + c] - w.G[jj * K + c]);
+                aqk += w.q[i * K + c] * x;
+                kk += w.k[i * K + c] * x;
+            }
+        w.Aqk[i * C + jj] = jj <= i ? scale * aqk : 0.0f;
+        w.KK[i * C + jj] = jj < i ? kk : 0.0f;
+        w.L[i * C + jj] = jj < i ? w.beta[i] * kk : 0.0f;
+    }
+    __syncthreads();
+    // Akk = (I + L)^-1 column by column: Akk[i, c] = δ_ic - Σ_{c <= m < i} L[i, m] Akk[m, c]
+    BLOCK_LOOP(c, n) {
+        for (int64_t i = 0; i < n; i++) {
+            float s = i == c ? 1.0f : 0.0f;
+            if (i > c)
+                for (int64_t m = c; m < i; m++)
+                    s -= w.L[i * C + m] * w.Akk[m * C + c];
+            w.Akk[i * C + c] = s;
+        }
+    }
+    BLOCK_LOOP(e, n * V) w.Vb[e] = w.beta[e / V] * w.v[e];
+    BLOCK_LOOP(e, n * K) w.Kb[e] = w.beta[e / K] * w.k[e] * w.eG[e];
+    __syncthreads();
+    BLOCK_LOOP(e, n * V) {
+        int64_t i = e / V, c = e % V;
+        float s = 0.0f;
+        for (int64_t m = 0; m <= i; m++)
+            s += w.Akk[i * C + m] * w.Vb[m * V + c];
+        w.u[e] = s;
+    }
+    BLOCK_LOOP(e, n * K) {
+        int64_t i = e / K, c = e % K;
+        float s = 0.0f;
+        for (int64_t m = 0; m <= i; m++)
+            s += w.Akk[i * C + m] * w.Kb[m * K + c];
+        w.w[e] = s;
+    }
+    __syncthreads();
+    BLOCK_LOOP(e, n * V) {
+        int64_t i = e / V, c = e % V;
+        float s = w.u[e];
+        for (int64_t x = 0; x < K; x++)
+            s -= w.w[i * K + x] * S0[x * V + c];
+        w.D[e] = s;
+    }
+    __syncthreads();
+}
+
+// S_end = Diag(e^{G_last}) S0 + (k e^{G_last - G})ᵀ D, into S1 (another buffer).
+__device__ void cb_state_update(const ChunkWs &w, const float *S0, float *S1, int64_t n, int64_t K,
+                                int64_t V) {
+    BLOCK_LOOP(e, K * V) {
+        int64_t x = e / V, c = e % V;
+        float s = expf(w.G[(n - 1) * K + x]) * S0[e];
+        for (int64_t i = 0; i < n; i++)
+            s += w.k[i * K + x] * w.eL[i * K + x] * w.D[i * V + c];
+        S1[e] = s;
+    }
+}
+
+// chunk_backward of the CPU. On entry w.dS = gradient w.r.t. the chunk's end state; on exit
+// the gradient w.r.t. its start state S0. Fills dq, dk, dG (dΓ), dVb, dbeta.
+__device__ void cb_backward(ChunkWs &w, const float *S0, int64_t n, int64_t C, int64_t K, int64_t V,
+                            float scale) {
+    // (1) dAqk = mask_{j<=i}(dO Dᵀ); (2) dD = Aqkᵀ dO + (k e^{G_last - G}) dS
+    BLOCK_LOOP(e, n * n) {
+        int64_t i = e / n, jj = e % n;
+        float s = 0.0f;
+        if (jj <= i)
+            for (int64_t c = 0; c < V; c++)
+                s += w.dO[i * V + c] * w.D[jj * V + c];
+        w.dAqk[i * C + jj] = s;
+    }
+    BLOCK_LOOP(e, n * V) {
+        int64_t i = e / V, c = e % V;
+        float s = 0.0f;
+        for (int64_t m = i; m < n; m++)
+            s += w.Aqk[m * C + i] * w.dO[m * V + c];
+        for (int64_t x = 0; x < K; x++)
+            s += w.k[i * K + x] * w.eL[i * K + x] * w.dS[x * V + c];
+        w.dD[e] = s;
+    }
+    __syncthreads();
+    // (3) inter-chunk dq, dk, dΓ, dw = -dD S0ᵀ; (4) new state gradient into dSn
+    BLOCK_LOOP(e, n * K) {
+        int64_t i = e / K, c = e % K;
+        float so = 0.0f, sd = 0.0f, sw = 0.0f;
+        for (int64_t x = 0; x < V; x++) {
+            so += w.dO[i * V + x] * S0[c * V + x];
+            sd += w.D[i * V + x] * w.dS[c * V + x];
+            sw += w.dD[i * V + x] * S0[c * V + x];
+        }
+        float dqi = scale * w.eG[e] * so, t = w.k[e] * w.eL[e] * sd;
+        w.dq[e] = dqi;
+        w.dk[e] = w.eL[e] * sd;
+        w.dG[e] = w.q[e] * dqi - t;
+        w.tk[e] = t; // + to dΓ_last, summed below
+        w.dw[e] = -sw;
+    }
+    BLOCK_LOOP(e, K * V) {
+        int64_t x = e / V, c = e % V;
+        float s = expf(w.G[(n - 1) * K + x]) * w.dS[e];
+        for (int64_t i = 0; i < n; i++)
+            s += scale * w.q[i * K + x] * w.eG[i * K + x] * w.dO[i * V + c] -
+                 w.w[i * K + x] * w.dD[i * V + c];
+        w.dSn[e] = s;
+    }
+    BLOCK_LOOP(x, K) { // e^{G_last} Σ_v dS S0 (S_end's decay term)
+        float a = 0.0f;
+        for (int64_t c = 0; c < V; c++)
+            a += w.dS[x * V + c] * S0[x * V + c];
+        w.acc[x] = expf(w.G[(n - 1) * K + x]) * a;
+    }
+    __syncthreads();
+    BLOCK_LOOP(x, K) {
+        float s = w.acc[x];
+        for (int64_t i = 0; i < n; i++)
+            s += w.tk[i * K + x];
+        w.dG[(n - 1) * K + x] += s;
+    }
+    BLOCK_LOOP(e, K * V) w.dS[e] = w.dSn[e];
+    // (5) WY backward: dAkk (strict lower), dVb = Akkᵀ dD, dKb = Akkᵀ dw
+    BLOCK_LOOP(e, n * n) {
+        int64_t i = e / n, jj = e % n;
+        float s = 0.0f;
+        if (jj < i) {
+            for (int64_t c = 0; c < V; c++)
+                s += w.dD[i * V + c] * w.Vb[jj * V + c];
+            for (int64_t c = 0; c < K; c++)
+                s += w.dw[i * K + c] * w.Kb[jj * K + c];
+        }
+        w.dAkk[i * C + jj] = s;
+    }
+    BLOCK_LOOP(e, n * V) {
+        int64_t m = e / V, c = e % V;
+        float s = 0.0f;
+        for (int64_t i = m; i < n; i++)
+            s += w.Akk[i * C + m] * w.dD[i * V + c];
+        w.dVb[e] = s;
+    }
+    BLOCK_LOOP(e, n * K) {
+        int64_t m = e / K, c = e % K;
+        float s = 0.0f;
+        for (int64_t i = m; i < n; i++)
+            s += w.Akk[i * C + m] * w.dw[i * K + c];
+        w.dKb[e] = s;
+    }
+    __syncthreads();
+    // Vb = β v, Kb = β k e^G: dβ, dk, dΓ; (6) M = Akkᵀ dAkk
+    BLOCK_LOOP(i, n) {
+        float db = 0.0f;
+        for (int64_t c = 0; c < V; c++)
+            db += w.v[i * V + c] * w.dVb[i * V + c];
+        for (int64_t c = 0; c < K; c++)
+            db += w.k[i * K + c] * w.eG[i * K + c] * w.dKb[i * K + c];
+        w.dbeta[i] = db;
+    }
+    BLOCK_LOOP(e, n * K) {
+        w.dk[e] += w.beta[e / K] * w.eG[e] * w.dKb[e];
+        w.dG[e] += w.Kb[e] * w.dKb[e];
+    }
+    BLOCK_LOOP(e, n * n) { // M[i, x] = Σ_{m >= i, m > x} Akk[m, i] dAkk[m, x]
+        int64_t i = e / n, x = e % n;
+        float s = 0.0f;
+        for (int64_t m = i > x ? i : x + 1; m < n; m++)
+            s += w.Akk[m * C + i] * w.dAkk[m * C + x];
+        w.M[i * C + x] = s;
+    }
+    __syncthreads();
+    // dL = -M Akkᵀ on the strict lower triangle
+    BLOCK_LOOP(e, n * n) {
+        int64_t i = e / n, jj = e % n;
+        float s = 0.0f;
+        if (jj < i)
+            for (int64_t x = 0; x <= jj; x++)
+                s += w.M[i * C + x] * w.Akk[jj * C + x];
+        w.dL[i * C + jj] = -s;
+    }
+    __syncthreads();
+    // (7) intra-chunk pairs, gathered by output row p:
+    //     x_ij = (a_ij q_i + l_ij k_i) e_ij, a = scale dAqk, l = β_i dL (j < i), e = e^{G_i - G_j}
+    //     dq_p += Σ_{j<=p} a_pj k_j e_pj;  dk_p += Σ_{i>=p} x_ip + Σ_{j<p} l_pj k_j e_pj
+    //     dΓ_p += Σ_{j<=p} x_pj k_j - k_p Σ_{i>=p} x_ip;  dβ_p += Σ_{j<p} dL_pj KK_pj
+    BLOCK_LOOP(e, n * K) {
+        int64_t p = e / K, c = e % K;
+        float qp = w.q[e], kp = w.k[e], Gp = w.G[e], lp = w.beta[p];
+        float dq = 0.0f, dk = 0.0f, dG = 0.0f, xcol = 0.0f;
+        for (int64_t jj = 0; jj <= p; jj++) {
+            float ex = expf(Gp - w.G[jj * K + c]), kj = w.k[jj * K + c];
+            float a = scale * w.dAqk[p * C + jj], l = jj < p ? w.dL[p * C + jj] * lp : 0.0f;
+            float x = (a * qp + l * kp) * ex;
+            dq += a * kj * ex;
+            dk += l * kj * ex;
+            dG += x * kj;
+        }
+        for (int64_t i = p; i < n; i++) {
+            float ex = expf(w.G[i * K + c] - Gp);
+            float a = scale * w.dAqk[i * C + p], l = p < i ? w.dL[i * C + p] * w.beta[i] : 0.0f;
+            xcol += (a * w.q[i * K + c] + l * w.k[i * K + c]) * ex;
+        }
+        w.dq[e] += dq;
+        w.dk[e] += dk + xcol;
+        w.dG[e] += dG - kp * xcol;
+    }
+    BLOCK_LOOP(p, n) {
+        float s = 0.0f;
+        for (int64_t jj = 0; jj < p; jj++)
+            s += w.dL[p * C + jj] * w.KK[p * C + jj];
+        w.dbeta[p] += s;
+    }
+    __syncthreads();
+}
+
+__global__ void __launch_bounds__(256)
+    chunk_bwd_k(float *dq, float *dk, kda_bf16 *dv, float *dg, float *dbeta, float *dS0,
+                const kda_bf16 *d_o, const float *dST, const kda_bf16 *q, const kda_bf16 *k,
+                const kda_bf16 *v, const float *gcum, const float *beta, const float *S0in,
+                KdaDims d, float *scratch) {
+    const int64_t C = d.chunk, K = d.K, V = d.V, T = d.T, HV = d.HV, KV = K * V;
+    const int64_t NT = CEIL_DIV(T, C), bj = blockIdx.x, b = bj / HV, j = bj % HV;
+    ChunkWs w = chunk_ws_carve(scratch + (size_t)bj * chunk_ws_floats(NT, C, K, V), NT, C, K, V);
+    BLOCK_LOOP(e, KV) {
+        w.h[e] = S0in ? S0in[bj * KV + e] : 0.0f;
+        w.dS[e] = dST ? dST[bj * KV + e] : 0.0f;
+    }
+    for (int64_t c = 0; c < NT; c++) { // recompute the chunk-start states (§6.3 step 1)
+        int64_t t0 = c * C, n = min(C, T - t0);
+        __syncthreads();
+        cb_gather(w, d, b, j, t0, n, q, k, v, gcum, beta, NULL);
+        __syncthreads();
+        cb_prepare(w, w.h + c * KV, n, C, K, V, d.scale);
+        cb_state_update(w, w.h + c * KV, w.h + (c + 1) * KV, n, K, V);
+    }
+    for (int64_t c = NT - 1; c >= 0; c--) { // reverse state pass (§6.3 step 3)
+        int64_t t0 = c * C, n = min(C, T - t0);
+        __syncthreads();
+        cb_gather(w, d, b, j, t0, n, q, k, v, gcum, beta, d_o);
+        __syncthreads();
+        cb_prepare(w, w.h + c * KV, n, C, K, V, d.scale);
+        cb_backward(w, w.h + c * KV, n, C, K, V, d.scale);
+        BLOCK_LOOP(x, K) { // dg = reverse chunk-local cumsum of dΓ
+            float s = 0.0f;
+            for (int64_t i = n - 1; i >= 0; i--) {
+                s += w.dG[i * K + x];
+                dg[((b * T + t0 + i) * HV + j) * K + x] = s;
+            }
+        }
+        BLOCK_LOOP(e, n * K) {
+            int64_t row = (b * T + t0 + e / K) * HV + j;
+            dq[row * K + e % K] = w.dq[e];
+            dk[row * K + e % K] = w.dk[e];
+        }
+        BLOCK_LOOP(e, n * V) {
+            int64_t i = e / V, row = (b * T + t0 + i) * HV + j;
+            dv[row * V + e % V] = f2bf(w.beta[i] * w.dVb[e]);
+        }
+        BLOCK_LOOP(i, n) dbeta[(b * T + t0 + i) * HV + j] = w.dbeta[i];
+    }
+    __syncthreads();
+    if (dS0) BLOCK_LOOP(e, KV) dS0[bj * KV + e] = w.dS[e];
+}
+
 } // namespace
 
 extern "C" int kda_cuda_chunk_fwd(KdaCudaCtx *ctx, kda_bf16 *o, float *final_state,
@@ -330,4 +659,23 @@ extern "C" int kda_cuda_recurrent_bwd(KdaCudaCtx *ctx, float *dq, float *dk, kda
         return kda_cuda_fail_at(ctx, __FILE__, __LINE__, "kda_cuda_recurrent_bwd",
                                 "K must be 16, 32 or 64");
     }
+}
+
+extern "C" int kda_cuda_chunk_bwd(KdaCudaCtx *ctx, float *dq, float *dk, kda_bf16 *dv, float *dg,
+                                  float *dbeta, float *dinit_state, const kda_bf16 *d_o,
+                                  const float *dfinal_state, const kda_bf16 *q, const kda_bf16 *k,
+                                  const kda_bf16 *v, const float *gcum, const float *beta,
+                                  const float *init_state, const KdaDims *d) {
+    KDA_CUDA_REQUIRE(ctx, d->B >= 0 && d->T >= 0 && d->HV == d->H && d->K >= 1 && d->V >= 1);
+    KDA_CUDA_REQUIRE(ctx, d->chunk >= 1 && d->chunk <= 64);
+    if (d->B == 0 || d->T == 0) return 0;
+    int64_t BH = d->B * d->HV, NT = CEIL_DIV(d->T, d->chunk);
+    size_t per = chunk_ws_floats(NT, d->chunk, d->K, d->V);
+    float *ws = (float *)kda_cuda_scratch(ctx, (size_t)BH * per * sizeof(float));
+    if (!ws) return -1;
+    chunk_bwd_k<<<(unsigned)BH, 256, 0, ctx->stream>>>(dq, dk, dv, dg, dbeta, dinit_state, d_o,
+                                                       dfinal_state, q, k, v, gcum, beta,
+                                                       init_state, *d, ws);
+    CUDA_CHECK_LAUNCH(ctx);
+    return 0;
 }

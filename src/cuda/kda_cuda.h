@@ -48,6 +48,17 @@ int kda_cuda_recurrent_bwd(KdaCudaCtx *ctx, float *dq, float *dk, kda_bf16 *dv, 
                            const kda_bf16 *v, const float *g, const float *beta,
                            const float *init_state, const KdaDims *d);
 
+// The same gradients by the chunked form (a port of cpu/kda_chunk.c's kda_chunk_bwd: recompute
+// the chunk-start states, then per chunk in reverse the backward of every line of §6.1,
+// including dL = -Akkᵀ dAkk Akkᵀ). Reads gcum (as kda_cuda_chunk_fwd) instead of g; dg is
+// w.r.t. the per-token g as above. One block of 256 threads per (b, value head), the chunk
+// workspace in device scratch ((NT + 3)·K·V + 13·C·K + 7·C·V + 8·C² floats per block).
+// Requires HV == H and chunk <= 64.
+int kda_cuda_chunk_bwd(KdaCudaCtx *ctx, float *dq, float *dk, kda_bf16 *dv, float *dg, float *dbeta,
+                       float *dinit_state, const kda_bf16 *d_o, const float *dfinal_state,
+                       const kda_bf16 *q, const kda_bf16 *k, const kda_bf16 *v, const float *gcum,
+                       const float *beta, const float *init_state, const KdaDims *d);
+
 #ifdef __cplusplus
 }
 #endif
