@@ -24,8 +24,9 @@ FILTERS=${*:-gpu_}
 D=/tmp/kdadeps
 mkdir -p "$D" && tar xzf .devdeps/deps.tgz -C "$D" || { echo "cannot unpack .devdeps/deps.tgz"; exit 1; }
 export PATH=/usr/local/cuda/bin:$PATH
-export CPATH=$D/include LIBRARY_PATH=$D/lib
-export LD_LIBRARY_PATH=$D/lib:/usr/local/cuda/lib64${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
+CUDALIB=/usr/local/cuda/lib64:/usr/local/cuda/targets/x86_64-linux/lib
+export CPATH=$D/include LIBRARY_PATH=$D/lib:$CUDALIB
+export LD_LIBRARY_PATH=$D/lib:$CUDALIB${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
 { date; nvidia-smi; command -v nvcc; nvcc --version; cc --version | head -1; uname -a
   head -2 /etc/os-release; nproc; command -v compute-sanitizer; } > "$OUT/env.log" 2>&1
 grep -m1 -o 'NVIDIA H[0-9A-Za-z ]*' "$OUT/env.log"; nvcc --version | tail -1
