@@ -76,10 +76,18 @@ __global__ void __launch_bounds__(FWD_THREADS)
             float *X = col < V ? Vs + col : Ws + (col - V);
             int64_t ld = col < V ? V : K;
             for (int64_t i = 1; i < n; i++) {
-                float s = X[i * ld];
-                for (int64_t jj = 0; jj < i; jj++)
-                    s -= Ls[i * C + jj] * X[jj * ld];
-                X[i * ld] = s;
+                // four independent partial sums: the chain of dependent FMAs is the cost here
+                float s0 = X[i * ld], s1 = 0.0f, s2 = 0.0f, s3 = 0.0f;
+                int64_t jj = 0;
+                for (; jj + 4 <= i; jj += 4) {
+                    s0 -= Ls[i * C + jj] * X[jj * ld];
+                    s1 -= Ls[i * C + jj + 1] * X[(jj + 1) * ld];
+                    s2 -= Ls[i * C + jj + 2] * X[(jj + 2) * ld];
+                    s3 -= Ls[i * C + jj + 3] * X[(jj + 3) * ld];
+                }
+                for (; jj < i; jj++)
+                    s0 -= Ls[i * C + jj] * X[jj * ld];
+                X[i * ld] = (s0 + s1) + (s2 + s3);
             }
         }
         for (int64_t e = tid; e < n * K; e += nt)
@@ -367,11 +375,17 @@ __device__ void cb_prepare(ChunkWs &w, const float *S0, int64_t n, int64_t C, in
     // Akk = (I + L)^-1 column by column: Akk[i, c] = δ_ic - Σ_{c <= m < i} L[i, m] Akk[m, c]
     BLOCK_LOOP(c, n) {
         for (int64_t i = 0; i < n; i++) {
-            float s = i == c ? 1.0f : 0.0f;
-            if (i > c)
-                for (int64_t m = c; m < i; m++)
-                    s -= w.L[i * C + m] * w.Akk[m * C + c];
-            w.Akk[i * C + c] = s;
+            float s0 = i == c ? 1.0f : 0.0f, s1 = 0.0f, s2 = 0.0f, s3 = 0.0f;
+            int64_t m = c;
+            for (; m + 4 <= i; m += 4) { // four partial sums, as in the forward kernel
+                s0 -= w.L[i * C + m] * w.Akk[m * C + c];
+                s1 -= w.L[i * C + m + 1] * w.Akk[(m + 1) * C + c];
+                s2 -= w.L[i * C + m + 2] * w.Akk[(m + 2) * C + c];
+                s3 -= w.L[i * C + m + 3] * w.Akk[(m + 3) * C + c];
+            }
+            for (; m < i; m++)
+                s0 -= w.L[i * C + m] * w.Akk[m * C + c];
+            w.Akk[i * C + c] = (s0 + s1) + (s2 + s3);
         }
     }
     BLOCK_LOOP(e, n * V) w.Vb[e] = w.beta[e / V] * w.v[e];
