@@ -12,5 +12,6 @@ int cmd_decode(int argc, char **argv);       // src/tok/cmd_encode.c
 int cmd_train(int argc, char **argv);        // src/train/cmd_train.c
 int cmd_export(int argc, char **argv);       // src/train/cmd_export.c
 int cmd_plot(int argc, char **argv);         // src/train/cmd_plot.c
+int cmd_generate(int argc, char **argv);     // src/eval/cmd_generate.c
 
 #endif

@@ -20,6 +20,7 @@ static const Command g_commands[] = {
     {"train", cmd_train, "train or resume a KDA model from a run config (CPU)"},
     {"export", cmd_export, "export a training checkpoint as an HF model directory"},
     {"plot", cmd_plot, "SVG of loss and learning rate from a metrics.jsonl"},
+    {"generate", cmd_generate, "sample a continuation of a prompt (prefill + recurrent decode)"},
 };
 
 static void usage(FILE *f) {

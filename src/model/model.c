@@ -10,6 +10,7 @@
 
 #include "cpu/gemm.h"     // defines: gemm_fwd, gemm_bwd_dx, gemm_bwd_dw
 #include "cpu/kda_core.h" // defines: kda_{gate,beta,l2norm,chunk,recurrent}_{fwd,bwd}, KdaDims
+#include "cpu/kda_step.h" // defines: kda_recurrent_step
 #include "cpu/ops.h"      // defines: rmsnorm_*, gnorm_*, conv_silu_*, silu_*, swiglu_*, embed_*, xent_*
 
 #define L2NORM_EPS 1e-6f // q/k L2 norm eps, fixed in FLA (§5.3 step 6), not norm_eps
@@ -198,8 +199,10 @@ static void short_conv_fwd_(const KdaModel *m, float *out, float *c, const float
         silu_fwd(out, p, m->B * m->T * C);
 }
 
-// One KDA sublayer + MLP: reads L->h, writes next [N, D] (the block output).
-static void block_fwd_(KdaModel *m, const KdaLayerTensors *P, LayerActs *L, float *next) {
+// One KDA sublayer + MLP: reads L->h, writes next [N, D] (the block output). state_out
+// [B, HV, K, V] (NULL: not wanted) receives the core's final state (used by the prefill).
+static void block_fwd_(KdaModel *m, const KdaLayerTensors *P, LayerActs *L, float *next,
+                       float *state_out) {
     const KdaConfig *c = &m->cfg;
     KdaActs *A = m->acts;
     int64_t N = m->B * m->T, D = c->hidden_size, H = c->num_heads, HV = c->num_v_heads;
@@ -224,9 +227,9 @@ static void block_fwd_(KdaModel *m, const KdaLayerTensors *P, LayerActs *L, floa
     gemm_fwd(L->b, L->xa, P->b_proj, NULL, N, D, HV, 0);
     kda_beta_fwd(L->beta, L->b, N * HV, c->allow_neg_eigval);
     if (m->core == KDA_CORE_RECURRENT)
-        kda_recurrent_fwd(L->o, NULL, L->q, L->k, L->v, L->g, L->beta, NULL, &d);
+        kda_recurrent_fwd(L->o, state_out, L->q, L->k, L->v, L->g, L->beta, NULL, &d);
     else
-        kda_chunk_fwd(L->o, NULL, L->q, L->k, L->v, L->g, L->beta, NULL, &d);
+        kda_chunk_fwd(L->o, state_out, L->q, L->k, L->v, L->g, L->beta, NULL, &d);
     gemm_fwd(L->z0, L->xa, P->g_proj0, NULL, N, D, V, 0);
     gemm_fwd(L->z, L->z0, P->g_proj1, P->g_proj1_bias, N, V, HVV, 0);
     gnorm_fwd(L->on, L->rstd_o, L->o, L->z, P->o_norm, N * HV, V, eps);
@@ -270,7 +273,8 @@ int kda_model_forward(KdaModel *m, const int32_t *ids, const int32_t *labels, in
     int64_t nl = c->num_hidden_layers;
     embed_fwd(nl > 0 ? A->layers[0].h : A->hL, m->w.embed, ids, N, D);
     for (int64_t l = 0; l < nl; l++)
-        block_fwd_(m, &m->w.layers[l], &A->layers[l], l + 1 < nl ? A->layers[l + 1].h : A->hL);
+        block_fwd_(m, &m->w.layers[l], &A->layers[l], l + 1 < nl ? A->layers[l + 1].h : A->hL,
+                   NULL);
     rmsnorm_fwd(A->nf, A->rstd_f, A->hL, m->w.final_norm, N, D, (float)c->norm_eps);
     double sum = xent_fwd(nll, A->lse, logits, A->nf, m->w.lm_head, A->targets, N, D, vocab,
                           A->xent_work, A->xent_work_n);
@@ -372,5 +376,185 @@ int kda_model_backward(KdaModel *m, float *grads, KdaError *err) {
 
     kda_tensors_free(&G);
     m->have_fwd = 0;
+    return 0;
+}
+
+// ---- inference: prefill + decode (model.h) ------------------------------------------------------
+
+// Per-token scratch of the decode step (one token: every "N" of the forward is 1).
+typedef struct {
+    float *h, *x, *rstd;        // [D] residual stream, [D] norm output, [max(HV, 1)] rstds
+    float *pq, *pk, *pv;        // [HK], [HK], [HVV] projections (conv inputs)
+    float *qt, *q, *k, *v;      // [max(HK, HVV)] conv output, [HK], [HK], [HVV]
+    float *f0, *f, *g;          // [V], [HVK], [HVK]
+    float *b, *beta;            // [HV], [HV]
+    float *z0, *z, *o, *on;     // [V], [HVV], [HVV], [HVV]
+    float *ga, *up, *mm;        // [I] each
+} StepBufs;
+
+static int64_t step_layout_(StepBufs *s, const KdaConfig *c, float *base) {
+    int64_t D = c->hidden_size, HV = c->num_v_heads, V = c->head_v_dim, HK = c->key_dim;
+    int64_t HVK = c->gate_dim, HVV = c->value_dim, I = c->intermediate_size;
+    Arena a = {base, 0};
+    s->h = take_(&a, D), s->x = take_(&a, D), s->rstd = take_(&a, max64_(HV, 1));
+    s->pq = take_(&a, HK), s->pk = take_(&a, HK), s->pv = take_(&a, HVV);
+    s->qt = take_(&a, max64_(HK, HVV)), s->q = take_(&a, HK), s->k = take_(&a, HK);
+    s->v = take_(&a, HVV);
+    s->f0 = take_(&a, V), s->f = take_(&a, HVK), s->g = take_(&a, HVK);
+    s->b = take_(&a, HV), s->beta = take_(&a, HV);
+    s->z0 = take_(&a, V), s->z = take_(&a, HVV), s->o = take_(&a, HVV), s->on = take_(&a, HVV);
+    s->ga = take_(&a, I), s->up = take_(&a, I), s->mm = take_(&a, I);
+    return a.used;
+}
+
+static int64_t tail_len_(const KdaConfig *c) { return c->use_short_conv ? c->conv_size - 1 : 0; }
+
+void kda_decode_state_init(KdaDecodeState *st, const KdaConfig *c) {
+    memset(st, 0, sizeof *st);
+    int64_t L = c->num_hidden_layers, W1 = tail_len_(c);
+    st->n_layers = L;
+    st->S = kda_calloc((size_t)max64_(L * c->num_v_heads * c->head_dim * c->head_v_dim, 1),
+                       sizeof(float));
+    if (W1 > 0) {
+        st->conv_q = kda_calloc((size_t)(L * c->key_dim * W1), sizeof(float));
+        st->conv_k = kda_calloc((size_t)(L * c->key_dim * W1), sizeof(float));
+        st->conv_v = kda_calloc((size_t)(L * c->value_dim * W1), sizeof(float));
+    }
+    StepBufs s;
+    st->work = kda_calloc((size_t)step_layout_(&s, c, NULL), sizeof(float));
+}
+
+void kda_decode_state_free(KdaDecodeState *st) {
+    free(st->S);
+    free(st->conv_q);
+    free(st->conv_k);
+    free(st->conv_v);
+    free(st->work);
+    memset(st, 0, sizeof *st);
+}
+
+// tail [C, W1] = the last W1 rows of p [T, C] (zeros before the sequence start), oldest first.
+static void tail_from_(float *tail, const float *p, int64_t T, int64_t C, int64_t W1) {
+    for (int64_t ch = 0; ch < C; ch++)
+        for (int64_t i = 0; i < W1; i++) {
+            int64_t tau = T - W1 + i;
+            tail[ch * W1 + i] = tau >= 0 ? p[tau * C + ch] : 0.0f;
+        }
+}
+
+// logits [n_vocab] of one final-block output row hL [D]; s->x, s->rstd as scratch.
+static void head_row_(KdaModel *m, StepBufs *s, const float *hL, float *logits) {
+    const KdaConfig *c = &m->cfg;
+    rmsnorm_fwd(s->x, s->rstd, hL, m->w.final_norm, 1, c->hidden_size, (float)c->norm_eps);
+    gemm_fwd(logits, s->x, m->w.lm_head, NULL, 1, c->hidden_size, c->vocab_size, 0);
+}
+
+int kda_model_prefill(KdaModel *m, const int32_t *ids, int64_t T, KdaDecodeState *st,
+                      float *logits_last, KdaError *err) {
+    const KdaConfig *c = &m->cfg;
+    int64_t D = c->hidden_size, L = c->num_hidden_layers, W1 = tail_len_(c);
+    int64_t SL = c->num_v_heads * c->head_dim * c->head_v_dim;
+    if (T <= 0) return kda_fail(err, "prefill: the prompt is empty (T = %lld)", (long long)T);
+    if (st->n_layers != L) return kda_fail(err, "prefill: decode state has %lld layers, model %lld",
+                                           (long long)st->n_layers, (long long)L);
+    if (check_ids_(ids, T, T, c->vocab_size, 0, "ids", err)) return -1;
+    reserve_(m, T);
+    m->B = 1, m->T = T, m->have_fwd = 0;
+    KdaActs *A = m->acts;
+    embed_fwd(L > 0 ? A->layers[0].h : A->hL, m->w.embed, ids, T, D);
+    for (int64_t l = 0; l < L; l++) {
+        LayerActs *La = &A->layers[l];
+        block_fwd_(m, &m->w.layers[l], La, l + 1 < L ? A->layers[l + 1].h : A->hL, st->S + l * SL);
+        if (W1 > 0) {
+            tail_from_(st->conv_q + l * c->key_dim * W1, La->pq, T, c->key_dim, W1);
+            tail_from_(st->conv_k + l * c->key_dim * W1, La->pk, T, c->key_dim, W1);
+            tail_from_(st->conv_v + l * c->value_dim * W1, La->pv, T, c->value_dim, W1);
+        }
+    }
+    StepBufs s;
+    step_layout_(&s, c, st->work);
+    head_row_(m, &s, A->hL + (T - 1) * D, logits_last);
+    st->pos = T;
+    return 0;
+}
+
+// y [C] = SiLU(conv over the tail [C, W1] and p [C]) when use_conv (tail then shifts by one and
+// takes p; W1 = 0 leaves it NULL), else SiLU(p). The sum runs over the taps in conv_silu_fwd's
+// order, so the zeros of an early tail add exactly nothing.
+static void conv_step_(float *y, float *tail, const float *p, const float *w, int64_t C,
+                       int64_t W1, int use_conv) {
+    if (!use_conv) {
+        silu_fwd(y, p, C);
+        return;
+    }
+    for (int64_t ch = 0; ch < C; ch++) {
+        const float *wc = w + ch * (W1 + 1);
+        float *tc = tail ? tail + ch * W1 : NULL, acc = 0.0f;
+        for (int64_t i = 0; i < W1; i++)
+            acc += wc[i] * tc[i];
+        acc += wc[W1] * p[ch];
+        y[ch] = acc;
+        for (int64_t i = 0; i + 1 < W1; i++)
+            tc[i] = tc[i + 1];
+        if (W1 > 0) tc[W1 - 1] = p[ch];
+    }
+    silu_fwd(y, y, C);
+}
+
+// One block on one token: s->h in, s->h out (the residual stream).
+static void block_step_(KdaModel *m, KdaDecodeState *st, int64_t l, StepBufs *s) {
+    const KdaConfig *c = &m->cfg;
+    const KdaLayerTensors *P = &m->w.layers[l];
+    int64_t D = c->hidden_size, H = c->num_heads, HV = c->num_v_heads, K = c->head_dim;
+    int64_t V = c->head_v_dim, HK = c->key_dim, HVK = c->gate_dim, HVV = c->value_dim;
+    int64_t I = c->intermediate_size, W1 = tail_len_(c);
+    float eps = (float)c->norm_eps;
+    KdaGateOpts go = gate_opts_(c);
+    KdaDims d = {1, 1, H, HV, K, V, (float)(1.0 / sqrt((double)K)), 64};
+
+    rmsnorm_fwd(s->x, s->rstd, s->h, P->attn_norm, 1, D, eps);
+    gemm_fwd(s->pq, s->x, P->q_proj, NULL, 1, D, HK, 0);
+    gemm_fwd(s->pk, s->x, P->k_proj, NULL, 1, D, HK, 0);
+    gemm_fwd(s->pv, s->x, P->v_proj, NULL, 1, D, HVV, 0);
+    int uc = (int)c->use_short_conv;
+    conv_step_(s->qt, W1 ? st->conv_q + l * HK * W1 : NULL, s->pq, P->q_conv, HK, W1, uc);
+    kda_l2norm_fwd(s->q, NULL, s->qt, H, K, L2NORM_EPS);
+    conv_step_(s->qt, W1 ? st->conv_k + l * HK * W1 : NULL, s->pk, P->k_conv, HK, W1, uc);
+    kda_l2norm_fwd(s->k, NULL, s->qt, H, K, L2NORM_EPS);
+    conv_step_(s->v, W1 ? st->conv_v + l * HVV * W1 : NULL, s->pv, P->v_conv, HVV, W1, uc);
+    gemm_fwd(s->f0, s->x, P->f_proj0, NULL, 1, D, V, 0);
+    gemm_fwd(s->f, s->f0, P->f_proj1, NULL, 1, V, HVK, 0);
+    kda_gate_fwd(s->g, s->f, P->A_log, P->dt_bias, 1, HV, K, &go);
+    gemm_fwd(s->b, s->x, P->b_proj, NULL, 1, D, HV, 0);
+    kda_beta_fwd(s->beta, s->b, HV, c->allow_neg_eigval);
+    kda_recurrent_step(s->o, st->S + l * HV * K * V, s->q, s->k, s->v, s->g, s->beta, &d);
+    gemm_fwd(s->z0, s->x, P->g_proj0, NULL, 1, D, V, 0);
+    gemm_fwd(s->z, s->z0, P->g_proj1, P->g_proj1_bias, 1, V, HVV, 0);
+    gnorm_fwd(s->on, s->rstd, s->o, s->z, P->o_norm, HV, V, eps);
+    gemm_fwd(s->h, s->on, P->o_proj, NULL, 1, HVV, D, 1);
+
+    rmsnorm_fwd(s->x, s->rstd, s->h, P->mlp_norm, 1, D, eps);
+    gemm_fwd(s->ga, s->x, P->gate_proj, NULL, 1, D, I, 0);
+    gemm_fwd(s->up, s->x, P->up_proj, NULL, 1, D, I, 0);
+    swiglu_fwd(s->mm, s->ga, s->up, I);
+    gemm_fwd(s->h, s->mm, P->down_proj, NULL, 1, I, D, 1);
+}
+
+int kda_model_decode_step(KdaModel *m, KdaDecodeState *st, int32_t id, float *logits,
+                          KdaError *err) {
+    const KdaConfig *c = &m->cfg;
+    if (st->n_layers != c->num_hidden_layers)
+        return kda_fail(err, "decode: state has %lld layers, model %lld",
+                        (long long)st->n_layers, (long long)c->num_hidden_layers);
+    if (id < 0 || id >= c->vocab_size)
+        return kda_fail(err, "decode: token id %d at position %lld is outside the vocabulary "
+                             "[0, %lld)", (int)id, (long long)st->pos, (long long)c->vocab_size);
+    StepBufs s;
+    step_layout_(&s, c, st->work);
+    embed_fwd(s.h, m->w.embed, &id, 1, c->hidden_size);
+    for (int64_t l = 0; l < c->num_hidden_layers; l++)
+        block_step_(m, st, l, &s);
+    head_row_(m, &s, s.h, logits);
+    st->pos++;
     return 0;
 }

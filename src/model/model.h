@@ -66,4 +66,39 @@ int kda_model_forward(KdaModel *m, const int32_t *ids, const int32_t *labels, in
 // in the embedding rows. A pad_token_id row gets no embedding-lookup gradient (torch semantics).
 int kda_model_backward(KdaModel *m, float *grads, KdaError *err);
 
+// ---- inference: chunked prefill + O(1)-per-token recurrent decode (kda-model.md §3, §5.8) ---
+//
+// The cache of one sequence. Math orientation: S is [HV, K, V] per layer (FLA's cache stores
+// the transpose [HV, V, K]). The conv tails hold the last W-1 conv inputs (the q/k/v
+// projection outputs before conv and SiLU), oldest first, zeros before the sequence start;
+// with use_short_conv = false (or W = 1) they are NULL. Decoding continues the sequence that
+// kda_model_prefill started; a token costs the same whatever the position.
+typedef struct {
+    int64_t n_layers;  // L
+    int64_t pos;       // tokens consumed so far (prefill + decode steps)
+    float *S;          // [L, HV, K, V] fp32 recurrent state
+    float *conv_q;     // [L, HK, W-1] fp32 or NULL
+    float *conv_k;     // [L, HK, W-1] fp32 or NULL
+    float *conv_v;     // [L, HVV, W-1] fp32 or NULL
+    float *work;       // per-token scratch of kda_model_decode_step (owned)
+} KdaDecodeState;
+
+// Allocates a zero state for cfg (derived fields filled). kda_decode_state_free releases it.
+void kda_decode_state_init(KdaDecodeState *st, const KdaConfig *cfg);
+void kda_decode_state_free(KdaDecodeState *st);
+
+// Runs the chunked (or recurrent, per m->core) forward of ONE sequence ids [T] int32 (T >= 1,
+// ids in range) from an empty cache, overwrites st with the cache after its last token and
+// writes logits_last [n_vocab] fp32, the logits of position T-1 (only that row of the head is
+// computed). Uses (and may grow) the model's activation buffers; invalidates a pending
+// backward. st->pos = T.
+int kda_model_prefill(KdaModel *m, const int32_t *ids, int64_t T, KdaDecodeState *st,
+                      float *logits_last, KdaError *err);
+// Feeds one token id at position st->pos: the same ops as the forward on one token, the conv
+// from the tails and one step of the recurrence (kda_recurrent_step). Writes logits [n_vocab]
+// fp32 of this position; st->pos += 1. Does not touch the model's activation buffers, so a
+// prefill with a fresh state may start at any time. A state must not be shared by threads.
+int kda_model_decode_step(KdaModel *m, KdaDecodeState *st, int32_t id, float *logits,
+                          KdaError *err);
+
 #endif

@@ -1,0 +1,221 @@
+// cmd_generate.c - `kda generate`: sample a continuation of a prompt from a model on the CPU.
+//
+// The prompt (text through the tokenizer, or ids) is run through the chunked forward once
+// (prefill), then every new token costs one recurrent decode step (O(1) in the position).
+// Tokens are written to stdout as they are produced (decoded with the tokenizer; the bytes of
+// a character split across tokens are held back until complete) or, without a tokenizer, as
+// ids separated by spaces. Timing goes to stderr at the end.
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include <limits.h>
+
+#include "commands.h"
+#include "core/args.h"        // defines: ArgSpec, ArgTable, args_parse_or_die
+#include "core/util.h"        // defines: path_join, path_exists
+#include "eval/generate.h"    // defines: kda_generate, KdaGenOpts, KdaUtf8Stream
+#include "io/model_io.h"      // defines: kda_model_load_dir
+#include "model/model.h"      // defines: KdaModel
+#include "tok/tok.h"          // defines: KdaTokenizer, tok_*
+#include "train/checkpoint.h" // defines: kda_checkpoint_resolve
+
+typedef struct {
+    const KdaTokenizer *tok; // NULL: print ids
+    KdaUtf8Stream utf8;
+    const KdaGenOpts *opts;
+    int64_t n_printed, n_undecodable;
+} Printer;
+
+static int print_token_(int32_t id, void *user) {
+    Printer *p = user;
+    for (int i = 0; i < p->opts->n_eos && !p->opts->ignore_eos; i++)
+        if (p->opts->eos_ids[i] == id) return 0; // the stopping EOS is not printed
+    if (!p->tok) {
+        printf("%s%d", p->n_printed ? " " : "", (int)id);
+    } else {
+        size_t len;
+        const char *b = tok_token_bytes(p->tok, id, &len);
+        if (b) kda_utf8_stream_write(&p->utf8, b, len, stdout);
+        else p->n_undecodable++;
+    }
+    p->n_printed++;
+    fflush(stdout);
+    return 0;
+}
+
+// "[1, 2, 3]", "1,2,3" or "1 2 3" -> ids (kda_malloc'ed); dies with a message on bad input.
+static int32_t *parse_ids_(const char *s, int64_t *n) {
+    int64_t cap = 16;
+    int32_t *ids = kda_malloc((size_t)cap * sizeof(int32_t));
+    *n = 0;
+    const char *p = s;
+    for (;;) {
+        while (*p == ' ' || *p == '\t' || *p == '\n' || *p == '\r' || *p == ',' || *p == '[' ||
+               *p == ']')
+            p++;
+        if (!*p) break;
+        char *end;
+        long v = strtol(p, &end, 10);
+        if (end == p || v < 0 || v > INT32_MAX)
+            kda_die("--prompt-ids: expected non-negative integers, found \"%.20s\"", p);
+        if (*n == cap) ids = kda_realloc(ids, (size_t)(cap *= 2) * sizeof(int32_t));
+        ids[(*n)++] = (int32_t)v;
+        p = end;
+    }
+    return ids;
+}
+
+static char *read_stdin_(size_t *n) {
+    size_t cap = 4096;
+    char *buf = kda_malloc(cap);
+    *n = 0;
+    size_t k;
+    while ((k = fread(buf + *n, 1, cap - *n - 1, stdin)) > 0) {
+        *n += k;
+        if (cap - *n - 1 == 0) buf = kda_realloc(buf, cap *= 2);
+    }
+    if (ferror(stdin)) kda_die("reading the prompt from stdin failed");
+    buf[*n] = 0;
+    return buf;
+}
+
+// The model directory: an HF model dir as is; a training save dir through `latest`.
+static void resolve_model_(const char *path, char *out, size_t cap) {
+    KdaError err;
+    int rc = kda_checkpoint_resolve(path, out, cap, &err);
+    if (rc < 0) kda_die("%s", err.msg);
+    if (rc == 1) snprintf(out, cap, "%s", path);
+}
+
+static KdaTokenizer *load_tokenizer_(const char *flag, const char *model_dir) {
+    char p[PATH_MAX];
+    const char *path = flag;
+    if (!path) {
+        if (path_exists(path_join(p, sizeof p, model_dir, "tokenizer.json"))) path = p;
+        else if (path_exists(path_join(p, sizeof p, model_dir, "tokenizer.model"))) path = p;
+        else return NULL;
+    }
+    KdaTokenizer *t;
+    KdaError err;
+    if (tok_load(&t, path, &err)) kda_die("%s", err.msg);
+    return t;
+}
+
+int cmd_generate(int argc, char **argv) {
+    const char *model_arg = NULL, *prompt = NULL, *prompt_ids = NULL, *tok_path = NULL;
+    const char *core = "chunk";
+    int64_t max_new = 64, top_k = 0, seed = 0;
+    double temperature = 1.0, top_p = 1.0;
+    int bos = 1, ignore_eos = 0, echo = 1;
+    ArgSpec specs[] = {
+        {"model", ARG_STR, &model_arg, "HF model directory, or a training save/iter_* directory", 1},
+        {"prompt", ARG_STR, &prompt, "prompt text ('-' = read stdin); needs a tokenizer", 0},
+        {"prompt-ids", ARG_STR, &prompt_ids, "prompt as token ids: \"[1, 2, 3]\" or \"1,2,3\"", 0},
+        {"tokenizer", ARG_STR, &tok_path, "tokenizer.json / tokenizer.model (default: the "
+                                          "model directory's, if any; none: print ids)", 0},
+        {"bos", ARG_BOOL, &bos, "prepend BOS to a text prompt (tokenizer's, else config's)", 0},
+        {"max-new-tokens", ARG_INT, &max_new, "tokens to generate at most", 0},
+        {"temperature", ARG_FLOAT, &temperature, "softmax temperature; 0 = greedy (argmax)", 0},
+        {"top-k", ARG_INT, &top_k, "keep the k most likely tokens (0 = off)", 0},
+        {"top-p", ARG_FLOAT, &top_p, "nucleus: keep the most likely tokens of mass p (1 = off)", 0},
+        {"seed", ARG_INT, &seed, "sampling RNG seed", 0},
+        {"ignore-eos", ARG_BOOL, &ignore_eos, "do not stop at the EOS token", 0},
+        {"echo", ARG_BOOL, &echo, "print the prompt before the continuation", 0},
+        {"core", ARG_STR, &core, "KDA core of the prefill: chunk | recurrent", 0},
+    };
+    ArgTable table = {"kda generate", "sample a continuation of a prompt (CPU, fp32)",
+                      "The prompt is prefilled with the chunked forward; each new token is one "
+                      "recurrent step (constant cost per token). Sampling: temperature, then "
+                      "top-k, then top-p. Output streams to stdout; timing to stderr. "
+                      "Without --prompt/--prompt-ids the prompt text is read from stdin.",
+                      specs, (int)(sizeof specs / sizeof *specs)};
+    if (args_parse_or_die(&table, argc, argv)) return 0;
+    if (strcmp(core, "chunk") && strcmp(core, "recurrent"))
+        kda_die("--core must be chunk or recurrent, got '%s'", core);
+    if (max_new < 0) kda_die("--max-new-tokens must be >= 0, got %lld", (long long)max_new);
+    if (top_p <= 0.0 || top_p > 1.0) kda_die("--top-p must be in (0, 1], got %g", top_p);
+    if (temperature < 0.0) kda_die("--temperature must be >= 0, got %g", temperature);
+    if (prompt && prompt_ids) kda_die("give --prompt or --prompt-ids, not both");
+
+    KdaError err;
+    char dir[PATH_MAX];
+    resolve_model_(model_arg, dir, sizeof dir);
+    KdaConfig cfg;
+    KdaParamTable pt;
+    float *flat;
+    if (kda_model_load_dir(dir, &cfg, &pt, &flat, &err)) kda_die("%s", err.msg);
+    KdaModel m;
+    if (kda_model_init_from(&m, &cfg, &pt, flat, &err)) kda_die("%s: %s", dir, err.msg);
+    m.core = strcmp(core, "recurrent") ? KDA_CORE_CHUNK : KDA_CORE_RECURRENT;
+    KdaTokenizer *tok = load_tokenizer_(tok_path, dir);
+
+    // Prompt ids.
+    TokIds ids = {0};
+    char *text = NULL;
+    size_t text_n = 0;
+    if (prompt_ids) {
+        int64_t n;
+        ids.ids = parse_ids_(prompt_ids, &n);
+        ids.n = ids.cap = (size_t)n;
+    } else {
+        if (prompt && strcmp(prompt, "-")) text = strdup(prompt), text_n = strlen(prompt);
+        else if (!prompt && isatty(0)) kda_die("no prompt: give --prompt, --prompt-ids or stdin");
+        else text = read_stdin_(&text_n);
+        if (!tok) kda_die("a text prompt needs --tokenizer (%s has no tokenizer file)", dir);
+        int32_t b = tok_bos_id(tok);
+        if (bos && b < 0 && cfg.has_bos_token_id) b = (int32_t)cfg.bos_token_id;
+        if (bos && b >= 0) {
+            ids.ids = kda_malloc(sizeof(int32_t)), ids.cap = 1, ids.n = 1;
+            ids.ids[0] = b;
+        }
+        if (tok_encode(tok, text, text_n, 0, &ids, &err)) kda_die("%s", err.msg);
+    }
+    if (ids.n == 0) kda_die("the prompt is empty (no token ids; try --bos)");
+
+    int32_t eos[2];
+    int n_eos = 0;
+    if (tok && tok_eos_id(tok) >= 0) eos[n_eos++] = tok_eos_id(tok);
+    if (cfg.has_eos_token_id && (n_eos == 0 || eos[0] != cfg.eos_token_id))
+        eos[n_eos++] = (int32_t)cfg.eos_token_id;
+    KdaGenOpts go = {{temperature, top_k, top_p}, max_new, (uint64_t)seed, eos, n_eos,
+                     ignore_eos};
+    Printer pr = {tok, {{0}, 0}, &go, 0, 0};
+
+    if (echo) {
+        if (text) fwrite(text, 1, text_n, stdout);
+        else if (!tok) for (size_t i = 0; i < ids.n; i++) printf("%s%d", i ? " " : "", ids.ids[i]);
+        else
+            for (size_t i = 0; i < ids.n; i++) {
+                size_t len;
+                const char *b = tok_token_bytes(tok, ids.ids[i], &len);
+                if (b && !tok_is_special(tok, ids.ids[i]))
+                    kda_utf8_stream_write(&pr.utf8, b, len, stdout);
+            }
+        if (!tok && ids.n) pr.n_printed = 1; // separate the first new id by a space
+        fflush(stdout);
+    }
+    KdaGenStats st;
+    if (kda_generate(&m, ids.ids, (int64_t)ids.n, &go, NULL, print_token_, &pr, &st, &err))
+        kda_die("%s: %s", dir, err.msg);
+    if (tok) kda_utf8_stream_flush(&pr.utf8, stdout);
+    printf("\n");
+    if (fflush(stdout)) kda_die("writing stdout failed");
+
+    fprintf(stderr,
+            "kda generate: prompt %lld tokens, prefill %.3f s (%.1f tok/s); %lld new tokens%s, "
+            "decode %.3f s (%.1f tok/s)\n",
+            (long long)st.n_prompt, st.prefill_s,
+            st.prefill_s > 0 ? (double)st.n_prompt / st.prefill_s : 0.0, (long long)st.n_new,
+            st.stopped_eos ? " (stopped at EOS)" : "", st.decode_s,
+            st.decode_s > 0 ? (double)st.n_steps / st.decode_s : 0.0);
+    if (pr.n_undecodable)
+        fprintf(stderr, "kda generate: warning: %lld generated ids have no token in the "
+                        "tokenizer (printed nothing)\n", (long long)pr.n_undecodable);
+    free(text);
+    tok_ids_free(&ids);
+    tok_free(tok);
+    kda_model_free(&m);
+    return 0;
+}
