@@ -7,6 +7,7 @@
 // matches the per-token reference up to nothing but the fp32 rounding of identical sums.
 #include "cpu/kda_step.h"
 
+#include <cblas.h>
 #include <math.h>
 #include <stdlib.h>
 
@@ -53,4 +54,17 @@ void kda_recurrent_step(float *o, float *S, const float *q, const float *k, cons
                    d->scale, scratch, scratch + V, K, V);
         free(scratch);
     }
+}
+
+void kda_matvec(float *y, const float *x, const float *W, const float *bias, int64_t in,
+                int64_t out, int accumulate) {
+    float beta = accumulate ? 1.0f : 0.0f;
+    if (bias) {
+        for (int64_t o = 0; o < out; o++)
+            y[o] = beta * y[o] + bias[o];
+        beta = 1.0f;
+    }
+    KDA_ASSERT(in > 0 && in < ((int64_t)1 << 31) && out < ((int64_t)1 << 31));
+    cblas_sgemv(CblasRowMajor, CblasNoTrans, (int)out, (int)in, 1.0f, W, (int)in, x, 1, beta, y,
+                1);
 }

@@ -89,7 +89,9 @@ static int64_t select_mass_(int32_t *a, const float *w, int64_t n, double need) 
 
 int32_t kda_sample(KdaSampler *s, const float *logits, int64_t n, const KdaSampleOpts *o,
                    KdaRng *rng) {
-    if (o->temperature <= 0.0 || n <= 1) return kda_argmax(logits, n);
+    float inv_t = (float)(1.0 / o->temperature);
+    // A temperature so small that 1/T overflows: every non-maximal weight underflows anyway.
+    if (o->temperature <= 0.0 || !isfinite(inv_t) || n <= 1) return kda_argmax(logits, n);
     if (s->cap < n) {
         free(s->idx), free(s->w);
         s->idx = kda_malloc((size_t)n * sizeof(int32_t));
@@ -97,13 +99,13 @@ int32_t kda_sample(KdaSampler *s, const float *logits, int64_t n, const KdaSampl
         s->cap = n;
     }
     float lmax = logits[kda_argmax(logits, n)];
-    double inv_t = 1.0 / o->temperature;
-    for (int64_t i = 0; i < n; i++) {
-        s->w[i] = (float)exp((double)(logits[i] - lmax) * inv_t); // the max gets exactly 1
+    for (int64_t i = 0; i < n; i++)
         s->idx[i] = (int32_t)i;
-    }
     int64_t m = n;
     if (o->top_k > 0 && o->top_k < n) m = select_count_(s->idx, logits, n, o->top_k);
+    // Weights of the candidates only: exp((l - lmax) / T), exactly 1 for the maximum.
+    for (int64_t i = 0; i < m; i++)
+        s->w[s->idx[i]] = expf((logits[s->idx[i]] - lmax) * inv_t);
     if (o->top_p < 1.0) {
         double need = (o->top_p > 0.0 ? o->top_p : 0.0) * mass_(s->idx, s->w, 0, m);
         m = select_mass_(s->idx, s->w, m, need);

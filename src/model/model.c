@@ -10,7 +10,7 @@
 
 #include "cpu/gemm.h"     // defines: gemm_fwd, gemm_bwd_dx, gemm_bwd_dw
 #include "cpu/kda_core.h" // defines: kda_{gate,beta,l2norm,chunk,recurrent}_{fwd,bwd}, KdaDims
-#include "cpu/kda_step.h" // defines: kda_recurrent_step
+#include "cpu/kda_step.h" // defines: kda_recurrent_step, kda_matvec
 #include "cpu/ops.h"      // defines: rmsnorm_*, gnorm_*, conv_silu_*, silu_*, swiglu_*, embed_*, xent_*
 
 #define L2NORM_EPS 1e-6f // q/k L2 norm eps, fixed in FLA (§5.3 step 6), not norm_eps
@@ -446,7 +446,7 @@ static void tail_from_(float *tail, const float *p, int64_t T, int64_t C, int64_
 static void head_row_(KdaModel *m, StepBufs *s, const float *hL, float *logits) {
     const KdaConfig *c = &m->cfg;
     rmsnorm_fwd(s->x, s->rstd, hL, m->w.final_norm, 1, c->hidden_size, (float)c->norm_eps);
-    gemm_fwd(logits, s->x, m->w.lm_head, NULL, 1, c->hidden_size, c->vocab_size, 0);
+    kda_matvec(logits, s->x, m->w.lm_head, NULL, c->hidden_size, c->vocab_size, 0);
 }
 
 int kda_model_prefill(KdaModel *m, const int32_t *ids, int64_t T, KdaDecodeState *st,
@@ -513,31 +513,31 @@ static void block_step_(KdaModel *m, KdaDecodeState *st, int64_t l, StepBufs *s)
     KdaDims d = {1, 1, H, HV, K, V, (float)(1.0 / sqrt((double)K)), 64};
 
     rmsnorm_fwd(s->x, s->rstd, s->h, P->attn_norm, 1, D, eps);
-    gemm_fwd(s->pq, s->x, P->q_proj, NULL, 1, D, HK, 0);
-    gemm_fwd(s->pk, s->x, P->k_proj, NULL, 1, D, HK, 0);
-    gemm_fwd(s->pv, s->x, P->v_proj, NULL, 1, D, HVV, 0);
+    kda_matvec(s->pq, s->x, P->q_proj, NULL, D, HK, 0);
+    kda_matvec(s->pk, s->x, P->k_proj, NULL, D, HK, 0);
+    kda_matvec(s->pv, s->x, P->v_proj, NULL, D, HVV, 0);
     int uc = (int)c->use_short_conv;
     conv_step_(s->qt, W1 ? st->conv_q + l * HK * W1 : NULL, s->pq, P->q_conv, HK, W1, uc);
     kda_l2norm_fwd(s->q, NULL, s->qt, H, K, L2NORM_EPS);
     conv_step_(s->qt, W1 ? st->conv_k + l * HK * W1 : NULL, s->pk, P->k_conv, HK, W1, uc);
     kda_l2norm_fwd(s->k, NULL, s->qt, H, K, L2NORM_EPS);
     conv_step_(s->v, W1 ? st->conv_v + l * HVV * W1 : NULL, s->pv, P->v_conv, HVV, W1, uc);
-    gemm_fwd(s->f0, s->x, P->f_proj0, NULL, 1, D, V, 0);
-    gemm_fwd(s->f, s->f0, P->f_proj1, NULL, 1, V, HVK, 0);
+    kda_matvec(s->f0, s->x, P->f_proj0, NULL, D, V, 0);
+    kda_matvec(s->f, s->f0, P->f_proj1, NULL, V, HVK, 0);
     kda_gate_fwd(s->g, s->f, P->A_log, P->dt_bias, 1, HV, K, &go);
-    gemm_fwd(s->b, s->x, P->b_proj, NULL, 1, D, HV, 0);
+    kda_matvec(s->b, s->x, P->b_proj, NULL, D, HV, 0);
     kda_beta_fwd(s->beta, s->b, HV, c->allow_neg_eigval);
     kda_recurrent_step(s->o, st->S + l * HV * K * V, s->q, s->k, s->v, s->g, s->beta, &d);
-    gemm_fwd(s->z0, s->x, P->g_proj0, NULL, 1, D, V, 0);
-    gemm_fwd(s->z, s->z0, P->g_proj1, P->g_proj1_bias, 1, V, HVV, 0);
+    kda_matvec(s->z0, s->x, P->g_proj0, NULL, D, V, 0);
+    kda_matvec(s->z, s->z0, P->g_proj1, P->g_proj1_bias, V, HVV, 0);
     gnorm_fwd(s->on, s->rstd, s->o, s->z, P->o_norm, HV, V, eps);
-    gemm_fwd(s->h, s->on, P->o_proj, NULL, 1, HVV, D, 1);
+    kda_matvec(s->h, s->on, P->o_proj, NULL, HVV, D, 1);
 
     rmsnorm_fwd(s->x, s->rstd, s->h, P->mlp_norm, 1, D, eps);
-    gemm_fwd(s->ga, s->x, P->gate_proj, NULL, 1, D, I, 0);
-    gemm_fwd(s->up, s->x, P->up_proj, NULL, 1, D, I, 0);
+    kda_matvec(s->ga, s->x, P->gate_proj, NULL, D, I, 0);
+    kda_matvec(s->up, s->x, P->up_proj, NULL, D, I, 0);
     swiglu_fwd(s->mm, s->ga, s->up, I);
-    gemm_fwd(s->h, s->mm, P->down_proj, NULL, 1, I, D, 1);
+    kda_matvec(s->h, s->mm, P->down_proj, NULL, I, D, 1);
 }
 
 int kda_model_decode_step(KdaModel *m, KdaDecodeState *st, int32_t id, float *logits,
