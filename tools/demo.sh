@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # demo.sh - what `make demo` runs after the build: tokenize Moby-Dick with the bundled Llama-3
 # tokenizer, train a tiny KDA model on the CPU for a few minutes (progress bar, falling
-# validation loss), save a checkpoint, sample from it if `kda generate` exists, export an HF
-# model directory and plot the loss curve. Everything goes under out/demo/.
+# validation loss), save a checkpoint, sample a few continuations from it with `kda generate`,
+# export an HF model directory and plot the loss curve. Everything goes under out/demo/.
 #
 #   tools/demo.sh [extra kda-train flags, e.g. --train_iters 200]
 #   env: KDA (binary, default build/kda), DEMO_OUT (default out/demo), DEMO_RESUME=1 keeps the
@@ -35,12 +35,14 @@ start=$(date +%s)
     --save "$OUT/checkpoints" "$@"
 echo "== training took $(( $(date +%s) - start )) s"
 
-# 3. Samples, when a generator exists (another module may provide `kda generate`).
+# 3. Samples from the latest checkpoint (chunked prefill, then one recurrent step per token;
+#    tokens/s on stderr). A build without `kda generate` skips this step.
 if "$KDA" generate --help >/dev/null 2>&1; then
-    echo "== samples"
+    echo "== samples (temperature 0.8, top-k 40, seed 1)"
     for prompt in "Call me" "The whale" "Captain Ahab"; do
         "$KDA" generate --model "$OUT/checkpoints" --tokenizer "$TOK" --prompt "$prompt" \
-            --max-new-tokens 24 --seed 1 || echo "(generate failed; skipping)"
+            --max-new-tokens 32 --temperature 0.8 --top-k 40 --seed 1 ||
+            echo "(generate failed; skipping)"
     done
 else
     echo "== samples: skipped (this build has no 'kda generate')"

@@ -59,9 +59,9 @@ void kda_recurrent_step(float *o, float *S, const float *q, const float *k, cons
 void kda_matvec(float *y, const float *x, const float *W, const float *bias, int64_t in,
                 int64_t out, int accumulate) {
     float beta = accumulate ? 1.0f : 0.0f;
-    if (bias) {
+    if (bias) { // not 0 * y: y may be uninitialized (NaN garbage) when overwriting
         for (int64_t o = 0; o < out; o++)
-            y[o] = beta * y[o] + bias[o];
+            y[o] = (accumulate ? y[o] : 0.0f) + bias[o];
         beta = 1.0f;
     }
     KDA_ASSERT(in > 0 && in < ((int64_t)1 << 31) && out < ((int64_t)1 << 31));

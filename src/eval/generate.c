@@ -7,6 +7,7 @@
 #include "eval/generate.h"
 
 #include <math.h>
+#include <omp.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -148,6 +149,11 @@ int kda_generate(KdaModel *m, const int32_t *prompt, int64_t n_prompt, const Kda
     if (kda_model_prefill(m, prompt, n_prompt, &ds, logits, err)) rc = -1;
     double t1 = now_seconds();
     st.prefill_s = t1 - t0;
+    // The decode's OpenMP loops are per-token vectors, too small for threads; idle OpenMP
+    // workers spinning between them starve OpenBLAS's own threads in the matvecs (demo model,
+    // 2 threads: 223 tok/s with OpenMP threads, 1110 without). Restored below.
+    int omp_threads = omp_get_max_threads();
+    omp_set_num_threads(1);
     while (!rc && st.n_new < o->max_new_tokens) {
         if (!finite_(logits, vocab)) {
             rc = kda_fail(err, "non-finite logits at position %lld", (long long)ds.pos - 1);
@@ -163,6 +169,7 @@ int kda_generate(KdaModel *m, const int32_t *prompt, int64_t n_prompt, const Kda
         st.n_steps++;
     }
     st.decode_s = now_seconds() - t1;
+    omp_set_num_threads(omp_threads);
     if (stats) *stats = st;
     free(logits);
     kda_sampler_free(&smp);

@@ -62,7 +62,9 @@ typedef struct {
 // Prefill of prompt [n_prompt] (>= 1 ids) then up to max_new_tokens ids, each sampled from the
 // logits of the previous position and fed back through one recurrent decode step. out
 // [max_new_tokens] int32 (may be NULL) receives the new ids; cb (may be NULL) sees each one.
-// stats may be NULL. Fails on bad ids or non-finite logits (naming the position).
+// stats may be NULL. Fails on bad ids or non-finite logits (naming the position). The decode
+// steps run with omp_set_num_threads(1) for the calling thread (restored on return); OpenBLAS
+// keeps its threads.
 int kda_generate(KdaModel *m, const int32_t *prompt, int64_t n_prompt, const KdaGenOpts *o,
                  int32_t *out, KdaGenTokenFn cb, void *user, KdaGenStats *stats, KdaError *err);
 
