@@ -13,5 +13,6 @@ int cmd_train(int argc, char **argv);        // src/train/cmd_train.c
 int cmd_export(int argc, char **argv);       // src/train/cmd_export.c
 int cmd_plot(int argc, char **argv);         // src/train/cmd_plot.c
 int cmd_generate(int argc, char **argv);     // src/eval/cmd_generate.c
+int cmd_eval(int argc, char **argv);         // src/eval/cmd_eval.c
 
 #endif

@@ -21,6 +21,7 @@ static const Command g_commands[] = {
     {"export", cmd_export, "export a training checkpoint as an HF model directory"},
     {"plot", cmd_plot, "SVG of loss and learning rate from a metrics.jsonl"},
     {"generate", cmd_generate, "sample a continuation of a prompt (prefill + recurrent decode)"},
+    {"eval", cmd_eval, "lm-eval-compatible multiple-choice benchmarks, perplexity, compare"},
 };
 
 static void usage(FILE *f) {

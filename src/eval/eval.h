@@ -1,0 +1,116 @@
+// eval.h - loglikelihood scoring of multiple-choice requests as lm-eval-harness's HF backend
+// does it (data-formats.md §8.2-8.4), OLMo's variant (§9.2), metrics with lm-eval's standard
+// errors, and token-weighted perplexity over a Megatron .bin/.idx.
+//
+// Tokenization of a request (lm-eval TemplateLM._encode_pair): trailing Python-whitespace of the
+// context moves to the front of the continuation; whole = enc(context + continuation),
+// ctx = enc(context), cont = whole[len(ctx):]. The model input is ctx + cont (BOS first when
+// bos is set), left-truncated to the last max_length + 1 tokens; the loglikelihood is the sum
+// of log p(cont token | prefix) in fp32 (natural log). OLMo requests tokenize context and
+// continuation separately (no whitespace move, no whole-string split).
+//
+// Scoring engines (same numbers up to fp32 rounding; tests compare them):
+//   shared prefix (default): consecutive requests with identical context tokens run the
+//     context once (kda_model_prefill) and each continuation continues from a copy of the
+//     recurrent state (kda_model_decode_step), i.e. context + sum of continuation lengths
+//     tokens per document instead of choices x (context + continuation);
+//   batched full forward: requests sorted by length, packed into [B, T] batches of at most
+//     batch_tokens tokens (right-padded with token 0; causal, so padding never reaches a
+//     scored position), per-position NLL from kda_model_forward. Used for requests that need
+//     truncation, and for everything when share_prefix = 0.
+//
+// Metrics (lm-eval process_results/aggregation): acc = argmax_i ll_i == gold (first maximum
+// wins, like numpy.argmax); acc_norm = argmax_i ll_i / norm_len_i; mean over documents;
+// stderr = lm-eval's mean_stderr = sample stddev (n-1) / sqrt(n) = sqrt(p(1-p)/(n-1));
+// group aggregation (mmlu) weighted by size with lm-eval's pooled_sample_stderr, applied per
+// category (stem, humanities, social_sciences, other) and then over the categories.
+#ifndef KDA_EVAL_EVAL_H
+#define KDA_EVAL_EVAL_H
+
+#include <stdint.h>
+#include <stdio.h>
+
+#include "core/error.h"    // defines: KdaError
+#include "data/indexed.h"  // defines: IndexedDataset
+#include "eval/tasks.h"    // defines: EvalTask, EvalRequest
+#include "model/model.h"   // defines: KdaModel
+#include "tok/tok.h"       // defines: KdaTokenizer
+
+#define EVAL_LM_EVAL_VERSION "lm-eval 0.4.x HF backend (see docs/eval.md)"
+
+typedef struct {
+    int bos;              // prepend the tokenizer's BOS id to every request
+    int64_t max_length;   // left truncation: at most max_length + 1 tokens per request
+    int64_t batch_tokens; // B*T budget of one batched forward (>= max_length + 1 is best)
+    int share_prefix;     // 1: prefill + decode engine; 0: batched full forward only
+} EvalSettings;
+
+typedef struct {
+    int32_t *ids;   // [n_ctx + n_cont] int32 owned: context tokens then continuation tokens
+    int64_t n_ctx;  // >= 1 (lm-eval inserts the prefix token when the context is empty)
+    int64_t n_cont; // >= 1
+} EvalTokens;
+
+// Tokenizes one request. separate = 1: OLMo rules. An empty context becomes [BOS] (or [EOS]
+// when the tokenizer has no BOS), as lm-eval's HF backend does. Errors when the continuation
+// has no tokens.
+int eval_encode_request(const KdaTokenizer *tok, const EvalRequest *rq, int bos, int separate,
+                        EvalTokens *out, KdaError *err);
+void eval_tokens_free(EvalTokens *t);
+
+// Progress callback: requests scored so far (monotone).
+typedef void (*EvalProgressFn)(void *ctx, int64_t done);
+
+// ll[i] = loglikelihood of request i (natural log, double accumulation of fp32 log-probs).
+int eval_loglik(KdaModel *m, const EvalTokens *reqs, int64_t n, const EvalSettings *s,
+                double *ll, EvalProgressFn progress, void *pctx, KdaError *err);
+
+typedef struct {
+    char task[96];  // "arc_easy", "mmlu", "mmlu_stem", "mmlu_abstract_algebra", "olmo:..."
+    char metric[16]; // "acc" | "acc_norm"
+    double value;   // fraction in [0, 1]
+    double stderr;  // NaN when undefined (n < 2)
+    int64_t n;      // documents
+    double random;  // chance level in percent (0 when unknown)
+} EvalMetric;
+
+typedef struct {
+    EvalMetric *m; // owned [n]
+    int n;
+} EvalResults;
+
+// Per-document correctness from the loglikelihoods of its n choices.
+void eval_doc_correct(const double *ll, const int64_t *norm_len, int n, int gold, int *acc,
+                      int *acc_norm);
+double eval_mean_stderr(const double *x, int64_t n);
+double eval_pooled_stderr(const double *stderrs, const int64_t *sizes, int k);
+
+// Scores every document of t and appends its metrics to res (mmlu: the aggregate, the 4
+// categories and each subject). dump (may be NULL): one JSON line per request with task, doc,
+// idx, context, continuation, token ids and ll (input of tools/reference/eval_reference.py).
+int eval_run_task(KdaModel *m, const KdaTokenizer *tok, const EvalTask *t,
+                  const EvalSettings *s, EvalResults *res, FILE *dump, EvalProgressFn progress,
+                  void *pctx, KdaError *err);
+void eval_results_free(EvalResults *r);
+
+// results.json: {"settings": {...}, "results": [{task, metric, value, stderr, n, random}]}.
+int eval_results_write(const char *path, const EvalResults *r, const EvalSettings *s,
+                       const char *model_dir, KdaError *err);
+int eval_results_read(const char *path, EvalResults *r, KdaError *err);
+// Table like training-recipe.md §2.3: task | metric | random | score ± stderr (percent).
+void eval_results_print(FILE *f, const EvalResults *r);
+// Δ table (b - a, percentage points) of the (task, metric) pairs present in both, and the
+// mean absolute Δ.
+void eval_results_compare(FILE *f, const EvalResults *a, const EvalResults *b, const char *name_a,
+                          const char *name_b);
+
+// Perplexity over the token stream of ds (sequences in order, back to back): non-overlapping
+// windows of seq_length + 1 tokens that overlap by one token (window w = tokens
+// [w*S, w*S + S]), so every token but the first is predicted exactly once, with at most S
+// tokens of context; the last partial window is scored too. max_windows > 0 stops early.
+// Outputs the NLL sum and the number of predicted tokens.
+int eval_perplexity(KdaModel *m, const IndexedDataset *ds, int64_t seq_length,
+                    int64_t max_windows, double *sum_nll, int64_t *n_tokens,
+                    EvalProgressFn progress, void *pctx, KdaError *err);
+
+#endif
