@@ -44,7 +44,8 @@ static void gen_model_(KdaModel *m, GenKind kind, uint64_t seed) {
 static void random_ids_(int32_t *ids, int64_t n, int64_t vocab, uint64_t seed) {
     KdaRng r;
     rng_seed(&r, seed);
-    for (int64_t i = 0; i < n; i++) ids[i] = (int32_t)rng_below(&r, (uint64_t)vocab);
+    for (int64_t i = 0; i < n; i++)
+        ids[i] = (int32_t)rng_below(&r, (uint64_t)vocab);
 }
 
 // max |a - b| / max(max |b|, 1e-3) over one row of logits.
@@ -94,7 +95,8 @@ static void prefill_decode_case_(GenKind kind, const char *name, int64_t P, KdaC
 static const int64_t k_prompt_lens[] = {1, 5, 64, 70}; // < W-1, > W-1, one chunk, > one chunk
 
 KDA_TEST(gen_prefill_decode_tied) {
-    for (int i = 0; i < 4; i++) prefill_decode_case_(G_TIED, "tied", k_prompt_lens[i], KDA_CORE_CHUNK);
+    for (int i = 0; i < 4; i++)
+        prefill_decode_case_(G_TIED, "tied", k_prompt_lens[i], KDA_CORE_CHUNK);
 }
 KDA_TEST(gen_prefill_decode_gva_negeig_untied) {
     for (int i = 0; i < 4; i++)
@@ -127,12 +129,15 @@ KDA_TEST(gen_prefill_state_matches_stepping) {
     KdaError err;
     CHECK(kda_model_prefill(&m, ids, P, &a, lg, &err) == 0);
     CHECK(kda_model_prefill(&m, ids, 1, &b, lg, &err) == 0);
-    for (int64_t t = 1; t < P; t++) CHECK(kda_model_decode_step(&m, &b, ids[t], lg, &err) == 0);
+    for (int64_t t = 1; t < P; t++)
+        CHECK(kda_model_decode_step(&m, &b, ids[t], lg, &err) == 0);
     int64_t ns = m.cfg.num_hidden_layers * m.cfg.num_v_heads * m.cfg.head_dim * m.cfg.head_v_dim;
     int64_t nc = m.cfg.num_hidden_layers * m.cfg.key_dim * (m.cfg.conv_size - 1);
     double es = 0.0, ec = 0.0;
-    for (int64_t i = 0; i < ns; i++) es = fmax(es, fabs((double)a.S[i] - b.S[i]));
-    for (int64_t i = 0; i < nc; i++) ec = fmax(ec, fabs((double)a.conv_k[i] - b.conv_k[i]));
+    for (int64_t i = 0; i < ns; i++)
+        es = fmax(es, fabs((double)a.S[i] - b.S[i]));
+    for (int64_t i = 0; i < nc; i++)
+        ec = fmax(ec, fabs((double)a.conv_k[i] - b.conv_k[i]));
     CHECK_MSG(es <= 1e-5, "state differs by %.3g", es); // |S| ~ 1: fp32 order noise only
     CHECK_MSG(ec <= 1e-5, "conv tail differs by %.3g", ec);
     kda_decode_state_free(&a), kda_decode_state_free(&b);
@@ -185,8 +190,8 @@ KDA_TEST(gen_greedy_equals_full_forward_argmax) {
         int64_t T = P + i;
         CHECK(kda_model_forward(&m, seq, NULL, 1, T, NULL, lg, NULL, &err) == 0);
         seq[T] = kda_argmax(lg + (T - 1) * nv, nv);
-        CHECK_MSG(out[i] == seq[T], "token %lld: generate %d, full forward argmax %d",
-                  (long long)i, out[i], seq[T]);
+        CHECK_MSG(out[i] == seq[T], "token %lld: generate %d, full forward argmax %d", (long long)i,
+                  out[i], seq[T]);
     }
     free(lg);
     kda_model_free(&m);
@@ -211,7 +216,7 @@ KDA_TEST(gen_sampling_seeded_and_limits) {
     gen_(&m, prompt, 3, k1, 16, 7, NULL, 0, c, NULL);
     CHECK(memcmp(c, g, sizeof g) == 0); // top-k = 1 is greedy
     gen_(&m, prompt, 3, p0, 16, 7, NULL, 0, c, NULL);
-    CHECK(memcmp(c, g, sizeof g) == 0); // tiny top-p is greedy
+    CHECK(memcmp(c, g, sizeof g) == 0);                               // tiny top-p is greedy
     CHECK_EQ_INT(gen_(&m, prompt, 3, so, 0, 1, NULL, 0, c, NULL), 0); // max_new_tokens 0
     kda_model_free(&m);
 }
@@ -223,7 +228,8 @@ KDA_TEST(gen_eos_stops) {
     gen_(&m, prompt, 2, k_greedy, 12, 0, NULL, 0, g, NULL);
     int32_t eos = g[4];
     int64_t first = 0;
-    while (g[first] != eos) first++;
+    while (g[first] != eos)
+        first++;
     KdaGenStats st;
     CHECK_EQ_INT(gen_(&m, prompt, 2, k_greedy, 12, 0, &eos, 1, o, &st), first + 1);
     CHECK(st.stopped_eos);
@@ -249,10 +255,12 @@ static int cmp_desc_(const void *a, const void *b) {
 // under top-p in the nucleus computed by a full sort, and all of them get drawn eventually.
 KDA_TEST(gen_sampler_topk_topp_sets) {
     int64_t n = 5000;
-    float *lg = kda_malloc((size_t)n * sizeof(float)), *sorted = kda_malloc((size_t)n * sizeof(float));
+    float *lg = kda_malloc((size_t)n * sizeof(float)),
+          *sorted = kda_malloc((size_t)n * sizeof(float));
     KdaRng r, d;
     rng_seed(&r, 3);
-    for (int64_t i = 0; i < n; i++) lg[i] = rng_normal(&r, 0.0f, 3.0f);
+    for (int64_t i = 0; i < n; i++)
+        lg[i] = rng_normal(&r, 0.0f, 3.0f);
     memcpy(sorted, lg, (size_t)n * sizeof(float));
     qsort(sorted, (size_t)n, sizeof(float), cmp_desc_);
     KdaSampler s = {0};
@@ -269,9 +277,11 @@ KDA_TEST(gen_sampler_topk_topp_sets) {
     CHECK_EQ_INT(distinct, 37);
     // top-p 0.5 at temperature 1: the nucleus by sorted cumulative probability.
     double z = 0.0, acc = 0.0;
-    for (int64_t i = 0; i < n; i++) z += exp((double)sorted[i] - sorted[0]);
+    for (int64_t i = 0; i < n; i++)
+        z += exp((double)sorted[i] - sorted[0]);
     int64_t nuc = 0;
-    while (acc < 0.5 * z) acc += exp((double)sorted[nuc++] - sorted[0]);
+    while (acc < 0.5 * z)
+        acc += exp((double)sorted[nuc++] - sorted[0]);
     KdaSampleOpts op = {1.0, 0, 0.5};
     for (int i = 0; i < 2000; i++) {
         int32_t id = kda_sample(&s, lg, n, &op, &d);
@@ -282,7 +292,8 @@ KDA_TEST(gen_sampler_topk_topp_sets) {
     float small[3] = {logf(0.5f), logf(0.3f), logf(0.2f)};
     KdaSampleOpts t1 = {1.0, 0, 1.0};
     int cnt[3] = {0, 0, 0};
-    for (int i = 0; i < 20000; i++) cnt[kda_sample(&s, small, 3, &t1, &d)]++;
+    for (int i = 0; i < 20000; i++)
+        cnt[kda_sample(&s, small, 3, &t1, &d)]++;
     CHECK_NEAR(cnt[0] / 20000.0, 0.5, 0.015);
     CHECK_NEAR(cnt[1] / 20000.0, 0.3, 0.015);
     CHECK_NEAR(cnt[2] / 20000.0, 0.2, 0.015);
@@ -290,7 +301,8 @@ KDA_TEST(gen_sampler_topk_topp_sets) {
     float tie[3] = {1.0f, 1.0f, 0.0f};
     KdaSampleOpts k1 = {1.0, 1, 1.0};
     int got[3] = {0, 0, 0};
-    for (int i = 0; i < 200; i++) got[kda_sample(&s, tie, 3, &k1, &d)]++;
+    for (int i = 0; i < 200; i++)
+        got[kda_sample(&s, tie, 3, &k1, &d)]++;
     CHECK(got[0] > 0 && got[1] > 0 && got[2] == 0);
     CHECK_EQ_INT(kda_argmax(tie, 3), 0);
     kda_sampler_free(&s);
@@ -300,8 +312,8 @@ KDA_TEST(gen_sampler_topk_topp_sets) {
 // ---- UTF-8 stream -------------------------------------------------------------------------------
 
 KDA_TEST(gen_utf8_stream_holds_split_chars) {
-    const char *pieces[] = {"h", "\xC3", "\xA9", "\xE2\x82", "\xAC!", "\xFF", "a\xF0\x9F",
-                            "\x98", "\x80", "\xE0", "\x80", "z\xE2\x82"};
+    const char *pieces[] = {"h",         "\xC3", "\xA9", "\xE2\x82", "\xAC!", "\xFF",
+                            "a\xF0\x9F", "\x98", "\x80", "\xE0",     "\x80",  "z\xE2\x82"};
     int n = (int)(sizeof pieces / sizeof *pieces);
     char *buf = NULL;
     size_t len = 0, all_n = 0;
@@ -313,10 +325,10 @@ KDA_TEST(gen_utf8_stream_holds_split_chars) {
         memcpy(all + all_n, pieces[i], k), all_n += k;
         kda_utf8_stream_write(&s, pieces[i], k, f);
         fflush(f);
-        if (i == 1) CHECK_EQ_INT(len, 1);   // "h" out, the lead byte of é held
-        if (i == 2) CHECK_EQ_INT(len, 3);   // é complete
-        if (i == 3) CHECK_EQ_INT(len, 3);   // two bytes of € held
-        if (i == 7) CHECK_EQ_INT(s.n, 3);   // three bytes of an emoji held
+        if (i == 1) CHECK_EQ_INT(len, 1); // "h" out, the lead byte of é held
+        if (i == 2) CHECK_EQ_INT(len, 3); // é complete
+        if (i == 3) CHECK_EQ_INT(len, 3); // two bytes of € held
+        if (i == 7) CHECK_EQ_INT(s.n, 3); // three bytes of an emoji held
     }
     kda_utf8_stream_flush(&s, f); // the trailing "\xE2\x82" never completes: one U+FFFD
     fclose(f);

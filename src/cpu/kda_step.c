@@ -15,8 +15,8 @@
 
 // One value head. r and delta are [V] scratch.
 static void step_head_(float *o, float *S, const float *q, const float *k, const float *v,
-                       const float *g, float beta, float scale, float *r, float *delta,
-                       int64_t K, int64_t V) {
+                       const float *g, float beta, float scale, float *r, float *delta, int64_t K,
+                       int64_t V) {
     for (int64_t c = 0; c < K; c++) {
         float a = expf(g[c]);
         for (int64_t e = 0; e < V; e++)
@@ -65,6 +65,5 @@ void kda_matvec(float *y, const float *x, const float *W, const float *bias, int
         beta = 1.0f;
     }
     KDA_ASSERT(in > 0 && in < ((int64_t)1 << 31) && out < ((int64_t)1 << 31));
-    cblas_sgemv(CblasRowMajor, CblasNoTrans, (int)out, (int)in, 1.0f, W, (int)in, x, 1, beta, y,
-                1);
+    cblas_sgemv(CblasRowMajor, CblasNoTrans, (int)out, (int)in, 1.0f, W, (int)in, x, 1, beta, y, 1);
 }

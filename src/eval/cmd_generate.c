@@ -37,8 +37,10 @@ static int print_token_(int32_t id, void *user) {
     } else {
         size_t len;
         const char *b = tok_token_bytes(p->tok, id, &len);
-        if (b) kda_utf8_stream_write(&p->utf8, b, len, stdout);
-        else p->n_undecodable++;
+        if (b)
+            kda_utf8_stream_write(&p->utf8, b, len, stdout);
+        else
+            p->n_undecodable++;
     }
     p->n_printed++;
     fflush(stdout);
@@ -84,6 +86,7 @@ static char *read_stdin_(size_t *n) {
 // The model directory: an HF model dir as is; a training save dir through `latest`.
 static void resolve_model_(const char *path, char *out, size_t cap) {
     KdaError err;
+    if (!path_is_dir(path)) kda_die("%s: no such model directory", path);
     int rc = kda_checkpoint_resolve(path, out, cap, &err);
     if (rc < 0) kda_die("%s", err.msg);
     if (rc == 1) snprintf(out, cap, "%s", path);
@@ -93,9 +96,12 @@ static KdaTokenizer *load_tokenizer_(const char *flag, const char *model_dir) {
     char p[PATH_MAX];
     const char *path = flag;
     if (!path) {
-        if (path_exists(path_join(p, sizeof p, model_dir, "tokenizer.json"))) path = p;
-        else if (path_exists(path_join(p, sizeof p, model_dir, "tokenizer.model"))) path = p;
-        else return NULL;
+        if (path_exists(path_join(p, sizeof p, model_dir, "tokenizer.json")))
+            path = p;
+        else if (path_exists(path_join(p, sizeof p, model_dir, "tokenizer.model")))
+            path = p;
+        else
+            return NULL;
     }
     KdaTokenizer *t;
     KdaError err;
@@ -110,11 +116,14 @@ int cmd_generate(int argc, char **argv) {
     double temperature = 1.0, top_p = 1.0;
     int bos = 1, ignore_eos = 0, echo = 1;
     ArgSpec specs[] = {
-        {"model", ARG_STR, &model_arg, "HF model directory, or a training save/iter_* directory", 1},
+        {"model", ARG_STR, &model_arg, "HF model directory, or a training save/iter_* directory",
+         1},
         {"prompt", ARG_STR, &prompt, "prompt text ('-' = read stdin); needs a tokenizer", 0},
         {"prompt-ids", ARG_STR, &prompt_ids, "prompt as token ids: \"[1, 2, 3]\" or \"1,2,3\"", 0},
-        {"tokenizer", ARG_STR, &tok_path, "tokenizer.json / tokenizer.model (default: the "
-                                          "model directory's, if any; none: print ids)", 0},
+        {"tokenizer", ARG_STR, &tok_path,
+         "tokenizer.json / tokenizer.model (default: the "
+         "model directory's, if any; none: print ids)",
+         0},
         {"bos", ARG_BOOL, &bos, "prepend BOS to a text prompt (tokenizer's, else config's)", 0},
         {"max-new-tokens", ARG_INT, &max_new, "tokens to generate at most", 0},
         {"temperature", ARG_FLOAT, &temperature, "softmax temperature; 0 = greedy (argmax)", 0},
@@ -160,9 +169,12 @@ int cmd_generate(int argc, char **argv) {
         ids.ids = parse_ids_(prompt_ids, &n);
         ids.n = ids.cap = (size_t)n;
     } else {
-        if (prompt && strcmp(prompt, "-")) text = strdup(prompt), text_n = strlen(prompt);
-        else if (!prompt && isatty(0)) kda_die("no prompt: give --prompt, --prompt-ids or stdin");
-        else text = read_stdin_(&text_n);
+        if (prompt && strcmp(prompt, "-"))
+            text = strdup(prompt), text_n = strlen(prompt);
+        else if (!prompt && isatty(0))
+            kda_die("no prompt: give --prompt, --prompt-ids or stdin");
+        else
+            text = read_stdin_(&text_n);
         if (!tok) kda_die("a text prompt needs --tokenizer (%s has no tokenizer file)", dir);
         int32_t b = tok_bos_id(tok);
         if (bos && b < 0 && cfg.has_bos_token_id) b = (int32_t)cfg.bos_token_id;
@@ -173,19 +185,25 @@ int cmd_generate(int argc, char **argv) {
         if (tok_encode(tok, text, text_n, 0, &ids, &err)) kda_die("%s", err.msg);
     }
     if (ids.n == 0) kda_die("the prompt is empty (no token ids; try --bos)");
+    for (size_t i = 0; i < ids.n; i++)
+        if (ids.ids[i] >= cfg.vocab_size)
+            kda_die("prompt token %zu: id %d is outside the model's vocabulary [0, %lld)", i,
+                    (int)ids.ids[i], (long long)cfg.vocab_size);
 
     int32_t eos[2];
     int n_eos = 0;
     if (tok && tok_eos_id(tok) >= 0) eos[n_eos++] = tok_eos_id(tok);
     if (cfg.has_eos_token_id && (n_eos == 0 || eos[0] != cfg.eos_token_id))
         eos[n_eos++] = (int32_t)cfg.eos_token_id;
-    KdaGenOpts go = {{temperature, top_k, top_p}, max_new, (uint64_t)seed, eos, n_eos,
-                     ignore_eos};
+    KdaGenOpts go = {{temperature, top_k, top_p}, max_new, (uint64_t)seed, eos, n_eos, ignore_eos};
     Printer pr = {tok, {{0}, 0}, &go, 0, 0};
 
     if (echo) {
-        if (text) fwrite(text, 1, text_n, stdout);
-        else if (!tok) for (size_t i = 0; i < ids.n; i++) printf("%s%d", i ? " " : "", ids.ids[i]);
+        if (text)
+            fwrite(text, 1, text_n, stdout);
+        else if (!tok)
+            for (size_t i = 0; i < ids.n; i++)
+                printf("%s%d", i ? " " : "", ids.ids[i]);
         else
             for (size_t i = 0; i < ids.n; i++) {
                 size_t len;
@@ -211,8 +229,10 @@ int cmd_generate(int argc, char **argv) {
             st.stopped_eos ? " (stopped at EOS)" : "", st.decode_s,
             st.decode_s > 0 ? (double)st.n_steps / st.decode_s : 0.0);
     if (pr.n_undecodable)
-        fprintf(stderr, "kda generate: warning: %lld generated ids have no token in the "
-                        "tokenizer (printed nothing)\n", (long long)pr.n_undecodable);
+        fprintf(stderr,
+                "kda generate: warning: %lld generated ids have no token in the "
+                "tokenizer (printed nothing)\n",
+                (long long)pr.n_undecodable);
     free(text);
     tok_ids_free(&ids);
     tok_free(tok);

@@ -47,9 +47,12 @@ static void partition3_(int32_t *a, const float *key, int64_t lo, int64_t hi, fl
     int64_t i = lo, j = lo, k = hi;
     while (j < k) {
         float x = key[a[j]];
-        if (x > pv) swap_(a, i++, j++);
-        else if (x < pv) swap_(a, j, --k);
-        else j++;
+        if (x > pv)
+            swap_(a, i++, j++);
+        else if (x < pv)
+            swap_(a, j, --k);
+        else
+            j++;
     }
     *n_gt = i - lo, *n_eq = j - i;
 }
@@ -61,15 +64,19 @@ static int64_t select_count_(int32_t *a, const float *key, int64_t n, int64_t co
     for (;;) {
         int64_t gt, eq;
         partition3_(a, key, lo, hi, pivot_(a, key, lo, hi), &gt, &eq);
-        if (need <= gt) hi = lo + gt;
-        else if (need <= gt + eq) return lo + gt + eq;
-        else need -= gt + eq, lo += gt + eq;
+        if (need <= gt)
+            hi = lo + gt;
+        else if (need <= gt + eq)
+            return lo + gt + eq;
+        else
+            need -= gt + eq, lo += gt + eq;
     }
 }
 
 static double mass_(const int32_t *a, const float *w, int64_t lo, int64_t hi) {
     double s = 0.0;
-    for (int64_t i = lo; i < hi; i++) s += w[a[i]];
+    for (int64_t i = lo; i < hi; i++)
+        s += w[a[i]];
     return s;
 }
 
@@ -81,9 +88,12 @@ static int64_t select_mass_(int32_t *a, const float *w, int64_t n, double need) 
         int64_t gt, eq;
         partition3_(a, w, lo, hi, pivot_(a, w, lo, hi), &gt, &eq);
         double m_gt = mass_(a, w, lo, lo + gt), m_eq = mass_(a, w, lo + gt, lo + gt + eq);
-        if (gt > 0 && m_gt >= need) hi = lo + gt;
-        else if (m_gt + m_eq >= need) return lo + gt + eq;
-        else need -= m_gt + m_eq, lo += gt + eq;
+        if (gt > 0 && m_gt >= need)
+            hi = lo + gt;
+        else if (m_gt + m_eq >= need)
+            return lo + gt + eq;
+        else
+            need -= m_gt + m_eq, lo += gt + eq;
     }
     return hi > 0 ? hi : 1; // rounding left `need` unmet: everything up to here
 }
@@ -188,12 +198,14 @@ static size_t incomplete_tail_(const unsigned char *s, size_t n) {
         if (c < 0xC0) continue; // continuation byte: look further back for the lead
         size_t need;
         unsigned lo = 0x80, hi = 0xBF;
-        if (c >= 0xC2 && c <= 0xDF) need = 2;
-        else if (c >= 0xE0 && c <= 0xEF) need = 3, lo = c == 0xE0 ? 0xA0 : 0x80,
-                                         hi = c == 0xED ? 0x9F : 0xBF;
-        else if (c >= 0xF0 && c <= 0xF4) need = 4, lo = c == 0xF0 ? 0x90 : 0x80,
-                                         hi = c == 0xF4 ? 0x8F : 0xBF;
-        else return 0;
+        if (c >= 0xC2 && c <= 0xDF)
+            need = 2;
+        else if (c >= 0xE0 && c <= 0xEF)
+            need = 3, lo = c == 0xE0 ? 0xA0 : 0x80, hi = c == 0xED ? 0x9F : 0xBF;
+        else if (c >= 0xF0 && c <= 0xF4)
+            need = 4, lo = c == 0xF0 ? 0x90 : 0x80, hi = c == 0xF4 ? 0x8F : 0xBF;
+        else
+            return 0;
         if (back >= need) return 0;
         if (back >= 2 && (s[n - back + 1] < lo || s[n - back + 1] > hi)) return 0;
         for (size_t i = 2; i < back; i++)

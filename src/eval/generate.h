@@ -44,7 +44,7 @@ typedef struct {
     uint64_t seed;          // seeds the sampling RNG (rng_seed)
     const int32_t *eos_ids; // [n_eos] ids that stop generation (after being emitted)
     int n_eos;
-    int ignore_eos;         // 1: never stop at an EOS id
+    int ignore_eos; // 1: never stop at an EOS id
 } KdaGenOpts;
 
 // Called with every generated id as soon as it is sampled (the EOS that stops included);
