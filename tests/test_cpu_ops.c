@@ -320,3 +320,12 @@ KDA_TEST(cpu_xent_grad) {
     free(lse), free(nll1);
     free(dn), free(dW);
 }
+
+// Regression: gemm_fwd with a bias and accumulate = 0 must overwrite y, even when y holds NaN
+// (0 * NaN is NaN; activation arenas are reused memory).
+KDA_TEST(cpu_gemm_bias_overwrites_garbage) {
+    float x[2 * 3] = {1, 2, 3, 4, 5, 6}, W[2 * 3] = {1, 0, 0, 0, 1, 0}, b[2] = {0.5f, -1};
+    float y[4] = {NAN, NAN, NAN, NAN};
+    gemm_fwd(y, x, W, b, 2, 3, 2, 0);
+    CHECK(y[0] == 1.5f && y[1] == 1.0f && y[2] == 4.5f && y[3] == 4.0f);
+}

@@ -17,7 +17,8 @@ void gemm_fwd(float *y, const float *x, const float *W, const float *bias, int64
     float beta = accumulate ? 1.0f : 0.0f;
     if (bias) {
         for (int64_t n = 0; n < N; n++)
-            for (int64_t o = 0; o < out; o++) y[n * out + o] = beta * y[n * out + o] + bias[o];
+            for (int64_t o = 0; o < out; o++) // overwrite, never 0*y: y may hold NaN garbage
+                y[n * out + o] = (accumulate ? y[n * out + o] : 0.0f) + bias[o];
         beta = 1.0f;
     }
     if (in == 0) {
