@@ -184,6 +184,14 @@ int eval_loglik(KdaModel *m, const EvalTokens *r, int64_t n, const EvalSettings 
             }
             int64_t j = i + 1;
             while (j < n && same_ctx(&r[i], &r[j]) && r[j].n_ctx + r[j].n_cont <= s->max_length + 1) j++;
+            // A decode step costs a few times a token of a batched forward (GEMV vs GEMM), so
+            // share only when the saved context tokens outweigh the decoded ones.
+            int64_t decoded = 0;
+            for (int64_t q = i; q < j; q++) decoded += r[q].n_cont - 1;
+            if ((j - i - 1) * r[i].n_ctx < 2 * decoded) {
+                while (i < j) full[n_full++] = i++;
+                continue;
+            }
             rc = score_group(m, r, i, j, ll, &st0, &st, first, first + m->cfg.vocab_size, err);
             done += j - i, i = j;
             if (progress && rc == 0) progress(pctx, done);

@@ -13,7 +13,8 @@
 //   shared prefix (default): consecutive requests with identical context tokens run the
 //     context once (kda_model_prefill) and each continuation continues from a copy of the
 //     recurrent state (kda_model_decode_step), i.e. context + sum of continuation lengths
-//     tokens per document instead of choices x (context + continuation);
+//     tokens per document instead of choices x (context + continuation); used for a group
+//     when (choices - 1) x context tokens >= 2 x decoded tokens (a decode step is a GEMV);
 //   batched full forward: requests sorted by length, packed into [B, T] batches of at most
 //     batch_tokens tokens (right-padded with token 0; causal, so padding never reaches a
 //     scored position), per-position NLL from kda_model_forward. Used for requests that need

@@ -905,6 +905,10 @@ int eval_task_load_olmo(EvalTask *t, const char *name, const char *dir, int64_t 
     task_init(t, name);
     t->olmo = 1;
     t->metrics = EVAL_ACC | EVAL_ACC_NORM;
+    char base[64]; // "olmo:arc_easy/rc_0shot" -> chance level of arc_easy
+    snprintf(base, sizeof base, "%s", strncmp(name, "olmo:", 5) ? name : name + 5);
+    base[strcspn(base, "/")] = 0;
+    if (task_def(base)) t->random = task_def(base)->random;
     char path[PATH_MAX], cfg[PATH_MAX];
     path_join(path, sizeof path, dir, "requests.jsonl.gz");
     path_join(cfg, sizeof cfg, dir, "config.json");
