@@ -227,7 +227,7 @@ void kda_chunk_fwd(float *o, float *final_state, const float *q, const float *k,
                    const float *g, const float *beta, const float *init_state, const KdaDims *d) {
     KDA_ASSERT(d->H > 0 && d->HV % d->H == 0);
     int64_t C = chunk_size(d), KV = d->K * d->V;
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(static) if (kda_par_worth(d))
     for (int64_t bj = 0; bj < d->B * d->HV; bj++) {
         int64_t b = bj / d->HV, j = bj % d->HV;
         ChunkWork w;
@@ -403,7 +403,7 @@ void kda_chunk_bwd(float *dq, float *dk, float *dv, float *dg, float *dbeta, flo
     KdaDims vd = *d;
     vd.H = d->HV;
 
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(static) if (kda_par_worth(d))
     for (int64_t bj = 0; bj < d->B * d->HV; bj++) {
         int64_t b = bj / d->HV, j = bj % d->HV;
         ChunkWork w;

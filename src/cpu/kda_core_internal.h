@@ -8,6 +8,13 @@
 
 #include "cpu/kda_core.h" // defines: KdaDims
 
+// Fork threads only for enough work: a parallel region costs microseconds on idle cores and
+// far more when the machine is oversubscribed (workers spin at the barrier). Elements touched.
+#define KDA_PAR_MIN ((int64_t)1 << 16)
+static inline int kda_par_worth(const KdaDims *d) {
+    return d->B * d->T * d->HV * d->K * d->V >= KDA_PAR_MIN;
+}
+
 // Offsets of token t of row b in each layout (row-major, last index fastest).
 static inline size_t kda_qk_at(const KdaDims *d, int64_t b, int64_t t, int64_t h) {
     return ((size_t)(b * d->T + t) * d->H + h) * d->K; // q, k [B, T, H, K]

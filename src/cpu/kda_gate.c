@@ -9,6 +9,7 @@
 #include <stddef.h>
 
 #include "cpu/kda_core.h" // defines: KdaGateOpts, kda_gate_*, kda_beta_*, kda_l2norm_*
+#include "cpu/kda_core_internal.h" // defines: KDA_PAR_MIN
 
 static float sigmoidf_(float x) {
     return 1.0f / (1.0f + expf(-x));
@@ -24,7 +25,7 @@ static float softplusf_(float a) {
 void kda_gate_fwd(float *g, const float *f, const float *A_log, const float *dt_bias, int64_t N,
                   int64_t HV, int64_t K, const KdaGateOpts *opt) {
     int bounded = opt && opt->bounded;
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(static) if (N * HV * K >= KDA_PAR_MIN)
     for (int64_t n = 0; n < N; n++) {
         for (int64_t j = 0; j < HV; j++) {
             float A = A_log ? expf(A_log[j]) : 1.0f; // exp(A_log[j]); 1 when A_log is absent
@@ -45,7 +46,7 @@ void kda_gate_bwd(float *df, float *dA_log, float *ddt_bias, const float *dg, co
     int bounded = opt && opt->bounded;
     // One value head per iteration: its dA_log and ddt_bias sums are private to it and run over
     // tokens in order, so the result is deterministic.
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(static) if (N * HV * K >= KDA_PAR_MIN)
     for (int64_t j = 0; j < HV; j++) {
         float A = A_log ? expf(A_log[j]) : 1.0f;
         double dA = 0.0;
@@ -96,7 +97,7 @@ void kda_beta_bwd(float *db, const float *dbeta, const float *b, int64_t n, int 
 // ---- L2 norm (§5.3 step 6, §6.3 step 10) -------------------------------------------------------
 
 void kda_l2norm_fwd(float *y, float *rstd, const float *x, int64_t N, int64_t dim, float eps) {
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(static) if (N * dim >= KDA_PAR_MIN)
     for (int64_t n = 0; n < N; n++) {
         const float *xr = x + n * dim;
         double ss = 0.0;
@@ -111,7 +112,7 @@ void kda_l2norm_fwd(float *y, float *rstd, const float *x, int64_t N, int64_t di
 
 void kda_l2norm_bwd(float *dx, const float *dy, const float *y, const float *rstd, int64_t N,
                     int64_t dim) {
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(static) if (N * dim >= KDA_PAR_MIN)
     for (int64_t n = 0; n < N; n++) {
         const float *dyr = dy + n * dim, *yr = y + n * dim;
         // y = x * r with r = (|x|^2 + eps)^-1/2 gives dy/dx = r (I - y y^T), so

@@ -22,7 +22,7 @@
 
 void kda_sum_gva(float *dst, const float *src, const KdaDims *d) {
     int64_t group = d->HV / d->H;
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(static) if (kda_par_worth(d))
     for (int64_t bt = 0; bt < d->B * d->T; bt++) {
         for (int64_t h = 0; h < d->H; h++) {
             float *o = dst + ((size_t)bt * d->H + h) * d->K;
@@ -78,7 +78,7 @@ void kda_recurrent_fwd(float *o, float *final_state, const float *q, const float
                        const KdaDims *d) {
     KDA_ASSERT(d->H > 0 && d->HV % d->H == 0);
     int64_t K = d->K, V = d->V;
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(static) if (kda_par_worth(d))
     for (int64_t bj = 0; bj < d->B * d->HV; bj++) {
         int64_t b = bj / d->HV, j = bj % d->HV, h = kda_qk_head(d, j);
         float *S = kda_malloc((size_t)(K * V + 2 * V) * sizeof(float));
@@ -113,7 +113,7 @@ void kda_recurrent_bwd(float *dq, float *dk, float *dv, float *dg, float *dbeta,
     KdaDims dv_dims = *d; // dq_v/dk_v layout: q/k layout with HV heads
     dv_dims.H = d->HV;
 
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(static) if (kda_par_worth(d))
     for (int64_t bj = 0; bj < d->B * d->HV; bj++) {
         int64_t b = bj / d->HV, j = bj % d->HV, h = kda_qk_head(d, j);
         // Sall[t] = S_t for t = 0..T (S_0 = initial state); scratch: G, S~, r, delta, ddelta, dr.
