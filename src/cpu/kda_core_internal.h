@@ -36,6 +36,13 @@ static inline int64_t kda_qk_head(const KdaDims *d, int64_t j) {
     return j / (d->HV / d->H);
 }
 
+// One token of the recurrence for one value head (§5.3 step 10), kda_recurrent.c:
+//   S [K, V] updated in place; r, delta [V] get the prediction S~^T k and beta (v - r);
+//   o [V] (may be NULL) = S^T (scale q) of the updated state. q, k, g [K]; v [V].
+void kda_recurrent_head_step(float *S, float *r, float *delta, const float *q, const float *k,
+                             const float *v, const float *g, float beta, float scale, float *o,
+                             int64_t K, int64_t V);
+
 // dst [B, T, H, K] = sum over the HV/H value heads of each group of src [B, T, HV, K], summed
 // in increasing value-head order (deterministic). Defined in kda_recurrent.c.
 void kda_sum_gva(float *dst, const float *src, const KdaDims *d);

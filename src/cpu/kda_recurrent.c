@@ -39,10 +39,11 @@ void kda_sum_gva(float *dst, const float *src, const KdaDims *d) {
 
 // ---- forward (§5.3 step 10) --------------------------------------------------------------------
 
-// One token: S <- S_t from S_{t-1}; writes r_t (the prediction) and d_t (the delta) if non-NULL.
-static void recurrent_step(float *S, float *r, float *delta, const float *q, const float *k,
-                           const float *v, const float *g, float beta, float scale, float *o,
-                           int64_t K, int64_t V) {
+// One token of one value head (declared in kda_core_internal.h, shared with the decode step of
+// kda_step.c): S <- S_t from S_{t-1}; writes r_t (the prediction) and d_t (the delta).
+void kda_recurrent_head_step(float *S, float *r, float *delta, const float *q, const float *k,
+                             const float *v, const float *g, float beta, float scale, float *o,
+                             int64_t K, int64_t V) {
     // decay: S~ = Diag(exp(g)) S
     for (int64_t c = 0; c < K; c++) {
         float a = expf(g[c]);
@@ -88,9 +89,10 @@ void kda_recurrent_fwd(float *o, float *final_state, const float *q, const float
         else
             memset(S, 0, (size_t)(K * V) * sizeof(float));
         for (int64_t t = 0; t < d->T; t++)
-            recurrent_step(S, r, delta, q + kda_qk_at(d, b, t, h), k + kda_qk_at(d, b, t, h),
-                           v + kda_v_at(d, b, t, j), g + kda_g_at(d, b, t, j),
-                           beta[kda_beta_at(d, b, t, j)], d->scale, o + kda_v_at(d, b, t, j), K, V);
+            kda_recurrent_head_step(S, r, delta, q + kda_qk_at(d, b, t, h),
+                                    k + kda_qk_at(d, b, t, h), v + kda_v_at(d, b, t, j),
+                                    g + kda_g_at(d, b, t, j), beta[kda_beta_at(d, b, t, j)],
+                                    d->scale, o + kda_v_at(d, b, t, j), K, V);
         if (final_state)
             memcpy(final_state + kda_state_at(d, b, j), S, (size_t)(K * V) * sizeof(float));
         free(S);
@@ -126,10 +128,10 @@ void kda_recurrent_bwd(float *dq, float *dk, float *dv, float *dg, float *dbeta,
             memset(Sall, 0, (size_t)KV * sizeof(float));
         for (int64_t t = 0; t < T; t++) {
             memcpy(Sall + (t + 1) * KV, Sall + t * KV, (size_t)KV * sizeof(float));
-            recurrent_step(Sall + (t + 1) * KV, r, delta, q + kda_qk_at(d, b, t, h),
-                           k + kda_qk_at(d, b, t, h), v + kda_v_at(d, b, t, j),
-                           g + kda_g_at(d, b, t, j), beta[kda_beta_at(d, b, t, j)], d->scale, NULL,
-                           K, V);
+            kda_recurrent_head_step(Sall + (t + 1) * KV, r, delta, q + kda_qk_at(d, b, t, h),
+                                    k + kda_qk_at(d, b, t, h), v + kda_v_at(d, b, t, j),
+                                    g + kda_g_at(d, b, t, j), beta[kda_beta_at(d, b, t, j)],
+                                    d->scale, NULL, K, V);
         }
         // G = dLoss/dS_t, starting from the final-state gradient at t = T.
         if (dfinal_state)

@@ -3,43 +3,16 @@
 // Per value head j with state S in R^{K x V}:
 //     S~ = Diag(exp(g)) S,  r = S~^T k,  delta = beta (v - r),  S = S~ + k delta^T,
 //     o = S^T (scale q)
-// in the loop order of kda_recurrent_fwd (decay, predict, update, read), so a decoded token
-// matches the per-token reference up to nothing but the fp32 rounding of identical sums.
+// through the very function kda_recurrent_fwd uses per token, so a decoded token is the
+// per-token reference.
 #include "cpu/kda_step.h"
 
 #include <cblas.h>
 #include <math.h>
 #include <stdlib.h>
 
-#include "core/error.h" // defines: kda_malloc, KDA_ASSERT
-
-// One value head. r and delta are [V] scratch.
-static void step_head_(float *o, float *S, const float *q, const float *k, const float *v,
-                       const float *g, float beta, float scale, float *r, float *delta, int64_t K,
-                       int64_t V) {
-    for (int64_t c = 0; c < K; c++) {
-        float a = expf(g[c]);
-        for (int64_t e = 0; e < V; e++)
-            S[c * V + e] *= a;
-    }
-    for (int64_t e = 0; e < V; e++)
-        r[e] = 0.0f;
-    for (int64_t c = 0; c < K; c++)
-        for (int64_t e = 0; e < V; e++)
-            r[e] += S[c * V + e] * k[c];
-    for (int64_t e = 0; e < V; e++)
-        delta[e] = beta * (v[e] - r[e]);
-    for (int64_t c = 0; c < K; c++)
-        for (int64_t e = 0; e < V; e++)
-            S[c * V + e] += k[c] * delta[e];
-    for (int64_t e = 0; e < V; e++)
-        o[e] = 0.0f;
-    for (int64_t c = 0; c < K; c++) {
-        float qc = scale * q[c];
-        for (int64_t e = 0; e < V; e++)
-            o[e] += S[c * V + e] * qc;
-    }
-}
+#include "core/error.h"            // defines: kda_malloc, KDA_ASSERT
+#include "cpu/kda_core_internal.h" // defines: kda_recurrent_head_step (the reference step)
 
 void kda_recurrent_step(float *o, float *S, const float *q, const float *k, const float *v,
                         const float *g, const float *beta, const KdaDims *d) {
@@ -50,8 +23,8 @@ void kda_recurrent_step(float *o, float *S, const float *q, const float *k, cons
     for (int64_t j = 0; j < HV; j++) {
         float *scratch = kda_malloc((size_t)(2 * V) * sizeof(float));
         int64_t h = j / group;
-        step_head_(o + j * V, S + j * K * V, q + h * K, k + h * K, v + j * V, g + j * K, beta[j],
-                   d->scale, scratch, scratch + V, K, V);
+        kda_recurrent_head_step(S + j * K * V, scratch, scratch + V, q + h * K, k + h * K,
+                                v + j * V, g + j * K, beta[j], d->scale, o + j * V, K, V);
         free(scratch);
     }
 }
