@@ -296,7 +296,13 @@ static int read_array(BatchCursor *c, const ArrowField *f, ArrowArray *a, int de
                         (long long)a->null_count);
     const uint8_t *p;
     int64_t len;
-    if (f->type == ARROW_NULL) return 0;
+    if (f->type == ARROW_NULL) { // no buffers: bound the length so rows stay proportionate
+        if (a->length > (int64_t)(1 << 16) + 64 * (int64_t)c->body_len)
+            return kda_fail(err, "%s: record batch %lld: null column '%s' of %lld values is "
+                            "implausibly long", c->name, (long long)c->batch, f->name,
+                            (long long)a->length);
+        return 0;
+    }
     if (next_buffer(c, f, &p, &len, err)) return -1;
     if (a->null_count > 0) {
         if (len < (a->length + 7) / 8)
@@ -402,7 +408,17 @@ static int parse_message(ArrowTable *t, const Fb *fb, const uint8_t *body, size_
     return parse_batch(t, fb, &ht, body, (uint64_t)blen, name, err);
 }
 
+static int open_stream(ArrowTable *t, const void *buf, size_t n, const char *name, KdaError *err);
+
+// Messages quote names from the file: keep them on one line.
 int arrow_open(ArrowTable *t, const void *buf, size_t n, const char *name, KdaError *err) {
+    if (open_stream(t, buf, n, name, err) == 0) return 0;
+    for (char *p = err ? err->msg : NULL; p && *p; p++)
+        if ((unsigned char)*p < 0x20) *p = '?';
+    return -1;
+}
+
+static int open_stream(ArrowTable *t, const void *buf, size_t n, const char *name, KdaError *err) {
     memset(t, 0, sizeof *t);
     if (!name) name = "arrow";
     const uint8_t *b = buf;

@@ -9,7 +9,9 @@
 //
 // Every offset, length and buffer is validated in arrow_open (flatbuffer tables and vectors
 // inside the metadata, buffers inside the message body, offsets monotone and inside their
-// data or child array), so the row accessors cannot read out of bounds. Errors are one line
+// data or child array), so the row accessors cannot read out of bounds. Null-typed arrays have
+// no buffers; their length is capped at 65536 + 64 x body bytes so that a tiny file cannot
+// describe billions of values. Errors are one line
 // naming the message and field.
 //
 // Rows are exposed as JSON text (arrow_row_json) so that callers can use one code path for
