@@ -1,5 +1,5 @@
-// loader.c - datasets, split ranges, GPTDataset indices, blending, micro-batch reading and the
-// prefetch thread (contract in loader.h).
+// loader.c - datasets, split ranges, GPTDataset indices, blending, the FLA chunk order,
+// micro-batch reading and the prefetch thread (contract in loader.h).
 #include "train/loader.h"
 
 #include <pthread.h>
@@ -17,6 +17,11 @@ typedef struct {
     int64_t first_seq, n_seq_split, split_tokens;
     KdaGptIndex ix;
     int index_built;
+    // KDA_ORDER_FLA
+    int64_t *cum; // [n_seq_split + 1] start of each split sequence in the concatenated stream
+    int64_t n_chunks, dropped;
+    KdaFlaOrder order;
+    int order_built;
 } LoaderSet;
 
 typedef struct {
@@ -39,6 +44,8 @@ struct KdaLoader {
     int64_t *blend_sample; // [num_samples] (n > 1)
     int64_t seq_length, row_tokens, n_vocab;
     KdaObjective objective;
+    KdaDataOrder order;
+    int64_t mbs; // micro batch of the FLA mapping
     char *desc;
     uint64_t fingerprint;
     Prefetch pf;
@@ -78,10 +85,30 @@ static int set_open(LoaderSet *s, const char *prefix, const KdaLoaderSpec *spec,
     s->n_seq_split = e2 - a;
     for (int64_t i = a; i < e2; i++)
         s->split_tokens += s->lengths[i];
-    if (s->n_seq_split < 1 || s->split_tokens < spec->seq_length + 1)
-        return kda_fail(err, "%s: the %s split has %lld tokens, fewer than seq_length + 1 = %lld",
-                        prefix, parts[spec->split_part], (long long)s->split_tokens,
-                        (long long)spec->seq_length + 1);
+    int64_t need = spec->order == KDA_ORDER_FLA ? spec->seq_length : spec->seq_length + 1;
+    if (s->n_seq_split < 1 || s->split_tokens < need)
+        return kda_fail(err, "%s: the %s split has %lld tokens, fewer than %s = %lld", prefix,
+                        parts[spec->split_part], (long long)s->split_tokens,
+                        spec->order == KDA_ORDER_FLA ? "seq_length (one chunk)" : "seq_length + 1",
+                        (long long)need);
+    return 0;
+}
+
+// FLA order: chunk table of the split and the permutation (one dataset).
+static int build_fla_order(KdaLoader *l, const KdaLoaderSpec *spec, KdaError *err) {
+    LoaderSet *s = &l->sets[0];
+    l->weights = kda_malloc(sizeof(double));
+    l->weights[0] = 1.0;
+    s->cum = kda_malloc((size_t)(s->n_seq_split + 1) * sizeof(int64_t));
+    s->cum[0] = 0;
+    for (int64_t k = 0; k < s->n_seq_split; k++)
+        s->cum[k + 1] = s->cum[k] + s->lengths[s->first_seq + k];
+    s->n_chunks = s->split_tokens / spec->seq_length;
+    s->dropped = s->split_tokens - s->n_chunks * spec->seq_length;
+    int64_t dp = spec->dp > 0 ? spec->dp : 1;
+    if (kda_fla_order_build(&s->order, s->n_chunks, dp, spec->seed, err)) return -1;
+    s->order_built = 1;
+    l->num_samples = s->order.total;
     return 0;
 }
 
@@ -114,7 +141,7 @@ static int build_indices(KdaLoader *l, const KdaLoaderSpec *spec, KdaError *err)
 }
 
 static void describe(KdaLoader *l, const KdaLoaderSpec *spec) {
-    size_t cap = 256, n = 0;
+    size_t cap = 384, n = 0;
     for (int d = 0; d < l->n; d++)
         cap += strlen(l->sets[d].prefix) + 96;
     l->desc = kda_malloc(cap);
@@ -122,6 +149,14 @@ static void describe(KdaLoader *l, const KdaLoaderSpec *spec) {
         l->desc + n, cap - n, "part=%d whole=%d split=%s seq_length=%lld seed=%u objective=%s",
         spec->split_part, spec->whole, spec->whole ? "-" : spec->split, (long long)spec->seq_length,
         spec->seed, spec->objective == KDA_OBJ_FLA ? "fla" : "megatron");
+    if (l->order == KDA_ORDER_FLA) {
+        const LoaderSet *s = &l->sets[0];
+        n +=
+            (size_t)snprintf(l->desc + n, cap - n, " order=fla chunks=%lld dropped=%lld dp=%lld",
+                             (long long)s->n_chunks, (long long)s->dropped, (long long)s->order.dp);
+        if (s->order.dp > 1)
+            n += (size_t)snprintf(l->desc + n, cap - n, " mbs=%lld", (long long)l->mbs);
+    }
     for (int d = 0; d < l->n; d++)
         n += (size_t)snprintf(l->desc + n, cap - n, " | %s w=%.6f seqs=%lld tokens=%lld",
                               l->sets[d].prefix, l->weights[d], (long long)l->sets[d].ds.idx.n_seq,
@@ -134,18 +169,29 @@ int kda_loader_open(KdaLoader **out, const KdaLoaderSpec *spec, KdaError *err) {
     if (spec->n_paths < 1) return kda_fail(err, "data: no dataset prefixes given");
     if (spec->n_paths > 32767) return kda_fail(err, "data: too many datasets in a blend");
     if (spec->seq_length < 2) return kda_fail(err, "data: seq_length must be >= 2");
+    if (spec->order == KDA_ORDER_FLA && spec->objective != KDA_OBJ_FLA)
+        return kda_fail(err, "data: the FLA data order needs the FLA objective (seq_length-token "
+                             "chunks, seq_length - 1 targets)");
+    if (spec->order == KDA_ORDER_FLA && spec->n_paths != 1)
+        return kda_fail(err,
+                        "data: the FLA data order reads one dataset (FLA's chunk dataset), "
+                        "got %d prefixes",
+                        spec->n_paths);
     KdaLoader *l = kda_calloc(1, sizeof *l);
     l->n = spec->n_paths;
     l->sets = kda_calloc((size_t)l->n, sizeof *l->sets);
     l->seq_length = spec->seq_length;
     l->objective = spec->objective;
+    l->order = spec->order;
+    l->mbs = spec->micro_batch > 0 ? spec->micro_batch : 1;
     l->row_tokens = spec->objective == KDA_OBJ_FLA ? spec->seq_length : spec->seq_length + 1;
     l->n_vocab = spec->n_vocab;
     pthread_mutex_init(&l->pf.mu, NULL);
     pthread_cond_init(&l->pf.cv, NULL);
     for (int d = 0; d < l->n; d++)
         if (set_open(&l->sets[d], spec->paths[d], spec, err)) goto fail;
-    if (build_indices(l, spec, err)) goto fail;
+    if (l->order == KDA_ORDER_FLA ? build_fla_order(l, spec, err) : build_indices(l, spec, err))
+        goto fail;
     describe(l, spec);
     *out = l;
     return 0;
@@ -177,6 +223,8 @@ void kda_loader_free(KdaLoader *l) {
     for (int d = 0; d < l->n; d++) {
         LoaderSet *s = &l->sets[d];
         if (s->index_built) kda_gpt_index_free(&s->ix);
+        if (s->order_built) kda_fla_order_free(&s->order);
+        free(s->cum);
         indexed_close(&s->ds);
         free(s->lengths);
         free(s->prefix);
@@ -195,6 +243,13 @@ int64_t kda_loader_row_tokens(const KdaLoader *l) {
 int64_t kda_loader_n_samples(const KdaLoader *l) {
     return l->num_samples;
 }
+int64_t kda_loader_fla_chunk(const KdaLoader *l, int64_t g) {
+    if (l->order != KDA_ORDER_FLA) return -1;
+    return kda_fla_order_chunk(&l->sets[0].order, g, l->mbs);
+}
+int64_t kda_loader_n_chunks(const KdaLoader *l) {
+    return l->order == KDA_ORDER_FLA ? l->sets[0].n_chunks : 0;
+}
 const char *kda_loader_describe(const KdaLoader *l) {
     return l->desc;
 }
@@ -202,9 +257,49 @@ uint64_t kda_loader_fingerprint(const KdaLoader *l) {
     return l->fingerprint;
 }
 
+// Copies n tokens of sequence seq from offset off into row, checking the vocabulary.
+// tok: [>= n] int64 scratch. Returns the number copied (< n at the end of the sequence).
+static int64_t copy_tokens(const KdaLoader *l, const LoaderSet *s, int64_t seq, int64_t off,
+                           int64_t n, int32_t *row, int64_t *tok, KdaError *err) {
+    int64_t got = indexed_read_tokens(&s->ds, seq, off, tok, n);
+    for (int64_t t = 0; t < got; t++) {
+        if (tok[t] < 0 || tok[t] >= l->n_vocab)
+            return kda_fail(err,
+                            "%s: sequence %lld holds token id %lld, outside the model's "
+                            "vocabulary [0, %lld)",
+                            s->prefix, (long long)seq, (long long)tok[t], (long long)l->n_vocab);
+        row[t] = (int32_t)tok[t];
+    }
+    return got;
+}
+
+// FLA order: reads chunk c (tokens [c * T, (c + 1) * T) of the split's concatenated stream).
+static int read_chunk(const KdaLoader *l, int64_t c, int32_t *row, int64_t *tok, KdaError *err) {
+    const LoaderSet *s = &l->sets[0];
+    int64_t start = c * l->row_tokens;
+    int64_t lo = 0, hi = s->n_seq_split - 1; // last k with cum[k] <= start
+    while (lo < hi) {
+        int64_t mid = lo + (hi - lo + 1) / 2;
+        if (s->cum[mid] <= start)
+            lo = mid;
+        else
+            hi = mid - 1;
+    }
+    int64_t at = 0, off = start - s->cum[lo];
+    for (int64_t k = lo; k < s->n_seq_split && at < l->row_tokens; k++, off = 0) {
+        int64_t got =
+            copy_tokens(l, s, s->first_seq + k, off, l->row_tokens - at, row + at, tok, err);
+        if (got < 0) return -1;
+        at += got;
+    }
+    KDA_ASSERT(at == l->row_tokens);
+    return 0;
+}
+
 // Reads global sample i (wrapping) into row ([row_tokens] int32). spans/tok are scratch.
 static int read_sample(const KdaLoader *l, int64_t i, int32_t *row, KdaSpan **spans, int64_t *cap,
                        int64_t *tok, KdaError *err) {
+    if (l->order == KDA_ORDER_FLA) return read_chunk(l, kda_loader_fla_chunk(l, i), row, tok, err);
     i %= l->num_samples;
     int d = 0;
     int64_t j = i;
@@ -223,16 +318,9 @@ static int read_sample(const KdaLoader *l, int64_t i, int32_t *row, KdaSpan **sp
     for (int64_t k = 0; k < ns && at < l->row_tokens; k++) {
         int64_t want = (*spans)[k].length;
         if (want > l->row_tokens - at) want = l->row_tokens - at;
-        int64_t got = indexed_read_tokens(&s->ds, (*spans)[k].seq, (*spans)[k].offset, tok, want);
-        for (int64_t t = 0; t < got; t++) {
-            if (tok[t] < 0 || tok[t] >= l->n_vocab)
-                return kda_fail(err,
-                                "%s: sequence %lld holds token id %lld, outside the "
-                                "model's vocabulary [0, %lld)",
-                                s->prefix, (long long)(*spans)[k].seq, (long long)tok[t],
-                                (long long)l->n_vocab);
-            row[at + t] = (int32_t)tok[t];
-        }
+        int64_t got =
+            copy_tokens(l, s, (*spans)[k].seq, (*spans)[k].offset, want, row + at, tok, err);
+        if (got < 0) return -1;
         at += got;
     }
     KDA_ASSERT(at == l->row_tokens);

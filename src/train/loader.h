@@ -20,6 +20,25 @@
 //       windows overlap by one token, so these rows tile the stream); seq_length - 1 targets,
 //       the last position ignored (FLA's 2047-of-2048).
 // Sample indices past the index's size wrap around (only the valid set may need it).
+//
+// Data orders (which rows, in what order; independent of the objective's target count):
+//   KDA_ORDER_MEGATRON: the GPTDataset windows above (multi-epoch, shuffled), any objective.
+//   KDA_ORDER_FLA: FLA's chunk dataset in Primus's FLAOrderGPTDataset order (data-formats.md
+//       §3.3); requires KDA_OBJ_FLA (a row = one seq_length-token chunk, seq_length - 1
+//       targets, the last position ignored) and exactly one dataset prefix. The split (by
+//       documents) still applies. Chunks: the split's sequences concatenated in .idx order
+//       and cut into seq_length-token chunks, the remainder of the split dropped. For FLA-style
+//       data (e.g. Primus's convert_fla_to_megatron output: every sequence exactly seq_length
+//       tokens) chunk c is simply the split's sequence c. FLA drops the remainder per map batch
+//       of 2048 documents (§3.1 step 3); an .idx has no batch boundaries, so here it is
+//       dropped once per split: on raw documents the chunks are FLA's only up to that.
+//       Order: sample g is chunk kda_fla_order_chunk(order, g, micro_batch) with
+//       order = kda_fla_order_build(n_chunks, dp, seed) (our seeded permutation, not
+//       torch.randperm); past order.total samples the same permutation repeats (no reshuffle,
+//       as in Primus). kda_loader_n_samples = order.total. The cursor is still the global
+//       sample index, so resume is exact. The description (and fingerprint) gains
+//       "order=fla chunks=N dropped=R dp=D" (and "mbs=M" when dp > 1); Megatron-order
+//       descriptions are unchanged.
 #ifndef KDA_LOADER_H
 #define KDA_LOADER_H
 
@@ -28,6 +47,7 @@
 #include "core/error.h"
 
 typedef enum { KDA_OBJ_MEGATRON = 0, KDA_OBJ_FLA = 1 } KdaObjective;
+typedef enum { KDA_ORDER_MEGATRON = 0, KDA_ORDER_FLA = 1 } KdaDataOrder;
 
 typedef struct KdaLoader KdaLoader;
 
@@ -42,7 +62,10 @@ typedef struct {
     int64_t num_samples; // samples the run needs (>= 1)
     uint32_t seed;       // RandomState seed of the shuffles
     KdaObjective objective;
-    int64_t n_vocab; // every token id must be below it (checked per batch)
+    int64_t n_vocab;     // every token id must be below it (checked per batch)
+    KdaDataOrder order;  // zero = KDA_ORDER_MEGATRON
+    int64_t dp;          // KDA_ORDER_FLA: data-parallel ranks of the mapping (0 = 1)
+    int64_t micro_batch; // KDA_ORDER_FLA: micro batch of the mapping (0 = 1; no effect at dp 1)
 } KdaLoaderSpec;
 
 // Opens and validates the datasets and builds the indices. On error returns -1 (*out NULL)
@@ -52,6 +75,10 @@ void kda_loader_free(KdaLoader *l); // stops the prefetch thread; accepts NULL
 
 int64_t kda_loader_row_tokens(const KdaLoader *l); // T of a row (see Objectives)
 int64_t kda_loader_n_samples(const KdaLoader *l);  // samples before wrap-around
+// KDA_ORDER_FLA: the chunk id of global sample g (0 <= id < kda_loader_n_chunks); -1 in
+// Megatron order. Chunk c is tokens [c * seq_length, (c + 1) * seq_length) of the split.
+int64_t kda_loader_fla_chunk(const KdaLoader *l, int64_t g);
+int64_t kda_loader_n_chunks(const KdaLoader *l); // KDA_ORDER_FLA: N; 0 in Megatron order
 // A one-line description of the data (paths, weights, split, part, seq_length, seed,
 // objective, tokens per dataset) and its 64-bit FNV-1a fingerprint, for checkpoints.
 const char *kda_loader_describe(const KdaLoader *l);

@@ -55,6 +55,7 @@ static const RcKey g_keys[] = {
     RC(model, RC_STR, NULL),
     RC(tokenizer, RC_STR, NULL),
     RC(objective, RC_STR, "megatron|fla"),
+    RC(data_order, RC_STR, "megatron|fla"),
     RC(keep_last, RC_INT, NULL),
     RC(max_nan_steps, RC_INT, NULL),
     RC(device, RC_STR, "cpu|cuda"),
@@ -153,6 +154,7 @@ void kda_run_config_defaults(KdaRunConfig *cfg) {
     str_set(&cfg->lr_decay_style, "cosine");
     str_set(&cfg->split, "969,30,1");
     str_set(&cfg->objective, "megatron");
+    str_set(&cfg->data_order, "megatron");
     str_set(&cfg->device, "cpu");
 }
 
@@ -400,6 +402,10 @@ int kda_run_config_validate(KdaRunConfig *c, KdaError *err) {
         return kda_fail(err, "intervals, counts and threads must be >= 0");
     if (!c->model) return kda_fail(err, "model (path of config.json) is not set");
     if (c->train_data_path.n == 0) return kda_fail(err, "train_data_path is not set");
+    if (c->data_order && !strcmp(c->data_order, "fla") &&
+        !(c->objective && !strcmp(c->objective, "fla")))
+        return kda_fail(err, "data_order: fla needs objective: fla (seq_length-token chunks, "
+                             "seq_length - 1 targets)");
     const char **paths;
     double *w;
     int n;

@@ -11,8 +11,16 @@
 //   eval_interval (int, 0)  eval_iters (int, 0)  log_interval (int, 100)
 //   train_data_path, valid_data_path (lists: plain paths, or Megatron blends "w1 p1 w2 p2")
 //   split (str, "969,30,1")  model (config.json path)  tokenizer (tokenizer.json path)
-//   objective (megatron|fla, megatron) (kda)   keep_last (int, 0 = keep all) (kda)
+//   objective (megatron|fla, megatron) (kda)   data_order (megatron|fla, megatron) (kda)
+//   keep_last (int, 0 = keep all) (kda)
 //   max_nan_steps (int, 0) (kda)   device (cpu|cuda, cpu) (kda)   threads (int, 0 = auto) (kda)
+// objective = what a row holds: megatron = seq_length + 1 tokens, seq_length targets; fla =
+// seq_length tokens, seq_length - 1 targets (last position ignored). data_order = which rows in
+// which order: megatron = GPTDataset windows (shuffled, multi-epoch); fla = FLA's chunk dataset
+// (one seq_length-token chunk per row, the split's sequences concatenated and cut, remainder
+// dropped) in Primus's FLAOrderGPTDataset order with our seeded permutation (loader.h).
+// data_order: fla requires objective: fla and a single train/valid dataset (no blend);
+// objective: fla with data_order: megatron is the first seq_length tokens of each window.
 // A YAML null (`~`, `null`, empty) unsets a string or list; numbers must be numbers.
 // Dashes and underscores in key names are equivalent ("lr-warmup-iters").
 #ifndef KDA_RUN_CONFIG_H
@@ -55,7 +63,8 @@ typedef struct {
     char *split;
     char *model;
     char *tokenizer;
-    char *objective; // "megatron" | "fla"
+    char *objective;  // "megatron" | "fla"
+    char *data_order; // "megatron" | "fla"
     int64_t keep_last;
     int64_t max_nan_steps;
     char *device; // "cpu" | "cuda"

@@ -217,19 +217,23 @@ static int open_loader(KdaLoader **out, const KdaRunConfig *rc, const KdaStrList
     double *weights = NULL;
     int n = 0;
     if (kda_run_config_blend(list, &paths, &weights, &n, err)) return -1;
-    KdaLoaderSpec s = {.paths = paths,
-                       .weights = weights,
-                       .n_paths = n,
-                       .split = rc->split,
-                       .split_part = part,
-                       .whole = whole,
-                       .seq_length = rc->seq_length,
-                       .num_samples = num_samples,
-                       .seed = (uint32_t)rc->seed,
-                       .objective = rc->objective && !strcmp(rc->objective, "fla")
-                                        ? KDA_OBJ_FLA
-                                        : KDA_OBJ_MEGATRON,
-                       .n_vocab = n_vocab};
+    KdaLoaderSpec s = {
+        .paths = paths,
+        .weights = weights,
+        .n_paths = n,
+        .split = rc->split,
+        .split_part = part,
+        .whole = whole,
+        .seq_length = rc->seq_length,
+        .num_samples = num_samples,
+        .seed = (uint32_t)rc->seed,
+        .objective =
+            rc->objective && !strcmp(rc->objective, "fla") ? KDA_OBJ_FLA : KDA_OBJ_MEGATRON,
+        .n_vocab = n_vocab,
+        .order =
+            rc->data_order && !strcmp(rc->data_order, "fla") ? KDA_ORDER_FLA : KDA_ORDER_MEGATRON,
+        .dp = 1, // data-parallel ranks: one until multi-GPU training
+        .micro_batch = rc->micro_batch_size};
     int rc2 = kda_loader_open(out, &s, err);
     free(paths);
     free(weights);
@@ -240,11 +244,20 @@ static int setup_data(Run *r, KdaError *err) {
     const KdaRunConfig *rc = r->rc;
     if (rc->objective && strcmp(rc->objective, "megatron") && strcmp(rc->objective, "fla"))
         return kda_fail(err, "objective: expected megatron or fla, got \"%s\"", rc->objective);
+    if (rc->data_order && strcmp(rc->data_order, "megatron") && strcmp(rc->data_order, "fla"))
+        return kda_fail(err, "data_order: expected megatron or fla, got \"%s\"", rc->data_order);
     int64_t gbs = rc->global_batch_size;
     if (open_loader(&r->train, rc, &rc->train_data_path, 0, 0, rc->train_iters * gbs,
                     r->cfg.vocab_size, err))
         return -1;
     r->T = kda_loader_row_tokens(r->train);
+    int64_t n_chunks = kda_loader_n_chunks(r->train);
+    if (n_chunks > 0 && !r->o->quiet)
+        kda_info("FLA data order: %lld chunks; %lld samples needed%s", (long long)n_chunks,
+                 (long long)(rc->train_iters * gbs),
+                 rc->train_iters * gbs > kda_loader_n_samples(r->train)
+                     ? ", the same chunk order repeats (no reshuffle)"
+                     : "");
     if (rc->eval_interval > 0 && rc->eval_iters > 0) {
         int64_t n_evals = rc->train_iters / rc->eval_interval + 1;
         int64_t want = rc->eval_iters * gbs * n_evals;
@@ -583,10 +596,11 @@ int kda_train(const KdaTrainOptions *o, KdaTrainResult *res, KdaError *err) {
         }
         if (!o->quiet)
             kda_info("training %lld iterations from %lld: %lld x %lld micro-batches of %lld x %lld "
-                     "tokens, objective %s, %.3g model FLOPs/token",
+                     "tokens, objective %s, data order %s, %.3g model FLOPs/token",
                      (long long)r.rc->train_iters, (long long)r.st.iteration, (long long)r.n_micro,
                      (long long)r.rc->micro_batch_size, (long long)r.rc->micro_batch_size,
-                     (long long)r.T, r.rc->objective ? r.rc->objective : "megatron", r.flops_tok);
+                     (long long)r.T, r.rc->objective ? r.rc->objective : "megatron",
+                     r.rc->data_order ? r.rc->data_order : "megatron", r.flops_tok);
         rc = loop(&r, res, err);
         if (r.use_prog) progress_finish(&r.prog, (double)r.st.iteration, NULL);
     }
