@@ -1,0 +1,147 @@
+#!/usr/bin/env python3
+"""eval_reference.py - per-request loglikelihoods of `kda eval` requests with FLA + transformers.
+
+Input: the requests file written by
+    kda eval --model DIR --tasks ... --data ... --dump-requests requests.jsonl
+(one JSON line per request: task, doc, idx, gold, context, continuation, olmo, ctx_ids, cont_ids,
+ll). For every request this script
+
+  1. tokenizes (context, continuation) again with the HF tokenizer by lm-eval's rules
+     (TemplateLM._encode_pair: trailing whitespace of the context moves to the continuation,
+     whole = enc(context + continuation), ctx = enc(context), cont = whole[len(ctx):]; OLMo
+     requests: separate encodings), BOS prepended when --bos, and checks the ids against kda's;
+  2. runs the FLA KDAForCausalLM (import fla registers it with transformers) on
+     (ctx + cont)[-(max_length + 1):][:-1] and sums log_softmax at the continuation positions,
+     in fp32 (default) or like lm-eval's bf16 path (--dtype bfloat16: log_softmax in bf16);
+  3. optionally (--lm-eval) asks lm-eval's own HFLM.loglikelihood for the same requests.
+
+Output: JSON lines {task, doc, idx, ll, kda_ll, diff, ids_match, n_ctx, n_cont[, lm_eval_ll]}, then
+a summary on stderr: max |ll - kda_ll|, id mismatches, and per task the accuracy both ways.
+
+Run on a GPU machine (FLA kernels need CUDA/Triton):
+    pip install flash-linear-attention transformers torch  [lm-eval]
+    python3 tools/reference/eval_reference.py --model out/hf --requests requests.jsonl \
+        --out reference.jsonl --bos --max-length 2048
+The BOS flag and max length must match the kda run (results.json "settings").
+"""
+import argparse
+import json
+import math
+import sys
+
+
+def encode_pair(tok, context, continuation, separate, bos_id):
+    """lm-eval HF backend tokenization of one request; returns (ctx_ids, cont_ids)."""
+    if separate:
+        ctx = tok.encode(context, add_special_tokens=False)
+        cont = tok.encode(continuation, add_special_tokens=False)
+    elif context == "":
+        prefix = tok.bos_token_id if tok.bos_token_id is not None else tok.eos_token_id
+        return [prefix], tok.encode(continuation, add_special_tokens=False)
+    else:
+        n_spaces = len(context) - len(context.rstrip())
+        if n_spaces > 0:
+            continuation = context[-n_spaces:] + continuation
+            context = context[:-n_spaces]
+        whole = tok.encode(context + continuation, add_special_tokens=False)
+        ctx = tok.encode(context, add_special_tokens=False)
+        cont = whole[len(ctx):]
+    if bos_id is not None:
+        ctx = [bos_id] + ctx
+    return ctx, cont
+
+
+def score(model, torch, ctx, cont, max_length, dtype):
+    ids = (ctx + cont)[-(max_length + 1):]
+    inp = torch.tensor([ids[:-1]], device=model.device)
+    with torch.no_grad():
+        logits = model(input_ids=inp).logits[0]  # [T, V]
+    if dtype == "float32":
+        logits = logits.float()
+    logp = torch.log_softmax(logits, dim=-1)  # in the logits' dtype, as lm-eval does
+    n = min(len(cont), len(ids) - 1)
+    targets = torch.tensor(ids[-n:], device=model.device)
+    picked = logp[-n:].gather(1, targets[:, None])[:, 0]
+    return float(picked.sum())
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--model", required=True, help="HF model directory (kda export / FLA format)")
+    ap.add_argument("--requests", required=True, help="kda eval --dump-requests output")
+    ap.add_argument("--out", required=True, help="per-request loglikelihoods (JSON lines)")
+    ap.add_argument("--tokenizer", default=None, help="tokenizer dir or name (default: --model)")
+    ap.add_argument("--bos", action="store_true", help="prepend BOS (match kda eval --bos)")
+    ap.add_argument("--max-length", type=int, default=2048)
+    ap.add_argument("--dtype", default="float32", choices=["float32", "bfloat16"])
+    ap.add_argument("--device", default="cuda")
+    ap.add_argument("--limit", type=int, default=0, help="first N requests only")
+    ap.add_argument("--lm-eval", action="store_true", help="also score with lm-eval's HFLM")
+    args = ap.parse_args()
+
+    import torch
+    import fla  # noqa: F401  (registers KDAForCausalLM with transformers)
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    tok = AutoTokenizer.from_pretrained(args.tokenizer or args.model)
+    dtype = torch.float32 if args.dtype == "float32" else torch.bfloat16
+    model = AutoModelForCausalLM.from_pretrained(args.model, torch_dtype=dtype, trust_remote_code=True)
+    model = model.to(args.device).eval()
+    bos_id = tok.bos_token_id if args.bos else None
+    if args.bos and bos_id is None:
+        sys.exit("--bos: the tokenizer has no BOS token")
+
+    reqs = []
+    with open(args.requests) as f:
+        for line in f:
+            if line.strip():
+                reqs.append(json.loads(line))
+    if args.limit:
+        reqs = reqs[: args.limit]
+
+    lm_ll = None
+    if args.lm_eval:
+        from lm_eval.api.instance import Instance
+        from lm_eval.models.huggingface import HFLM
+        lm = HFLM(pretrained=model, tokenizer=tok, max_length=args.max_length,
+                  add_bos_token=args.bos, batch_size=1)
+        inst = [Instance(request_type="loglikelihood", doc={}, arguments=(r["context"], r["continuation"]), idx=i)
+                for i, r in enumerate(reqs) if not r.get("olmo")]
+        res = iter(lm.loglikelihood(inst))
+        lm_ll = [None if r.get("olmo") else next(res)[0] for r in reqs]
+
+    max_diff, mismatches = 0.0, 0
+    docs = {}  # (task, doc) -> [gold, [(ll, kda_ll)]]
+    with open(args.out, "w") as out:
+        for i, r in enumerate(reqs):
+            ctx, cont = encode_pair(tok, r["context"], r["continuation"], r.get("olmo", False), bos_id)
+            match = ctx == r["ctx_ids"] and cont == r["cont_ids"]
+            mismatches += not match
+            ll = score(model, torch, ctx, cont, args.max_length, args.dtype)
+            diff = ll - r["ll"]
+            max_diff = max(max_diff, abs(diff))
+            rec = {"task": r["task"], "doc": r["doc"], "idx": r["idx"], "ll": ll, "kda_ll": r["ll"],
+                   "diff": diff, "ids_match": match, "n_ctx": len(ctx), "n_cont": len(cont)}
+            if lm_ll is not None:
+                rec["lm_eval_ll"] = lm_ll[i]
+            out.write(json.dumps(rec) + "\n")
+            d = docs.setdefault((r["task"], r["doc"]), [r["gold"], []])
+            d[1].append((ll, r["ll"]))
+
+    print(f"{len(reqs)} requests: max |ll - kda_ll| = {max_diff:.3g}, token-id mismatches = {mismatches}",
+          file=sys.stderr)
+    per_task = {}
+    for (task, _), (gold, lls) in docs.items():
+        a = max(range(len(lls)), key=lambda k: (lls[k][0], -k)) == gold
+        b = max(range(len(lls)), key=lambda k: (lls[k][1], -k)) == gold
+        t = per_task.setdefault(task, [0, 0, 0])
+        t[0] += a
+        t[1] += b
+        t[2] += 1
+    for task, (a, b, n) in sorted(per_task.items()):
+        print(f"  {task}: acc reference {100 * a / n:.2f}  kda {100 * b / n:.2f}  (n = {n})", file=sys.stderr)
+    return 0 if mismatches == 0 and math.isfinite(max_diff) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
