@@ -14,8 +14,12 @@
 // barriers cost more than they save on test-size tensors).
 #define PAR_MIN 32768
 
-static inline float sigmoidf_(float x) { return 1.0f / (1.0f + expf(-x)); }
-static inline float silu_(float x) { return x * sigmoidf_(x); }
+static inline float sigmoidf_(float x) {
+    return 1.0f / (1.0f + expf(-x));
+}
+static inline float silu_(float x) {
+    return x * sigmoidf_(x);
+}
 // d SiLU(x) / dx = σ(x) (1 + x (1 - σ(x)))
 static inline float dsilu_(float x) {
     float s = sigmoidf_(x);
@@ -30,10 +34,12 @@ void rmsnorm_fwd(float *y, float *rstd, const float *x, const float *w, int64_t 
     for (int64_t n = 0; n < N; n++) {
         const float *xr = x + n * D;
         double ss = 0.0;
-        for (int64_t d = 0; d < D; d++) ss += (double)xr[d] * xr[d];
+        for (int64_t d = 0; d < D; d++)
+            ss += (double)xr[d] * xr[d];
         float r = (float)(1.0 / sqrt(ss / (double)D + (double)eps));
         rstd[n] = r;
-        for (int64_t d = 0; d < D; d++) y[n * D + d] = xr[d] * r * w[d];
+        for (int64_t d = 0; d < D; d++)
+            y[n * D + d] = xr[d] * r * w[d];
     }
 }
 
@@ -44,7 +50,8 @@ void rmsnorm_bwd(float *dx, float *dw, const float *dy, const float *x, const fl
         const float *xr = x + n * D, *dyr = dy + n * D;
         float r = rstd[n];
         double dot = 0.0; // Σ gy ⊙ x̂
-        for (int64_t d = 0; d < D; d++) dot += (double)dyr[d] * w[d] * xr[d] * r;
+        for (int64_t d = 0; d < D; d++)
+            dot += (double)dyr[d] * w[d] * xr[d] * r;
         float m = (float)(dot / (double)D);
         float *dxr = dx + n * D;
         for (int64_t d = 0; d < D; d++) {
@@ -53,7 +60,8 @@ void rmsnorm_bwd(float *dx, float *dw, const float *dy, const float *x, const fl
         }
     }
     for (int64_t n = 0; n < N; n++)
-        for (int64_t d = 0; d < D; d++) dw[d] += dy[n * D + d] * x[n * D + d] * rstd[n];
+        for (int64_t d = 0; d < D; d++)
+            dw[d] += dy[n * D + d] * x[n * D + d] * rstd[n];
 }
 
 // ---- gated RMSNorm ------------------------------------------------------------------------------
@@ -64,10 +72,12 @@ void gnorm_fwd(float *y, float *rstd, const float *x, const float *z, const floa
     for (int64_t n = 0; n < N; n++) {
         const float *xr = x + n * V;
         double ss = 0.0;
-        for (int64_t v = 0; v < V; v++) ss += (double)xr[v] * xr[v];
+        for (int64_t v = 0; v < V; v++)
+            ss += (double)xr[v] * xr[v];
         float r = (float)(1.0 / sqrt(ss / (double)V + (double)eps));
         rstd[n] = r;
-        for (int64_t v = 0; v < V; v++) y[n * V + v] = xr[v] * r * w[v] * sigmoidf_(z[n * V + v]);
+        for (int64_t v = 0; v < V; v++)
+            y[n * V + v] = xr[v] * r * w[v] * sigmoidf_(z[n * V + v]);
     }
 }
 
@@ -134,7 +144,8 @@ void conv_silu_bwd(float *dp, float *dw, const float *dy, const float *p, const 
                 float acc = 0.0f;
                 for (int64_t t = 0; t < T; t++) {
                     int64_t tau = t - (W - 1) + i;
-                    if (tau >= 0) acc += dyb[t * C + ch] * dsilu_(cb[t * C + ch]) * pb[tau * C + ch];
+                    if (tau >= 0)
+                        acc += dyb[t * C + ch] * dsilu_(cb[t * C + ch]) * pb[tau * C + ch];
                 }
                 dw[ch * W + i] += acc;
             }
@@ -144,19 +155,22 @@ void conv_silu_bwd(float *dp, float *dw, const float *dy, const float *p, const 
 
 void silu_fwd(float *y, const float *x, int64_t n) {
 #pragma omp parallel for schedule(static) if (n >= PAR_MIN)
-    for (int64_t i = 0; i < n; i++) y[i] = silu_(x[i]);
+    for (int64_t i = 0; i < n; i++)
+        y[i] = silu_(x[i]);
 }
 
 void silu_bwd(float *dx, const float *dy, const float *x, int64_t n) {
 #pragma omp parallel for schedule(static) if (n >= PAR_MIN)
-    for (int64_t i = 0; i < n; i++) dx[i] = dy[i] * dsilu_(x[i]);
+    for (int64_t i = 0; i < n; i++)
+        dx[i] = dy[i] * dsilu_(x[i]);
 }
 
 // ---- SwiGLU -----------------------------------------------------------------------------------
 
 void swiglu_fwd(float *m, const float *a, const float *b, int64_t n) {
 #pragma omp parallel for schedule(static) if (n >= PAR_MIN)
-    for (int64_t i = 0; i < n; i++) m[i] = silu_(a[i]) * b[i];
+    for (int64_t i = 0; i < n; i++)
+        m[i] = silu_(a[i]) * b[i];
 }
 
 void swiglu_bwd(float *da, float *db, const float *dm, const float *a, const float *b, int64_t n) {
@@ -172,7 +186,8 @@ void swiglu_bwd(float *da, float *db, const float *dm, const float *a, const flo
 
 void embed_fwd(float *h, const float *E, const int32_t *ids, int64_t N, int64_t D) {
 #pragma omp parallel for schedule(static) if (N * D >= PAR_MIN)
-    for (int64_t n = 0; n < N; n++) memcpy(h + n * D, E + (int64_t)ids[n] * D, D * sizeof(float));
+    for (int64_t n = 0; n < N; n++)
+        memcpy(h + n * D, E + (int64_t)ids[n] * D, D * sizeof(float));
 }
 
 void embed_bwd(float *dE, const float *dh, const int32_t *ids, int64_t N, int64_t D,
@@ -180,7 +195,8 @@ void embed_bwd(float *dE, const float *dh, const int32_t *ids, int64_t N, int64_
     for (int64_t n = 0; n < N; n++) { // serial: two tokens may share an id
         if (ids[n] == pad_id) continue;
         float *row = dE + (int64_t)ids[n] * D;
-        for (int64_t d = 0; d < D; d++) row[d] += dh[n * D + d];
+        for (int64_t d = 0; d < D; d++)
+            row[d] += dh[n * D + d];
     }
 }
 
@@ -197,6 +213,26 @@ int64_t xent_targets(int32_t *targets, const int32_t *labels, int64_t B, int64_t
     return valid;
 }
 
+// e^x for x <= 0 (every softmax term is exp(logit - max) or exp(logit - lse)), written so the
+// compiler vectorizes it (libm's exp/expf are scalar calls): x = n ln2 + r with |r| <= ln2/2,
+// e^r by its Taylor series to r^6 (truncation < 1.3e-7 relative), 2^n through the exponent bits.
+// Below -87 the result would be subnormal; it returns 0 there (these terms are < 1e-37 of
+// the sum's largest term, which is 1).
+static inline float exp_nonpos_(float x) {
+    x = x < -87.0f ? -87.0f : x;
+    float n = floorf(x * 1.44269504f + 0.5f);
+    float r = x - n * 0.693145751953125f - n * 1.428606765330187e-06f; // ln2 in two parts
+    float p =
+        1.0f +
+        r * (1.0f +
+             r * (0.5f + r * (1.0f / 6 + r * (1.0f / 24 + r * (1.0f / 120 + r * (1.0f / 720))))));
+    union {
+        int32_t i;
+        float f;
+    } two_n = {.i = ((int32_t)n + 127) << 23};
+    return x <= -87.0f ? 0.0f : p * two_n.f;
+}
+
 // Columns per vocabulary chunk for N rows.
 static int64_t xent_cols_(int64_t N, int64_t n_vocab) {
     int64_t vc = XENT_WORK / (N > 0 ? N : 1);
@@ -204,11 +240,13 @@ static int64_t xent_cols_(int64_t N, int64_t n_vocab) {
     return vc < n_vocab ? vc : n_vocab;
 }
 
-int64_t xent_work_floats(int64_t N, int64_t n_vocab) { return N * xent_cols_(N, n_vocab); }
+int64_t xent_work_floats(int64_t N, int64_t n_vocab) {
+    return N * xent_cols_(N, n_vocab);
+}
 
 // work [N, vc] = n [N, D] · Wh[v0 : v0+vc]ᵀ
-static void xent_chunk_logits_(float *work, const float *n, const float *Wh, int64_t N,
-                               int64_t D, int64_t v0, int64_t vc) {
+static void xent_chunk_logits_(float *work, const float *n, const float *Wh, int64_t N, int64_t D,
+                               int64_t v0, int64_t vc) {
     gemm_fwd(work, n, Wh + v0 * D, NULL, N, D, vc, 0);
 }
 
@@ -217,9 +255,11 @@ double xent_fwd(float *nll, float *lse, float *logits_out, const float *n, const
                 int64_t work_floats) {
     int64_t VC = work_floats / (N > 0 ? N : 1);
     KDA_ASSERT(VC >= 1);
-    double *mx = kda_malloc((size_t)N * sizeof(double)), *se = kda_malloc((size_t)N * sizeof(double));
+    double *mx = kda_malloc((size_t)N * sizeof(double)),
+           *se = kda_malloc((size_t)N * sizeof(double));
     double *tl = kda_calloc((size_t)N, sizeof(double)); // target logits
-    for (int64_t r = 0; r < N; r++) mx[r] = -INFINITY, se[r] = 0.0;
+    for (int64_t r = 0; r < N; r++)
+        mx[r] = -INFINITY, se[r] = 0.0;
     for (int64_t v0 = 0; v0 < n_vocab; v0 += VC) {
         int64_t vc = n_vocab - v0 < VC ? n_vocab - v0 : VC;
         xent_chunk_logits_(work, n, Wh, N, D, v0, vc);
@@ -228,10 +268,15 @@ double xent_fwd(float *nll, float *lse, float *logits_out, const float *n, const
             const float *row = work + r * vc;
             if (logits_out) memcpy(logits_out + r * n_vocab + v0, row, vc * sizeof(float));
             float cm = row[0];
-            for (int64_t i = 1; i < vc; i++) cm = row[i] > cm ? row[i] : cm;
-            double m = mx[r] > cm ? mx[r] : cm, s = se[r] * exp(mx[r] - m);
-            for (int64_t i = 0; i < vc; i++) s += exp((double)row[i] - m);
-            mx[r] = m, se[r] = s;
+            for (int64_t i = 1; i < vc; i++)
+                cm = row[i] > cm ? row[i] : cm;
+            double m = mx[r] > cm ? mx[r] : cm;
+            float mf = (float)m, cs = 0.0f; // this chunk's sum, <= vc terms each <= 1
+#pragma omp simd reduction(+ : cs)
+            for (int64_t i = 0; i < vc; i++)
+                cs += exp_nonpos_(row[i] - mf);
+            se[r] = se[r] * exp(mx[r] - m) + cs; // rescale the running sum to the new max
+            mx[r] = m;
             int32_t y = targets[r];
             if (y != XENT_IGNORE && y >= v0 && y < v0 + vc) tl[r] = row[y - v0];
         }
@@ -264,7 +309,10 @@ void xent_bwd(float *dn, float *dWh, const float *n, const float *Wh, const int3
                 memset(row, 0, vc * sizeof(float));
                 continue;
             }
-            for (int64_t i = 0; i < vc; i++) row[i] = expf(row[i] - lse[r]) * scale;
+            float l = lse[r];
+#pragma omp simd
+            for (int64_t i = 0; i < vc; i++)
+                row[i] = exp_nonpos_(row[i] - l) * scale;
             if (y >= v0 && y < v0 + vc) row[y - v0] -= scale;
         }
         gemm_bwd_dx(dn, work, Wh + v0 * D, N, D, vc, v0 > 0);
