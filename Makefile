@@ -16,6 +16,16 @@ OPT      ?= -O2
 CFLAGS   := -std=c11 $(OPT) -g -Wall -Wextra -Werror -fopenmp -D_GNU_SOURCE -Isrc -MMD -MP
 LDLIBS   := -lopenblas -lzstd -lz -lsnappy -lyaml -lm -lpthread
 
+# OpenBLAS built on OpenMP (Debian's libopenblas-openmp-dev) shares our OpenMP thread pool; the
+# default pthread build runs its own pool, and the two fight for the cores (idle OpenMP workers
+# spin while BLAS threads run). Use the OpenMP build when it is installed.
+MULTIARCH    := $(shell $(CC) -print-multiarch 2>/dev/null)
+OPENBLAS_OMP := $(wildcard /usr/lib/$(MULTIARCH)/openblas-openmp/libopenblas.so)
+ifneq ($(OPENBLAS_OMP),)
+  CFLAGS := -I/usr/include/$(MULTIARCH)/openblas-openmp $(CFLAGS)
+  LDLIBS := -L$(dir $(OPENBLAS_OMP)) -Wl,-rpath,$(dir $(OPENBLAS_OMP)) $(LDLIBS)
+endif
+
 LIB_SRC  := $(sort $(wildcard src/*/*.c))
 TEST_SRC := $(sort $(wildcard tests/*.c))
 CU_SRC   := $(sort $(wildcard src/cuda/*.cu))
