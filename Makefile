@@ -6,6 +6,8 @@
 #   make demo                              install deps, build, run the quick-start demo
 #   make fuzz                              build the libFuzzer targets (clang)
 #   make format                            clang-format every source file
+#   make test SAN=address,undefined        the suite under sanitizers (own BUILD dir advised)
+#   EXTRA_CFLAGS / EXTRA_LDFLAGS           appended to the compile / link lines
 
 BUILD    ?= build
 CC       ?= cc
@@ -15,6 +17,13 @@ OPT      ?= -O2
 
 CFLAGS   := -std=c11 $(OPT) -g -Wall -Wextra -Werror -fopenmp -D_GNU_SOURCE -Isrc -MMD -MP
 LDLIBS   := -lopenblas -lzstd -lz -lsnappy -lyaml -lm -lpthread
+LDFLAGS  := -fopenmp
+ifneq ($(SAN),)
+  CFLAGS  += -fsanitize=$(SAN) -fno-omit-frame-pointer
+  LDFLAGS += -fsanitize=$(SAN)
+endif
+CFLAGS  += $(EXTRA_CFLAGS)
+LDFLAGS += $(EXTRA_LDFLAGS)
 
 # OpenBLAS built on OpenMP (Debian's libopenblas-openmp-dev) shares our OpenMP thread pool; the
 # default pthread build runs its own pool, and the two fight for the cores (idle OpenMP workers
@@ -67,10 +76,10 @@ $(BUILD)/libkda.a: $(LIB_OBJ)
 	ar rcs $@ $^
 
 $(BUILD)/kda: $(BUILD)/src/main.o $(BUILD)/libkda.a
-	$(CC) -fopenmp -o $@ $^ $(LDLIBS)
+	$(CC) $(LDFLAGS) -o $@ $^ $(LDLIBS)
 
 $(BUILD)/kda_test: $(TEST_OBJ) $(BUILD)/libkda.a
-	$(CC) -fopenmp -o $@ $^ $(LDLIBS)
+	$(CC) $(LDFLAGS) -o $@ $^ $(LDLIBS)
 
 test: all
 	OMP_NUM_THREADS=$${OMP_NUM_THREADS:-2} ./$(BUILD)/kda_test $(TESTS)

@@ -199,7 +199,8 @@ int kda_model_save_dir(const char *dir, const KdaConfig *cfg, const KdaParamTabl
     if (path_is_dir(clean)) return write_files(clean, cfg, t, flat, dtype, err);
     if (path_exists(clean)) return kda_fail(err, "%s: exists and is not a directory", clean);
     // new directory: build it under a temporary name, then rename it into place
-    snprintf(tmp, sizeof tmp, "%s.tmp.%ld", clean, (long)getpid());
+    if (snprintf(tmp, sizeof tmp, "%s.tmp.%ld", clean, (long)getpid()) >= (int)sizeof tmp)
+        return kda_fail(err, "%s: path too long", clean);
     if (mkdir_p(tmp, err)) return -1;
     if (write_files(tmp, cfg, t, flat, dtype, err)) {
         remove_tmp_dir(tmp);
