@@ -155,6 +155,7 @@ typedef struct {
     double last_valid;
     // log window
     double win_t0, win_loss;
+    double last_step_ms; // wall time of the latest iteration (the log's instantaneous value)
     int64_t win_iters, win_good, win_skipped, win_nan, last_log_iter;
     double last_norm, last_lr;
     float last_loss;
@@ -415,11 +416,11 @@ static void log_train(Run *r, int evaluated) {
                "%E | global batch size: %5lld | lm loss: %E | loss scale: 1.0 | grad norm: %.3f | "
                "number of skipped iterations: %3lld | number of nan iterations: %3lld | "
                "tokens/s/GPU: %.1f | model TFLOP/s/GPU: %.3f | MFU: n/a | peak memory (MiB): "
-               "%.0f |\n",
+               "%.0f | ms/iter last/avg: %.1f/%.1f |\n",
                ts, (long long)it, (long long)rc->train_iters, (long long)r->st.consumed_train, ms,
                tok_s * r->mflops_tok / 1e12, lr, (long long)rc->global_batch_size, loss,
                r->last_norm, (long long)r->win_skipped, (long long)r->win_nan, tok_s,
-               tok_s * r->flops_tok / 1e12, peak_rss_mib());
+               tok_s * r->flops_tok / 1e12, peak_rss_mib(), r->last_step_ms, ms);
         fflush(stdout);
     }
     if (r->metrics) {
@@ -533,7 +534,9 @@ static int loop(Run *r, KdaTrainResult *res, KdaError *err) {
     r->win_t0 = t0;
     while (r->st.iteration < rc->train_iters) {
         KdaStepInfo si;
+        double ts = now_seconds();
         if (train_step(r, &si, err)) return -1;
+        r->last_step_ms = 1000.0 * (now_seconds() - ts);
         if (o->on_step) o->on_step(o->user, &si);
         int64_t it = r->st.iteration;
         if (it == r->start_iteration + 1) { // throughput excludes the first (warm-up) iteration
@@ -543,8 +546,9 @@ static int loop(Run *r, KdaTrainResult *res, KdaError *err) {
         int last = it == rc->train_iters;
         int evaluated = 0;
         if (r->valid && (it % rc->eval_interval == 0 || last)) {
-            double vl;
+            double vl, te = now_seconds();
             if (evaluate(r, &vl, err)) return -1;
+            r->win_t0 += now_seconds() - te; // ms/iter counts training steps only
             log_eval(r, vl);
             evaluated = 1;
         }
@@ -560,8 +564,11 @@ static int loop(Run *r, KdaTrainResult *res, KdaError *err) {
         double el = now_seconds() - t1;
         progress_tick(r, it > it1 && el > 0 ? (double)((it - it1) * r->tokens_per_iter) / el : 0);
         int stop = g_stop || (o->stop_after > 0 && it >= o->stop_after);
-        if (last || stop || (rc->save_interval > 0 && it % rc->save_interval == 0))
+        if (last || stop || (rc->save_interval > 0 && it % rc->save_interval == 0)) {
+            double tsave = now_seconds();
             if (save(r, res, err)) return -1;
+            r->win_t0 += now_seconds() - tsave; // nor checkpoint writes
+        }
         if (stop && !last) {
             res->interrupted = 1;
             if (!o->quiet) {
