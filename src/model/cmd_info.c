@@ -74,7 +74,8 @@ static void print_params(const KdaConfig *c, const KdaParamTable *t) {
     for (int i = 0; i < t->n; i++) classify(&bd, &t->rows[i]);
     const int64_t L = c->num_hidden_layers, emb = c->vocab_size * c->hidden_size;
     const int64_t tied = t->total_numel - bd.head, untied = tied + emb;
-    printf("parameters\n");
+    // The plain number too, so scripts can grep it (kda_300M.json: 303549280).
+    printf("parameters: %lld\n", (long long)t->total_numel);
     row(c->tie_word_embeddings ? "total (tied, unique)" : "total (untied)", t->total_numel);
     row("total if tied", tied);
     row("total if untied", untied);
