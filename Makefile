@@ -82,10 +82,10 @@ $(BUILD)/kda_test: $(TEST_OBJ) $(BUILD)/libkda.a
 	$(CC) $(LDFLAGS) -o $@ $^ $(LDLIBS)
 
 test: all
-	OMP_NUM_THREADS=$${OMP_NUM_THREADS:-2} ./$(BUILD)/kda_test $(TESTS)
+	OMP_NUM_THREADS=$${OMP_NUM_THREADS:-2} KDA_BIN=./$(BUILD)/kda ./$(BUILD)/kda_test $(TESTS)
 
 test-gpu: all
-	./$(BUILD)/kda_test gpu_
+	KDA_BIN=./$(BUILD)/kda ./$(BUILD)/kda_test gpu_
 
 deps:
 	./tools/install-deps.sh
