@@ -1,0 +1,654 @@
+// model_cuda.c - the KDA LM on one GPU: forward, loss, backward, AdamW (contract in model_cuda.h).
+// Host C driver over the launchers of src/cuda/*.h; mirrors model/model.c block by block.
+//
+// Shape legend (kda-model.md §0): N = B·T tokens, D hidden, H/HV q-k/value heads, K/V their
+// head dims, HK = H·K, HVK = HV·K, HVV = HV·V, I MLP width, W conv kernel. "bf" = bf16.
+#ifdef KDA_HAVE_CUDA
+
+#include "cuda/model_cuda.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cpu/kda_core.h"  // defines: KdaDims
+#include "cpu/ops.h"       // defines: xent_targets, XENT_IGNORE
+#include "cuda/gemm_cuda.h" // defines: kda_cuda_gemm_fwd, kda_cuda_gemm_bwd_dx, kda_cuda_gemm_bwd_dw
+#include "cuda/kda_cuda.h"  // defines: kda_cuda_chunk_fwd, kda_cuda_chunk_bwd
+#include "cuda/ops_cuda.h"  // defines: kda_cuda_rmsnorm_*, conv, gate, beta, gnorm, swiglu, ...
+#include "cuda/xent_cuda.h" // defines: kda_cuda_xent_fwd, kda_cuda_xent_bwd
+
+#define ROW_ALIGN   128                 // elements: device rows start 256-byte aligned (bf16)
+#define L2NORM_EPS  1e-6f               // q/k L2 norm eps, fixed in FLA (§5.3 step 6)
+#define KDA_CHUNK   64                  // chunk of the chunked core (§6)
+#define XENT_BUDGET ((size_t)256 << 20) // bytes of the bf16 logits chunk [N, chunk]
+
+typedef kda_bf16 bf;
+
+// ---- activations ------------------------------------------------------------------------------
+
+typedef struct {             // saved per block for backward
+    float *h;                // [N, D] block input (residual stream)
+    bf *xa;                  // [N, D] attn_norm output
+    float *rstd_a;           // [N]
+    bf *pq, *pk, *pv;        // [N, HK], [N, HK], [N, HVV] projections (conv inputs)
+    bf *qc, *kc;             // [N, HK] conv + SiLU outputs (L2-norm inputs)
+    float *rq, *rk;          // [N·H] L2 rstd
+    bf *q, *k, *v;           // [N, HK], [N, HK], [N, HVV] core inputs
+    bf *f0, *f;              // [N, V], [N, HVK] low-rank gate input and raw gate
+    float *gcum;             // [N, HVK] chunk-local cumsum of the log-decay
+    bf *b;                   // [N, HV] beta logits
+    float *beta;             // [N, HV]
+    bf *z0, *z;              // [N, V], [N, HVV] output-gate low rank and gate logits
+    bf *o;                   // [N, HVV] core output
+    float *rstd_o;           // [N·HV]
+    bf *on;                  // [N, HVV] gated-norm output
+    float *h2;               // [N, D] residual after the KDA sublayer
+    bf *xm;                  // [N, D] mlp_norm output
+    float *rstd_m;           // [N]
+    bf *ga, *up, *mm;        // [N, I] gate_proj, up_proj, SwiGLU product
+} DevLayer;
+
+struct KdaCudaModel {
+    KdaCudaCtx ctx;
+    int ctx_ok;
+    KdaConfig cfg;
+    KdaParamTable table;  // dense host layout (rows owned)
+    KdaParamTable dtab;   // the same rows with device offsets (rows owned)
+    int64_t dtotal;       // elements of each device buffer
+    float *p, *g, *m1, *m2; // [dtotal] fp32 master params, grads, Adam moments
+    bf *pb;               // [dtotal] bf16 working copy
+    KdaTensors P, G;      // device views of p and g
+    float *stage;         // [dtotal] host staging for dense <-> device layout
+    // activations (one device arena, sized for cap_tokens)
+    void *arena;
+    int64_t cap_tokens;
+    DevLayer *L;          // [num_hidden_layers]
+    float *hL;            // [N, D] last block output
+    bf *nf;               // [N, D] final norm output
+    float *rstd_f;        // [N]
+    int32_t *ids, *targets; // [N]
+    float *lse, *nll;     // [N]
+    KdaCudaXentWs xws;
+    float *dh, *dx;       // [N, D] fp32
+    bf *dhb;              // [N, D] bf16 copy of dh (GEMM operand)
+    bf *dI1, *dI2;        // [N, I]
+    float *dq, *dk;       // [N, HK]
+    bf *dt1, *dt2;        // [N, max(HK, HVV)]
+    bf *dv, *d_o, *dz, *don; // [N, HVV]
+    float *dg;            // [N, HVK]
+    bf *df;               // [N, HVK]
+    float *dbeta;         // [N, HV]
+    bf *db;               // [N, HV]
+    bf *dlow;             // [N, V]
+    // device scalars
+    void *scal;
+    double *loss_sum, *norm;
+    float *coef, *gscale;
+    int64_t B, T, n_valid;
+    int have_fwd;
+    int clip_pending;
+};
+
+typedef struct {
+    char *base;
+    size_t used;
+} Arena;
+
+static void *take_(Arena *a, size_t bytes) {
+    void *p = a->base ? a->base + a->used : NULL;
+    a->used += (bytes + 255) & ~(size_t)255;
+    return p;
+}
+
+#define F32(n) ((size_t)(n) * sizeof(float))
+#define BF(n)  ((size_t)(n) * sizeof(bf))
+
+static int64_t max64_(int64_t a, int64_t b) {
+    return a > b ? a : b;
+}
+
+// Assigns every activation pointer for N tokens (a->base NULL: only counts bytes).
+static void layout_(KdaCudaModel *m, int64_t N, Arena *a) {
+    const KdaConfig *c = &m->cfg;
+    int64_t D = c->hidden_size, H = c->num_heads, HV = c->num_v_heads, V = c->head_v_dim;
+    int64_t HK = c->key_dim, HVK = c->gate_dim, HVV = c->value_dim, I = c->intermediate_size;
+    int64_t Wd = max64_(HK, HVV);
+    for (int64_t l = 0; l < c->num_hidden_layers; l++) {
+        DevLayer *L = &m->L[l];
+        L->h = take_(a, F32(N * D)), L->xa = take_(a, BF(N * D)), L->rstd_a = take_(a, F32(N));
+        L->pq = take_(a, BF(N * HK)), L->pk = take_(a, BF(N * HK)), L->pv = take_(a, BF(N * HVV));
+        L->qc = take_(a, BF(N * HK)), L->kc = take_(a, BF(N * HK));
+        L->rq = take_(a, F32(N * H)), L->rk = take_(a, F32(N * H));
+        L->q = take_(a, BF(N * HK)), L->k = take_(a, BF(N * HK)), L->v = take_(a, BF(N * HVV));
+        L->f0 = take_(a, BF(N * V)), L->f = take_(a, BF(N * HVK)), L->gcum = take_(a, F32(N * HVK));
+        L->b = take_(a, BF(N * HV)), L->beta = take_(a, F32(N * HV));
+        L->z0 = take_(a, BF(N * V)), L->z = take_(a, BF(N * HVV));
+        L->o = take_(a, BF(N * HVV)), L->rstd_o = take_(a, F32(N * HV)), L->on = take_(a, BF(N * HVV));
+        L->h2 = take_(a, F32(N * D)), L->xm = take_(a, BF(N * D)), L->rstd_m = take_(a, F32(N));
+        L->ga = take_(a, BF(N * I)), L->up = take_(a, BF(N * I)), L->mm = take_(a, BF(N * I));
+    }
+    m->hL = take_(a, F32(N * D)), m->nf = take_(a, BF(N * D)), m->rstd_f = take_(a, F32(N));
+    m->ids = take_(a, (size_t)N * sizeof(int32_t)), m->targets = take_(a, (size_t)N * sizeof(int32_t));
+    m->lse = take_(a, F32(N)), m->nll = take_(a, F32(N));
+    m->xws.chunk = kda_cuda_xent_chunk(N, c->vocab_size, XENT_BUDGET);
+    m->xws.logits = take_(a, kda_cuda_xent_logits_bytes(N, m->xws.chunk));
+    m->xws.stat = take_(a, kda_cuda_xent_stat_bytes(N));
+    m->dh = take_(a, F32(N * D)), m->dx = take_(a, F32(N * D)), m->dhb = take_(a, BF(N * D));
+    m->dI1 = take_(a, BF(N * I)), m->dI2 = take_(a, BF(N * I));
+    m->dq = take_(a, F32(N * HK)), m->dk = take_(a, F32(N * HK));
+    m->dt1 = take_(a, BF(N * Wd)), m->dt2 = take_(a, BF(N * Wd));
+    m->dv = take_(a, BF(N * HVV)), m->d_o = take_(a, BF(N * HVV));
+    m->dz = take_(a, BF(N * HVV)), m->don = take_(a, BF(N * HVV));
+    m->dg = take_(a, F32(N * HVK)), m->df = take_(a, BF(N * HVK));
+    m->dbeta = take_(a, F32(N * HV)), m->db = take_(a, BF(N * HV)), m->dlow = take_(a, BF(N * V));
+}
+
+// Grows the activation arena to N tokens (frees the old one; cudaFree synchronizes).
+static int reserve_(KdaCudaModel *m, int64_t N) {
+    if (m->arena && m->cap_tokens >= N) return 0;
+    kda_cuda_release(m->arena);
+    m->arena = NULL;
+    m->cap_tokens = 0;
+    Arena a = {NULL, 0};
+    layout_(m, N, &a);
+    m->arena = kda_cuda_alloc(&m->ctx, a.used);
+    if (!m->arena) return -1;
+    a.base = m->arena;
+    a.used = 0;
+    layout_(m, N, &a);
+    m->cap_tokens = N;
+    return 0;
+}
+
+// ---- errors, lifetime, transfers -----------------------------------------------------------
+
+// Moves the context's first failure into err and clears it. Returns -1.
+static int fail_(KdaCudaModel *m, KdaError *err) {
+    if (err) {
+        if (m->ctx.err.msg[0])
+            *err = m->ctx.err;
+        else
+            kda_fail(err, "CUDA: unknown failure");
+    }
+    kda_cuda_clear_error(&m->ctx);
+    return -1;
+}
+
+static int copy_table_(KdaParamTable *dst, const KdaParamTable *src) {
+    *dst = *src;
+    dst->rows = kda_malloc((size_t)(src->n > 0 ? src->n : 1) * sizeof *dst->rows);
+    memcpy(dst->rows, src->rows, (size_t)src->n * sizeof *dst->rows);
+    return 0;
+}
+
+static int check_config_(const KdaConfig *c, KdaError *err) {
+    if (!c->use_short_conv)
+        return kda_fail(err, "CUDA model: use_short_conv = false is not implemented on the GPU");
+    if (c->has_lower_bound)
+        return kda_fail(err, "CUDA model: the bounded gate (lower_bound) is not implemented on "
+                             "the GPU");
+    if (c->hidden_act[0] && strcmp(c->hidden_act, "swish") && strcmp(c->hidden_act, "silu"))
+        return kda_fail(err, "hidden_act '%s' is not supported (expected \"swish\")",
+                        c->hidden_act);
+    if (c->num_v_heads % c->num_heads)
+        return kda_fail(err, "num_v_heads %lld is not a multiple of num_heads %lld",
+                        (long long)c->num_v_heads, (long long)c->num_heads);
+    if (c->conv_size < 1 || c->conv_size > 8)
+        return kda_fail(err, "CUDA model: conv_size %lld outside [1, 8]", (long long)c->conv_size);
+    return 0;
+}
+
+// dense host [table.total_numel] -> stage (device layout); stage's padding stays zero.
+static void pack_(KdaCudaModel *m, const float *dense) {
+    for (int i = 0; i < m->table.n; i++)
+        memcpy(m->stage + m->dtab.rows[i].offset, dense + m->table.rows[i].offset,
+               F32(m->table.rows[i].numel));
+}
+static void unpack_(KdaCudaModel *m, float *dense) {
+    for (int i = 0; i < m->table.n; i++)
+        memcpy(dense + m->table.rows[i].offset, m->stage + m->dtab.rows[i].offset,
+               F32(m->table.rows[i].numel));
+}
+
+static int put_(KdaCudaModel *m, float *dev, const float *dense) {
+    pack_(m, dense);
+    CUDA_CHECK(&m->ctx, cudaMemcpyAsync(dev, m->stage, F32(m->dtotal), cudaMemcpyHostToDevice,
+                                        m->ctx.stream));
+    CUDA_CHECK(&m->ctx, cudaStreamSynchronize(m->ctx.stream));
+    return 0;
+}
+static int get_(KdaCudaModel *m, float *dense, const float *dev) {
+    CUDA_CHECK(&m->ctx, cudaMemcpyAsync(m->stage, dev, F32(m->dtotal), cudaMemcpyDeviceToHost,
+                                        m->ctx.stream));
+    CUDA_CHECK(&m->ctx, cudaStreamSynchronize(m->ctx.stream));
+    unpack_(m, dense);
+    return 0;
+}
+
+int kda_cuda_model_create(KdaCudaModel **out, const KdaConfig *cfg, const KdaParamTable *t,
+                          const float *params, int device, KdaError *err) {
+    *out = NULL;
+    if (check_config_(cfg, err)) return -1;
+    int n_dev = kda_cuda_device_count();
+    if (n_dev < 1) return kda_fail(err, "CUDA model: no CUDA device is visible");
+    if (device < 0 || device >= n_dev)
+        return kda_fail(err, "CUDA model: device %d does not exist (%d visible)", device, n_dev);
+    KdaCudaModel *m = kda_calloc(1, sizeof *m);
+    if (kda_cuda_init(&m->ctx, device, err)) {
+        free(m);
+        return -1;
+    }
+    m->ctx_ok = 1;
+    m->cfg = *cfg;
+    copy_table_(&m->table, t);
+    copy_table_(&m->dtab, t);
+    int64_t off = 0;
+    for (int i = 0; i < t->n; i++) {
+        m->dtab.rows[i].offset = off;
+        off += (t->rows[i].numel + ROW_ALIGN - 1) / ROW_ALIGN * ROW_ALIGN;
+    }
+    m->dtotal = off > 0 ? off : ROW_ALIGN;
+    m->dtab.total_numel = m->dtotal;
+    m->L = kda_calloc((size_t)(cfg->num_hidden_layers > 0 ? cfg->num_hidden_layers : 1),
+                      sizeof *m->L);
+    m->stage = kda_calloc((size_t)m->dtotal, sizeof(float));
+    size_t nb = F32(m->dtotal);
+    if (!(m->p = kda_cuda_alloc(&m->ctx, nb)) || !(m->g = kda_cuda_alloc(&m->ctx, nb)) ||
+        !(m->m1 = kda_cuda_alloc(&m->ctx, nb)) || !(m->m2 = kda_cuda_alloc(&m->ctx, nb)) ||
+        !(m->pb = kda_cuda_alloc(&m->ctx, BF(m->dtotal))) ||
+        !(m->scal = kda_cuda_alloc(&m->ctx, 256)))
+        goto fail;
+    m->loss_sum = (double *)m->scal;
+    m->norm = (double *)m->scal + 1;
+    m->coef = (float *)((double *)m->scal + 2);
+    m->gscale = m->coef + 1;
+    if (kda_cuda_zero(&m->ctx, m->g, nb) || kda_cuda_zero(&m->ctx, m->m1, nb) ||
+        kda_cuda_zero(&m->ctx, m->m2, nb) || kda_cuda_zero(&m->ctx, m->scal, 256))
+        goto fail;
+    kda_tensors_bind(&m->P, &m->dtab, m->p);
+    kda_tensors_bind(&m->G, &m->dtab, m->g);
+    if (put_(m, m->p, params) || kda_cuda_f32_to_bf16(&m->ctx, m->pb, m->p, m->dtotal) ||
+        kda_cuda_sync(&m->ctx))
+        goto fail;
+    *out = m;
+    return 0;
+fail:
+    fail_(m, err);
+    kda_cuda_model_free(m);
+    return -1;
+}
+
+void kda_cuda_model_free(KdaCudaModel *m) {
+    if (!m) return;
+    if (m->ctx_ok) kda_cuda_sync(&m->ctx);
+    kda_cuda_release(m->arena);
+    kda_cuda_release(m->p);
+    kda_cuda_release(m->g);
+    kda_cuda_release(m->m1);
+    kda_cuda_release(m->m2);
+    kda_cuda_release(m->pb);
+    kda_cuda_release(m->scal);
+    kda_tensors_free(&m->P);
+    kda_tensors_free(&m->G);
+    free(m->table.rows);
+    free(m->dtab.rows);
+    free(m->L);
+    free(m->stage);
+    if (m->ctx_ok) kda_cuda_free(&m->ctx);
+    free(m);
+}
+
+const KdaConfig *kda_cuda_model_config(const KdaCudaModel *m) {
+    return &m->cfg;
+}
+const char *kda_cuda_model_device_name(const KdaCudaModel *m) {
+    return m->ctx.info.name;
+}
+
+// bf16 working copy of a master tensor (same device offset).
+static const bf *W_(const KdaCudaModel *m, const float *master) {
+    return m->pb + (master - m->p);
+}
+
+// ---- forward ----------------------------------------------------------------------------------
+
+#define TRY(call)                                                                                  \
+    do {                                                                                           \
+        if ((call)) return -1;                                                                     \
+    } while (0)
+
+static KdaDims dims_(const KdaCudaModel *m) {
+    const KdaConfig *c = &m->cfg;
+    KdaDims d = {m->B, m->T, c->num_heads, c->num_v_heads, c->head_dim, c->head_v_dim,
+                 (float)(1.0 / sqrt((double)c->head_dim)), KDA_CHUNK};
+    return d;
+}
+
+// y [N, out] bf16 = x [N, in] bf16 · W[out, in]ᵀ (the bf16 copy of master W).
+static int lin_(KdaCudaModel *m, bf *y, const bf *x, const float *W, int64_t N, int64_t in,
+                int64_t out) {
+    return kda_cuda_gemm_fwd(&m->ctx, y, KDA_DT_BF16, x, W_(m, W), N, in, out, 0);
+}
+
+// residual_out [N, D] fp32 = residual_in + x · Wᵀ (fp32 GEMM output, beta = 1).
+static int residual_(KdaCudaModel *m, float *res_out, const float *res_in, const bf *x,
+                     const float *W, int64_t N, int64_t in, int64_t D) {
+    CUDA_CHECK(&m->ctx, cudaMemcpyAsync(res_out, res_in, F32(N * D), cudaMemcpyDeviceToDevice,
+                                        m->ctx.stream));
+    return kda_cuda_gemm_fwd(&m->ctx, res_out, KDA_DT_F32, x, W_(m, W), N, in, D, 1);
+}
+
+// One KDA sublayer + MLP: reads L->h, writes next [N, D] fp32.
+static int block_fwd_(KdaCudaModel *m, const KdaLayerTensors *P, DevLayer *L, float *next) {
+    const KdaConfig *c = &m->cfg;
+    KdaCudaCtx *x = &m->ctx;
+    int64_t N = m->B * m->T, D = c->hidden_size, H = c->num_heads, HV = c->num_v_heads;
+    int64_t K = c->head_dim, V = c->head_v_dim, HK = c->key_dim, HVK = c->gate_dim;
+    int64_t HVV = c->value_dim, I = c->intermediate_size, Wc = c->conv_size;
+    float eps = (float)c->norm_eps;
+    KdaDims d = dims_(m);
+
+    TRY(kda_cuda_rmsnorm_fwd(x, L->xa, L->rstd_a, L->h, P->attn_norm, N, D, eps));
+    TRY(lin_(m, L->pq, L->xa, P->q_proj, N, D, HK));
+    TRY(lin_(m, L->pk, L->xa, P->k_proj, N, D, HK));
+    TRY(lin_(m, L->pv, L->xa, P->v_proj, N, D, HVV));
+    TRY(kda_cuda_conv_silu_fwd(x, L->qc, L->pq, P->q_conv, m->B, m->T, HK, Wc));
+    TRY(kda_cuda_l2norm_fwd(x, L->q, L->rq, L->qc, N * H, K, L2NORM_EPS));
+    TRY(kda_cuda_conv_silu_fwd(x, L->kc, L->pk, P->k_conv, m->B, m->T, HK, Wc));
+    TRY(kda_cuda_l2norm_fwd(x, L->k, L->rk, L->kc, N * H, K, L2NORM_EPS));
+    TRY(kda_cuda_conv_silu_fwd(x, L->v, L->pv, P->v_conv, m->B, m->T, HVV, Wc));
+    TRY(lin_(m, L->f0, L->xa, P->f_proj0, N, D, V));
+    TRY(lin_(m, L->f, L->f0, P->f_proj1, N, V, HVK));
+    TRY(kda_cuda_gate_cumsum_fwd(x, L->gcum, NULL, L->f, P->A_log, P->dt_bias, m->B, m->T, HV, K,
+                                 KDA_CHUNK));
+    TRY(lin_(m, L->b, L->xa, P->b_proj, N, D, HV));
+    TRY(kda_cuda_beta_fwd(x, L->beta, L->b, N * HV, c->allow_neg_eigval));
+    TRY(kda_cuda_chunk_fwd(x, L->o, NULL, L->q, L->k, L->v, L->gcum, L->beta, NULL, &d));
+    TRY(lin_(m, L->z0, L->xa, P->g_proj0, N, D, V));
+    TRY(lin_(m, L->z, L->z0, P->g_proj1, N, V, HVV));
+    TRY(kda_cuda_bias_add(x, L->z, P->g_proj1_bias, N, HVV));
+    TRY(kda_cuda_gnorm_fwd(x, L->on, L->rstd_o, L->o, L->z, P->o_norm, N * HV, V, eps));
+    TRY(residual_(m, L->h2, L->h, L->on, P->o_proj, N, HVV, D));
+
+    TRY(kda_cuda_rmsnorm_fwd(x, L->xm, L->rstd_m, L->h2, P->mlp_norm, N, D, eps));
+    TRY(lin_(m, L->ga, L->xm, P->gate_proj, N, D, I));
+    TRY(lin_(m, L->up, L->xm, P->up_proj, N, D, I));
+    TRY(kda_cuda_swiglu_fwd(x, L->mm, L->ga, L->up, N * I));
+    TRY(residual_(m, next, L->h2, L->mm, P->down_proj, N, I, D));
+    return 0;
+}
+
+static int check_ids_(const int32_t *x, int64_t n, int64_t T, int64_t vocab, int allow_ignore,
+                      const char *what, KdaError *err) {
+    for (int64_t i = 0; i < n; i++) {
+        if (allow_ignore && x[i] == XENT_IGNORE) continue;
+        if (x[i] < 0 || x[i] >= vocab)
+            return kda_fail(err, "%s[%lld][%lld] = %d is outside the vocabulary [0, %lld)", what,
+                            (long long)(i / T), (long long)(i % T), (int)x[i], (long long)vocab);
+    }
+    return 0;
+}
+
+// Queues the whole forward (ids/targets already on the device).
+static int forward_dev_(KdaCudaModel *m) {
+    const KdaConfig *c = &m->cfg;
+    int64_t N = m->B * m->T, D = c->hidden_size, nl = c->num_hidden_layers;
+    float *h0 = nl > 0 ? m->L[0].h : m->hL;
+    TRY(kda_cuda_embed_fwd(&m->ctx, h0, m->P.embed, m->ids, N, D));
+    for (int64_t l = 0; l < nl; l++)
+        TRY(block_fwd_(m, &m->P.layers[l], &m->L[l], l + 1 < nl ? m->L[l + 1].h : m->hL));
+    TRY(kda_cuda_rmsnorm_fwd(&m->ctx, m->nf, m->rstd_f, m->hL, m->P.final_norm, N, D,
+                             (float)c->norm_eps));
+    return kda_cuda_xent_fwd(&m->ctx, m->nll, m->lse, m->loss_sum, m->nf, W_(m, m->P.lm_head),
+                             m->targets, N, D, c->vocab_size, &m->xws);
+}
+
+int kda_cuda_model_forward(KdaCudaModel *m, const int32_t *ids, const int32_t *labels, int64_t B,
+                           int64_t T, float *nll, float *loss, KdaError *err) {
+    const KdaConfig *c = &m->cfg;
+    int64_t N = B * T, vocab = c->vocab_size;
+    m->have_fwd = 0;
+    if (B <= 0 || T <= 0)
+        return kda_fail(err, "batch shape B=%lld T=%lld must be positive", (long long)B,
+                        (long long)T);
+    if (check_ids_(ids, N, T, vocab, 0, "ids", err)) return -1;
+    if (!labels)
+        labels = ids;
+    else if (check_ids_(labels, N, T, vocab, 1, "labels", err))
+        return -1;
+    int32_t *tg = kda_malloc((size_t)N * sizeof(int32_t));
+    m->n_valid = xent_targets(tg, labels, B, T);
+    int rc = reserve_(m, N);
+    if (!rc) {
+        m->B = B, m->T = T;
+        // Pageable sources: the copies are staged before cudaMemcpyAsync returns, so ids and tg
+        // may be reused at once; they are ordered on the stream after the previous step's work.
+        cudaError_t e = cudaMemcpyAsync(m->ids, ids, (size_t)N * sizeof(int32_t),
+                                        cudaMemcpyHostToDevice, m->ctx.stream);
+        if (e == cudaSuccess)
+            e = cudaMemcpyAsync(m->targets, tg, (size_t)N * sizeof(int32_t),
+                                cudaMemcpyHostToDevice, m->ctx.stream);
+        if (e != cudaSuccess)
+            rc = kda_cuda_fail_at(&m->ctx, __FILE__, __LINE__, "cudaMemcpyAsync(ids)",
+                                  cudaGetErrorString(e));
+    }
+    if (!rc) rc = forward_dev_(m);
+    if (!rc && nll && kda_cuda_get_f32(&m->ctx, nll, m->nll, N)) rc = -1;
+    free(tg);
+    if (rc) return fail_(m, err);
+    m->have_fwd = 1;
+    if (loss) return kda_cuda_model_loss(m, loss, err);
+    return 0;
+}
+
+int kda_cuda_model_loss(KdaCudaModel *m, float *loss, KdaError *err) {
+    double s = 0.0;
+    cudaError_t e = cudaMemcpyAsync(&s, m->loss_sum, sizeof s, cudaMemcpyDeviceToHost,
+                                    m->ctx.stream);
+    if (e == cudaSuccess) e = cudaStreamSynchronize(m->ctx.stream);
+    if (e != cudaSuccess) {
+        kda_cuda_fail_at(&m->ctx, __FILE__, __LINE__, "reading the loss", cudaGetErrorString(e));
+        return fail_(m, err);
+    }
+    *loss = m->n_valid ? (float)(s / (double)m->n_valid) : 0.0f;
+    return 0;
+}
+
+// ---- backward ---------------------------------------------------------------------------------
+
+// dx [N, in] (fp32 or bf16 per dt) (+)= dy [N, out] bf16 · W (bf16 copy of master W).
+static int dx_(KdaCudaModel *m, void *dx, KdaDtype dt, const bf *dy, const float *W, int64_t N,
+               int64_t in, int64_t out, int acc) {
+    return kda_cuda_gemm_bwd_dx(&m->ctx, dx, dt, dy, W_(m, W), N, in, out, acc);
+}
+// dW [out, in] fp32 += dyᵀ · x.
+static int dw_(KdaCudaModel *m, float *dW, const bf *dy, const bf *x, int64_t N, int64_t in,
+               int64_t out) {
+    return kda_cuda_gemm_bwd_dw(&m->ctx, dW, dy, x, N, in, out);
+}
+
+// m->dh holds dLoss/d(block output) on entry and dLoss/d(block input) on exit.
+static int block_bwd_(KdaCudaModel *m, const KdaLayerTensors *P, KdaLayerTensors *G,
+                      const DevLayer *L) {
+    const KdaConfig *c = &m->cfg;
+    KdaCudaCtx *x = &m->ctx;
+    int64_t N = m->B * m->T, D = c->hidden_size, H = c->num_heads, HV = c->num_v_heads;
+    int64_t K = c->head_dim, V = c->head_v_dim, HK = c->key_dim, HVK = c->gate_dim;
+    int64_t HVV = c->value_dim, I = c->intermediate_size, Wc = c->conv_size;
+    KdaDims d = dims_(m);
+
+    // MLP: out = h2 + down(SwiGLU(gate(xm), up(xm)))
+    TRY(kda_cuda_f32_to_bf16(x, m->dhb, m->dh, N * D));
+    TRY(dx_(m, m->dI1, KDA_DT_BF16, m->dhb, P->down_proj, N, I, D, 0));
+    TRY(dw_(m, G->down_proj, m->dhb, L->mm, N, I, D));
+    TRY(kda_cuda_swiglu_bwd(x, m->dI1, m->dI2, m->dI1, L->ga, L->up, N * I));
+    TRY(dx_(m, m->dx, KDA_DT_F32, m->dI1, P->gate_proj, N, D, I, 0));
+    TRY(dx_(m, m->dx, KDA_DT_F32, m->dI2, P->up_proj, N, D, I, 1));
+    TRY(dw_(m, G->gate_proj, m->dI1, L->xm, N, D, I));
+    TRY(dw_(m, G->up_proj, m->dI2, L->xm, N, D, I));
+    TRY(kda_cuda_rmsnorm_bwd(x, m->dh, G->mlp_norm, m->dx, L->h2, P->mlp_norm, L->rstd_m, N, D, 1));
+
+    // KDA sublayer: h2 = h + o_proj(gnorm(o, z))
+    TRY(kda_cuda_f32_to_bf16(x, m->dhb, m->dh, N * D));
+    TRY(dx_(m, m->don, KDA_DT_BF16, m->dhb, P->o_proj, N, HVV, D, 0));
+    TRY(dw_(m, G->o_proj, m->dhb, L->on, N, HVV, D));
+    TRY(kda_cuda_gnorm_bwd(x, m->d_o, m->dz, G->o_norm, m->don, L->o, L->z, P->o_norm, L->rstd_o,
+                           N * HV, V));
+    TRY(kda_cuda_bias_bwd(x, G->g_proj1_bias, m->dz, N, HVV));
+    TRY(dw_(m, G->g_proj1, m->dz, L->z0, N, V, HVV));
+    TRY(dx_(m, m->dlow, KDA_DT_BF16, m->dz, P->g_proj1, N, V, HVV, 0));
+    TRY(dw_(m, G->g_proj0, m->dlow, L->xa, N, D, V));
+    TRY(dx_(m, m->dx, KDA_DT_F32, m->dlow, P->g_proj0, N, D, V, 0));
+
+    TRY(kda_cuda_chunk_bwd(x, m->dq, m->dk, m->dv, m->dg, m->dbeta, NULL, m->d_o, NULL, L->q, L->k,
+                           L->v, L->gcum, L->beta, NULL, &d));
+
+    TRY(kda_cuda_gate_cumsum_bwd(x, m->df, G->A_log, G->dt_bias, m->dg, L->f, P->A_log, P->dt_bias,
+                                 m->B, m->T, HV, K, KDA_CHUNK, 0));
+    TRY(dw_(m, G->f_proj1, m->df, L->f0, N, V, HVK));
+    TRY(dx_(m, m->dlow, KDA_DT_BF16, m->df, P->f_proj1, N, V, HVK, 0));
+    TRY(dw_(m, G->f_proj0, m->dlow, L->xa, N, D, V));
+    TRY(dx_(m, m->dx, KDA_DT_F32, m->dlow, P->f_proj0, N, D, V, 1));
+
+    TRY(kda_cuda_beta_bwd(x, m->db, m->dbeta, L->b, N * HV, c->allow_neg_eigval));
+    TRY(dw_(m, G->b_proj, m->db, L->xa, N, D, HV));
+    TRY(dx_(m, m->dx, KDA_DT_F32, m->db, P->b_proj, N, D, HV, 1));
+
+    TRY(kda_cuda_l2norm_bwd(x, m->dt1, m->dq, L->qc, L->rq, N * H, K));
+    TRY(kda_cuda_conv_silu_bwd(x, m->dt2, G->q_conv, m->dt1, L->pq, P->q_conv, m->B, m->T, HK, Wc));
+    TRY(dw_(m, G->q_proj, m->dt2, L->xa, N, D, HK));
+    TRY(dx_(m, m->dx, KDA_DT_F32, m->dt2, P->q_proj, N, D, HK, 1));
+
+    TRY(kda_cuda_l2norm_bwd(x, m->dt1, m->dk, L->kc, L->rk, N * H, K));
+    TRY(kda_cuda_conv_silu_bwd(x, m->dt2, G->k_conv, m->dt1, L->pk, P->k_conv, m->B, m->T, HK, Wc));
+    TRY(dw_(m, G->k_proj, m->dt2, L->xa, N, D, HK));
+    TRY(dx_(m, m->dx, KDA_DT_F32, m->dt2, P->k_proj, N, D, HK, 1));
+
+    TRY(kda_cuda_conv_silu_bwd(x, m->dt2, G->v_conv, m->dv, L->pv, P->v_conv, m->B, m->T, HVV,
+                               Wc));
+    TRY(dw_(m, G->v_proj, m->dt2, L->xa, N, D, HVV));
+    TRY(dx_(m, m->dx, KDA_DT_F32, m->dt2, P->v_proj, N, D, HVV, 1));
+
+    return kda_cuda_rmsnorm_bwd(x, m->dh, G->attn_norm, m->dx, L->h, P->attn_norm, L->rstd_a, N, D,
+                                1);
+}
+
+static int backward_dev_(KdaCudaModel *m) {
+    const KdaConfig *c = &m->cfg;
+    int64_t N = m->B * m->T, D = c->hidden_size;
+    float scale = m->n_valid ? 1.0f / (float)m->n_valid : 0.0f;
+    TRY(kda_cuda_xent_bwd(&m->ctx, m->dx, m->G.lm_head, m->nf, W_(m, m->P.lm_head), m->targets,
+                          m->lse, N, D, c->vocab_size, scale, &m->xws));
+    TRY(kda_cuda_rmsnorm_bwd(&m->ctx, m->dh, m->G.final_norm, m->dx, m->hL, m->P.final_norm,
+                             m->rstd_f, N, D, 0));
+    for (int64_t l = c->num_hidden_layers - 1; l >= 0; l--)
+        TRY(block_bwd_(m, &m->P.layers[l], &m->G.layers[l], &m->L[l]));
+    return kda_cuda_embed_bwd(&m->ctx, m->G.embed, m->dh, m->ids, N, D, c->vocab_size,
+                              c->has_pad_token_id ? c->pad_token_id : -1);
+}
+
+int kda_cuda_model_backward(KdaCudaModel *m, KdaError *err) {
+    if (!m->have_fwd) return kda_fail(err, "kda_cuda_model_backward: no forward to differentiate");
+    if (m->cfg.num_v_heads != m->cfg.num_heads)
+        return kda_fail(err, "CUDA model: backward with num_v_heads %lld != num_heads %lld (GVA) "
+                             "is not implemented on the GPU",
+                        (long long)m->cfg.num_v_heads, (long long)m->cfg.num_heads);
+    m->have_fwd = 0;
+    if (backward_dev_(m)) return fail_(m, err);
+    return 0;
+}
+
+// ---- training state ---------------------------------------------------------------------------
+
+int kda_cuda_model_zero_grads(KdaCudaModel *m, KdaError *err) {
+    if (kda_cuda_zero(&m->ctx, m->g, F32(m->dtotal))) return fail_(m, err);
+    m->clip_pending = 0;
+    return 0;
+}
+
+static int put_scalar_(KdaCudaModel *m, float *dev, float v) {
+    CUDA_CHECK(&m->ctx, cudaMemcpyAsync(dev, &v, sizeof v, cudaMemcpyHostToDevice, m->ctx.stream));
+    CUDA_CHECK(&m->ctx, cudaStreamSynchronize(m->ctx.stream)); // v lives on this stack frame
+    return 0;
+}
+
+double kda_cuda_model_finish_grads(KdaCudaModel *m, double scale, double max_norm,
+                                   KdaError *err) {
+    double norm = NAN;
+    m->clip_pending = 0;
+    int rc = 0;
+    if (scale != 1.0)
+        rc = put_scalar_(m, m->gscale, (float)scale) ||
+             kda_cuda_scale(&m->ctx, m->g, m->dtotal, m->gscale);
+    if (!rc) rc = kda_cuda_grad_norm(&m->ctx, m->norm, m->g, m->dtotal);
+    if (!rc && max_norm > 0) rc = kda_cuda_clip_coef(&m->ctx, m->coef, m->norm, max_norm);
+    if (!rc) {
+        cudaError_t e = cudaMemcpyAsync(&norm, m->norm, sizeof norm, cudaMemcpyDeviceToHost,
+                                        m->ctx.stream);
+        if (e == cudaSuccess) e = cudaStreamSynchronize(m->ctx.stream);
+        if (e != cudaSuccess)
+            rc = kda_cuda_fail_at(&m->ctx, __FILE__, __LINE__, "reading the grad norm",
+                                  cudaGetErrorString(e));
+    }
+    if (rc) {
+        fail_(m, err);
+        return NAN;
+    }
+    m->clip_pending = max_norm > 0 && isfinite(norm);
+    return norm;
+}
+
+int kda_cuda_model_adamw(KdaCudaModel *m, const KdaAdamWConfig *c, int64_t step, double lr,
+                         KdaError *err) {
+    KdaCudaAdamScalars sd = kda_cuda_adam_scalars(c->beta1, c->beta2, c->eps, c->weight_decay,
+                                                  step, lr);
+    KdaCudaAdamScalars sn = kda_cuda_adam_scalars(c->beta1, c->beta2, c->eps, 0.0, step, lr);
+    const float *gs = m->clip_pending ? m->coef : NULL;
+    m->clip_pending = 0;
+    // One launch per run of consecutive rows with the same decay flag, over the device rows
+    // (padding included: zero grads and moments keep zero parameters at zero).
+    int i = 0, n = m->dtab.n;
+    while (i < n) {
+        int j = i;
+        while (j + 1 < n && m->dtab.rows[j + 1].weight_decay == m->dtab.rows[i].weight_decay)
+            j++;
+        int64_t a = m->dtab.rows[i].offset;
+        int64_t b = j + 1 < n ? m->dtab.rows[j + 1].offset : m->dtotal;
+        const KdaCudaAdamScalars *s = m->dtab.rows[i].weight_decay ? &sd : &sn;
+        if (kda_cuda_adamw(&m->ctx, m->p + a, m->pb + a, m->g + a, m->m1 + a, m->m2 + a, b - a, s,
+                           gs))
+            return fail_(m, err);
+        i = j + 1;
+    }
+    return 0;
+}
+
+int kda_cuda_model_get_params(KdaCudaModel *m, float *params, KdaError *err) {
+    return get_(m, params, m->p) ? fail_(m, err) : 0;
+}
+int kda_cuda_model_put_params(KdaCudaModel *m, const float *params, KdaError *err) {
+    if (put_(m, m->p, params) || kda_cuda_f32_to_bf16(&m->ctx, m->pb, m->p, m->dtotal) ||
+        kda_cuda_sync(&m->ctx))
+        return fail_(m, err);
+    return 0;
+}
+int kda_cuda_model_get_grads(KdaCudaModel *m, float *grads, KdaError *err) {
+    return get_(m, grads, m->g) ? fail_(m, err) : 0;
+}
+int kda_cuda_model_put_grads(KdaCudaModel *m, const float *grads, KdaError *err) {
+    m->clip_pending = 0;
+    return put_(m, m->g, grads) ? fail_(m, err) : 0;
+}
+int kda_cuda_model_get_moments(KdaCudaModel *m, float *mom1, float *mom2, KdaError *err) {
+    if ((mom1 && get_(m, mom1, m->m1)) || (mom2 && get_(m, mom2, m->m2))) return fail_(m, err);
+    return 0;
+}
+int kda_cuda_model_put_moments(KdaCudaModel *m, const float *mom1, const float *mom2,
+                               KdaError *err) {
+    if ((mom1 && put_(m, m->m1, mom1)) || (mom2 && put_(m, m->m2, mom2))) return fail_(m, err);
+    return 0;
+}
+
+#endif // KDA_HAVE_CUDA

@@ -1,0 +1,87 @@
+// model_cuda.h - the KDA language model on one GPU: whole-model forward, loss, backward and the
+// AdamW update with bf16 mixed precision (the twin of model/model.h + train/optim.h; math of
+// kda-model.md §5-6, dtypes of §8):
+//   * fp32 master parameters, fp32 gradients, fp32 Adam moments, a bf16 working copy of the
+//     parameters (the GEMM operands), refreshed by every AdamW step;
+//   * residual stream fp32 (sublayer outputs are added by fp32-output GEMMs, beta = 1); RMSNorm
+//     math fp32, outputs bf16 (they only feed GEMMs); every Linear output bf16 (fp32 accumulate);
+//     conv + SiLU, L2 norm, gated norm, SwiGLU: fp32 math, bf16 out; gate, its cumsum, β and the
+//     KDA state fp32; LM head logits bf16 per vocabulary chunk, logsumexp and loss fp32;
+//   * weight gradients fp32-accumulated by the GEMMs (more accurate than FLA's bf16 rounding,
+//     allowed by §8); activation gradients bf16 where they feed GEMMs, fp32 through norms.
+// Supported configs: use_short_conv, the unbounded gate (no lower_bound); backward needs HV == H
+// (the GPU core's backward). Others fail at create / backward with one clear message.
+//
+// Device layout: the five buffers (params, grads, m, v fp32; bf16 copy) share one layout: the
+// parameter table's rows in table order, each row starting at a multiple of 128 elements (so every
+// weight is 256-byte aligned for cuBLASLt). Host transfers take and give the table's dense layout
+// (model/params.h), so host buffers are interchangeable with the CPU model's.
+//
+// Synchronization: calls queue work on the model's stream and return; only the functions that
+// return values to the host (loss, nll, norm, get_*) wait for it. The ids of a forward are copied
+// before it returns, so the caller may reuse the buffer.
+//
+// Errors: -1 with the message in *err (the first CUDA failure, "file:line: call: reason").
+// The whole header is empty without KDA_HAVE_CUDA.
+#ifndef KDA_MODEL_CUDA_H
+#define KDA_MODEL_CUDA_H
+
+#include <stdint.h>
+
+#include "core/error.h"   // defines: KdaError
+#include "model/config.h" // defines: KdaConfig
+#include "model/params.h" // defines: KdaParamTable
+#include "train/optim.h"  // defines: KdaAdamWConfig
+
+#ifdef KDA_HAVE_CUDA
+
+typedef struct KdaCudaModel KdaCudaModel;
+
+// Device `device`'s context, the five parameter-sized buffers (grads and moments zero) and a
+// copy of cfg and table; params [t->total_numel] fp32 host, dense table layout.
+int kda_cuda_model_create(KdaCudaModel **out, const KdaConfig *cfg, const KdaParamTable *t,
+                          const float *params, int device, KdaError *err);
+void kda_cuda_model_free(KdaCudaModel *m); // accepts NULL
+
+// Forward of a batch (contract of kda_model_forward): ids [B, T] int32 in [0, n_vocab); labels
+// [B, T] or NULL (= ids), shifted inside, -100 ignored. nll [B, T] fp32 host or NULL (per-position
+// NLL, 0 where ignored); loss (host) or NULL. With both NULL nothing waits for the GPU: read the
+// loss later with kda_cuda_model_loss. Activations are kept for kda_cuda_model_backward and grow
+// on demand (memory ~ B·T).
+int kda_cuda_model_forward(KdaCudaModel *m, const int32_t *ids, const int32_t *labels, int64_t B,
+                           int64_t T, float *nll, float *loss, KdaError *err);
+// Mean NLL of the last forward (waits for it).
+int kda_cuda_model_loss(KdaCudaModel *m, float *loss, KdaError *err);
+// Backward of the last forward's mean loss; ACCUMULATES into the device gradients. -1 without a
+// preceding forward, or when HV != H.
+int kda_cuda_model_backward(KdaCudaModel *m, KdaError *err);
+
+// ---- training state ------------------------------------------------------------------------
+int kda_cuda_model_zero_grads(KdaCudaModel *m, KdaError *err);
+// grads *= scale (skipped when scale == 1), returns the global L2 norm (waits; NaN on error with
+// *err set, or when a gradient is non-finite). max_norm > 0 and a finite norm: the next
+// kda_cuda_model_adamw multiplies the gradients by min(1, max_norm / (norm + 1e-6)) (torch
+// clip_grad_norm_, the CPU's kda_grad_clip) as it reads them.
+double kda_cuda_model_finish_grads(KdaCudaModel *m, double scale, double max_norm, KdaError *err);
+// AdamW update number `step` (1-based) with lr on every row (decay per the table's weight_decay
+// flag), train/optim.h's arithmetic; refreshes the bf16 copy. Uses the clip factor of the last
+// finish_grads (1 if none) once.
+int kda_cuda_model_adamw(KdaCudaModel *m, const KdaAdamWConfig *c, int64_t step, double lr,
+                         KdaError *err);
+
+// Host <-> device copies in the table's dense layout ([t->total_numel] fp32 each); they wait.
+// put_params also refreshes the bf16 copy. NULL pointers are skipped (moments).
+int kda_cuda_model_get_params(KdaCudaModel *m, float *params, KdaError *err);
+int kda_cuda_model_put_params(KdaCudaModel *m, const float *params, KdaError *err);
+int kda_cuda_model_get_grads(KdaCudaModel *m, float *grads, KdaError *err);
+int kda_cuda_model_put_grads(KdaCudaModel *m, const float *grads, KdaError *err);
+int kda_cuda_model_get_moments(KdaCudaModel *m, float *mom1, float *mom2, KdaError *err);
+int kda_cuda_model_put_moments(KdaCudaModel *m, const float *mom1, const float *mom2,
+                               KdaError *err);
+
+// The model's config (derived fields filled) and device name, for logs.
+const KdaConfig *kda_cuda_model_config(const KdaCudaModel *m);
+const char *kda_cuda_model_device_name(const KdaCudaModel *m);
+
+#endif // KDA_HAVE_CUDA
+#endif
