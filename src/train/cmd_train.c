@@ -7,6 +7,7 @@
 #include "commands.h"
 #include "core/error.h"
 #include "core/log.h"
+#include "cuda/backend_cuda.h" // defines: kda_cuda_available
 #include "train/run_config.h"
 #include "train/trainer.h"
 
@@ -62,8 +63,13 @@ int cmd_train(int argc, char **argv) {
         if (kda_run_config_set(&rc, "model", v, 1, &err)) kda_die("%s", err.msg);
     }
     if (kda_run_config_validate(&rc, &err)) kda_die("%s", err.msg);
-    if (rc.device && strcmp(rc.device, "cpu"))
-        kda_die("device \"%s\": this build trains on the CPU only (device: cpu)", rc.device);
+#ifdef KDA_HAVE_CUDA
+    const char *no_cuda = "no CUDA device is visible";
+#else
+    const char *no_cuda = "this build has no CUDA support (rebuild with nvcc: make KDA_CUDA=1)";
+#endif
+    if (rc.device && !strcmp(rc.device, "cuda") && !kda_cuda_available())
+        kda_die("device \"cuda\": %s (use device: cpu)", no_cuda);
     if (rc.threads > 0) {
         omp_set_num_threads((int)rc.threads);
         openblas_set_num_threads((int)rc.threads);

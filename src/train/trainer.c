@@ -15,6 +15,7 @@
 #include "core/rng.h"
 #include "core/util.h"
 #include "io/model_io.h"
+#include "cuda/backend_cuda.h" // defines: kda_backend_cuda_create (device: cuda)
 #include "train/checkpoint.h"
 #include "train/loader.h"
 #include "train/schedule.h"
@@ -205,7 +206,11 @@ static int setup_backend(Run *r, KdaError *err) {
     if (kda_params_build(&r->table, &r->cfg, err)) goto fail;
     KdaAdamWConfig oc = {r->rc->adam_beta1, r->rc->adam_beta2, r->rc->adam_eps,
                          r->rc->weight_decay};
-    if (kda_backend_cpu_create(&r->be, &m, &oc, err)) goto fail;
+    if (r->rc->device && !strcmp(r->rc->device, "cuda")) {
+        if (kda_backend_cuda_create(&r->be, &m, &oc, 0, err)) goto fail;
+    } else if (kda_backend_cpu_create(&r->be, &m, &oc, err)) {
+        goto fail;
+    }
     return 0;
 fail:
     kda_model_free(&m);
