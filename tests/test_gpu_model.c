@@ -1,0 +1,469 @@
+// test_gpu_model.c - the GPU model (src/cuda/model_cuda.h, xent_cuda.h, backend_cuda.h) against
+// the CPU fp32 reference (model/model.h, cpu/ops.h, train/optim.h). `make test-gpu` runs these.
+//
+// Metric: rel-RMS = RMS(gpu - cpu) / (RMS(cpu) + 1e-8) (FLA's, kda-model.md §6.6).
+// Tolerances and why:
+//   * loss: 1e-2 relative. The GPU runs kda-model.md §8's bf16 flow: every GEMM operand (norm
+//     outputs, projections, q/k/v, the head's input and weights) is rounded to bf16 (unit
+//     roundoff u = 2^-8 = 3.9e-3) and the logits chunk is stored in bf16 (a logit of magnitude
+//     ~10 moves by up to ~0.04, but the errors are unbiased and average over the vocabulary and
+//     the tokens). The mean loss lands ~1e-3 from fp32; 1e-2 leaves margin, and a missing
+//     term (e.g. a wrong residual or a dropped sublayer) changes the loss by far more.
+//   * every parameter gradient: 2e-2 rel-RMS. Gradients pass through the same bf16 roundings
+//     twice (forward operands, then bf16 activation gradients into the dX/dW GEMMs) and through
+//     the KDA core, whose bf16-input gradients FLA itself accepts at 8e-3 (dq, dk, dv) to 2e-2
+//     (dg, dβ) against fp32 (§6.6); weight gradients are fp32-accumulated here (more accurate
+//     than FLA's bf16 rounding). A wrong formula gives O(1) errors.
+//   * fused cross-entropy on identical bf16-representable inputs: per row |Δnll| and |Δlse| <=
+//     u·(|logit[target]| + max|logit|) + 1e-5, the bound from the bf16 storage of each logit
+//     (the fp32-accumulated GEMM adds ~1e-6); dn and dW 1e-2 rel-RMS (dlogits stored in bf16).
+//   * AdamW on the same gradients: 2e-6 relative per element (the update is the CPU's
+//     arithmetic in the same order with IEEE ops; only the grad norm's summation order differs,
+//     which can move the fp32 clip factor by one ulp).
+//   * 20 training steps: each step's loss within 3% of the CPU run's (bf16 noise, amplified by
+//     Adam's normalisation of small gradients, stays well below the loss's own step-to-step
+//     change of ~5-10% at this learning rate); and both runs must learn (last < 0.8 x first).
+// Every measured error is printed.
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "test.h"
+
+#ifdef KDA_HAVE_CUDA
+
+#include "core/rng.h"          // defines: KdaRng, rng_normal, rng_below
+#include "core/util.h"         // defines: bf16_to_f32, f32_to_bf16
+#include "cpu/ops.h"           // defines: xent_fwd, xent_bwd, xent_targets, xent_work_floats
+#include "cuda/backend_cuda.h" // defines: kda_backend_cuda_create
+#include "cuda/cuda_common.h"  // defines: KdaCudaCtx, kda_cuda_*
+#include "cuda/model_cuda.h"   // defines: KdaCudaModel, kda_cuda_model_*
+#include "cuda/xent_cuda.h"    // defines: kda_cuda_xent_fwd, kda_cuda_xent_bwd
+#include "io/model_io.h"       // defines: kda_model_load_dir
+#include "io/safetensors.h"    // defines: SafeTensors, st_open, st_find
+#include "model/model.h"       // defines: KdaModel, kda_model_forward, kda_model_backward
+#include "train/optim.h"       // defines: KdaAdamW, kda_adamw_step, kda_grad_clip
+#include "train/trainer.h"     // defines: KdaBackend, kda_backend_cpu_create
+
+#define TOL_LOSS      1e-2
+#define TOL_GRAD      2e-2
+#define BF16_U        (1.0 / 256.0) // unit roundoff of bf16 (8-bit significand)
+#define TOL_XENT_GRAD 1e-2
+#define TOL_ADAM      2e-6
+#define TOL_TRAIN     3e-2
+
+static int have_gpu_(void) {
+    int ok = kda_cuda_device_count() > 0;
+    CHECK_MSG(ok, "no usable CUDA device (GPU tests need one)");
+    return ok;
+}
+
+static double rel_rms_(const float *x, const float *ref, int64_t n) {
+    double num = 0.0, den = 0.0, maxd = 0.0;
+    for (int64_t i = 0; i < n; i++) {
+        double d = (double)x[i] - (double)ref[i];
+        num += d * d, den += (double)ref[i] * ref[i];
+        if (!(fabs(d) <= maxd)) maxd = fabs(d);
+    }
+    if (maxd <= 1e-6) return 0.0; // FLA's rule: passes when max |diff| <= 1e-6
+    return sqrt(num / (double)n) / (sqrt(den / (double)n) + 1e-8);
+}
+
+static int load_golden_(KdaModel *m, const char *rel) {
+    KdaError err;
+    KdaConfig cfg;
+    KdaParamTable t;
+    float *flat;
+    int rc = kda_model_load_dir(test_data(rel), &cfg, &t, &flat, &err);
+    CHECK_MSG(rc == 0, "%s", err.msg);
+    if (rc) return -1;
+    rc = kda_model_init_from(m, &cfg, &t, flat, &err);
+    CHECK_MSG(rc == 0, "%s", err.msg);
+    return rc;
+}
+
+static int32_t *golden_ids_(const char *rel, int64_t *B, int64_t *T) {
+    SafeTensors st;
+    KdaError err;
+    int rc = st_open(&st, test_data(rel), &err);
+    CHECK_MSG(rc == 0, "%s", err.msg);
+    if (rc) return NULL;
+    const StTensor *t = st_find(&st, "ids");
+    CHECK_MSG(t && t->dtype == ST_I64 && t->ndim == 2, "%s: 'ids' must be I64 [B, T]", rel);
+    int32_t *ids = NULL;
+    if (t && t->dtype == ST_I64 && t->ndim == 2) {
+        *B = t->shape[0], *T = t->shape[1];
+        ids = kda_malloc((size_t)t->numel * sizeof(int32_t));
+        for (int64_t i = 0; i < t->numel; i++) {
+            int64_t v;
+            memcpy(&v, (const char *)t->data + 8 * i, 8);
+            ids[i] = (int32_t)v;
+        }
+    }
+    st_close(&st);
+    return ids;
+}
+
+// Tiny untied HV == H config (the GPU backward's restriction), V = 2K, vocabulary not a multiple
+// of 128, built in code.
+static void tiny_untied_(KdaModel *m, double init_std, uint64_t seed) {
+    KdaConfig c;
+    kda_config_defaults(&c);
+    c.hidden_size = 64, c.num_hidden_layers = 2, c.num_heads = 2, c.head_dim = 32;
+    c.expand_v = 2.0, c.intermediate_size_raw = 96, c.vocab_size = 300, c.conv_size = 4;
+    c.tie_word_embeddings = 0;
+    c.initializer_range = init_std;
+    KdaError err;
+    KDA_ASSERT(kda_config_derive(&c, "tiny_untied", &err) == 0);
+    KDA_ASSERT(kda_model_init(m, &c, &err) == 0);
+    kda_params_init(&m->table, &m->cfg, m->params, seed);
+    KdaRng r;
+    rng_seed(&r, seed + 1);
+    for (int64_t l = 0; l < c.num_hidden_layers; l++)
+        for (int64_t i = 0; i < m->cfg.value_dim; i++)
+            m->w.layers[l].g_proj1_bias[i] = rng_normal(&r, 0.0f, 0.5f);
+}
+
+static int32_t *random_ids_(int64_t n, int64_t vocab, uint64_t seed) {
+    KdaRng r;
+    rng_seed(&r, seed);
+    int32_t *ids = kda_malloc((size_t)n * sizeof(int32_t));
+    for (int64_t i = 0; i < n; i++)
+        ids[i] = (int32_t)rng_below(&r, (uint64_t)vocab);
+    return ids;
+}
+
+// ---- whole-model loss and every gradient vs the CPU -----------------------------------------
+
+static void compare_step_(KdaModel *m, const int32_t *ids, int64_t B, int64_t T,
+                          const char *what) {
+    KdaError err = {{0}};
+    int64_t n = m->table.total_numel, N = B * T;
+    float *gc = kda_calloc((size_t)n, sizeof(float)), *gg = kda_calloc((size_t)n, sizeof(float));
+    float *nc = kda_malloc((size_t)N * sizeof(float)), *ng = kda_malloc((size_t)N * sizeof(float));
+    float lc = NAN, lg = NAN;
+    m->core = KDA_CORE_CHUNK;
+    CHECK(kda_model_forward(m, ids, NULL, B, T, nc, NULL, &lc, &err) == 0);
+    CHECK(kda_model_backward(m, gc, &err) == 0);
+    KdaCudaModel *dm = NULL;
+    int rc = kda_cuda_model_create(&dm, &m->cfg, &m->table, m->params, 0, &err);
+    CHECK_MSG(rc == 0, "%s", err.msg);
+    if (!rc) rc = kda_cuda_model_forward(dm, ids, NULL, B, T, ng, &lg, &err);
+    CHECK_MSG(rc == 0, "forward: %s", err.msg);
+    if (!rc) rc = kda_cuda_model_backward(dm, &err);
+    CHECK_MSG(rc == 0, "backward: %s", err.msg);
+    if (!rc) rc = kda_cuda_model_get_grads(dm, gg, &err);
+    CHECK_MSG(rc == 0, "get_grads: %s", err.msg);
+    if (!rc) {
+        double le = fabs((double)lg - lc) / fabs((double)lc);
+        CHECK_MSG(le <= TOL_LOSS, "%s loss gpu %.6f vs cpu %.6f: rel %.3g > %g", what, lg, lc, le,
+                  TOL_LOSS);
+        double ne = rel_rms_(ng, nc, N);
+        CHECK_MSG(ne <= TOL_GRAD, "%s per-token nll rel-RMS %.3g > %g", what, ne, TOL_GRAD);
+        printf("    gpu %s: loss %.6f vs cpu %.6f (rel %.2e), nll rel-RMS %.2e\n", what, lg, lc,
+               le, ne);
+        double worst = 0.0;
+        const char *wname = "";
+        for (int i = 0; i < m->table.n; i++) {
+            const KdaParamInfo *p = &m->table.rows[i];
+            double e = rel_rms_(gg + p->offset, gc + p->offset, p->numel);
+            CHECK_MSG(e <= TOL_GRAD, "%s grad %s: rel-RMS %.3g > %g", what, p->name, e, TOL_GRAD);
+            printf("      grad %-40s rel-RMS %.2e\n", p->name, e);
+            if (!(e <= worst)) worst = e, wname = p->name;
+        }
+        printf("    gpu %s: worst grad %.2e (%s)\n", what, worst, wname);
+    }
+    kda_cuda_model_free(dm);
+    free(gc), free(gg), free(nc), free(ng);
+}
+
+KDA_TEST(gpu_model_a_loss_and_grads) {
+    if (!have_gpu_()) return;
+    KdaModel m;
+    memset(&m, 0, sizeof m);
+    int64_t B = 0, T = 0;
+    int32_t *ids = golden_ids_("golden/model_a_step.safetensors", &B, &T);
+    if (ids && !load_golden_(&m, "golden/model_a")) compare_step_(&m, ids, B, T, "model_a(tied)");
+    free(ids);
+    kda_model_free(&m);
+}
+
+KDA_TEST(gpu_model_untied_loss_and_grads) {
+    if (!have_gpu_()) return;
+    KdaModel m;
+    tiny_untied_(&m, 0.05, 11);
+    int64_t B = 2, T = 100; // a partial last chunk of the core (100 = 64 + 36)
+    int32_t *ids = random_ids_(B * T, m.cfg.vocab_size, 12);
+    compare_step_(&m, ids, B, T, "tiny(untied)");
+    free(ids);
+    kda_model_free(&m);
+}
+
+// ---- fused cross-entropy over several vocabulary chunks --------------------------------------
+
+KDA_TEST(gpu_model_xent_chunks) {
+    if (!have_gpu_()) return;
+    KdaCudaCtx ctx;
+    KdaError err = {{0}};
+    CHECK_MSG(kda_cuda_init(&ctx, 0, &err) == 0, "%s", err.msg);
+    if (err.msg[0]) return;
+    const int64_t B = 3, T = 11, N = B * T, D = 48, NV = 300, CH = 128; // chunks 128, 128, 44
+    KdaRng r;
+    rng_seed(&r, 5);
+    float *n = kda_malloc((size_t)(N * D) * 4), *W = kda_malloc((size_t)(NV * D) * 4);
+    for (int64_t i = 0; i < N * D; i++)
+        n[i] = bf16_to_f32(f32_to_bf16(rng_normal(&r, 0.0f, 1.0f)));
+    for (int64_t i = 0; i < NV * D; i++)
+        W[i] = bf16_to_f32(f32_to_bf16(rng_normal(&r, 0.0f, 0.3f)));
+    int32_t *labels = random_ids_(N, NV, 6), tg[3 * 11];
+    labels[4] = -100; // an ignored label besides the last positions
+    int64_t nvalid = xent_targets(tg, labels, B, T);
+    // CPU reference on the same (bf16-representable) inputs.
+    int64_t wf = xent_work_floats(N, NV);
+    float *work = kda_malloc((size_t)wf * 4), *nll_c = kda_malloc((size_t)N * 4);
+    float *lse_c = kda_malloc((size_t)N * 4), *dn_c = kda_malloc((size_t)(N * D) * 4);
+    float *dW_c = kda_calloc((size_t)(NV * D), 4);
+    float *lg_c = kda_malloc((size_t)(N * NV) * 4);
+    double sum_c = xent_fwd(nll_c, lse_c, lg_c, n, W, tg, N, D, NV, work, wf);
+    xent_bwd(dn_c, dW_c, n, W, tg, lse_c, N, D, NV, 1.0f / (float)nvalid, work, wf);
+    // GPU.
+    kda_bf16 *dn16 = kda_cuda_alloc(&ctx, (size_t)(N * D) * 2);
+    kda_bf16 *dW16 = kda_cuda_alloc(&ctx, (size_t)(NV * D) * 2);
+    int32_t *dtg = kda_cuda_alloc(&ctx, (size_t)N * 4);
+    float *dnll = kda_cuda_alloc(&ctx, (size_t)N * 4), *dlse = kda_cuda_alloc(&ctx, (size_t)N * 4);
+    float *ddn = kda_cuda_alloc(&ctx, (size_t)(N * D) * 4);
+    float *ddW = kda_cuda_alloc(&ctx, (size_t)(NV * D) * 4);
+    double *dsum = kda_cuda_alloc(&ctx, 8);
+    KdaCudaXentWs ws = {kda_cuda_alloc(&ctx, kda_cuda_xent_logits_bytes(N, CH)),
+                        kda_cuda_alloc(&ctx, kda_cuda_xent_stat_bytes(N)), CH};
+    KDA_ASSERT(dn16 && dW16 && dtg && dnll && dlse && ddn && ddW && dsum && ws.logits && ws.stat);
+    int rc = kda_cuda_put_bf16(&ctx, dn16, n, N * D) || kda_cuda_put_bf16(&ctx, dW16, W, NV * D) ||
+             kda_cuda_put_bytes(&ctx, dtg, tg, (size_t)N * 4) ||
+             kda_cuda_zero(&ctx, ddW, (size_t)(NV * D) * 4) ||
+             kda_cuda_poison(&ctx, ddn, (size_t)(N * D) * 4) ||
+             kda_cuda_xent_fwd(&ctx, dnll, dlse, dsum, dn16, dW16, dtg, N, D, NV, &ws) ||
+             kda_cuda_xent_bwd(&ctx, ddn, ddW, dn16, dW16, dtg, dlse, N, D, NV,
+                               1.0f / (float)nvalid, &ws) ||
+             kda_cuda_sync(&ctx);
+    CHECK_MSG(rc == 0, "%s", ctx.err.msg);
+    if (!rc) {
+        float *nll_g = kda_malloc((size_t)N * 4), *lse_g = kda_malloc((size_t)N * 4);
+        float *dn_g = kda_malloc((size_t)(N * D) * 4), *dW_g = kda_malloc((size_t)(NV * D) * 4);
+        double sum_g = 0.0;
+        CHECK(kda_cuda_get_f32(&ctx, nll_g, dnll, N) == 0);
+        CHECK(kda_cuda_get_f32(&ctx, lse_g, dlse, N) == 0);
+        CHECK(kda_cuda_get_f32(&ctx, dn_g, ddn, N * D) == 0);
+        CHECK(kda_cuda_get_f32(&ctx, dW_g, ddW, NV * D) == 0);
+        CHECK(cudaMemcpy(&sum_g, dsum, 8, cudaMemcpyDeviceToHost) == cudaSuccess);
+        double worst = 0.0, tol_sum = 0.0;
+        for (int64_t i = 0; i < N; i++) {
+            double mx = 0.0;
+            for (int64_t j = 0; j < NV; j++)
+                mx = fmax(mx, fabs(lg_c[i * NV + j]));
+            double tl = BF16_U * (tg[i] >= 0 ? fabs(lg_c[i * NV + tg[i]]) : 0.0);
+            double tol = BF16_U * mx + tl + 1e-5;
+            CHECK_NEAR(lse_g[i], lse_c[i], BF16_U * mx + 1e-5);
+            CHECK_NEAR(nll_g[i], nll_c[i], tol);
+            if (tg[i] < 0) CHECK(nll_g[i] == 0.0f);
+            if (tg[i] >= 0) tol_sum += tol;
+            if (!(fabs(nll_g[i] - nll_c[i]) <= worst)) worst = fabs(nll_g[i] - nll_c[i]);
+        }
+        CHECK_NEAR(sum_g, sum_c, tol_sum);
+        double e_dn = rel_rms_(dn_g, dn_c, N * D), e_dw = rel_rms_(dW_g, dW_c, NV * D);
+        CHECK_MSG(e_dn <= TOL_XENT_GRAD, "dn rel-RMS %.3g", e_dn);
+        CHECK_MSG(e_dw <= TOL_XENT_GRAD, "dW rel-RMS %.3g", e_dw);
+        printf("    xent 3 chunks: max |nll diff| %.2e, loss sum %.6f vs %.6f, dn %.2e, dW %.2e\n",
+               worst, sum_g, sum_c, e_dn, e_dw);
+        free(nll_g), free(lse_g), free(dn_g), free(dW_g);
+    }
+    void *bufs[] = {dn16, dW16, dtg, dnll, dlse, ddn, ddW, dsum, ws.logits, ws.stat};
+    for (size_t i = 0; i < sizeof bufs / sizeof *bufs; i++)
+        kda_cuda_release(bufs[i]);
+    kda_cuda_free(&ctx);
+    free(n), free(W), free(labels), free(work), free(lg_c), free(nll_c), free(lse_c), free(dn_c), free(dW_c);
+}
+
+// ---- AdamW + scaling + clipping vs the CPU optimizer on the same gradients -------------------
+
+static void check_close_(const float *a, const float *b, int64_t n, const char *what) {
+    int64_t bad = 0, first = -1;
+    for (int64_t i = 0; i < n; i++)
+        if (!(fabs((double)a[i] - b[i]) <= TOL_ADAM * fabs((double)b[i]) + 1e-12)) {
+            if (first < 0) first = i;
+            bad++;
+        }
+    CHECK_MSG(bad == 0, "%s: %lld elements differ (first [%lld]: %.9g vs %.9g)", what,
+              (long long)bad, (long long)first, first >= 0 ? a[first] : 0.0,
+              first >= 0 ? b[first] : 0.0);
+}
+
+KDA_TEST(gpu_model_adamw_matches_cpu) {
+    if (!have_gpu_()) return;
+    KdaModel m;
+    tiny_untied_(&m, 0.02, 21);
+    int64_t n = m.table.total_numel;
+    KdaError err = {{0}};
+    KdaCudaModel *dm = NULL;
+    int rc = kda_cuda_model_create(&dm, &m.cfg, &m.table, m.params, 0, &err);
+    CHECK_MSG(rc == 0, "%s", err.msg);
+    KdaAdamWConfig oc = {0.9, 0.95, 1e-8, 0.1};
+    KdaAdamW opt;
+    KDA_ASSERT(kda_adamw_init(&opt, n, &oc, &err) == 0);
+    float *g = kda_malloc((size_t)n * 4), *gc = kda_malloc((size_t)n * 4);
+    float *p = kda_malloc((size_t)n * 4), *m1 = kda_malloc((size_t)n * 4);
+    float *m2 = kda_malloc((size_t)n * 4);
+    KdaRng r;
+    rng_seed(&r, 22);
+    // Step 1 clips (max_norm below the norm), step 2 does not; scale 0.5 as for 2 micro-batches.
+    const double max_norm[2] = {0.5, 1e9}, lr[2] = {1e-3, 2e-3};
+    for (int s = 0; s < 2 && !rc; s++) {
+        for (int64_t i = 0; i < n; i++)
+            g[i] = rng_normal(&r, 0.0f, 0.05f);
+        memcpy(gc, g, (size_t)n * 4);
+        for (int64_t i = 0; i < n; i++)
+            gc[i] *= 0.5f;
+        double norm_c = kda_grad_clip(gc, n, max_norm[s], NULL);
+        kda_adamw_step(&opt, &m.table, m.params, gc, lr[s]);
+        rc = kda_cuda_model_put_grads(dm, g, &err);
+        double norm_g = rc ? NAN : kda_cuda_model_finish_grads(dm, 0.5, max_norm[s], &err);
+        CHECK_MSG(fabs(norm_g - norm_c) <= 1e-9 * norm_c, "step %d norm %.12g vs %.12g (%s)", s + 1,
+                  norm_g, norm_c, err.msg);
+        if (!rc) rc = kda_cuda_model_adamw(dm, &oc, s + 1, lr[s], &err);
+        if (!rc) rc = kda_cuda_model_get_params(dm, p, &err);
+        if (!rc) rc = kda_cuda_model_get_moments(dm, m1, m2, &err);
+        CHECK_MSG(rc == 0, "%s", err.msg);
+        if (rc) break;
+        check_close_(p, m.params, n, s ? "params after step 2" : "params after step 1");
+        check_close_(m1, opt.m, n, "first moment");
+        check_close_(m2, opt.v, n, "second moment");
+        printf("    adamw step %d: norm %.9g (cpu %.9g)\n", s + 1, norm_g, norm_c);
+    }
+    kda_cuda_model_free(dm);
+    kda_adamw_free(&opt);
+    free(g), free(gc), free(p), free(m1), free(m2);
+    kda_model_free(&m);
+}
+
+// ---- 20 training steps, GPU backend vs CPU backend -------------------------------------------
+
+// Rows of period 16 (each row its own random 16-token motif): learnable by unigram statistics
+// at once and by the short conv + KDA recurrence later.
+static void motif_batch_(int32_t *ids, int64_t B, int64_t T, int64_t vocab, uint64_t seed) {
+    KdaRng r;
+    rng_seed(&r, seed);
+    for (int64_t b = 0; b < B; b++) {
+        int32_t motif[16];
+        for (int i = 0; i < 16; i++)
+            motif[i] = (int32_t)rng_below(&r, (uint64_t)vocab);
+        for (int64_t t = 0; t < T; t++)
+            ids[b * T + t] = motif[t % 16];
+    }
+}
+
+KDA_TEST(gpu_model_train_20_steps) {
+    if (!have_gpu_()) return;
+    KdaModel mc, mg;
+    tiny_untied_(&mc, 0.02, 31);
+    tiny_untied_(&mg, 0.02, 31);
+    KdaAdamWConfig oc = {0.9, 0.95, 1e-8, 0.01};
+    KdaError err = {{0}};
+    KdaBackend bc, bg;
+    KDA_ASSERT(kda_backend_cpu_create(&bc, &mc, &oc, &err) == 0);
+    int rc = kda_backend_cuda_create(&bg, &mg, &oc, 0, &err);
+    CHECK_MSG(rc == 0, "%s", err.msg);
+    if (rc) {
+        kda_model_free(&mg);
+        kda_backend_destroy(&bc);
+        return;
+    }
+    const int64_t B = 4, T = 64, n_micro = 2;
+    int32_t *ids = kda_malloc((size_t)(B * T) * sizeof(int32_t));
+    float first[2] = {0, 0}, last[2] = {0, 0};
+    double worst = 0.0;
+    for (int step = 1; step <= 20 && !rc; step++) {
+        KdaBackend *be[2] = {&bc, &bg};
+        float loss[2] = {0, 0};
+        for (int k = 0; k < 2 && !rc; k++) {
+            be[k]->zero_grads(be[k]->ctx);
+            double sum = 0.0;
+            for (int64_t mi = 0; mi < n_micro && !rc; mi++) {
+                motif_batch_(ids, B, T, 300, (uint64_t)(1000 + (step % 4) * 10 + mi));
+                float l = NAN;
+                rc = be[k]->forward_backward(be[k]->ctx, ids, B, T, 1, &l, &err);
+                sum += l;
+            }
+            loss[k] = (float)(sum / (double)n_micro);
+            double norm = be[k]->finish_grads(be[k]->ctx, 1.0 / (double)n_micro, 1.0);
+            CHECK_MSG(isfinite(norm), "%s step %d: grad norm %g", k ? "gpu" : "cpu", step, norm);
+            be[k]->update(be[k]->ctx, 3e-3);
+        }
+        CHECK_MSG(rc == 0, "step %d: %s", step, err.msg);
+        if (rc) break;
+        double e = fabs((double)loss[1] - loss[0]) / loss[0];
+        CHECK_MSG(e <= TOL_TRAIN, "step %d: gpu loss %.5f vs cpu %.5f (rel %.3g > %g)", step,
+                  loss[1], loss[0], e, TOL_TRAIN);
+        if (e > worst) worst = e;
+        if (step == 1) first[0] = loss[0], first[1] = loss[1];
+        last[0] = loss[0], last[1] = loss[1];
+        printf("    step %2d: cpu %.5f gpu %.5f (rel %.2e)\n", step, loss[0], loss[1], e);
+    }
+    if (!rc) {
+        CHECK_MSG(last[0] < 0.8f * first[0] && last[1] < 0.8f * first[1],
+                  "no learning: cpu %.4f -> %.4f, gpu %.4f -> %.4f", first[0], last[0], first[1],
+                  last[1]);
+        CHECK_EQ_INT(bg.host_optim(bg.ctx)->step, 20);
+        // Checkpoint views: host_params + host_optim, written back unchanged, give the same loss.
+        float l1 = NAN, l2 = NAN;
+        rc = bg.forward_backward(bg.ctx, ids, B, T, 0, &l1, &err);
+        float *hp = bg.host_params(bg.ctx);
+        const KdaAdamW *ho = bg.host_optim(bg.ctx);
+        double vsum = 0.0;
+        for (int64_t i = 0; i < ho->n; i++)
+            vsum += ho->v[i];
+        CHECK_MSG(vsum > 0.0, "host_optim's second moment was not synced");
+        CHECK(hp != NULL);
+        bg.state_changed(bg.ctx);
+        if (!rc) rc = bg.forward_backward(bg.ctx, ids, B, T, 0, &l2, &err);
+        CHECK_MSG(rc == 0, "%s", err.msg);
+        CHECK_MSG(l1 == l2, "loss changed across host_params/state_changed: %.9g vs %.9g", l1, l2);
+        printf("    20 steps: worst per-step loss rel diff %.2e; cpu %.4f -> %.4f, gpu %.4f -> %.4f\n",
+               worst, first[0], last[0], first[1], last[1]);
+    }
+    free(ids);
+    kda_backend_destroy(&bc);
+    kda_backend_destroy(&bg);
+}
+
+// ---- errors ------------------------------------------------------------------------------------
+
+KDA_TEST(gpu_model_errors) {
+    if (!have_gpu_()) return;
+    KdaModel m;
+    tiny_untied_(&m, 0.02, 41);
+    KdaError err = {{0}};
+    KdaCudaModel *dm = NULL;
+    int rc = kda_cuda_model_create(&dm, &m.cfg, &m.table, m.params, 0, &err);
+    CHECK_MSG(rc == 0, "%s", err.msg);
+    if (!rc) {
+        CHECK(kda_cuda_model_backward(dm, &err) == -1); // no forward yet
+        CHECK(strstr(err.msg, "no forward") != NULL);
+        int32_t ids[4] = {1, 2, 300, 3};
+        CHECK(kda_cuda_model_forward(dm, ids, NULL, 1, 4, NULL, NULL, &err) == -1);
+        CHECK_MSG(strstr(err.msg, "ids[0][2] = 300") != NULL, "%s", err.msg);
+        ids[2] = 7; // the model still works after a rejected batch
+        float loss = NAN;
+        CHECK(kda_cuda_model_forward(dm, ids, NULL, 1, 4, NULL, &loss, &err) == 0);
+        CHECK(isfinite(loss));
+    }
+    kda_cuda_model_free(dm);
+    // A config the GPU does not implement fails at create with a message.
+    KdaConfig c = m.cfg;
+    c.has_lower_bound = 1, c.lower_bound = -5.0;
+    dm = NULL;
+    CHECK(kda_cuda_model_create(&dm, &c, &m.table, m.params, 0, &err) == -1 && dm == NULL);
+    CHECK_MSG(strstr(err.msg, "lower_bound") != NULL, "%s", err.msg);
+    kda_model_free(&m);
+}
+
+#endif // KDA_HAVE_CUDA
