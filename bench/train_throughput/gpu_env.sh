@@ -1,0 +1,61 @@
+# shellcheck shell=bash
+# gpu_env.sh - sourced by bench/train_throughput/run.sh and bench/kda_kernel/run_compare.sh on
+# the bare GPU machine: the build environment of bench/kda_kernel/device_run.sh (our apt
+# dependencies from the carried .devdeps/deps.tgz, CUDA on the paths), a build of kda.c into
+# build-gpu (the directory device_run.sh uses, so a warm machine reuses its objects), and FLA
+# from the carried wheels in .whl when python3 cannot import it.
+#
+#   source bench/train_throughput/gpu_env.sh
+#   kda_gpu_env                  # -> 0, or 1 with a message when deps.tgz cannot be unpacked
+#   kda_gpu_build LOG TARGET...  # make -j BUILD=build-gpu TARGET... > LOG 2>&1
+#   kda_fla_env                  # -> 0 when `import fla` works (installing .whl/*.whl if needed)
+#   kda_env_info                 # GPU, driver, nvcc, python packages: a few lines on stdout
+
+KDA_DEPS=/tmp/kdadeps
+
+kda_gpu_env() {
+    if [ ! -f .devdeps/deps.tgz ]; then
+        echo "gpu_env: .devdeps/deps.tgz is missing (carry .devdeps)" >&2
+        return 1
+    fi
+    if ! { mkdir -p "$KDA_DEPS" && tar xzf .devdeps/deps.tgz -C "$KDA_DEPS"; }; then
+        echo "gpu_env: cannot unpack .devdeps/deps.tgz" >&2
+        return 1
+    fi
+    export PATH=/usr/local/cuda/bin:$PATH
+    local cudalib=/usr/local/cuda/lib64:/usr/local/cuda/targets/x86_64-linux/lib
+    export CPATH=$KDA_DEPS/include LIBRARY_PATH=$KDA_DEPS/lib:$cudalib
+    export LD_LIBRARY_PATH=$KDA_DEPS/lib:$cudalib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
+    return 0
+}
+
+kda_gpu_build() { # LOG TARGET...
+    local log=$1
+    shift
+    local cc
+    cc=$(command -v cc || command -v gcc || echo cc)
+    make -j"$(nproc)" CC="$cc" BUILD=build-gpu KDA_CUDA=1 "$@" > "$log" 2>&1
+}
+
+kda_fla_env() {
+    if python3 -c 'import fla' > /dev/null 2>&1; then return 0; fi
+    if ls .whl/*.whl > /dev/null 2>&1; then
+        python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
+            --target /tmp/site .whl/*.whl > /dev/null 2>&1
+        export PYTHONPATH=/tmp/site${PYTHONPATH:+:$PYTHONPATH}
+    fi
+    python3 -c 'import fla' > /dev/null 2>&1 || {
+        echo "gpu_env: cannot import fla (carry .whl with the FLA wheels)" >&2
+        return 1
+    }
+}
+
+kda_env_info() {
+    nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader 2> /dev/null |
+        head -1 | grep . || echo "no nvidia-smi"
+    nvcc --version 2> /dev/null | grep -o 'release [0-9.]*' | sed 's/^/nvcc /' || echo "no nvcc"
+    python3 -c 'import torch, triton; print("torch", torch.__version__, "triton", triton.__version__)' \
+        2> /dev/null || echo "no torch/triton"
+    python3 -c 'import fla, transformers; print("fla", fla.__version__, "transformers", transformers.__version__)' \
+        2> /dev/null || echo "no fla/transformers"
+}

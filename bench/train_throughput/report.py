@@ -1,0 +1,162 @@
+# report.py - the kda.c side's numbers from a `kda train` log, and the Markdown comparison table
+# of bench/train_throughput (stdlib only).
+#
+#   python3 bench/train_throughput/report.py kda-log LOG --mb N --seq S --warmup W
+#           [--mem MEM.json] [--rc RC]          -> one JSON line on stdout
+#   python3 bench/train_throughput/report.py table RESULTS.jsonl [--title T] [--note LINE ...]
+#                                               -> Markdown on stdout
+#
+# kda-log reads the Megatron-style lines of src/train/trainer.c log_train (run with
+# log_interval 1, so there is one line per iteration):
+#   [YYYY-MM-DD HH:MM:SS.ffffff] iteration I/N | ... | lm loss: X | ... |
+#   ms/iter last/avg: A/B |
+# ms_per_step = (timestamp of line N - timestamp of line W) / (N - W): wall clock over the timed
+# iterations, host work between steps included, like the CUDA-event window of fla_train.py.
+# ms_per_step_median = median of the per-step "last" values (train_step alone) of iterations > W.
+# step1_loss = the lm loss of iteration 1 (the loss at initialization).
+# MEM.json is gpumem.py's output: peak device memory in use (NVML), the only GPU memory figure
+# kda train offers (its "peak memory (MiB)" is host RSS, reported as host_rss_mib).
+import argparse
+import datetime
+import json
+import math
+import re
+import sys
+
+LINE = re.compile(r"^\[(?P<ts>[0-9-]+ [0-9:.]+)\] iteration\s+(?P<it>\d+)/\s*(?P<n>\d+) \|"
+                  r".*?\| lm loss: (?P<loss>\S+) \|.*?peak memory \(MiB\): (?P<rss>[0-9.]+) \|"
+                  r".*?ms/iter last/avg: (?P<last>[0-9.]+)/(?P<avg>[0-9.]+) \|")
+
+
+def parse_kda_log(text):
+    """[(iteration, datetime, loss, last_ms, rss_mib)] of every log_train line."""
+    rows = []
+    for line in text.splitlines():
+        m = LINE.match(line.strip())
+        if m:
+            ts = datetime.datetime.strptime(m["ts"], "%Y-%m-%d %H:%M:%S.%f")
+            rows.append((int(m["it"]), ts, float(m["loss"]), float(m["last"]), float(m["rss"])))
+    return rows
+
+
+def median(xs):
+    xs = sorted(xs)
+    n = len(xs)
+    return (xs[n // 2] if n % 2 else (xs[n // 2 - 1] + xs[n // 2]) / 2) if n else float("nan")
+
+
+def last_error(text):
+    """The most telling line of a failed run: kda's 'error:' line, else the last line."""
+    lines = [x.strip() for x in text.splitlines() if x.strip()]
+    for x in reversed(lines):
+        if "error" in x.lower():
+            return x[:300]
+    return lines[-1][:300] if lines else "no output"
+
+
+def kda_result(text, mb, seq, warmup, mem=None, rc=0):
+    rows = parse_kda_log(text)
+    res = {"impl": "kda", "mb": mb, "seq": seq, "warmup": warmup}
+    by_it = {r[0]: r for r in rows}
+    last_it = max(by_it) if by_it else 0
+    if rc != 0 or warmup not in by_it or last_it <= warmup:
+        res.update(error=True, rc=rc, iterations_logged=len(rows), message=last_error(text))
+        if 1 in by_it:
+            res["step1_loss"] = round(by_it[1][2], 5)
+    else:
+        ms = (by_it[last_it][1] - by_it[warmup][1]).total_seconds() * 1000 / (last_it - warmup)
+        timed = [r for r in rows if r[0] > warmup]
+        res.update(
+            steps=last_it - warmup, tokens_per_s=round(mb * seq / (ms / 1000), 1),
+            ms_per_step=round(ms, 2), ms_per_step_median=round(median([r[3] for r in timed]), 2),
+            step1_loss=round(by_it[1][2], 5) if 1 in by_it else None,
+            last_loss=round(by_it[last_it][2], 5),
+            finite=all(math.isfinite(r[2]) for r in rows),
+            host_rss_mib=max(r[4] for r in rows))
+    if mem:
+        res["gpu_mem_used_mib"] = mem.get("peak_mib")
+        res["gpu_mem_baseline_mib"] = mem.get("baseline_mib")
+        res["gpu_mem_source"] = mem.get("source")
+    return res
+
+
+def fmt(x, spec):
+    return "–" if x is None or (isinstance(x, float) and not math.isfinite(x)) else format(x, spec)
+
+
+def gib(mib):
+    return None if mib is None else mib / 1024
+
+
+def table(results, title=None, notes=()):
+    """Markdown: one row per micro-batch, kda.c and FLA side by side, ratio of tokens/s."""
+    kda = {r["mb"]: r for r in results if r.get("impl") == "kda"}
+    fla = {r["mb"]: r for r in results if r.get("impl") == "fla"}
+    out = []
+    if title:
+        out += [f"## {title}", ""]
+    out += ["| micro-batch | kda.c tokens/s | kda.c ms/step | kda.c GPU mem used (GiB) | "
+            "kda.c step-1 loss | FLA tokens/s | FLA ms/step | FLA max_memory_allocated (GiB) | "
+            "FLA GPU mem used (GiB) | FLA step-1 loss | kda.c / FLA tokens/s |",
+            "|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
+
+    def side(r, fla_side):
+        """kda.c: tokens/s, ms, GPU mem, loss; FLA: tokens/s, ms, allocated, GPU mem, loss."""
+        n = 5 if fla_side else 4
+        if r is None or r.get("oom"):
+            return ["not run" if r is None else "out of memory"] + ["–"] * (n - 1)
+        cells = [fmt(r.get("tokens_per_s"), ",.0f"), fmt(r.get("ms_per_step"), ".1f")]
+        if r.get("error"):
+            cells[0] = "failed (rc %s)" % r.get("rc")
+        if fla_side:
+            cells.append(fmt(r.get("max_memory_allocated_gib"), ".1f"))
+        cells += [fmt(gib(r.get("gpu_mem_used_mib")), ".1f"), fmt(r.get("step1_loss"), ".4f")]
+        return cells
+
+    for mb in sorted(set(kda) | set(fla)):
+        k, f = kda.get(mb), fla.get(mb)
+        ratio = "–"
+        if k and f and k.get("tokens_per_s") and f.get("tokens_per_s"):
+            ratio = f"{k['tokens_per_s'] / f['tokens_per_s']:.2f}x"
+        out.append("| " + " | ".join([str(mb)] + side(k, False) + side(f, True) + [ratio]) + " |")
+    out.append("")
+    out += [f"* {n}" for n in notes]
+    return "\n".join(out) + "\n"
+
+
+def main():
+    ap = argparse.ArgumentParser(description="kda train log parser and comparison table")
+    sub = ap.add_subparsers(dest="cmd", required=True)
+    p = sub.add_parser("kda-log", help="one JSON line from a kda train log")
+    p.add_argument("log")
+    p.add_argument("--mb", type=int, required=True)
+    p.add_argument("--seq", type=int, required=True)
+    p.add_argument("--warmup", type=int, required=True, help="untimed iterations (>= 1)")
+    p.add_argument("--mem", help="gpumem.py's JSON")
+    p.add_argument("--rc", type=int, default=0, help="exit status of kda train")
+    t = sub.add_parser("table", help="Markdown table from kda and fla JSON lines")
+    t.add_argument("results")
+    t.add_argument("--title")
+    t.add_argument("--note", action="append", default=[])
+    a = ap.parse_args()
+    if a.cmd == "kda-log":
+        if a.warmup < 1:
+            ap.error("--warmup must be >= 1 (the window starts at iteration warmup's line)")
+        with open(a.log, errors="replace") as f:
+            text = f.read()
+        mem = None
+        if a.mem:
+            try:
+                with open(a.mem) as f:
+                    mem = json.load(f)
+            except (OSError, ValueError):
+                mem = None
+        print(json.dumps(kda_result(text, a.mb, a.seq, a.warmup, mem, a.rc)))
+    else:
+        with open(a.results) as f:
+            results = [json.loads(x) for x in f if x.strip().startswith("{")]
+        sys.stdout.write(table(results, a.title, a.note))
+
+
+if __name__ == "__main__":
+    main()
