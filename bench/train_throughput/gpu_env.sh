@@ -7,11 +7,14 @@
 #
 #   source bench/train_throughput/gpu_env.sh
 #   kda_gpu_env                  # -> 0, or 1 with a message when deps.tgz cannot be unpacked
-#   kda_gpu_build LOG TARGET...  # make -j BUILD=build-gpu TARGET... > LOG 2>&1
-#   kda_fla_env                  # -> 0 when `import fla` works (installing .whl/*.whl if needed)
+#   kda_gpu_build LOG TARGET...  # make -j BUILD=$KDA_GPU_BUILD TARGET... > LOG 2>&1
+# KDA_GPU_BUILD (default build-gpu) names the build directory; targets are given with it.
+#   kda_fla_env                  # -> 0 when torch and fla.ops.kda import (installing .whl/*.whl
+#                                #    into /tmp/site, on PYTHONPATH, if needed)
 #   kda_env_info                 # GPU, driver, nvcc, python packages: a few lines on stdout
 
 KDA_DEPS=/tmp/kdadeps
+KDA_GPU_BUILD=${KDA_GPU_BUILD:-build-gpu}
 
 kda_gpu_env() {
     if [ ! -f .devdeps/deps.tgz ]; then
@@ -34,18 +37,19 @@ kda_gpu_build() { # LOG TARGET...
     shift
     local cc
     cc=$(command -v cc || command -v gcc || echo cc)
-    make -j"$(nproc)" CC="$cc" BUILD=build-gpu KDA_CUDA=1 "$@" > "$log" 2>&1
+    make -j"$(nproc)" CC="$cc" BUILD="$KDA_GPU_BUILD" KDA_CUDA=1 "$@" > "$log" 2>&1
 }
 
 kda_fla_env() {
-    if python3 -c 'import fla' > /dev/null 2>&1; then return 0; fi
+    local check='import torch, fla; from fla.ops.kda import chunk_kda' # `import fla` alone is lazy
+    if python3 -c "$check" > /dev/null 2>&1; then return 0; fi
     if ls .whl/*.whl > /dev/null 2>&1; then
         python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
             --target /tmp/site .whl/*.whl > /dev/null 2>&1
         export PYTHONPATH=/tmp/site${PYTHONPATH:+:$PYTHONPATH}
     fi
-    python3 -c 'import fla' > /dev/null 2>&1 || {
-        echo "gpu_env: cannot import fla (carry .whl with the FLA wheels)" >&2
+    python3 -c "$check" > /dev/null 2>&1 || {
+        echo "gpu_env: cannot import torch and fla.ops.kda (carry .whl with the FLA wheels)" >&2
         return 1
     }
 }

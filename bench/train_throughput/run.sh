@@ -60,7 +60,7 @@ has() { case " $PARTS " in *" $1 "*) return 0 ;; esac; return 1; }
 
 # shellcheck source=bench/train_throughput/gpu_env.sh
 source $HERE/gpu_env.sh
-{ date -u; [ -n "$KDA_BIN" ] || { kda_gpu_env && echo "deps: ok"; }; } > "$OUT/build.log" 2>&1
+{ date -u; kda_gpu_env && echo "deps: ok"; } > "$OUT/build.log" 2>&1
 if has fla && ! kda_fla_env 2>> "$OUT/build.log"; then
     echo "fla: not run: cannot import fla (carry .whl)"
     PARTS=${PARTS//fla/}
@@ -71,10 +71,10 @@ echo "FLA_ONE_CONFIG=$FLA_ONE_CONFIG MBS='$MBS' TRY_MBS='$TRY_MBS' SEQ=$SEQ WARM
 # 1. kda.c build in the background (touches build.done either way)
 BUILD_PID=""
 if has kda && [ -z "$KDA_BIN" ]; then
-    KDA_BIN=build-gpu/kda
+    KDA_BIN=$KDA_GPU_BUILD/kda
     (
         t0=$(date +%s)
-        if kda_gpu_build "$W/make.log" build-gpu/kda; then s=ok; else s=FAILED; fi
+        if kda_gpu_build "$W/make.log" "$KDA_BIN"; then s=ok; else s=FAILED; fi
         echo "build $s in $(($(date +%s) - t0)) s" >> "$W/make.log"
         touch "$W/build.done"
     ) &
