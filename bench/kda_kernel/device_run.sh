@@ -89,7 +89,10 @@ tail -1 "$OUT/test.log"
 
 # Kernel timings at the 300M shapes (not with the prebuilt binary: no objects to link).
 OBJS=""
-[ "$BIN" = ./build-gpu/kda_test ] && OBJS="build-gpu/src/cuda/*.o build-gpu/src/core/error.o build-gpu/src/core/rng.o"
+# The library archive, not src/cuda/*.o: that folder also holds the GPU model driver
+# (model_cuda.o, backend_cuda.o), which needs the rest of the library; the archive pulls in
+# only what bench_gpu.c references.
+[ "$BIN" = ./build-gpu/kda_test ] && OBJS="build-gpu/libkda.a"
 [ "$BIN" = ./build-gpu-min/kda_test ] && OBJS="build-gpu-min/*.cu.o build-gpu-min/error.o build-gpu-min/rng.o"
 if [ -n "$OBJS" ] && [ "${KDA_BENCH:-1}" = 1 ]; then
     $CC -std=c11 -O2 -fopenmp -D_GNU_SOURCE -Isrc -DKDA_HAVE_CUDA=1 -I/usr/local/cuda/include \
