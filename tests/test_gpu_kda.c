@@ -25,7 +25,7 @@
 #include "core/util.h"    // defines: bf16_to_f32, f32_to_bf16
 #include "cpu/kda_core.h" // defines: KdaDims, kda_chunk_fwd, kda_recurrent_bwd
 #include "cuda/cuda_common.h"
-#include "cuda/kda_cuda.h" // defines: kda_cuda_chunk_fwd, kda_cuda_recurrent_bwd
+#include "cuda/kda_cuda.h" // defines: kda_cuda_chunk_fwd, kda_cuda_*_bwd
 
 #define TOL_BF16 1e-2
 #define TOL_F32  2e-5
@@ -196,8 +196,10 @@ static void run_bwd_(const KdaCase *c, int chunked) {
     void *gdq = poisoned_((size_t)c->nqk * 4), *gdk = poisoned_((size_t)c->nqk * 4);
     void *gdv = poisoned_((size_t)c->nv * 2), *gdg = poisoned_((size_t)c->ng * 4);
     void *gdb = poisoned_((size_t)c->nb * 4), *gdS0 = poisoned_((size_t)c->ns * 4);
-    int rc = kda_cuda_recurrent_bwd(&g_kctx, gdq, gdk, gdv, gdg, gdb, gdS0, dO, dST, q, k, v, g, be,
-                                    S0, d);
+    int rc = chunked ? kda_cuda_chunk_bwd(&g_kctx, gdq, gdk, gdv, gdg, gdb, gdS0, dO, dST, q, k, v,
+                                          g, be, S0, d)
+                     : kda_cuda_recurrent_bwd(&g_kctx, gdq, gdk, gdv, gdg, gdb, gdS0, dO, dST, q, k,
+                                              v, g, be, S0, d);
     CHECK_MSG(rc == 0, "%s", g_kctx.err.msg);
     if (rc == 0) {
         float *hq = down_f32_(gdq, c->nqk), *hk = down_f32_(gdk, c->nqk);

@@ -299,6 +299,18 @@ int launch_bwd(KdaCudaCtx *ctx, float *dq, float *dk, kda_bf16 *dv, float *dg, f
 // The chunk workspace lives in global scratch (per block), phases are separated by
 // __syncthreads (which also orders the block's global-memory accesses).
 
+// CB_SYNC: the phase barrier of the chunked backward (KDA_CB_FENCE adds a block-scope fence,
+// a debugging variant).
+#ifdef KDA_CB_FENCE
+#define CB_SYNC()                                                                                  \
+    do {                                                                                           \
+        __threadfence_block();                                                                     \
+        __syncthreads();                                                                           \
+    } while (0)
+#else
+#define CB_SYNC() __syncthreads()
+#endif
+
 struct ChunkWs {
     float *h;        // [(NT + 1), K, V] chunk starts
     float *dS, *dSn; // [K, V]
@@ -371,7 +383,7 @@ __device__ void cb_prepare(ChunkWs &w, const float *S0, int64_t n, int64_t C, in
         w.KK[i * C + jj] = jj < i ? kk : 0.0f;
         w.L[i * C + jj] = jj < i ? w.beta[i] * kk : 0.0f;
     }
-    __syncthreads();
+    CB_SYNC();
     // Akk = (I + L)^-1 column by column: Akk[i, c] = δ_ic - Σ_{c <= m < i} L[i, m] Akk[m, c]
     BLOCK_LOOP(c, n) {
         for (int64_t i = 0; i < n; i++) {
@@ -390,7 +402,7 @@ __device__ void cb_prepare(ChunkWs &w, const float *S0, int64_t n, int64_t C, in
     }
     BLOCK_LOOP(e, n * V) w.Vb[e] = w.beta[e / V] * w.v[e];
     BLOCK_LOOP(e, n * K) w.Kb[e] = w.beta[e / K] * w.k[e] * w.eG[e];
-    __syncthreads();
+    CB_SYNC();
     BLOCK_LOOP(e, n * V) {
         int64_t i = e / V, c = e % V;
         float s = 0.0f;
@@ -405,7 +417,7 @@ __device__ void cb_prepare(ChunkWs &w, const float *S0, int64_t n, int64_t C, in
             s += w.Akk[i * C + m] * w.Kb[m * K + c];
         w.w[e] = s;
     }
-    __syncthreads();
+    CB_SYNC();
     BLOCK_LOOP(e, n * V) {
         int64_t i = e / V, c = e % V;
         float s = w.u[e];
@@ -413,7 +425,7 @@ __device__ void cb_prepare(ChunkWs &w, const float *S0, int64_t n, int64_t C, in
             s -= w.w[i * K + x] * S0[x * V + c];
         w.D[e] = s;
     }
-    __syncthreads();
+    CB_SYNC();
 }
 
 // S_end = Diag(e^{G_last}) S0 + (k e^{G_last - G})ᵀ D, into S1 (another buffer).
@@ -450,7 +462,7 @@ __device__ void cb_backward(ChunkWs &w, const float *S0, int64_t n, int64_t C, i
             s += w.k[i * K + x] * w.eL[i * K + x] * w.dS[x * V + c];
         w.dD[e] = s;
     }
-    __syncthreads();
+    CB_SYNC();
     // (3) inter-chunk dq, dk, dΓ, dw = -dD S0ᵀ; (4) new state gradient into dSn
     BLOCK_LOOP(e, n * K) {
         int64_t i = e / K, c = e % K;
@@ -481,7 +493,7 @@ __device__ void cb_backward(ChunkWs &w, const float *S0, int64_t n, int64_t C, i
             a += w.dS[x * V + c] * S0[x * V + c];
         w.acc[x] = expf(w.G[(n - 1) * K + x]) * a;
     }
-    __syncthreads();
+    CB_SYNC();
     BLOCK_LOOP(x, K) {
         float s = w.acc[x];
         for (int64_t i = 0; i < n; i++)
@@ -515,7 +527,7 @@ __device__ void cb_backward(ChunkWs &w, const float *S0, int64_t n, int64_t C, i
             s += w.Akk[i * C + m] * w.dw[i * K + c];
         w.dKb[e] = s;
     }
-    __syncthreads();
+    CB_SYNC();
     // Vb = β v, Kb = β k e^G: dβ, dk, dΓ; (6) M = Akkᵀ dAkk
     BLOCK_LOOP(i, n) {
         float db = 0.0f;
@@ -536,7 +548,7 @@ __device__ void cb_backward(ChunkWs &w, const float *S0, int64_t n, int64_t C, i
             s += w.Akk[m * C + i] * w.dAkk[m * C + x];
         w.M[i * C + x] = s;
     }
-    __syncthreads();
+    CB_SYNC();
     // dL = -M Akkᵀ on the strict lower triangle
     BLOCK_LOOP(e, n * n) {
         int64_t i = e / n, jj = e % n;
@@ -546,7 +558,7 @@ __device__ void cb_backward(ChunkWs &w, const float *S0, int64_t n, int64_t C, i
                 s += w.M[i * C + x] * w.Akk[jj * C + x];
         w.dL[i * C + jj] = -s;
     }
-    __syncthreads();
+    CB_SYNC();
     // (7) intra-chunk pairs, gathered by output row p:
     //     x_ij = (a_ij q_i + l_ij k_i) e_ij, a = scale dAqk, l = β_i dL (j < i), e = e^{G_i - G_j}
     //     dq_p += Σ_{j<=p} a_pj k_j e_pj;  dk_p += Σ_{i>=p} x_ip + Σ_{j<p} l_pj k_j e_pj
@@ -578,7 +590,7 @@ __device__ void cb_backward(ChunkWs &w, const float *S0, int64_t n, int64_t C, i
             s += w.dL[p * C + jj] * w.KK[p * C + jj];
         w.dbeta[p] += s;
     }
-    __syncthreads();
+    CB_SYNC();
 }
 
 __global__ void __launch_bounds__(256)
@@ -595,17 +607,17 @@ __global__ void __launch_bounds__(256)
     }
     for (int64_t c = 0; c < NT; c++) { // recompute the chunk-start states (§6.3 step 1)
         int64_t t0 = c * C, n = min(C, T - t0);
-        __syncthreads();
+        CB_SYNC();
         cb_gather(w, d, b, j, t0, n, q, k, v, gcum, beta, NULL);
-        __syncthreads();
+        CB_SYNC();
         cb_prepare(w, w.h + c * KV, n, C, K, V, d.scale);
         cb_state_update(w, w.h + c * KV, w.h + (c + 1) * KV, n, K, V);
     }
     for (int64_t c = NT - 1; c >= 0; c--) { // reverse state pass (§6.3 step 3)
         int64_t t0 = c * C, n = min(C, T - t0);
-        __syncthreads();
+        CB_SYNC();
         cb_gather(w, d, b, j, t0, n, q, k, v, gcum, beta, d_o);
-        __syncthreads();
+        CB_SYNC();
         cb_prepare(w, w.h + c * KV, n, C, K, V, d.scale);
         cb_backward(w, w.h + c * KV, n, C, K, V, d.scale);
         BLOCK_LOOP(x, K) { // dg = reverse chunk-local cumsum of dΓ
@@ -626,7 +638,7 @@ __global__ void __launch_bounds__(256)
         }
         BLOCK_LOOP(i, n) dbeta[(b * T + t0 + i) * HV + j] = w.dbeta[i];
     }
-    __syncthreads();
+    CB_SYNC();
     if (dS0) BLOCK_LOOP(e, KV) dS0[bj * KV + e] = w.dS[e];
 }
 
