@@ -183,3 +183,10 @@ KDA_TEST(run_config_write_roundtrip) {
     kda_run_config_free(&a);
     kda_run_config_free(&b);
 }
+
+// Keys of other stacks map to ours by alias, not by edit distance.
+KDA_TEST(run_config_suggests_aliases) {
+    CHECK(!strcmp(kda_run_config_suggest("learning_rate"), "lr"));
+    CHECK(!strcmp(kda_run_config_suggest("max-grad-norm"), "clip_grad"));
+    CHECK(!strcmp(kda_run_config_suggest("train_iter"), "train_iters")); // edit distance still
+}

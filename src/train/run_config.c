@@ -101,7 +101,35 @@ static int edit_distance(const char *a, const char *b) {
     return row[lb];
 }
 
+// Names other stacks use for our keys (HF Trainer, FLA's flame, torchtitan): an exact alias
+// beats edit distance ("learning_rate" is 11 edits from "lr").
+static const struct {
+    const char *alias, *key;
+} g_aliases[] = {
+    {"learning_rate", "lr"},
+    {"min_learning_rate", "min_lr"},
+    {"warmup_steps", "lr_warmup_iters"},
+    {"max_steps", "train_iters"},
+    {"steps", "train_iters"},
+    {"batch_size", "micro_batch_size"},
+    {"per_device_train_batch_size", "micro_batch_size"},
+    {"seq_len", "seq_length"},
+    {"max_seq_length", "seq_length"},
+    {"context_len", "seq_length"},
+    {"beta1", "adam_beta1"},
+    {"beta2", "adam_beta2"},
+    {"eps", "adam_eps"},
+    {"max_grad_norm", "clip_grad"},
+    {"grad_clip", "clip_grad"},
+    {"lr_scheduler_type", "lr_decay_style"},
+    {"save_steps", "save_interval"},
+    {"logging_steps", "log_interval"},
+    {"output_dir", "save"},
+};
+
 const char *kda_run_config_suggest(const char *key) {
+    for (size_t i = 0; i < sizeof g_aliases / sizeof *g_aliases; i++)
+        if (edit_distance(key, g_aliases[i].alias) == 0) return g_aliases[i].key;
     int best = 0, best_d = INT_MAX;
     for (int k = 0; k < N_KEYS; k++) {
         int d = edit_distance(key, g_keys[k].name);
