@@ -3,8 +3,8 @@
 #ifndef KDA_COMMANDS_H
 #define KDA_COMMANDS_H
 
-int cmd_info(int argc, char **argv);     // src/model/cmd_info.c
-int cmd_score(int argc, char **argv);    // src/eval/cmd_score.c
+int cmd_info(int argc, char **argv);         // src/model/cmd_info.c
+int cmd_score(int argc, char **argv);        // src/eval/cmd_score.c
 int cmd_tokenize(int argc, char **argv);     // src/data/cmd_tokenize.c
 int cmd_dataset_info(int argc, char **argv); // src/data/cmd_tokenize.c
 int cmd_encode(int argc, char **argv);       // src/tok/cmd_encode.c

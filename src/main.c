@@ -25,8 +25,9 @@ static const Command g_commands[] = {
 };
 
 static void usage(FILE *f) {
-    fprintf(f, "kda - pretraining stack for Kimi-Delta-Attention language models\n\n"
-               "usage: kda <command> [flags]    (kda <command> --help for its flags)\n\ncommands:\n");
+    fprintf(f,
+            "kda - pretraining stack for Kimi-Delta-Attention language models\n\n"
+            "usage: kda <command> [flags]    (kda <command> --help for its flags)\n\ncommands:\n");
     for (size_t i = 0; i < sizeof g_commands / sizeof *g_commands; i++)
         fprintf(f, "  %-14s %s\n", g_commands[i].name, g_commands[i].summary);
 }

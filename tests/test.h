@@ -22,7 +22,7 @@ const char *test_tmpdir(void);
 
 #define KDA_TEST(name)                                                                             \
     static void test_##name(void);                                                                 \
-    __attribute__((constructor)) static void register_##name(void) {                              \
+    __attribute__((constructor)) static void register_##name(void) {                               \
         kda_test_register(#name, __FILE__, test_##name);                                           \
     }                                                                                              \
     static void test_##name(void)
@@ -43,7 +43,7 @@ const char *test_tmpdir(void);
         double a_ = (double)(a), b_ = (double)(b), t_ = (double)(tol);                             \
         if (!(fabs(a_ - b_) <= t_))                                                                \
             kda_test_fail(__FILE__, __LINE__, "CHECK_NEAR(%s, %s): %.9g vs %.9g (tol %g)", #a, #b, \
-                          a_, b_, t_);                                                     \
+                          a_, b_, t_);                                                             \
     } while (0)
 
 #define CHECK_EQ_INT(a, b)                                                                         \

@@ -13,8 +13,10 @@
 static int json_equal_(const JsonValue *a, const JsonValue *b) {
     if (a->type != b->type) return 0;
     switch (a->type) {
-    case JSON_NUMBER: return a->num == b->num;
-    case JSON_STRING: return a->len == b->len && !memcmp(a->str, b->str, a->len);
+    case JSON_NUMBER:
+        return a->num == b->num;
+    case JSON_STRING:
+        return a->len == b->len && !memcmp(a->str, b->str, a->len);
     case JSON_ARRAY:
     case JSON_OBJECT:
         if (a->len != b->len) return 0;
@@ -23,7 +25,8 @@ static int json_equal_(const JsonValue *a, const JsonValue *b) {
             if (!json_equal_(&a->items[i], &b->items[i])) return 0;
         }
         return 1;
-    default: return 1;
+    default:
+        return 1;
     }
 }
 
@@ -47,9 +50,11 @@ static void check_against_expected_(const char *arrow_rel) {
         if (!nl) break;
         arrow_row_json(&t, r, &txt);
         JsonDoc a, b;
-        CHECK_MSG(json_parse(&a, txt.data, txt.n, &err) == 0, "row %lld: %s", (long long)r, err.msg);
+        CHECK_MSG(json_parse(&a, txt.data, txt.n, &err) == 0, "row %lld: %s", (long long)r,
+                  err.msg);
         CHECK(json_parse(&b, line, (size_t)(nl - line), &err) == 0);
-        CHECK_MSG(json_equal_(&a.root, &b.root), "%s row %lld: %s", arrow_rel, (long long)r, txt.data);
+        CHECK_MSG(json_equal_(&a.root, &b.root), "%s row %lld: %s", arrow_rel, (long long)r,
+                  txt.data);
         json_free(&a), json_free(&b);
         line = nl + 1;
     }
@@ -57,8 +62,12 @@ static void check_against_expected_(const char *arrow_rel) {
     arrow_free(&t);
 }
 
-KDA_TEST(arrow_synthetic_stream) { check_against_expected_("eval/synthetic.stream.arrow"); }
-KDA_TEST(arrow_synthetic_file_format) { check_against_expected_("eval/synthetic.file.arrow"); }
+KDA_TEST(arrow_synthetic_stream) {
+    check_against_expected_("eval/synthetic.stream.arrow");
+}
+KDA_TEST(arrow_synthetic_file_format) {
+    check_against_expected_("eval/synthetic.file.arrow");
+}
 
 KDA_TEST(arrow_real_hf_files) {
     ArrowTable t;
@@ -73,11 +82,13 @@ KDA_TEST(arrow_real_hf_files) {
     CHECK(!strcmp(json_get_str(&d.root, "id"), "Mercury_SC_407695")); // = OLMo doc 0
     CHECK(!strcmp(json_get_str(&d.root, "answerKey"), "D"));
     const JsonValue *text = json_get(json_get(&d.root, "choices"), "text");
-    CHECK(text && text->len == 4 && !strcmp(text->items[3].str, "Record the details of the investigation."));
+    CHECK(text && text->len == 4 &&
+          !strcmp(text->items[3].str, "Record the details of the investigation."));
     json_free(&d);
     arrow_free(&t);
 
-    const char *mm = "eval/hf_datasets/hails/mmlu_no_train/abstract_algebra/dev/data-00000-of-00001.arrow";
+    const char *mm =
+        "eval/hf_datasets/hails/mmlu_no_train/abstract_algebra/dev/data-00000-of-00001.arrow";
     CHECK_MSG(arrow_load_file(&t, test_data(mm), &err) == 0, "%s", err.msg);
     CHECK_EQ_INT(t.n_rows, 5);
     for (int64_t r = 0; r < t.n_rows; r++) {

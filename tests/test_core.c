@@ -15,7 +15,8 @@ static int parse(JsonDoc *d, const char *s) {
 
 KDA_TEST(json_values) {
     JsonDoc d;
-    CHECK(parse(&d, " {\"a\": [1, -2.5e1, true, null, \"x\\u00e9\\ud83d\\ude00\"], \"b\": {}} ") == 0);
+    CHECK(parse(&d, " {\"a\": [1, -2.5e1, true, null, \"x\\u00e9\\ud83d\\ude00\"], \"b\": {}} ") ==
+          0);
     const JsonValue *a = json_get(&d.root, "a");
     CHECK(a && a->type == JSON_ARRAY && a->len == 5);
     CHECK(a->items[0].is_int && a->items[0].i == 1);
@@ -27,8 +28,9 @@ KDA_TEST(json_values) {
 }
 
 KDA_TEST(json_rejects_bad_input) {
-    const char *bad[] = {"", "{", "[1,]", "{\"a\" 1}", "01", "\"\\x\"", "[1] 2", "tru", "\"a\nb\"",
-                         "{\"a\":1,}", "-", "1e", "[\"\\ud800\\u\"]"};
+    const char *bad[] = {
+        "",    "{",        "[1,]",       "{\"a\" 1}", "01", "\"\\x\"",         "[1] 2",
+        "tru", "\"a\nb\"", "{\"a\":1,}", "-",         "1e", "[\"\\ud800\\u\"]"};
     for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
         JsonDoc d;
         CHECK_MSG(parse(&d, bad[i]) != 0, "accepted bad JSON: %s", bad[i]);
@@ -51,12 +53,13 @@ KDA_TEST(utf8_and_halfs) {
         CHECK(utf8_valid_prefix(buf, n) == n);
         CHECK(utf8_decode(buf, &back) == n && back == cp);
     }
-    CHECK(utf8_valid_prefix((const unsigned char *)"\xc0\x80", 2) == 0); // overlong
+    CHECK(utf8_valid_prefix((const unsigned char *)"\xc0\x80", 2) == 0);     // overlong
     CHECK(utf8_valid_prefix((const unsigned char *)"\xed\xa0\x80", 3) == 0); // surrogate
     CHECK(bf16_to_f32(f32_to_bf16(1.0f)) == 1.0f);
     CHECK(f32_to_bf16(1.00390625f) == 0x3f80); // tie rounds to even
     CHECK(f32_to_bf16(1.01171875f) == 0x3f82);
-    for (int h = 0; h < 0x7c00; h += 7) CHECK(f32_to_f16(f16_to_f32((uint16_t)h)) == h);
+    for (int h = 0; h < 0x7c00; h += 7)
+        CHECK(f32_to_f16(f16_to_f32((uint16_t)h)) == h);
     CHECK(f32_to_f16(65520.0f) == 0x7c00 && f32_to_f16(65504.0f) == 0x7bff);
 }
 
@@ -89,7 +92,8 @@ KDA_TEST(rng_deterministic_and_normal) {
     KdaRng a, b;
     rng_seed(&a, 42);
     rng_seed(&b, 42);
-    for (int i = 0; i < 100; i++) CHECK(rng_u64(&a) == rng_u64(&b));
+    for (int i = 0; i < 100; i++)
+        CHECK(rng_u64(&a) == rng_u64(&b));
     double s = 0, s2 = 0;
     int n = 200000;
     for (int i = 0; i < n; i++) {
@@ -120,11 +124,11 @@ KDA_TEST(utf8_lossy_maximal_subparts) {
     } cases[] = {
         {"ok \xc3\xa9", "ok \xc3\xa9"},
         {"\xff", "\xef\xbf\xbd"},
-        {"\xe2\x82", "\xef\xbf\xbd"},              // truncated 3-byte: one U+FFFD
+        {"\xe2\x82", "\xef\xbf\xbd"}, // truncated 3-byte: one U+FFFD
         {"\xe2\x82x", "\xef\xbf\xbdx"},
-        {"\xf0\x9f\x98", "\xef\xbf\xbd"},          // truncated emoji
+        {"\xf0\x9f\x98", "\xef\xbf\xbd"},                         // truncated emoji
         {"\xed\xa0\x80", "\xef\xbf\xbd\xef\xbf\xbd\xef\xbf\xbd"}, // surrogate: 3
-        {"\xc0\xaf", "\xef\xbf\xbd\xef\xbf\xbd"},          // overlong: 2
+        {"\xc0\xaf", "\xef\xbf\xbd\xef\xbf\xbd"},                 // overlong: 2
         {"\xf4\x90\x80\x80", "\xef\xbf\xbd\xef\xbf\xbd\xef\xbf\xbd\xef\xbf\xbd"},
         {"\xe0\x80", "\xef\xbf\xbd\xef\xbf\xbd"},
     };

@@ -16,7 +16,7 @@
 #include "cpu/ops.h"
 #include "test.h"
 
-#define FD_H 1e-2f
+#define FD_H    1e-2f
 #define FD_ATOL 2e-3
 #define FD_RTOL 1e-2
 
@@ -24,13 +24,15 @@ typedef double (*LossFn)(void *ctx);
 
 static float *randn_(KdaRng *r, int64_t n, float std) {
     float *x = malloc((size_t)n * sizeof(float));
-    for (int64_t i = 0; i < n; i++) x[i] = rng_normal(r, 0.0f, std);
+    for (int64_t i = 0; i < n; i++)
+        x[i] = rng_normal(r, 0.0f, std);
     return x;
 }
 
 static double dot_(const float *r, const float *y, int64_t n) {
     double s = 0.0;
-    for (int64_t i = 0; i < n; i++) s += (double)r[i] * y[i];
+    for (int64_t i = 0; i < n; i++)
+        s += (double)r[i] * y[i];
     return s;
 }
 
@@ -79,7 +81,8 @@ KDA_TEST(cpu_gemm_grad) {
     // exact check of one entry of the forward
     gemm_loss_(&c);
     double y12 = c.b[2];
-    for (int64_t i = 0; i < c.in; i++) y12 += (double)c.x[1 * c.in + i] * c.W[2 * c.in + i];
+    for (int64_t i = 0; i < c.in; i++)
+        y12 += (double)c.x[1 * c.in + i] * c.W[2 * c.in + i];
     CHECK_NEAR(c.y[1 * c.out + 2], y12, 1e-5);
     gemm_bwd_dx(dx, c.r, c.W, c.N, c.in, c.out, 0);
     gemm_bwd_dw(dW, db, c.r, c.x, c.N, c.in, c.out);
@@ -115,10 +118,16 @@ static double gnorm_loss_(void *p) {
 }
 
 static NormCtx norm_ctx_(KdaRng *rng, int64_t N, int64_t D) {
-    NormCtx c = {N, D, randn_(rng, N * D, 1), randn_(rng, N * D, 1), randn_(rng, D, 1),
-                 calloc((size_t)(N * D), sizeof(float)), calloc((size_t)N, sizeof(float)),
+    NormCtx c = {N,
+                 D,
+                 randn_(rng, N * D, 1),
+                 randn_(rng, N * D, 1),
+                 randn_(rng, D, 1),
+                 calloc((size_t)(N * D), sizeof(float)),
+                 calloc((size_t)N, sizeof(float)),
                  randn_(rng, N * D, 1)};
-    for (int64_t d = 0; d < D; d++) c.w[d] += 1.0f;
+    for (int64_t d = 0; d < D; d++)
+        c.w[d] += 1.0f;
     return c;
 }
 
@@ -132,12 +141,15 @@ KDA_TEST(cpu_rmsnorm_grad) {
     NormCtx c = norm_ctx_(&rng, 4, 16);
     rmsnorm_loss_(&c);
     double ss = 0; // exact check: row 1, channel 5
-    for (int d = 0; d < 16; d++) ss += (double)c.x[16 + d] * c.x[16 + d];
+    for (int d = 0; d < 16; d++)
+        ss += (double)c.x[16 + d] * c.x[16 + d];
     CHECK_NEAR(c.y[16 + 5], c.x[16 + 5] / sqrt(ss / 16 + 1e-6) * c.w[5], 1e-5);
     float *dx = calloc(64, sizeof(float)), *dw = calloc(16, sizeof(float));
-    for (int i = 0; i < 64; i++) dx[i] = 0.5f; // accumulate = 1 adds on top of this
+    for (int i = 0; i < 64; i++)
+        dx[i] = 0.5f; // accumulate = 1 adds on top of this
     rmsnorm_bwd(dx, dw, c.r, c.x, c.w, c.rstd, 4, 16, 1);
-    for (int i = 0; i < 64; i++) dx[i] -= 0.5f;
+    for (int i = 0; i < 64; i++)
+        dx[i] -= 0.5f;
     fd_check_("rmsnorm dx", rmsnorm_loss_, &c, c.x, dx, 64);
     fd_check_("rmsnorm dw", rmsnorm_loss_, &c, c.w, dw, 16);
     free(dx), free(dw);
@@ -150,7 +162,8 @@ KDA_TEST(cpu_gated_rmsnorm_grad) {
     NormCtx c = norm_ctx_(&rng, 6, 8); // 3 tokens x 2 heads sharing w [8]
     gnorm_loss_(&c);
     double ss = 0;
-    for (int d = 0; d < 8; d++) ss += (double)c.x[8 + d] * c.x[8 + d];
+    for (int d = 0; d < 8; d++)
+        ss += (double)c.x[8 + d] * c.x[8 + d];
     CHECK_NEAR(c.y[8 + 3], c.x[8 + 3] / sqrt(ss / 8 + 1e-6) * c.w[3] / (1 + exp(-c.z[8 + 3])),
                1e-5);
     float *dx = calloc(48, sizeof(float)), *dz = calloc(48, sizeof(float));
@@ -180,8 +193,14 @@ static void conv_case_(int64_t B, int64_t T, int64_t C, int64_t W, uint64_t seed
     KdaRng rng;
     rng_seed(&rng, seed);
     int64_t n = B * T * C;
-    ConvCtx c = {B, T, C, W, randn_(&rng, n, 1), randn_(&rng, C * W, 1),
-                 calloc((size_t)n, sizeof(float)), calloc((size_t)n, sizeof(float)),
+    ConvCtx c = {B,
+                 T,
+                 C,
+                 W,
+                 randn_(&rng, n, 1),
+                 randn_(&rng, C * W, 1),
+                 calloc((size_t)n, sizeof(float)),
+                 calloc((size_t)n, sizeof(float)),
                  randn_(&rng, n, 1)};
     conv_loss_(&c);
     // exact check of the last row's first token: history is zero, only tap W-1 contributes
@@ -270,8 +289,7 @@ typedef struct {
 
 static double xent_loss_(void *p) {
     XentCtx *c = p;
-    return xent_fwd(c->nll, NULL, NULL, c->n, c->W, c->tg, c->N, c->D, c->Vo, c->work,
-                    c->work_n) /
+    return xent_fwd(c->nll, NULL, NULL, c->n, c->W, c->tg, c->N, c->D, c->Vo, c->work, c->work_n) /
            (double)c->n_valid;
 }
 
@@ -281,12 +299,19 @@ KDA_TEST(cpu_xent_grad) {
     // work of N·10 floats: vocabulary chunks of 10 columns, the last one partial (37 = 3·10 + 7)
     int64_t B = 2, T = 23, N = B * T, D = 6, Vo = 37;
     int32_t *labels = malloc((size_t)N * sizeof(int32_t));
-    for (int64_t i = 0; i < N; i++) labels[i] = (int32_t)rng_below(&rng, (uint64_t)Vo);
+    for (int64_t i = 0; i < N; i++)
+        labels[i] = (int32_t)rng_below(&rng, (uint64_t)Vo);
     labels[5] = XENT_IGNORE; // ignored label inside a row
-    XentCtx c = {N, D, Vo, 0, randn_(&rng, N * D, 1), randn_(&rng, Vo * D, 1),
+    XentCtx c = {N,
+                 D,
+                 Vo,
+                 0,
+                 randn_(&rng, N * D, 1),
+                 randn_(&rng, Vo * D, 1),
                  calloc((size_t)N, sizeof(float)),
                  calloc((size_t)xent_work_floats(N, Vo), sizeof(float)),
-                 malloc((size_t)N * sizeof(int32_t)), N * 10};
+                 malloc((size_t)N * sizeof(int32_t)),
+                 N * 10};
     CHECK(xent_work_floats(N, Vo) >= N * Vo); // small problem: one chunk by default
     c.n_valid = xent_targets(c.tg, labels, B, T);
     CHECK_EQ_INT(c.n_valid, B * (T - 1) - 1);
@@ -298,24 +323,30 @@ KDA_TEST(cpu_xent_grad) {
     CHECK_NEAR(sum, sum1, 1e-5 * sum); // chunked == one chunk
     // reference NLL of row 30 in double from the logits it returned
     double mx = -1e30, s = 0, l30 = 0;
-    for (int64_t v = 0; v < Vo; v++) mx = fmax(mx, logits[30 * Vo + v]);
-    for (int64_t v = 0; v < Vo; v++) s += exp(logits[30 * Vo + v] - mx);
+    for (int64_t v = 0; v < Vo; v++)
+        mx = fmax(mx, logits[30 * Vo + v]);
+    for (int64_t v = 0; v < Vo; v++)
+        s += exp(logits[30 * Vo + v] - mx);
     l30 = mx + log(s) - logits[30 * Vo + c.tg[30]];
     CHECK_NEAR(c.nll[30], l30, 1e-5);
     CHECK_NEAR(lse[30], mx + log(s), 1e-5);
     double l = 0;
-    for (int64_t d = 0; d < D; d++) l += (double)c.n[30 * D + d] * c.W[c.tg[30] * D + d];
+    for (int64_t d = 0; d < D; d++)
+        l += (double)c.n[30 * D + d] * c.W[c.tg[30] * D + d];
     CHECK_NEAR(logits[30 * Vo + c.tg[30]], l, 1e-5);
     double sum2 = 0;
-    for (int64_t i = 0; i < N; i++) sum2 += c.nll[i];
+    for (int64_t i = 0; i < N; i++)
+        sum2 += c.nll[i];
     CHECK_NEAR(sum, sum2, 1e-4);
     CHECK(c.nll[T - 1] == 0 && c.nll[4] == 0);
 
-    float *dn = calloc((size_t)(N * D), sizeof(float)), *dW = calloc((size_t)(Vo * D), sizeof(float));
+    float *dn = calloc((size_t)(N * D), sizeof(float)),
+          *dW = calloc((size_t)(Vo * D), sizeof(float));
     xent_bwd(dn, dW, c.n, c.W, c.tg, lse, N, D, Vo, 1.0f / (float)c.n_valid, c.work, c.work_n);
     fd_check_("xent dn", xent_loss_, &c, c.n, dn, N * D);
     fd_check_("xent dW", xent_loss_, &c, c.W, dW, Vo * D);
-    for (int64_t d = 0; d < D; d++) CHECK(dn[(T - 1) * D + d] == 0); // ignored row: no grad
+    for (int64_t d = 0; d < D; d++)
+        CHECK(dn[(T - 1) * D + d] == 0); // ignored row: no grad
     free(labels), free(c.n), free(c.W), free(c.nll), free(c.work), free(c.tg), free(logits);
     free(lse), free(nll1);
     free(dn), free(dW);

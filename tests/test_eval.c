@@ -30,26 +30,33 @@ static int build_(const char *task, const char *json, const char *subject, EvalD
 
 static int req_is_(const EvalDoc *d, int i, const char *ctx, const char *cont) {
     int ok = !strcmp(d->req[i].context, ctx) && !strcmp(d->req[i].continuation, cont);
-    if (!ok) printf("    got context %s | continuation %s\n", d->req[i].context, d->req[i].continuation);
+    if (!ok)
+        printf("    got context %s | continuation %s\n", d->req[i].context, d->req[i].continuation);
     return ok;
 }
 
 KDA_TEST(eval_requests_arc_obqa_piqa) {
     EvalDoc d;
     KdaError err;
-    CHECK(build_("arc_easy", "{\"id\": \"x\", \"question\": \"What is 2+2?\", \"choices\": {\"text\": "
-                 "[\"three\", \"four\"], \"label\": [\"1\", \"2\"]}, \"answerKey\": \"2\"}", NULL, &d, &err) == 0);
+    CHECK(build_("arc_easy",
+                 "{\"id\": \"x\", \"question\": \"What is 2+2?\", \"choices\": {\"text\": "
+                 "[\"three\", \"four\"], \"label\": [\"1\", \"2\"]}, \"answerKey\": \"2\"}",
+                 NULL, &d, &err) == 0);
     CHECK(d.n_choices == 2 && d.gold == 1);
     CHECK(req_is_(&d, 0, "Question: What is 2+2?\nAnswer:", " three"));
     CHECK(req_is_(&d, 1, "Question: What is 2+2?\nAnswer:", " four"));
     CHECK(d.norm_len[0] == 5 && d.norm_len[1] == 4);
     eval_doc_free(&d);
-    CHECK(build_("openbookqa", "{\"question_stem\": \"The sun is\", \"choices\": {\"text\": [\"a star\", "
-                 "\"a planet\"], \"label\": [\"A\", \"B\"]}, \"answerKey\": \" A\"}", NULL, &d, &err) == 0);
+    CHECK(build_("openbookqa",
+                 "{\"question_stem\": \"The sun is\", \"choices\": {\"text\": [\"a star\", "
+                 "\"a planet\"], \"label\": [\"A\", \"B\"]}, \"answerKey\": \" A\"}",
+                 NULL, &d, &err) == 0);
     CHECK(d.gold == 0 && req_is_(&d, 1, "The sun is", " a planet"));
     eval_doc_free(&d);
-    CHECK(build_("piqa", "{\"goal\": \"Open a jar\", \"sol1\": \"twist the lid\", \"sol2\": \"eat it\", "
-                 "\"label\": 0}", NULL, &d, &err) == 0);
+    CHECK(build_("piqa",
+                 "{\"goal\": \"Open a jar\", \"sol1\": \"twist the lid\", \"sol2\": \"eat it\", "
+                 "\"label\": 0}",
+                 NULL, &d, &err) == 0);
     CHECK(d.gold == 0 && req_is_(&d, 0, "Question: Open a jar\nAnswer:", " twist the lid"));
     CHECK(req_is_(&d, 1, "Question: Open a jar\nAnswer:", " eat it"));
     eval_doc_free(&d);
@@ -71,15 +78,19 @@ KDA_TEST(eval_requests_hellaswag_cleaning) {
     s = eval_py_capitalize("hELLO wORLD");
     CHECK(!strcmp(s, "Hello world"));
     free(s);
-    s = eval_py_capitalize("\xC3\xA9lan \xC3\x89""COLE \xCE\xA9\xCE\xBC"); // élan ÉCOLE Ωμ
-    CHECK(!strcmp(s, "\xC3\x89lan \xC3\xA9""cole \xCF\x89\xCE\xBC"));
+    s = eval_py_capitalize("\xC3\xA9lan \xC3\x89"
+                           "COLE \xCE\xA9\xCE\xBC"); // élan ÉCOLE Ωμ
+    CHECK(!strcmp(s, "\xC3\x89lan \xC3\xA9"
+                     "cole \xCF\x89\xCE\xBC"));
     free(s);
     EvalDoc d;
     KdaError err;
-    CHECK(build_("hellaswag", "{\"activity_label\": \"Home and Garden\", \"ctx_a\": \"A man is "
-                 "[header] kneeling on a rug.\", \"ctx_b\": \"HE picks UP a Brush [step]\", \"endings\": "
-                 "[\" he brushes the rug. [title] Done \", \"he  leaves.\"], \"label\": \"1\"}", NULL,
-                 &d, &err) == 0);
+    CHECK(build_("hellaswag",
+                 "{\"activity_label\": \"Home and Garden\", \"ctx_a\": \"A man is "
+                 "[header] kneeling on a rug.\", \"ctx_b\": \"HE picks UP a Brush [step]\", "
+                 "\"endings\": "
+                 "[\" he brushes the rug. [title] Done \", \"he  leaves.\"], \"label\": \"1\"}",
+                 NULL, &d, &err) == 0);
     CHECK(d.gold == 1 && d.n_choices == 2);
     CHECK(req_is_(&d, 0, "Home and Garden: A man is kneeling on a rug. He picks up a brush ",
                   " he brushes the rug.. Done"));
@@ -92,21 +103,26 @@ KDA_TEST(eval_requests_hellaswag_cleaning) {
 KDA_TEST(eval_requests_winogrande_partial) {
     EvalDoc d;
     KdaError err;
-    CHECK(build_("winogrande", "{\"sentence\": \"Sarah was a much better surgeon than Maria so _ "
+    CHECK(build_("winogrande",
+                 "{\"sentence\": \"Sarah was a much better surgeon than Maria so _ "
                  "always got the easier cases.\", \"option1\": \"Sarah\", \"option2\": \"Maria\", "
-                 "\"answer\": \"2\"}", NULL, &d, &err) == 0);
+                 "\"answer\": \"2\"}",
+                 NULL, &d, &err) == 0);
     CHECK(d.gold == 1);
-    CHECK(req_is_(&d, 0, "Sarah was a much better surgeon than Maria so Sarah", " always got the easier cases."));
-    CHECK(req_is_(&d, 1, "Sarah was a much better surgeon than Maria so Maria", " always got the easier cases."));
+    CHECK(req_is_(&d, 0, "Sarah was a much better surgeon than Maria so Sarah",
+                  " always got the easier cases."));
+    CHECK(req_is_(&d, 1, "Sarah was a much better surgeon than Maria so Maria",
+                  " always got the easier cases."));
     eval_doc_free(&d);
 }
 
 KDA_TEST(eval_requests_mmlu_prompt) {
     EvalDoc d;
     KdaError err;
-    CHECK(build_("mmlu", "{\"question\": \"  Find the order of 2 in Z_4.\\n\", \"subject\": "
-                 "\"abstract_algebra\", \"choices\": [\"1\", \"2\", \"4\", \"0\"], \"answer\": 1}", NULL,
-                 &d, &err) == 0);
+    CHECK(build_("mmlu",
+                 "{\"question\": \"  Find the order of 2 in Z_4.\\n\", \"subject\": "
+                 "\"abstract_algebra\", \"choices\": [\"1\", \"2\", \"4\", \"0\"], \"answer\": 1}",
+                 NULL, &d, &err) == 0);
     const char *ctx = "The following are multiple choice questions (with answers) about abstract "
                       "algebra.\n\nFind the order of 2 in Z_4.\nA. 1\nB. 2\nC. 4\nD. 0\nAnswer:";
     CHECK(d.gold == 1 && d.n_choices == 4);
@@ -120,7 +136,8 @@ KDA_TEST(eval_requests_mmlu_prompt) {
 KDA_TEST(eval_requests_race) {
     EvalTask t;
     KdaError err;
-    CHECK_MSG(eval_task_load_jsonl(&t, "race", test_data("eval/race.jsonl"), 0, &err) == 0, "%s", err.msg);
+    CHECK_MSG(eval_task_load_jsonl(&t, "race", test_data("eval/race.jsonl"), 0, &err) == 0, "%s",
+              err.msg);
     size_t n;
     char *exp = read_file(test_data("eval/race.expected.jsonl"), &n, &err);
     CHECK(exp != NULL && t.n_docs == 2);
@@ -181,7 +198,8 @@ static void tiny_(KdaModel *m) {
     KdaConfig c;
     kda_config_defaults(&c);
     c.hidden_size = 16, c.num_hidden_layers = 2, c.num_heads = 2, c.head_dim = 8;
-    c.expand_v = 1.0, c.intermediate_size_raw = 32, c.vocab_size = 128256, c.tie_word_embeddings = 1;
+    c.expand_v = 1.0, c.intermediate_size_raw = 32, c.vocab_size = 128256,
+    c.tie_word_embeddings = 1;
     KdaError err;
     KDA_ASSERT(kda_config_derive(&c, "tiny", &err) == 0);
     KDA_ASSERT(kda_model_init(m, &c, &err) == 0);
@@ -193,7 +211,8 @@ static double forward_ll_(KdaModel *m, const int32_t *ids, int64_t n, int64_t n_
     KdaError err;
     KDA_ASSERT(kda_model_forward(m, ids, NULL, 1, n, nll, NULL, NULL, &err) == 0);
     double s = 0.0;
-    for (int64_t p = n - n_cont; p < n; p++) s -= nll[p - 1];
+    for (int64_t p = n - n_cont; p < n; p++)
+        s -= nll[p - 1];
     free(nll);
     return s;
 }
@@ -207,8 +226,8 @@ KDA_TEST(eval_tokenization_rules) {
     TokIds ctx = {0}, whole = {0};
     tok_encode(tok, "Question: Why?\nAnswer:", 22, 0, &ctx, &err);
     tok_encode(tok, "Question: Why?\nAnswer:  because", 31, 0, &whole, &err);
-    CHECK(t.ids[0] == 128000 && t.n_ctx == (int64_t)ctx.n + 1);          // BOS + enc(rstripped)
-    CHECK(t.n_ctx - 1 + t.n_cont == (int64_t)whole.n);                    // whole-string split
+    CHECK(t.ids[0] == 128000 && t.n_ctx == (int64_t)ctx.n + 1); // BOS + enc(rstripped)
+    CHECK(t.n_ctx - 1 + t.n_cont == (int64_t)whole.n);          // whole-string split
     CHECK(!memcmp(t.ids + 1, ctx.ids, ctx.n * 4));
     CHECK(!memcmp(t.ids + t.n_ctx, whole.ids + ctx.n, (size_t)t.n_cont * 4));
     eval_tokens_free(&t);
@@ -234,9 +253,11 @@ KDA_TEST(eval_loglik_equals_forward_nll) {
                          {"Question: Which is a fruit?\nAnswer:", " x"},
                          {"Other context", " with a longer continuation here"}};
     EvalTokens t[4];
-    for (int i = 0; i < 4; i++) CHECK(eval_encode_request(tok, &rq[i], 1, 0, &t[i], &err) == 0);
+    for (int i = 0; i < 4; i++)
+        CHECK(eval_encode_request(tok, &rq[i], 1, 0, &t[i], &err) == 0);
     double ref[4], ll_shared[4], ll_full[4], ll_trunc[4];
-    for (int i = 0; i < 4; i++) ref[i] = forward_ll_(&m, t[i].ids, t[i].n_ctx + t[i].n_cont, t[i].n_cont);
+    for (int i = 0; i < 4; i++)
+        ref[i] = forward_ll_(&m, t[i].ids, t[i].n_ctx + t[i].n_cont, t[i].n_cont);
     EvalSettings s = {.bos = 1, .max_length = 2048, .batch_tokens = 64, .share_prefix = 1};
     CHECK(eval_loglik(&m, t, 4, &s, ll_shared, NULL, NULL, &err) == 0);
     s.share_prefix = 0;
@@ -252,17 +273,20 @@ KDA_TEST(eval_loglik_equals_forward_nll) {
     s.max_length = 5, s.share_prefix = 1;
     CHECK(eval_loglik(&m, t, 4, &s, ll_trunc, NULL, NULL, &err) == 0);
     for (int i = 0; i < 4; i++) {
-        int64_t n = t[i].n_ctx + t[i].n_cont, L = n < 6 ? n : 6, nc = t[i].n_cont < L - 1 ? t[i].n_cont : L - 1;
+        int64_t n = t[i].n_ctx + t[i].n_cont, L = n < 6 ? n : 6,
+                nc = t[i].n_cont < L - 1 ? t[i].n_cont : L - 1;
         CHECK_NEAR(ll_trunc[i], forward_ll_(&m, t[i].ids + (n - L), L, nc), 1e-3);
     }
-    for (int i = 0; i < 4; i++) eval_tokens_free(&t[i]);
+    for (int i = 0; i < 4; i++)
+        eval_tokens_free(&t[i]);
     kda_model_free(&m);
 }
 
 KDA_TEST(eval_olmo_requests) {
     EvalTask t;
     KdaError err;
-    CHECK_MSG(eval_task_load(&t, "olmo:arc_challenge/rc_0shot", test_data("eval"), 0, &err) == 0, "%s", err.msg);
+    CHECK_MSG(eval_task_load(&t, "olmo:arc_challenge/rc_0shot", test_data("eval"), 0, &err) == 0,
+              "%s", err.msg);
     CHECK(t.olmo && t.n_docs == 3 && !strcmp(t.primary, "acc_per_char")); // uncond. lines skipped
     CHECK(t.docs[0].n_choices == 4 && t.docs[0].gold == 3);
     CHECK(!strcmp(t.docs[0].req[0].continuation, " Put the objects in groups."));
@@ -270,7 +294,8 @@ KDA_TEST(eval_olmo_requests) {
     eval_task_free(&t);
     CHECK(eval_task_load(&t, "olmo:winogrande/rc_0shot", test_data("eval"), 1, &err) == 0);
     CHECK(t.n_docs == 1 && t.docs[0].gold == 1);
-    CHECK(req_is_(&t.docs[0], 1, "Sarah was a much better surgeon than Maria so Maria", " always got the easier cases."));
+    CHECK(req_is_(&t.docs[0], 1, "Sarah was a much better surgeon than Maria so Maria",
+                  " always got the easier cases."));
     eval_task_free(&t);
     CHECK(eval_task_load(&t, "olmo:piqa/rc_0shot", test_data("eval"), 0, &err) == -1);
     CHECK(strstr(err.msg, "olmo:piqa/rc_0shot") && strstr(err.msg, "requests.jsonl.gz"));
@@ -290,22 +315,33 @@ KDA_TEST(eval_bad_input_names_task_and_record) {
     CHECK(eval_task_load(&t, "piqa", dir, 0, &err) == -1);
     CHECK(strstr(err.msg, "piqa") && strstr(err.msg, "no data"));
     CHECK(eval_task_load(&t, "squad", dir, 0, &err) == -1 && strstr(err.msg, "unknown task"));
-    write_(dir, "arc_easy.jsonl", "{\"question\": \"q\", \"choices\": {\"text\": [\"a\"], \"label\": [\"A\"]}, "
-                                  "\"answerKey\": \"A\"}\n{\"question\": \n");
+    write_(dir, "arc_easy.jsonl",
+           "{\"question\": \"q\", \"choices\": {\"text\": [\"a\"], \"label\": [\"A\"]}, "
+           "\"answerKey\": \"A\"}\n{\"question\": \n");
     CHECK(eval_task_load(&t, "arc_easy", dir, 0, &err) == -1);
-    CHECK(strstr(err.msg, "arc_easy") && strstr(err.msg, "arc_easy.jsonl:2") && strstr(err.msg, "malformed JSON"));
-    write_(dir, "arc_challenge.jsonl", "\n{\"question\": \"q\", \"choices\": {\"text\": [\"a\", \"b\"], "
-                                       "\"label\": [\"A\"]}, \"answerKey\": \"A\"}\n");
+    CHECK(strstr(err.msg, "arc_easy") && strstr(err.msg, "arc_easy.jsonl:2") &&
+          strstr(err.msg, "malformed JSON"));
+    write_(dir, "arc_challenge.jsonl",
+           "\n{\"question\": \"q\", \"choices\": {\"text\": [\"a\", \"b\"], "
+           "\"label\": [\"A\"]}, \"answerKey\": \"A\"}\n");
     CHECK(eval_task_load(&t, "arc_challenge", dir, 0, &err) == -1);
     CHECK(strstr(err.msg, "arc_challenge.jsonl:2") && strstr(err.msg, "choices.text has 2"));
-    write_(dir, "mmlu.jsonl", "{\"question\": \"q\", \"subject\": \"anatomy\", \"choices\": [\"1\", \"2\", \"3\"], \"answer\": 0}\n");
+    write_(dir, "mmlu.jsonl",
+           "{\"question\": \"q\", \"subject\": \"anatomy\", \"choices\": [\"1\", \"2\", \"3\"], "
+           "\"answer\": 0}\n");
     CHECK(eval_task_load(&t, "mmlu", dir, 0, &err) == -1);
-    CHECK(strstr(err.msg, "mmlu: ") && strstr(err.msg, "mmlu.jsonl:1") && strstr(err.msg, "3 entries, expected 4"));
-    write_(dir, "winogrande.jsonl", "{\"sentence\": \"no blank\", \"option1\": \"a\", \"option2\": \"b\", \"answer\": \"1\"}\n");
-    CHECK(eval_task_load(&t, "winogrande", dir, 0, &err) == -1 && strstr(err.msg, "winogrande.jsonl:1"));
-    write_(dir, "hellaswag.jsonl", "{\"activity_label\": \"a\", \"ctx_a\": \"b\", \"ctx_b\": \"c\", "
-                                   "\"endings\": [\"x\", \"y\"], \"label\": \"2\"}\n");
-    CHECK(eval_task_load(&t, "hellaswag", dir, 0, &err) == -1 && strstr(err.msg, "'label' is 2, expected 0..1"));
+    CHECK(strstr(err.msg, "mmlu: ") && strstr(err.msg, "mmlu.jsonl:1") &&
+          strstr(err.msg, "3 entries, expected 4"));
+    write_(dir, "winogrande.jsonl",
+           "{\"sentence\": \"no blank\", \"option1\": \"a\", \"option2\": \"b\", \"answer\": "
+           "\"1\"}\n");
+    CHECK(eval_task_load(&t, "winogrande", dir, 0, &err) == -1 &&
+          strstr(err.msg, "winogrande.jsonl:1"));
+    write_(dir, "hellaswag.jsonl",
+           "{\"activity_label\": \"a\", \"ctx_a\": \"b\", \"ctx_b\": \"c\", "
+           "\"endings\": [\"x\", \"y\"], \"label\": \"2\"}\n");
+    CHECK(eval_task_load(&t, "hellaswag", dir, 0, &err) == -1 &&
+          strstr(err.msg, "'label' is 2, expected 0..1"));
 }
 
 KDA_TEST(eval_perplexity_windows) {
@@ -321,11 +357,12 @@ KDA_TEST(eval_perplexity_windows) {
     double sum, ref = 0.0;
     int64_t n;
     CHECK(eval_perplexity(&m, &ds, S, 0, &sum, &n, NULL, NULL, &err) == 0);
-    CHECK_EQ_INT(n, n_all - 1); // every token but the first is predicted once
+    CHECK_EQ_INT(n, n_all - 1);                   // every token but the first is predicted once
     for (int64_t w = 0; w * S < n_all - 1; w++) { // windows [wS, wS+S] overlapping by one token
         int32_t ids[4];
         int64_t L = n_all - w * S < S + 1 ? n_all - w * S : S + 1;
-        for (int64_t i = 0; i < L; i++) ids[i] = (int32_t)all[w * S + i];
+        for (int64_t i = 0; i < L; i++)
+            ids[i] = (int32_t)all[w * S + i];
         ref -= forward_ll_(&m, ids, L, L - 1);
     }
     CHECK_NEAR(sum, ref, 1e-3); // same forwards, summed in another order
@@ -342,8 +379,11 @@ KDA_TEST(eval_command_end_to_end) {
     snprintf(model, sizeof model, "%s/model", dir);
     KdaError err;
     CHECK(kda_model_save_dir(model, &m.cfg, &m.table, m.params, KDA_DTYPE_F32, &err) == 0);
-    write_(dir, "piqa.jsonl", "{\"goal\": \"Open a jar\", \"sol1\": \"twist the lid\", \"sol2\": \"eat it\", \"label\": 0}\n"
-                              "{\"goal\": \"Dry hair\", \"sol1\": \"use a towel\", \"sol2\": \"use a rock\", \"label\": 0}\n");
+    write_(dir, "piqa.jsonl",
+           "{\"goal\": \"Open a jar\", \"sol1\": \"twist the lid\", \"sol2\": \"eat it\", "
+           "\"label\": 0}\n"
+           "{\"goal\": \"Dry hair\", \"sol1\": \"use a towel\", \"sol2\": \"use a rock\", "
+           "\"label\": 0}\n");
     size_t n;
     char *race = read_file(test_data("eval/race.jsonl"), &n, &err);
     KDA_ASSERT(race != NULL);
@@ -351,21 +391,25 @@ KDA_TEST(eval_command_end_to_end) {
     free(race);
     snprintf(out, sizeof out, "%s/results.json", dir);
     snprintf(dump, sizeof dump, "%s/requests.jsonl", dir);
-    char *argv[] = {"--model", model, "--tasks", "piqa,race", "--data", dir, "--output", out,
-                    "--tokenizer", TOKENIZER, "--dump-requests", dump};
+    char *argv[] = {"--model",  model, "--tasks",     "piqa,race", "--data",          dir,
+                    "--output", out,   "--tokenizer", TOKENIZER,   "--dump-requests", dump};
     CHECK_EQ_INT(cmd_eval(12, argv), 0);
     EvalResults r;
     CHECK(eval_results_read(out, &r, &err) == 0);
     CHECK_EQ_INT(r.n, 3); // piqa acc, acc_norm; race acc
     CHECK(!strcmp(r.m[0].task, "piqa") && !strcmp(r.m[1].metric, "acc_norm") && r.m[2].n == 2);
-    for (int i = 0; i < r.n; i++) CHECK(r.m[i].value >= 0 && r.m[i].value <= 1);
+    for (int i = 0; i < r.n; i++)
+        CHECK(r.m[i].value >= 0 && r.m[i].value <= 1);
     CHECK_NEAR(r.m[0].random, 50.0, 1e-9);
     char *d = read_file(dump, &n, &err);
-    CHECK(d && strstr(d, "\"continuation\": \" use a rock\"") && strstr(d, "\"ctx_ids\": [128000,"));
+    CHECK(d && strstr(d, "\"continuation\": \" use a rock\"") &&
+          strstr(d, "\"ctx_ids\": [128000,"));
     free(d);
     snprintf(out2, sizeof out2, "%s/results2.json", dir);
-    char *argv2[] = {"--model", model, "--tasks", "piqa", "--data", dir, "--output", out2,
-                     "--tokenizer", TOKENIZER, "--no-share-prefix", "--batch-tokens", "16"};
+    char *argv2[] = {"--model",     model,     "--tasks",           "piqa",
+                     "--data",      dir,       "--output",          out2,
+                     "--tokenizer", TOKENIZER, "--no-share-prefix", "--batch-tokens",
+                     "16"};
     CHECK_EQ_INT(cmd_eval(13, argv2), 0);
     EvalResults r2;
     CHECK(eval_results_read(out2, &r2, &err) == 0);

@@ -103,8 +103,8 @@ static void expect_(const char *what, const float *ref, const float *out, int64_
         maxabs = e > maxabs ? e : maxabs;
     }
     int ok = rel <= tol || maxabs <= 1e-6;
-    printf("    %-34s n=%-9lld rel %.2e max|d| %.1e (tol %.0e)%s\n", what, (long long)n, rel, maxabs,
-           tol, ok ? "" : "  FAIL");
+    printf("    %-34s n=%-9lld rel %.2e max|d| %.1e (tol %.0e)%s\n", what, (long long)n, rel,
+           maxabs, tol, ok ? "" : "  FAIL");
     CHECK_MSG(ok, "%s: rel RMS error %.3g > %.1g and max abs error %.3g > 1e-6", what, rel, tol,
               maxabs);
 }

@@ -136,8 +136,7 @@ static int32_t *random_ids_(int64_t n, int64_t vocab, uint64_t seed) {
 
 // ---- whole-model loss and every gradient vs the CPU -----------------------------------------
 
-static void compare_step_(KdaModel *m, const int32_t *ids, int64_t B, int64_t T,
-                          const char *what) {
+static void compare_step_(KdaModel *m, const int32_t *ids, int64_t B, int64_t T, const char *what) {
     KdaError err = {{0}};
     int64_t n = m->table.total_numel, N = B * T;
     float *gc = kda_calloc((size_t)n, sizeof(float)), *gg = kda_calloc((size_t)n, sizeof(float));
@@ -161,8 +160,8 @@ static void compare_step_(KdaModel *m, const int32_t *ids, int64_t B, int64_t T,
                   TOL_LOSS);
         double ne = rel_rms_(ng, nc, N);
         CHECK_MSG(ne <= TOL_GRAD, "%s per-token nll rel-RMS %.3g > %g", what, ne, TOL_GRAD);
-        printf("    gpu %s: loss %.6f vs cpu %.6f (rel %.2e), nll rel-RMS %.2e\n", what, lg, lc,
-               le, ne);
+        printf("    gpu %s: loss %.6f vs cpu %.6f (rel %.2e), nll rel-RMS %.2e\n", what, lg, lc, le,
+               ne);
         double worst = 0.0;
         const char *wname = "";
         for (int i = 0; i < m->table.n; i++) {
@@ -281,7 +280,8 @@ KDA_TEST(gpu_model_xent_chunks) {
     for (size_t i = 0; i < sizeof bufs / sizeof *bufs; i++)
         kda_cuda_release(bufs[i]);
     kda_cuda_free(&ctx);
-    free(n), free(W), free(labels), free(work), free(lg_c), free(nll_c), free(lse_c), free(dn_c), free(dW_c);
+    free(n), free(W), free(labels), free(work), free(lg_c), free(nll_c), free(lse_c), free(dn_c),
+        free(dW_c);
 }
 
 // ---- AdamW + scaling + clipping vs the CPU optimizer on the same gradients -------------------
@@ -427,8 +427,9 @@ KDA_TEST(gpu_model_train_20_steps) {
         if (!rc) rc = bg.forward_backward(bg.ctx, ids, B, T, 0, &l2, &err);
         CHECK_MSG(rc == 0, "%s", err.msg);
         CHECK_MSG(l1 == l2, "loss changed across host_params/state_changed: %.9g vs %.9g", l1, l2);
-        printf("    20 steps: worst per-step loss rel diff %.2e; cpu %.4f -> %.4f, gpu %.4f -> %.4f\n",
-               worst, first[0], last[0], first[1], last[1]);
+        printf(
+            "    20 steps: worst per-step loss rel diff %.2e; cpu %.4f -> %.4f, gpu %.4f -> %.4f\n",
+            worst, first[0], last[0], first[1], last[1]);
     }
     free(ids);
     kda_backend_destroy(&bc);

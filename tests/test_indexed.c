@@ -22,7 +22,8 @@ static int files_equal(const char *a, const char *b) {
 static int dir_entries(const char *dir) { // files in dir, excluding . and ..
     DIR *d = opendir(dir);
     int n = 0;
-    for (struct dirent *e; d && (e = readdir(d));) n += e->d_name[0] != '.';
+    for (struct dirent *e; d && (e = readdir(d));)
+        n += e->d_name[0] != '.';
     if (d) closedir(d);
     return n;
 }
@@ -66,7 +67,8 @@ KDA_TEST(indexed_byte_exact_vs_reference) {
             const char *ext = k ? ".idx" : ".bin";
             snprintf(path, sizeof path, "%s%s", pairs[i][0], ext);
             snprintf(ref, sizeof ref, "%s%s", pairs[i][1], ext);
-            CHECK_MSG(files_equal(path, test_data(ref)), "%s differs from tests/data/%s", path, ref);
+            CHECK_MSG(files_equal(path, test_data(ref)), "%s differs from tests/data/%s", path,
+                      ref);
         }
     // Only the two published files remain: no temporaries.
     CHECK_EQ_INT(dir_entries(test_tmpdir()), 4);
@@ -118,8 +120,9 @@ KDA_TEST(indexed_round_trip_random) {
         int64_t maxv = dt ? 128256 : 65536;
         enum { NS = 300 };
         int lens[NS], per_doc[NS], n_doc = 0, total = 0;
-        for (int i = 0; i < NS; i++) lens[i] = (int)((s = s * 6364136223846793005ull + 1) >> 58),
-                                      total += lens[i]; // 0..63 tokens, empty sequences included
+        for (int i = 0; i < NS; i++)
+            lens[i] = (int)((s = s * 6364136223846793005ull + 1) >> 58),
+            total += lens[i]; // 0..63 tokens, empty sequences included
         for (int i = 0; i < NS;) {
             int k = 1 + (int)((s = s * 6364136223846793005ull + 1) >> 62); // 1..4 seqs per doc
             if (k > NS - i) k = NS - i;
@@ -191,7 +194,9 @@ static unsigned char *good_index(size_t *n) { // 3 docs: [2 seqs, 1 seq, 1 seq],
     return indexed_index_serialize(IDX_DTYPE_INT32, lens, 4, docs, 4, n);
 }
 
-static void put64(unsigned char *p, int64_t v) { memcpy(p, &v, 8); }
+static void put64(unsigned char *p, int64_t v) {
+    memcpy(p, &v, 8);
+}
 
 static int expect_error(const unsigned char *buf, size_t n, const char *what) {
     IndexedIndex idx;
@@ -219,9 +224,9 @@ KDA_TEST(indexed_corrupt_index_errors) {
     CASE("unknown dtype code 9", b[17] = 9, n);
     CASE("not a token dtype", b[17] = IDX_DTYPE_FLOAT32, n);
     CASE("do not fit", put64(b + 18, INT64_MAX), n);
-    CASE("expected", (void)0, n - 1);                  // truncated
-    CASE("expected", (void)0, n + 3);                  // trailing garbage
-    CASE("negative length", put64(b + L, -1), n);      // also breaks length[1]; first error wins
+    CASE("expected", (void)0, n - 1);             // truncated
+    CASE("expected", (void)0, n + 3);             // trailing garbage
+    CASE("negative length", put64(b + L, -1), n); // also breaks length[1]; first error wins
     CASE("pointer of sequence 1 is 8", put64(b + P + 8, 8), n);
     CASE("pointer of sequence 0", put64(b + P, 4), n);
     CASE("document index entry 2 is 1", put64(b + D + 16, 1), n); // decreasing

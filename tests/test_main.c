@@ -75,7 +75,8 @@ static int selected(const TestCase *t, int argc, char **argv) {
 
 int main(int argc, char **argv) {
     if (argc > 1 && !strcmp(argv[1], "--list")) {
-        for (int i = 0; i < g_n_tests; i++) printf("%s (%s)\n", g_tests[i].name, g_tests[i].file);
+        for (int i = 0; i < g_n_tests; i++)
+            printf("%s (%s)\n", g_tests[i].name, g_tests[i].file);
         return 0;
     }
     qsort(g_tests, (size_t)g_n_tests, sizeof *g_tests, by_file_then_order);

@@ -63,7 +63,8 @@ static int32_t *random_ids_(int64_t n, int64_t vocab, uint64_t seed) {
     KdaRng r;
     rng_seed(&r, seed);
     int32_t *ids = malloc((size_t)n * sizeof(int32_t));
-    for (int64_t i = 0; i < n; i++) ids[i] = (int32_t)rng_below(&r, (uint64_t)vocab);
+    for (int64_t i = 0; i < n; i++)
+        ids[i] = (int32_t)rng_below(&r, (uint64_t)vocab);
     return ids;
 }
 
@@ -73,16 +74,19 @@ static double loss_d_(KdaModel *m, const int32_t *ids, int64_t B, int64_t T, flo
     KdaError err;
     KDA_ASSERT(kda_model_forward(m, ids, NULL, B, T, nll, NULL, &loss, &err) == 0);
     double s = 0;
-    for (int64_t i = 0; i < B * T; i++) s += nll[i];
+    for (int64_t i = 0; i < B * T; i++)
+        s += nll[i];
     return s / (double)(B * (T - 1));
 }
 
 // Central difference of the loss along u (n floats) at step h, parameters restored after.
-static double fd_dir_(KdaModel *m, float *p, const float *save, const float *u, int64_t n,
-                      double h, const int32_t *ids, int64_t B, int64_t T, float *nll) {
-    for (int64_t i = 0; i < n; i++) p[i] = save[i] + (float)(h * u[i]);
+static double fd_dir_(KdaModel *m, float *p, const float *save, const float *u, int64_t n, double h,
+                      const int32_t *ids, int64_t B, int64_t T, float *nll) {
+    for (int64_t i = 0; i < n; i++)
+        p[i] = save[i] + (float)(h * u[i]);
     double a = loss_d_(m, ids, B, T, nll);
-    for (int64_t i = 0; i < n; i++) p[i] = save[i] - (float)(h * u[i]);
+    for (int64_t i = 0; i < n; i++)
+        p[i] = save[i] - (float)(h * u[i]);
     double b = loss_d_(m, ids, B, T, nll);
     memcpy(p, save, (size_t)n * sizeof(float));
     return (a - b) / (2 * h);
@@ -95,13 +99,14 @@ static double fd_dir_(KdaModel *m, float *p, const float *save, const float *u, 
 // central differences; what remains is O(h⁴) plus fp32 forward noise (~1e-6 relative on the
 // loss -> ~1e-4 absolute on the derivative). Tolerance: 5e-4 + 2% of the value; a wrong term
 // in a backward formula shows up as a >10% error (checked by mutating the code).
-static void fd_tensor_(KdaModel *m, const KdaParamInfo *row, const float *grads,
-                       const int32_t *ids, int64_t B, int64_t T, float *nll, const char *cfgname) {
+static void fd_tensor_(KdaModel *m, const KdaParamInfo *row, const float *grads, const int32_t *ids,
+                       int64_t B, int64_t T, float *nll, const char *cfgname) {
     float *p = m->params + row->offset;
     const float *g = grads + row->offset;
     int64_t n = row->numel;
     double gn = 0, h = 1e-2;
-    for (int64_t i = 0; i < n; i++) gn += (double)g[i] * g[i];
+    for (int64_t i = 0; i < n; i++)
+        gn += (double)g[i] * g[i];
     gn = sqrt(gn);
     float *save = malloc((size_t)n * sizeof(float)), *u = calloc((size_t)n, sizeof(float));
     char *used = calloc((size_t)n, 1);
@@ -116,13 +121,14 @@ static void fd_tensor_(KdaModel *m, const KdaParamInfo *row, const float *grads,
         }
         if (un == 0) continue;
         un = sqrt(un);
-        for (int64_t i = 0; i < n; i++) u[i] = (float)(u[i] / un), an += (double)u[i] * g[i];
+        for (int64_t i = 0; i < n; i++)
+            u[i] = (float)(u[i] / un), an += (double)u[i] * g[i];
         double d1 = fd_dir_(m, p, save, u, n, h, ids, B, T, nll);
         double d2 = fd_dir_(m, p, save, u, n, h / 2, ids, B, T, nll);
         double fd = (4 * d2 - d1) / 3;
         CHECK_MSG(fabs(fd - an) <= 5e-4 + 0.02 * fabs(an),
-                  "%s %s: directional derivative (%s) fd %.6g vs backward %.6g", cfgname,
-                  row->name, dir == 0 ? "along grad" : "random", fd, an);
+                  "%s %s: directional derivative (%s) fd %.6g vs backward %.6g", cfgname, row->name,
+                  dir == 0 ? "along grad" : "random", fd, an);
     }
     memset(u, 0, (size_t)n * sizeof(float));
     for (int k = 0; k < 3 && k < n; k++) { // largest |g| entries
@@ -136,8 +142,8 @@ static void fd_tensor_(KdaModel *m, const KdaParamInfo *row, const float *grads,
         u[best] = 0.0f;
         double fd = (4 * d2 - d1) / 3;
         CHECK_MSG(fabs(fd - g[best]) <= 5e-4 + 0.02 * fabs(g[best]),
-                  "%s %s[%lld]: fd %.6g vs backward %.6g", cfgname, row->name, (long long)best,
-                  fd, (double)g[best]);
+                  "%s %s[%lld]: fd %.6g vs backward %.6g", cfgname, row->name, (long long)best, fd,
+                  (double)g[best]);
     }
     free(save), free(u), free(used);
 }
@@ -168,12 +174,18 @@ static void model_fd_case_(TinyKind kind, const char *name, KdaCoreMode core, do
     omp_set_num_threads(threads);
 }
 
-KDA_TEST(model_grad_fd_tied) { model_fd_case_(TINY_TIED, "tied", KDA_CORE_CHUNK, 0.1); }
+KDA_TEST(model_grad_fd_tied) {
+    model_fd_case_(TINY_TIED, "tied", KDA_CORE_CHUNK, 0.1);
+}
 KDA_TEST(model_grad_fd_gva_negeig_untied) {
     model_fd_case_(TINY_GVA_NEG, "gva", KDA_CORE_CHUNK, 0.1);
 }
-KDA_TEST(model_grad_fd_no_conv) { model_fd_case_(TINY_NO_CONV, "noconv", KDA_CORE_RECURRENT, 0.1); }
-KDA_TEST(model_grad_fd_bounded_gate) { model_fd_case_(TINY_BOUNDED, "bounded", KDA_CORE_CHUNK, 0.1); }
+KDA_TEST(model_grad_fd_no_conv) {
+    model_fd_case_(TINY_NO_CONV, "noconv", KDA_CORE_RECURRENT, 0.1);
+}
+KDA_TEST(model_grad_fd_bounded_gate) {
+    model_fd_case_(TINY_BOUNDED, "bounded", KDA_CORE_CHUNK, 0.1);
+}
 
 // Chunked and recurrent cores are the same math: losses agree to fp32 rounding (1e-5
 // relative) and every gradient to 1e-4 of the largest gradient entry (the chunked form sums
@@ -236,18 +248,23 @@ KDA_TEST(model_nll_rows_and_labels) {
     KdaError err;
     CHECK(kda_model_forward(&m, ids, NULL, B, T, nll, logits, &loss, &err) == 0);
     double s = 0;
-    for (int64_t i = 0; i < B * T; i++) s += nll[i];
+    for (int64_t i = 0; i < B * T; i++)
+        s += nll[i];
     CHECK_NEAR(s / (double)(B * (T - 1)), loss, 1e-6 * loss);
-    for (int64_t b = 0; b < B; b++) CHECK(nll[b * T + T - 1] == 0.0f);
+    for (int64_t b = 0; b < B; b++)
+        CHECK(nll[b * T + T - 1] == 0.0f);
     // token (1, 10): NLL of ids[1, 11] from the logits
     const float *lg = logits + (1 * T + 10) * V;
     double mx = lg[0], se = 0;
-    for (int64_t v = 1; v < V; v++) mx = fmax(mx, lg[v]);
-    for (int64_t v = 0; v < V; v++) se += exp(lg[v] - mx);
+    for (int64_t v = 1; v < V; v++)
+        mx = fmax(mx, lg[v]);
+    for (int64_t v = 0; v < V; v++)
+        se += exp(lg[v] - mx);
     CHECK_NEAR(nll[T + 10], mx + log(se) - lg[ids[T + 11]], 1e-5);
     CHECK(kda_model_forward(&m, ids + 2 * T, NULL, 1, T, nll1, NULL, &loss1, &err) == 0);
     double dmax = 0;
-    for (int64_t t = 0; t < T; t++) dmax = fmax(dmax, fabs(nll1[t] - nll[2 * T + t]));
+    for (int64_t t = 0; t < T; t++)
+        dmax = fmax(dmax, fabs(nll1[t] - nll[2 * T + t]));
     CHECK_MSG(dmax <= 1e-5, "row 2 alone differs from the batch by %.3g", dmax);
     // labels with -100: those positions are ignored
     int32_t *labels = malloc((size_t)(B * T) * sizeof(int32_t));
@@ -256,7 +273,8 @@ KDA_TEST(model_nll_rows_and_labels) {
     CHECK(kda_model_forward(&m, ids, labels, B, T, nll, NULL, &loss1, &err) == 0);
     CHECK(nll[4] == 0.0f && nll[T] == 0.0f);
     s = 0;
-    for (int64_t i = 0; i < B * T; i++) s += nll[i];
+    for (int64_t i = 0; i < B * T; i++)
+        s += nll[i];
     CHECK_NEAR(s / (double)(B * (T - 1) - 2), loss1, 1e-6 * loss1);
     free(ids), free(nll), free(nll1), free(logits), free(labels);
     kda_model_free(&m);
@@ -279,7 +297,8 @@ KDA_TEST(model_backward_contract) {
         CHECK(kda_model_backward(&m, g2, &err) == 0);
     }
     double dmax = 0;
-    for (int64_t i = 0; i < P; i++) dmax = fmax(dmax, fabs(g2[i] - 2 * g1[i]));
+    for (int64_t i = 0; i < P; i++)
+        dmax = fmax(dmax, fabs(g2[i] - 2 * g1[i]));
     CHECK(dmax <= 1e-6);
     ids[3] = (int32_t)m.cfg.vocab_size;
     CHECK(kda_model_forward(&m, ids, NULL, B, T, NULL, NULL, NULL, &err) == -1);

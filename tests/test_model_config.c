@@ -68,7 +68,8 @@ static const char *write_tmp(const char *name, const char *text) {
     static char path[4096];
     KdaError e;
     path_join(path, sizeof path, test_tmpdir(), name);
-    if (write_file_atomic(path, text, strlen(text), &e)) kda_test_fail(__FILE__, __LINE__, "%s", e.msg);
+    if (write_file_atomic(path, text, strlen(text), &e))
+        kda_test_fail(__FILE__, __LINE__, "%s", e.msg);
     return path;
 }
 
@@ -120,11 +121,12 @@ KDA_TEST(model_config_round_trip) {
     round_trip("configs/tiny_gva.json");
     round_trip("configs/kda_300M.json");
     // nulls stay null; explicit values and the bounded gate survive
-    round_trip(write_tmp("x.json", "{\"model_type\": \"kda\", \"num_heads\": 4, \"num_v_heads\": 8, "
-                                   "\"safe_gate\": true, \"lower_bound\": -5, \"pad_token_id\": 0, "
-                                   "\"bos_token_id\": null, \"expand_v\": 1.5, \"norm_eps\": 1e-5, "
-                                   "\"initializer_range\": 0.006, \"use_short_conv\": false, "
-                                   "\"torch_dtype\": \"float32\", \"transformers_version\": \"4.56\"}"));
+    round_trip(write_tmp("x.json",
+                         "{\"model_type\": \"kda\", \"num_heads\": 4, \"num_v_heads\": 8, "
+                         "\"safe_gate\": true, \"lower_bound\": -5, \"pad_token_id\": 0, "
+                         "\"bos_token_id\": null, \"expand_v\": 1.5, \"norm_eps\": 1e-5, "
+                         "\"initializer_range\": 0.006, \"use_short_conv\": false, "
+                         "\"torch_dtype\": \"float32\", \"transformers_version\": \"4.56\"}"));
     KdaConfig t = load("configs/tiny.json");
     KdaError e;
     char path[4096];
@@ -151,23 +153,28 @@ static void expect_error(const char *json, const char *want) {
     memset(&e, 0, sizeof e);
     int rc = kda_config_load(&c, path, &e);
     CHECK_MSG(rc == -1, "accepted: %s", json);
-    CHECK_MSG(strstr(e.msg, "bad.json") && strstr(e.msg, want), "for %s: got '%s', want '%s'",
-              json, e.msg, want);
+    CHECK_MSG(strstr(e.msg, "bad.json") && strstr(e.msg, want), "for %s: got '%s', want '%s'", json,
+              e.msg, want);
 }
 
 KDA_TEST(model_config_errors) {
 #define KDA "{\"model_type\": \"kda\", "
-    expect_error(KDA "\"num_heads\": \"8\"}", "key 'num_heads': expected a positive integer, got \"8\"");
+    expect_error(KDA "\"num_heads\": \"8\"}",
+                 "key 'num_heads': expected a positive integer, got \"8\"");
     expect_error(KDA "\"num_heads\": 0}", "key 'num_heads': expected a positive integer, got 0");
-    expect_error(KDA "\"hidden_size\": 8.5}", "key 'hidden_size': expected a positive integer, got 8.5");
-    expect_error(KDA "\"vocab_size\": null}", "key 'vocab_size': expected a positive integer, got null");
+    expect_error(KDA "\"hidden_size\": 8.5}",
+                 "key 'hidden_size': expected a positive integer, got 8.5");
+    expect_error(KDA "\"vocab_size\": null}",
+                 "key 'vocab_size': expected a positive integer, got null");
     expect_error(KDA "\"expand_v\": \"2\"}", "key 'expand_v': expected a number");
     expect_error(KDA "\"expand_v\": 0.001}", "key 'expand_v'");
-    expect_error(KDA "\"use_short_conv\": 1}", "key 'use_short_conv': expected true or false, got 1");
+    expect_error(KDA "\"use_short_conv\": 1}",
+                 "key 'use_short_conv': expected true or false, got 1");
     expect_error(KDA "\"hidden_act\": \"gelu\"}", "key 'hidden_act'");
     expect_error(KDA "\"attn_mode\": \"parallel\"}", "key 'attn_mode'");
     expect_error(KDA "\"num_heads\": 2, \"num_v_heads\": 3}", "not a multiple of num_heads");
-    expect_error(KDA "\"num_v_heads\": [4]}", "key 'num_v_heads': expected a positive integer or null");
+    expect_error(KDA "\"num_v_heads\": [4]}",
+                 "key 'num_v_heads': expected a positive integer or null");
     expect_error(KDA "\"safe_gate\": true}", "requires lower_bound");
     expect_error(KDA "\"safe_gate\": true, \"lower_bound\": -6}", "-5 <= lower_bound < 0");
     expect_error(KDA "\"lower_bound\": 0.5}", "key 'lower_bound'");
@@ -178,7 +185,8 @@ KDA_TEST(model_config_errors) {
     expect_error(KDA "\"pad_token_id\": -1}", "key 'pad_token_id'");
     expect_error(KDA "\"norm_eps\": 0}", "key 'norm_eps'");
     expect_error(KDA "\"tie_word_embeddings\": \"yes\"}", "key 'tie_word_embeddings'");
-    expect_error("{\"model_type\": \"llama\"}", "key 'model_type': expected \"kda\", got \"llama\"");
+    expect_error("{\"model_type\": \"llama\"}",
+                 "key 'model_type': expected \"kda\", got \"llama\"");
     expect_error("{\"hidden_size\": 64}", "key 'model_type': missing");
     expect_error("[1, 2]", "expected a JSON object");
     expect_error("{\"model_type\": \"kda\",}", "line 1");
@@ -193,17 +201,18 @@ KDA_TEST(model_config_errors) {
 // Parameter table
 
 static const char *const g_layer_keys[] = {
-    "attn_norm.weight", "attn.A_log", "attn.dt_bias", "attn.q_proj.weight", "attn.k_proj.weight",
-    "attn.v_proj.weight", "attn.q_conv1d.weight", "attn.k_conv1d.weight", "attn.v_conv1d.weight",
-    "attn.f_proj.0.weight", "attn.f_proj.1.weight", "attn.b_proj.weight", "attn.g_proj.0.weight",
-    "attn.g_proj.1.weight", "attn.g_proj.1.bias", "attn.o_norm.weight", "attn.o_proj.weight",
-    "mlp_norm.weight", "mlp.gate_proj.weight", "mlp.up_proj.weight", "mlp.down_proj.weight",
+    "attn_norm.weight",     "attn.A_log",           "attn.dt_bias",         "attn.q_proj.weight",
+    "attn.k_proj.weight",   "attn.v_proj.weight",   "attn.q_conv1d.weight", "attn.k_conv1d.weight",
+    "attn.v_conv1d.weight", "attn.f_proj.0.weight", "attn.f_proj.1.weight", "attn.b_proj.weight",
+    "attn.g_proj.0.weight", "attn.g_proj.1.weight", "attn.g_proj.1.bias",   "attn.o_norm.weight",
+    "attn.o_proj.weight",   "mlp_norm.weight",      "mlp.gate_proj.weight", "mlp.up_proj.weight",
+    "mlp.down_proj.weight",
 };
 // 300M shapes of kda-model.md §3, in the order above
 static const int64_t g_300M_shapes[][3] = {
-    {1024}, {8}, {256}, {256, 1024}, {256, 1024}, {512, 1024}, {256, 1, 4}, {256, 1, 4},
-    {512, 1, 4}, {64, 1024}, {256, 64}, {8, 1024}, {64, 1024}, {512, 64}, {512}, {64},
-    {1024, 512}, {1024}, {4096, 1024}, {4096, 1024}, {1024, 4096},
+    {1024},      {8},         {256},       {256, 1024}, {256, 1024},  {512, 1024},  {256, 1, 4},
+    {256, 1, 4}, {512, 1, 4}, {64, 1024},  {256, 64},   {8, 1024},    {64, 1024},   {512, 64},
+    {512},       {64},        {1024, 512}, {1024},      {4096, 1024}, {4096, 1024}, {1024, 4096},
 };
 static const int g_300M_ndim[] = {1, 1, 1, 2, 2, 2, 3, 3, 3, 2, 2, 2, 2, 2, 1, 1, 2, 1, 2, 2, 2};
 // weight decay per training-recipe.md §1.3
@@ -228,7 +237,8 @@ KDA_TEST(model_params_table_300M) {
             CHECK_MSG(!strcmp(r->name, want), "row %d: %s, want %s", 1 + l * nk + k, r->name, want);
             CHECK_EQ_INT(r->layer, l);
             CHECK_EQ_INT(r->ndim, g_300M_ndim[k]);
-            for (int d = 0; d < r->ndim; d++) CHECK_EQ_INT(r->shape[d], g_300M_shapes[k][d]);
+            for (int d = 0; d < r->ndim; d++)
+                CHECK_EQ_INT(r->shape[d], g_300M_shapes[k][d]);
             CHECK_MSG(r->weight_decay == g_decay[k], "%s: decay %d", r->name, r->weight_decay);
             CHECK(r->init == (r->ndim == 1 ? r->init : KDA_INIT_NORMAL));
         }
@@ -262,7 +272,8 @@ KDA_TEST(model_params_bind) {
     CHECK(w.layers[1].f_proj1 == flat + f1->offset);
     CHECK(w.lm_head == flat + kda_params_find(&t, "lm_head.weight")->offset);
     CHECK(w.final_norm == flat + kda_params_find(&t, "model.norm.weight")->offset);
-    CHECK(w.layers[0].down_proj == flat + kda_params_find(&t, "model.layers.0.mlp.down_proj.weight")->offset);
+    CHECK(w.layers[0].down_proj ==
+          flat + kda_params_find(&t, "model.layers.0.mlp.down_proj.weight")->offset);
     kda_tensors_free(&w);
     kda_params_free(&t);
     free(flat);
@@ -301,7 +312,8 @@ KDA_TEST(model_params_init_stats) {
     float *flat = init_model(&c, &t, 42);
     const KdaParamInfo *emb = kda_params_find(&t, "model.embeddings.weight");
     double s = 0, s2 = 0;
-    for (int64_t i = 0; i < emb->numel; i++) s += flat[emb->offset + i], s2 += (double)flat[emb->offset + i] * flat[emb->offset + i];
+    for (int64_t i = 0; i < emb->numel; i++)
+        s += flat[emb->offset + i], s2 += (double)flat[emb->offset + i] * flat[emb->offset + i];
     double mean = s / (double)emb->numel, std = sqrt(s2 / (double)emb->numel - mean * mean);
     // N = 1,048,576: std error of the mean 0.02/1024 = 2e-5, of the std 0.02/1448 = 1.4e-5;
     // tolerances are ~5 standard errors
@@ -314,7 +326,8 @@ KDA_TEST(model_params_init_stats) {
         const KdaParamInfo *r = &t.rows[i];
         const float *x = flat + r->offset;
         for (int64_t j = 0; j < r->numel; j++) {
-            if (r->init == KDA_INIT_A_LOG && !(x[j] >= 0.0f && x[j] <= logf(16.0f) + 1e-6f)) ok_alog = 0;
+            if (r->init == KDA_INIT_A_LOG && !(x[j] >= 0.0f && x[j] <= logf(16.0f) + 1e-6f))
+                ok_alog = 0;
             if (r->init == KDA_INIT_DT_BIAS) {
                 double dt = log1p(exp(x[j])); // softplus
                 // fp32 rounding of dt_bias (|bias| <= 7) moves dt by < 1e-6 relative; allow 1e-5
@@ -335,7 +348,8 @@ KDA_TEST(model_params_init_stats) {
         const KdaParamInfo *r = &t.rows[i];
         if (r->init != KDA_INIT_NORMAL) continue;
         double q = 0;
-        for (int64_t j = 0; j < r->numel; j++) q += (double)flat[r->offset + j] * flat[r->offset + j];
+        for (int64_t j = 0; j < r->numel; j++)
+            q += (double)flat[r->offset + j] * flat[r->offset + j];
         CHECK_MSG(fabs(sqrt(q / (double)r->numel) / 0.02 - 1) < 0.25, "%s: std %g", r->name,
                   sqrt(q / (double)r->numel));
     }

@@ -14,7 +14,7 @@
 typedef struct {
     KdaConfig c;
     KdaParamTable t;
-    float *flat;  // [t.total_numel]
+    float *flat; // [t.total_numel]
 } Model;
 
 static void model_make(Model *m, const char *config, uint64_t seed) {
@@ -43,7 +43,7 @@ KDA_TEST(model_io_round_trip_f32) {
     model_make(&m, "configs/tiny.json", 1);
     KdaError e;
     char dir[4096];
-    snprintf(dir, sizeof dir, "%s", sub("out/model"));  // parent does not exist yet
+    snprintf(dir, sizeof dir, "%s", sub("out/model")); // parent does not exist yet
     CHECK_MSG(kda_model_save_dir(dir, &m.c, &m.t, m.flat, KDA_DTYPE_F32, &e) == 0, "%s", e.msg);
     char tmp[4200];
     snprintf(tmp, sizeof tmp, "%s.tmp.%ld", dir, (long)getpid());
@@ -112,11 +112,11 @@ KDA_TEST(model_io_round_trip_bf16) {
 // Hand-built directories: every table row (optionally changed) plus extras
 
 typedef struct {
-    const char *skip;        // row not written
-    const char *extra;       // extra [4] tensor written
-    const char *transpose;   // 2-D row written with its dims swapped
-    int head_copy;           // 1: write lm_head.weight = embedding; 2: a copy with one change
-    StDtype small_dtype;     // dtype of A_log and dt_bias (others: BF16 when mixed, else F32)
+    const char *skip;      // row not written
+    const char *extra;     // extra [4] tensor written
+    const char *transpose; // 2-D row written with its dims swapped
+    int head_copy;         // 1: write lm_head.weight = embedding; 2: a copy with one change
+    StDtype small_dtype;   // dtype of A_log and dt_bias (others: BF16 when mixed, else F32)
     int mixed;
     StDtype bad_dtype_for_norm; // != 0: dtype of model.norm.weight (e.g. ST_I32)
 } Variant;
@@ -135,12 +135,14 @@ static void write_variant(const char *dir, const Model *m, const Variant *v) {
         const KdaParamInfo *r = &m->t.rows[i];
         if (v->skip && !strcmp(r->name, v->skip)) continue;
         int64_t shape[3] = {r->shape[0], r->shape[1], r->shape[2]};
-        if (v->transpose && !strcmp(r->name, v->transpose)) shape[0] = r->shape[1], shape[1] = r->shape[0];
+        if (v->transpose && !strcmp(r->name, v->transpose))
+            shape[0] = r->shape[1], shape[1] = r->shape[0];
         StDtype dt = v->mixed ? ST_BF16 : ST_F32;
         if (r->init == KDA_INIT_A_LOG || r->init == KDA_INIT_DT_BIAS) dt = v->small_dtype;
         if (v->bad_dtype_for_norm && !strcmp(r->name, "model.norm.weight"))
             st_writer_add(w, r->name, v->bad_dtype_for_norm, r->ndim, shape, ints);
-        else st_writer_add_f32(w, r->name, dt, r->ndim, shape, m->flat + r->offset);
+        else
+            st_writer_add_f32(w, r->name, dt, r->ndim, shape, m->flat + r->offset);
     }
     float *copy = NULL;
     if (v->head_copy) {
@@ -150,7 +152,8 @@ static void write_variant(const char *dir, const Model *m, const Variant *v) {
         if (v->head_copy == 2) copy[1000] += 0.5f;
         // F32 copy of a BF16 embedding: equal after conversion only if pre-rounded
         if (v->mixed)
-            for (int64_t i = 0; i < emb->numel; i++) copy[i] = bf16_to_f32(f32_to_bf16(copy[i]));
+            for (int64_t i = 0; i < emb->numel; i++)
+                copy[i] = bf16_to_f32(f32_to_bf16(copy[i]));
         st_writer_add_f32(w, "lm_head.weight", ST_F32, 2, emb->shape, copy);
     }
     if (v->extra) st_writer_add_f32(w, v->extra, ST_F32, 1, (int64_t[]){4}, extra);
@@ -181,7 +184,8 @@ static void expect_load_error(const Model *m, const char *name, const Variant *v
     snprintf(dir, sizeof dir, "%s", sub(name));
     write_variant(dir, m, v);
     CHECK_MSG(try_load(dir, &e) == -1, "%s: loaded", name);
-    CHECK_MSG(strstr(e.msg, want1) && (!want2 || strstr(e.msg, want2)), "%s: got '%s'", name, e.msg);
+    CHECK_MSG(strstr(e.msg, want1) && (!want2 || strstr(e.msg, want2)), "%s: got '%s'", name,
+              e.msg);
     CHECK_MSG(strstr(e.msg, name), "%s: error does not name the file: '%s'", name, e.msg);
 }
 
@@ -239,7 +243,8 @@ KDA_TEST(model_io_mixed_dtypes_and_shards) {
         const KdaParamInfo *r = &m.t.rows[i];
         int s = r->layer == 1 ? 1 : 0;
         st_writer_add_f32(w[s], r->name, ST_F32, r->ndim, r->shape, m.flat + r->offset);
-        fprintf(ix, "%s\"%s\": \"model-0000%d-of-00002.safetensors\"", i ? ", " : "", r->name, s + 1);
+        fprintf(ix, "%s\"%s\": \"model-0000%d-of-00002.safetensors\"", i ? ", " : "", r->name,
+                s + 1);
     }
     fprintf(ix, "}}\n");
     fclose(ix);
@@ -263,9 +268,11 @@ KDA_TEST(model_io_errors_name_the_tensor) {
     Variant miss = {.skip = "model.layers.1.attn.dt_bias", .small_dtype = ST_F32};
     expect_load_error(&m, "missing", &miss, "missing tensor 'model.layers.1.attn.dt_bias'", "[32]");
     Variant extra = {.extra = "model.layers.0.attn.q_norm.weight", .small_dtype = ST_F32};
-    expect_load_error(&m, "extra", &extra, "unexpected tensor 'model.layers.0.attn.q_norm.weight'", NULL);
+    expect_load_error(&m, "extra", &extra, "unexpected tensor 'model.layers.0.attn.q_norm.weight'",
+                      NULL);
     Variant tr = {.transpose = "model.layers.0.attn.f_proj.0.weight", .small_dtype = ST_F32};
-    expect_load_error(&m, "shape", &tr, "tensor 'model.layers.0.attn.f_proj.0.weight': shape [64, 32]",
+    expect_load_error(&m, "shape", &tr,
+                      "tensor 'model.layers.0.attn.f_proj.0.weight': shape [64, 32]",
                       "expected [32, 64]");
     Variant dt = {.small_dtype = ST_F32, .bad_dtype_for_norm = ST_I32};
     expect_load_error(&m, "dtype", &dt, "tensor 'model.norm.weight': dtype I32", NULL);

@@ -64,7 +64,8 @@ static void check_file(const char *name) {
 }
 
 KDA_TEST(parquet_reads_pyarrow_files) {
-    for (size_t i = 0; i < sizeof k_files / sizeof *k_files; i++) check_file(k_files[i]);
+    for (size_t i = 0; i < sizeof k_files / sizeof *k_files; i++)
+        check_file(k_files[i]);
 }
 
 KDA_TEST(parquet_column_errors) {
@@ -97,9 +98,12 @@ KDA_TEST(parquet_damaged_files_fail_cleanly) {
             for (int mode = 0; mode < 3; mode++) {
                 memcpy(buf, orig, n);
                 size_t len = n;
-                if (mode == 0) len = pos; // truncated
-                else if (mode == 1) buf[pos] ^= 0xff;
-                else buf[pos] = (unsigned char)(buf[pos] + 1);
+                if (mode == 0)
+                    len = pos; // truncated
+                else if (mode == 1)
+                    buf[pos] ^= 0xff;
+                else
+                    buf[pos] = (unsigned char)(buf[pos] + 1);
                 ParquetReader *r;
                 if (parquet_open_buffer(&r, buf, len, "damaged", "text", &e) != 0) {
                     errors++;
@@ -109,7 +113,8 @@ KDA_TEST(parquet_damaged_files_fail_cleanly) {
                 size_t sl;
                 int is_null, rc;
                 int64_t rows = 0;
-                while ((rc = parquet_next(r, &s, &sl, &is_null, &e)) == 1) rows++;
+                while ((rc = parquet_next(r, &s, &sl, &is_null, &e)) == 1)
+                    rows++;
                 errors += rc < 0;
                 CHECK(rows <= 100000);
                 parquet_close(r);

@@ -162,7 +162,8 @@ KDA_TEST(readers_txt_file_and_lines) {
               out);
     o.txt_lines = 0;
     CHECK(read_all(in, 2, &o, out, sizeof out, NULL, &e) == 0);
-    CHECK_MSG(strcmp(out, "line one\r\nline two\n\nline four|line one\r\nline two\n\nline four|") == 0,
+    CHECK_MSG(strcmp(out, "line one\r\nline two\n\nline four|line one\r\nline two\n\nline four|") ==
+                  0,
               "%s", out);
 }
 
@@ -211,10 +212,11 @@ KDA_TEST(readers_bad_records) {
     snprintf(want, sizeof want, "%s:2: malformed JSON", bad_path);
     CHECK_MSG(strstr(e.msg, want) == e.msg, "%s", e.msg);
     // Each kind of bad record on its own names file:line (and the key).
-    const char *cases[][2] = {{"{\"body\": \"x\"}\n", ":1: record has no \"text\" key"},
-                              {"{\"a\":1}\n{\"text\": 5}\n", ":1: record has no"},
-                              {"{\"text\":\"a\"}\n{\"text\": 5}\n", ":2: \"text\" is a JSON number"},
-                              {"[1]\n", ":1: record is a JSON array"}};
+    const char *cases[][2] = {
+        {"{\"body\": \"x\"}\n", ":1: record has no \"text\" key"},
+        {"{\"a\":1}\n{\"text\": 5}\n", ":1: record has no"},
+        {"{\"text\":\"a\"}\n{\"text\": 5}\n", ":2: \"text\" is a JSON number"},
+        {"[1]\n", ":1: record is a JSON array"}};
     for (int i = 0; i < 4; i++) {
         put(tmp("c.jsonl"), cases[i][0], strlen(cases[i][0]));
         const char *ci[] = {tmp("c.jsonl")};
@@ -255,14 +257,17 @@ KDA_TEST(readers_parquet_input) {
     CHECK_EQ_INT(st.bytes_read, st.total_bytes);
 }
 
-// ---- kda tokenize end to end ----------------------------------------------------------------------
+// ---- kda tokenize end to end
+// ----------------------------------------------------------------------
 
 #define TOKENIZER "assets/tokenizers/llama3/tokenizer.json"
 
 static int run_tokenize(const char *input, const char *prefix, const char *workers, int skip) {
-    char *argv[] = {"--tokenizer", TOKENIZER, "--input", (char *)input, "--output-prefix",
-                    (char *)prefix, "--append-eod", "--bos", "--quiet", "--workers",
-                    (char *)workers, skip ? "--skip-bad-records" : "--no-skip-bad-records"};
+    char *argv[] = {
+        "--tokenizer",  TOKENIZER,         "--input",
+        (char *)input,  "--output-prefix", (char *)prefix,
+        "--append-eod", "--bos",           "--quiet",
+        "--workers",    (char *)workers,   skip ? "--skip-bad-records" : "--no-skip-bad-records"};
     return cmd_tokenize((int)(sizeof argv / sizeof *argv), argv);
 }
 
@@ -287,8 +292,10 @@ KDA_TEST(tokenize_end_to_end_workers_identical) {
         n += (size_t)snprintf(data + n, cap - n, "{\"text\": \"");
         if (i % 50 != 7)
             for (int k = 0; k <= i % 17; k++)
-                n += (size_t)snprintf(data + n, cap - n, "Doc %d, part %d: In the beginning "
-                                      "God created the heavens and the earth. \\u00e9\\u65e5 ", i, k);
+                n += (size_t)snprintf(data + n, cap - n,
+                                      "Doc %d, part %d: In the beginning "
+                                      "God created the heavens and the earth. \\u00e9\\u65e5 ",
+                                      i, k);
         if (i % 41 == 3) n += (size_t)snprintf(data + n, cap - n, "<|end_of_text|> \xfe");
         n += (size_t)snprintf(data + n, cap - n, "\"}\n");
     }
@@ -321,7 +328,8 @@ KDA_TEST(tokenize_end_to_end_workers_identical) {
     int64_t got[256];
     int64_t m = indexed_read_tokens(&ds, 0, 0, got, 256);
     CHECK_EQ_INT(m, (int64_t)ids.n);
-    for (int64_t i = 0; i < m && i < (int64_t)ids.n; i++) CHECK_EQ_INT(got[i], ids.ids[i]);
+    for (int64_t i = 0; i < m && i < (int64_t)ids.n; i++)
+        CHECK_EQ_INT(got[i], ids.ids[i]);
     CHECK_EQ_INT(got[0], 128000);
     CHECK_EQ_INT(got[m - 1], 128001);
     tok_ids_free(&ids);
@@ -332,7 +340,8 @@ KDA_TEST(tokenize_end_to_end_workers_identical) {
 static int count_prefix(const char *dir, const char *prefix) {
     DIR *d = opendir(dir);
     int n = 0;
-    for (struct dirent *x; d && (x = readdir(d));) n += strncmp(x->d_name, prefix, strlen(prefix)) == 0;
+    for (struct dirent *x; d && (x = readdir(d));)
+        n += strncmp(x->d_name, prefix, strlen(prefix)) == 0;
     if (d) closedir(d);
     return n;
 }
@@ -345,7 +354,7 @@ KDA_TEST(tokenize_failed_run_leaves_no_index) {
     snprintf(idx, sizeof idx, "%s.idx", p);
     CHECK(run_tokenize(tmp("bad.jsonl"), p, "2", 0) == 1);
     CHECK(!path_exists(idx));
-    CHECK_EQ_INT(count_prefix(test_tmpdir(), "out"), 0); // no .bin, no temporaries
+    CHECK_EQ_INT(count_prefix(test_tmpdir(), "out"), 0);   // no .bin, no temporaries
     CHECK(run_tokenize(tmp("bad.jsonl"), p, "2", 1) == 0); // --skip-bad-records
     IndexedDataset ds;
     KdaError e;

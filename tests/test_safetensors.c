@@ -21,7 +21,8 @@ static const char *tmp_path(const char *name) {
 static unsigned char *make_image(const char *header, size_t n_buffer, size_t *n_out) {
     size_t hn = strlen(header);
     unsigned char *b = malloc(8 + hn + n_buffer + 1);
-    for (int i = 0; i < 8; i++) b[i] = (unsigned char)((uint64_t)hn >> (8 * i));
+    for (int i = 0; i < 8; i++)
+        b[i] = (unsigned char)((uint64_t)hn >> (8 * i));
     memcpy(b + 8, header, hn);
     memset(b + 8 + hn, 0xAB, n_buffer);
     *n_out = 8 + hn + n_buffer;
@@ -42,7 +43,7 @@ static void expect_bad(const char *header, size_t n_buffer, const char *s1, cons
     for (int i = 0; i < 4; i++)
         CHECK_MSG(!want[i] || strstr(err.msg, want[i]), "message \"%s\" lacks \"%s\" (header %s)",
                   err.msg, want[i], header);
-    CHECK(strchr(err.msg, '\n') == NULL); // one line
+    CHECK(strchr(err.msg, '\n') == NULL);           // one line
     CHECK(st.tensors == NULL && st.n_tensors == 0); // left zeroed
     st_close(&st);
     free(img);
@@ -104,7 +105,8 @@ KDA_TEST(st_reads_python_reference) {
     CHECK(e && e->ndim == 2 && e->shape[0] == 0 && e->shape[1] == 4 && e->numel == 0 &&
           e->nbytes == 0);
     const StTensor *f16 = st_find(&st, "t_f16");
-    CHECK(f16 && f16->dtype == ST_F16 && f16->ndim == 2 && f16->shape[0] == 3 && f16->shape[1] == 2);
+    CHECK(f16 && f16->dtype == ST_F16 && f16->ndim == 2 && f16->shape[0] == 3 &&
+          f16->shape[1] == 2);
     st_close(&st);
     CHECK(st.tensors == NULL && st.map == NULL);
     st_close(&st); // closing twice is allowed
@@ -173,9 +175,11 @@ KDA_TEST(st_round_trip_every_dtype_aligned) {
     StWriter *w = st_writer_new();
     char names[ST_N_DTYPES][16];
     for (int d = 0; d < ST_N_DTYPES; d++) {
-        for (int i = 0; i < 40; i++) src[d][i] = (unsigned char)(d * 41 + i * 7 + 1);
+        for (int i = 0; i < 40; i++)
+            src[d][i] = (unsigned char)(d * 41 + i * 7 + 1);
         if (d == ST_BOOL)
-            for (int i = 0; i < 5; i++) src[d][i] &= 1;
+            for (int i = 0; i < 5; i++)
+                src[d][i] &= 1;
         snprintf(names[d], sizeof names[d], "x.%s", st_dtype_name((StDtype)d));
         st_writer_add(w, names[d], (StDtype)d, 1, shape5, src[d]);
     }
@@ -224,11 +228,11 @@ KDA_TEST(st_bf16_f16_conversion) {
     // BF16 ties round to even: 1+2^-8 is halfway between 1 and 1+2^-7 -> 1; 1+3*2^-8 is
     // halfway between 1+2^-7 and 1+2^-6 -> 1+2^-6. F16: 65504 is max, 2^-24 smallest
     // subnormal, 1+2^-11 ties to 1, 70000 overflows to inf.
-    float x[8] = {1.0f, -2.5f, 1.0f + 0x1p-8f, 1.0f + 3 * 0x1p-8f, 65504.0f, 0x1p-24f,
-                  1.0f + 0x1p-11f, 70000.0f};
+    float x[8] = {1.0f,     -2.5f,    1.0f + 0x1p-8f,  1.0f + 3 * 0x1p-8f,
+                  65504.0f, 0x1p-24f, 1.0f + 0x1p-11f, 70000.0f};
     float bf_want[8] = {1.0f, -2.5f, 1.0f, 1.0f + 0x1p-6f, 65536.0f, 0x1p-24f, 1.0f, 70144.0f};
-    float h_want[8] = {1.0f, -2.5f, 1.0f + 0x1p-8f, 1.0f + 3 * 0x1p-8f, 65504.0f, 0x1p-24f,
-                       1.0f, INFINITY};
+    float h_want[8] = {1.0f,     -2.5f,    1.0f + 0x1p-8f, 1.0f + 3 * 0x1p-8f,
+                       65504.0f, 0x1p-24f, 1.0f,           INFINITY};
     int64_t shape[1] = {8};
     StWriter *w = st_writer_new();
     st_writer_add_f32(w, "bf", ST_BF16, 1, shape, x);
@@ -245,9 +249,11 @@ KDA_TEST(st_bf16_f16_conversion) {
     }
     float out[8];
     CHECK(st_to_f32(st_find(&st, "bf"), out, &err) == 0);
-    for (int i = 0; i < 8; i++) CHECK_MSG(out[i] == bf_want[i], "bf16[%d] %g vs %g", i, out[i], bf_want[i]);
+    for (int i = 0; i < 8; i++)
+        CHECK_MSG(out[i] == bf_want[i], "bf16[%d] %g vs %g", i, out[i], bf_want[i]);
     CHECK(st_to_f32(st_find(&st, "h"), out, &err) == 0);
-    for (int i = 0; i < 8; i++) CHECK_MSG(out[i] == h_want[i], "f16[%d] %g vs %g", i, out[i], h_want[i]);
+    for (int i = 0; i < 8; i++)
+        CHECK_MSG(out[i] == h_want[i], "f16[%d] %g vs %g", i, out[i], h_want[i]);
     CHECK(st_to_f32(st_find(&st, "f"), out, &err) == 0);
     CHECK(memcmp(out, x, sizeof x) == 0);
     st_close(&st);
@@ -319,8 +325,8 @@ KDA_TEST(st_rejects_bad_headers) {
     CHECK(st_parse(&st, img, 5, "bad.safetensors", &err) == -1 && strstr(err.msg, "truncated"));
     CHECK(st_parse(&st, img, 20, "bad.safetensors", &err) == -1 && strstr(err.msg, "truncated"));
     // a tensor's bytes cut off: out of range
-    CHECK(st_parse(&st, img, n - 1, "bad.safetensors", &err) == -1 &&
-          strstr(err.msg, "'w'") && strstr(err.msg, "out of range"));
+    CHECK(st_parse(&st, img, n - 1, "bad.safetensors", &err) == -1 && strstr(err.msg, "'w'") &&
+          strstr(err.msg, "out of range"));
     // header length above 100 MB
     unsigned char big[16] = {0x01, 0xe1, 0xf5, 0x05, 0, 0, 0, 0, '{', '}'}; // 100000001
     CHECK(st_parse(&st, big, sizeof big, "bad.safetensors", &err) == -1 &&
@@ -333,23 +339,25 @@ KDA_TEST(st_rejects_bad_headers) {
     expect_bad("{\"w\":[1]}", 0, "'w'", "expected an object", NULL);
     expect_bad("{\"w\":{\"dtype\":\"Q7\",\"shape\":[1],\"data_offsets\":[0,1]}}", 1, "'w'", "Q7",
                "unknown dtype");
-    expect_bad("{\"w8\":{\"dtype\":\"F8_E4M3\",\"shape\":[1],\"data_offsets\":[0,1]}}", 1,
-               "'w8'", "F8_E4M3", "not supported");
+    expect_bad("{\"w8\":{\"dtype\":\"F8_E4M3\",\"shape\":[1],\"data_offsets\":[0,1]}}", 1, "'w8'",
+               "F8_E4M3", "not supported");
     expect_bad("{\"w\":{\"shape\":[1],\"data_offsets\":[0,1]}}", 1, "'w'", "dtype", NULL);
     expect_bad("{\"w\":{\"dtype\":\"U8\",\"shape\":[-1],\"data_offsets\":[0,1]}}", 1, "'w'",
                "shape[0]", NULL);
     expect_bad("{\"w\":{\"dtype\":\"U8\",\"shape\":[1.0],\"data_offsets\":[0,1]}}", 1, "'w'",
                "shape[0]", NULL);
-    expect_bad("{\"w\":{\"dtype\":\"U8\",\"shape\":7,\"data_offsets\":[0,1]}}", 1, "'w'",
-               "shape", NULL);
-    expect_bad("{\"w\":{\"dtype\":\"U8\",\"shape\":[1,1,1,1,1,1,1,1,1],\"data_offsets\":[0,1]}}",
-               1, "'w'", "9 dims", NULL);
+    expect_bad("{\"w\":{\"dtype\":\"U8\",\"shape\":7,\"data_offsets\":[0,1]}}", 1, "'w'", "shape",
+               NULL);
+    expect_bad("{\"w\":{\"dtype\":\"U8\",\"shape\":[1,1,1,1,1,1,1,1,1],\"data_offsets\":[0,1]}}", 1,
+               "'w'", "9 dims", NULL);
     expect_bad("{\"w\":{\"dtype\":\"F32\",\"shape\":[2,2],\"data_offsets\":[0,12]}}", 12, "'w'",
                "16 bytes", "span 12");
     expect_bad("{\"w\":{\"dtype\":\"F32\",\"shape\":[4294967296,4294967296,4],"
-               "\"data_offsets\":[0,0]}}", 0, "'w'", "overflows", NULL);
+               "\"data_offsets\":[0,0]}}",
+               0, "'w'", "overflows", NULL);
     expect_bad("{\"w\":{\"dtype\":\"I64\",\"shape\":[2305843009213693952],"
-               "\"data_offsets\":[0,0]}}", 0, "'w'", "byte size overflows", NULL);
+               "\"data_offsets\":[0,0]}}",
+               0, "'w'", "byte size overflows", NULL);
     expect_bad("{\"w\":{\"dtype\":\"U8\",\"shape\":[1],\"data_offsets\":[0]}}", 1, "'w'",
                "data_offsets", NULL);
     expect_bad("{\"w\":{\"dtype\":\"U8\",\"shape\":[1],\"data_offsets\":[3,2]}}", 3, "'w'",
@@ -358,14 +366,14 @@ KDA_TEST(st_rejects_bad_headers) {
                1, "'w'", "data_offsets", NULL);
     // tiling: gap, overlap, late start, unused trailing bytes, out of range
     expect_bad("{\"a\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[0,4]},"
-               "\"b\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[8,12]}}", 12, "gap",
-               "'b'", "'a'");
+               "\"b\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[8,12]}}",
+               12, "gap", "'b'", "'a'");
     expect_bad("{\"a\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[0,8]},"
-               "\"b\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[4,12]}}", 12, "overlaps",
-               "'b'", "'a'");
+               "\"b\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[4,12]}}",
+               12, "overlaps", "'b'", "'a'");
     expect_bad("{\"a\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[0,8]},"
-               "\"z\":{\"dtype\":\"F32\",\"shape\":[0],\"data_offsets\":[4,4]}}", 8, "overlaps",
-               "'z'", "'a'");
+               "\"z\":{\"dtype\":\"F32\",\"shape\":[0],\"data_offsets\":[4,4]}}",
+               8, "overlaps", "'z'", "'a'");
     expect_bad("{\"a\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[4,8]}}", 8, "gap", "'a'",
                "offset 0");
     expect_bad("{\"a\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[0,4]}}", 8, "'a'",
@@ -375,15 +383,16 @@ KDA_TEST(st_rejects_bad_headers) {
                "out of range", NULL);
     // names
     expect_bad("{\"a\":{\"dtype\":\"U8\",\"shape\":[1],\"data_offsets\":[0,1]},"
-               "\"a\":{\"dtype\":\"U8\",\"shape\":[1],\"data_offsets\":[1,2]}}", 2, "'a'", "twice",
-               NULL);
-    expect_bad("{\"a\\u0000b\":{\"dtype\":\"U8\",\"shape\":[1],\"data_offsets\":[0,1]}}", 1,
-               "NUL", NULL, NULL);
+               "\"a\":{\"dtype\":\"U8\",\"shape\":[1],\"data_offsets\":[1,2]}}",
+               2, "'a'", "twice", NULL);
+    expect_bad("{\"a\\u0000b\":{\"dtype\":\"U8\",\"shape\":[1],\"data_offsets\":[0,1]}}", 1, "NUL",
+               NULL, NULL);
     expect_bad("{\"line\\nbreak\":{\"dtype\":\"Q\",\"shape\":[1],\"data_offsets\":[0,1]}}", 1,
                "'line?break'", NULL, NULL); // control bytes never break the one-line message
-    {   // a long name is cut at a UTF-8 boundary: 'x' + 60 x U+00E9 (2 bytes each)
+    { // a long name is cut at a UTF-8 boundary: 'x' + 60 x U+00E9 (2 bytes each)
         char h[400] = "{\"x", *w = h + strlen(h);
-        for (int i = 0; i < 60; i++) w += sprintf(w, "\xc3\xa9");
+        for (int i = 0; i < 60; i++)
+            w += sprintf(w, "\xc3\xa9");
         strcpy(w, "\":{\"dtype\":\"Q\",\"shape\":[1],\"data_offsets\":[0,1]}}");
         size_t n2;
         unsigned char *im = make_image(h, 1, &n2);
@@ -410,9 +419,10 @@ KDA_TEST(st_rejects_bad_headers) {
 KDA_TEST(st_accepts_edge_cases) {
     // trailing spaces inside N, zero tensors, several zero-size tensors at one offset,
     // unknown extra fields ignored (like serde), unaligned header length
-    const char *h = "{\"__metadata__\":{},\"e1\":{\"dtype\":\"F32\",\"shape\":[0],\"data_offsets\""
-                    ":[0,0]},\"a\":{\"dtype\":\"I16\",\"shape\":[3],\"data_offsets\":[0,6],\"x\":1},"
-                    "\"e2\":{\"dtype\":\"U8\",\"shape\":[5,0],\"data_offsets\":[6,6]}}   ";
+    const char *h =
+        "{\"__metadata__\":{},\"e1\":{\"dtype\":\"F32\",\"shape\":[0],\"data_offsets\""
+        ":[0,0]},\"a\":{\"dtype\":\"I16\",\"shape\":[3],\"data_offsets\":[0,6],\"x\":1},"
+        "\"e2\":{\"dtype\":\"U8\",\"shape\":[5,0],\"data_offsets\":[6,6]}}   ";
     size_t n;
     unsigned char *img = make_image(h, 6, &n);
     SafeTensors st;
@@ -427,8 +437,7 @@ KDA_TEST(st_accepts_edge_cases) {
     free(img);
     CHECK(st_parse(&st, "\x02\0\0\0\0\0\0\0{}", 10, NULL, &err) == 0 && st.n_tensors == 0);
     st_close(&st);
-    CHECK(st_parse(&st, "\x01\0\0\0\0\0\0\0{", 9, NULL, &err) == -1 &&
-          strstr(err.msg, "<buffer>"));
+    CHECK(st_parse(&st, "\x01\0\0\0\0\0\0\0{", 9, NULL, &err) == -1 && strstr(err.msg, "<buffer>"));
 }
 
 KDA_TEST(st_open_errors_name_the_path) {
@@ -465,10 +474,10 @@ static void write_shard(const char *dir, const char *file, const char *const *na
     char path[4096];
     int64_t shape[1] = {2};
     StWriter *w = st_writer_new();
-    for (int i = 0; i < n; i++) st_writer_add_f32(w, names[i], ST_F32, 1, shape, data + 2 * i);
+    for (int i = 0; i < n; i++)
+        st_writer_add_f32(w, names[i], ST_F32, 1, shape, data + 2 * i);
     KdaError err;
-    CHECK_MSG(st_writer_save(w, path_join(path, sizeof path, dir, file), &err) == 0, "%s",
-              err.msg);
+    CHECK_MSG(st_writer_save(w, path_join(path, sizeof path, dir, file), &err) == 0, "%s", err.msg);
     st_writer_free(w);
 }
 

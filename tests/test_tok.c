@@ -17,9 +17,9 @@
 #include "tok/tok.h"
 #include "tok/tok_internal.h"
 
-#define LLAMA3_JSON "assets/tokenizers/llama3/tokenizer.json"
+#define LLAMA3_JSON  "assets/tokenizers/llama3/tokenizer.json"
 #define LLAMA3_MODEL "assets/tokenizers/llama3/tokenizer.model"
-#define GPT2_JSON "assets/tokenizers/gpt2/tokenizer.json"
+#define GPT2_JSON    "assets/tokenizers/gpt2/tokenizer.json"
 
 // Tokenizers are loaded once per process (loading Llama-3 parses a 9 MB JSON).
 static KdaTokenizer *get_tok(const char *path) {
@@ -42,13 +42,15 @@ static KdaTokenizer *get_tok(const char *path) {
 static uint64_t fnv1a64(const int32_t *ids, size_t n) {
     uint64_t h = 0xcbf29ce484222325ull;
     for (size_t i = 0; i < n; i++)
-        for (int k = 0; k < 4; k++) h = (h ^ (((uint32_t)ids[i] >> (8 * k)) & 255)) * 0x100000001b3ull;
+        for (int k = 0; k < 4; k++)
+            h = (h ^ (((uint32_t)ids[i] >> (8 * k)) & 255)) * 0x100000001b3ull;
     return h;
 }
 
 static void print_ids(const char *what, const int32_t *ids, size_t n) {
     fprintf(stderr, "  %s (%zu):", what, n);
-    for (size_t i = 0; i < n && i < 40; i++) fprintf(stderr, " %d", ids[i]);
+    for (size_t i = 0; i < n && i < 40; i++)
+        fprintf(stderr, " %d", ids[i]);
     fprintf(stderr, n > 40 ? " ...\n" : "\n");
 }
 
@@ -144,12 +146,13 @@ static long check_book(KdaTokenizer *t, const char *text_path, const char *ref) 
     size_t nb = ((size_t)n + (size_t)block - 1) / (size_t)block;
     for (size_t b = 0; b < nb; b++) {
         unsigned long long h = strtoull(p, &p, 16);
-        size_t lo = b * (size_t)block, hi = lo + (size_t)block < (size_t)n ? lo + (size_t)block : (size_t)n;
+        size_t lo = b * (size_t)block,
+               hi = lo + (size_t)block < (size_t)n ? lo + (size_t)block : (size_t)n;
         if (hi > ids.n || fnv1a64(ids.ids + lo, hi - lo) != h) {
             TokBytes pre = {0};
             tok_decode(t, ids.ids, lo < ids.n ? lo : ids.n, &pre, &err);
-            CHECK_MSG(0, "%s: first differing block %zu (ids %zu..%zu, text byte ~%zu)", ref, b,
-                      lo, hi, pre.n);
+            CHECK_MSG(0, "%s: first differing block %zu (ids %zu..%zu, text byte ~%zu)", ref, b, lo,
+                      hi, pre.n);
             if (lo < ids.n) print_ids("ours", ids.ids + lo, (hi < ids.n ? hi : ids.n) - lo);
             tok_bytes_free(&pre);
             break;
@@ -180,7 +183,8 @@ static void check_pieces(TokPretok p, const Cases *c, const char *ref) {
         line = strchr(line, '\n') + 1;
         size_t k = 0, pos = 0, tl = c->text[i]->len;
         const uint8_t *s = (const uint8_t *)c->text[i]->str;
-        while (pos < tl && k < 65536) ends[k++] = (int32_t)(pos = tok_pretok_next(p, s, pos, tl));
+        while (pos < tl && k < 65536)
+            ends[k++] = (int32_t)(pos = tok_pretok_next(p, s, pos, tl));
         if ((long)k != n || fnv1a64(ends, k) != h) {
             CHECK_MSG(0, "%s: case %d: pre-tokenizer pieces differ (%zu pieces, reference %ld)",
                       ref, i + 1, k, n);
@@ -216,7 +220,8 @@ KDA_TEST(tok_known_vectors) {
         KdaError err;
         CHECK(!tok_encode(t, v[i].text, strlen(v[i].text), 0, &ids, &err));
         CHECK_EQ_INT(ids.n, v[i].n);
-        for (int k = 0; k < v[i].n && k < (int)ids.n; k++) CHECK_EQ_INT(ids.ids[k], v[i].ids[k]);
+        for (int k = 0; k < v[i].n && k < (int)ids.n; k++)
+            CHECK_EQ_INT(ids.ids[k], v[i].ids[k]);
         tok_ids_free(&ids);
     }
     TokIds ids = {0};
@@ -243,7 +248,8 @@ KDA_TEST(tok_llama3_testcases) {
             ids.n = 0;
             tok_encode(both[k], c.text[i]->str, c.text[i]->len, 0, &ids, &err);
             size_t n = c.ids[i]->len, j = 0;
-            while (j < n && j < ids.n && ids.ids[j] == (int32_t)c.ids[i]->items[j].i) j++;
+            while (j < n && j < ids.n && ids.ids[j] == (int32_t)c.ids[i]->items[j].i)
+                j++;
             if (j < n || ids.n != n) {
                 CHECK_MSG(0, "%s: testcases.jsonl line %d: first difference at id %zu",
                           k ? "tokenizer.model" : "tokenizer.json", i + 1, j);
@@ -351,11 +357,11 @@ KDA_TEST(tok_decode_specials_and_errors) {
 // Random valid UTF-8 from many scripts, whitespace runs and digits.
 static size_t random_utf8(KdaRng *r, unsigned char *buf, size_t max_chars) {
     static const uint32_t ranges[][2] = {
-        {0x20, 0x7E},       {0x09, 0x0D},       {0x30, 0x39},       {0xA0, 0x24F},
-        {0x370, 0x3FF},     {0x400, 0x4FF},     {0x590, 0x6FF},     {0x900, 0x97F},
-        {0xE00, 0xE7F},     {0x1680, 0x1680},   {0x2000, 0x206F},   {0x3000, 0x30FF},
-        {0x4E00, 0x4FFF},   {0xAC00, 0xAD00},   {0xFE00, 0xFEFF},   {0x1F300, 0x1F6FF},
-        {0x10000, 0x10FFFF}, {0x85, 0x85},      {0x17F, 0x17F},     {0x27, 0x27}};
+        {0x20, 0x7E},        {0x09, 0x0D},     {0x30, 0x39},     {0xA0, 0x24F},
+        {0x370, 0x3FF},      {0x400, 0x4FF},   {0x590, 0x6FF},   {0x900, 0x97F},
+        {0xE00, 0xE7F},      {0x1680, 0x1680}, {0x2000, 0x206F}, {0x3000, 0x30FF},
+        {0x4E00, 0x4FFF},    {0xAC00, 0xAD00}, {0xFE00, 0xFEFF}, {0x1F300, 0x1F6FF},
+        {0x10000, 0x10FFFF}, {0x85, 0x85},     {0x17F, 0x17F},   {0x27, 0x27}};
     size_t nr = sizeof ranges / sizeof *ranges, o = 0;
     size_t nchars = rng_u64(r) % (max_chars + 1);
     for (size_t i = 0; i < nchars; i++) {
@@ -363,7 +369,8 @@ static size_t random_utf8(KdaRng *r, unsigned char *buf, size_t max_chars) {
         uint32_t cp = rg[0] + (uint32_t)(rng_u64(r) % (rg[1] - rg[0] + 1));
         if (cp >= 0xD800 && cp <= 0xDFFF) cp = ' ';
         size_t reps = rng_u64(r) % 8 == 0 ? 1 + rng_u64(r) % 12 : 1; // runs
-        for (size_t k = 0; k < reps; k++) o += utf8_encode(cp, buf + o);
+        for (size_t k = 0; k < reps; k++)
+            o += utf8_encode(cp, buf + o);
     }
     return o;
 }
@@ -382,7 +389,8 @@ KDA_TEST(tok_roundtrip_property) {
         size_t n;
         if (iter % 2) { // arbitrary bytes
             n = rng_u64(&r) % 300;
-            for (size_t i = 0; i < n; i++) buf[i] = (unsigned char)rng_u64(&r);
+            for (size_t i = 0; i < n; i++)
+                buf[i] = (unsigned char)rng_u64(&r);
         } else {
             n = random_utf8(&r, buf, 400);
         }

@@ -56,8 +56,10 @@ int main(int argc, char **argv) {
         double dt = now_seconds() - t0;
         if (dt < best) best = dt;
     }
-    printf("{\"impl\": \"kda\", \"threads\": 1, \"bytes\": %zu, \"tokens\": %zu, \"seconds\": %.6f, "
-           "\"load_s\": %.3f}\n", n, ids.n, best, load_s);
+    printf(
+        "{\"impl\": \"kda\", \"threads\": 1, \"bytes\": %zu, \"tokens\": %zu, \"seconds\": %.6f, "
+        "\"load_s\": %.3f}\n",
+        n, ids.n, best, load_s);
     Chunk *chunks = malloc((n / 65536 + 2) * sizeof *chunks);
     size_t nc = make_chunks(text, n, chunks, 65536);
     int nt = omp_get_max_threads();
@@ -82,7 +84,8 @@ int main(int argc, char **argv) {
         if (dt < best) best = dt;
     }
     printf("{\"impl\": \"kda\", \"threads\": %d, \"bytes\": %zu, \"tokens\": %zu, \"seconds\": "
-           "%.6f}\n", nt, n, total, best);
+           "%.6f}\n",
+           nt, n, total, best);
     tok_ids_free(&ids);
     free(chunks);
     free(text);

@@ -17,7 +17,9 @@ static const ArgSpec *find_spec(const ArgTable *t, const char *name, size_t n) {
 static int set_value(const ArgSpec *s, const char *v, KdaError *err) {
     char *end;
     switch (s->type) {
-    case ARG_STR: *(const char **)s->ptr = v; return 0;
+    case ARG_STR:
+        *(const char **)s->ptr = v;
+        return 0;
     case ARG_INT: {
         errno = 0;
         long long x = strtoll(v, &end, 10);
@@ -35,9 +37,12 @@ static int set_value(const ArgSpec *s, const char *v, KdaError *err) {
         return 0;
     }
     case ARG_BOOL: {
-        if (!strcmp(v, "1") || !strcmp(v, "true")) *(int *)s->ptr = 1;
-        else if (!strcmp(v, "0") || !strcmp(v, "false")) *(int *)s->ptr = 0;
-        else return kda_fail(err, "--%s: expected true or false, got '%s'", s->name, v);
+        if (!strcmp(v, "1") || !strcmp(v, "true"))
+            *(int *)s->ptr = 1;
+        else if (!strcmp(v, "0") || !strcmp(v, "false"))
+            *(int *)s->ptr = 0;
+        else
+            return kda_fail(err, "--%s: expected true or false, got '%s'", s->name, v);
         return 0;
     }
     case ARG_STRS: {
@@ -117,13 +122,16 @@ void args_usage(const ArgTable *t, FILE *f) {
                            : s->type == ARG_STRS  ? " S..."
                                                   : "";
         snprintf(left, sizeof left, "--%s%s", s->name, meta);
-        if (s->required) snprintf(def, sizeof def, " (required)");
+        if (s->required)
+            snprintf(def, sizeof def, " (required)");
         else if (s->type == ARG_STR && *(const char **)s->ptr)
             snprintf(def, sizeof def, " (default: %s)", *(const char **)s->ptr);
         else if (s->type == ARG_INT)
             snprintf(def, sizeof def, " (default: %lld)", (long long)*(int64_t *)s->ptr);
-        else if (s->type == ARG_FLOAT) snprintf(def, sizeof def, " (default: %g)", *(double *)s->ptr);
-        else if (s->type == ARG_BOOL && *(int *)s->ptr) snprintf(def, sizeof def, " (default: on)");
+        else if (s->type == ARG_FLOAT)
+            snprintf(def, sizeof def, " (default: %g)", *(double *)s->ptr);
+        else if (s->type == ARG_BOOL && *(int *)s->ptr)
+            snprintf(def, sizeof def, " (default: on)");
         fprintf(f, "  %-26s %s%s\n", left, s->help, def);
     }
     fprintf(f, "  %-26s %s\n", "--help", "show this help");

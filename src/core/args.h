@@ -19,17 +19,17 @@ typedef struct {
 } ArgList;
 
 typedef struct {
-    const char *name;  // without the leading "--"
+    const char *name; // without the leading "--"
     ArgType type;
-    void *ptr;         // const char **, int64_t *, double *, int *, or ArgList *
+    void *ptr; // const char **, int64_t *, double *, int *, or ArgList *
     const char *help;
     int required;
 } ArgSpec;
 
 typedef struct {
-    const char *command;  // "kda train"
-    const char *summary;  // one line
-    const char *details;  // optional paragraph printed after the flags (may be NULL)
+    const char *command; // "kda train"
+    const char *summary; // one line
+    const char *details; // optional paragraph printed after the flags (may be NULL)
     const ArgSpec *specs;
     int n_specs;
 } ArgTable;

@@ -27,15 +27,15 @@ void *kda_calloc_at(size_t count, size_t size, const char *file, int line);
 void *kda_realloc_at(void *p, size_t n, const char *file, int line);
 char *kda_strdup_at(const char *s, const char *file, int line);
 
-#define kda_malloc(n)         kda_malloc_at((n), __FILE__, __LINE__)
-#define kda_calloc(c, s)      kda_calloc_at((c), (s), __FILE__, __LINE__)
-#define kda_realloc(p, n)     kda_realloc_at((p), (n), __FILE__, __LINE__)
-#define kda_strdup(s)         kda_strdup_at((s), __FILE__, __LINE__)
+#define kda_malloc(n)     kda_malloc_at((n), __FILE__, __LINE__)
+#define kda_calloc(c, s)  kda_calloc_at((c), (s), __FILE__, __LINE__)
+#define kda_realloc(p, n) kda_realloc_at((p), (n), __FILE__, __LINE__)
+#define kda_strdup(s)     kda_strdup_at((s), __FILE__, __LINE__)
 
 // Invariant that must hold whatever the input; violation is a bug in kda.c itself.
 #define KDA_ASSERT(cond)                                                                           \
     do {                                                                                           \
-        if (!(cond)) kda_abort_at(__FILE__, __LINE__, "assertion failed: " #cond);                \
+        if (!(cond)) kda_abort_at(__FILE__, __LINE__, "assertion failed: " #cond);                 \
     } while (0)
 
 #endif

@@ -51,8 +51,10 @@ typedef struct {
 static int perr(Parser *p, const char *what) {
     int line = 1, col = 1;
     for (const char *c = p->begin; c < p->s && c < p->end; c++) {
-        if (*c == '\n') line++, col = 1;
-        else col++;
+        if (*c == '\n')
+            line++, col = 1;
+        else
+            col++;
     }
     return kda_fail(p->err, "line %d, column %d: %s", line, col, what);
 }
@@ -81,10 +83,14 @@ static int hex4(Parser *p, unsigned *out) {
     for (int i = 0; i < 4; i++) {
         char c = p->s[i];
         v <<= 4;
-        if (c >= '0' && c <= '9') v |= (unsigned)(c - '0');
-        else if (c >= 'a' && c <= 'f') v |= (unsigned)(c - 'a' + 10);
-        else if (c >= 'A' && c <= 'F') v |= (unsigned)(c - 'A' + 10);
-        else return perr(p, "bad hex digit in \\u escape");
+        if (c >= '0' && c <= '9')
+            v |= (unsigned)(c - '0');
+        else if (c >= 'a' && c <= 'f')
+            v |= (unsigned)(c - 'a' + 10);
+        else if (c >= 'A' && c <= 'F')
+            v |= (unsigned)(c - 'A' + 10);
+        else
+            return perr(p, "bad hex digit in \\u escape");
     }
     p->s += 4;
     *out = v;
@@ -120,14 +126,30 @@ static int parse_string(Parser *p, const char **out, size_t *out_len) {
         if (p->s >= p->end) return perr(p, "unterminated escape");
         char e = *p->s++;
         switch (e) {
-        case '"': *w++ = '"'; break;
-        case '\\': *w++ = '\\'; break;
-        case '/': *w++ = '/'; break;
-        case 'b': *w++ = '\b'; break;
-        case 'f': *w++ = '\f'; break;
-        case 'n': *w++ = '\n'; break;
-        case 'r': *w++ = '\r'; break;
-        case 't': *w++ = '\t'; break;
+        case '"':
+            *w++ = '"';
+            break;
+        case '\\':
+            *w++ = '\\';
+            break;
+        case '/':
+            *w++ = '/';
+            break;
+        case 'b':
+            *w++ = '\b';
+            break;
+        case 'f':
+            *w++ = '\f';
+            break;
+        case 'n':
+            *w++ = '\n';
+            break;
+        case 'r':
+            *w++ = '\r';
+            break;
+        case 't':
+            *w++ = '\t';
+            break;
         case 'u': {
             unsigned cp;
             if (hex4(p, &cp)) return -1;
@@ -137,13 +159,17 @@ static int parse_string(Parser *p, const char **out, size_t *out_len) {
                 unsigned lo;
                 p->s += 2;
                 if (hex4(p, &lo)) return -1;
-                if (lo >= 0xDC00 && lo <= 0xDFFF) cp = 0x10000 + ((cp - 0xD800) << 10) + (lo - 0xDC00);
-                else p->s = save;
+                if (lo >= 0xDC00 && lo <= 0xDFFF)
+                    cp = 0x10000 + ((cp - 0xD800) << 10) + (lo - 0xDC00);
+                else
+                    p->s = save;
             }
             w += utf8_encode(cp, (unsigned char *)w);
             break;
         }
-        default: p->s--; return perr(p, "bad escape in string");
+        default:
+            p->s--;
+            return perr(p, "bad escape in string");
         }
     }
     *w = 0;
@@ -157,23 +183,28 @@ static int parse_number(Parser *p, JsonValue *v) {
     const char *st = p->s;
     if (p->s < p->end && *p->s == '-') p->s++;
     if (p->s >= p->end) return perr(p, "truncated number");
-    if (*p->s == '0') p->s++;
+    if (*p->s == '0')
+        p->s++;
     else if (*p->s >= '1' && *p->s <= '9')
-        while (p->s < p->end && *p->s >= '0' && *p->s <= '9') p->s++;
-    else return perr(p, "bad number");
+        while (p->s < p->end && *p->s >= '0' && *p->s <= '9')
+            p->s++;
+    else
+        return perr(p, "bad number");
     int integral = 1;
     if (p->s < p->end && *p->s == '.') {
         integral = 0;
         p->s++;
         if (p->s >= p->end || *p->s < '0' || *p->s > '9') return perr(p, "bad fraction");
-        while (p->s < p->end && *p->s >= '0' && *p->s <= '9') p->s++;
+        while (p->s < p->end && *p->s >= '0' && *p->s <= '9')
+            p->s++;
     }
     if (p->s < p->end && (*p->s == 'e' || *p->s == 'E')) {
         integral = 0;
         p->s++;
         if (p->s < p->end && (*p->s == '+' || *p->s == '-')) p->s++;
         if (p->s >= p->end || *p->s < '0' || *p->s > '9') return perr(p, "bad exponent");
-        while (p->s < p->end && *p->s >= '0' && *p->s <= '9') p->s++;
+        while (p->s < p->end && *p->s >= '0' && *p->s <= '9')
+            p->s++;
     }
     char tmp[64];
     size_t n = (size_t)(p->s - st);
@@ -194,7 +225,8 @@ static int parse_number(Parser *p, JsonValue *v) {
 
 static int match_lit(Parser *p, const char *lit) {
     size_t n = strlen(lit);
-    if ((size_t)(p->end - p->s) < n || memcmp(p->s, lit, n) != 0) return perr(p, "unexpected token");
+    if ((size_t)(p->end - p->s) < n || memcmp(p->s, lit, n) != 0)
+        return perr(p, "unexpected token");
     p->s += n;
     return 0;
 }
@@ -292,16 +324,31 @@ static int parse_value(Parser *p, JsonValue *v) {
     if (++p->depth > JSON_MAX_DEPTH) return perr(p, "nesting too deep");
     int rc;
     switch (*p->s) {
-    case '{': rc = parse_object(p, v); break;
-    case '[': rc = parse_array(p, v); break;
+    case '{':
+        rc = parse_object(p, v);
+        break;
+    case '[':
+        rc = parse_array(p, v);
+        break;
     case '"':
         v->type = JSON_STRING;
         rc = parse_string(p, &v->str, &v->len);
         break;
-    case 't': v->type = JSON_TRUE; rc = match_lit(p, "true"); break;
-    case 'f': v->type = JSON_FALSE; rc = match_lit(p, "false"); break;
-    case 'n': v->type = JSON_NULL; rc = match_lit(p, "null"); break;
-    default: rc = parse_number(p, v); break;
+    case 't':
+        v->type = JSON_TRUE;
+        rc = match_lit(p, "true");
+        break;
+    case 'f':
+        v->type = JSON_FALSE;
+        rc = match_lit(p, "false");
+        break;
+    case 'n':
+        v->type = JSON_NULL;
+        rc = match_lit(p, "null");
+        break;
+    default:
+        rc = parse_number(p, v);
+        break;
     }
     p->depth--;
     return rc;
@@ -356,9 +403,12 @@ const JsonValue *json_get(const JsonValue *obj, const char *key) {
 int json_get_int(const JsonValue *obj, const char *key, int64_t *out) {
     const JsonValue *v = json_get(obj, key);
     if (!v || v->type != JSON_NUMBER) return -1;
-    if (v->is_int) *out = v->i;
-    else if (v->num == floor(v->num) && fabs(v->num) < 9e15) *out = (int64_t)v->num;
-    else return -1;
+    if (v->is_int)
+        *out = v->i;
+    else if (v->num == floor(v->num) && fabs(v->num) < 9e15)
+        *out = (int64_t)v->num;
+    else
+        return -1;
     return 0;
 }
 
@@ -391,16 +441,32 @@ void json_write_string(FILE *f, const char *s, size_t n) {
     for (size_t i = 0; i < n; i++) {
         unsigned char c = (unsigned char)s[i];
         switch (c) {
-        case '"': fputs("\\\"", f); break;
-        case '\\': fputs("\\\\", f); break;
-        case '\n': fputs("\\n", f); break;
-        case '\r': fputs("\\r", f); break;
-        case '\t': fputs("\\t", f); break;
-        case '\b': fputs("\\b", f); break;
-        case '\f': fputs("\\f", f); break;
+        case '"':
+            fputs("\\\"", f);
+            break;
+        case '\\':
+            fputs("\\\\", f);
+            break;
+        case '\n':
+            fputs("\\n", f);
+            break;
+        case '\r':
+            fputs("\\r", f);
+            break;
+        case '\t':
+            fputs("\\t", f);
+            break;
+        case '\b':
+            fputs("\\b", f);
+            break;
+        case '\f':
+            fputs("\\f", f);
+            break;
         default:
-            if (c < 0x20) fprintf(f, "\\u%04x", c);
-            else fputc(c, f);
+            if (c < 0x20)
+                fprintf(f, "\\u%04x", c);
+            else
+                fputc(c, f);
         }
     }
     fputc('"', f);

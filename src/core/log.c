@@ -29,18 +29,24 @@ void kda_warn(const char *fmt, ...) {
 }
 
 const char *human_count(char *buf, int cap, double x) {
-    if (x >= 1e9) snprintf(buf, (size_t)cap, "%.2fG", x / 1e9);
-    else if (x >= 1e6) snprintf(buf, (size_t)cap, "%.2fM", x / 1e6);
-    else if (x >= 1e3) snprintf(buf, (size_t)cap, "%.1fk", x / 1e3);
-    else snprintf(buf, (size_t)cap, "%.0f", x);
+    if (x >= 1e9)
+        snprintf(buf, (size_t)cap, "%.2fG", x / 1e9);
+    else if (x >= 1e6)
+        snprintf(buf, (size_t)cap, "%.2fM", x / 1e6);
+    else if (x >= 1e3)
+        snprintf(buf, (size_t)cap, "%.1fk", x / 1e3);
+    else
+        snprintf(buf, (size_t)cap, "%.0f", x);
     return buf;
 }
 
 const char *human_seconds(char *buf, int cap, double s) {
     if (s < 0) s = 0;
     long t = (long)(s + 0.5);
-    if (t >= 3600) snprintf(buf, (size_t)cap, "%ldh%02ldm", t / 3600, (t / 60) % 60);
-    else snprintf(buf, (size_t)cap, "%ldm%02lds", t / 60, t % 60);
+    if (t >= 3600)
+        snprintf(buf, (size_t)cap, "%ldh%02ldm", t / 3600, (t / 60) % 60);
+    else
+        snprintf(buf, (size_t)cap, "%ldm%02lds", t / 60, t % 60);
     return buf;
 }
 
@@ -63,7 +69,8 @@ static void draw(Progress *p, double done, const char *extra, int final) {
         if (f > 1) f = 1;
         char bar[31];
         int fill = (int)(f * 30);
-        for (int i = 0; i < 30; i++) bar[i] = i < fill ? '#' : '.';
+        for (int i = 0; i < 30; i++)
+            bar[i] = i < fill ? '#' : '.';
         bar[30] = 0;
         double eta = f > 0 ? el * (1 - f) / f : 0;
         n = snprintf(line, sizeof line, "%s [%s] %5.1f%% %.1f/%.1f%s %s eta %s", p->label, bar,
@@ -74,8 +81,10 @@ static void draw(Progress *p, double done, const char *extra, int final) {
                      human_seconds(e1, 32, el));
     }
     if (extra && n < (int)sizeof line) snprintf(line + n, sizeof line - (size_t)n, " | %s", extra);
-    if (p->tty) fprintf(stderr, "\r\033[K%s%s", line, final ? "\n" : "");
-    else fprintf(stderr, "%s\n", line);
+    if (p->tty)
+        fprintf(stderr, "\r\033[K%s%s", line, final ? "\n" : "");
+    else
+        fprintf(stderr, "%s\n", line);
     fflush(stderr);
     p->drawn = 1;
 }

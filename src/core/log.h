@@ -11,9 +11,9 @@ void kda_info(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 void kda_warn(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 
 typedef struct {
-    const char *label;  // borrowed, e.g. "tokenize"
-    const char *unit;   // borrowed, e.g. "MB" (done/total are in this unit)
-    double total;       // <= 0: unknown
+    const char *label; // borrowed, e.g. "tokenize"
+    const char *unit;  // borrowed, e.g. "MB" (done/total are in this unit)
+    double total;      // <= 0: unknown
     double t0, last_draw;
     double plain_every; // seconds between plain lines on a non-TTY (default 10)
     int tty;

@@ -13,7 +13,8 @@ static uint64_t splitmix64(uint64_t *x) {
 
 void rng_seed(KdaRng *r, uint64_t seed) {
     memset(r, 0, sizeof *r);
-    for (int i = 0; i < 4; i++) r->s[i] = splitmix64(&seed);
+    for (int i = 0; i < 4; i++)
+        r->s[i] = splitmix64(&seed);
 }
 
 static inline uint64_t rotl(uint64_t x, int k) {
@@ -42,7 +43,8 @@ float rng_normal(KdaRng *r, float mean, float std) {
         return mean + std * (float)r->spare;
     }
     double u1, u2;
-    do u1 = rng_uniform(r);
+    do
+        u1 = rng_uniform(r);
     while (u1 <= 0.0);
     u2 = rng_uniform(r);
     double rad = sqrt(-2.0 * log(u1)), th = 2.0 * M_PI * u2;
@@ -54,7 +56,8 @@ float rng_normal(KdaRng *r, float mean, float std) {
 uint64_t rng_below(KdaRng *r, uint64_t n) {
     if (n <= 1) return 0;
     uint64_t lim = (uint64_t)-1 - ((uint64_t)-1 % n), x;
-    do x = rng_u64(r);
+    do
+        x = rng_u64(r);
     while (x >= lim);
     return x % n;
 }

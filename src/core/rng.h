@@ -9,14 +9,14 @@
 
 typedef struct {
     uint64_t s[4];
-    int has_spare;  // Box-Muller keeps its second normal
+    int has_spare; // Box-Muller keeps its second normal
     double spare;
 } KdaRng;
 
 void rng_seed(KdaRng *r, uint64_t seed);
 uint64_t rng_u64(KdaRng *r);
-double rng_uniform(KdaRng *r);                 // [0, 1), 53 bits
+double rng_uniform(KdaRng *r); // [0, 1), 53 bits
 float rng_normal(KdaRng *r, float mean, float std);
-uint64_t rng_below(KdaRng *r, uint64_t n);     // uniform in [0, n), unbiased
+uint64_t rng_below(KdaRng *r, uint64_t n); // uniform in [0, n), unbiased
 
 #endif

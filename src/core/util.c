@@ -42,9 +42,12 @@ int fsync_dir_of(const char *path) {
     char dir[PATH_MAX];
     snprintf(dir, sizeof dir, "%s", path);
     char *slash = strrchr(dir, '/');
-    if (slash == dir) dir[1] = 0;
-    else if (slash) *slash = 0;
-    else snprintf(dir, sizeof dir, ".");
+    if (slash == dir)
+        dir[1] = 0;
+    else if (slash)
+        *slash = 0;
+    else
+        snprintf(dir, sizeof dir, ".");
     int fd = open(dir, O_RDONLY | O_DIRECTORY);
     if (fd < 0) return -1;
     int rc = fsync(fd);
@@ -122,7 +125,8 @@ int path_is_dir(const char *path) {
 
 char *path_join(char *out, size_t cap, const char *dir, const char *name) {
     size_t n = strlen(dir);
-    while (n > 1 && dir[n - 1] == '/') n--;
+    while (n > 1 && dir[n - 1] == '/')
+        n--;
     snprintf(out, cap, "%.*s/%s", (int)n, dir, name);
     return out;
 }
@@ -139,10 +143,14 @@ size_t utf8_valid_prefix(const unsigned char *s, size_t n) {
     if (c < 0x80) return 1;
     size_t len;
     uint32_t cp, min;
-    if ((c & 0xE0) == 0xC0) len = 2, cp = c & 0x1F, min = 0x80;
-    else if ((c & 0xF0) == 0xE0) len = 3, cp = c & 0x0F, min = 0x800;
-    else if ((c & 0xF8) == 0xF0) len = 4, cp = c & 0x07, min = 0x10000;
-    else return 0;
+    if ((c & 0xE0) == 0xC0)
+        len = 2, cp = c & 0x1F, min = 0x80;
+    else if ((c & 0xF0) == 0xE0)
+        len = 3, cp = c & 0x0F, min = 0x800;
+    else if ((c & 0xF8) == 0xF0)
+        len = 4, cp = c & 0x07, min = 0x10000;
+    else
+        return 0;
     if (n < len) return 0;
     for (size_t i = 1; i < len; i++) {
         if ((s[i] & 0xC0) != 0x80) return 0;
@@ -159,7 +167,8 @@ static size_t utf8_maximal_subpart(const unsigned char *s, size_t n, int *comple
     size_t need;
     unsigned lo = 0x80, hi = 0xBF;
     *complete = 0;
-    if (c >= 0xC2 && c <= 0xDF) need = 2;
+    if (c >= 0xC2 && c <= 0xDF)
+        need = 2;
     else if (c >= 0xE0 && c <= 0xEF) {
         need = 3;
         if (c == 0xE0) lo = 0xA0;
@@ -168,11 +177,15 @@ static size_t utf8_maximal_subpart(const unsigned char *s, size_t n, int *comple
         need = 4;
         if (c == 0xF0) lo = 0x90;
         if (c == 0xF4) hi = 0x8F;
-    } else return 1;
+    } else
+        return 1;
     size_t k = 1;
-    if (k < n && s[k] >= lo && s[k] <= hi) k++;
-    else return k;
-    while (k < need && k < n && (s[k] & 0xC0) == 0x80) k++;
+    if (k < n && s[k] >= lo && s[k] <= hi)
+        k++;
+    else
+        return k;
+    while (k < need && k < n && (s[k] & 0xC0) == 0x80)
+        k++;
     *complete = k == need;
     return k;
 }
@@ -186,8 +199,10 @@ size_t utf8_lossy(const unsigned char *s, size_t n, unsigned char *out) {
         }
         int complete;
         size_t k = utf8_maximal_subpart(s + i, n - i, &complete);
-        if (complete) memcpy(out + o, s + i, k), o += k;
-        else out[o++] = 0xEF, out[o++] = 0xBF, out[o++] = 0xBD; // U+FFFD
+        if (complete)
+            memcpy(out + o, s + i, k), o += k;
+        else
+            out[o++] = 0xEF, out[o++] = 0xBF, out[o++] = 0xBD; // U+FFFD
         i += k;
     }
     return o;
@@ -226,9 +241,12 @@ size_t utf8_encode(uint32_t cp, unsigned char *o) {
 float f16_to_f32(uint16_t h) {
     int sign = h >> 15, exp = (h >> 10) & 0x1F, man = h & 0x3FF;
     float v;
-    if (exp == 0) v = ldexpf((float)man, -24);
-    else if (exp == 31) v = man ? NAN : INFINITY;
-    else v = ldexpf((float)(man | 0x400), exp - 25);
+    if (exp == 0)
+        v = ldexpf((float)man, -24);
+    else if (exp == 31)
+        v = man ? NAN : INFINITY;
+    else
+        v = ldexpf((float)(man | 0x400), exp - 25);
     return sign ? -v : v;
 }
 

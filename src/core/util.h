@@ -22,8 +22,8 @@ FILE *open_atomic(const char *path, char *tmp_path, KdaError *err);
 int commit_atomic(FILE *f, const char *tmp_path, const char *path, KdaError *err);
 void abort_atomic(FILE *f, const char *tmp_path);
 
-int mkdir_p(const char *path, KdaError *err);   // like `mkdir -p`
-int fsync_dir_of(const char *path);              // fsync the directory holding path
+int mkdir_p(const char *path, KdaError *err); // like `mkdir -p`
+int fsync_dir_of(const char *path);           // fsync the directory holding path
 int path_exists(const char *path);
 int path_is_dir(const char *path);
 // Joins dir and name with one '/', into out (size cap). Returns out.

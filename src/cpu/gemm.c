@@ -23,7 +23,8 @@ void gemm_fwd(float *y, const float *x, const float *W, const float *bias, int64
     }
     if (in == 0) {
         if (beta == 0.0f)
-            for (int64_t i = 0; i < N * out; i++) y[i] = 0.0f;
+            for (int64_t i = 0; i < N * out; i++)
+                y[i] = 0.0f;
         return;
     }
     cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, dim_(N), dim_(out), dim_(in), 1.0f, x,
@@ -35,7 +36,8 @@ void gemm_bwd_dx(float *dx, const float *dy, const float *W, int64_t N, int64_t 
     if (N == 0 || in == 0) return;
     if (out == 0) {
         if (!accumulate)
-            for (int64_t i = 0; i < N * in; i++) dx[i] = 0.0f;
+            for (int64_t i = 0; i < N * in; i++)
+                dx[i] = 0.0f;
         return;
     }
     cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, dim_(N), dim_(in), dim_(out), 1.0f, dy,
@@ -46,9 +48,10 @@ void gemm_bwd_dw(float *dW, float *dbias, const float *dy, const float *x, int64
                  int64_t out) {
     if (N == 0 || out == 0) return;
     if (in > 0)
-        cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, dim_(out), dim_(in), dim_(N), 1.0f,
-                    dy, dim_(out), x, dim_(in), 1.0f, dW, dim_(in));
+        cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, dim_(out), dim_(in), dim_(N), 1.0f, dy,
+                    dim_(out), x, dim_(in), 1.0f, dW, dim_(in));
     if (dbias)
         for (int64_t n = 0; n < N; n++)
-            for (int64_t o = 0; o < out; o++) dbias[o] += dy[n * out + o];
+            for (int64_t o = 0; o < out; o++)
+                dbias[o] += dy[n * out + o];
 }

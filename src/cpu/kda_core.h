@@ -18,23 +18,23 @@
 #include <stdint.h>
 
 typedef struct {
-    int64_t B, T;   // batch rows, tokens per row
-    int64_t H, HV;  // q/k heads, value heads (HV % H == 0)
-    int64_t K, V;   // key and value head dims
-    float scale;    // q scale, K^-1/2 by default
-    int64_t chunk;  // chunk size of the chunked form (64); ignored by the recurrent form
+    int64_t B, T;  // batch rows, tokens per row
+    int64_t H, HV; // q/k heads, value heads (HV % H == 0)
+    int64_t K, V;  // key and value head dims
+    float scale;   // q scale, K^-1/2 by default
+    int64_t chunk; // chunk size of the chunked form (64); ignored by the recurrent form
 } KdaDims;
 
 // ---- core recurrence -----------------------------------------------------------------------
 // init_state may be NULL (zeros); final_state may be NULL (not returned).
-void kda_recurrent_fwd(float *o, float *final_state, const float *q, const float *k,
-                       const float *v, const float *g, const float *beta, const float *init_state,
+void kda_recurrent_fwd(float *o, float *final_state, const float *q, const float *k, const float *v,
+                       const float *g, const float *beta, const float *init_state,
                        const KdaDims *d);
 // dfinal_state / init_state may be NULL (zeros); dinit_state may be NULL (not returned).
-void kda_recurrent_bwd(float *dq, float *dk, float *dv, float *dg, float *dbeta,
-                       float *dinit_state, const float *d_o, const float *dfinal_state,
-                       const float *q, const float *k, const float *v, const float *g,
-                       const float *beta, const float *init_state, const KdaDims *d);
+void kda_recurrent_bwd(float *dq, float *dk, float *dv, float *dg, float *dbeta, float *dinit_state,
+                       const float *d_o, const float *dfinal_state, const float *q, const float *k,
+                       const float *v, const float *g, const float *beta, const float *init_state,
+                       const KdaDims *d);
 void kda_chunk_fwd(float *o, float *final_state, const float *q, const float *k, const float *v,
                    const float *g, const float *beta, const float *init_state, const KdaDims *d);
 void kda_chunk_bwd(float *dq, float *dk, float *dv, float *dg, float *dbeta, float *dinit_state,
@@ -44,7 +44,7 @@ void kda_chunk_bwd(float *dq, float *dk, float *dv, float *dg, float *dbeta, flo
 
 // ---- pre-processing: gate, beta, L2 norm (kda-model.md §5.3 steps 6-8, §6.3 steps 8-10) ---
 typedef struct {
-    int bounded;        // lower_bound form: g = lb * sigmoid(exp(A_log) * (f + dt_bias))
+    int bounded; // lower_bound form: g = lb * sigmoid(exp(A_log) * (f + dt_bias))
     float lower_bound;
 } KdaGateOpts;
 

@@ -8,7 +8,7 @@
 #include <math.h>
 #include <stddef.h>
 
-#include "cpu/kda_core.h" // defines: KdaGateOpts, kda_gate_*, kda_beta_*, kda_l2norm_*
+#include "cpu/kda_core.h"          // defines: KdaGateOpts, kda_gate_*, kda_beta_*, kda_l2norm_*
 #include "cpu/kda_core_internal.h" // defines: KDA_PAR_MIN
 
 static float sigmoidf_(float x) {

@@ -25,8 +25,8 @@ static void be_zero(void *c) {
     if (kda_cuda_model_zero_grads(x->dm, &e) && !x->has_pending) x->pending = e, x->has_pending = 1;
 }
 
-static int be_fwd_bwd(void *c, const int32_t *ids, int64_t B, int64_t T, int backward,
-                      float *loss, KdaError *err) {
+static int be_fwd_bwd(void *c, const int32_t *ids, int64_t B, int64_t T, int backward, float *loss,
+                      KdaError *err) {
     CudaBe *x = c;
     if (x->has_pending) {
         x->has_pending = 0;
@@ -98,8 +98,8 @@ int kda_cuda_available(void) {
     return kda_cuda_device_count() > 0;
 }
 
-int kda_backend_cuda_create(KdaBackend *be, KdaModel *model, const KdaAdamWConfig *ocfg,
-                            int device, KdaError *err) {
+int kda_backend_cuda_create(KdaBackend *be, KdaModel *model, const KdaAdamWConfig *ocfg, int device,
+                            KdaError *err) {
     memset(be, 0, sizeof *be);
     CudaBe *x = kda_calloc(1, sizeof *x);
     if (kda_adamw_init(&x->opt, model->table.total_numel, ocfg, err)) {
@@ -133,8 +133,8 @@ int kda_cuda_available(void) {
     return 0;
 }
 
-int kda_backend_cuda_create(KdaBackend *be, KdaModel *model, const KdaAdamWConfig *ocfg,
-                            int device, KdaError *err) {
+int kda_backend_cuda_create(KdaBackend *be, KdaModel *model, const KdaAdamWConfig *ocfg, int device,
+                            KdaError *err) {
     (void)model, (void)ocfg, (void)device;
     memset(be, 0, sizeof *be);
     return kda_fail(err, "device cuda: this build has no CUDA support (rebuild on a machine with "

@@ -22,7 +22,7 @@ int kda_cuda_available(void);
 // move into the backend (*model is zeroed; its parameter buffer becomes the host staging of
 // host_params). Fails with a clear message when the build has no CUDA, no device is visible or
 // the config is not supported on the GPU (nothing is taken then).
-int kda_backend_cuda_create(KdaBackend *be, KdaModel *model, const KdaAdamWConfig *ocfg,
-                            int device, KdaError *err);
+int kda_backend_cuda_create(KdaBackend *be, KdaModel *model, const KdaAdamWConfig *ocfg, int device,
+                            KdaError *err);
 
 #endif

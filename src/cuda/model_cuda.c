@@ -12,8 +12,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "cpu/kda_core.h"  // defines: KdaDims
-#include "cpu/ops.h"       // defines: xent_targets, XENT_IGNORE
+#include "cpu/kda_core.h"   // defines: KdaDims
+#include "cpu/ops.h"        // defines: xent_targets, XENT_IGNORE
 #include "cuda/gemm_cuda.h" // defines: kda_cuda_gemm_fwd, kda_cuda_gemm_bwd_dx, kda_cuda_gemm_bwd_dw
 #include "cuda/kda_cuda.h"  // defines: kda_cuda_chunk_fwd, kda_cuda_chunk_bwd
 #include "cuda/ops_cuda.h"  // defines: kda_cuda_rmsnorm_*, conv, gate, beta, gnorm, swiglu, ...
@@ -28,60 +28,60 @@ typedef kda_bf16 bf;
 
 // ---- activations ------------------------------------------------------------------------------
 
-typedef struct {             // saved per block for backward
-    float *h;                // [N, D] block input (residual stream)
-    bf *xa;                  // [N, D] attn_norm output
-    float *rstd_a;           // [N]
-    bf *pq, *pk, *pv;        // [N, HK], [N, HK], [N, HVV] projections (conv inputs)
-    bf *qc, *kc;             // [N, HK] conv + SiLU outputs (L2-norm inputs)
-    float *rq, *rk;          // [N·H] L2 rstd
-    bf *q, *k, *v;           // [N, HK], [N, HK], [N, HVV] core inputs
-    bf *f0, *f;              // [N, V], [N, HVK] low-rank gate input and raw gate
-    float *gcum;             // [N, HVK] chunk-local cumsum of the log-decay
-    bf *b;                   // [N, HV] beta logits
-    float *beta;             // [N, HV]
-    bf *z0, *z;              // [N, V], [N, HVV] output-gate low rank and gate logits
-    bf *o;                   // [N, HVV] core output
-    float *rstd_o;           // [N·HV]
-    bf *on;                  // [N, HVV] gated-norm output
-    float *h2;               // [N, D] residual after the KDA sublayer
-    bf *xm;                  // [N, D] mlp_norm output
-    float *rstd_m;           // [N]
-    bf *ga, *up, *mm;        // [N, I] gate_proj, up_proj, SwiGLU product
+typedef struct {      // saved per block for backward
+    float *h;         // [N, D] block input (residual stream)
+    bf *xa;           // [N, D] attn_norm output
+    float *rstd_a;    // [N]
+    bf *pq, *pk, *pv; // [N, HK], [N, HK], [N, HVV] projections (conv inputs)
+    bf *qc, *kc;      // [N, HK] conv + SiLU outputs (L2-norm inputs)
+    float *rq, *rk;   // [N·H] L2 rstd
+    bf *q, *k, *v;    // [N, HK], [N, HK], [N, HVV] core inputs
+    bf *f0, *f;       // [N, V], [N, HVK] low-rank gate input and raw gate
+    float *gcum;      // [N, HVK] chunk-local cumsum of the log-decay
+    bf *b;            // [N, HV] beta logits
+    float *beta;      // [N, HV]
+    bf *z0, *z;       // [N, V], [N, HVV] output-gate low rank and gate logits
+    bf *o;            // [N, HVV] core output
+    float *rstd_o;    // [N·HV]
+    bf *on;           // [N, HVV] gated-norm output
+    float *h2;        // [N, D] residual after the KDA sublayer
+    bf *xm;           // [N, D] mlp_norm output
+    float *rstd_m;    // [N]
+    bf *ga, *up, *mm; // [N, I] gate_proj, up_proj, SwiGLU product
 } DevLayer;
 
 struct KdaCudaModel {
     KdaCudaCtx ctx;
     int ctx_ok;
     KdaConfig cfg;
-    KdaParamTable table;  // dense host layout (rows owned)
-    KdaParamTable dtab;   // the same rows with device offsets (rows owned)
-    int64_t dtotal;       // elements of each device buffer
+    KdaParamTable table;    // dense host layout (rows owned)
+    KdaParamTable dtab;     // the same rows with device offsets (rows owned)
+    int64_t dtotal;         // elements of each device buffer
     float *p, *g, *m1, *m2; // [dtotal] fp32 master params, grads, Adam moments
-    bf *pb;               // [dtotal] bf16 working copy
-    KdaTensors P, G;      // device views of p and g
-    float *stage;         // [dtotal] host staging for dense <-> device layout
+    bf *pb;                 // [dtotal] bf16 working copy
+    KdaTensors P, G;        // device views of p and g
+    float *stage;           // [dtotal] host staging for dense <-> device layout
     // activations (one device arena, sized for cap_tokens)
     void *arena;
     int64_t cap_tokens;
-    DevLayer *L;          // [num_hidden_layers]
-    float *hL;            // [N, D] last block output
-    bf *nf;               // [N, D] final norm output
-    float *rstd_f;        // [N]
+    DevLayer *L;            // [num_hidden_layers]
+    float *hL;              // [N, D] last block output
+    bf *nf;                 // [N, D] final norm output
+    float *rstd_f;          // [N]
     int32_t *ids, *targets; // [N]
-    float *lse, *nll;     // [N]
+    float *lse, *nll;       // [N]
     KdaCudaXentWs xws;
-    float *dh, *dx;       // [N, D] fp32
-    bf *dhb;              // [N, D] bf16 copy of dh (GEMM operand)
-    bf *dI1, *dI2;        // [N, I]
-    float *dq, *dk;       // [N, HK]
-    bf *dt1, *dt2;        // [N, max(HK, HVV)]
+    float *dh, *dx;          // [N, D] fp32
+    bf *dhb;                 // [N, D] bf16 copy of dh (GEMM operand)
+    bf *dI1, *dI2;           // [N, I]
+    float *dq, *dk;          // [N, HK]
+    bf *dt1, *dt2;           // [N, max(HK, HVV)]
     bf *dv, *d_o, *dz, *don; // [N, HVV]
-    float *dg;            // [N, HVK]
-    bf *df;               // [N, HVK]
-    float *dbeta;         // [N, HV]
-    bf *db;               // [N, HV]
-    bf *dlow;             // [N, V]
+    float *dg;               // [N, HVK]
+    bf *df;                  // [N, HVK]
+    float *dbeta;            // [N, HV]
+    bf *db;                  // [N, HV]
+    bf *dlow;                // [N, V]
     // device scalars
     void *scal;
     double *loss_sum, *norm;
@@ -125,12 +125,14 @@ static void layout_(KdaCudaModel *m, int64_t N, Arena *a) {
         L->f0 = take_(a, BF(N * V)), L->f = take_(a, BF(N * HVK)), L->gcum = take_(a, F32(N * HVK));
         L->b = take_(a, BF(N * HV)), L->beta = take_(a, F32(N * HV));
         L->z0 = take_(a, BF(N * V)), L->z = take_(a, BF(N * HVV));
-        L->o = take_(a, BF(N * HVV)), L->rstd_o = take_(a, F32(N * HV)), L->on = take_(a, BF(N * HVV));
+        L->o = take_(a, BF(N * HVV)), L->rstd_o = take_(a, F32(N * HV)),
+        L->on = take_(a, BF(N * HVV));
         L->h2 = take_(a, F32(N * D)), L->xm = take_(a, BF(N * D)), L->rstd_m = take_(a, F32(N));
         L->ga = take_(a, BF(N * I)), L->up = take_(a, BF(N * I)), L->mm = take_(a, BF(N * I));
     }
     m->hL = take_(a, F32(N * D)), m->nf = take_(a, BF(N * D)), m->rstd_f = take_(a, F32(N));
-    m->ids = take_(a, (size_t)N * sizeof(int32_t)), m->targets = take_(a, (size_t)N * sizeof(int32_t));
+    m->ids = take_(a, (size_t)N * sizeof(int32_t)),
+    m->targets = take_(a, (size_t)N * sizeof(int32_t));
     m->lse = take_(a, F32(N)), m->nll = take_(a, F32(N));
     m->xws.chunk = kda_cuda_xent_chunk(N, c->vocab_size, XENT_BUDGET);
     m->xws.logits = take_(a, kda_cuda_xent_logits_bytes(N, m->xws.chunk));
@@ -251,8 +253,8 @@ int kda_cuda_model_create(KdaCudaModel **out, const KdaConfig *cfg, const KdaPar
     }
     m->dtotal = off > 0 ? off : ROW_ALIGN;
     m->dtab.total_numel = m->dtotal;
-    m->L = kda_calloc((size_t)(cfg->num_hidden_layers > 0 ? cfg->num_hidden_layers : 1),
-                      sizeof *m->L);
+    m->L =
+        kda_calloc((size_t)(cfg->num_hidden_layers > 0 ? cfg->num_hidden_layers : 1), sizeof *m->L);
     m->stage = kda_calloc((size_t)m->dtotal, sizeof(float));
     size_t nb = F32(m->dtotal);
     if (!(m->p = kda_cuda_alloc(&m->ctx, nb)) || !(m->g = kda_cuda_alloc(&m->ctx, nb)) ||
@@ -321,8 +323,14 @@ static const bf *W_(const KdaCudaModel *m, const float *master) {
 
 static KdaDims dims_(const KdaCudaModel *m) {
     const KdaConfig *c = &m->cfg;
-    KdaDims d = {m->B, m->T, c->num_heads, c->num_v_heads, c->head_dim, c->head_v_dim,
-                 (float)(1.0 / sqrt((double)c->head_dim)), KDA_CHUNK};
+    KdaDims d = {m->B,
+                 m->T,
+                 c->num_heads,
+                 c->num_v_heads,
+                 c->head_dim,
+                 c->head_v_dim,
+                 (float)(1.0 / sqrt((double)c->head_dim)),
+                 KDA_CHUNK};
     return d;
 }
 
@@ -428,8 +436,8 @@ int kda_cuda_model_forward(KdaCudaModel *m, const int32_t *ids, const int32_t *l
         cudaError_t e = cudaMemcpyAsync(m->ids, ids, (size_t)N * sizeof(int32_t),
                                         cudaMemcpyHostToDevice, m->ctx.stream);
         if (e == cudaSuccess)
-            e = cudaMemcpyAsync(m->targets, tg, (size_t)N * sizeof(int32_t),
-                                cudaMemcpyHostToDevice, m->ctx.stream);
+            e = cudaMemcpyAsync(m->targets, tg, (size_t)N * sizeof(int32_t), cudaMemcpyHostToDevice,
+                                m->ctx.stream);
         if (e != cudaSuccess)
             rc = kda_cuda_fail_at(&m->ctx, __FILE__, __LINE__, "cudaMemcpyAsync(ids)",
                                   cudaGetErrorString(e));
@@ -445,8 +453,8 @@ int kda_cuda_model_forward(KdaCudaModel *m, const int32_t *ids, const int32_t *l
 
 int kda_cuda_model_loss(KdaCudaModel *m, float *loss, KdaError *err) {
     double s = 0.0;
-    cudaError_t e = cudaMemcpyAsync(&s, m->loss_sum, sizeof s, cudaMemcpyDeviceToHost,
-                                    m->ctx.stream);
+    cudaError_t e =
+        cudaMemcpyAsync(&s, m->loss_sum, sizeof s, cudaMemcpyDeviceToHost, m->ctx.stream);
     if (e == cudaSuccess) e = cudaStreamSynchronize(m->ctx.stream);
     if (e != cudaSuccess) {
         kda_cuda_fail_at(&m->ctx, __FILE__, __LINE__, "reading the loss", cudaGetErrorString(e));
@@ -526,8 +534,7 @@ static int block_bwd_(KdaCudaModel *m, const KdaLayerTensors *P, KdaLayerTensors
     TRY(dw_(m, G->k_proj, m->dt2, L->xa, N, D, HK));
     TRY(dx_(m, m->dx, KDA_DT_F32, m->dt2, P->k_proj, N, D, HK, 1));
 
-    TRY(kda_cuda_conv_silu_bwd(x, m->dt2, G->v_conv, m->dv, L->pv, P->v_conv, m->B, m->T, HVV,
-                               Wc));
+    TRY(kda_cuda_conv_silu_bwd(x, m->dt2, G->v_conv, m->dv, L->pv, P->v_conv, m->B, m->T, HVV, Wc));
     TRY(dw_(m, G->v_proj, m->dt2, L->xa, N, D, HVV));
     TRY(dx_(m, m->dx, KDA_DT_F32, m->dt2, P->v_proj, N, D, HVV, 1));
 
@@ -552,8 +559,9 @@ static int backward_dev_(KdaCudaModel *m) {
 int kda_cuda_model_backward(KdaCudaModel *m, KdaError *err) {
     if (!m->have_fwd) return kda_fail(err, "kda_cuda_model_backward: no forward to differentiate");
     if (m->cfg.num_v_heads != m->cfg.num_heads)
-        return kda_fail(err, "CUDA model: backward with num_v_heads %lld != num_heads %lld (GVA) "
-                             "is not implemented on the GPU",
+        return kda_fail(err,
+                        "CUDA model: backward with num_v_heads %lld != num_heads %lld (GVA) "
+                        "is not implemented on the GPU",
                         (long long)m->cfg.num_v_heads, (long long)m->cfg.num_heads);
     m->have_fwd = 0;
     if (backward_dev_(m)) return fail_(m, err);
@@ -574,8 +582,7 @@ static int put_scalar_(KdaCudaModel *m, float *dev, float v) {
     return 0;
 }
 
-double kda_cuda_model_finish_grads(KdaCudaModel *m, double scale, double max_norm,
-                                   KdaError *err) {
+double kda_cuda_model_finish_grads(KdaCudaModel *m, double scale, double max_norm, KdaError *err) {
     double norm = NAN;
     m->clip_pending = 0;
     int rc = 0;
@@ -585,8 +592,8 @@ double kda_cuda_model_finish_grads(KdaCudaModel *m, double scale, double max_nor
     if (!rc) rc = kda_cuda_grad_norm(&m->ctx, m->norm, m->g, m->dtotal);
     if (!rc && max_norm > 0) rc = kda_cuda_clip_coef(&m->ctx, m->coef, m->norm, max_norm);
     if (!rc) {
-        cudaError_t e = cudaMemcpyAsync(&norm, m->norm, sizeof norm, cudaMemcpyDeviceToHost,
-                                        m->ctx.stream);
+        cudaError_t e =
+            cudaMemcpyAsync(&norm, m->norm, sizeof norm, cudaMemcpyDeviceToHost, m->ctx.stream);
         if (e == cudaSuccess) e = cudaStreamSynchronize(m->ctx.stream);
         if (e != cudaSuccess)
             rc = kda_cuda_fail_at(&m->ctx, __FILE__, __LINE__, "reading the grad norm",
@@ -602,8 +609,8 @@ double kda_cuda_model_finish_grads(KdaCudaModel *m, double scale, double max_nor
 
 int kda_cuda_model_adamw(KdaCudaModel *m, const KdaAdamWConfig *c, int64_t step, double lr,
                          KdaError *err) {
-    KdaCudaAdamScalars sd = kda_cuda_adam_scalars(c->beta1, c->beta2, c->eps, c->weight_decay,
-                                                  step, lr);
+    KdaCudaAdamScalars sd =
+        kda_cuda_adam_scalars(c->beta1, c->beta2, c->eps, c->weight_decay, step, lr);
     KdaCudaAdamScalars sn = kda_cuda_adam_scalars(c->beta1, c->beta2, c->eps, 0.0, step, lr);
     const float *gs = m->clip_pending ? m->coef : NULL;
     m->clip_pending = 0;

@@ -13,24 +13,24 @@
 #include <string.h>
 
 #include "commands.h"
-#include "core/args.h"     // defines: ArgSpec, ArgTable, args_parse_or_die
-#include "core/log.h"      // defines: Progress, kda_info, human_count
-#include "core/util.h"     // defines: now_seconds
-#include "data/indexed.h"  // defines: IndexedBuilder, IndexedDataset
-#include "data/readers.h"  // defines: DocReader, docreader_expand
-#include "tok/tok.h"       // defines: KdaTokenizer, tok_encode
+#include "core/args.h"    // defines: ArgSpec, ArgTable, args_parse_or_die
+#include "core/log.h"     // defines: Progress, kda_info, human_count
+#include "core/util.h"    // defines: now_seconds
+#include "data/indexed.h" // defines: IndexedBuilder, IndexedDataset
+#include "data/readers.h" // defines: DocReader, docreader_expand
+#include "tok/tok.h"      // defines: KdaTokenizer, tok_encode
 
 // ---- tokenize ---------------------------------------------------------------------------------
 
-#define BATCH_DOCS 2048
+#define BATCH_DOCS  2048
 #define BATCH_BYTES ((size_t)16 << 20)
 
 typedef struct {
-    char *text;      // owned arena of the batch's documents, back to back
+    char *text; // owned arena of the batch's documents, back to back
     size_t used, cap;
     size_t *off, *len; // owned [BATCH_DOCS]
     int n;
-    TokIds *ids;     // owned [BATCH_DOCS], buffers reused across batches
+    TokIds *ids; // owned [BATCH_DOCS], buffers reused across batches
 } Batch;
 
 typedef struct {
@@ -38,7 +38,9 @@ typedef struct {
 } TokCounts;
 
 static volatile sig_atomic_t g_stop;
-static void on_signal(int sig) { g_stop = sig; }
+static void on_signal(int sig) {
+    g_stop = sig;
+}
 
 static void batch_add(Batch *b, const char *s, size_t n) {
     if (b->used + n > b->cap) {
@@ -91,7 +93,8 @@ static int batch_write(const Batch *b, IndexedBuilder *bld, TokCounts *c, KdaErr
 }
 
 static void batch_free(Batch *b) {
-    for (int i = 0; i < BATCH_DOCS; i++) tok_ids_free(&b->ids[i]);
+    for (int i = 0; i < BATCH_DOCS; i++)
+        tok_ids_free(&b->ids[i]);
     free(b->ids), free(b->off), free(b->len), free(b->text);
 }
 
@@ -145,8 +148,9 @@ static int tokenize_run(const TokOpts *o, KdaError *err) {
     if (rd) docreader_stats(rd, &st);
     if (!o->quiet && rc == 0)
         kda_info("tokenize: %d input file(s), %.1f MB, vocab %d -> dtype %s, %lld worker(s), "
-                 "tokenizer loaded in %.2f s", st.n_files, (double)st.total_bytes / 1e6,
-                 tok_vocab_size(tok), indexed_dtype_name(dtype), (long long)o->workers, t_load);
+                 "tokenizer loaded in %.2f s",
+                 st.n_files, (double)st.total_bytes / 1e6, tok_vocab_size(tok),
+                 indexed_dtype_name(dtype), (long long)o->workers, t_load);
     Batch b = {0};
     b.off = kda_malloc(sizeof(size_t) * BATCH_DOCS);
     b.len = kda_malloc(sizeof(size_t) * BATCH_DOCS);
@@ -183,9 +187,10 @@ static int tokenize_run(const TokOpts *o, KdaError *err) {
         progress_finish(&pr, (double)st.bytes_read / 1e6, extra);
         kda_info("tokenize: wrote %s.bin/.idx: %lld documents, %lld tokens (max %lld per doc), "
                  "%lld empty skipped, %lld bad records skipped, %lld Parquet nulls; %.1f s, "
-                 "%.2f MB/s, %.0f tokens/s", o->prefix, (long long)c.docs, (long long)c.tokens,
-                 (long long)c.max_doc_tokens, (long long)c.empty, (long long)st.bad_records,
-                 (long long)st.nulls, el, (double)st.bytes_read / 1e6 / (el > 0 ? el : 1),
+                 "%.2f MB/s, %.0f tokens/s",
+                 o->prefix, (long long)c.docs, (long long)c.tokens, (long long)c.max_doc_tokens,
+                 (long long)c.empty, (long long)st.bad_records, (long long)st.nulls, el,
+                 (double)st.bytes_read / 1e6 / (el > 0 ? el : 1),
                  (double)c.tokens / (el > 0 ? el : 1));
         if (st.bad_records) kda_warn("first skipped record: %s", st.first_bad);
     }
@@ -196,21 +201,28 @@ static int tokenize_run(const TokOpts *o, KdaError *err) {
 }
 
 int cmd_tokenize(int argc, char **argv) {
-    TokOpts o = {.json_key = "text", .txt_docs = "file", .specials = 1,
-                 .workers = omp_get_num_procs()};
+    TokOpts o = {
+        .json_key = "text", .txt_docs = "file", .specials = 1, .workers = omp_get_num_procs()};
     const ArgSpec specs[] = {
         {"tokenizer", ARG_STR, &o.tokenizer, "tokenizer.json (or tiktoken tokenizer.model)", 1},
-        {"input", ARG_STRS, &o.inputs, "files, directories (recursive) or globs: .jsonl/.json/"
-                                       ".ndjson/.txt (+.gz/.zst), .parquet", 1},
+        {"input", ARG_STRS, &o.inputs,
+         "files, directories (recursive) or globs: .jsonl/.json/"
+         ".ndjson/.txt (+.gz/.zst), .parquet",
+         1},
         {"output-prefix", ARG_STR, &o.prefix, "writes PREFIX.bin and PREFIX.idx", 1},
         {"json-key", ARG_STR, &o.json_key, "JSONL key / Parquet column holding the text", 0},
-        {"append-eod", ARG_BOOL, &o.append_eod, "append the tokenizer's EOS id to each document", 0},
+        {"append-eod", ARG_BOOL, &o.append_eod, "append the tokenizer's EOS id to each document",
+         0},
         {"bos", ARG_BOOL, &o.bos, "prepend the BOS id to each document", 0},
-        {"specials", ARG_BOOL, &o.specials, "recognise special tokens written in the text (HF "
-                                            "default); --no-specials encodes them as text", 0},
+        {"specials", ARG_BOOL, &o.specials,
+         "recognise special tokens written in the text (HF "
+         "default); --no-specials encodes them as text",
+         0},
         {"workers", ARG_INT, &o.workers, "tokenizer threads (output is identical for any N)", 0},
-        {"skip-bad-records", ARG_BOOL, &o.skip_bad, "count and skip malformed JSON lines and "
-                                                    "records without the key", 0},
+        {"skip-bad-records", ARG_BOOL, &o.skip_bad,
+         "count and skip malformed JSON lines and "
+         "records without the key",
+         0},
         {"txt-docs", ARG_STR, &o.txt_docs, "file: one document per .txt file; lines: per line", 0},
         {"quiet", ARG_BOOL, &o.quiet, "no progress or summary", 0},
     };
@@ -299,7 +311,8 @@ int cmd_dataset_info(int argc, char **argv) {
     for (int64_t d = 0; d < x->n_docs; d++) {
         int64_t first, end, len = 0;
         indexed_index_doc_range(x, d, &first, &end);
-        for (int64_t s = first; s < end; s++) len += indexed_index_length(x, s);
+        for (int64_t s = first; s < end; s++)
+            len += indexed_index_length(x, s);
         if (len < dmin) dmin = len;
         if (len > dmax) dmax = len;
     }
@@ -308,8 +321,8 @@ int cmd_dataset_info(int argc, char **argv) {
         if (len < smin) smin = len;
         if (len > smax) smax = len;
     }
-    printf("dtype:          %s (code %d, %d bytes/token)\n", indexed_dtype_name(x->dtype),
-           x->dtype, x->itemsize);
+    printf("dtype:          %s (code %d, %d bytes/token)\n", indexed_dtype_name(x->dtype), x->dtype,
+           x->itemsize);
     printf("documents:      %lld\n", (long long)x->n_docs);
     printf("sequences:      %lld\n", (long long)x->n_seq);
     printf("tokens:         %lld\n", (long long)x->n_tokens);
@@ -331,8 +344,8 @@ int cmd_dataset_info(int argc, char **argv) {
         int64_t bad = scan_vocab(&ds, vocab, &fs, &fp, &fv);
         if (bad) {
             printf("verdict: INVALID: %lld token id(s) outside [0, %lld); first: sequence %lld, "
-                   "position %lld, id %lld\n", (long long)bad, (long long)vocab, (long long)fs,
-                   (long long)fp, (long long)fv);
+                   "position %lld, id %lld\n",
+                   (long long)bad, (long long)vocab, (long long)fs, (long long)fp, (long long)fv);
             ok = 0;
         } else {
             printf("token ids:      all < %lld: ok\n", (long long)vocab);

@@ -16,11 +16,20 @@
 
 int indexed_itemsize(int dtype) {
     switch (dtype) {
-    case IDX_DTYPE_UINT8: case IDX_DTYPE_INT8: return 1;
-    case IDX_DTYPE_INT16: case IDX_DTYPE_UINT16: return 2;
-    case IDX_DTYPE_INT32: case IDX_DTYPE_FLOAT32: return 4;
-    case IDX_DTYPE_INT64: case IDX_DTYPE_FLOAT64: return 8;
-    default: return 0;
+    case IDX_DTYPE_UINT8:
+    case IDX_DTYPE_INT8:
+        return 1;
+    case IDX_DTYPE_INT16:
+    case IDX_DTYPE_UINT16:
+        return 2;
+    case IDX_DTYPE_INT32:
+    case IDX_DTYPE_FLOAT32:
+        return 4;
+    case IDX_DTYPE_INT64:
+    case IDX_DTYPE_FLOAT64:
+        return 8;
+    default:
+        return 0;
     }
 }
 
@@ -89,7 +98,8 @@ int indexed_index_parse(IndexedIndex *idx, const void *buf, size_t n, const char
     memset(idx, 0, sizeof *idx);
     if (n < IDX_HEADER_SIZE)
         return FAIL("index is %zu bytes, shorter than the %d-byte header", n, IDX_HEADER_SIZE);
-    if (memcmp(p, IDX_MAGIC, 9) != 0) return FAIL("bad magic (expected MMIDIDX\\0\\0): not a Megatron .idx");
+    if (memcmp(p, IDX_MAGIC, 9) != 0)
+        return FAIL("bad magic (expected MMIDIDX\\0\\0): not a Megatron .idx");
     uint64_t version = load_u64(p + 9);
     if (version != 1) return FAIL("version %llu, expected 1", (unsigned long long)version);
     int dtype = p[17];
@@ -103,10 +113,12 @@ int indexed_index_parse(IndexedIndex *idx, const void *buf, size_t n, const char
                     (unsigned long long)ns, (unsigned long long)nd, n);
     size_t want = IDX_HEADER_SIZE + 12 * (size_t)ns + 8 * (size_t)nd;
     int has_modes = 0;
-    if (n == want + ns && ns > 0) has_modes = 1;
+    if (n == want + ns && ns > 0)
+        has_modes = 1;
     else if (n != want)
         return FAIL("index is %zu bytes, expected %zu for %llu sequences and %llu document "
-                    "entries", n, want, (unsigned long long)ns, (unsigned long long)nd);
+                    "entries",
+                    n, want, (unsigned long long)ns, (unsigned long long)nd);
     if (nd == 0) return FAIL("document index is empty (needs at least the final entry N)");
     idx->base = p;
     idx->size = n;
@@ -123,7 +135,8 @@ int indexed_index_parse(IndexedIndex *idx, const void *buf, size_t n, const char
         if (len < 0) return FAIL("sequence %lld has negative length %d", (long long)i, len);
         if (ptr != off)
             return FAIL("pointer of sequence %lld is %lld, expected %lld (prefix sum of "
-                        "length*itemsize)", (long long)i, (long long)ptr, (long long)off);
+                        "length*itemsize)",
+                        (long long)i, (long long)ptr, (long long)off);
         off += (int64_t)len * idx->itemsize; // < 2^31 * 8 * 2^61/12: cannot overflow int64
         tokens += len;
     }
@@ -189,8 +202,8 @@ int indexed_open(IndexedDataset *ds, const char *prefix, KdaError *err) {
         return -1;
     }
     if ((int64_t)ds->bin_map_size != ds->idx.bin_size) {
-        kda_fail(err, "%s: %zu bytes, but the index describes %lld bytes (%lld tokens of %s)",
-                 path, ds->bin_map_size, (long long)ds->idx.bin_size, (long long)ds->idx.n_tokens,
+        kda_fail(err, "%s: %zu bytes, but the index describes %lld bytes (%lld tokens of %s)", path,
+                 ds->bin_map_size, (long long)ds->idx.bin_size, (long long)ds->idx.n_tokens,
                  indexed_dtype_name(ds->idx.dtype));
         indexed_close(ds);
         return -1;
@@ -210,12 +223,30 @@ const void *indexed_seq_data(const IndexedDataset *ds, int64_t seq) {
 
 static int64_t load_token(const unsigned char *p, int dtype) {
     switch (dtype) {
-    case IDX_DTYPE_UINT8: return p[0];
-    case IDX_DTYPE_INT8: return (int8_t)p[0];
-    case IDX_DTYPE_INT16: { int16_t v; memcpy(&v, p, 2); return v; }
-    case IDX_DTYPE_UINT16: { uint16_t v; memcpy(&v, p, 2); return v; }
-    case IDX_DTYPE_INT32: { int32_t v; memcpy(&v, p, 4); return v; }
-    default: { int64_t v; memcpy(&v, p, 8); return v; }
+    case IDX_DTYPE_UINT8:
+        return p[0];
+    case IDX_DTYPE_INT8:
+        return (int8_t)p[0];
+    case IDX_DTYPE_INT16: {
+        int16_t v;
+        memcpy(&v, p, 2);
+        return v;
+    }
+    case IDX_DTYPE_UINT16: {
+        uint16_t v;
+        memcpy(&v, p, 2);
+        return v;
+    }
+    case IDX_DTYPE_INT32: {
+        int32_t v;
+        memcpy(&v, p, 4);
+        return v;
+    }
+    default: {
+        int64_t v;
+        memcpy(&v, p, 8);
+        return v;
+    }
     }
 }
 
@@ -224,10 +255,10 @@ int64_t indexed_read_tokens(const IndexedDataset *ds, int64_t seq, int64_t start
     int64_t len = indexed_index_length(&ds->idx, seq);
     if (start >= len || n <= 0) return 0;
     if (n > len - start) n = len - start;
-    const unsigned char *p = (const unsigned char *)indexed_seq_data(ds, seq) +
-                             (size_t)start * (size_t)ds->idx.itemsize;
-    for (int64_t i = 0; i < n; i++) out[i] = load_token(p + (size_t)i * ds->idx.itemsize,
-                                                        ds->idx.dtype);
+    const unsigned char *p =
+        (const unsigned char *)indexed_seq_data(ds, seq) + (size_t)start * (size_t)ds->idx.itemsize;
+    for (int64_t i = 0; i < n; i++)
+        out[i] = load_token(p + (size_t)i * ds->idx.itemsize, ds->idx.dtype);
     return n;
 }
 
@@ -252,11 +283,16 @@ int indexed_builder_open(IndexedBuilder *b, const char *prefix, int dtype, KdaEr
 
 static int token_fits(int dtype, int32_t t) {
     switch (dtype) {
-    case IDX_DTYPE_UINT8: return t >= 0 && t <= 255;
-    case IDX_DTYPE_INT8: return t >= -128 && t <= 127;
-    case IDX_DTYPE_INT16: return t >= -32768 && t <= 32767;
-    case IDX_DTYPE_UINT16: return t >= 0 && t <= 65535;
-    default: return 1;
+    case IDX_DTYPE_UINT8:
+        return t >= 0 && t <= 255;
+    case IDX_DTYPE_INT8:
+        return t >= -128 && t <= 127;
+    case IDX_DTYPE_INT16:
+        return t >= -32768 && t <= 32767;
+    case IDX_DTYPE_UINT16:
+        return t >= 0 && t <= 65535;
+    default:
+        return 1;
     }
 }
 
@@ -275,10 +311,17 @@ int indexed_builder_add(IndexedBuilder *b, const int32_t *tokens, int64_t n, Kda
             return kda_fail(err, "indexed builder: token id %d does not fit dtype %s", t,
                             indexed_dtype_name(b->dtype));
         unsigned char *d = b->scratch + (size_t)i * (size_t)b->itemsize;
-        if (b->itemsize == 1) d[0] = (unsigned char)t;
-        else if (b->itemsize == 2) { uint16_t v = (uint16_t)t; memcpy(d, &v, 2); }
-        else if (b->itemsize == 4) memcpy(d, &t, 4);
-        else { int64_t v = t; memcpy(d, &v, 8); }
+        if (b->itemsize == 1)
+            d[0] = (unsigned char)t;
+        else if (b->itemsize == 2) {
+            uint16_t v = (uint16_t)t;
+            memcpy(d, &v, 2);
+        } else if (b->itemsize == 4)
+            memcpy(d, &t, 4);
+        else {
+            int64_t v = t;
+            memcpy(d, &v, 8);
+        }
     }
     if (bytes && fwrite(b->scratch, 1, bytes, b->bin) != bytes)
         return kda_fail(err, "%s: write failed: %s", b->bin_tmp, strerror(errno));
@@ -335,8 +378,8 @@ int indexed_builder_finish(IndexedBuilder *b, KdaError *err) {
     // A document left open (sequences after the last end_document) is closed here.
     if (b->doc_idx[b->n_doc_idx - 1] != b->n_seq) indexed_builder_end_document(b);
     size_t n;
-    unsigned char *buf = indexed_index_serialize(b->dtype, b->lengths, b->n_seq, b->doc_idx,
-                                                 b->n_doc_idx, &n);
+    unsigned char *buf =
+        indexed_index_serialize(b->dtype, b->lengths, b->n_seq, b->doc_idx, b->n_doc_idx, &n);
     FILE *fi = open_atomic(b->idx_path, b->idx_tmp, err);
     int rc = fi ? 0 : -1;
     if (rc == 0 && fwrite(buf, 1, n, fi) != n) {
@@ -359,8 +402,10 @@ int indexed_builder_finish(IndexedBuilder *b, KdaError *err) {
     if (rc == 0) {
         rc = commit_atomic(b->bin, b->bin_tmp, b->bin_path, err);
         b->bin = NULL;
-        if (rc != 0) abort_atomic(fi, b->idx_tmp);
-        else rc = commit_atomic(fi, b->idx_tmp, b->idx_path, err);
+        if (rc != 0)
+            abort_atomic(fi, b->idx_tmp);
+        else
+            rc = commit_atomic(fi, b->idx_tmp, b->idx_path, err);
     } else {
         abort_atomic(b->bin, b->bin_tmp);
         b->bin = NULL;

@@ -37,7 +37,7 @@ enum {
 };
 
 #define IDX_HEADER_SIZE 34
-#define IDX_MAGIC "MMIDIDX\0\0"
+#define IDX_MAGIC       "MMIDIDX\0\0"
 
 // Bytes per element of a dtype code, 0 for an unknown code.
 int indexed_itemsize(int dtype);
@@ -50,15 +50,15 @@ int indexed_dtype_for_vocab(int64_t vocab_size);
 typedef struct {
     const unsigned char *base; // borrowed: the whole .idx bytes
     size_t size;
-    int dtype;          // integer dtype code (1..5, 8); float codes are rejected
-    int itemsize;       // bytes per token
-    int64_t n_seq;      // N
-    int64_t n_doc_idx;  // D (entries of the document index)
-    int64_t n_docs;     // D - 1 (standard) or D (Primus)
-    int doc_base;       // 0: index starts with 0 (standard); 1: Primus variant
-    int has_modes;      // sequence_modes array present
-    int64_t n_tokens;   // sum of lengths
-    int64_t bin_size;   // bytes the .bin must have
+    int dtype;         // integer dtype code (1..5, 8); float codes are rejected
+    int itemsize;      // bytes per token
+    int64_t n_seq;     // N
+    int64_t n_doc_idx; // D (entries of the document index)
+    int64_t n_docs;    // D - 1 (standard) or D (Primus)
+    int doc_base;      // 0: index starts with 0 (standard); 1: Primus variant
+    int has_modes;     // sequence_modes array present
+    int64_t n_tokens;  // sum of lengths
+    int64_t bin_size;  // bytes the .bin must have
 } IndexedIndex;
 
 // Parses and validates an .idx held in buf[0..n) (not copied; must outlive idx). On error
@@ -66,9 +66,9 @@ typedef struct {
 // expected 8") in err, prefixed by name when name is non-NULL.
 int indexed_index_parse(IndexedIndex *idx, const void *buf, size_t n, const char *name,
                         KdaError *err);
-int32_t indexed_index_length(const IndexedIndex *idx, int64_t seq);   // tokens of sequence seq
-int64_t indexed_index_pointer(const IndexedIndex *idx, int64_t seq);  // byte offset in .bin
-int64_t indexed_index_doc_entry(const IndexedIndex *idx, int64_t i);  // raw document_indices[i]
+int32_t indexed_index_length(const IndexedIndex *idx, int64_t seq);  // tokens of sequence seq
+int64_t indexed_index_pointer(const IndexedIndex *idx, int64_t seq); // byte offset in .bin
+int64_t indexed_index_doc_entry(const IndexedIndex *idx, int64_t i); // raw document_indices[i]
 // Sequences of document doc (0 <= doc < n_docs) are [*first, *end).
 void indexed_index_doc_range(const IndexedIndex *idx, int64_t doc, int64_t *first, int64_t *end);
 
@@ -76,9 +76,9 @@ void indexed_index_doc_range(const IndexedIndex *idx, int64_t doc, int64_t *firs
 
 typedef struct {
     IndexedIndex idx;
-    void *idx_map;  // owned mapping (NULL for an empty file)
+    void *idx_map; // owned mapping (NULL for an empty file)
     size_t idx_map_size;
-    void *bin_map;  // owned mapping (NULL when the .bin is empty)
+    void *bin_map; // owned mapping (NULL when the .bin is empty)
     size_t bin_map_size;
 } IndexedDataset;
 
@@ -98,11 +98,11 @@ const void *indexed_seq_data(const IndexedDataset *ds, int64_t seq);
 typedef struct {
     char bin_path[PATH_MAX], idx_path[PATH_MAX];
     char bin_tmp[PATH_MAX], idx_tmp[PATH_MAX];
-    FILE *bin;          // owned, open between open and finish/abort
+    FILE *bin; // owned, open between open and finish/abort
     int dtype, itemsize;
-    int32_t *lengths;   // owned [n_seq]
+    int32_t *lengths; // owned [n_seq]
     int64_t n_seq, cap_seq;
-    int64_t *doc_idx;   // owned [n_doc_idx], starts with 0
+    int64_t *doc_idx; // owned [n_doc_idx], starts with 0
     int64_t n_doc_idx, cap_doc;
     int64_t n_tokens;
     unsigned char *scratch; // owned conversion buffer

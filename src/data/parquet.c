@@ -27,8 +27,21 @@ enum { PAGE_DATA = 0, PAGE_INDEX = 1, PAGE_DICT = 2, PAGE_DATA_V2 = 3 };
 
 // ---- Thrift compact protocol --------------------------------------------------------------------
 
-enum { TT_STOP = 0, TT_TRUE = 1, TT_FALSE = 2, TT_BYTE = 3, TT_I16 = 4, TT_I32 = 5, TT_I64 = 6,
-       TT_DOUBLE = 7, TT_BINARY = 8, TT_LIST = 9, TT_SET = 10, TT_MAP = 11, TT_STRUCT = 12 };
+enum {
+    TT_STOP = 0,
+    TT_TRUE = 1,
+    TT_FALSE = 2,
+    TT_BYTE = 3,
+    TT_I16 = 4,
+    TT_I32 = 5,
+    TT_I64 = 6,
+    TT_DOUBLE = 7,
+    TT_BINARY = 8,
+    TT_LIST = 9,
+    TT_SET = 10,
+    TT_MAP = 11,
+    TT_STRUCT = 12
+};
 
 typedef struct {
     const unsigned char *p, *end;
@@ -89,8 +102,10 @@ static void tc_skip_struct(Tc *t) {
         unsigned char b = *t->p++;
         int type = b & 0x0f;
         if (type == TT_STOP) break;
-        if ((b >> 4) == 0) last = (int16_t)tc_int(t);
-        else last = (int16_t)(last + (b >> 4));
+        if ((b >> 4) == 0)
+            last = (int16_t)tc_int(t);
+        else
+            last = (int16_t)(last + (b >> 4));
         if (type != TT_TRUE && type != TT_FALSE) tc_skip(t, type);
     }
     t->depth--;
@@ -99,14 +114,24 @@ static void tc_skip_struct(Tc *t) {
 static void tc_skip(Tc *t, int type) {
     if (t->bad) return;
     switch (type) {
-    case TT_TRUE: case TT_FALSE: case TT_BYTE:
-        if (t->p >= t->end) t->bad = 1;
-        else t->p++;
+    case TT_TRUE:
+    case TT_FALSE:
+    case TT_BYTE:
+        if (t->p >= t->end)
+            t->bad = 1;
+        else
+            t->p++;
         break;
-    case TT_I16: case TT_I32: case TT_I64: tc_varint(t); break;
+    case TT_I16:
+    case TT_I32:
+    case TT_I64:
+        tc_varint(t);
+        break;
     case TT_DOUBLE:
-        if (t->end - t->p < 8) t->bad = 1;
-        else t->p += 8;
+        if (t->end - t->p < 8)
+            t->bad = 1;
+        else
+            t->p += 8;
         break;
     case TT_BINARY: {
         const unsigned char *s;
@@ -114,11 +139,13 @@ static void tc_skip(Tc *t, int type) {
         tc_binary(t, &s, &n);
         break;
     }
-    case TT_LIST: case TT_SET: {
+    case TT_LIST:
+    case TT_SET: {
         int elem;
         int64_t n = tc_list(t, &elem);
         if (++t->depth > 64) t->bad = 1;
-        for (int64_t i = 0; i < n && !t->bad; i++) tc_skip(t, elem == TT_FALSE ? TT_TRUE : elem);
+        for (int64_t i = 0; i < n && !t->bad; i++)
+            tc_skip(t, elem == TT_FALSE ? TT_TRUE : elem);
         t->depth--;
         break;
     }
@@ -131,12 +158,16 @@ static void tc_skip(Tc *t, int type) {
         }
         unsigned char kv = *t->p++;
         if (++t->depth > 64) t->bad = 1;
-        for (uint64_t i = 0; i < n && !t->bad; i++) tc_skip(t, kv >> 4), tc_skip(t, kv & 0x0f);
+        for (uint64_t i = 0; i < n && !t->bad; i++)
+            tc_skip(t, kv >> 4), tc_skip(t, kv & 0x0f);
         t->depth--;
         break;
     }
-    case TT_STRUCT: tc_skip_struct(t); break;
-    default: t->bad = 1;
+    case TT_STRUCT:
+        tc_skip_struct(t);
+        break;
+    default:
+        t->bad = 1;
     }
 }
 
@@ -146,8 +177,10 @@ static int tc_field(Tc *t, int16_t *last, int *type) {
     unsigned char b = *t->p++;
     *type = b & 0x0f;
     if (*type == TT_STOP) return 0;
-    if ((b >> 4) == 0) *last = (int16_t)tc_int(t);
-    else *last = (int16_t)(*last + (b >> 4));
+    if ((b >> 4) == 0)
+        *last = (int16_t)tc_int(t);
+    else
+        *last = (int16_t)(*last + (b >> 4));
     if (*last <= 0) *last = 32767; // ids are positive in parquet.thrift; skip anything else
     return *last;
 }
@@ -183,26 +216,26 @@ struct ParquetReader {
     char name[1024];
     const unsigned char *data; // whole file (mapped or borrowed)
     size_t size;
-    void *map;                 // owned mapping or NULL
-    size_t footer_start;       // first byte of FileMetaData
+    void *map;           // owned mapping or NULL
+    size_t footer_start; // first byte of FileMetaData
     int64_t num_rows;
-    int leaf;                  // index of the selected leaf column
-    int max_def;               // 0 required, 1 optional
-    ChunkInfo *groups;         // owned [n_groups]
+    int leaf;          // index of the selected leaf column
+    int max_def;       // 0 required, 1 optional
+    ChunkInfo *groups; // owned [n_groups]
     int n_groups;
     // iteration state
-    int g;                     // current row group (-1 before the first)
-    size_t pos, chunk_end;     // next page header offset and end of the chunk
-    int64_t chunk_values;      // values read from the chunk so far
-    unsigned char *dict_buf;   // owned decompressed dictionary page
+    int g;                        // current row group (-1 before the first)
+    size_t pos, chunk_end;        // next page header offset and end of the chunk
+    int64_t chunk_values;         // values read from the chunk so far
+    unsigned char *dict_buf;      // owned decompressed dictionary page
     const unsigned char **dict_s; // owned [dict_n]
-    uint32_t *dict_len;        // owned [dict_n]
+    uint32_t *dict_len;           // owned [dict_n]
     int64_t dict_n;
-    unsigned char *page_buf;   // owned decompressed data page
+    unsigned char *page_buf; // owned decompressed data page
     size_t page_cap;
     const unsigned char **val_s; // owned [page_n], NULL for nulls
-    uint32_t *val_len;         // owned [page_n]
-    uint32_t *scratch;         // owned [page_n] levels / indices
+    uint32_t *val_len;           // owned [page_n]
+    uint32_t *scratch;           // owned [page_n] levels / indices
     int64_t page_n, page_i, page_cap_n;
     int64_t rows_read;
 };
@@ -215,7 +248,8 @@ static int pq_fail(ParquetReader *r, KdaError *err, const char *fmt, ...) {
     va_start(ap, fmt);
     vsnprintf(msg, sizeof msg, fmt, ap);
     va_end(ap);
-    if (r->g >= 0) return kda_fail(err, "%s: row group %d, column %d: %s", r->name, r->g, r->leaf, msg);
+    if (r->g >= 0)
+        return kda_fail(err, "%s: row group %d, column %d: %s", r->name, r->g, r->leaf, msg);
     return kda_fail(err, "%s: %s", r->name, msg);
 }
 
@@ -226,11 +260,16 @@ static int read_schema_el(Tc *t, SchemaEl *e) {
     int16_t last = 0;
     int type, id;
     while ((id = tc_field(t, &last, &type)) != 0) {
-        if (id == 1) e->type = (int)tc_read_int(t, type);
-        else if (id == 3) e->repetition = (int)tc_read_int(t, type);
-        else if (id == 4 && type == TT_BINARY) tc_binary(t, &e->name, &e->name_len);
-        else if (id == 5) e->num_children = (int)tc_read_int(t, type);
-        else if (type != TT_TRUE && type != TT_FALSE) tc_skip(t, type);
+        if (id == 1)
+            e->type = (int)tc_read_int(t, type);
+        else if (id == 3)
+            e->repetition = (int)tc_read_int(t, type);
+        else if (id == 4 && type == TT_BINARY)
+            tc_binary(t, &e->name, &e->name_len);
+        else if (id == 5)
+            e->num_children = (int)tc_read_int(t, type);
+        else if (type != TT_TRUE && type != TT_FALSE)
+            tc_skip(t, type);
     }
     t->depth--;
     return t->bad ? -1 : 0;
@@ -241,12 +280,18 @@ static void read_col_meta(Tc *t, ChunkInfo *c) {
     int type, id;
     c->have_meta = 1;
     while ((id = tc_field(t, &last, &type)) != 0) {
-        if (id == 4) c->codec = (int)tc_read_int(t, type);
-        else if (id == 5) c->num_values = tc_read_int(t, type);
-        else if (id == 7) c->size = tc_read_int(t, type);
-        else if (id == 9) c->data_off = tc_read_int(t, type);
-        else if (id == 11) c->dict_off = tc_read_int(t, type);
-        else if (type != TT_TRUE && type != TT_FALSE) tc_skip(t, type);
+        if (id == 4)
+            c->codec = (int)tc_read_int(t, type);
+        else if (id == 5)
+            c->num_values = tc_read_int(t, type);
+        else if (id == 7)
+            c->size = tc_read_int(t, type);
+        else if (id == 9)
+            c->data_off = tc_read_int(t, type);
+        else if (id == 11)
+            c->dict_off = tc_read_int(t, type);
+        else if (type != TT_TRUE && type != TT_FALSE)
+            tc_skip(t, type);
     }
 }
 
@@ -254,9 +299,12 @@ static void read_column_chunk(Tc *t, ChunkInfo *c) {
     int16_t last = 0;
     int type, id;
     while ((id = tc_field(t, &last, &type)) != 0) {
-        if (id == 1 && type == TT_BINARY) c->external = 1, tc_skip(t, type);
-        else if (id == 3 && type == TT_STRUCT) read_col_meta(t, c);
-        else if (type != TT_TRUE && type != TT_FALSE) tc_skip(t, type);
+        if (id == 1 && type == TT_BINARY)
+            c->external = 1, tc_skip(t, type);
+        else if (id == 3 && type == TT_STRUCT)
+            read_col_meta(t, c);
+        else if (type != TT_TRUE && type != TT_FALSE)
+            tc_skip(t, type);
     }
 }
 
@@ -270,12 +318,16 @@ static void read_row_group(Tc *t, ChunkInfo *c, int leaf, int *n_columns) {
             int64_t n = tc_list(t, &elem);
             if (elem != TT_STRUCT) t->bad = 1;
             for (int64_t i = 0; i < n && !t->bad; i++) {
-                if (i == leaf) read_column_chunk(t, c);
-                else tc_skip_struct(t);
+                if (i == leaf)
+                    read_column_chunk(t, c);
+                else
+                    tc_skip_struct(t);
             }
             *n_columns = (int)n;
-        } else if (id == 3) c->num_rows = tc_read_int(t, type);
-        else if (type != TT_TRUE && type != TT_FALSE) tc_skip(t, type);
+        } else if (id == 3)
+            c->num_rows = tc_read_int(t, type);
+        else if (type != TT_TRUE && type != TT_FALSE)
+            tc_skip(t, type);
     }
 }
 
@@ -290,13 +342,16 @@ static int select_column(ParquetReader *r, const SchemaEl *el, int n, const char
         const SchemaEl *e = &el[i];
         int match = e->name_len == clen && memcmp(e->name, column, clen) == 0;
         if (e->num_children > 0) {
-            if (match) return pq_fail(r, err, "column \"%s\" is nested; only flat columns are supported", column);
+            if (match)
+                return pq_fail(r, err, "column \"%s\" is nested; only flat columns are supported",
+                               column);
             // Skip the whole subtree, counting its leaves.
             int pending = 1;
             while (pending > 0) {
                 if (i >= n) return pq_fail(r, err, "schema is truncated");
                 if (el[i].num_children < 0 || el[i].num_children > n)
-                    return pq_fail(r, err, "schema element %d has %d children", i, el[i].num_children);
+                    return pq_fail(r, err, "schema element %d has %d children", i,
+                                   el[i].num_children);
                 pending += el[i].num_children - 1;
                 if (el[i].num_children == 0) leaf++;
                 i++;
@@ -305,9 +360,12 @@ static int select_column(ParquetReader *r, const SchemaEl *el, int n, const char
         }
         if (match) {
             if (e->type != PQ_BYTE_ARRAY)
-                return pq_fail(r, err, "column \"%s\" has physical type %d, expected BYTE_ARRAY (6)", column, e->type);
+                return pq_fail(r, err,
+                               "column \"%s\" has physical type %d, expected BYTE_ARRAY (6)",
+                               column, e->type);
             if (e->repetition == REP_REPEATED)
-                return pq_fail(r, err, "column \"%s\" is repeated; only flat columns are supported", column);
+                return pq_fail(r, err, "column \"%s\" is repeated; only flat columns are supported",
+                               column);
             r->leaf = leaf;
             r->max_def = e->repetition == REP_OPTIONAL;
             return 0;
@@ -337,7 +395,8 @@ static int read_footer(ParquetReader *r, const char *column, KdaError *err) {
             int64_t n = tc_list(&t, &elem);
             if (elem != TT_STRUCT) t.bad = 1;
             el = kda_calloc((size_t)n + 1, sizeof *el);
-            for (int64_t k = 0; k < n && !t.bad; k++) read_schema_el(&t, &el[k]);
+            for (int64_t k = 0; k < n && !t.bad; k++)
+                read_schema_el(&t, &el[k]);
             n_el = (int)n, have_schema = 1;
             if (!t.bad) rc = select_column(r, el, n_el, column, err);
         } else if (id == 3) {
@@ -355,7 +414,8 @@ static int read_footer(ParquetReader *r, const char *column, KdaError *err) {
                 int ncol;
                 read_row_group(&t, &r->groups[k], r->leaf, &ncol);
                 if (!t.bad && ncol <= r->leaf)
-                    rc = pq_fail(r, err, "row group %lld has %d columns, expected > %d", (long long)k, ncol, r->leaf);
+                    rc = pq_fail(r, err, "row group %lld has %d columns, expected > %d",
+                                 (long long)k, ncol, r->leaf);
             }
         } else if (type != TT_TRUE && type != TT_FALSE) {
             tc_skip(&t, type);
@@ -371,12 +431,14 @@ static int read_footer(ParquetReader *r, const char *column, KdaError *err) {
             return pq_fail(r, err, "row group %d: column chunk has no inline metadata", k);
         if (c->codec != CODEC_NONE && c->codec != CODEC_SNAPPY && c->codec != CODEC_GZIP &&
             c->codec != CODEC_ZSTD)
-            return pq_fail(r, err, "row group %d: codec %d not supported (only none, snappy, gzip, zstd)", k, c->codec);
+            return pq_fail(r, err,
+                           "row group %d: codec %d not supported (only none, snappy, gzip, zstd)",
+                           k, c->codec);
         int64_t start = c->dict_off > 0 && c->dict_off < c->data_off ? c->dict_off : c->data_off;
         if (start < 4 || c->size < 0 || c->num_values < 0 || start > (int64_t)r->footer_start ||
             c->size > (int64_t)r->footer_start - start)
-            return pq_fail(r, err, "row group %d: column chunk [%lld, +%lld) lies outside the data", k,
-                           (long long)start, (long long)c->size);
+            return pq_fail(r, err, "row group %d: column chunk [%lld, +%lld) lies outside the data",
+                           k, (long long)start, (long long)c->size);
     }
     return 0;
 }
@@ -436,13 +498,18 @@ void parquet_close(ParquetReader *r) {
     free(r);
 }
 
-int64_t parquet_num_rows(const ParquetReader *r) { return r->num_rows; }
-int64_t parquet_rows_read(const ParquetReader *r) { return r->rows_read; }
+int64_t parquet_num_rows(const ParquetReader *r) {
+    return r->num_rows;
+}
+int64_t parquet_rows_read(const ParquetReader *r) {
+    return r->rows_read;
+}
 int64_t parquet_bytes_read(const ParquetReader *r) {
     return r->g < 0 ? 0 : r->g >= r->n_groups ? (int64_t)r->size : (int64_t)r->pos;
 }
 
-// ---- pages ----------------------------------------------------------------------------------------
+// ---- pages
+// ----------------------------------------------------------------------------------------
 
 typedef struct {
     int type;
@@ -460,14 +527,20 @@ static void read_page_sub(Tc *t, PageHeader *h, int which) {
         return;
     }
     while ((id = tc_field(t, &last, &type)) != 0) {
-        if (id == 1 && type != TT_STRUCT) h->num_values = tc_read_int(t, type);
-        else if (which == 8 && id == 4) h->encoding = tc_read_int(t, type);
-        else if (which != 8 && id == 2) h->encoding = tc_read_int(t, type);
-        else if (which == 8 && id == 5) h->def_len = tc_read_int(t, type);
-        else if (which == 8 && id == 6) h->rep_len = tc_read_int(t, type);
+        if (id == 1 && type != TT_STRUCT)
+            h->num_values = tc_read_int(t, type);
+        else if (which == 8 && id == 4)
+            h->encoding = tc_read_int(t, type);
+        else if (which != 8 && id == 2)
+            h->encoding = tc_read_int(t, type);
+        else if (which == 8 && id == 5)
+            h->def_len = tc_read_int(t, type);
+        else if (which == 8 && id == 6)
+            h->rep_len = tc_read_int(t, type);
         else if (which == 8 && id == 7 && (type == TT_TRUE || type == TT_FALSE))
             h->is_compressed = type == TT_TRUE;
-        else if (type != TT_TRUE && type != TT_FALSE) tc_skip(t, type);
+        else if (type != TT_TRUE && type != TT_FALSE)
+            tc_skip(t, type);
     }
     t->depth--;
 }
@@ -478,11 +551,16 @@ static int read_page_header(Tc *t, PageHeader *h) {
     int16_t last = 0;
     int type, id;
     while ((id = tc_field(t, &last, &type)) != 0) {
-        if (id == 1) h->type = (int)tc_read_int(t, type);
-        else if (id == 2) h->uncompressed = tc_read_int(t, type);
-        else if (id == 3) h->compressed = tc_read_int(t, type);
-        else if ((id == 5 || id == 7 || id == 8) && type == TT_STRUCT) read_page_sub(t, h, id);
-        else if (type != TT_TRUE && type != TT_FALSE) tc_skip(t, type);
+        if (id == 1)
+            h->type = (int)tc_read_int(t, type);
+        else if (id == 2)
+            h->uncompressed = tc_read_int(t, type);
+        else if (id == 3)
+            h->compressed = tc_read_int(t, type);
+        else if ((id == 5 || id == 7 || id == 8) && type == TT_STRUCT)
+            read_page_sub(t, h, id);
+        else if (type != TT_TRUE && type != TT_FALSE)
+            tc_skip(t, type);
     }
     return t->bad ? -1 : 0;
 }
@@ -491,7 +569,8 @@ static int read_page_header(Tc *t, PageHeader *h) {
 static int decompress(ParquetReader *r, int codec, const unsigned char *src, size_t n,
                       unsigned char *dst, size_t want, KdaError *err) {
     if (codec == CODEC_NONE) {
-        if (n != want) return pq_fail(r, err, "uncompressed page holds %zu bytes, header says %zu", n, want);
+        if (n != want)
+            return pq_fail(r, err, "uncompressed page holds %zu bytes, header says %zu", n, want);
         if (n) memcpy(dst, src, n);
         return 0;
     }
@@ -507,7 +586,8 @@ static int decompress(ParquetReader *r, int codec, const unsigned char *src, siz
     if (codec == CODEC_ZSTD) {
         size_t got = ZSTD_decompress(dst, want, src, n);
         if (ZSTD_isError(got) || got != want)
-            return pq_fail(r, err, "corrupt zstd page (%s)", ZSTD_isError(got) ? ZSTD_getErrorName(got) : "size mismatch");
+            return pq_fail(r, err, "corrupt zstd page (%s)",
+                           ZSTD_isError(got) ? ZSTD_getErrorName(got) : "size mismatch");
         return 0;
     }
     // GZIP
@@ -562,10 +642,12 @@ static int rle_decode(const unsigned char *p, size_t len, int bw, uint32_t *out,
             uint64_t run = h >> 1;
             if (run == 0 || vbytes > (size_t)(end - p)) return -1;
             uint32_t v = 0;
-            for (size_t k = 0; k < vbytes; k++) v |= (uint32_t)p[k] << (8 * k);
+            for (size_t k = 0; k < vbytes; k++)
+                v |= (uint32_t)p[k] << (8 * k);
             p += vbytes;
             if (v & ~mask) return -1;
-            for (uint64_t i = 0; i < run && got < n; i++) out[got++] = v;
+            for (uint64_t i = 0; i < run && got < n; i++)
+                out[got++] = v;
         }
     }
     return 0;
@@ -598,7 +680,8 @@ static int plain_values(const unsigned char *p, size_t len, int64_t n, const uns
 static int load_dictionary(ParquetReader *r, const PageHeader *h, const unsigned char *body,
                            KdaError *err) {
     if (h->encoding != ENC_PLAIN && h->encoding != ENC_PLAIN_DICT)
-        return pq_fail(r, err, "dictionary page encoding %lld not supported", (long long)h->encoding);
+        return pq_fail(r, err, "dictionary page encoding %lld not supported",
+                       (long long)h->encoding);
     if (h->num_values < 0 || h->num_values > h->uncompressed / 4 + 1)
         return pq_fail(r, err, "dictionary page claims %lld values", (long long)h->num_values);
     free(r->dict_buf), free(r->dict_s), free(r->dict_len);
@@ -651,13 +734,15 @@ static int decode_data_page(ParquetReader *r, const PageHeader *h, const unsigne
             uint32_t l;
             if (end - p < 4) return pq_fail(r, err, "page too short for definition levels");
             memcpy(&l, p, 4);
-            if (l > (size_t)(end - p - 4)) return pq_fail(r, err, "definition levels overrun the page");
+            if (l > (size_t)(end - p - 4))
+                return pq_fail(r, err, "definition levels overrun the page");
             levels = p + 4, llen = l, p += 4 + l;
         }
         if (rle_decode(levels, llen, 1, r->scratch, n) != 0)
             return pq_fail(r, err, "corrupt definition levels");
         non_null = 0;
-        for (int64_t i = 0; i < n; i++) non_null += r->scratch[i];
+        for (int64_t i = 0; i < n; i++)
+            non_null += r->scratch[i];
     } else if (v2) {
         p = page + lvl;
     }

@@ -16,9 +16,9 @@
 #include <zlib.h>
 #include <zstd.h>
 
-#include "core/json.h"      // defines: json_parse, json_get, json_free
-#include "core/util.h"      // defines: path_is_dir, path_exists
-#include "data/parquet.h"   // defines: parquet_open, parquet_next
+#include "core/json.h"    // defines: json_parse, json_get, json_free
+#include "core/util.h"    // defines: path_is_dir, path_exists
+#include "data/parquet.h" // defines: parquet_open, parquet_next
 
 // ---- file kinds ---------------------------------------------------------------------------------
 
@@ -35,8 +35,10 @@ static FileKind file_kind(const char *path, Compression *comp) {
     snprintf(base, sizeof base, "%s", path);
     *comp = COMP_NONE;
     if (ends_with(base, ".parquet")) return KIND_PARQUET;
-    if (ends_with(base, ".gz")) *comp = COMP_GZ, base[strlen(base) - 3] = 0;
-    else if (ends_with(base, ".zst")) *comp = COMP_ZSTD, base[strlen(base) - 4] = 0;
+    if (ends_with(base, ".gz"))
+        *comp = COMP_GZ, base[strlen(base) - 3] = 0;
+    else if (ends_with(base, ".zst"))
+        *comp = COMP_ZSTD, base[strlen(base) - 4] = 0;
     if (ends_with(base, ".jsonl") || ends_with(base, ".json") || ends_with(base, ".ndjson"))
         return KIND_JSONL;
     if (ends_with(base, ".txt")) return KIND_TXT;
@@ -81,8 +83,10 @@ static int walk_dir(const char *dir, StrList *out, int depth, KdaError *err) {
     for (int i = 0; i < names.n; i++) {
         if (rc == 0) {
             path_join(path, sizeof path, dir, names.items[i]);
-            if (path_is_dir(path)) rc = walk_dir(path, out, depth + 1, err);
-            else if (docreader_supported(path)) strlist_push(out, path);
+            if (path_is_dir(path))
+                rc = walk_dir(path, out, depth + 1, err);
+            else if (docreader_supported(path))
+                strlist_push(out, path);
         }
         free(names.items[i]);
     }
@@ -100,8 +104,10 @@ static int add_input(const char *in, StrList *out, KdaError *err) {
     }
     if (path_exists(in)) {
         if (!docreader_supported(in))
-            return kda_fail(err, "%s: unsupported input type (expected .jsonl, .json, .ndjson, "
-                                 ".txt (each optionally .gz or .zst) or .parquet)", in);
+            return kda_fail(err,
+                            "%s: unsupported input type (expected .jsonl, .json, .ndjson, "
+                            ".txt (each optionally .gz or .zst) or .parquet)",
+                            in);
         strlist_push(out, in);
         return 0;
     }
@@ -111,7 +117,8 @@ static int add_input(const char *in, StrList *out, KdaError *err) {
     if (grc == GLOB_NOMATCH) return kda_fail(err, "%s: no files match this pattern", in);
     if (grc != 0) return kda_fail(err, "%s: glob failed", in);
     int rc = 0;
-    for (size_t i = 0; i < g.gl_pathc && rc == 0; i++) rc = add_input(g.gl_pathv[i], out, err);
+    for (size_t i = 0; i < g.gl_pathc && rc == 0; i++)
+        rc = add_input(g.gl_pathv[i], out, err);
     globfree(&g);
     return rc;
 }
@@ -134,26 +141,28 @@ int docreader_expand(const char *const *inputs, int n_inputs, char ***paths, int
 }
 
 void docreader_free_paths(char **paths, int n_paths) {
-    for (int i = 0; i < n_paths; i++) free(paths[i]);
+    for (int i = 0; i < n_paths; i++)
+        free(paths[i]);
     free(paths);
 }
 
-// ---- ByteSource: raw file + stream decoder --------------------------------------------------------
+// ---- ByteSource: raw file + stream decoder
+// --------------------------------------------------------
 
 #define RAW_CHUNK (1 << 18)
 
 typedef struct {
     FILE *f;
     Compression comp;
-    const char *path;        // borrowed
-    unsigned char *raw;      // owned [RAW_CHUNK] compressed input
+    const char *path;   // borrowed
+    unsigned char *raw; // owned [RAW_CHUNK] compressed input
     size_t raw_pos, raw_end;
     int raw_eof;
     z_stream z;
     int z_init, z_done;
     ZSTD_DStream *zs;
-    int zs_in_frame;         // inside a zstd frame (more input or output pending)
-    int64_t bytes_read;      // raw bytes consumed from the file
+    int zs_in_frame;    // inside a zstd frame (more input or output pending)
+    int64_t bytes_read; // raw bytes consumed from the file
 } ByteSource;
 
 static int src_open(ByteSource *s, const char *path, Compression comp, KdaError *err) {
@@ -221,7 +230,8 @@ static int src_read(ByteSource *s, unsigned char *out, size_t cap, size_t *got, 
                                 s->z.msg ? s->z.msg : "inflate error");
             s->raw_pos = (size_t)(s->z.next_in - s->raw);
             *got = cap - s->z.avail_out;
-            if (zrc == Z_STREAM_END) s->z_done = 1;
+            if (zrc == Z_STREAM_END)
+                s->z_done = 1;
             else if (*got == 0 && avail == 0)
                 return kda_fail(err, "%s: truncated gzip stream", s->path);
         } else {
@@ -242,23 +252,24 @@ static int src_read(ByteSource *s, unsigned char *out, size_t cap, size_t *got, 
     return 0;
 }
 
-// ---- DocReader ------------------------------------------------------------------------------------
+// ---- DocReader
+// ------------------------------------------------------------------------------------
 
 struct DocReader {
-    char **paths;  // owned copies
+    char **paths; // owned copies
     int n_paths, cur;
     DocReaderOptions opt;
     FileKind kind;
     ByteSource src;
     int src_open;
     ParquetReader *pq;
-    unsigned char *buf;       // owned line buffer: data in [pos, end)
+    unsigned char *buf; // owned line buffer: data in [pos, end)
     size_t pos, end, cap;
     int eof;
-    int64_t line;             // 1-based line of the last line returned
+    int64_t line; // 1-based line of the last line returned
     JsonDoc doc;
     int doc_live;
-    int64_t bytes_done;       // bytes of finished files
+    int64_t bytes_done; // bytes of finished files
     DocReaderStats st;
     char where[4200];
 };
@@ -306,7 +317,8 @@ void docreader_close(DocReader *r) {
     if (!r) return;
     close_current(r);
     if (r->doc_live) json_free(&r->doc);
-    for (int i = 0; i < r->n_paths; i++) free(r->paths[i]);
+    for (int i = 0; i < r->n_paths; i++)
+        free(r->paths[i]);
     free(r->paths);
     free(r->buf);
     free(r);
@@ -471,9 +483,12 @@ int docreader_next(DocReader *r, const char **text, size_t *len, KdaError *err) 
     for (;;) {
         int rc = 0;
         if (r->cur >= 0 && r->cur < r->n_paths) {
-            if (r->kind == KIND_JSONL) rc = next_jsonl(r, text, len, err);
-            else if (r->kind == KIND_TXT) rc = next_txt(r, text, len, err);
-            else rc = next_parquet(r, text, len, err);
+            if (r->kind == KIND_JSONL)
+                rc = next_jsonl(r, text, len, err);
+            else if (r->kind == KIND_TXT)
+                rc = next_txt(r, text, len, err);
+            else
+                rc = next_parquet(r, text, len, err);
         }
         if (rc < 0) return -1;
         if (rc == 1) {

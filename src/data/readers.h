@@ -27,13 +27,13 @@ typedef struct {
 } DocReaderOptions;
 
 typedef struct {
-    int64_t docs;          // documents returned
-    int64_t bad_records;   // records skipped (skip_bad)
-    int64_t nulls;         // Parquet nulls (returned as empty documents)
-    int64_t bytes_read;    // input bytes consumed so far (compressed size for .gz/.zst)
-    int64_t total_bytes;   // sum of the input file sizes
+    int64_t docs;        // documents returned
+    int64_t bad_records; // records skipped (skip_bad)
+    int64_t nulls;       // Parquet nulls (returned as empty documents)
+    int64_t bytes_read;  // input bytes consumed so far (compressed size for .gz/.zst)
+    int64_t total_bytes; // sum of the input file sizes
     int files_done, n_files;
-    char first_bad[1024];   // message of the first skipped record ("" if none)
+    char first_bad[1024]; // message of the first skipped record ("" if none)
 } DocReaderStats;
 
 typedef struct DocReader DocReader;

@@ -12,11 +12,15 @@
 
 // ---- little-endian loads ----------------------------------------------------------------------
 
-static uint16_t ld16(const uint8_t *p) { return (uint16_t)(p[0] | p[1] << 8); }
+static uint16_t ld16(const uint8_t *p) {
+    return (uint16_t)(p[0] | p[1] << 8);
+}
 static uint32_t ld32(const uint8_t *p) {
     return (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24;
 }
-static uint64_t ld64(const uint8_t *p) { return (uint64_t)ld32(p) | (uint64_t)ld32(p + 4) << 32; }
+static uint64_t ld64(const uint8_t *p) {
+    return (uint64_t)ld32(p) | (uint64_t)ld32(p + 4) << 32;
+}
 
 // ---- flatbuffers (bounds-checked) -------------------------------------------------------------
 
@@ -60,10 +64,18 @@ static int fb_scalar(const FbTable *t, const Fb *fb, int i, size_t width, int64_
     if (!off) return *out = def, 0;
     const uint8_t *p = fb->b + t->pos + off;
     switch (width) {
-    case 1: *out = (int8_t)p[0]; break;
-    case 2: *out = (int16_t)ld16(p); break;
-    case 4: *out = (int32_t)ld32(p); break;
-    default: *out = (int64_t)ld64(p); break;
+    case 1:
+        *out = (int8_t)p[0];
+        break;
+    case 2:
+        *out = (int16_t)ld16(p);
+        break;
+    case 4:
+        *out = (int32_t)ld32(p);
+        break;
+    default:
+        *out = (int64_t)ld64(p);
+        break;
     }
     return 0;
 }
@@ -105,22 +117,33 @@ static int fb_vec_table(const Fb *fb, size_t data, size_t j, FbTable *t) {
 // ---- schema -----------------------------------------------------------------------------------
 
 enum { // flatbuffer Type union tags (Schema.fbs)
-    T_NULL = 1, T_INT = 2, T_FLOAT = 3, T_BINARY = 4, T_UTF8 = 5, T_BOOL = 6, T_LIST = 12,
-    T_STRUCT = 13, T_FIXED_LIST = 16, T_LARGE_BINARY = 19, T_LARGE_UTF8 = 20, T_LARGE_LIST = 21
+    T_NULL = 1,
+    T_INT = 2,
+    T_FLOAT = 3,
+    T_BINARY = 4,
+    T_UTF8 = 5,
+    T_BOOL = 6,
+    T_LIST = 12,
+    T_STRUCT = 13,
+    T_FIXED_LIST = 16,
+    T_LARGE_BINARY = 19,
+    T_LARGE_UTF8 = 20,
+    T_LARGE_LIST = 21
 };
 
 static void field_free(ArrowField *f) {
-    for (int i = 0; i < f->n_children; i++) field_free(&f->children[i]);
+    for (int i = 0; i < f->n_children; i++)
+        field_free(&f->children[i]);
     free(f->children);
     free(f->name);
     memset(f, 0, sizeof *f);
 }
 
-static int parse_field(const Fb *fb, const FbTable *ft, ArrowField *f, int depth,
-                       const char *name, KdaError *err);
+static int parse_field(const Fb *fb, const FbTable *ft, ArrowField *f, int depth, const char *name,
+                       KdaError *err);
 
-static int parse_children(const Fb *fb, const FbTable *t, int vec_field, ArrowField *f,
-                          int depth, const char *name, KdaError *err) {
+static int parse_children(const Fb *fb, const FbTable *t, int vec_field, ArrowField *f, int depth,
+                          const char *name, KdaError *err) {
     size_t data, cnt;
     if (fb_vector(t, fb, vec_field, 4, &data, &cnt))
         return kda_fail(err, "%s: schema: bad children vector of field '%s'", name, f->name);
@@ -136,24 +159,43 @@ static int parse_children(const Fb *fb, const FbTable *t, int vec_field, ArrowFi
     return 0;
 }
 
-static int parse_type(const Fb *fb, const FbTable *ft, ArrowField *f, int64_t tag,
-                      const char *name, KdaError *err) {
+static int parse_type(const Fb *fb, const FbTable *ft, ArrowField *f, int64_t tag, const char *name,
+                      KdaError *err) {
     FbTable tt;
     size_t tpos;
     int r = fb_ref(ft, fb, 3, &tpos);
     int have = r == 0 && fb_table(fb, tpos, &tt) == 0;
-    if (r < 0 || (r == 0 && !have)) return kda_fail(err, "%s: schema: bad type of '%s'", name, f->name);
+    if (r < 0 || (r == 0 && !have))
+        return kda_fail(err, "%s: schema: bad type of '%s'", name, f->name);
     int64_t v = 0;
     switch (tag) {
-    case T_NULL: f->type = ARROW_NULL; return 0;
-    case T_BOOL: f->type = ARROW_BOOL; return 0;
-    case T_UTF8: f->type = ARROW_UTF8; return 0;
-    case T_LARGE_UTF8: f->type = ARROW_UTF8, f->large = 1; return 0;
-    case T_BINARY: f->type = ARROW_BINARY; return 0;
-    case T_LARGE_BINARY: f->type = ARROW_BINARY, f->large = 1; return 0;
-    case T_LIST: f->type = ARROW_LIST; return 0;
-    case T_LARGE_LIST: f->type = ARROW_LIST, f->large = 1; return 0;
-    case T_STRUCT: f->type = ARROW_STRUCT; return 0;
+    case T_NULL:
+        f->type = ARROW_NULL;
+        return 0;
+    case T_BOOL:
+        f->type = ARROW_BOOL;
+        return 0;
+    case T_UTF8:
+        f->type = ARROW_UTF8;
+        return 0;
+    case T_LARGE_UTF8:
+        f->type = ARROW_UTF8, f->large = 1;
+        return 0;
+    case T_BINARY:
+        f->type = ARROW_BINARY;
+        return 0;
+    case T_LARGE_BINARY:
+        f->type = ARROW_BINARY, f->large = 1;
+        return 0;
+    case T_LIST:
+        f->type = ARROW_LIST;
+        return 0;
+    case T_LARGE_LIST:
+        f->type = ARROW_LIST, f->large = 1;
+        return 0;
+    case T_STRUCT:
+        f->type = ARROW_STRUCT;
+        return 0;
     case T_INT:
         f->type = ARROW_INT;
         if (!have || fb_scalar(&tt, fb, 0, 4, 0, &v)) break;
@@ -167,15 +209,17 @@ static int parse_type(const Fb *fb, const FbTable *ft, ArrowField *f, int64_t ta
     case T_FLOAT:
         f->type = ARROW_FLOAT;
         if (!have || fb_scalar(&tt, fb, 0, 2, 0, &v)) break;
-        if (v < 0 || v > 2) return kda_fail(err, "%s: schema: field '%s': float precision %lld",
-                                            name, f->name, (long long)v);
+        if (v < 0 || v > 2)
+            return kda_fail(err, "%s: schema: field '%s': float precision %lld", name, f->name,
+                            (long long)v);
         f->bit_width = 16 << v;
         return 0;
     case T_FIXED_LIST:
         f->type = ARROW_FIXED_LIST;
         if (!have || fb_scalar(&tt, fb, 0, 4, 0, &v)) break;
-        if (v < 0) return kda_fail(err, "%s: schema: field '%s': list size %lld", name, f->name,
-                                   (long long)v);
+        if (v < 0)
+            return kda_fail(err, "%s: schema: field '%s': list size %lld", name, f->name,
+                            (long long)v);
         f->list_size = (int32_t)v;
         return 0;
     default:
@@ -185,11 +229,12 @@ static int parse_type(const Fb *fb, const FbTable *ft, ArrowField *f, int64_t ta
     return kda_fail(err, "%s: schema: bad type table of '%s'", name, f->name);
 }
 
-static int parse_field(const Fb *fb, const FbTable *ft, ArrowField *f, int depth,
-                       const char *name, KdaError *err) {
+static int parse_field(const Fb *fb, const FbTable *ft, ArrowField *f, int depth, const char *name,
+                       KdaError *err) {
     if (depth > ARROW_MAX_DEPTH) return kda_fail(err, "%s: schema nested too deeply", name);
     size_t sdata, slen;
-    if (fb_vector(ft, fb, 0, 1, &sdata, &slen)) return kda_fail(err, "%s: schema: bad field name", name);
+    if (fb_vector(ft, fb, 0, 1, &sdata, &slen))
+        return kda_fail(err, "%s: schema: bad field name", name);
     f->name = kda_malloc(slen + 1);
     if (slen) memcpy(f->name, fb->b + sdata, slen);
     f->name[slen] = 0;
@@ -235,7 +280,8 @@ typedef struct {
 
 static void array_free(const ArrowField *f, ArrowArray *a) {
     if (!a->children) return;
-    for (int i = 0; i < f->n_children; i++) array_free(&f->children[i], &a->children[i]);
+    for (int i = 0; i < f->n_children; i++)
+        array_free(&f->children[i], &a->children[i]);
     free(a->children);
     a->children = NULL;
 }
@@ -248,10 +294,11 @@ static int next_buffer(BatchCursor *c, const ArrowField *f, const uint8_t **p, i
     const uint8_t *e = c->fb->b + c->bufs + 16 * c->buf_i++;
     uint64_t off = ld64(e), l = ld64(e + 8);
     if (off > c->body_len || l > c->body_len - off)
-        return kda_fail(err, "%s: record batch %lld: buffer of column '%s' (offset %llu, %llu "
-                        "bytes) outside the %llu-byte body", c->name, (long long)c->batch,
-                        f->name, (unsigned long long)off, (unsigned long long)l,
-                        (unsigned long long)c->body_len);
+        return kda_fail(err,
+                        "%s: record batch %lld: buffer of column '%s' (offset %llu, %llu "
+                        "bytes) outside the %llu-byte body",
+                        c->name, (long long)c->batch, f->name, (unsigned long long)off,
+                        (unsigned long long)l, (unsigned long long)c->body_len);
     *p = c->body + off, *len = (int64_t)l;
     return 0;
 }
@@ -279,28 +326,33 @@ static int check_offsets(BatchCursor *c, const ArrowField *f, ArrowArray *a, con
     if (prev > limit) goto bad;
     return 0;
 bad:
-    return kda_fail(err, "%s: record batch %lld: column '%s': offsets not increasing or past "
-                    "the end of the data", c->name, (long long)c->batch, f->name);
+    return kda_fail(err,
+                    "%s: record batch %lld: column '%s': offsets not increasing or past "
+                    "the end of the data",
+                    c->name, (long long)c->batch, f->name);
 }
 
 static int read_array(BatchCursor *c, const ArrowField *f, ArrowArray *a, int depth,
                       KdaError *err) {
     if (c->node_i >= c->n_nodes)
-        return kda_fail(err, "%s: record batch %lld: too few field nodes at column '%s'",
-                        c->name, (long long)c->batch, f->name);
+        return kda_fail(err, "%s: record batch %lld: too few field nodes at column '%s'", c->name,
+                        (long long)c->batch, f->name);
     const uint8_t *e = c->fb->b + c->nodes + 16 * c->node_i++;
     a->length = (int64_t)ld64(e), a->null_count = (int64_t)ld64(e + 8);
     if (a->length < 0 || a->null_count < 0 || a->null_count > a->length || a->length > (1LL << 40))
-        return kda_fail(err, "%s: record batch %lld: column '%s': bad length %lld / null count "
-                        "%lld", c->name, (long long)c->batch, f->name, (long long)a->length,
+        return kda_fail(err,
+                        "%s: record batch %lld: column '%s': bad length %lld / null count "
+                        "%lld",
+                        c->name, (long long)c->batch, f->name, (long long)a->length,
                         (long long)a->null_count);
     const uint8_t *p;
     int64_t len;
     if (f->type == ARROW_NULL) { // no buffers: bound the length so rows stay proportionate
         if (a->length > (int64_t)(1 << 16) + 64 * (int64_t)c->body_len)
-            return kda_fail(err, "%s: record batch %lld: null column '%s' of %lld values is "
-                            "implausibly long", c->name, (long long)c->batch, f->name,
-                            (long long)a->length);
+            return kda_fail(err,
+                            "%s: record batch %lld: null column '%s' of %lld values is "
+                            "implausibly long",
+                            c->name, (long long)c->batch, f->name, (long long)a->length);
         return 0;
     }
     if (next_buffer(c, f, &p, &len, err)) return -1;
@@ -326,7 +378,8 @@ static int read_array(BatchCursor *c, const ArrowField *f, ArrowArray *a, int de
         if (next_buffer(c, f, &p, &len, err)) return -1;
         if (next_buffer(c, f, &a->values, &a->values_len, err)) return -1;
         return check_offsets(c, f, a, p, len, a->values_len, err);
-    default: break;
+    default:
+        break;
     }
     if (f->type == ARROW_LIST && next_buffer(c, f, &p, &len, err)) return -1;
     if (depth > ARROW_MAX_DEPTH) return kda_fail(err, "%s: nested too deeply", c->name);
@@ -339,27 +392,31 @@ static int read_array(BatchCursor *c, const ArrowField *f, ArrowArray *a, int de
     need = f->type == ARROW_FIXED_LIST ? a->length * f->list_size : a->length;
     for (int i = 0; i < f->n_children; i++)
         if (a->children[i].length < need)
-            return kda_fail(err, "%s: record batch %lld: column '%s': child '%s' has %lld "
-                            "values, expected >= %lld", c->name, (long long)c->batch, f->name,
-                            f->children[i].name, (long long)a->children[i].length,
-                            (long long)need);
+            return kda_fail(err,
+                            "%s: record batch %lld: column '%s': child '%s' has %lld "
+                            "values, expected >= %lld",
+                            c->name, (long long)c->batch, f->name, f->children[i].name,
+                            (long long)a->children[i].length, (long long)need);
     return 0;
 }
 
 static int parse_batch(ArrowTable *t, const Fb *fb, const FbTable *rt, const uint8_t *body,
                        uint64_t body_len, const char *name, KdaError *err) {
-    BatchCursor c = {.fb = fb, .body = body, .body_len = body_len, .name = name,
-                     .batch = t->n_batches};
+    BatchCursor c = {
+        .fb = fb, .body = body, .body_len = body_len, .name = name, .batch = t->n_batches};
     int64_t rows;
     size_t dummy;
     if (fb_scalar(rt, fb, 0, 8, 0, &rows) || rows < 0)
         return kda_fail(err, "%s: record batch %d: bad length", name, t->n_batches);
-    if (fb_vector(rt, fb, 1, 16, &c.nodes, &c.n_nodes) || fb_vector(rt, fb, 2, 16, &c.bufs, &c.n_bufs))
+    if (fb_vector(rt, fb, 1, 16, &c.nodes, &c.n_nodes) ||
+        fb_vector(rt, fb, 2, 16, &c.bufs, &c.n_bufs))
         return kda_fail(err, "%s: record batch %d: bad nodes/buffers vector", name, t->n_batches);
     int r = fb_ref(rt, fb, 3, &dummy);
-    if (r < 0) return kda_fail(err, "%s: record batch %d: bad compression field", name, t->n_batches);
-    if (r == 0) return kda_fail(err, "%s: record batch %d: compressed buffers are not supported",
-                                name, t->n_batches);
+    if (r < 0)
+        return kda_fail(err, "%s: record batch %d: bad compression field", name, t->n_batches);
+    if (r == 0)
+        return kda_fail(err, "%s: record batch %d: compressed buffers are not supported", name,
+                        t->n_batches);
     t->batches = kda_realloc(t->batches, (size_t)(t->n_batches + 1) * sizeof *t->batches);
     ArrowBatch *b = &t->batches[t->n_batches++];
     b->n_rows = rows;
@@ -386,8 +443,7 @@ static int parse_message(ArrowTable *t, const Fb *fb, const uint8_t *body, size_
     int64_t htype, blen;
     size_t hpos;
     if (fb->n < 4 || fb_table(fb, ld32(fb->b), &mt) || fb_scalar(&mt, fb, 1, 1, 0, &htype) ||
-        fb_scalar(&mt, fb, 3, 8, 0, &blen) || fb_ref(&mt, fb, 2, &hpos) ||
-        fb_table(fb, hpos, &ht))
+        fb_scalar(&mt, fb, 3, 8, 0, &blen) || fb_ref(&mt, fb, 2, &hpos) || fb_table(fb, hpos, &ht))
         return kda_fail(err, "%s: message %d: malformed metadata", name, idx);
     if (blen < 0 || (uint64_t)blen > body_avail)
         return kda_fail(err, "%s: message %d: body of %lld bytes runs past the end of the file",
@@ -430,7 +486,8 @@ static int open_stream(ArrowTable *t, const void *buf, size_t n, const char *nam
         uint64_t meta_len = ld32(b + pos);
         pos += 4;
         if (meta_len == 0xFFFFFFFFu) { // continuation marker, then the length
-            if (n - pos < 4) return arrow_free(t), kda_fail(err, "%s: truncated message %d", name, idx);
+            if (n - pos < 4)
+                return arrow_free(t), kda_fail(err, "%s: truncated message %d", name, idx);
             meta_len = ld32(b + pos);
             pos += 4;
         }
@@ -489,13 +546,18 @@ static void text_put(ArrowText *o, const char *s, size_t n) {
     o->n += n;
     o->data[o->n] = 0;
 }
-static void text_puts(ArrowText *o, const char *s) { text_put(o, s, strlen(s)); }
+static void text_puts(ArrowText *o, const char *s) {
+    text_put(o, s, strlen(s));
+}
 
 // Length of the valid UTF-8 sequence at s[0..n) (1..4), or 0 if the bytes there are invalid.
 static size_t utf8_char_len(const uint8_t *s, size_t n) {
     uint8_t c = s[0];
-    size_t len = c < 0x80 ? 1 : (c & 0xE0) == 0xC0 ? 2 : (c & 0xF0) == 0xE0 ? 3
-                 : (c & 0xF8) == 0xF0 ? 4 : 0;
+    size_t len = c < 0x80             ? 1
+                 : (c & 0xE0) == 0xC0 ? 2
+                 : (c & 0xF0) == 0xE0 ? 3
+                 : (c & 0xF8) == 0xF0 ? 4
+                                      : 0;
     if (!len || len > n) return 0;
     for (size_t k = 1; k < len; k++)
         if ((s[k] & 0xC0) != 0x80) return 0;
@@ -518,10 +580,14 @@ static void text_json_string(ArrowText *o, const uint8_t *s, size_t n) {
         }
         text_put(o, (const char *)s + start, i - start);
         char esc[8];
-        if (ch == '"' || ch == '\\') snprintf(esc, sizeof esc, "\\%c", ch);
-        else if (ch == '\n') snprintf(esc, sizeof esc, "\\n");
-        else if (ch < 0x20) snprintf(esc, sizeof esc, "\\u%04x", ch);
-        else snprintf(esc, sizeof esc, "\xEF\xBF\xBD"); // invalid byte -> U+FFFD
+        if (ch == '"' || ch == '\\')
+            snprintf(esc, sizeof esc, "\\%c", ch);
+        else if (ch == '\n')
+            snprintf(esc, sizeof esc, "\\n");
+        else if (ch < 0x20)
+            snprintf(esc, sizeof esc, "\\u%04x", ch);
+        else
+            snprintf(esc, sizeof esc, "\xEF\xBF\xBD"); // invalid byte -> U+FFFD
         text_puts(o, esc);
         start = ++i;
     }
@@ -536,11 +602,15 @@ static void value_json(const ArrowField *f, const ArrowArray *a, int64_t i, Arro
         return;
     }
     switch (f->type) {
-    case ARROW_BOOL: text_puts(o, (a->values[i >> 3] >> (i & 7) & 1) ? "true" : "false"); return;
+    case ARROW_BOOL:
+        text_puts(o, (a->values[i >> 3] >> (i & 7) & 1) ? "true" : "false");
+        return;
     case ARROW_INT: {
         const uint8_t *p = a->values + i * (f->bit_width / 8);
-        uint64_t u = f->bit_width == 8 ? p[0] : f->bit_width == 16 ? ld16(p)
-                     : f->bit_width == 32 ? ld32(p) : ld64(p);
+        uint64_t u = f->bit_width == 8    ? p[0]
+                     : f->bit_width == 16 ? ld16(p)
+                     : f->bit_width == 32 ? ld32(p)
+                                          : ld64(p);
         if (f->is_signed) {
             int sh = 64 - f->bit_width;
             int64_t s = (int64_t)(u << sh) >> sh;
@@ -554,7 +624,8 @@ static void value_json(const ArrowField *f, const ArrowArray *a, int64_t i, Arro
     case ARROW_FLOAT: {
         const uint8_t *p = a->values + i * (f->bit_width / 8);
         double d;
-        if (f->bit_width == 16) d = f16_to_f32(ld16(p));
+        if (f->bit_width == 16)
+            d = f16_to_f32(ld16(p));
         else if (f->bit_width == 32) {
             uint32_t u = ld32(p);
             float x;
@@ -564,8 +635,10 @@ static void value_json(const ArrowField *f, const ArrowArray *a, int64_t i, Arro
             uint64_t u = ld64(p);
             memcpy(&d, &u, 8);
         }
-        if (!isfinite(d)) text_puts(o, "null");
-        else snprintf(num, sizeof num, "%.17g", d), text_puts(o, num);
+        if (!isfinite(d))
+            text_puts(o, "null");
+        else
+            snprintf(num, sizeof num, "%.17g", d), text_puts(o, num);
         return;
     }
     case ARROW_UTF8:
@@ -596,7 +669,9 @@ static void value_json(const ArrowField *f, const ArrowArray *a, int64_t i, Arro
         }
         text_put(o, "}", 1);
         return;
-    default: text_puts(o, "null"); return;
+    default:
+        text_puts(o, "null");
+        return;
     }
 }
 
@@ -604,7 +679,8 @@ void arrow_row_json(const ArrowTable *t, int64_t row, ArrowText *out) {
     out->n = 0;
     text_put(out, "{", 1);
     int bi = 0;
-    while (bi < t->n_batches - 1 && row >= t->batches[bi].n_rows) row -= t->batches[bi++].n_rows;
+    while (bi < t->n_batches - 1 && row >= t->batches[bi].n_rows)
+        row -= t->batches[bi++].n_rows;
     KDA_ASSERT(bi < t->n_batches && row >= 0 && row < t->batches[bi].n_rows);
     for (int c = 0; c < t->schema.n_children; c++) {
         if (c) text_put(out, ", ", 2);

@@ -41,7 +41,7 @@ typedef enum {
 } ArrowType;
 
 typedef struct ArrowField {
-    char *name;                  // owned, NUL-terminated
+    char *name; // owned, NUL-terminated
     ArrowType type;
     int bit_width;               // ARROW_INT: 8/16/32/64; ARROW_FLOAT: 16/32/64
     int is_signed;               // ARROW_INT
@@ -70,8 +70,8 @@ typedef struct {
     ArrowField schema;   // ARROW_STRUCT; its children are the columns
     ArrowBatch *batches; // owned [n_batches]
     int n_batches;
-    int64_t n_rows;      // sum over batches
-    uint8_t *owned;      // file bytes when loaded by arrow_load_file (else NULL: borrowed)
+    int64_t n_rows; // sum over batches
+    uint8_t *owned; // file bytes when loaded by arrow_load_file (else NULL: borrowed)
 } ArrowTable;
 
 // Growable text buffer for arrow_row_json (zero-initialise; free with free(b.data)).

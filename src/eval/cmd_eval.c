@@ -24,7 +24,9 @@
 
 #define DEFAULT_TOKENIZER "assets/tokenizers/llama3/tokenizer.json"
 
-static void on_progress_(void *ctx, int64_t done) { progress_update(ctx, (double)done, NULL); }
+static void on_progress_(void *ctx, int64_t done) {
+    progress_update(ctx, (double)done, NULL);
+}
 
 static void load_model_(const char *dir, const char *core, KdaModel *m) {
     KdaError err;
@@ -70,7 +72,8 @@ static int perplexity_(KdaModel *m, const char *prefix, int64_t seq_length, int6
     if (indexed_open(&ds, prefix, &err)) kda_die("%s", err.msg);
     Progress p;
     int64_t total = (ds.idx.n_tokens + seq_length - 1) / seq_length;
-    progress_init(&p, "perplexity", (double)(limit > 0 && limit < total ? limit : total), "windows");
+    progress_init(&p, "perplexity", (double)(limit > 0 && limit < total ? limit : total),
+                  "windows");
     double sum, t0 = now_seconds();
     int64_t n;
     if (eval_perplexity(m, &ds, seq_length, limit, &sum, &n, on_progress_, &p, &err))
@@ -108,21 +111,30 @@ int cmd_eval(int argc, char **argv) {
     ArgList cmp = {0};
     ArgSpec specs[] = {
         {"model", ARG_STR, &model_dir, "model directory (config.json + model.safetensors)", 0},
-        {"tasks", ARG_STR, &tasks, "comma-separated: arc_easy, arc_challenge, hellaswag, "
-         "openbookqa, piqa, winogrande, mmlu, race, olmo:<task>/<variant>", 0},
-        {"data", ARG_STR, &data, "data folder (TASK.jsonl[.gz], hf_datasets/..., oe_eval_tasks/...)", 0},
-        {"limit", ARG_INT, &limit, "first N documents per task (per subject for mmlu); "
-         "perplexity: at most N windows (0 = all)", 0},
+        {"tasks", ARG_STR, &tasks,
+         "comma-separated: arc_easy, arc_challenge, hellaswag, "
+         "openbookqa, piqa, winogrande, mmlu, race, olmo:<task>/<variant>",
+         0},
+        {"data", ARG_STR, &data,
+         "data folder (TASK.jsonl[.gz], hf_datasets/..., oe_eval_tasks/...)", 0},
+        {"limit", ARG_INT, &limit,
+         "first N documents per task (per subject for mmlu); "
+         "perplexity: at most N windows (0 = all)",
+         0},
         {"batch-tokens", ARG_INT, &batch_tokens, "token budget B*T of one batched forward", 0},
         {"output", ARG_STR, &output, "results.json to write", 0},
-        {"tokenizer", ARG_STR, &tok_path, "tokenizer.json (default: MODEL/tokenizer.json, else "
-         DEFAULT_TOKENIZER ")", 0},
-        {"bos", ARG_BOOL, &bos, "prepend BOS to every request (--no-bos: lm-eval before PR #3347)", 0},
-        {"max-length", ARG_INT, &max_length, "left-truncation length (0 = max_position_embeddings)", 0},
-        {"dump-requests", ARG_STR, &dump_path, "JSON lines: every request with token ids and ll", 0},
+        {"tokenizer", ARG_STR, &tok_path,
+         "tokenizer.json (default: MODEL/tokenizer.json, else " DEFAULT_TOKENIZER ")", 0},
+        {"bos", ARG_BOOL, &bos, "prepend BOS to every request (--no-bos: lm-eval before PR #3347)",
+         0},
+        {"max-length", ARG_INT, &max_length, "left-truncation length (0 = max_position_embeddings)",
+         0},
+        {"dump-requests", ARG_STR, &dump_path, "JSON lines: every request with token ids and ll",
+         0},
         {"share-prefix", ARG_BOOL, &share, "run a document's context once (prefill + decode)", 0},
         {"core", ARG_STR, &core, "KDA core: chunk | recurrent", 0},
-        {"perplexity", ARG_STR, &ppl, "PREFIX of a .bin/.idx: token-weighted NLL and perplexity", 0},
+        {"perplexity", ARG_STR, &ppl, "PREFIX of a .bin/.idx: token-weighted NLL and perplexity",
+         0},
         {"seq-length", ARG_INT, &seq_length, "perplexity window (predicted tokens per window)", 0},
         {"compare", ARG_STRS, &cmp, "A.json B.json: print the Δ table (B − A)", 0},
     };
@@ -147,7 +159,9 @@ int cmd_eval(int argc, char **argv) {
         kda_model_free(&m);
         return rc;
     }
-    EvalSettings s = {.bos = bos, .batch_tokens = batch_tokens, .share_prefix = share,
+    EvalSettings s = {.bos = bos,
+                      .batch_tokens = batch_tokens,
+                      .share_prefix = share,
                       .max_length = max_length ? max_length : m.cfg.max_position_embeddings};
     KdaTokenizer *tok = load_tokenizer_(tok_path, model_dir);
     char **names;
@@ -160,7 +174,8 @@ int cmd_eval(int argc, char **argv) {
         kda_info("%s: %lld documents from %s%s%s", names[i], (long long)ts[i].n_docs, ts[i].source,
                  ts[i].split[0] ? ", split " : "", ts[i].split);
         if (!strcmp(names[i], "mmlu") && ts[i].n_subtasks != 57)
-            kda_warn("mmlu: %d of 57 subjects found: the aggregate is not lm-eval's", ts[i].n_subtasks);
+            kda_warn("mmlu: %d of 57 subjects found: the aggregate is not lm-eval's",
+                     ts[i].n_subtasks);
     }
     char tmp[PATH_MAX];
     FILE *dump = NULL;
@@ -168,7 +183,8 @@ int cmd_eval(int argc, char **argv) {
     EvalResults res = {0};
     for (int i = 0; i < n_names; i++) {
         int64_t n_req = 0;
-        for (int64_t d = 0; d < ts[i].n_docs; d++) n_req += ts[i].docs[d].n_choices;
+        for (int64_t d = 0; d < ts[i].n_docs; d++)
+            n_req += ts[i].docs[d].n_choices;
         Progress p;
         progress_init(&p, ts[i].name, (double)n_req, "requests");
         double t0 = now_seconds();

@@ -15,13 +15,13 @@
 #include <string.h>
 
 #include "commands.h"
-#include "core/args.h"     // defines: ArgSpec, ArgTable, args_parse_or_die
-#include "core/util.h"     // defines: open_atomic, commit_atomic
+#include "core/args.h"       // defines: ArgSpec, ArgTable, args_parse_or_die
+#include "core/util.h"       // defines: open_atomic, commit_atomic
 #include "cuda/model_cuda.h" // defines: KdaCudaModel (KDA_HAVE_CUDA builds)
-#include "eval/score.h"    // defines: ScoreSeq, score_read_input
-#include "io/model_io.h"   // defines: kda_model_load_dir
-#include "model/model.h"   // defines: KdaModel, kda_model_forward
-#include "tok/tok.h"       // defines: KdaTokenizer, tok_load, tok_encode
+#include "eval/score.h"      // defines: ScoreSeq, score_read_input
+#include "io/model_io.h"     // defines: kda_model_load_dir
+#include "model/model.h"     // defines: KdaModel, kda_model_forward
+#include "tok/tok.h"         // defines: KdaTokenizer, tok_load, tok_encode
 
 int cmd_score(int argc, char **argv) {
     const char *model_dir = NULL, *input = NULL, *output = "-", *tok_path = NULL, *core = "chunk";
@@ -36,11 +36,11 @@ int cmd_score(int argc, char **argv) {
         {"core", ARG_STR, &core, "KDA core: chunk | recurrent", 0},
         {"device", ARG_STR, &device, "cpu | cuda (GPU, bf16 mixed precision, chunked core)", 0},
     };
-    ArgTable table = {"kda score",
-                      "per-sequence mean NLL (natural log) of tokens 2..n given their prefix",
-                      "Each input line is scored as its own sequence (B = 1, fp32 CPU or --device cuda). Output "
-                      "lines: {\"tokens\": n, \"loss\": sum_nll/(n-1), \"sum_nll\": ...}.",
-                      specs, (int)(sizeof specs / sizeof *specs)};
+    ArgTable table = {
+        "kda score", "per-sequence mean NLL (natural log) of tokens 2..n given their prefix",
+        "Each input line is scored as its own sequence (B = 1, fp32 CPU or --device cuda). Output "
+        "lines: {\"tokens\": n, \"loss\": sum_nll/(n-1), \"sum_nll\": ...}.",
+        specs, (int)(sizeof specs / sizeof *specs)};
     if (args_parse_or_die(&table, argc, argv)) return 0;
     if (strcmp(core, "chunk") && strcmp(core, "recurrent"))
         kda_die("--core must be chunk or recurrent, got '%s'", core);
@@ -71,7 +71,8 @@ int cmd_score(int argc, char **argv) {
     ScoreSeq *seqs;
     if (score_read_input(input, tok, bos, cfg.vocab_size, &seqs, &n_seq, &err))
         kda_die("%s", err.msg);
-    for (int64_t i = 0; i < n_seq; i++) tmax = seqs[i].n > tmax ? seqs[i].n : tmax;
+    for (int64_t i = 0; i < n_seq; i++)
+        tmax = seqs[i].n > tmax ? seqs[i].n : tmax;
 
     char tmp[PATH_MAX];
     FILE *out = stdout;
@@ -86,10 +87,10 @@ int cmd_score(int argc, char **argv) {
         else
 #endif
             rc = kda_model_forward(&m, seqs[i].ids, NULL, 1, seqs[i].n, nll, NULL, &loss, &err);
-        if (rc)
-            kda_die("%s: sequence %lld: %s", input, (long long)i + 1, err.msg);
+        if (rc) kda_die("%s: sequence %lld: %s", input, (long long)i + 1, err.msg);
         double sum = 0.0;
-        for (int64_t t = 0; t < seqs[i].n; t++) sum += nll[t];
+        for (int64_t t = 0; t < seqs[i].n; t++)
+            sum += nll[t];
         fprintf(out, "{\"tokens\": %lld, \"loss\": %.9g, \"sum_nll\": %.9g}\n",
                 (long long)seqs[i].n, sum / (double)(seqs[i].n - 1), sum);
     }

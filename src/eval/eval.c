@@ -32,13 +32,16 @@ int eval_encode_request(const KdaTokenizer *tok, const EvalRequest *rq, int bos,
     memcpy(whole, c, cn), memcpy(whole + cn, k, kn + 1);
     TokIds ctx = {0}, all = {0};
     int32_t prefix = bos ? tok_bos_id(tok) : -1;
-    if (bos && prefix < 0) return free(cont), free(whole), kda_fail(err, "--bos: the tokenizer has no BOS token");
+    if (bos && prefix < 0)
+        return free(cont), free(whole), kda_fail(err, "--bos: the tokenizer has no BOS token");
     int64_t n_ctx, n_cont;
     int r = 0;
     if (keep == 0) { // empty context: [prefix token] + enc(continuation)
         int32_t p = tok_bos_id(tok) >= 0 ? tok_bos_id(tok) : tok_eos_id(tok);
-        if (p < 0) r = kda_fail(err, "empty context and the tokenizer has neither BOS nor EOS");
-        else r = encode(tok, cont, strlen(cont), &all, err);
+        if (p < 0)
+            r = kda_fail(err, "empty context and the tokenizer has neither BOS nor EOS");
+        else
+            r = encode(tok, cont, strlen(cont), &all, err);
         prefix = p, n_ctx = 0, n_cont = (int64_t)all.n;
     } else if (separate) {
         r = encode(tok, c, keep, &all, err);
@@ -71,9 +74,11 @@ int eval_encode_request(const KdaTokenizer *tok, const EvalRequest *rq, int bos,
 
 static double log_prob(const float *logits, int64_t V, int32_t target) {
     float mx = logits[0];
-    for (int64_t v = 1; v < V; v++) mx = logits[v] > mx ? logits[v] : mx;
+    for (int64_t v = 1; v < V; v++)
+        mx = logits[v] > mx ? logits[v] : mx;
     double s = 0.0;
-    for (int64_t v = 0; v < V; v++) s += exp((double)(logits[v] - mx));
+    for (int64_t v = 0; v < V; v++)
+        s += exp((double)(logits[v] - mx));
     return (double)(logits[target] - mx) - log(s);
 }
 
@@ -131,8 +136,8 @@ static int by_len_desc(const void *a, const void *b) {
 
 // Batched full forward of the requests idx[0..n).
 static int full_forward(KdaModel *m, const EvalTokens *r, int64_t *idx, int64_t n,
-                        const EvalSettings *s, double *ll, int64_t *done,
-                        EvalProgressFn progress, void *pctx, KdaError *err) {
+                        const EvalSettings *s, double *ll, int64_t *done, EvalProgressFn progress,
+                        void *pctx, KdaError *err) {
     g_sort = (SortCtx){r, s->max_length};
     qsort(idx, (size_t)n, sizeof *idx, by_len_desc);
     int32_t *ids = NULL;
@@ -140,7 +145,8 @@ static int full_forward(KdaModel *m, const EvalTokens *r, int64_t *idx, int64_t 
     size_t cap = 0;
     for (int64_t b0 = 0; b0 < n;) {
         int64_t T = trunc_len(&r[idx[b0]], s->max_length), B = 1;
-        while (b0 + B < n && (B + 1) * T <= s->batch_tokens) B++;
+        while (b0 + B < n && (B + 1) * T <= s->batch_tokens)
+            B++;
         if ((size_t)(B * T) > cap) {
             cap = (size_t)(B * T);
             ids = kda_realloc(ids, cap * sizeof *ids), nll = kda_realloc(nll, cap * sizeof *nll);
@@ -159,7 +165,8 @@ static int full_forward(KdaModel *m, const EvalTokens *r, int64_t *idx, int64_t 
             const EvalTokens *q = &r[idx[b0 + b]];
             int64_t L = trunc_len(q, s->max_length), nc = q->n_cont < L - 1 ? q->n_cont : L - 1;
             double sum = 0.0;
-            for (int64_t p = L - nc; p < L; p++) sum -= nll[b * T + p - 1];
+            for (int64_t p = L - nc; p < L; p++)
+                sum -= nll[b * T + p - 1];
             ll[idx[b0 + b]] = sum;
         }
         b0 += B, *done += B;
@@ -183,13 +190,16 @@ int eval_loglik(KdaModel *m, const EvalTokens *r, int64_t n, const EvalSettings 
                 continue;
             }
             int64_t j = i + 1;
-            while (j < n && same_ctx(&r[i], &r[j]) && r[j].n_ctx + r[j].n_cont <= s->max_length + 1) j++;
+            while (j < n && same_ctx(&r[i], &r[j]) && r[j].n_ctx + r[j].n_cont <= s->max_length + 1)
+                j++;
             // A decode step costs a few times a token of a batched forward (GEMV vs GEMM), so
             // share only when the saved context tokens outweigh the decoded ones.
             int64_t decoded = 0;
-            for (int64_t q = i; q < j; q++) decoded += r[q].n_cont - 1;
+            for (int64_t q = i; q < j; q++)
+                decoded += r[q].n_cont - 1;
             if ((j - i - 1) * r[i].n_ctx < 2 * decoded) {
-                while (i < j) full[n_full++] = i++;
+                while (i < j)
+                    full[n_full++] = i++;
                 continue;
             }
             rc = score_group(m, r, i, j, ll, &st0, &st, first, first + m->cfg.vocab_size, err);
@@ -199,7 +209,8 @@ int eval_loglik(KdaModel *m, const EvalTokens *r, int64_t n, const EvalSettings 
         free(first);
         kda_decode_state_free(&st0), kda_decode_state_free(&st);
     } else {
-        for (int64_t i = 0; i < n; i++) full[n_full++] = i;
+        for (int64_t i = 0; i < n; i++)
+            full[n_full++] = i;
     }
     if (rc == 0 && n_full) rc = full_forward(m, r, full, n_full, s, ll, &done, progress, pctx, err);
     free(full);
@@ -224,9 +235,11 @@ void eval_doc_correct(const double *ll, const int64_t *norm_len, int n, int gold
 double eval_mean_stderr(const double *x, int64_t n) {
     if (n < 2) return NAN;
     double mu = 0.0, ss = 0.0;
-    for (int64_t i = 0; i < n; i++) mu += x[i];
+    for (int64_t i = 0; i < n; i++)
+        mu += x[i];
     mu /= (double)n;
-    for (int64_t i = 0; i < n; i++) ss += (x[i] - mu) * (x[i] - mu);
+    for (int64_t i = 0; i < n; i++)
+        ss += (x[i] - mu) * (x[i] - mu);
     return sqrt(ss / (double)(n - 1)) / sqrt((double)n);
 }
 
@@ -240,8 +253,8 @@ double eval_pooled_stderr(const double *se, const int64_t *size, int k) {
     return sqrt(num / (tot - k) / tot);
 }
 
-static void res_add(EvalResults *r, const char *task, const char *metric, double value,
-                    double se, int64_t n, double random) {
+static void res_add(EvalResults *r, const char *task, const char *metric, double value, double se,
+                    int64_t n, double random) {
     r->m = kda_realloc(r->m, (size_t)(r->n + 1) * sizeof *r->m);
     EvalMetric *e = &r->m[r->n++];
     memset(e, 0, sizeof *e);
@@ -257,7 +270,8 @@ void eval_results_free(EvalResults *r) {
 
 static double mean(const double *x, int64_t n) {
     double s = 0.0;
-    for (int64_t i = 0; i < n; i++) s += x[i];
+    for (int64_t i = 0; i < n; i++)
+        s += x[i];
     return n ? s / (double)n : NAN;
 }
 
@@ -309,31 +323,37 @@ static void dump_request(FILE *f, const EvalTask *t, int64_t doc, int idx, const
     fprintf(f, ", \"continuation\": ");
     json_write_string(f, rq->continuation, strlen(rq->continuation));
     fprintf(f, ", \"olmo\": %s, \"ctx_ids\": [", t->olmo ? "true" : "false");
-    for (int64_t i = 0; i < tk->n_ctx; i++) fprintf(f, "%s%d", i ? ", " : "", tk->ids[i]);
+    for (int64_t i = 0; i < tk->n_ctx; i++)
+        fprintf(f, "%s%d", i ? ", " : "", tk->ids[i]);
     fprintf(f, "], \"cont_ids\": [");
-    for (int64_t i = 0; i < tk->n_cont; i++) fprintf(f, "%s%d", i ? ", " : "", tk->ids[tk->n_ctx + i]);
+    for (int64_t i = 0; i < tk->n_cont; i++)
+        fprintf(f, "%s%d", i ? ", " : "", tk->ids[tk->n_ctx + i]);
     fprintf(f, "], \"ll\": %.10g}\n", ll);
 }
 
-int eval_run_task(KdaModel *m, const KdaTokenizer *tok, const EvalTask *t,
-                  const EvalSettings *s, EvalResults *res, FILE *dump, EvalProgressFn progress,
-                  void *pctx, KdaError *err) {
+int eval_run_task(KdaModel *m, const KdaTokenizer *tok, const EvalTask *t, const EvalSettings *s,
+                  EvalResults *res, FILE *dump, EvalProgressFn progress, void *pctx,
+                  KdaError *err) {
     int64_t n_req = 0;
-    for (int64_t d = 0; d < t->n_docs; d++) n_req += t->docs[d].n_choices;
+    for (int64_t d = 0; d < t->n_docs; d++)
+        n_req += t->docs[d].n_choices;
     EvalTokens *tk = kda_calloc((size_t)n_req + 1, sizeof *tk);
     double *ll = kda_calloc((size_t)n_req + 1, sizeof *ll);
-    double *acc = kda_malloc((size_t)t->n_docs * sizeof *acc), *accn = kda_malloc((size_t)t->n_docs * sizeof *accn);
+    double *acc = kda_malloc((size_t)t->n_docs * sizeof *acc),
+           *accn = kda_malloc((size_t)t->n_docs * sizeof *accn);
     int rc = 0;
     for (int64_t d = 0, k = 0; d < t->n_docs && rc == 0; d++)
         for (int i = 0; i < t->docs[d].n_choices && rc == 0; i++, k++)
             if (eval_encode_request(tok, &t->docs[d].req[i], s->bos, t->olmo, &tk[k], err))
                 rc = kda_fail(err, "%s: document %lld, choice %d: %s", t->name, (long long)d, i,
-                                  err->msg);
+                              err->msg);
     for (int64_t k = 0; k < n_req && rc == 0; k++)
         for (int64_t j = 0; j < tk[k].n_ctx + tk[k].n_cont; j++)
             if (tk[k].ids[j] >= m->cfg.vocab_size) {
-                rc = kda_fail(err, "%s: token id %d >= the model's vocab_size %lld (wrong "
-                              "tokenizer?)", t->name, tk[k].ids[j], (long long)m->cfg.vocab_size);
+                rc = kda_fail(err,
+                              "%s: token id %d >= the model's vocab_size %lld (wrong "
+                              "tokenizer?)",
+                              t->name, tk[k].ids[j], (long long)m->cfg.vocab_size);
                 break;
             }
     if (rc == 0) rc = eval_loglik(m, tk, n_req, s, ll, progress, pctx, err);
@@ -360,7 +380,8 @@ int eval_run_task(KdaModel *m, const KdaTokenizer *tok, const EvalTask *t,
                         eval_mean_stderr(accn, t->n_docs), t->n_docs, t->random);
         }
     }
-    for (int64_t k = 0; k < n_req; k++) eval_tokens_free(&tk[k]);
+    for (int64_t k = 0; k < n_req; k++)
+        eval_tokens_free(&tk[k]);
     free(tk), free(ll), free(acc), free(accn);
     return rc;
 }
@@ -368,8 +389,10 @@ int eval_run_task(KdaModel *m, const KdaTokenizer *tok, const EvalTask *t,
 // ---- results.json -----------------------------------------------------------------------------
 
 static void put_num(FILE *f, double x) {
-    if (isfinite(x)) fprintf(f, "%.10g", x);
-    else fprintf(f, "null");
+    if (isfinite(x))
+        fprintf(f, "%.10g", x);
+    else
+        fprintf(f, "null");
 }
 
 int eval_results_write(const char *path, const EvalResults *r, const EvalSettings *s,
@@ -379,11 +402,13 @@ int eval_results_write(const char *path, const EvalResults *r, const EvalSetting
     if (!f) return -1;
     fprintf(f, "{\n  \"settings\": {\"model\": ");
     json_write_string(f, model_dir ? model_dir : "", model_dir ? strlen(model_dir) : 0);
-    fprintf(f, ", \"bos\": %s, \"max_length\": %lld, \"precision\": \"fp32\", "
-               "\"num_fewshot\": 0, \"emulates\": ",
+    fprintf(f,
+            ", \"bos\": %s, \"max_length\": %lld, \"precision\": \"fp32\", "
+            "\"num_fewshot\": 0, \"emulates\": ",
             s->bos ? "true" : "false", (long long)s->max_length);
-    const char *em = s->bos ? "lm-eval HF backend after PR #3347 (add_bos_token from the tokenizer: BOS)"
-                            : "lm-eval HF backend before PR #3347 (add_special_tokens=False: no BOS)";
+    const char *em =
+        s->bos ? "lm-eval HF backend after PR #3347 (add_bos_token from the tokenizer: BOS)"
+               : "lm-eval HF backend before PR #3347 (add_special_tokens=False: no BOS)";
     json_write_string(f, em, strlen(em));
     fprintf(f, "},\n  \"results\": [\n");
     for (int i = 0; i < r->n; i++) {
@@ -415,7 +440,8 @@ int eval_results_read(const char *path, EvalResults *r, KdaError *err) {
         int64_t n = 0;
         if (!task || !metric || json_get_num(e, "value", &v))
             return json_free(&doc), eval_results_free(r),
-                   kda_fail(err, "%s: results[%zu]: needs task, metric and a numeric value", path, i);
+                   kda_fail(err, "%s: results[%zu]: needs task, metric and a numeric value", path,
+                            i);
         json_get_num(e, "stderr", &se), json_get_int(e, "n", &n), json_get_num(e, "random", &rnd);
         res_add(r, task, metric, v, se, n, rnd * 100.0);
     }
@@ -423,7 +449,9 @@ int eval_results_read(const char *path, EvalResults *r, KdaError *err) {
     return 0;
 }
 
-static int shown(const EvalMetric *e) { return strncmp(e->task, "mmlu_", 5) != 0; }
+static int shown(const EvalMetric *e) {
+    return strncmp(e->task, "mmlu_", 5) != 0;
+}
 
 void eval_results_print(FILE *f, const EvalResults *r) {
     fprintf(f, "| task | metric | random | score ± stderr | n |\n|---|---|---:|---:|---:|\n");
@@ -482,7 +510,8 @@ int eval_perplexity(KdaModel *m, const IndexedDataset *ds, int64_t S, int64_t ma
                 win[fill++] = (int32_t)buf[i];
                 if (fill < S + 1) continue;
                 if (kda_model_forward(m, win, NULL, 1, S + 1, nll, NULL, NULL, err)) rc = -1;
-                for (int64_t t = 0; t < S; t++) *sum_nll += nll[t];
+                for (int64_t t = 0; t < S; t++)
+                    *sum_nll += nll[t];
                 *n_tokens += S;
                 win[0] = win[S], fill = 1, windows++;
                 if (progress) progress(pctx, windows);
@@ -493,7 +522,8 @@ int eval_perplexity(KdaModel *m, const IndexedDataset *ds, int64_t S, int64_t ma
     }
     if (rc == 0 && !stop && fill >= 2) { // last partial window
         if (kda_model_forward(m, win, NULL, 1, fill, nll, NULL, NULL, err)) rc = -1;
-        for (int64_t t = 0; t + 1 < fill; t++) *sum_nll += nll[t];
+        for (int64_t t = 0; t + 1 < fill; t++)
+            *sum_nll += nll[t];
         *n_tokens += fill - 1;
     }
     free(win), free(nll), free(buf);

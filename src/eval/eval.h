@@ -31,11 +31,11 @@
 #include <stdint.h>
 #include <stdio.h>
 
-#include "core/error.h"    // defines: KdaError
-#include "data/indexed.h"  // defines: IndexedDataset
-#include "eval/tasks.h"    // defines: EvalTask, EvalRequest
-#include "model/model.h"   // defines: KdaModel
-#include "tok/tok.h"       // defines: KdaTokenizer
+#include "core/error.h"   // defines: KdaError
+#include "data/indexed.h" // defines: IndexedDataset
+#include "eval/tasks.h"   // defines: EvalTask, EvalRequest
+#include "model/model.h"  // defines: KdaModel
+#include "tok/tok.h"      // defines: KdaTokenizer
 
 #define EVAL_LM_EVAL_VERSION "lm-eval 0.4.x HF backend (see docs/eval.md)"
 
@@ -63,16 +63,16 @@ void eval_tokens_free(EvalTokens *t);
 typedef void (*EvalProgressFn)(void *ctx, int64_t done);
 
 // ll[i] = loglikelihood of request i (natural log, double accumulation of fp32 log-probs).
-int eval_loglik(KdaModel *m, const EvalTokens *reqs, int64_t n, const EvalSettings *s,
-                double *ll, EvalProgressFn progress, void *pctx, KdaError *err);
+int eval_loglik(KdaModel *m, const EvalTokens *reqs, int64_t n, const EvalSettings *s, double *ll,
+                EvalProgressFn progress, void *pctx, KdaError *err);
 
 typedef struct {
-    char task[96];  // "arc_easy", "mmlu", "mmlu_stem", "mmlu_abstract_algebra", "olmo:..."
+    char task[96];   // "arc_easy", "mmlu", "mmlu_stem", "mmlu_abstract_algebra", "olmo:..."
     char metric[16]; // "acc" | "acc_norm"
-    double value;   // fraction in [0, 1]
-    double stderr;  // NaN when undefined (n < 2)
-    int64_t n;      // documents
-    double random;  // chance level in percent (0 when unknown)
+    double value;    // fraction in [0, 1]
+    double stderr;   // NaN when undefined (n < 2)
+    int64_t n;       // documents
+    double random;   // chance level in percent (0 when unknown)
 } EvalMetric;
 
 typedef struct {
@@ -89,9 +89,8 @@ double eval_pooled_stderr(const double *stderrs, const int64_t *sizes, int k);
 // Scores every document of t and appends its metrics to res (mmlu: the aggregate, the 4
 // categories and each subject). dump (may be NULL): one JSON line per request with task, doc,
 // idx, context, continuation, token ids and ll (input of tools/reference/eval_reference.py).
-int eval_run_task(KdaModel *m, const KdaTokenizer *tok, const EvalTask *t,
-                  const EvalSettings *s, EvalResults *res, FILE *dump, EvalProgressFn progress,
-                  void *pctx, KdaError *err);
+int eval_run_task(KdaModel *m, const KdaTokenizer *tok, const EvalTask *t, const EvalSettings *s,
+                  EvalResults *res, FILE *dump, EvalProgressFn progress, void *pctx, KdaError *err);
 void eval_results_free(EvalResults *r);
 
 // results.json: {"settings": {...}, "results": [{task, metric, value, stderr, n, random}]}.
@@ -110,8 +109,8 @@ void eval_results_compare(FILE *f, const EvalResults *a, const EvalResults *b, c
 // [w*S, w*S + S]), so every token but the first is predicted exactly once, with at most S
 // tokens of context; the last partial window is scored too. max_windows > 0 stops early.
 // Outputs the NLL sum and the number of predicted tokens.
-int eval_perplexity(KdaModel *m, const IndexedDataset *ds, int64_t seq_length,
-                    int64_t max_windows, double *sum_nll, int64_t *n_tokens,
-                    EvalProgressFn progress, void *pctx, KdaError *err);
+int eval_perplexity(KdaModel *m, const IndexedDataset *ds, int64_t seq_length, int64_t max_windows,
+                    double *sum_nll, int64_t *n_tokens, EvalProgressFn progress, void *pctx,
+                    KdaError *err);
 
 #endif

@@ -22,8 +22,8 @@ static int parse_obj_(ScoreSeq *s, const JsonValue *root, const KdaTokenizer *to
             if (v->type != JSON_NUMBER || !v->is_int)
                 return kda_fail(err, "ids[%zu] is not an integer", i);
             if (v->i < 0 || v->i >= vocab)
-                return kda_fail(err, "ids[%zu] = %lld is outside the model vocabulary [0, %lld)",
-                                i, (long long)v->i, (long long)vocab);
+                return kda_fail(err, "ids[%zu] = %lld is outside the model vocabulary [0, %lld)", i,
+                                (long long)v->i, (long long)vocab);
             s->ids[i] = (int32_t)v->i;
         }
         s->n = (int64_t)ids->len;
@@ -36,8 +36,10 @@ static int parse_obj_(ScoreSeq *s, const JsonValue *root, const KdaTokenizer *to
         s->n = (int64_t)out.n;
         for (int64_t i = 0; i < s->n; i++)
             if (s->ids[i] >= vocab)
-                return kda_fail(err, "the tokenizer produced id %d, outside the model "
-                                "vocabulary [0, %lld)", s->ids[i], (long long)vocab);
+                return kda_fail(err,
+                                "the tokenizer produced id %d, outside the model "
+                                "vocabulary [0, %lld)",
+                                s->ids[i], (long long)vocab);
     } else {
         return kda_fail(err, "missing \"ids\" (or \"text\")");
     }
@@ -45,8 +47,8 @@ static int parse_obj_(ScoreSeq *s, const JsonValue *root, const KdaTokenizer *to
     return 0;
 }
 
-static int parse_line_(ScoreSeq *s, const char *line, size_t len, const KdaTokenizer *tok,
-                       int bos, int64_t vocab, KdaError *err) {
+static int parse_line_(ScoreSeq *s, const char *line, size_t len, const KdaTokenizer *tok, int bos,
+                       int64_t vocab, KdaError *err) {
     JsonDoc doc;
     if (json_parse(&doc, line, len, err)) return -1;
     int rc = parse_obj_(s, &doc.root, tok, bos, vocab, err);
@@ -63,11 +65,14 @@ int score_read_input(const char *file, const KdaTokenizer *tok, int bos, int64_t
     int64_t cnt = 0, cap = 0, lineno = 0;
     for (size_t pos = 0; pos < len;) {
         size_t end = pos;
-        while (end < len && buf[end] != '\n') end++;
+        while (end < len && buf[end] != '\n')
+            end++;
         lineno++;
         size_t a = pos, b = end;
-        while (a < b && (buf[a] == ' ' || buf[a] == '\t' || buf[a] == '\r')) a++;
-        while (b > a && (buf[b - 1] == ' ' || buf[b - 1] == '\t' || buf[b - 1] == '\r')) b--;
+        while (a < b && (buf[a] == ' ' || buf[a] == '\t' || buf[a] == '\r'))
+            a++;
+        while (b > a && (buf[b - 1] == ' ' || buf[b - 1] == '\t' || buf[b - 1] == '\r'))
+            b--;
         pos = end + 1;
         if (b == a) continue; // blank line
         if (cnt == cap) seqs = kda_realloc(seqs, (size_t)(cap = cap ? 2 * cap : 64) * sizeof *seqs);
@@ -87,6 +92,7 @@ int score_read_input(const char *file, const KdaTokenizer *tok, int bos, int64_t
 }
 
 void score_seqs_free(ScoreSeq *seqs, int64_t n) {
-    for (int64_t i = 0; i < n; i++) free(seqs[i].ids);
+    for (int64_t i = 0; i < n; i++)
+        free(seqs[i].ids);
     free(seqs);
 }

@@ -28,7 +28,9 @@ static void str_add(Str *s, const char *x, size_t n) {
     s->n += n;
     s->p[s->n] = 0;
 }
-static void str_addz(Str *s, const char *x) { str_add(s, x, strlen(x)); }
+static void str_addz(Str *s, const char *x) {
+    str_add(s, x, strlen(x));
+}
 static void str_cp(Str *s, uint32_t cp) {
     unsigned char b[4];
     str_add(s, (const char *)b, utf8_encode(cp, b));
@@ -123,8 +125,10 @@ char *eval_py_capitalize(const char *s) {
     for (size_t i = 0; i < n;) {
         uint32_t cp;
         size_t k = next_cp(s, n, i, &cp);
-        if (k == 1 && cp >= 0x80) str_add(&o, s + i, 1); // invalid byte: keep
-        else str_cp(&o, i == 0 ? cp_upper(cp) : cp_lower(cp));
+        if (k == 1 && cp >= 0x80)
+            str_add(&o, s + i, 1); // invalid byte: keep
+        else
+            str_cp(&o, i == 0 ? cp_upper(cp) : cp_lower(cp));
         i += k;
     }
     return str_take(&o);
@@ -135,13 +139,16 @@ char *eval_hellaswag_preprocess(const char *in) {
     size_t e = a + eval_py_rstrip(in + a, n - a);
     Str t = {0}, u = {0}, v = {0};
     for (size_t i = a; i < e; i++) { // text.replace(" [title]", ". ")
-        if (e - i >= 8 && !memcmp(in + i, " [title]", 8)) str_addz(&t, ". "), i += 7;
-        else str_add(&t, in + i, 1);
+        if (e - i >= 8 && !memcmp(in + i, " [title]", 8))
+            str_addz(&t, ". "), i += 7;
+        else
+            str_add(&t, in + i, 1);
     }
     for (size_t i = 0; i < t.n; i++) { // re.sub("\\[.*?\\]", "", text); '.' excludes '\n'
         if (t.p[i] == '[') {
             size_t j = i + 1;
-            while (j < t.n && t.p[j] != ']' && t.p[j] != '\n') j++;
+            while (j < t.n && t.p[j] != ']' && t.p[j] != '\n')
+                j++;
             if (j < t.n && t.p[j] == ']') {
                 i = j;
                 continue;
@@ -201,7 +208,8 @@ static const JsonValue *get_arr(const JsonValue *o, const char *key, KdaError *e
     for (size_t i = 0; i < v->len; i++)
         if (v->items[i].type != JSON_STRING)
             return kda_fail(err, "field '%s'[%zu] is %s, expected a string", key, i,
-                            json_type_name(v->items[i].type)), NULL;
+                            json_type_name(v->items[i].type)),
+                   NULL;
     return v;
 }
 
@@ -211,9 +219,11 @@ static int get_index(const JsonValue *o, const char *key, int64_t lo, int64_t hi
     const JsonValue *v = json_get(o, key);
     if (!v) return kda_fail(err, "missing field '%s'", key);
     char *end = NULL;
-    if (v->type == JSON_NUMBER && v->is_int) *out = v->i;
+    if (v->type == JSON_NUMBER && v->is_int)
+        *out = v->i;
     else if (v->type == JSON_STRING && v->len && (*out = strtoll(v->str, &end, 10), !*end)) {
-    } else return kda_fail(err, "field '%s' is not an integer", key);
+    } else
+        return kda_fail(err, "field '%s' is not an integer", key);
     if (*out < lo || *out > hi)
         return kda_fail(err, "field '%s' is %lld, expected %lld..%lld (one per choice)", key,
                         (long long)*out, (long long)lo, (long long)hi);
@@ -226,7 +236,8 @@ static int build_arc_like(const JsonValue *row, const char *qkey, const char *fm
     const JsonValue *ch = json_get(row, "choices");
     if (!key) return -1;
     if (!ch || ch->type != JSON_OBJECT) return kda_fail(err, "field 'choices' is not an object");
-    const JsonValue *text = get_arr(ch, "text", err), *label = text ? get_arr(ch, "label", err) : NULL;
+    const JsonValue *text = get_arr(ch, "text", err),
+                    *label = text ? get_arr(ch, "label", err) : NULL;
     if (!label) return kda_fail(err, "choices: %s", err->msg);
     if (text->len != label->len || text->len == 0)
         return kda_fail(err, "choices.text has %zu entries but choices.label has %zu", text->len,
@@ -242,7 +253,8 @@ static int build_arc_like(const JsonValue *row, const char *qkey, const char *fm
     if (fmt[0]) str_addz(&ctx, "\nAnswer:");
     doc_init(d, (int)text->len);
     d->gold = gold;
-    for (size_t i = 0; i < text->len; i++) doc_set(d, (int)i, ctx.p, text->items[i].str);
+    for (size_t i = 0; i < text->len; i++)
+        doc_set(d, (int)i, ctx.p, text->items[i].str);
     free(ctx.p);
     return 0;
 }
@@ -263,7 +275,8 @@ static int build_piqa(const JsonValue *row, EvalDoc *d, KdaError *err) {
 
 static int build_hellaswag(const JsonValue *row, EvalDoc *d, KdaError *err) {
     const char *act = get_str(row, "activity_label", err);
-    const char *ca = act ? get_str(row, "ctx_a", err) : NULL, *cb = ca ? get_str(row, "ctx_b", err) : NULL;
+    const char *ca = act ? get_str(row, "ctx_a", err) : NULL,
+               *cb = ca ? get_str(row, "ctx_b", err) : NULL;
     const JsonValue *ends = cb ? get_arr(row, "endings", err) : NULL;
     int64_t label;
     if (!ends) return -1;
@@ -320,10 +333,12 @@ static int build_mmlu(const JsonValue *row, const char *subject, EvalDoc *d, Kda
     const JsonValue *av = json_get(row, "answer");
     if (av && av->type == JSON_STRING && av->len == 1 && av->str[0] >= 'A' && av->str[0] <= 'D')
         ans = av->str[0] - 'A';
-    else if (get_index(row, "answer", 0, 3, &ans, err)) return -1;
+    else if (get_index(row, "answer", 0, 3, &ans, err))
+        return -1;
     Str ctx = {0};
     str_addz(&ctx, "The following are multiple choice questions (with answers) about ");
-    for (const char *p = subject; *p; p++) str_add(&ctx, *p == '_' ? " " : p, 1);
+    for (const char *p = subject; *p; p++)
+        str_add(&ctx, *p == '_' ? " " : p, 1);
     str_addz(&ctx, ".\n\n");
     size_t qn = strlen(q), qa = eval_py_lstrip(q, qn);
     str_add(&ctx, q + qa, eval_py_rstrip(q + qa, qn - qa));
@@ -335,7 +350,8 @@ static int build_mmlu(const JsonValue *row, const char *subject, EvalDoc *d, Kda
     str_addz(&ctx, "\nAnswer:");
     doc_init(d, 4);
     d->gold = (int)ans;
-    for (int i = 0; i < 4; i++) doc_set(d, i, ctx.p, letters[i]);
+    for (int i = 0; i < 4; i++)
+        doc_set(d, i, ctx.p, letters[i]);
     free(ctx.p);
     return 0;
 }
@@ -347,9 +363,12 @@ static void json_esc(Str *o, const char *s, size_t n) {
     for (size_t i = 0; i < n; i++) {
         unsigned char c = (unsigned char)s[i];
         char b[8];
-        if (c == '"' || c == '\\') b[0] = '\\', b[1] = (char)c, str_add(o, b, 2);
-        else if (c < 0x20) snprintf(b, sizeof b, "\\u%04x", c), str_addz(o, b);
-        else str_add(o, s + i, 1);
+        if (c == '"' || c == '\\')
+            b[0] = '\\', b[1] = (char)c, str_add(o, b, 2);
+        else if (c < 0x20)
+            snprintf(b, sizeof b, "\\u%04x", c), str_addz(o, b);
+        else
+            str_add(o, s + i, 1);
     }
     str_addz(o, "\"");
 }
@@ -358,8 +377,10 @@ static int hexval(const char *p, int n, uint32_t *out) {
     uint32_t v = 0;
     for (int i = 0; i < n; i++) {
         char c = p[i];
-        int d = c >= '0' && c <= '9' ? c - '0' : c >= 'a' && c <= 'f' ? c - 'a' + 10
-                : c >= 'A' && c <= 'F' ? c - 'A' + 10 : -1;
+        int d = c >= '0' && c <= '9'   ? c - '0'
+                : c >= 'a' && c <= 'f' ? c - 'a' + 10
+                : c >= 'A' && c <= 'F' ? c - 'A' + 10
+                                       : -1;
         if (d < 0) return -1;
         v = v * 16 + (uint32_t)d;
     }
@@ -398,7 +419,8 @@ static int pylit_string(const char **pp, const char *end, Str *o) {
 }
 
 static void skip_ws(const char **p, const char *end) {
-    while (*p < end && (**p == ' ' || **p == '\n' || **p == '\t' || **p == '\r')) (*p)++;
+    while (*p < end && (**p == ' ' || **p == '\n' || **p == '\t' || **p == '\r'))
+        (*p)++;
 }
 
 static int pylit_value(const char **p, const char *end, Str *o, int depth) {
@@ -422,8 +444,10 @@ static int pylit_value(const char **p, const char *end, Str *o, int depth) {
                 if (pylit_value(p, end, o, depth + 1)) return -1;
                 skip_ws(p, end);
             }
-            if (*p < end && **p == ',') (*p)++;
-            else if (*p >= end || **p != close) return -1;
+            if (*p < end && **p == ',')
+                (*p)++;
+            else if (*p >= end || **p != close)
+                return -1;
         }
         (*p)++;
         str_add(o, &close, 1);
@@ -436,7 +460,8 @@ static int pylit_value(const char **p, const char *end, Str *o, int depth) {
             return *p += k, str_addz(o, words[i][1]), 0;
     }
     const char *s = *p;
-    while (*p < end && ((**p >= '0' && **p <= '9') || **p == '-' || **p == '.')) (*p)++;
+    while (*p < end && ((**p >= '0' && **p <= '9') || **p == '-' || **p == '.'))
+        (*p)++;
     if (*p == s) return -1;
     str_add(o, s, (size_t)(*p - s));
     return 0;
@@ -444,13 +469,16 @@ static int pylit_value(const char **p, const char *end, Str *o, int depth) {
 
 // ---- RACE -------------------------------------------------------------------------------------
 
-static int race_answer(const JsonValue *prob, size_t k, const char **text, int *idx, KdaError *err) {
+static int race_answer(const JsonValue *prob, size_t k, const char **text, int *idx,
+                       KdaError *err) {
     const char *a = get_str(prob, "answer", err);
     const JsonValue *opts = a ? get_arr(prob, "options", err) : NULL;
     if (!opts) return kda_fail(err, "problems[%zu]: %s", k, err->msg);
     if (strlen(a) != 1 || a[0] < 'A' || a[0] > 'D' || (size_t)(a[0] - 'A') >= opts->len)
-        return kda_fail(err, "problems[%zu]: answer '%s' is not a letter A-D naming one of its "
-                        "%zu options", k, a, opts->len);
+        return kda_fail(err,
+                        "problems[%zu]: answer '%s' is not a letter A-D naming one of its "
+                        "%zu options",
+                        k, a, opts->len);
     *idx = a[0] - 'A';
     *text = opts->items[*idx].str;
     return 0;
@@ -471,12 +499,13 @@ static int build_race_from(const char *article, const JsonValue *probs, EvalDoc 
         if (k + 1 == probs->len) {
             const JsonValue *opts = json_get(pr, "options");
             if (opts->len != 4)
-                return free(ctx.p), kda_fail(err, "problems[%zu]: %zu options, expected 4", k,
-                                             opts->len);
+                return free(ctx.p),
+                       kda_fail(err, "problems[%zu]: %zu options, expected 4", k, opts->len);
             str_addz(&ctx, q);
             doc_init(d, 4);
             d->gold = idx;
-            for (int i = 0; i < 4; i++) doc_set(d, i, ctx.p, opts->items[i].str);
+            for (int i = 0; i < 4; i++)
+                doc_set(d, i, ctx.p, opts->items[i].str);
         } else if (qn >= 6 && !memcmp(q + qn - 6, "  _  .", 6)) {
             str_addz(&ctx, q + qn - 5), str_addz(&ctx, ans), str_addz(&ctx, "\n");
         } else {
@@ -520,10 +549,18 @@ typedef struct {
 
 static const TaskDef g_tasks[] = {
     {"arc_easy", {"ai2_arc/ARC-Easy", NULL}, "test", "validation", EVAL_ACC | EVAL_ACC_NORM, 25},
-    {"arc_challenge", {"ai2_arc/ARC-Challenge", NULL}, "test", "validation",
-     EVAL_ACC | EVAL_ACC_NORM, 25},
-    {"hellaswag", {"hellaswag/default", "hellaswag/none"}, "validation", "test",
-     EVAL_ACC | EVAL_ACC_NORM, 25},
+    {"arc_challenge",
+     {"ai2_arc/ARC-Challenge", NULL},
+     "test",
+     "validation",
+     EVAL_ACC | EVAL_ACC_NORM,
+     25},
+    {"hellaswag",
+     {"hellaswag/default", "hellaswag/none"},
+     "validation",
+     "test",
+     EVAL_ACC | EVAL_ACC_NORM,
+     25},
     {"openbookqa", {"openbookqa/main", NULL}, "test", "validation", EVAL_ACC | EVAL_ACC_NORM, 25},
     {"piqa", {"piqa/plain_text", NULL}, "validation", "test", EVAL_ACC | EVAL_ACC_NORM, 50},
     {"winogrande", {"winogrande/winogrande_xl", NULL}, "validation", "test", EVAL_ACC, 50},
@@ -538,7 +575,9 @@ static const TaskDef *task_def(const char *name) {
     return NULL;
 }
 
-int eval_task_known(const char *name) { return task_def(name) != NULL; }
+int eval_task_known(const char *name) {
+    return task_def(name) != NULL;
+}
 
 int eval_build_doc(const char *task, const JsonValue *row, const char *subject, EvalDoc *doc,
                    KdaError *err) {
@@ -558,38 +597,75 @@ int eval_build_doc(const char *task, const JsonValue *row, const char *subject, 
 // ---- mmlu subjects ----------------------------------------------------------------------------
 
 static const char *g_mmlu[57][2] = {
-    {"abstract_algebra", "stem"}, {"anatomy", "stem"}, {"astronomy", "stem"},
-    {"business_ethics", "other"}, {"clinical_knowledge", "other"}, {"college_biology", "stem"},
-    {"college_chemistry", "stem"}, {"college_computer_science", "stem"},
-    {"college_mathematics", "stem"}, {"college_medicine", "other"}, {"college_physics", "stem"},
-    {"computer_security", "stem"}, {"conceptual_physics", "stem"},
-    {"econometrics", "social_sciences"}, {"electrical_engineering", "stem"},
-    {"elementary_mathematics", "stem"}, {"formal_logic", "humanities"}, {"global_facts", "other"},
-    {"high_school_biology", "stem"}, {"high_school_chemistry", "stem"},
-    {"high_school_computer_science", "stem"}, {"high_school_european_history", "humanities"},
+    {"abstract_algebra", "stem"},
+    {"anatomy", "stem"},
+    {"astronomy", "stem"},
+    {"business_ethics", "other"},
+    {"clinical_knowledge", "other"},
+    {"college_biology", "stem"},
+    {"college_chemistry", "stem"},
+    {"college_computer_science", "stem"},
+    {"college_mathematics", "stem"},
+    {"college_medicine", "other"},
+    {"college_physics", "stem"},
+    {"computer_security", "stem"},
+    {"conceptual_physics", "stem"},
+    {"econometrics", "social_sciences"},
+    {"electrical_engineering", "stem"},
+    {"elementary_mathematics", "stem"},
+    {"formal_logic", "humanities"},
+    {"global_facts", "other"},
+    {"high_school_biology", "stem"},
+    {"high_school_chemistry", "stem"},
+    {"high_school_computer_science", "stem"},
+    {"high_school_european_history", "humanities"},
     {"high_school_geography", "social_sciences"},
     {"high_school_government_and_politics", "social_sciences"},
-    {"high_school_macroeconomics", "social_sciences"}, {"high_school_mathematics", "stem"},
-    {"high_school_microeconomics", "social_sciences"}, {"high_school_physics", "stem"},
-    {"high_school_psychology", "social_sciences"}, {"high_school_statistics", "stem"},
-    {"high_school_us_history", "humanities"}, {"high_school_world_history", "humanities"},
-    {"human_aging", "other"}, {"human_sexuality", "social_sciences"},
-    {"international_law", "humanities"}, {"jurisprudence", "humanities"},
-    {"logical_fallacies", "humanities"}, {"machine_learning", "stem"}, {"management", "other"},
-    {"marketing", "other"}, {"medical_genetics", "other"}, {"miscellaneous", "other"},
-    {"moral_disputes", "humanities"}, {"moral_scenarios", "humanities"}, {"nutrition", "other"},
-    {"philosophy", "humanities"}, {"prehistory", "humanities"},
-    {"professional_accounting", "other"}, {"professional_law", "humanities"},
-    {"professional_medicine", "other"}, {"professional_psychology", "social_sciences"},
-    {"public_relations", "social_sciences"}, {"security_studies", "social_sciences"},
-    {"sociology", "social_sciences"}, {"us_foreign_policy", "social_sciences"},
-    {"virology", "other"}, {"world_religions", "humanities"},
+    {"high_school_macroeconomics", "social_sciences"},
+    {"high_school_mathematics", "stem"},
+    {"high_school_microeconomics", "social_sciences"},
+    {"high_school_physics", "stem"},
+    {"high_school_psychology", "social_sciences"},
+    {"high_school_statistics", "stem"},
+    {"high_school_us_history", "humanities"},
+    {"high_school_world_history", "humanities"},
+    {"human_aging", "other"},
+    {"human_sexuality", "social_sciences"},
+    {"international_law", "humanities"},
+    {"jurisprudence", "humanities"},
+    {"logical_fallacies", "humanities"},
+    {"machine_learning", "stem"},
+    {"management", "other"},
+    {"marketing", "other"},
+    {"medical_genetics", "other"},
+    {"miscellaneous", "other"},
+    {"moral_disputes", "humanities"},
+    {"moral_scenarios", "humanities"},
+    {"nutrition", "other"},
+    {"philosophy", "humanities"},
+    {"prehistory", "humanities"},
+    {"professional_accounting", "other"},
+    {"professional_law", "humanities"},
+    {"professional_medicine", "other"},
+    {"professional_psychology", "social_sciences"},
+    {"public_relations", "social_sciences"},
+    {"security_studies", "social_sciences"},
+    {"sociology", "social_sciences"},
+    {"us_foreign_policy", "social_sciences"},
+    {"virology", "other"},
+    {"world_religions", "humanities"},
 };
 static const char *g_categories[4] = {"stem", "humanities", "social_sciences", "other"};
 
-int eval_mmlu_n_subjects(void) { return 57; }
-const char *eval_mmlu_subject(int i) { return i >= 0 && i < 57 ? g_mmlu[i][0] : NULL; }
-const char *eval_mmlu_category_name(int c) { return c >= 0 && c < 4 ? g_categories[c] : NULL; }
+int eval_mmlu_n_subjects(void) {
+    return 57;
+}
+const char *eval_mmlu_subject(int i) {
+    return i >= 0 && i < 57 ? g_mmlu[i][0] : NULL;
+}
+const char *eval_mmlu_category_name(int c) {
+    return c >= 0 && c < 4 ? g_categories[c] : NULL;
+}
 int eval_mmlu_category(const char *subject) {
     for (int i = 0; i < 57; i++)
         if (!strcmp(g_mmlu[i][0], subject))
@@ -601,9 +677,11 @@ int eval_mmlu_category(const char *subject) {
 // ---- loading ----------------------------------------------------------------------------------
 
 void eval_task_free(EvalTask *t) {
-    for (int64_t i = 0; i < t->n_docs; i++) eval_doc_free(&t->docs[i]);
+    for (int64_t i = 0; i < t->n_docs; i++)
+        eval_doc_free(&t->docs[i]);
     free(t->docs);
-    for (int i = 0; i < t->n_subtasks; i++) free(t->subtasks[i]);
+    for (int i = 0; i < t->n_subtasks; i++)
+        free(t->subtasks[i]);
     free(t->subtasks);
     memset(t, 0, sizeof *t);
 }
@@ -637,7 +715,8 @@ static char *read_gz(const char *path, size_t *n, KdaError *err) {
     Str s = {0};
     char buf[65536];
     int k;
-    while ((k = gzread(f, buf, sizeof buf)) > 0) str_add(&s, buf, (size_t)k);
+    while ((k = gzread(f, buf, sizeof buf)) > 0)
+        str_add(&s, buf, (size_t)k);
     int bad = k < 0;
     gzclose(f);
     if (bad) return free(s.p), kda_fail(err, "%s: read or decompression error", path), NULL;
@@ -680,9 +759,9 @@ typedef struct {
     const char *path;
     const char *subject; // fixed subject (mmlu per-subject file) or NULL
     int64_t limit;
-    int64_t *counts;      // documents kept per subtask (for limit)
+    int64_t *counts; // documents kept per subtask (for limit)
     int n_counts;
-    int row_based;        // "row N" instead of "FILE:LINE" in errors
+    int row_based; // "row N" instead of "FILE:LINE" in errors
 } LoadCtx;
 
 static int add_row(void *vctx, const JsonValue *row, int64_t rec, KdaError *err) {
@@ -692,12 +771,15 @@ static int add_row(void *vctx, const JsonValue *row, int64_t rec, KdaError *err)
     const char *subject = c->subject;
     if (!strcmp(t->name, "mmlu")) {
         if (!subject) subject = json_get_str(row, "subject");
-        if (!subject) return kda_fail(err, "%s: %s:%lld: missing field 'subject'", t->name, c->path, (long long)rec);
+        if (!subject)
+            return kda_fail(err, "%s: %s:%lld: missing field 'subject'", t->name, c->path,
+                            (long long)rec);
         sub = subtask_index(t, subject);
     }
     if (sub >= c->n_counts) {
         c->counts = kda_realloc(c->counts, (size_t)(sub + 1) * sizeof *c->counts);
-        while (c->n_counts <= sub) c->counts[c->n_counts++] = 0;
+        while (c->n_counts <= sub)
+            c->counts[c->n_counts++] = 0;
     }
     if (c->limit > 0 && c->counts[sub] >= c->limit) return 0;
     c->counts[sub]++;
@@ -705,7 +787,8 @@ static int add_row(void *vctx, const JsonValue *row, int64_t rec, KdaError *err)
     KdaError e2;
     if (eval_build_doc(t->name, row, subject, &d, &e2)) {
         if (c->row_based)
-            return kda_fail(err, "%s: %s: row %lld: %s", t->name, c->path, (long long)rec - 1, e2.msg);
+            return kda_fail(err, "%s: %s: row %lld: %s", t->name, c->path, (long long)rec - 1,
+                            e2.msg);
         return kda_fail(err, "%s: %s:%lld: %s", t->name, c->path, (long long)rec, e2.msg);
     }
     d.subtask = sub;
@@ -747,8 +830,10 @@ static int load_arrow_dir(LoadCtx *c, const char *dir, KdaError *err) {
                     arrow_row_json(&at, row, &txt);
                     JsonDoc doc;
                     if (json_parse(&doc, txt.data, txt.n, err))
-                        r = kda_fail(err, "%s: %s: row %lld: %s", c->t->name, path, (long long)row, err->msg);
-                    else r = add_row(c, &doc.root, row + 1, err), json_free(&doc);
+                        r = kda_fail(err, "%s: %s: row %lld: %s", c->t->name, path, (long long)row,
+                                     err->msg);
+                    else
+                        r = add_row(c, &doc.root, row + 1, err), json_free(&doc);
                 }
                 c->path = NULL;
                 arrow_free(&at);
@@ -799,7 +884,8 @@ static int load_mmlu(EvalTask *t, const char *data_dir, int64_t limit, KdaError 
                 done = 1;
             }
         }
-        if (!done && find_arrow_dir(task_def("mmlu"), data_dir, subj, dir, sizeof dir, t->split) == 0) {
+        if (!done &&
+            find_arrow_dir(task_def("mmlu"), data_dir, subj, dir, sizeof dir, t->split) == 0) {
             r = load_arrow_dir(&c, dir, err);
             done = 1;
         }
@@ -808,8 +894,10 @@ static int load_mmlu(EvalTask *t, const char *data_dir, int64_t limit, KdaError 
     }
     free(c.counts);
     if (r == 0 && !any)
-        r = kda_fail(err, "mmlu: no data in %s (looked for mmlu.jsonl, mmlu/<subject>.jsonl and "
-                     "hf_datasets/hails/mmlu_no_train/<subject>/test)", data_dir);
+        r = kda_fail(err,
+                     "mmlu: no data in %s (looked for mmlu.jsonl, mmlu/<subject>.jsonl and "
+                     "hf_datasets/hails/mmlu_no_train/<subject>/test)",
+                     data_dir);
     return r;
 }
 
@@ -817,13 +905,18 @@ int eval_task_load(EvalTask *t, const char *name, const char *data_dir, int64_t 
                    KdaError *err) {
     if (!strncmp(name, "olmo:", 5)) {
         char dir[PATH_MAX];
-        if (name[5] == '/') snprintf(dir, sizeof dir, "%s", name + 5);
-        else snprintf(dir, sizeof dir, "%s/oe_eval_tasks/%s", data_dir, name + 5);
+        if (name[5] == '/')
+            snprintf(dir, sizeof dir, "%s", name + 5);
+        else
+            snprintf(dir, sizeof dir, "%s/oe_eval_tasks/%s", data_dir, name + 5);
         return eval_task_load_olmo(t, name, dir, limit, err);
     }
     const TaskDef *def = task_def(name);
-    if (!def) return kda_fail(err, "unknown task '%s' (known: arc_easy, arc_challenge, hellaswag, "
-                              "openbookqa, piqa, winogrande, mmlu, race, olmo:<task>/<variant>)", name);
+    if (!def)
+        return kda_fail(err,
+                        "unknown task '%s' (known: arc_easy, arc_challenge, hellaswag, "
+                        "openbookqa, piqa, winogrande, mmlu, race, olmo:<task>/<variant>)",
+                        name);
     char path[PATH_MAX];
     const char *ext[2] = {".jsonl", ".jsonl.gz"};
     for (int e = 0; e < 2; e++) {
@@ -837,9 +930,11 @@ int eval_task_load(EvalTask *t, const char *name, const char *data_dir, int64_t 
     } else {
         char dir[PATH_MAX];
         if (find_arrow_dir(def, data_dir, NULL, dir, sizeof dir, t->split))
-            return eval_task_free(t), kda_fail(err, "%s: no data: neither %s/%s.jsonl[.gz] nor "
-                                               "%s/hf_datasets/%s/%s exists", name, data_dir, name,
-                                               data_dir, def->hf_path[0], def->split);
+            return eval_task_free(t),
+                   kda_fail(err,
+                            "%s: no data: neither %s/%s.jsonl[.gz] nor "
+                            "%s/hf_datasets/%s/%s exists",
+                            name, data_dir, name, data_dir, def->hf_path[0], def->split);
         snprintf(t->source, sizeof t->source, "%s", dir);
         LoadCtx c = {.t = t, .limit = limit};
         r = load_arrow_dir(&c, dir, err);
@@ -866,8 +961,9 @@ static int olmo_line(void *vctx, const JsonValue *row, int64_t line, KdaError *e
     const JsonValue *rq = json_get(row, "request");
     const char *ctx = json_get_str(rq, "context"), *cont = json_get_str(rq, "continuation");
     int64_t doc_id, idx, label;
-#define OLMO_FAIL(...) kda_fail(err, "%s: %s:%lld: %s", t->name, c->path, (long long)line, \
-                                (snprintf(msg, sizeof msg, __VA_ARGS__), msg))
+#define OLMO_FAIL(...)                                                                             \
+    kda_fail(err, "%s: %s:%lld: %s", t->name, c->path, (long long)line,                            \
+             (snprintf(msg, sizeof msg, __VA_ARGS__), msg))
     char msg[512];
     if (!rt || strcmp(rt, "loglikelihood"))
         return OLMO_FAIL("request_type is '%s', expected 'loglikelihood'", rt ? rt : "(missing)");
@@ -884,10 +980,12 @@ static int olmo_line(void *vctx, const JsonValue *row, int64_t line, KdaError *e
         c->cur_doc = doc_id;
     } else if (t->n_docs == 0 || doc_id != c->cur_doc || idx != t->docs[t->n_docs - 1].n_choices) {
         return OLMO_FAIL("request idx %lld of doc %lld out of order (lines of a document must be "
-                         "consecutive with idx 0, 1, ...)", (long long)idx, (long long)doc_id);
+                         "consecutive with idx 0, 1, ...)",
+                         (long long)idx, (long long)doc_id);
     }
     EvalDoc *d = &t->docs[t->n_docs - 1];
-    if (label != d->gold) return OLMO_FAIL("label %lld differs within doc %lld", (long long)label, (long long)doc_id);
+    if (label != d->gold)
+        return OLMO_FAIL("label %lld differs within doc %lld", (long long)label, (long long)doc_id);
     if (idx > 1000) return OLMO_FAIL("too many choices");
     int k = d->n_choices++;
     d->req = kda_realloc(d->req, (size_t)d->n_choices * sizeof *d->req);
@@ -920,7 +1018,8 @@ int eval_task_load_olmo(EvalTask *t, const char *name, const char *dir, int64_t 
         json_free(&doc);
     }
     OlmoCtx c = {.t = t, .path = path, .limit = limit, .cur_doc = -1};
-    if (!path_exists(path)) return eval_task_free(t), kda_fail(err, "%s: %s: no such file", name, path);
+    if (!path_exists(path))
+        return eval_task_free(t), kda_fail(err, "%s: %s: no such file", name, path);
     if (for_each_jsonl(path, olmo_line, &c, err)) return eval_task_free(t), -1;
     for (int64_t i = 0; i < t->n_docs; i++)
         if (t->docs[i].gold < 0 || t->docs[i].gold >= t->docs[i].n_choices) {

@@ -10,7 +10,8 @@
 //   piqa                     "Question: {goal}\nAnswer:"           [sol1, sol2], label
 //   hellaswag                clean(activity_label: ctx_a Capitalize(ctx_b)); clean(endings), label
 //   winogrande               sentence[:i] + option_k (i = index of "_"), cont " " + rest.strip()
-//   mmlu                     description + "{question.strip()}\nA. ..\nB. ..\nC. ..\nD. ..\nAnswer:"
+//   mmlu                     description + "{question.strip()}\nA. ..\nB. ..\nC. ..\nD.
+//   ..\nAnswer:"
 //                            with choices "A".."D", answer int (or letter)
 //   race                     "Article: {article}\n\n" + earlier Q/A of the article + last question
 //
@@ -41,7 +42,7 @@ typedef struct {
 } EvalRequest;
 
 typedef struct {
-    EvalRequest *req;  // [n_choices] owned
+    EvalRequest *req; // [n_choices] owned
     int n_choices;
     int gold;          // 0 <= gold < n_choices
     int64_t *norm_len; // [n_choices] code points of choice i (no delimiter): acc_norm divisor
@@ -51,16 +52,16 @@ typedef struct {
 enum { EVAL_ACC = 1, EVAL_ACC_NORM = 2 };
 
 typedef struct {
-    char name[64];          // "arc_easy", "mmlu", "olmo:arc_easy/rc_0shot"
-    int olmo;               // OLMo request file: context and continuation tokenized separately
-    int metrics;            // EVAL_ACC | EVAL_ACC_NORM (what lm-eval's task YAML reports)
-    double random;          // chance accuracy in percent
-    char source[PATH_MAX];  // file or folder read (the first one for mmlu)
-    char split[32];         // split read ("" for JSONL / OLMo)
-    char primary[32];       // OLMo config primary_metric ("" otherwise)
-    char **subtasks;        // [n_subtasks] owned names (mmlu subjects); NULL otherwise
+    char name[64];         // "arc_easy", "mmlu", "olmo:arc_easy/rc_0shot"
+    int olmo;              // OLMo request file: context and continuation tokenized separately
+    int metrics;           // EVAL_ACC | EVAL_ACC_NORM (what lm-eval's task YAML reports)
+    double random;         // chance accuracy in percent
+    char source[PATH_MAX]; // file or folder read (the first one for mmlu)
+    char split[32];        // split read ("" for JSONL / OLMo)
+    char primary[32];      // OLMo config primary_metric ("" otherwise)
+    char **subtasks;       // [n_subtasks] owned names (mmlu subjects); NULL otherwise
     int n_subtasks;
-    EvalDoc *docs;          // [n_docs] owned
+    EvalDoc *docs; // [n_docs] owned
     int64_t n_docs;
 } EvalTask;
 

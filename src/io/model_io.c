@@ -12,7 +12,7 @@
 #include "io/safetensors.h" // defines: StModel, st_model_open/find/close, st_to_f32, StWriter
 
 #define LM_HEAD "lm_head.weight"
-#define EMBED "model.embeddings.weight"
+#define EMBED   "model.embeddings.weight"
 
 // "[256, 1, 4]"
 static const char *shape_str(char *buf, size_t cap, int ndim, const int64_t *shape) {
@@ -79,9 +79,9 @@ static int check_extras(const StModel *m, const KdaConfig *c, const KdaParamTabl
             if (check_tensor(s, file, s->name, 2, shape, err)) return -1;
             continue;
         }
-        return kda_fail(err, "%s: unexpected tensor '%s' (not a parameter of this config%s)",
-                        file, s->name,
-                        !strcmp(s->name, LM_HEAD) ? "; tie_word_embeddings is false elsewhere?" : "");
+        return kda_fail(
+            err, "%s: unexpected tensor '%s' (not a parameter of this config%s)", file, s->name,
+            !strcmp(s->name, LM_HEAD) ? "; tie_word_embeddings is false elsewhere?" : "");
     }
     return 0;
 }
@@ -105,10 +105,12 @@ static int check_tied_copy(const StModel *m, const KdaParamTable *t, const float
         part.shape[0] = part.numel = n;
         part.nbytes = (size_t)n * isz;
         part.data = (const char *)head->data + (size_t)b * isz;
-        if (st_to_f32(&part, buf, err)) rc = -1;
+        if (st_to_f32(&part, buf, err))
+            rc = -1;
         else if (memcmp(buf, flat + emb->offset + b, (size_t)n * sizeof *buf) != 0) {
             int64_t j = 0;
-            while (j < n && !memcmp(&buf[j], &flat[emb->offset + b + j], sizeof *buf)) j++;
+            while (j < n && !memcmp(&buf[j], &flat[emb->offset + b + j], sizeof *buf))
+                j++;
             rc = kda_fail(err,
                           "%s: tensor '%s' differs from '%s' although tie_word_embeddings is "
                           "true (first at element %lld: %.9g vs %.9g)",
@@ -195,7 +197,8 @@ int kda_model_save_dir(const char *dir, const KdaConfig *cfg, const KdaParamTabl
     char clean[PATH_MAX], tmp[PATH_MAX];
     if (snprintf(clean, sizeof clean, "%s", dir) >= (int)sizeof clean)
         return kda_fail(err, "%s: path too long", dir);
-    for (size_t n = strlen(clean); n > 1 && clean[n - 1] == '/'; n--) clean[n - 1] = 0;
+    for (size_t n = strlen(clean); n > 1 && clean[n - 1] == '/'; n--)
+        clean[n - 1] = 0;
     if (path_is_dir(clean)) return write_files(clean, cfg, t, flat, dtype, err);
     if (path_exists(clean)) return kda_fail(err, "%s: exists and is not a directory", clean);
     // new directory: build it under a temporary name, then rename it into place

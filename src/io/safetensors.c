@@ -25,10 +25,9 @@ static const struct {
     const char *name;
     size_t size;
 } k_dtypes[ST_N_DTYPES] = {
-    [ST_BOOL] = {"BOOL", 1}, [ST_U8] = {"U8", 1},     [ST_I8] = {"I8", 1},
-    [ST_I16] = {"I16", 2},   [ST_U16] = {"U16", 2},   [ST_F16] = {"F16", 2},
-    [ST_BF16] = {"BF16", 2}, [ST_I32] = {"I32", 4},   [ST_U32] = {"U32", 4},
-    [ST_F32] = {"F32", 4},   [ST_F64] = {"F64", 8},   [ST_I64] = {"I64", 8},
+    [ST_BOOL] = {"BOOL", 1}, [ST_U8] = {"U8", 1},   [ST_I8] = {"I8", 1},     [ST_I16] = {"I16", 2},
+    [ST_U16] = {"U16", 2},   [ST_F16] = {"F16", 2}, [ST_BF16] = {"BF16", 2}, [ST_I32] = {"I32", 4},
+    [ST_U32] = {"U32", 4},   [ST_F32] = {"F32", 4}, [ST_F64] = {"F64", 8},   [ST_I64] = {"I64", 8},
     [ST_U64] = {"U64", 8},
 };
 
@@ -60,7 +59,8 @@ static const char *show(char *buf, const char *s) {
         buf[n] = (c < 0x20 || c == 0x7f) ? '?' : (char)c;
     }
     if (s[n]) {
-        while (n > 0 && ((unsigned char)s[n] & 0xC0) == 0x80) n--; // don't split a char
+        while (n > 0 && ((unsigned char)s[n] & 0xC0) == 0x80)
+            n--; // don't split a char
         memcpy(buf + n, "...", 4);
     } else {
         buf[n] = 0;
@@ -69,7 +69,7 @@ static const char *show(char *buf, const char *s) {
 }
 
 typedef struct {
-    const char *file;      // for messages
+    const char *file;            // for messages
     const unsigned char *buffer; // start of the byte buffer (after the header)
     size_t buffer_bytes;
     KdaError *err;
@@ -84,8 +84,8 @@ static int get_nonneg(const JsonValue *v, int64_t *out) {
 
 static int parse_shape(ParseCtx *c, const char *nm, const JsonValue *sh, StTensor *t) {
     if (!sh || sh->type != JSON_ARRAY)
-        return kda_fail(c->err, "%s: tensor '%s': \"shape\" must be an array of integers",
-                        c->file, nm);
+        return kda_fail(c->err, "%s: tensor '%s': \"shape\" must be an array of integers", c->file,
+                        nm);
     if (sh->len > ST_MAX_DIMS)
         return kda_fail(c->err, "%s: tensor '%s': shape has %zu dims, at most %d supported",
                         c->file, nm, sh->len, ST_MAX_DIMS);
@@ -97,8 +97,10 @@ static int parse_shape(ParseCtx *c, const char *nm, const JsonValue *sh, StTenso
             return kda_fail(c->err, "%s: tensor '%s': shape[%d] must be a non-negative integer",
                             c->file, nm, d);
         // like the reference, a product that overflows is an error even if a later dim is 0
-        if (t->shape[d] != 0 && t->numel > INT64_MAX / t->shape[d]) overflow = 1;
-        else t->numel *= t->shape[d];
+        if (t->shape[d] != 0 && t->numel > INT64_MAX / t->shape[d])
+            overflow = 1;
+        else
+            t->numel *= t->shape[d];
     }
     if (overflow)
         return kda_fail(c->err, "%s: tensor '%s': shape product overflows 64 bits", c->file, nm);
@@ -111,7 +113,8 @@ static int parse_offsets(ParseCtx *c, const char *nm, const JsonValue *o, StTens
         get_nonneg(&o->items[1], &e))
         return kda_fail(c->err,
                         "%s: tensor '%s': \"data_offsets\" must be [begin, end], two "
-                        "non-negative integers", c->file, nm);
+                        "non-negative integers",
+                        c->file, nm);
     if (e < b)
         return kda_fail(c->err, "%s: tensor '%s': data_offsets [%lld, %lld] end before begin",
                         c->file, nm, (long long)b, (long long)e);
@@ -149,14 +152,13 @@ static int parse_tensor(ParseCtx *c, const char *name, size_t name_len, const Js
     t->name = name;
     const char *ds = json_get_str(v, "dtype");
     if (!ds)
-        return kda_fail(c->err, "%s: tensor '%s': \"dtype\" missing or not a string", c->file,
-                        nm);
+        return kda_fail(c->err, "%s: tensor '%s': \"dtype\" missing or not a string", c->file, nm);
     if (st_dtype_parse(ds, &t->dtype)) {
         char dv[ST_SHOW + 4];
-        const char *why = strncmp(ds, "F8", 2) == 0 || strncmp(ds, "F4", 2) == 0 ||
-                                  strncmp(ds, "F6", 2) == 0
-                              ? "sub-16-bit floats are not supported"
-                              : "unknown dtype";
+        const char *why =
+            strncmp(ds, "F8", 2) == 0 || strncmp(ds, "F4", 2) == 0 || strncmp(ds, "F6", 2) == 0
+                ? "sub-16-bit floats are not supported"
+                : "unknown dtype";
         return kda_fail(c->err,
                         "%s: tensor '%s': dtype \"%s\": %s (expected BOOL, U8, I8, I16, U16, "
                         "F16, BF16, I32, U32, F32, F64, I64 or U64)",
@@ -185,8 +187,7 @@ static int parse_meta(ParseCtx *c, const JsonValue *v, SafeTensors *st) {
     for (size_t i = 0; i < v->len; i++) {
         if (strlen(v->keys[i]) != v->key_lens[i] || v->items[i].type != JSON_STRING) {
             free(pairs);
-            return kda_fail(c->err, "%s: __metadata__ key '%s': %s", c->file,
-                            show(nm, v->keys[i]),
+            return kda_fail(c->err, "%s: __metadata__ key '%s': %s", c->file, show(nm, v->keys[i]),
                             v->items[i].type != JSON_STRING ? "value must be a string"
                                                             : "key contains a NUL character");
         }
@@ -223,7 +224,8 @@ static int cmp_tensor_offsets(const void *a, const void *b) {
 static int check_tiling(ParseCtx *c, const SafeTensors *st) {
     int64_t n = st->n_tensors;
     const StTensor **by_off = kda_malloc((size_t)(n ? n : 1) * sizeof *by_off);
-    for (int64_t i = 0; i < n; i++) by_off[i] = &st->tensors[i];
+    for (int64_t i = 0; i < n; i++)
+        by_off[i] = &st->tensors[i];
     qsort(by_off, (size_t)n, sizeof *by_off, cmp_tensor_offsets);
     size_t pos = 0;
     const StTensor *prev = NULL;
@@ -290,24 +292,27 @@ int st_parse(SafeTensors *st, const void *buf, size_t n, const char *name_for_er
     const char *file = name_for_errors ? name_for_errors : "<buffer>";
     const unsigned char *p = buf;
     if (n < 8)
-        return kda_fail(err, "%s: truncated: %zu bytes, a safetensors file needs at least 8",
-                        file, n);
+        return kda_fail(err, "%s: truncated: %zu bytes, a safetensors file needs at least 8", file,
+                        n);
     uint64_t hn = 0;
-    for (int i = 7; i >= 0; i--) hn = hn << 8 | p[i];
+    for (int i = 7; i >= 0; i--)
+        hn = hn << 8 | p[i];
     if (hn > ST_MAX_HEADER)
         return kda_fail(err, "%s: header length %llu exceeds the limit of %llu bytes", file,
                         (unsigned long long)hn, ST_MAX_HEADER);
     if (hn > n - 8)
-        return kda_fail(err, "%s: truncated: header length %llu but only %zu bytes follow the "
-                        "8-byte length", file, (unsigned long long)hn, n - 8);
+        return kda_fail(err,
+                        "%s: truncated: header length %llu but only %zu bytes follow the "
+                        "8-byte length",
+                        file, (unsigned long long)hn, n - 8);
     if (hn == 0 || p[8] != '{')
         return kda_fail(err, "%s: header must be a JSON object starting with '{'", file);
     KdaError je;
     if (json_parse(&st->doc, (const char *)p + 8, (size_t)hn, &je))
         return kda_fail(err, "%s: header JSON: %s", file, je.msg);
     st->path = kda_strdup(file);
-    ParseCtx c = {.file = st->path, .buffer = p + 8 + hn, .buffer_bytes = n - 8 - (size_t)hn,
-                  .err = err};
+    ParseCtx c = {
+        .file = st->path, .buffer = p + 8 + hn, .buffer_bytes = n - 8 - (size_t)hn, .err = err};
     if (parse_header(&c, st)) {
         st_close(st);
         return -1;
@@ -329,8 +334,8 @@ int st_open(SafeTensors *st, const char *path, KdaError *err) {
     size_t size = (size_t)sb.st_size;
     if (size < 8) {
         close(fd);
-        return kda_fail(err, "%s: truncated: %zu bytes, a safetensors file needs at least 8",
-                        path, size);
+        return kda_fail(err, "%s: truncated: %zu bytes, a safetensors file needs at least 8", path,
+                        size);
     }
     void *map = mmap(NULL, size, PROT_READ, MAP_PRIVATE, fd, 0);
     int e = errno;
@@ -371,7 +376,7 @@ const char *st_meta(const SafeTensors *st, const char *key) {
 // Loads element i of type T from possibly unaligned src and converts it with EXPR(x).
 #define ST_CONVERT(T, EXPR)                                                                        \
     do {                                                                                           \
-        _Pragma("omp parallel for if (n > (1 << 20))") for (int64_t i = 0; i < n; i++) {          \
+        _Pragma("omp parallel for if (n > (1 << 20))") for (int64_t i = 0; i < n; i++) {           \
             T x;                                                                                   \
             memcpy(&x, src + (size_t)i * sizeof(T), sizeof(T));                                    \
             out[i] = (float)(EXPR);                                                                \
@@ -382,22 +387,48 @@ int st_to_f32(const StTensor *t, float *out, KdaError *err) {
     const unsigned char *src = t->data;
     int64_t n = t->numel;
     switch (t->dtype) {
-    case ST_BOOL: ST_CONVERT(uint8_t, x != 0); break;
-    case ST_U8: ST_CONVERT(uint8_t, x); break;
-    case ST_I8: ST_CONVERT(int8_t, x); break;
-    case ST_I16: ST_CONVERT(int16_t, x); break;
-    case ST_U16: ST_CONVERT(uint16_t, x); break;
-    case ST_F16: ST_CONVERT(uint16_t, f16_to_f32(x)); break;
-    case ST_BF16: ST_CONVERT(uint16_t, bf16_to_f32(x)); break;
-    case ST_I32: ST_CONVERT(int32_t, x); break;
-    case ST_U32: ST_CONVERT(uint32_t, x); break;
-    case ST_F32: ST_CONVERT(float, x); break;
-    case ST_F64: ST_CONVERT(double, x); break;
-    case ST_I64: ST_CONVERT(int64_t, x); break;
-    case ST_U64: ST_CONVERT(uint64_t, x); break;
+    case ST_BOOL:
+        ST_CONVERT(uint8_t, x != 0);
+        break;
+    case ST_U8:
+        ST_CONVERT(uint8_t, x);
+        break;
+    case ST_I8:
+        ST_CONVERT(int8_t, x);
+        break;
+    case ST_I16:
+        ST_CONVERT(int16_t, x);
+        break;
+    case ST_U16:
+        ST_CONVERT(uint16_t, x);
+        break;
+    case ST_F16:
+        ST_CONVERT(uint16_t, f16_to_f32(x));
+        break;
+    case ST_BF16:
+        ST_CONVERT(uint16_t, bf16_to_f32(x));
+        break;
+    case ST_I32:
+        ST_CONVERT(int32_t, x);
+        break;
+    case ST_U32:
+        ST_CONVERT(uint32_t, x);
+        break;
+    case ST_F32:
+        ST_CONVERT(float, x);
+        break;
+    case ST_F64:
+        ST_CONVERT(double, x);
+        break;
+    case ST_I64:
+        ST_CONVERT(int64_t, x);
+        break;
+    case ST_U64:
+        ST_CONVERT(uint64_t, x);
+        break;
     default:
-        return kda_fail(err, "tensor '%s': cannot convert dtype %d to F32",
-                        t->name ? t->name : "?", (int)t->dtype);
+        return kda_fail(err, "tensor '%s': cannot convert dtype %d to F32", t->name ? t->name : "?",
+                        (int)t->dtype);
     }
     return 0;
 }
@@ -419,7 +450,8 @@ static int cmp_entry_name(const void *a, const void *b) {
 // Builds m->entries from every tensor of every file; a name in two files is an error.
 static int model_index_tensors(StModel *m, KdaError *err) {
     int64_t n = 0;
-    for (int f = 0; f < m->n_files; f++) n += m->files[f].n_tensors;
+    for (int f = 0; f < m->n_files; f++)
+        n += m->files[f].n_tensors;
     m->entries = kda_calloc((size_t)(n ? n : 1), sizeof *m->entries);
     for (int f = 0; f < m->n_files; f++)
         for (int64_t i = 0; i < m->files[f].n_tensors; i++)
@@ -463,7 +495,8 @@ static int model_open_sharded(StModel *m, const char *index_path, KdaError *err)
             break;
         }
         int f = 0;
-        while (f < m->n_files && strcmp(names[f], v->str) != 0) f++;
+        while (f < m->n_files && strcmp(names[f], v->str) != 0)
+            f++;
         if (f == m->n_files) names[m->n_files++] = v->str;
     }
     m->files = kda_calloc((size_t)(m->n_files ? m->n_files : 1), sizeof *m->files);
@@ -526,7 +559,8 @@ const StTensor *st_model_find(const StModel *m, const char *name, const char **f
 }
 
 void st_model_close(StModel *m) {
-    for (int f = 0; f < m->n_files; f++) st_close(&m->files[f]);
+    for (int f = 0; f < m->n_files; f++)
+        st_close(&m->files[f]);
     free(m->files);
     free(m->entries);
     free(m->dir);
@@ -537,13 +571,13 @@ void st_model_close(StModel *m) {
 // Writer
 
 typedef struct {
-    char *name;                 // owned
-    StDtype dtype;              // stored dtype
+    char *name;    // owned
+    StDtype dtype; // stored dtype
     int ndim;
     int64_t shape[ST_MAX_DIMS];
     int64_t numel;
-    const void *data;           // borrowed, already in dtype (NULL if f32 is set)
-    const float *f32;           // borrowed fp32 source converted at save time
+    const void *data; // borrowed, already in dtype (NULL if f32 is set)
+    const float *f32; // borrowed fp32 source converted at save time
     size_t nbytes, offset;
 } WTensor;
 
@@ -613,8 +647,10 @@ void st_writer_meta(StWriter *w, const char *key, const char *value) {
 
 void st_writer_free(StWriter *w) {
     if (!w) return;
-    for (int64_t i = 0; i < w->n; i++) free(w->t[i].name);
-    for (int64_t i = 0; i < w->n_meta; i++) free(w->meta_keys[i]), free(w->meta_vals[i]);
+    for (int64_t i = 0; i < w->n; i++)
+        free(w->t[i].name);
+    for (int64_t i = 0; i < w->n_meta; i++)
+        free(w->meta_keys[i]), free(w->meta_vals[i]);
     free(w->t);
     free(w->meta_keys);
     free(w->meta_vals);
@@ -648,11 +684,13 @@ static char *writer_header(const StWriter *w, WTensor **order, size_t *n_out) {
         fputc(',', f);
         json_write_string(f, t->name, strlen(t->name));
         fprintf(f, ":{\"dtype\":\"%s\",\"shape\":[", k_dtypes[t->dtype].name);
-        for (int d = 0; d < t->ndim; d++) fprintf(f, "%s%lld", d ? "," : "", (long long)t->shape[d]);
+        for (int d = 0; d < t->ndim; d++)
+            fprintf(f, "%s%lld", d ? "," : "", (long long)t->shape[d]);
         fprintf(f, "],\"data_offsets\":[%zu,%zu]}", t->offset, t->offset + t->nbytes);
     }
     fputc('}', f);
-    for (long pos = ftell(f); (8 + pos) % 8 != 0; pos++) fputc(' ', f);
+    for (long pos = ftell(f); (8 + pos) % 8 != 0; pos++)
+        fputc(' ', f);
     KDA_ASSERT(fclose(f) == 0);
     *n_out = len;
     return buf;
@@ -661,8 +699,8 @@ static char *writer_header(const StWriter *w, WTensor **order, size_t *n_out) {
 // Writes one tensor's bytes, converting fp32 sources in chunks.
 static int writer_data(FILE *f, const WTensor *t) {
     if (!t->f32 || t->dtype == ST_F32)
-        return t->nbytes && fwrite(t->f32 ? (const void *)t->f32 : t->data, 1, t->nbytes, f) !=
-                                t->nbytes;
+        return t->nbytes &&
+               fwrite(t->f32 ? (const void *)t->f32 : t->data, 1, t->nbytes, f) != t->nbytes;
     enum { CHUNK = 1 << 14 };
     uint16_t tmp[CHUNK];
     for (int64_t i = 0; i < t->numel; i += CHUNK) {
@@ -701,11 +739,13 @@ int st_writer_save(StWriter *w, const char *path, KdaError *err) {
         return -1;
     }
     size_t off = 0;
-    for (int64_t i = 0; i < w->n; i++) order[i]->offset = off, off += order[i]->nbytes;
+    for (int64_t i = 0; i < w->n; i++)
+        order[i]->offset = off, off += order[i]->nbytes;
     size_t hn;
     char *header = writer_header(w, order, &hn);
     unsigned char len8[8];
-    for (int i = 0; i < 8; i++) len8[i] = (unsigned char)((uint64_t)hn >> (8 * i));
+    for (int i = 0; i < 8; i++)
+        len8[i] = (unsigned char)((uint64_t)hn >> (8 * i));
     char tmp[PATH_MAX];
     FILE *f = open_atomic(path, tmp, err);
     int rc = f ? 0 : -1;

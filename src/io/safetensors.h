@@ -26,7 +26,7 @@
 #include "core/error.h" // defines: KdaError
 #include "core/json.h"  // defines: JsonDoc
 
-#define ST_MAX_DIMS 8
+#define ST_MAX_DIMS   8
 #define ST_MAX_HEADER 100000000ull // §4.2: N <= 100 MB
 
 // Order matters: it is the reference's alignment order (ascending), used by the writer.
@@ -48,31 +48,31 @@ typedef enum {
 } StDtype;
 
 typedef struct {
-    const char *name;             // NUL-terminated, owned by the SafeTensors
+    const char *name; // NUL-terminated, owned by the SafeTensors
     StDtype dtype;
-    int ndim;                     // 0 for a scalar
-    int64_t shape[ST_MAX_DIMS];   // shape[0..ndim)
-    int64_t numel;                // product of shape (1 for a scalar)
-    const void *data;             // [shape...] dtype, little-endian; borrowed, maybe unaligned
-    size_t nbytes;                // numel * itemsize
-    size_t offset;                // data_offsets begin, relative to the byte buffer
+    int ndim;                   // 0 for a scalar
+    int64_t shape[ST_MAX_DIMS]; // shape[0..ndim)
+    int64_t numel;              // product of shape (1 for a scalar)
+    const void *data;           // [shape...] dtype, little-endian; borrowed, maybe unaligned
+    size_t nbytes;              // numel * itemsize
+    size_t offset;              // data_offsets begin, relative to the byte buffer
 } StTensor;
 
 // One parsed file. All fields read-only for callers.
 typedef struct {
-    char *path;         // owned; the name used in error messages
-    void *map;          // owned mmap of the whole file (st_open), NULL for st_parse
+    char *path; // owned; the name used in error messages
+    void *map;  // owned mmap of the whole file (st_open), NULL for st_parse
     size_t map_bytes;
-    StTensor *tensors;  // owned, n_tensors entries sorted by name (strcmp)
+    StTensor *tensors; // owned, n_tensors entries sorted by name (strcmp)
     int64_t n_tensors;
     const char **meta_keys; // owned array; __metadata__ keys sorted by name, strings in doc
     const char **meta_vals;
     int64_t n_meta;
-    JsonDoc doc;        // owned parse of the header; names and metadata point into it
+    JsonDoc doc; // owned parse of the header; names and metadata point into it
 } SafeTensors;
 
-const char *st_dtype_name(StDtype dt);     // "BF16"; "?" if out of range
-size_t st_dtype_size(StDtype dt);          // bytes per element (BOOL: 1)
+const char *st_dtype_name(StDtype dt);           // "BF16"; "?" if out of range
+size_t st_dtype_size(StDtype dt);                // bytes per element (BOOL: 1)
 int st_dtype_parse(const char *s, StDtype *out); // 0, or -1 for unknown/unsupported (F8_*)
 
 // Maps path read-only and validates it. On error returns -1, *st zeroed, err names the path.
@@ -101,11 +101,11 @@ typedef struct {
 } StModelEntry;
 
 typedef struct {
-    char *dir;              // owned
-    SafeTensors *files;     // owned, n_files entries (1 when unsharded)
+    char *dir;          // owned
+    SafeTensors *files; // owned, n_files entries (1 when unsharded)
     int n_files;
-    StModelEntry *entries;  // owned, every tensor of every file, sorted by name
-    int64_t n_entries;      // iterate entries[0..n_entries) to list all names
+    StModelEntry *entries; // owned, every tensor of every file, sorted by name
+    int64_t n_entries;     // iterate entries[0..n_entries) to list all names
 } StModel;
 
 // Opens dir (or a single .safetensors file path). With an index, weight_map values must be

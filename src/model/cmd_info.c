@@ -4,11 +4,11 @@
 #include <string.h>
 
 #include "commands.h"
-#include "core/args.h"        // defines: ArgSpec, ArgTable, args_parse_or_die
-#include "core/util.h"        // defines: path_is_dir, path_join, path_exists
-#include "io/safetensors.h"   // defines: StModel, st_model_open
-#include "model/config.h"     // defines: KdaConfig, kda_config_load
-#include "model/params.h"     // defines: KdaParamTable, kda_params_build, FLOP counts
+#include "core/args.h"      // defines: ArgSpec, ArgTable, args_parse_or_die
+#include "core/util.h"      // defines: path_is_dir, path_join, path_exists
+#include "io/safetensors.h" // defines: StModel, st_model_open
+#include "model/config.h"   // defines: KdaConfig, kda_config_load
+#include "model/params.h"   // defines: KdaParamTable, kda_params_build, FLOP counts
 
 #define GIB (1024.0 * 1024.0 * 1024.0)
 
@@ -35,35 +35,54 @@ typedef struct {
     int64_t q, k, v, conv, f, b, a_dt, g, o_norm, o;
 } Breakdown;
 
-static int has(const char *s, const char *sub) { return strstr(s, sub) != NULL; }
+static int has(const char *s, const char *sub) {
+    return strstr(s, sub) != NULL;
+}
 
 static void classify(Breakdown *bd, const KdaParamInfo *r) {
     const char *n = r->name;
     int64_t x = r->numel;
     if (r->layer < 0) {
-        if (has(n, "embeddings")) bd->embed += x;
-        else if (has(n, "lm_head")) bd->head += x;
-        else bd->final_norm += x;
+        if (has(n, "embeddings"))
+            bd->embed += x;
+        else if (has(n, "lm_head"))
+            bd->head += x;
+        else
+            bd->final_norm += x;
         return;
     }
-    if (has(n, ".mlp.")) bd->mlp += x;
-    else if (!has(n, ".attn.")) bd->block_norms += x;
+    if (has(n, ".mlp."))
+        bd->mlp += x;
+    else if (!has(n, ".attn."))
+        bd->block_norms += x;
     else {
         bd->attn += x;
-        if (has(n, "q_proj")) bd->q += x;
-        else if (has(n, "k_proj")) bd->k += x;
-        else if (has(n, "v_proj")) bd->v += x;
-        else if (has(n, "conv1d")) bd->conv += x;
-        else if (has(n, "f_proj")) bd->f += x;
-        else if (has(n, "b_proj")) bd->b += x;
-        else if (has(n, "A_log") || has(n, "dt_bias")) bd->a_dt += x;
-        else if (has(n, "g_proj")) bd->g += x;
-        else if (has(n, "o_norm")) bd->o_norm += x;
-        else if (has(n, "o_proj")) bd->o += x;
+        if (has(n, "q_proj"))
+            bd->q += x;
+        else if (has(n, "k_proj"))
+            bd->k += x;
+        else if (has(n, "v_proj"))
+            bd->v += x;
+        else if (has(n, "conv1d"))
+            bd->conv += x;
+        else if (has(n, "f_proj"))
+            bd->f += x;
+        else if (has(n, "b_proj"))
+            bd->b += x;
+        else if (has(n, "A_log") || has(n, "dt_bias"))
+            bd->a_dt += x;
+        else if (has(n, "g_proj"))
+            bd->g += x;
+        else if (has(n, "o_norm"))
+            bd->o_norm += x;
+        else if (has(n, "o_proj"))
+            bd->o += x;
     }
 }
 
-static void row(const char *label, int64_t x) { printf("  %-30s %15s\n", label, commas(x)); }
+static void row(const char *label, int64_t x) {
+    printf("  %-30s %15s\n", label, commas(x));
+}
 
 static void row_x(const char *label, int64_t total, int64_t L) {
     printf("  %-30s %15s   x %lld = %s\n", label, commas(total / L), (long long)L, commas(total));
@@ -71,7 +90,8 @@ static void row_x(const char *label, int64_t total, int64_t L) {
 
 static void print_params(const KdaConfig *c, const KdaParamTable *t) {
     Breakdown bd = {0};
-    for (int i = 0; i < t->n; i++) classify(&bd, &t->rows[i]);
+    for (int i = 0; i < t->n; i++)
+        classify(&bd, &t->rows[i]);
     const int64_t L = c->num_hidden_layers, emb = c->vocab_size * c->hidden_size;
     const int64_t tied = t->total_numel - bd.head, untied = tied + emb;
     // The plain number too, so scripts can grep it (kda_300M.json: 303549280).
@@ -81,8 +101,8 @@ static void print_params(const KdaConfig *c, const KdaParamTable *t) {
     row("total if untied", untied);
     row("non-embedding", t->total_numel - bd.embed - bd.head);
     row("matmul weights (for FLOPs)", kda_params_matmul_count(c));
-    printf("  table: %d tensors, %s floats (config formula: %s)\n", t->n,
-           commas(t->total_numel), commas(kda_params_count(c)));
+    printf("  table: %d tensors, %s floats (config formula: %s)\n", t->n, commas(t->total_numel),
+           commas(kda_params_count(c)));
     printf("breakdown\n");
     char label[64];
     snprintf(label, sizeof label, "embedding [%lld, %lld]", (long long)c->vocab_size,
@@ -97,8 +117,10 @@ static void print_params(const KdaConfig *c, const KdaParamTable *t) {
     row_x("MLP per layer", bd.mlp, L);
     row_x("block norms per layer", bd.block_norms, L);
     row("final norm", bd.final_norm);
-    if (c->tie_word_embeddings) printf("  %-30s %15s   (tied to the embedding)\n", "lm_head", "0");
-    else row("lm_head", bd.head);
+    if (c->tie_word_embeddings)
+        printf("  %-30s %15s   (tied to the embedding)\n", "lm_head", "0");
+    else
+        row("lm_head", bd.head);
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -136,8 +158,10 @@ static double act_bytes_per_token_layer(const KdaConfig *c) {
 }
 
 static void gib(const char *label, double bytes) {
-    if (bytes < 0.1 * GIB) printf("  %-48s %8.2f MiB\n", label, bytes / (1024.0 * 1024.0));
-    else printf("  %-48s %8.2f GiB\n", label, bytes / GIB);
+    if (bytes < 0.1 * GIB)
+        printf("  %-48s %8.2f MiB\n", label, bytes / (1024.0 * 1024.0));
+    else
+        printf("  %-48s %8.2f GiB\n", label, bytes / GIB);
 }
 
 static void print_memory(const KdaConfig *c, int64_t P, int64_t B, int64_t T) {
@@ -204,7 +228,8 @@ static void print_weights(const char *path) {
         return;
     }
     int64_t count[ST_N_DTYPES] = {0};
-    for (int64_t i = 0; i < m.n_entries; i++) count[m.entries[i].tensor->dtype]++;
+    for (int64_t i = 0; i < m.n_entries; i++)
+        count[m.entries[i].tensor->dtype]++;
     printf("weights: %lld tensors in %d file%s:", (long long)m.n_entries, m.n_files,
            m.n_files > 1 ? "s" : "");
     for (int d = 0; d < ST_N_DTYPES; d++)
@@ -218,13 +243,15 @@ int cmd_info(int argc, char **argv) {
     int64_t micro_batch = 32, seq_len = 2048;
     const ArgSpec specs[] = {
         {"model", ARG_STR, &model, "model directory (config.json) or a config .json file", 1},
-        {"micro-batch", ARG_INT, &micro_batch, "sequences per GPU step, for the memory estimate", 0},
+        {"micro-batch", ARG_INT, &micro_batch, "sequences per GPU step, for the memory estimate",
+         0},
         {"seq-length", ARG_INT, &seq_len, "tokens per sequence, for FLOPs and memory", 0},
     };
     const ArgTable table = {"kda info", "model config summary, parameter count, FLOPs and memory",
                             NULL, specs, (int)(sizeof specs / sizeof *specs)};
     if (args_parse_or_die(&table, argc, argv)) return 0;
-    if (micro_batch <= 0 || seq_len <= 0) kda_die("kda info: --micro-batch and --seq-length must be positive");
+    if (micro_batch <= 0 || seq_len <= 0)
+        kda_die("kda info: --micro-batch and --seq-length must be positive");
 
     KdaConfig c;
     KdaParamTable t;

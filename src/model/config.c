@@ -52,16 +52,25 @@ void kda_config_defaults(KdaConfig *c) {
 // Short description of a JSON value for error messages: `"abc"`, `8.5`, `null`, `an array`.
 static const char *describe(const JsonValue *v, char *buf, size_t cap) {
     switch (v->type) {
-    case JSON_NULL: return "null";
-    case JSON_TRUE: return "true";
-    case JSON_FALSE: return "false";
+    case JSON_NULL:
+        return "null";
+    case JSON_TRUE:
+        return "true";
+    case JSON_FALSE:
+        return "false";
     case JSON_NUMBER:
-        if (v->is_int) snprintf(buf, cap, "%lld", (long long)v->i);
-        else snprintf(buf, cap, "%.17g", v->num);
+        if (v->is_int)
+            snprintf(buf, cap, "%lld", (long long)v->i);
+        else
+            snprintf(buf, cap, "%.17g", v->num);
         return buf;
-    case JSON_STRING: snprintf(buf, cap, "\"%.40s%s\"", v->str, v->len > 40 ? "..." : ""); return buf;
-    case JSON_ARRAY: return "an array";
-    case JSON_OBJECT: return "an object";
+    case JSON_STRING:
+        snprintf(buf, cap, "\"%.40s%s\"", v->str, v->len > 40 ? "..." : "");
+        return buf;
+    case JSON_ARRAY:
+        return "an array";
+    case JSON_OBJECT:
+        return "an object";
     }
     return "?";
 }
@@ -76,9 +85,12 @@ static int bad_key(const char *src, const char *key, const char *expected, const
 // Integer-valued number (an exact int64 or a float with no fraction), else -1.
 static int as_int(const JsonValue *v, int64_t *out) {
     if (v->type != JSON_NUMBER) return -1;
-    if (v->is_int) *out = v->i;
-    else if (v->num == floor(v->num) && fabs(v->num) < 9e15) *out = (int64_t)v->num;
-    else return -1;
+    if (v->is_int)
+        *out = v->i;
+    else if (v->num == floor(v->num) && fabs(v->num) < 9e15)
+        *out = (int64_t)v->num;
+    else
+        return -1;
     return 0;
 }
 
@@ -89,15 +101,15 @@ static int read_int(const JsonValue *root, const char *key, int64_t min_value, i
     if (!v) return 0;
     int64_t x;
     if (as_int(v, &x) < 0 || x < min_value)
-        return bad_key(src, key, min_value > 0 ? "a positive integer" : "a non-negative integer",
-                       v, err);
+        return bad_key(src, key, min_value > 0 ? "a positive integer" : "a non-negative integer", v,
+                       err);
     *out = x;
     return 0;
 }
 
 // Integer or null; *has = 0 for null.
-static int read_int_or_null(const JsonValue *root, const char *key, int64_t min_value,
-                            int64_t *out, int *has, const char *src, KdaError *err) {
+static int read_int_or_null(const JsonValue *root, const char *key, int64_t min_value, int64_t *out,
+                            int *has, const char *src, KdaError *err) {
     const JsonValue *v = json_get(root, key);
     if (!v) return 0;
     if (v->type == JSON_NULL) {
@@ -134,8 +146,8 @@ static int read_bool(const JsonValue *root, const char *key, int *out, const cha
     return 0;
 }
 
-static int read_str(const JsonValue *root, const char *key, char *out, size_t cap,
-                    const char *src, KdaError *err) {
+static int read_str(const JsonValue *root, const char *key, char *out, size_t cap, const char *src,
+                    KdaError *err) {
     const JsonValue *v = json_get(root, key);
     if (!v) return 0;
     if (v->type != JSON_STRING || v->len >= cap || strlen(v->str) != v->len)
@@ -159,13 +171,42 @@ static int read_must_be_null(const JsonValue *root, const char *key, const char 
 
 // Every key kda_config_from_json understands, plus HF base-config keys we accept silently.
 static const char *const g_known_keys[] = {
-    "attn_mode", "hidden_size", "expand_v", "use_short_conv", "allow_neg_eigval", "safe_gate",
-    "lower_bound", "conv_size", "head_dim", "num_heads", "num_v_heads",
-    "max_position_embeddings", "hidden_ratio", "intermediate_size", "hidden_act",
-    "num_hidden_layers", "norm_eps", "attn", "use_cache", "pad_token_id", "bos_token_id",
-    "eos_token_id", "tie_word_embeddings", "initializer_range", "fuse_norm", "fuse_swiglu",
-    "fuse_cross_entropy", "use_l2warp", "vocab_size", "attnres_block_size", "model_type",
-    "architectures", "torch_dtype", "dtype", "transformers_version", "_name_or_path",
+    "attn_mode",
+    "hidden_size",
+    "expand_v",
+    "use_short_conv",
+    "allow_neg_eigval",
+    "safe_gate",
+    "lower_bound",
+    "conv_size",
+    "head_dim",
+    "num_heads",
+    "num_v_heads",
+    "max_position_embeddings",
+    "hidden_ratio",
+    "intermediate_size",
+    "hidden_act",
+    "num_hidden_layers",
+    "norm_eps",
+    "attn",
+    "use_cache",
+    "pad_token_id",
+    "bos_token_id",
+    "eos_token_id",
+    "tie_word_embeddings",
+    "initializer_range",
+    "fuse_norm",
+    "fuse_swiglu",
+    "fuse_cross_entropy",
+    "use_l2warp",
+    "vocab_size",
+    "attnres_block_size",
+    "model_type",
+    "architectures",
+    "torch_dtype",
+    "dtype",
+    "transformers_version",
+    "_name_or_path",
 };
 
 static void warn_unknown_keys(const JsonValue *root, const char *src) {
@@ -235,10 +276,12 @@ static int read_others(KdaConfig *c, const JsonValue *r, const char *src, KdaErr
     if (!rc) rc = read_num(r, "initializer_range", &c->initializer_range, src, err);
     const JsonValue *lb = json_get(r, "lower_bound");
     if (!rc && lb) {
-        if (lb->type == JSON_NULL) c->has_lower_bound = 0;
+        if (lb->type == JSON_NULL)
+            c->has_lower_bound = 0;
         else if (lb->type == JSON_NUMBER && isfinite(lb->num))
             c->has_lower_bound = 1, c->lower_bound = lb->num;
-        else rc = bad_key(src, "lower_bound", "a negative number or null", lb, err);
+        else
+            rc = bad_key(src, "lower_bound", "a negative number or null", lb, err);
     }
     if (!rc) rc = read_str(r, "attn_mode", c->attn_mode, sizeof c->attn_mode, src, err);
     if (!rc) rc = read_str(r, "hidden_act", c->hidden_act, sizeof c->hidden_act, src, err);
@@ -270,8 +313,10 @@ int kda_config_from_json(KdaConfig *c, const JsonValue *root, const char *src, K
 
 int kda_config_load(KdaConfig *c, const char *path, KdaError *err) {
     char file[4096];
-    if (path_is_dir(path)) path_join(file, sizeof file, path, "config.json");
-    else snprintf(file, sizeof file, "%s", path);
+    if (path_is_dir(path))
+        path_join(file, sizeof file, path, "config.json");
+    else
+        snprintf(file, sizeof file, "%s", path);
     JsonDoc doc;
     if (json_parse_file(&doc, file, err) < 0) return -1;
     KdaConfig tmp;
@@ -284,24 +329,31 @@ int kda_config_load(KdaConfig *c, const char *path, KdaError *err) {
 // ---------------------------------------------------------------------------------------------
 // Derived sizes and validation (kda-model.md §1.1, §5.6, §5.8, §9.1)
 
-static int64_t round_up(int64_t x, int64_t m) { return (x + m - 1) / m * m; }
+static int64_t round_up(int64_t x, int64_t m) {
+    return (x + m - 1) / m * m;
+}
 
 int kda_config_derive(KdaConfig *c, const char *src, KdaError *err) {
     if (strcmp(c->attn_mode, "chunk") != 0 && strcmp(c->attn_mode, "fused_recurrent") != 0)
-        return kda_fail(err, "%s: key 'attn_mode': expected \"chunk\" or \"fused_recurrent\", got \"%s\"",
-                        src, c->attn_mode);
+        return kda_fail(
+            err, "%s: key 'attn_mode': expected \"chunk\" or \"fused_recurrent\", got \"%s\"", src,
+            c->attn_mode);
     if (strcmp(c->hidden_act, "swish") != 0 && strcmp(c->hidden_act, "silu") != 0)
-        return kda_fail(err, "%s: key 'hidden_act': expected \"swish\" or \"silu\", got \"%s\"", src,
-                        c->hidden_act);
-    if (c->hidden_size <= 0 || c->num_heads <= 0 || c->head_dim <= 0 ||
-        c->num_hidden_layers <= 0 || c->vocab_size <= 0 || c->conv_size <= 0)
-        return kda_fail(err, "%s: hidden_size, num_heads, head_dim, num_hidden_layers, "
-                             "vocab_size and conv_size must be positive", src);
-    if (!(c->norm_eps > 0)) return kda_fail(err, "%s: key 'norm_eps': expected > 0, got %g", src, c->norm_eps);
+        return kda_fail(err, "%s: key 'hidden_act': expected \"swish\" or \"silu\", got \"%s\"",
+                        src, c->hidden_act);
+    if (c->hidden_size <= 0 || c->num_heads <= 0 || c->head_dim <= 0 || c->num_hidden_layers <= 0 ||
+        c->vocab_size <= 0 || c->conv_size <= 0)
+        return kda_fail(err,
+                        "%s: hidden_size, num_heads, head_dim, num_hidden_layers, "
+                        "vocab_size and conv_size must be positive",
+                        src);
+    if (!(c->norm_eps > 0))
+        return kda_fail(err, "%s: key 'norm_eps': expected > 0, got %g", src, c->norm_eps);
     if (!(c->initializer_range >= 0))
         return kda_fail(err, "%s: key 'initializer_range': expected >= 0, got %g", src,
                         c->initializer_range);
-    if (!(c->expand_v > 0)) return kda_fail(err, "%s: key 'expand_v': expected > 0, got %g", src, c->expand_v);
+    if (!(c->expand_v > 0))
+        return kda_fail(err, "%s: key 'expand_v': expected > 0, got %g", src, c->expand_v);
 
     c->num_v_heads = c->num_v_heads_raw > 0 ? c->num_v_heads_raw : c->num_heads;
     if (c->num_v_heads % c->num_heads != 0)
@@ -313,17 +365,21 @@ int kda_config_derive(KdaConfig *c, const char *src, KdaError *err) {
         return kda_fail(err, "%s: key 'expand_v': head_dim*expand_v = %g gives an empty value head",
                         src, (double)c->head_dim * c->expand_v);
     // I = int(D * hidden_ratio * 2 / 3) rounded up to a multiple of 256 (FLA GatedMLP)
-    c->intermediate_size = c->intermediate_size_raw > 0
-                               ? c->intermediate_size_raw
-                               : round_up((int64_t)((double)c->hidden_size * (double)c->hidden_ratio * 2.0 / 3.0), 256);
+    c->intermediate_size =
+        c->intermediate_size_raw > 0
+            ? c->intermediate_size_raw
+            : round_up((int64_t)((double)c->hidden_size * (double)c->hidden_ratio * 2.0 / 3.0),
+                       256);
 
     if (c->has_lower_bound && !(c->lower_bound < 0))
         return kda_fail(err, "%s: key 'lower_bound': expected a negative number, got %g", src,
                         c->lower_bound);
     if (c->safe_gate && !c->has_lower_bound)
-        return kda_fail(err, "%s: key 'safe_gate': true requires lower_bound (e.g. -5), got null", src);
+        return kda_fail(err, "%s: key 'safe_gate': true requires lower_bound (e.g. -5), got null",
+                        src);
     if (c->safe_gate && !(c->lower_bound >= -5.0 && c->lower_bound < 0))
-        return kda_fail(err, "%s: key 'lower_bound': safe_gate requires -5 <= lower_bound < 0, got %g",
+        return kda_fail(err,
+                        "%s: key 'lower_bound': safe_gate requires -5 <= lower_bound < 0, got %g",
                         src, c->lower_bound);
     if (c->has_pad_token_id && c->pad_token_id >= c->vocab_size)
         return kda_fail(err, "%s: key 'pad_token_id': %lld is not below vocab_size %lld", src,
@@ -351,8 +407,10 @@ static void write_float(FILE *f, double x) {
 }
 
 static void write_int_or_null(FILE *f, const char *key, int has, int64_t v) {
-    if (has) fprintf(f, "  \"%s\": %lld,\n", key, (long long)v);
-    else fprintf(f, "  \"%s\": null,\n", key);
+    if (has)
+        fprintf(f, "  \"%s\": %lld,\n", key, (long long)v);
+    else
+        fprintf(f, "  \"%s\": null,\n", key);
 }
 
 static void write_bool(FILE *f, const char *key, int v) {
@@ -378,10 +436,13 @@ static void write_body(FILE *f, const KdaConfig *c, const char *dtype) {
     fprintf(f, "  \"conv_size\": %lld,\n", (long long)c->conv_size);
     write_bool(f, "allow_neg_eigval", c->allow_neg_eigval);
     write_bool(f, "safe_gate", c->safe_gate);
-    if (c->has_lower_bound) fputs("  \"lower_bound\": ", f), write_float(f, c->lower_bound), fputs(",\n", f);
-    else fputs("  \"lower_bound\": null,\n", f);
+    if (c->has_lower_bound)
+        fputs("  \"lower_bound\": ", f), write_float(f, c->lower_bound), fputs(",\n", f);
+    else
+        fputs("  \"lower_bound\": null,\n", f);
     fprintf(f, "  \"hidden_ratio\": %lld,\n", (long long)c->hidden_ratio);
-    write_int_or_null(f, "intermediate_size", c->intermediate_size_raw > 0, c->intermediate_size_raw);
+    write_int_or_null(f, "intermediate_size", c->intermediate_size_raw > 0,
+                      c->intermediate_size_raw);
     write_str(f, "hidden_act", c->hidden_act);
     fprintf(f, "  \"max_position_embeddings\": %lld,\n", (long long)c->max_position_embeddings);
     fputs("  \"norm_eps\": ", f), write_float(f, c->norm_eps), fputs(",\n", f);
@@ -398,10 +459,13 @@ static void write_body(FILE *f, const KdaConfig *c, const char *dtype) {
     write_int_or_null(f, "eos_token_id", c->has_eos_token_id, c->eos_token_id);
     if (dtype && *dtype) {
         write_int_or_null(f, "pad_token_id", c->has_pad_token_id, c->pad_token_id);
-        fputs("  \"torch_dtype\": ", f), json_write_string(f, dtype, strlen(dtype)), fputs("\n}\n", f);
+        fputs("  \"torch_dtype\": ", f), json_write_string(f, dtype, strlen(dtype)),
+            fputs("\n}\n", f);
     } else {
-        if (c->has_pad_token_id) fprintf(f, "  \"pad_token_id\": %lld\n}\n", (long long)c->pad_token_id);
-        else fputs("  \"pad_token_id\": null\n}\n", f);
+        if (c->has_pad_token_id)
+            fprintf(f, "  \"pad_token_id\": %lld\n}\n", (long long)c->pad_token_id);
+        else
+            fputs("  \"pad_token_id\": null\n}\n", f);
     }
 }
 

@@ -13,23 +13,23 @@
 
 typedef struct {
     // FLA keys (names as in config.json)
-    char attn_mode[32];              // "chunk" | "fused_recurrent"
-    int64_t hidden_size;             // D
+    char attn_mode[32];  // "chunk" | "fused_recurrent"
+    int64_t hidden_size; // D
     double expand_v;
     int use_short_conv;
-    int allow_neg_eigval;            // beta = 2*sigmoid(b)
-    int safe_gate;                   // requires lower_bound
-    int has_lower_bound;             // lower_bound != null: bounded sigmoid gate (§5.8)
+    int allow_neg_eigval; // beta = 2*sigmoid(b)
+    int safe_gate;        // requires lower_bound
+    int has_lower_bound;  // lower_bound != null: bounded sigmoid gate (§5.8)
     double lower_bound;
-    int64_t conv_size;               // W
-    int64_t head_dim;                // K
-    int64_t num_heads;               // H
-    int64_t num_v_heads_raw;         // 0 when null in the file
+    int64_t conv_size;       // W
+    int64_t head_dim;        // K
+    int64_t num_heads;       // H
+    int64_t num_v_heads_raw; // 0 when null in the file
     int64_t max_position_embeddings;
     int64_t hidden_ratio;
-    int64_t intermediate_size_raw;   // 0 when null in the file
-    char hidden_act[16];             // "swish"
-    int64_t num_hidden_layers;       // L
+    int64_t intermediate_size_raw; // 0 when null in the file
+    char hidden_act[16];           // "swish"
+    int64_t num_hidden_layers;     // L
     double norm_eps;
     int use_cache;
     int has_pad_token_id;
@@ -39,16 +39,16 @@ typedef struct {
     int tie_word_embeddings;
     double initializer_range;
     int fuse_norm, fuse_swiglu, fuse_cross_entropy, use_l2warp;
-    int64_t vocab_size;              // n_vocab
-    char torch_dtype[16];            // as read ("float32", "bfloat16", ...) or ""
+    int64_t vocab_size;   // n_vocab
+    char torch_dtype[16]; // as read ("float32", "bfloat16", ...) or ""
 
     // derived (kda_config_derive fills these)
-    int64_t num_v_heads;             // HV
-    int64_t head_v_dim;              // V
-    int64_t intermediate_size;       // I
-    int64_t key_dim;                 // H*K
-    int64_t value_dim;               // HV*V
-    int64_t gate_dim;                // HV*K
+    int64_t num_v_heads;       // HV
+    int64_t head_v_dim;        // V
+    int64_t intermediate_size; // I
+    int64_t key_dim;           // H*K
+    int64_t value_dim;         // HV*V
+    int64_t gate_dim;          // HV*K
 } KdaConfig;
 
 // FLA's constructor defaults (kda-model.md §1.1).

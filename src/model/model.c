@@ -11,52 +11,52 @@
 #include "cpu/gemm.h"     // defines: gemm_fwd, gemm_bwd_dx, gemm_bwd_dw
 #include "cpu/kda_core.h" // defines: kda_{gate,beta,l2norm,chunk,recurrent}_{fwd,bwd}, KdaDims
 #include "cpu/kda_step.h" // defines: kda_recurrent_step, kda_matvec
-#include "cpu/ops.h"      // defines: rmsnorm_*, gnorm_*, conv_silu_*, silu_*, swiglu_*, embed_*, xent_*
+#include "cpu/ops.h" // defines: rmsnorm_*, gnorm_*, conv_silu_*, silu_*, swiglu_*, embed_*, xent_*
 
 #define L2NORM_EPS 1e-6f // q/k L2 norm eps, fixed in FLA (§5.3 step 6), not norm_eps
 
 // ---- activations ----------------------------------------------------------------------------
 
-typedef struct {          // saved per block for backward
-    float *h;             // [N, D] block input (residual stream)
-    float *xa, *rstd_a;   // [N, D], [N] attn_norm output and its rstd
-    float *pq, *pk, *pv;  // [N, HK], [N, HK], [N, HVV] projections (conv inputs)
-    float *cq, *ck, *cv;  // conv pre-activations (alias pq/pk/pv when use_short_conv = false)
-    float *q, *k;         // [N, H, K] L2-normalized
-    float *rq, *rk;       // [N·H] their L2 rstd
-    float *v;             // [N, HV, V] after conv + SiLU
-    float *f0, *f;        // [N, V], [N, HVK] low-rank gate input and the raw gate
-    float *g;             // [N, HV, K] log-decay
-    float *b, *beta;      // [N, HV] beta logits and beta
-    float *z0, *z;        // [N, V], [N, HVV] output-gate low rank and gate logits
-    float *o, *rstd_o;    // [N, HV, V] core output, [N·HV] its gated-norm rstd
-    float *on;            // [N, HVV] gated-norm output
-    float *h2;            // [N, D] residual after the KDA sublayer
-    float *xm, *rstd_m;   // [N, D], [N] mlp_norm output and rstd
-    float *ga, *up, *mm;  // [N, I] gate_proj, up_proj outputs and SwiGLU product
+typedef struct {         // saved per block for backward
+    float *h;            // [N, D] block input (residual stream)
+    float *xa, *rstd_a;  // [N, D], [N] attn_norm output and its rstd
+    float *pq, *pk, *pv; // [N, HK], [N, HK], [N, HVV] projections (conv inputs)
+    float *cq, *ck, *cv; // conv pre-activations (alias pq/pk/pv when use_short_conv = false)
+    float *q, *k;        // [N, H, K] L2-normalized
+    float *rq, *rk;      // [N·H] their L2 rstd
+    float *v;            // [N, HV, V] after conv + SiLU
+    float *f0, *f;       // [N, V], [N, HVK] low-rank gate input and the raw gate
+    float *g;            // [N, HV, K] log-decay
+    float *b, *beta;     // [N, HV] beta logits and beta
+    float *z0, *z;       // [N, V], [N, HVV] output-gate low rank and gate logits
+    float *o, *rstd_o;   // [N, HV, V] core output, [N·HV] its gated-norm rstd
+    float *on;           // [N, HVV] gated-norm output
+    float *h2;           // [N, D] residual after the KDA sublayer
+    float *xm, *rstd_m;  // [N, D], [N] mlp_norm output and rstd
+    float *ga, *up, *mm; // [N, I] gate_proj, up_proj outputs and SwiGLU product
 } LayerActs;
 
 struct KdaActs {
-    float *arena;         // owned; every pointer below points into it
-    LayerActs *layers;    // [L], owned
-    float *hL;            // [N, D] output of the last block
-    float *nf, *rstd_f;   // [N, D], [N] final norm
-    int32_t *ids;         // [N] copy of the last forward's ids
-    int32_t *targets;     // [N] shifted targets
+    float *arena;       // owned; every pointer below points into it
+    LayerActs *layers;  // [L], owned
+    float *hL;          // [N, D] output of the last block
+    float *nf, *rstd_f; // [N, D], [N] final norm
+    int32_t *ids;       // [N] copy of the last forward's ids
+    int32_t *targets;   // [N] shifted targets
     int64_t n_valid;
     // backward scratch
-    float *dh, *dx;       // [N, D]
-    float *dI1, *dI2;     // [N, I]
-    float *dq, *dk;       // [N, HK]
-    float *dt1, *dt2;     // [N, max(HK, HVV)]
+    float *dh, *dx;             // [N, D]
+    float *dI1, *dI2;           // [N, I]
+    float *dq, *dk;             // [N, HK]
+    float *dt1, *dt2;           // [N, max(HK, HVV)]
     float *dv, *d_o, *dz, *don; // [N, HVV]
-    float *dg, *df;       // [N, HVK]
-    float *dbeta, *db;    // [N, HV]
-    float *dlow;          // [N, V]
-    float *lse;           // [N] per-row logsumexp of the logits
-    float *xent_work;     // [xent_work_n] head/cross-entropy chunk buffer
+    float *dg, *df;             // [N, HVK]
+    float *dbeta, *db;          // [N, HV]
+    float *dlow;                // [N, V]
+    float *lse;                 // [N] per-row logsumexp of the logits
+    float *xent_work;           // [xent_work_n] head/cross-entropy chunk buffer
     int64_t xent_work_n;
-    float *qt;            // [N, max(HK, HVV)] forward scratch (q̃/k̃ before the L2 norm)
+    float *qt; // [N, max(HK, HVV)] forward scratch (q̃/k̃ before the L2 norm)
 };
 
 typedef struct {
@@ -70,7 +70,9 @@ static float *take_(Arena *a, int64_t n) {
     return p;
 }
 
-static int64_t max64_(int64_t a, int64_t b) { return a > b ? a : b; }
+static int64_t max64_(int64_t a, int64_t b) {
+    return a > b ? a : b;
+}
 
 // Assigns every activation pointer for N tokens (a->base NULL: only counts).
 static void layout_(KdaActs *A, const KdaConfig *c, int64_t N, Arena *a) {
@@ -180,8 +182,14 @@ void kda_model_free(KdaModel *m) {
 
 static KdaDims dims_(const KdaModel *m) {
     const KdaConfig *c = &m->cfg;
-    KdaDims d = {m->B, m->T, c->num_heads, c->num_v_heads, c->head_dim, c->head_v_dim,
-                 (float)(1.0 / sqrt((double)c->head_dim)), 64};
+    KdaDims d = {m->B,
+                 m->T,
+                 c->num_heads,
+                 c->num_v_heads,
+                 c->head_dim,
+                 c->head_v_dim,
+                 (float)(1.0 / sqrt((double)c->head_dim)),
+                 64};
     return d;
 }
 
@@ -191,8 +199,8 @@ static KdaGateOpts gate_opts_(const KdaConfig *c) {
 }
 
 // q̃ = SiLU(conv(p)) (or SiLU(p)) into out [B, T, C].
-static void short_conv_fwd_(const KdaModel *m, float *out, float *c, const float *p,
-                            const float *w, int64_t C) {
+static void short_conv_fwd_(const KdaModel *m, float *out, float *c, const float *p, const float *w,
+                            int64_t C) {
     if (m->cfg.use_short_conv)
         conv_silu_fwd(out, c, p, w, m->B, m->T, C, m->cfg.conv_size);
     else
@@ -255,15 +263,18 @@ static int check_ids_(const int32_t *x, int64_t n, int64_t T, int64_t vocab, int
     return 0;
 }
 
-int kda_model_forward(KdaModel *m, const int32_t *ids, const int32_t *labels, int64_t B,
-                      int64_t T, float *nll, float *logits, float *loss, KdaError *err) {
+int kda_model_forward(KdaModel *m, const int32_t *ids, const int32_t *labels, int64_t B, int64_t T,
+                      float *nll, float *logits, float *loss, KdaError *err) {
     const KdaConfig *c = &m->cfg;
     int64_t N = B * T, D = c->hidden_size, vocab = c->vocab_size;
-    if (B <= 0 || T <= 0) return kda_fail(err, "batch shape B=%lld T=%lld must be positive",
-                                          (long long)B, (long long)T);
+    if (B <= 0 || T <= 0)
+        return kda_fail(err, "batch shape B=%lld T=%lld must be positive", (long long)B,
+                        (long long)T);
     if (check_ids_(ids, N, T, vocab, 0, "ids", err)) return -1;
-    if (!labels) labels = ids;
-    else if (check_ids_(labels, N, T, vocab, 1, "labels", err)) return -1;
+    if (!labels)
+        labels = ids;
+    else if (check_ids_(labels, N, T, vocab, 1, "labels", err))
+        return -1;
     reserve_(m, N);
     m->B = B, m->T = T;
     KdaActs *A = m->acts;
@@ -367,8 +378,8 @@ int kda_model_backward(KdaModel *m, float *grads, KdaError *err) {
     kda_tensors_bind(&G, &m->table, grads);
 
     float scale = A->n_valid ? 1.0f / (float)A->n_valid : 0.0f;
-    xent_bwd(A->dx, G.lm_head, A->nf, m->w.lm_head, A->targets, A->lse, N, D, c->vocab_size,
-             scale, A->xent_work, A->xent_work_n);
+    xent_bwd(A->dx, G.lm_head, A->nf, m->w.lm_head, A->targets, A->lse, N, D, c->vocab_size, scale,
+             A->xent_work, A->xent_work_n);
     rmsnorm_bwd(A->dh, G.final_norm, A->dx, A->hL, m->w.final_norm, A->rstd_f, N, D, 0);
     for (int64_t l = c->num_hidden_layers - 1; l >= 0; l--)
         block_bwd_(m, &m->w.layers[l], &G.layers[l], &A->layers[l]);
@@ -383,13 +394,13 @@ int kda_model_backward(KdaModel *m, float *grads, KdaError *err) {
 
 // Per-token scratch of the decode step (one token: every "N" of the forward is 1).
 typedef struct {
-    float *h, *x, *rstd;        // [D] residual stream, [D] norm output, [max(HV, 1)] rstds
-    float *pq, *pk, *pv;        // [HK], [HK], [HVV] projections (conv inputs)
-    float *qt, *q, *k, *v;      // [max(HK, HVV)] conv output, [HK], [HK], [HVV]
-    float *f0, *f, *g;          // [V], [HVK], [HVK]
-    float *b, *beta;            // [HV], [HV]
-    float *z0, *z, *o, *on;     // [V], [HVV], [HVV], [HVV]
-    float *ga, *up, *mm;        // [I] each
+    float *h, *x, *rstd;    // [D] residual stream, [D] norm output, [max(HV, 1)] rstds
+    float *pq, *pk, *pv;    // [HK], [HK], [HVV] projections (conv inputs)
+    float *qt, *q, *k, *v;  // [max(HK, HVV)] conv output, [HK], [HK], [HVV]
+    float *f0, *f, *g;      // [V], [HVK], [HVK]
+    float *b, *beta;        // [HV], [HV]
+    float *z0, *z, *o, *on; // [V], [HVV], [HVV], [HVV]
+    float *ga, *up, *mm;    // [I] each
 } StepBufs;
 
 static int64_t step_layout_(StepBufs *s, const KdaConfig *c, float *base) {
@@ -407,7 +418,9 @@ static int64_t step_layout_(StepBufs *s, const KdaConfig *c, float *base) {
     return a.used;
 }
 
-static int64_t tail_len_(const KdaConfig *c) { return c->use_short_conv ? c->conv_size - 1 : 0; }
+static int64_t tail_len_(const KdaConfig *c) {
+    return c->use_short_conv ? c->conv_size - 1 : 0;
+}
 
 void kda_decode_state_init(KdaDecodeState *st, const KdaConfig *c) {
     memset(st, 0, sizeof *st);
@@ -455,8 +468,9 @@ int kda_model_prefill(KdaModel *m, const int32_t *ids, int64_t T, KdaDecodeState
     int64_t D = c->hidden_size, L = c->num_hidden_layers, W1 = tail_len_(c);
     int64_t SL = c->num_v_heads * c->head_dim * c->head_v_dim;
     if (T <= 0) return kda_fail(err, "prefill: the prompt is empty (T = %lld)", (long long)T);
-    if (st->n_layers != L) return kda_fail(err, "prefill: decode state has %lld layers, model %lld",
-                                           (long long)st->n_layers, (long long)L);
+    if (st->n_layers != L)
+        return kda_fail(err, "prefill: decode state has %lld layers, model %lld",
+                        (long long)st->n_layers, (long long)L);
     if (check_ids_(ids, T, T, c->vocab_size, 0, "ids", err)) return -1;
     reserve_(m, T);
     m->B = 1, m->T = T, m->have_fwd = 0;
@@ -486,8 +500,8 @@ int kda_model_prefill(KdaModel *m, const int32_t *ids, int64_t T, KdaDecodeState
 // y [C] = SiLU(conv over the tail [C, W1] and p [C]) when use_conv (tail then shifts by one and
 // takes p; W1 = 0 leaves it NULL), else SiLU(p). The sum runs over the taps in conv_silu_fwd's
 // order, so the zeros of an early tail add exactly nothing.
-static void conv_step_(float *y, float *tail, const float *p, const float *w, int64_t C,
-                       int64_t W1, int use_conv) {
+static void conv_step_(float *y, float *tail, const float *p, const float *w, int64_t C, int64_t W1,
+                       int use_conv) {
     if (!use_conv) {
         silu_fwd(y, p, C);
         return;
@@ -549,11 +563,13 @@ int kda_model_decode_step(KdaModel *m, KdaDecodeState *st, int32_t id, float *lo
                           KdaError *err) {
     const KdaConfig *c = &m->cfg;
     if (st->n_layers != c->num_hidden_layers)
-        return kda_fail(err, "decode: state has %lld layers, model %lld",
-                        (long long)st->n_layers, (long long)c->num_hidden_layers);
+        return kda_fail(err, "decode: state has %lld layers, model %lld", (long long)st->n_layers,
+                        (long long)c->num_hidden_layers);
     if (id < 0 || id >= c->vocab_size)
-        return kda_fail(err, "decode: token id %d at position %lld is outside the vocabulary "
-                             "[0, %lld)", (int)id, (long long)st->pos, (long long)c->vocab_size);
+        return kda_fail(err,
+                        "decode: token id %d at position %lld is outside the vocabulary "
+                        "[0, %lld)",
+                        (int)id, (long long)st->pos, (long long)c->vocab_size);
     StepBufs s;
     step_layout_(&s, c, st->work);
     embed_fwd(s.h, m->w.embed, &id, 1, c->hidden_size);

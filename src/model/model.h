@@ -29,15 +29,15 @@ typedef enum {
 typedef struct KdaActs KdaActs; // saved activations and backward scratch (model.c)
 
 typedef struct {
-    KdaConfig cfg;          // derived fields filled
-    KdaParamTable table;    // owned
-    float *params;          // [table.total_numel] fp32, owned
-    KdaTensors w;           // named views into params
-    KdaCoreMode core;       // KDA_CORE_CHUNK unless changed by the caller
-    KdaActs *acts;          // owned; NULL until the first forward
-    int64_t cap_tokens;     // tokens the activations are sized for
-    int64_t B, T;           // shape of the last forward (0 before)
-    int have_fwd;           // 1 after a forward, until the next backward
+    KdaConfig cfg;       // derived fields filled
+    KdaParamTable table; // owned
+    float *params;       // [table.total_numel] fp32, owned
+    KdaTensors w;        // named views into params
+    KdaCoreMode core;    // KDA_CORE_CHUNK unless changed by the caller
+    KdaActs *acts;       // owned; NULL until the first forward
+    int64_t cap_tokens;  // tokens the activations are sized for
+    int64_t B, T;        // shape of the last forward (0 before)
+    int have_fwd;        // 1 after a forward, until the next backward
 } KdaModel;
 
 // Builds the table from cfg (kda_config_derive must have run) and allocates zero parameters.
@@ -59,8 +59,8 @@ void kda_model_free(KdaModel *m);
 //   logits [B, T, n_vocab] fp32 or NULL (tests only: large).
 //   loss   mean NLL over valid targets (0 when there are none); may be NULL.
 // Saves what kda_model_backward needs. Rows of the batch are independent sequences.
-int kda_model_forward(KdaModel *m, const int32_t *ids, const int32_t *labels, int64_t B,
-                      int64_t T, float *nll, float *logits, float *loss, KdaError *err);
+int kda_model_forward(KdaModel *m, const int32_t *ids, const int32_t *labels, int64_t B, int64_t T,
+                      float *nll, float *logits, float *loss, KdaError *err);
 // Backward of the last forward's mean loss; grads [table.total_numel] ACCUMULATES.
 // Fails (-1) if no forward preceded it. When tied, the head and embedding gradients both land
 // in the embedding rows. A pad_token_id row gets no embedding-lookup gradient (torch semantics).
@@ -74,13 +74,13 @@ int kda_model_backward(KdaModel *m, float *grads, KdaError *err);
 // with use_short_conv = false (or W = 1) they are NULL. Decoding continues the sequence that
 // kda_model_prefill started; a token costs the same whatever the position.
 typedef struct {
-    int64_t n_layers;  // L
-    int64_t pos;       // tokens consumed so far (prefill + decode steps)
-    float *S;          // [L, HV, K, V] fp32 recurrent state
-    float *conv_q;     // [L, HK, W-1] fp32 or NULL
-    float *conv_k;     // [L, HK, W-1] fp32 or NULL
-    float *conv_v;     // [L, HVV, W-1] fp32 or NULL
-    float *work;       // per-token scratch of kda_model_decode_step (owned)
+    int64_t n_layers; // L
+    int64_t pos;      // tokens consumed so far (prefill + decode steps)
+    float *S;         // [L, HV, K, V] fp32 recurrent state
+    float *conv_q;    // [L, HK, W-1] fp32 or NULL
+    float *conv_k;    // [L, HK, W-1] fp32 or NULL
+    float *conv_v;    // [L, HVV, W-1] fp32 or NULL
+    float *work;      // per-token scratch of kda_model_decode_step (owned)
 } KdaDecodeState;
 
 // Allocates a zero state for cfg (derived fields filled). kda_decode_state_free releases it.

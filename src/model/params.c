@@ -16,8 +16,8 @@
 // ---------------------------------------------------------------------------------------------
 // Table construction
 
-static void add_row(KdaParamTable *t, int *cap, const char *name, int ndim, int64_t d0,
-                    int64_t d1, int64_t d2, KdaInit init, int decay, int layer, size_t field) {
+static void add_row(KdaParamTable *t, int *cap, const char *name, int ndim, int64_t d0, int64_t d1,
+                    int64_t d2, KdaInit init, int decay, int layer, size_t field) {
     if (t->n == *cap) {
         *cap = *cap ? 2 * *cap : 64;
         t->rows = kda_realloc(t->rows, (size_t)*cap * sizeof *t->rows);
@@ -28,7 +28,8 @@ static void add_row(KdaParamTable *t, int *cap, const char *name, int ndim, int6
     r->ndim = ndim;
     int64_t dims[3] = {d0, d1, d2};
     r->numel = 1;
-    for (int i = 0; i < ndim; i++) r->shape[i] = dims[i], r->numel *= dims[i];
+    for (int i = 0; i < ndim; i++)
+        r->shape[i] = dims[i], r->numel *= dims[i];
     r->init = init;
     r->weight_decay = decay;
     r->layer = layer;
@@ -44,7 +45,8 @@ static void add_row(KdaParamTable *t, int *cap, const char *name, int ndim, int6
 // dt_bias and g_proj.1.bias; decay for matrices, conv weights and A_log.
 static void add_layer(KdaParamTable *t, int *cap, const KdaConfig *c, int i) {
     const int64_t D = c->hidden_size, HK = c->key_dim, HVV = c->value_dim, HVK = c->gate_dim;
-    const int64_t HV = c->num_v_heads, V = c->head_v_dim, W = c->conv_size, I = c->intermediate_size;
+    const int64_t HV = c->num_v_heads, V = c->head_v_dim, W = c->conv_size,
+                  I = c->intermediate_size;
     char n[96];
 #define ROW(suffix, nd, a, b, cc, init, decay, field)                                              \
     (snprintf(n, sizeof n, "model.layers.%d.%s", i, suffix),                                       \
@@ -78,14 +80,16 @@ static void add_layer(KdaParamTable *t, int *cap, const KdaConfig *c, int i) {
 int kda_params_build(KdaParamTable *t, const KdaConfig *c, KdaError *err) {
     memset(t, 0, sizeof *t);
     if (c->num_v_heads <= 0 || c->head_v_dim <= 0 || c->intermediate_size <= 0)
-        return kda_fail(err, "kda_params_build: config has no derived sizes (call kda_config_derive)");
+        return kda_fail(err,
+                        "kda_params_build: config has no derived sizes (call kda_config_derive)");
     if (c->num_hidden_layers > 100000)
         return kda_fail(err, "kda_params_build: %lld layers is too many",
                         (long long)c->num_hidden_layers);
     int cap = 0;
     const int64_t D = c->hidden_size, NV = c->vocab_size;
     add_row(t, &cap, "model.embeddings.weight", 2, NV, D, 0, KDA_INIT_NORMAL, 1, -1, TF(embed));
-    for (int i = 0; i < (int)c->num_hidden_layers; i++) add_layer(t, &cap, c, i);
+    for (int i = 0; i < (int)c->num_hidden_layers; i++)
+        add_layer(t, &cap, c, i);
     add_row(t, &cap, "model.norm.weight", 1, D, 0, 0, KDA_INIT_ONES, 0, -1, TF(final_norm));
     if (!c->tie_word_embeddings)
         add_row(t, &cap, "lm_head.weight", 2, NV, D, 0, KDA_INIT_NORMAL, 1, -1, TF(lm_head));
@@ -136,7 +140,8 @@ void kda_tensors_free(KdaTensors *w) {
 
 static uint64_t fnv1a(const char *s) {
     uint64_t h = 0xcbf29ce484222325ull;
-    for (; *s; s++) h = (h ^ (unsigned char)*s) * 0x100000001b3ull;
+    for (; *s; s++)
+        h = (h ^ (unsigned char)*s) * 0x100000001b3ull;
     return h;
 }
 
@@ -146,9 +151,15 @@ static void init_chunk(const KdaParamInfo *r, const KdaConfig *c, float *x, int6
     const double ln_lo = log(1e-3), ln_hi = log(0.1);
     for (int64_t j = 0; j < n; j++) {
         switch (r->init) {
-        case KDA_INIT_NORMAL: x[j] = rng_normal(rng, 0.0f, std); break;
-        case KDA_INIT_ONES: x[j] = 1.0f; break;
-        case KDA_INIT_ZEROS: x[j] = 0.0f; break;
+        case KDA_INIT_NORMAL:
+            x[j] = rng_normal(rng, 0.0f, std);
+            break;
+        case KDA_INIT_ONES:
+            x[j] = 1.0f;
+            break;
+        case KDA_INIT_ZEROS:
+            x[j] = 0.0f;
+            break;
         case KDA_INIT_A_LOG: // A = exp(A_log) ~ U[1, 16]; 0 with safe_gate
             x[j] = c->safe_gate ? 0.0f : (float)log(1.0 + 15.0 * rng_uniform(rng));
             break;
@@ -165,12 +176,14 @@ static void init_chunk(const KdaParamInfo *r, const KdaConfig *c, float *x, int6
 void kda_params_init(const KdaParamTable *t, const KdaConfig *c, float *flat, uint64_t seed) {
     // flatten (row, chunk) pairs so one parallel loop covers big and small tensors alike
     int64_t n_jobs = 0;
-    for (int i = 0; i < t->n; i++) n_jobs += (t->rows[i].numel + INIT_CHUNK - 1) / INIT_CHUNK;
+    for (int i = 0; i < t->n; i++)
+        n_jobs += (t->rows[i].numel + INIT_CHUNK - 1) / INIT_CHUNK;
     int *job_row = kda_malloc((size_t)(n_jobs ? n_jobs : 1) * sizeof *job_row);
     int64_t *job_chunk = kda_malloc((size_t)(n_jobs ? n_jobs : 1) * sizeof *job_chunk);
     int64_t k = 0;
     for (int i = 0; i < t->n; i++)
-        for (int64_t ch = 0; ch * INIT_CHUNK < t->rows[i].numel; ch++) job_row[k] = i, job_chunk[k++] = ch;
+        for (int64_t ch = 0; ch * INIT_CHUNK < t->rows[i].numel; ch++)
+            job_row[k] = i, job_chunk[k++] = ch;
 #pragma omp parallel for schedule(dynamic, 1)
     for (int64_t j = 0; j < n_jobs; j++) {
         const KdaParamInfo *r = &t->rows[job_row[j]];
@@ -190,12 +203,12 @@ void kda_params_init(const KdaParamTable *t, const KdaConfig *c, float *flat, ui
 // Linear weights of one block (everything multiplied in a GEMM).
 static int64_t layer_matmul(const KdaConfig *c) {
     const int64_t D = c->hidden_size, V = c->head_v_dim, HV = c->num_v_heads;
-    return 2 * D * c->key_dim + D * c->value_dim  // q, k, v
-           + D * V + V * c->gate_dim              // f_proj
-           + D * HV                               // b_proj
-           + D * V + V * c->value_dim             // g_proj weights
-           + c->value_dim * D                     // o_proj
-           + 3 * D * c->intermediate_size;        // MLP
+    return 2 * D * c->key_dim + D * c->value_dim // q, k, v
+           + D * V + V * c->gate_dim             // f_proj
+           + D * HV                              // b_proj
+           + D * V + V * c->value_dim            // g_proj weights
+           + c->value_dim * D                    // o_proj
+           + 3 * D * c->intermediate_size;       // MLP
 }
 
 static int64_t layer_other(const KdaConfig *c) {

@@ -15,64 +15,64 @@
 #include "model/config.h"
 
 typedef enum {
-    KDA_INIT_NORMAL,  // N(0, initializer_range^2)
+    KDA_INIT_NORMAL, // N(0, initializer_range^2)
     KDA_INIT_ONES,
     KDA_INIT_ZEROS,
-    KDA_INIT_A_LOG,   // ln U[1, 16] (0 when safe_gate)
-    KDA_INIT_DT_BIAS  // softplus^-1 of log-uniform [1e-3, 0.1], clamped >= 1e-4
+    KDA_INIT_A_LOG,  // ln U[1, 16] (0 when safe_gate)
+    KDA_INIT_DT_BIAS // softplus^-1 of log-uniform [1e-3, 0.1], clamped >= 1e-4
 } KdaInit;
 
 // Per-block tensors; shapes as kda-model.md §3, [out, in] for Linear weights.
 typedef struct {
-    float *attn_norm;     // [D]
-    float *A_log;         // [HV]
-    float *dt_bias;       // [HV*K], head-major
-    float *q_proj;        // [H*K, D]
-    float *k_proj;        // [H*K, D]
-    float *v_proj;        // [HV*V, D]
-    float *q_conv;        // [H*K, 1, W], tap W-1 = current token
-    float *k_conv;        // [H*K, 1, W]
-    float *v_conv;        // [HV*V, 1, W]
-    float *f_proj0;       // [V, D]
-    float *f_proj1;       // [HV*K, V]
-    float *b_proj;        // [HV, D]
-    float *g_proj0;       // [V, D]
-    float *g_proj1;       // [HV*V, V]
-    float *g_proj1_bias;  // [HV*V]
-    float *o_norm;        // [V], shared by all value heads
-    float *o_proj;        // [D, HV*V]
-    float *mlp_norm;      // [D]
-    float *gate_proj;     // [I, D]
-    float *up_proj;       // [I, D]
-    float *down_proj;     // [D, I]
+    float *attn_norm;    // [D]
+    float *A_log;        // [HV]
+    float *dt_bias;      // [HV*K], head-major
+    float *q_proj;       // [H*K, D]
+    float *k_proj;       // [H*K, D]
+    float *v_proj;       // [HV*V, D]
+    float *q_conv;       // [H*K, 1, W], tap W-1 = current token
+    float *k_conv;       // [H*K, 1, W]
+    float *v_conv;       // [HV*V, 1, W]
+    float *f_proj0;      // [V, D]
+    float *f_proj1;      // [HV*K, V]
+    float *b_proj;       // [HV, D]
+    float *g_proj0;      // [V, D]
+    float *g_proj1;      // [HV*V, V]
+    float *g_proj1_bias; // [HV*V]
+    float *o_norm;       // [V], shared by all value heads
+    float *o_proj;       // [D, HV*V]
+    float *mlp_norm;     // [D]
+    float *gate_proj;    // [I, D]
+    float *up_proj;      // [I, D]
+    float *down_proj;    // [D, I]
 } KdaLayerTensors;
 
 // Named views into one flat buffer (parameters, gradients or moments). Borrowed pointers.
 typedef struct {
-    float *embed;              // [n_vocab, D]
-    KdaLayerTensors *layers;   // [L], owned array
-    float *final_norm;         // [D]
-    float *lm_head;            // [n_vocab, D]; equals embed when tied
+    float *embed;            // [n_vocab, D]
+    KdaLayerTensors *layers; // [L], owned array
+    float *final_norm;       // [D]
+    float *lm_head;          // [n_vocab, D]; equals embed when tied
     int64_t n_layers;
 } KdaTensors;
 
 typedef struct {
-    char name[96];         // FLA state_dict key, e.g. "model.layers.3.attn.dt_bias"
+    char name[96]; // FLA state_dict key, e.g. "model.layers.3.attn.dt_bias"
     int ndim;
     int64_t shape[3];
     int64_t numel;
     KdaInit init;
-    int weight_decay;      // 1: AdamW decays it (training-recipe.md §1.3)
-    int layer;             // block index, -1 for top-level tensors
-    size_t field;          // offsetof(KdaLayerTensors, ...) for block tensors,
-                           // offsetof(KdaTensors, ...) for top-level ones
-    int64_t offset;        // element offset into the flat buffers
+    int weight_decay; // 1: AdamW decays it (training-recipe.md §1.3)
+    int layer;        // block index, -1 for top-level tensors
+    size_t field;     // offsetof(KdaLayerTensors, ...) for block tensors,
+                      // offsetof(KdaTensors, ...) for top-level ones
+    int64_t offset;   // element offset into the flat buffers
 } KdaParamInfo;
 
 typedef struct {
-    KdaParamInfo *rows;    // owned
+    KdaParamInfo *rows; // owned
     int n;
-    int64_t total_numel;   // unique parameters (tied head counted once)
+    int64_t total_numel; // unique parameters (tied head counted once)
 } KdaParamTable;
 
 int kda_params_build(KdaParamTable *t, const KdaConfig *c, KdaError *err);

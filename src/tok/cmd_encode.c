@@ -6,7 +6,7 @@
 #include "commands.h"
 #include "core/args.h" // defines: ArgSpec, ArgTable, args_parse_or_die
 #include "core/json.h" // defines: JsonDoc, json_parse
-#include "core/util.h"  // defines: utf8_lossy
+#include "core/util.h" // defines: utf8_lossy
 #include "tok/tok.h"   // defines: KdaTokenizer, tok_load, tok_encode, tok_decode
 
 #define DEFAULT_TOKENIZER "assets/tokenizers/llama3/tokenizer.json"
@@ -53,7 +53,8 @@ int cmd_encode(int argc, char **argv) {
     int flags = (bos ? TOK_ADD_BOS : 0) | (eos ? TOK_ADD_EOS : 0) | (specials ? TOK_SPECIALS : 0);
     if (tok_encode(t, text, n, flags, &ids, &err)) kda_die("%s: %s", path, err.msg);
     putchar('[');
-    for (size_t i = 0; i < ids.n; i++) printf(i ? ", %d" : "%d", ids.ids[i]);
+    for (size_t i = 0; i < ids.n; i++)
+        printf(i ? ", %d" : "%d", ids.ids[i]);
     printf("]\n");
     tok_ids_free(&ids);
     free(text);

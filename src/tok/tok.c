@@ -28,8 +28,10 @@ static void byte_alphabet_build(void) {
         int keep = (b >= 33 && b <= 126) || (b >= 161 && b <= 172) || (b >= 174);
         g_b2u[b] = (uint16_t)(keep ? b : next++);
     }
-    for (int u = 0; u < 324; u++) g_u2b[u] = -1;
-    for (int b = 0; b < 256; b++) g_u2b[g_b2u[b]] = (int16_t)b;
+    for (int u = 0; u < 324; u++)
+        g_u2b[u] = -1;
+    for (int b = 0; b < 256; b++)
+        g_u2b[g_b2u[b]] = (int16_t)b;
 }
 
 static void byte_alphabet_init(void) {
@@ -83,7 +85,8 @@ uint64_t tok_hash_bytes(const void *p, size_t n) {
 
 static uint64_t pow2_at_least(uint64_t n) {
     uint64_t p = 16;
-    while (p < n) p <<= 1;
+    while (p < n)
+        p <<= 1;
     return p;
 }
 
@@ -108,7 +111,8 @@ static void vocab_insert(KdaTokenizer *t, int32_t id) {
 static void pairs_init(KdaTokenizer *t, size_t max_entries) {
     uint64_t cap = pow2_at_least(2 * max_entries + 16);
     t->merges.slots = kda_malloc(cap * sizeof *t->merges.slots);
-    for (uint64_t i = 0; i < cap; i++) t->merges.slots[i] = (TokPair){UINT64_MAX, 0, 0};
+    for (uint64_t i = 0; i < cap; i++)
+        t->merges.slots[i] = (TokPair){UINT64_MAX, 0, 0};
     t->merges.mask = cap - 1;
 }
 
@@ -154,8 +158,8 @@ static void table_alloc(KdaTokenizer *t, int32_t nvocab) {
 }
 
 // Stores token id with raw bytes and spelling (either may be NULL: derived from the other).
-static void token_set(KdaTokenizer *t, int32_t id, const char *bytes, size_t nb,
-                      const char *spell, size_t ns, uint8_t flags) {
+static void token_set(KdaTokenizer *t, int32_t id, const char *bytes, size_t nb, const char *spell,
+                      size_t ns, uint8_t flags) {
     char *tmp = NULL;
     if (!spell) { // bytes -> spelling (each byte at most 2 UTF-8 bytes)
         tmp = kda_malloc(2 * nb + 1);
@@ -194,7 +198,8 @@ static int check_pretokenizer(KdaTokenizer *t, const JsonValue *pre, KdaError *e
         t->pretok = TOK_PRE_GPT2;
         return 0;
     }
-    const JsonValue *seq = type && !strcmp(type, "Sequence") ? json_get(pre, "pretokenizers") : NULL;
+    const JsonValue *seq =
+        type && !strcmp(type, "Sequence") ? json_get(pre, "pretokenizers") : NULL;
     if (!seq || seq->type != JSON_ARRAY || seq->len != 2)
         return kda_fail(err, "pre_tokenizer: expected ByteLevel or Sequence[Split, ByteLevel]");
     const JsonValue *split = &seq->items[0], *bl = &seq->items[1];
@@ -244,8 +249,8 @@ static int load_vocab_json(KdaTokenizer *t, const JsonValue *vocab, const JsonVa
     for (size_t i = 0; i < vocab->len; i++) {
         const JsonValue *v = &vocab->items[i];
         if (v->type != JSON_NUMBER || !v->is_int || v->i < 0 || v->i >= TOK_MAX_VOCAB)
-            return kda_fail(err, "model.vocab[\"%s\"]: expected an id in [0, %d)",
-                            vocab->keys[i], TOK_MAX_VOCAB);
+            return kda_fail(err, "model.vocab[\"%s\"]: expected an id in [0, %d)", vocab->keys[i],
+                            TOK_MAX_VOCAB);
         if (v->i > maxid) maxid = v->i;
     }
     for (size_t i = 0; added && i < added->len; i++) {
@@ -342,7 +347,8 @@ static int cmp_added_len(const void *x, const void *y) {
 
 static void finish_added(KdaTokenizer *t) {
     int32_t n = 0;
-    for (int32_t id = 0; id < t->nvocab; id++) n += (t->flags[id] & TOK_F_ADDED) != 0;
+    for (int32_t id = 0; id < t->nvocab; id++)
+        n += (t->flags[id] & TOK_F_ADDED) != 0;
     t->added = kda_calloc((size_t)n + 1, sizeof *t->added);
     memset(t->added_first, 0, sizeof t->added_first);
     t->nadded = 0;
@@ -488,7 +494,8 @@ static int parse_tiktoken_lines(const char *data, size_t n, TikLine **out, size_
     *maxrank = -1;
     for (size_t i = 0, lineno = 1; i < n; lineno++) {
         size_t e = i;
-        while (e < n && data[e] != '\n') e++;
+        while (e < n && data[e] != '\n')
+            e++;
         size_t end = e;
         if (end > i && data[end - 1] == '\r') end--;
         if (end > i) {
@@ -505,8 +512,10 @@ static int parse_tiktoken_lines(const char *data, size_t n, TikLine **out, size_
             }
             if (r < 0 || r >= TOK_MAX_VOCAB) {
                 free(lines);
-                return kda_fail(err, "line %zu: expected \"<base64> <rank>\" with rank in "
-                                     "[0, %d)", lineno, TOK_MAX_VOCAB);
+                return kda_fail(err,
+                                "line %zu: expected \"<base64> <rank>\" with rank in "
+                                "[0, %d)",
+                                lineno, TOK_MAX_VOCAB);
             }
             if (cnt == cap) lines = kda_realloc(lines, (cap *= 2) * sizeof *lines);
             lines[cnt++] = (TikLine){(size_t)i, (size_t)(sp - data - (long)i), r};
@@ -559,7 +568,8 @@ static int load_tiktoken(KdaTokenizer *t, const char *data, size_t n, KdaError *
         size_t len = t->bytes_len[id];
         for (size_t k = 1; k < len; k++) {
             int32_t a = tok_vocab_find(t, s, k, tok_hash_bytes(s, k));
-            int32_t b = a < 0 ? -1 : tok_vocab_find(t, s + k, len - k, tok_hash_bytes(s + k, len - k));
+            int32_t b =
+                a < 0 ? -1 : tok_vocab_find(t, s + k, len - k, tok_hash_bytes(s + k, len - k));
             if (a >= 0 && b >= 0) pairs_insert(t, a, b, id, id, 0);
         }
     }
@@ -618,13 +628,14 @@ static int load_config_added(KdaTokenizer *t, const char *dir, KdaError *err) {
 
 static uint64_t g_serial;
 
-int tok_load_buffer(KdaTokenizer **out, const char *data, size_t n, TokFormat fmt,
-                    const char *dir, KdaError *err) {
+int tok_load_buffer(KdaTokenizer **out, const char *data, size_t n, TokFormat fmt, const char *dir,
+                    KdaError *err) {
     *out = NULL;
     byte_alphabet_init();
     if (fmt == TOK_FORMAT_AUTO) {
         size_t i = 0;
-        while (i < n && isspace((unsigned char)data[i])) i++;
+        while (i < n && isspace((unsigned char)data[i]))
+            i++;
         fmt = i < n && data[i] == '{' ? TOK_FORMAT_HF_JSON : TOK_FORMAT_TIKTOKEN;
     }
     KdaTokenizer *t = kda_calloc(1, sizeof *t);
@@ -683,9 +694,15 @@ void tok_free(KdaTokenizer *t) {
     free(t);
 }
 
-int32_t tok_vocab_size(const KdaTokenizer *t) { return t->nvocab; }
-int32_t tok_bos_id(const KdaTokenizer *t) { return t->bos; }
-int32_t tok_eos_id(const KdaTokenizer *t) { return t->eos; }
+int32_t tok_vocab_size(const KdaTokenizer *t) {
+    return t->nvocab;
+}
+int32_t tok_bos_id(const KdaTokenizer *t) {
+    return t->bos;
+}
+int32_t tok_eos_id(const KdaTokenizer *t) {
+    return t->eos;
+}
 
 int tok_is_special(const KdaTokenizer *t, int32_t id) {
     return id >= 0 && id < t->nvocab && (t->flags[id] & TOK_F_SPECIAL);

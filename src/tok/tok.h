@@ -61,8 +61,8 @@ int tok_load(KdaTokenizer **out, const char *path, KdaError *err);
 // Loads from a memory buffer data[0..n) (fuzzing, embedded assets). `dir` is the directory used
 // to look for a sibling tokenizer_config.json for tiktoken input (NULL: none). The buffer is not
 // retained. Never reads past n; any malformed input returns -1 with a message.
-int tok_load_buffer(KdaTokenizer **out, const char *data, size_t n, TokFormat fmt,
-                    const char *dir, KdaError *err);
+int tok_load_buffer(KdaTokenizer **out, const char *data, size_t n, TokFormat fmt, const char *dir,
+                    KdaError *err);
 
 // Releases t (NULL is fine). No other thread may use t during or after the call.
 void tok_free(KdaTokenizer *t);
@@ -77,11 +77,10 @@ int tok_encode(const KdaTokenizer *t, const char *text, size_t n, int flags, Tok
 // Decodes ids[0..n) to raw bytes and APPENDS them to *out (no UTF-8 repair: the bytes are
 // exactly the concatenated token bytes; special/added tokens give their content string).
 // Returns -1 (out unchanged) if an id is outside [0, tok_vocab_size) or has no token.
-int tok_decode(const KdaTokenizer *t, const int32_t *ids, size_t n, TokBytes *out,
-               KdaError *err);
+int tok_decode(const KdaTokenizer *t, const int32_t *ids, size_t n, TokBytes *out, KdaError *err);
 
-void tok_ids_free(TokIds *ids);     // frees ids->ids and zeroes the struct
-void tok_bytes_free(TokBytes *b);   // frees b->data and zeroes the struct
+void tok_ids_free(TokIds *ids);   // frees ids->ids and zeroes the struct
+void tok_bytes_free(TokBytes *b); // frees b->data and zeroes the struct
 
 // Vocabulary queries.
 int32_t tok_vocab_size(const KdaTokenizer *t); // 1 + largest id, added tokens included

@@ -24,7 +24,9 @@ typedef struct {
     unsigned cls; // TOK_UC_* bits
 } Ch;
 
-static inline int is_cont(uint8_t b) { return (b & 0xC0) == 0x80; }
+static inline int is_cont(uint8_t b) {
+    return (b & 0xC0) == 0x80;
+}
 
 static inline __attribute__((always_inline)) Ch ch_at(const uint8_t *s, size_t i, size_t n) {
     uint8_t b = s[i];
@@ -32,7 +34,8 @@ static inline __attribute__((always_inline)) Ch ch_at(const uint8_t *s, size_t i
     size_t left = n - i;
     uint32_t cp = 0, len = 0;
     if (b >= 0xC2 && b <= 0xDF) {
-        if (left >= 2 && is_cont(s[i + 1])) cp = (uint32_t)(b & 0x1F) << 6 | (s[i + 1] & 0x3F), len = 2;
+        if (left >= 2 && is_cont(s[i + 1]))
+            cp = (uint32_t)(b & 0x1F) << 6 | (s[i + 1] & 0x3F), len = 2;
     } else if (b >= 0xE0 && b <= 0xEF) {
         if (left >= 3 && is_cont(s[i + 1]) && is_cont(s[i + 2])) {
             cp = (uint32_t)(b & 0x0F) << 12 | (uint32_t)(s[i + 1] & 0x3F) << 6 | (s[i + 2] & 0x3F);
@@ -49,7 +52,7 @@ static inline __attribute__((always_inline)) Ch ch_at(const uint8_t *s, size_t i
     return (Ch){cp, len, tok_uc_class(cp)};
 }
 
-#define IS_P(c) ((c).cls == 0) // [^\s\p{L}\p{N}]
+#define IS_P(c)    ((c).cls == 0) // [^\s\p{L}\p{N}]
 #define IS_CRLF(c) ((c).cp == '\r' || (c).cp == '\n')
 
 // End of the run of characters whose class intersects mask, starting at i.
@@ -82,7 +85,9 @@ static inline size_t run_p(const uint8_t *s, size_t i, size_t n) {
     return i;
 }
 
-static inline int lower_is(uint8_t b, char c) { return b == c || b == c - 32; }
+static inline int lower_is(uint8_t b, char c) {
+    return b == c || b == c - 32;
+}
 
 // Bytes after the apostrophe matched by (?i:'s|'t|'re|'ve|'m|'ll|'d) at s[j]; 0 if none.
 // Case folding as in Oniguruma: U+017F (long s) matches 's' too.
@@ -118,9 +123,9 @@ static size_t match_space(const uint8_t *s, size_t i, size_t n, int crlf_rule) {
         count++;
         if (IS_CRLF(c)) crlf_end = j;
     }
-    if (crlf_rule && crlf_end) return crlf_end;   // \s*[\r\n]+ ends after the last CR/LF
-    if (j == n || count < 2) return j;            // \s+(?!\S) at end of text, or \s+
-    return last_start;                            // \s+(?!\S): give back the last one
+    if (crlf_rule && crlf_end) return crlf_end; // \s*[\r\n]+ ends after the last CR/LF
+    if (j == n || count < 2) return j;          // \s+(?!\S) at end of text, or \s+
+    return last_start;                          // \s+(?!\S): give back the last one
 }
 
 // (?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*|
@@ -146,7 +151,8 @@ static size_t next_llama3(const uint8_t *s, size_t i, size_t n) {
     size_t p = IS_P(c) ? i : (c.cp == ' ' && j < n && IS_P(d)) ? j : (size_t)-1;
     if (p != (size_t)-1) {
         size_t e = run_p(s, p, n);
-        while (e < n && (s[e] == '\r' || s[e] == '\n')) e++;
+        while (e < n && (s[e] == '\r' || s[e] == '\n'))
+            e++;
         return e;
     }
     return match_space(s, i, n, 1);
@@ -175,7 +181,7 @@ size_t tok_pretok_next(TokPretok p, const uint8_t *s, size_t i, size_t n) {
 // ----------------------------------------------------------------------------------------------
 // Per-thread scratch.
 
-#define CACHE_SLOTS 4096 // direct-mapped piece cache
+#define CACHE_SLOTS   4096 // direct-mapped piece cache
 #define CACHE_MAX_LEN 30
 #define CACHE_MAX_IDS 6
 
@@ -187,8 +193,8 @@ typedef struct {
 } CacheEnt;
 
 typedef struct {
-    uint64_t serial; // tokenizer the cache belongs to
-    CacheEnt *cache; // [CACHE_SLOTS]
+    uint64_t serial;                            // tokenizer the cache belongs to
+    CacheEnt *cache;                            // [CACHE_SLOTS]
     int32_t *sym, *rank, *merged, *next, *prev; // [cap] merge work arrays
     uint64_t *heap;                             // [3 * cap]
     size_t cap;
@@ -206,7 +212,9 @@ static void scratch_destroy(void *p) {
     free(sc);
 }
 
-static void key_init(void) { pthread_key_create(&g_key, scratch_destroy); }
+static void key_init(void) {
+    pthread_key_create(&g_key, scratch_destroy);
+}
 
 static Scratch *scratch_get(const KdaTokenizer *t) {
     pthread_once(&g_once, key_init);
@@ -253,7 +261,8 @@ static size_t bpe_init(const KdaTokenizer *t, const uint8_t *p, size_t len, Scra
 // Quadratic loop for short pieces: rank[i] is the rank of (sym[i], sym[i+1]).
 static size_t bpe_small(const KdaTokenizer *t, Scratch *sc, size_t m) {
     int32_t *sym = sc->sym, *rank = sc->rank, *merged = sc->merged;
-    for (size_t i = 0; i + 1 < m; i++) rank[i] = tok_pair_find(t, sym[i], sym[i + 1], &merged[i]);
+    for (size_t i = 0; i + 1 < m; i++)
+        rank[i] = tok_pair_find(t, sym[i], sym[i + 1], &merged[i]);
     while (m > 1) {
         size_t best = 0;
         for (size_t i = 1; i + 1 < m; i++)
@@ -264,7 +273,8 @@ static size_t bpe_small(const KdaTokenizer *t, Scratch *sc, size_t m) {
         memmove(rank + best + 1, rank + best + 2, (m - best - 2) * sizeof *rank);
         memmove(merged + best + 1, merged + best + 2, (m - best - 2) * sizeof *merged);
         m--;
-        if (best > 0) rank[best - 1] = tok_pair_find(t, sym[best - 1], sym[best], &merged[best - 1]);
+        if (best > 0)
+            rank[best - 1] = tok_pair_find(t, sym[best - 1], sym[best], &merged[best - 1]);
         if (best + 1 < m) rank[best] = tok_pair_find(t, sym[best], sym[best + 1], &merged[best]);
     }
     return m;
@@ -321,7 +331,8 @@ static size_t bpe_heap(const KdaTokenizer *t, Scratch *sc, size_t m) {
             heap_push(heap, &nh, (uint64_t)(uint32_t)rr << 32 | (uint32_t)pos);
     }
     size_t k = 0;
-    for (int32_t i = m ? 0 : -1; i >= 0; i = next[i]) sym[k++] = sym[i];
+    for (int32_t i = m ? 0 : -1; i >= 0; i = next[i])
+        sym[k++] = sym[i];
     return k;
 }
 
@@ -331,7 +342,8 @@ static size_t bpe_heap(const KdaTokenizer *t, Scratch *sc, size_t m) {
 static inline void ids_reserve(TokIds *out, size_t extra) {
     if (out->n + extra <= out->cap) return;
     size_t cap = out->cap ? out->cap : 256;
-    while (cap < out->n + extra) cap *= 2;
+    while (cap < out->n + extra)
+        cap *= 2;
     out->ids = kda_realloc(out->ids, cap * sizeof *out->ids);
     out->cap = cap;
 }
@@ -429,19 +441,21 @@ int tok_encode(const KdaTokenizer *t, const char *text, size_t n, int flags, Tok
 // ----------------------------------------------------------------------------------------------
 // Decoding.
 
-int tok_decode(const KdaTokenizer *t, const int32_t *ids, size_t n, TokBytes *out,
-               KdaError *err) {
+int tok_decode(const KdaTokenizer *t, const int32_t *ids, size_t n, TokBytes *out, KdaError *err) {
     size_t total = 0;
     for (size_t i = 0; i < n; i++) {
         int32_t id = ids[i];
         if (id < 0 || id >= t->nvocab || !(t->flags[id] & TOK_F_PRESENT))
-            return kda_fail(err, "token id %d at position %zu is not in the vocabulary "
-                                 "(size %d)", (int)id, i, (int)t->nvocab);
+            return kda_fail(err,
+                            "token id %d at position %zu is not in the vocabulary "
+                            "(size %d)",
+                            (int)id, i, (int)t->nvocab);
         total += t->bytes_len[id];
     }
     if (out->n + total + 1 > out->cap) {
         size_t cap = out->cap ? out->cap : 256;
-        while (cap < out->n + total + 1) cap *= 2;
+        while (cap < out->n + total + 1)
+            cap *= 2;
         out->data = kda_realloc(out->data, cap);
         out->cap = cap;
     }

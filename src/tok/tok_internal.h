@@ -45,8 +45,8 @@ typedef struct {
 } TokAdded;
 
 struct KdaTokenizer {
-    uint64_t serial;   // unique per load: invalidates per-thread caches of a freed tokenizer
-    int32_t nvocab;    // 1 + largest id
+    uint64_t serial; // unique per load: invalidates per-thread caches of a freed tokenizer
+    int32_t nvocab;  // 1 + largest id
     TokPretok pretok;
     int ignore_merges; // emit a piece whole when it is itself a vocab token
     int32_t bos, eos;  // -1 if none
@@ -74,8 +74,7 @@ static inline uint64_t tok_pair_hash(uint64_t key) {
 }
 
 // Raw-bytes lookup in the BPE vocab with a precomputed tok_hash_bytes(s, n); -1 if absent.
-static inline int32_t tok_vocab_find(const KdaTokenizer *t, const char *s, size_t n,
-                                     uint64_t h) {
+static inline int32_t tok_vocab_find(const KdaTokenizer *t, const char *s, size_t n, uint64_t h) {
     if (!t->vocab.slots) return -1;
     uint8_t len8 = n < 255 ? (uint8_t)n : 255;
     size_t nh = n < TOK_INLINE ? n : TOK_INLINE;
@@ -90,8 +89,7 @@ static inline int32_t tok_vocab_find(const KdaTokenizer *t, const char *s, size_
 }
 
 // Merge of adjacent tokens (a, b): returns the rank and sets *merged, or INT32_MAX if none.
-static inline int32_t tok_pair_find(const KdaTokenizer *t, int32_t a, int32_t b,
-                                    int32_t *merged) {
+static inline int32_t tok_pair_find(const KdaTokenizer *t, int32_t a, int32_t b, int32_t *merged) {
     uint64_t key = ((uint64_t)(uint32_t)a << 32) | (uint32_t)b;
     for (uint64_t i = tok_pair_hash(key) & t->merges.mask;; i = (i + 1) & t->merges.mask) {
         const TokPair *p = &t->merges.slots[i];
