@@ -28,17 +28,23 @@ __global__ void stat_init_k(float *stat, int64_t N) {
     }
 }
 
-// One warp per row of the chunk logits lg [N, w]: merges the chunk's (max, sum) into the running
-// statistics and picks the target's logit when it falls in [v0, v0 + w).
-__global__ void chunk_stat_k(const kda_bf16 *lg, float *stat, const int32_t *tg, int64_t N,
-                             int64_t w, int64_t v0) {
+__device__ __forceinline__ float ld_f32(const float *p) {
+    return *p;
+}
+
+// One warp per row of the chunk logits lg [N, w] (fp32: the forward keeps the GEMM's fp32
+// accumulator instead of rounding logits to bf16, kda-model.md §8 allows more fp32): merges the
+// chunk's (max, sum) into the running statistics and picks the target's logit when it falls in
+// [v0, v0 + w).
+__global__ void chunk_stat_k(const float *lg, float *stat, const int32_t *tg, int64_t N, int64_t w,
+                             int64_t v0) {
     int64_t r = ((int64_t)blockIdx.x * blockDim.x + threadIdx.x) / 32;
     if (r >= N) return;
     int lane = threadIdx.x & 31;
-    const kda_bf16 *row = lg + r * w;
+    const float *row = lg + r * w;
     float m = -INFINITY, s = 0.0f;
     for (int64_t j = lane; j < w; j += 32) {
-        float x = bf2f(row[j]);
+        float x = ld_f32(row + j);
         if (x > m) {
             s = (m == -INFINITY ? 0.0f : s * expf(m - x)) + 1.0f;
             m = x;
@@ -57,7 +63,7 @@ __global__ void chunk_stat_k(const kda_bf16 *lg, float *stat, const int32_t *tg,
         stat[r] = M;
         stat[N + r] = S;
         int64_t t = tg[r];
-        if (t >= v0 && t < v0 + w) stat[2 * N + r] = bf2f(row[t - v0]);
+        if (t >= v0 && t < v0 + w) stat[2 * N + r] = row[t - v0];
     }
 }
 
@@ -129,11 +135,16 @@ int kda_cuda_xent_fwd(KdaCudaCtx *ctx, float *nll, float *lse, double *loss_sum,
     KDA_CUDA_REQUIRE(ctx, N > 0 && D > 0 && n_vocab > 0 && ws && ws->chunk > 0);
     stat_init_k<<<grid_for(N), 256, 0, ctx->stream>>>(ws->stat, N);
     CUDA_CHECK_LAUNCH(ctx);
-    for (int64_t v0 = 0; v0 < n_vocab; v0 += ws->chunk) {
-        int64_t w = n_vocab - v0 < ws->chunk ? n_vocab - v0 : ws->chunk;
-        if (kda_cuda_gemm_fwd(ctx, ws->logits, KDA_DT_BF16, n, Wh + v0 * D, N, D, w, 0)) return -1;
+    // fp32 logits take twice the bytes of the bf16 workspace: half the columns per pass (a
+    // multiple of 64, so every chunk of Wh stays as aligned as the workspace promises).
+    float *lg = (float *)ws->logits;
+    int64_t cw = ws->chunk / 2 / 64 * 64;
+    if (cw < 1) cw = ws->chunk / 2 > 0 ? ws->chunk / 2 : 1;
+    for (int64_t v0 = 0; v0 < n_vocab; v0 += cw) {
+        int64_t w = n_vocab - v0 < cw ? n_vocab - v0 : cw;
+        if (kda_cuda_gemm_fwd(ctx, lg, KDA_DT_F32, n, Wh + v0 * D, N, D, w, 0)) return -1;
         chunk_stat_k<<<(unsigned)CEIL_DIV(N * 32, (int64_t)256), 256, 0, ctx->stream>>>(
-            ws->logits, ws->stat, targets, N, w, v0);
+            lg, ws->stat, targets, N, w, v0);
         CUDA_CHECK_LAUNCH(ctx);
     }
     finish_k<<<grid_for(N), 256, 0, ctx->stream>>>(nll, lse, ws->stat, targets, N);

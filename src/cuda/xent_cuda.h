@@ -1,9 +1,11 @@
 // xent_cuda.h - fused LM head + cross-entropy on the GPU over vocabulary chunks (the twin of
 // cpu/ops.h xent_fwd/xent_bwd; kda-model.md §5.7, §6.5; FLA's FusedLinearCrossEntropyLoss).
 //
-// The head is processed in chunks of `chunk` vocabulary columns for all N rows at once: the
-// chunk's logits [N, chunk] are one cuBLASLt GEMM (bf16 operands, fp32 accumulate, stored bf16,
-// as FLA's autocast head), full-vocabulary logits never exist. Per row an online (max, sum) in
+// The head is processed in chunks of vocabulary columns for all N rows at once: the chunk's
+// logits are one cuBLASLt GEMM (bf16 operands, fp32 accumulate), full-vocabulary logits never
+// exist. The forward keeps them in fp32 (chunk/2 columns per pass in the same workspace bytes),
+// so lse and the NLL carry no bf16 rounding of the logits; the backward stores them bf16
+// ([N, chunk]), as FLA's autocast head, since they feed bf16 GEMMs. Per row an online (max, sum) in
 // fp32 carries across chunks; lse = max + log(sum). The backward recomputes each chunk's logits,
 // overwrites them IN PLACE with dlogits = (softmax - onehot(target)) · scale (bf16; 0 on ignored
 // rows), then dn += dlogits · Wh_chunk (fp32 out) and dWh_chunk += dlogitsᵀ · n (fp32 accumulate).
