@@ -14,6 +14,7 @@
 
 #include "cpu/kda_core.h"   // defines: KdaDims
 #include "cpu/ops.h"        // defines: xent_targets, XENT_IGNORE
+#include "model/model.h"    // defines: kda_model_dims
 #include "cuda/gemm_cuda.h" // defines: kda_cuda_gemm_fwd, kda_cuda_gemm_bwd_dx, kda_cuda_gemm_bwd_dw
 #include "cuda/kda_cuda.h"  // defines: kda_cuda_chunk_fwd, kda_cuda_chunk_bwd
 #include "cuda/ops_cuda.h"  // defines: kda_cuda_rmsnorm_*, conv, gate, beta, gnorm, swiglu, ...
@@ -322,15 +323,8 @@ static const bf *W_(const KdaCudaModel *m, const float *master) {
     } while (0)
 
 static KdaDims dims_(const KdaCudaModel *m) {
-    const KdaConfig *c = &m->cfg;
-    KdaDims d = {m->B,
-                 m->T,
-                 c->num_heads,
-                 c->num_v_heads,
-                 c->head_dim,
-                 c->head_v_dim,
-                 (float)(1.0 / sqrt((double)c->head_dim)),
-                 KDA_CHUNK};
+    KdaDims d = kda_model_dims(&m->cfg, m->B, m->T);
+    KDA_ASSERT(d.chunk == KDA_CHUNK); // the gate cumsum below is launched with KDA_CHUNK
     return d;
 }
 

@@ -180,10 +180,9 @@ void kda_model_free(KdaModel *m) {
 
 // ---- forward ------------------------------------------------------------------------------------
 
-static KdaDims dims_(const KdaModel *m) {
-    const KdaConfig *c = &m->cfg;
-    KdaDims d = {m->B,
-                 m->T,
+KdaDims kda_model_dims(const KdaConfig *c, int64_t B, int64_t T) {
+    KdaDims d = {B,
+                 T,
                  c->num_heads,
                  c->num_v_heads,
                  c->head_dim,
@@ -191,6 +190,10 @@ static KdaDims dims_(const KdaModel *m) {
                  (float)(1.0 / sqrt((double)c->head_dim)),
                  64};
     return d;
+}
+
+static KdaDims dims_(const KdaModel *m) {
+    return kda_model_dims(&m->cfg, m->B, m->T);
 }
 
 static KdaGateOpts gate_opts_(const KdaConfig *c) {
@@ -529,7 +532,7 @@ static void block_step_(KdaModel *m, KdaDecodeState *st, int64_t l, StepBufs *s)
     int64_t I = c->intermediate_size, W1 = tail_len_(c);
     float eps = (float)c->norm_eps;
     KdaGateOpts go = gate_opts_(c);
-    KdaDims d = {1, 1, H, HV, K, V, (float)(1.0 / sqrt((double)K)), 64};
+    KdaDims d = kda_model_dims(c, 1, 1);
 
     rmsnorm_fwd(s->x, s->rstd, s->h, P->attn_norm, 1, D, eps);
     kda_matvec(s->pq, s->x, P->q_proj, NULL, D, HK, 0);

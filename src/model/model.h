@@ -20,6 +20,7 @@
 #include "core/error.h"   // defines: KdaError
 #include "model/config.h" // defines: KdaConfig
 #include "model/params.h" // defines: KdaParamTable, KdaTensors
+#include "cpu/kda_core.h" // defines: KdaDims
 
 typedef enum {
     KDA_CORE_CHUNK = 0,    // kda_chunk_fwd/bwd (default; the GPU's algorithm)
@@ -39,6 +40,10 @@ typedef struct {
     int64_t B, T;        // shape of the last forward (0 before)
     int have_fwd;        // 1 after a forward, until the next backward
 } KdaModel;
+
+// The KDA core's dims for a [B, T] batch of this config: H, HV, K, V from cfg, scale K^-1/2
+// (kda-model.md §5.3 step 9), chunk 64 (§6). CPU and GPU drivers both take them from here.
+KdaDims kda_model_dims(const KdaConfig *c, int64_t B, int64_t T);
 
 // Builds the table from cfg (kda_config_derive must have run) and allocates zero parameters.
 // Use kda_params_init(&m->table, &m->cfg, m->params, seed) for a random init.
