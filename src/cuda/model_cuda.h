@@ -83,5 +83,12 @@ int kda_cuda_model_put_moments(KdaCudaModel *m, const float *mom1, const float *
 const KdaConfig *kda_cuda_model_config(const KdaCudaModel *m);
 const char *kda_cuda_model_device_name(const KdaCudaModel *m);
 
+
+// ---- inference (eval / generate) ---------------------------------------------------------------
+// Logits [n_vocab] fp32 host of position (b, t) of the last forward: that row of the final norm
+// output (bf16) times the LM head (bf16 operands, fp32 accumulate, as the forward's xent); waits.
+// -1 without a preceding forward or outside its [B, T].
+int kda_cuda_model_logits(KdaCudaModel *m, int64_t b, int64_t t, float *logits, KdaError *err);
+
 #endif // KDA_HAVE_CUDA
 #endif
