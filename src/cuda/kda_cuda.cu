@@ -3,6 +3,7 @@
 // backward with chunk checkpoints (one thread per value column). See kda_cuda.h.
 #include "cuda/cuda_internal.h" // defines: bf2f, f2bf, warp_sum, CEIL_DIV, KDA_CUDA_REQUIRE
 #include "cuda/kda_cuda.h"      // defines: kda_cuda_chunk_fwd, kda_cuda_recurrent_bwd
+#include "cuda/kda_fast.h"      // defines: kda_fast_supported, kda_fast_fwd, kda_fast_bwd
 
 namespace {
 
@@ -649,9 +650,11 @@ extern "C" int kda_cuda_chunk_fwd(KdaCudaCtx *ctx, kda_bf16 *o, float *final_sta
                                   const float *gcum, const float *beta, const float *init_state,
                                   const KdaDims *d) {
     KDA_CUDA_REQUIRE(ctx, d->B >= 0 && d->T >= 0 && d->H > 0 && d->HV % d->H == 0);
+    if (d->B == 0) return 0;
+    if (d->T > 0 && kda_fast_supported(d, ctx->info.smem_per_block_optin))
+        return kda_fast_fwd(ctx, o, final_state, q, k, v, gcum, beta, init_state, d);
     KDA_CUDA_REQUIRE(ctx, d->chunk >= 1 && d->chunk <= FWD_MAX_C && d->K >= 1 && d->K <= 64 &&
                               d->V >= 1 && d->V <= 128);
-    if (d->B == 0) return 0;
     size_t smem = fwd_smem_floats(d->chunk, d->K, d->V) * sizeof(float);
     KDA_CUDA_REQUIRE(ctx, smem <= ctx->info.smem_per_block_optin);
     CUDA_CHECK(ctx, cudaFuncSetAttribute(chunk_fwd_k, cudaFuncAttributeMaxDynamicSharedMemorySize,
@@ -692,6 +695,9 @@ extern "C" int kda_cuda_chunk_bwd(KdaCudaCtx *ctx, float *dq, float *dk, kda_bf1
                                   const float *dfinal_state, const kda_bf16 *q, const kda_bf16 *k,
                                   const kda_bf16 *v, const float *gcum, const float *beta,
                                   const float *init_state, const KdaDims *d) {
+    if (d->B > 0 && d->T > 0 && kda_fast_supported(d, ctx->info.smem_per_block_optin))
+        return kda_fast_bwd(ctx, dq, dk, dv, dg, dbeta, dinit_state, d_o, dfinal_state, q, k, v,
+                            gcum, beta, init_state, d);
     KDA_CUDA_REQUIRE(ctx, d->B >= 0 && d->T >= 0 && d->HV == d->H && d->K >= 1 && d->V >= 1);
     KDA_CUDA_REQUIRE(ctx, d->chunk >= 1 && d->chunk <= 64);
     if (d->B == 0 || d->T == 0) return 0;

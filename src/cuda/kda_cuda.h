@@ -11,6 +11,10 @@
 //   o, do  [B, T, HV, V]  bf16
 // GVA (HV > H): value head j reads q/k head j / (HV/H) (forward only, see below).
 //
+// kda_cuda_chunk_fwd / kda_cuda_chunk_bwd dispatch: when kda_fast_supported(d) (chunk <= 64 and
+// the shared memory of cuda/kda_fast.h's kernels fits; the model uses chunk 32) they run the
+// chunk-parallel fast path of kda_fast.h. Otherwise the correctness-first kernels below run:
+//
 // Forward: chunked WY/UT form, one block per (b, value head), sequential over chunks of C = 64
 // tokens (the last may be shorter); fp32 state, fp32 intra-chunk matrices, every exponential
 // is of a difference gcum_i - gcum_j <= 0 (j <= i) or of gcum_last - gcum_i <= 0.

@@ -1,0 +1,224 @@
+// test_kda_fast.c - the chunk-parallel GPU KDA kernels (src/cuda/kda_fast.cu) run on the HOST
+// (kda_fast_*_host: the same kernel bodies, one "thread" per block, barriers as no-ops) against
+// the CPU reference kda_chunk_fwd / kda_chunk_bwd. This runs in the CPU suite of every CUDA
+// build (CI has nvcc but no GPU): it checks the algorithm, the shared-memory carving and all index
+// arithmetic of the kernels before they ever reach a GPU. What it cannot see - races between
+// threads, device-only code - is left to test_gpu_kda.c and compute-sanitizer on the GPU.
+//
+// Inputs as test_gpu_kda.c: q, k L2-normalized then bf16-rounded, v and dO bf16-rounded (the CPU
+// gets the same values), g = -exp(N(-2.5, 1.5)), β = σ(N(0, 1)), random S0 / dS_T or none.
+// The kernels' chunk (8, 16 or 32) differs from the CPU's 64 on purpose: the chunked form is exact
+// for any chunk, so agreement also checks that nothing depends on the chunk size.
+// Tolerances (rel RMS): o and dv are stored in bf16: 1e-2 (the rounding alone is ~2e-3); fp32
+// outputs 2e-5 (the CPU's chunked vs recurrent forms agree to ~1e-6; a wrong term is >= 1e-2).
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "test.h"
+
+#ifdef KDA_HAVE_CUDA
+
+#include "core/rng.h"      // defines: KdaRng, rng_normal
+#include "core/util.h"     // defines: bf16_to_f32, f32_to_bf16
+#include "cpu/kda_core.h"  // defines: KdaDims, kda_chunk_fwd, kda_chunk_bwd
+#include "cuda/kda_fast.h" // defines: kda_fast_fwd_host, kda_fast_bwd_host
+
+typedef struct {
+    KdaDims d; // the kernels' dims (chunk = the fast chunk)
+    int64_t nqk, nv, ng, nb, ns;
+    float *q, *k, *v, *g, *gcum, *beta, *S0, *dO, *dST;
+    kda_bf16 *qb, *kb, *vb, *dOb;
+} FastCase;
+
+static float *randn_(KdaRng *r, int64_t n, float mean, float std) {
+    float *x = malloc((size_t)(n > 0 ? n : 1) * sizeof(float));
+    for (int64_t i = 0; i < n; i++)
+        x[i] = rng_normal(r, mean, std);
+    return x;
+}
+
+// x rounded to bf16 in place; returns the bf16 copy.
+static kda_bf16 *to_bf16_(float *x, int64_t n) {
+    kda_bf16 *b = malloc((size_t)(n > 0 ? n : 1) * sizeof(kda_bf16));
+    for (int64_t i = 0; i < n; i++) {
+        b[i] = f32_to_bf16(x[i]);
+        x[i] = bf16_to_f32(b[i]);
+    }
+    return b;
+}
+
+static void case_make_(FastCase *c, KdaRng *r, int64_t B, int64_t T, int64_t H, int64_t HV,
+                       int64_t K, int64_t V, int64_t C, int with_state) {
+    memset(c, 0, sizeof *c);
+    c->d = (KdaDims){B, T, H, HV, K, V, 1.0f / sqrtf((float)K), C};
+    c->nqk = B * T * H * K, c->nv = B * T * HV * V, c->ng = B * T * HV * K, c->nb = B * T * HV;
+    c->ns = B * HV * K * V;
+    c->q = randn_(r, c->nqk, 0.0f, 1.0f), c->k = randn_(r, c->nqk, 0.0f, 1.0f);
+    for (int64_t row = 0; row < B * T * H; row++) {
+        float *rows[2] = {c->q + row * K, c->k + row * K};
+        for (int s = 0; s < 2; s++) {
+            double ss = 0.0;
+            for (int64_t i = 0; i < K; i++)
+                ss += (double)rows[s][i] * rows[s][i];
+            for (int64_t i = 0; i < K; i++)
+                rows[s][i] = (float)(rows[s][i] / sqrt(ss + 1e-6));
+        }
+    }
+    c->qb = to_bf16_(c->q, c->nqk), c->kb = to_bf16_(c->k, c->nqk);
+    c->v = randn_(r, c->nv, 0.0f, 1.0f), c->vb = to_bf16_(c->v, c->nv);
+    c->dO = randn_(r, c->nv, 0.0f, 1.0f), c->dOb = to_bf16_(c->dO, c->nv);
+    c->g = randn_(r, c->ng, -2.5f, 1.5f);
+    for (int64_t i = 0; i < c->ng; i++)
+        c->g[i] = -expf(c->g[i]);
+    c->gcum = malloc((size_t)c->ng * 4);
+    for (int64_t b = 0; b < B; b++)
+        for (int64_t jd = 0; jd < HV * K; jd++)
+            for (int64_t t0 = 0; t0 < T; t0 += C) {
+                float acc = 0.0f;
+                for (int64_t t = t0; t < T && t < t0 + C; t++) {
+                    int64_t i = (b * T + t) * HV * K + jd;
+                    acc += c->g[i];
+                    c->gcum[i] = acc;
+                }
+            }
+    c->beta = randn_(r, c->nb, 0.0f, 1.0f);
+    for (int64_t i = 0; i < c->nb; i++)
+        c->beta[i] = 1.0f / (1.0f + expf(-c->beta[i]));
+    if (with_state) {
+        c->S0 = randn_(r, c->ns, 0.0f, 0.5f);
+        c->dST = randn_(r, c->ns, 0.0f, 0.5f);
+    }
+}
+
+static void case_free_(FastCase *c) {
+    free(c->q), free(c->k), free(c->v), free(c->g), free(c->gcum), free(c->beta), free(c->S0);
+    free(c->dO), free(c->dST), free(c->qb), free(c->kb), free(c->vb), free(c->dOb);
+}
+
+static KdaDims cpu_dims_(const FastCase *c) {
+    KdaDims d = c->d;
+    d.chunk = 64;
+    return d;
+}
+
+static float *bf16_to_f32_array_(const kda_bf16 *b, int64_t n) {
+    float *x = malloc((size_t)(n > 0 ? n : 1) * sizeof(float));
+    for (int64_t i = 0; i < n; i++)
+        x[i] = bf16_to_f32(b[i]);
+    return x;
+}
+
+static void expect_(const char *what, const float *ref, const float *out, int64_t n, double tol) {
+    double se = 0.0, sr = 0.0, maxabs = 0.0;
+    int finite = 1;
+    for (int64_t i = 0; i < n; i++) {
+        if (!isfinite(out[i])) finite = 0;
+        double e = (double)ref[i] - out[i];
+        se += e * e, sr += (double)ref[i] * ref[i];
+        maxabs = fabs(e) > maxabs ? fabs(e) : maxabs;
+    }
+    double rel = sr > 0 ? sqrt(se / sr) : (se > 0 ? INFINITY : 0.0);
+    int ok = finite && (rel <= tol || maxabs <= 1e-6);
+    printf("    %-24s n=%-7lld rel %.2e max|d| %.1e (tol %.0e)%s\n", what, (long long)n, rel,
+           maxabs, tol, ok ? "" : "  FAIL");
+    CHECK_MSG(ok, "%s: rel RMS %.3g > %.1g (max abs %.3g)", what, rel, tol, maxabs);
+}
+
+static void check_fwd_(const FastCase *c) {
+    KdaDims dc = cpu_dims_(c);
+    float *o = malloc((size_t)c->nv * 4), *fs = malloc((size_t)c->ns * 4);
+    float *hfs = malloc((size_t)c->ns * 4);
+    kda_bf16 *ho = malloc((size_t)c->nv * 2);
+    memset(ho, 0xff, (size_t)c->nv * 2); // NaN poison: every element must be written
+    memset(hfs, 0xff, (size_t)c->ns * 4);
+    kda_chunk_fwd(o, fs, c->q, c->k, c->v, c->g, c->beta, c->S0, &dc);
+    kda_fast_fwd_host(ho, hfs, c->qb, c->kb, c->vb, c->gcum, c->beta, c->S0, &c->d);
+    float *hof = bf16_to_f32_array_(ho, c->nv);
+    expect_("fwd o (bf16)", o, hof, c->nv, 1e-2);
+    expect_("fwd final state", fs, hfs, c->ns, 2e-5);
+    free(o), free(fs), free(hfs), free(ho), free(hof);
+}
+
+static void check_bwd_(const FastCase *c) {
+    KdaDims dc = cpu_dims_(c);
+    int64_t nqk = c->nqk, nv = c->nv, ng = c->ng, nb = c->nb, ns = c->ns;
+    float *dq = malloc((size_t)nqk * 4), *dk = malloc((size_t)nqk * 4);
+    float *dv = malloc((size_t)nv * 4), *dg = malloc((size_t)ng * 4);
+    float *db = malloc((size_t)nb * 4), *dS0 = malloc((size_t)ns * 4);
+    kda_chunk_bwd(dq, dk, dv, dg, db, dS0, c->dO, c->dST, c->q, c->k, c->v, c->g, c->beta, c->S0,
+                  &dc);
+    float *hq = malloc((size_t)nqk * 4), *hk = malloc((size_t)nqk * 4);
+    float *hg = malloc((size_t)ng * 4), *hb = malloc((size_t)nb * 4), *hs = malloc((size_t)ns * 4);
+    kda_bf16 *hv = malloc((size_t)nv * 2);
+    memset(hq, 0xff, (size_t)nqk * 4), memset(hk, 0xff, (size_t)nqk * 4);
+    memset(hg, 0xff, (size_t)ng * 4), memset(hb, 0xff, (size_t)nb * 4);
+    memset(hs, 0xff, (size_t)ns * 4), memset(hv, 0xff, (size_t)nv * 2);
+    kda_fast_bwd_host(hq, hk, hv, hg, hb, hs, c->dOb, c->dST, c->qb, c->kb, c->vb, c->gcum,
+                      c->beta, c->S0, &c->d);
+    float *hvf = bf16_to_f32_array_(hv, nv);
+    expect_("bwd dq", dq, hq, nqk, 2e-5);
+    expect_("bwd dk", dk, hk, nqk, 2e-5);
+    expect_("bwd dv (bf16)", dv, hvf, nv, 1e-2);
+    expect_("bwd dg", dg, hg, ng, 2e-5);
+    expect_("bwd dbeta", db, hb, nb, 2e-5);
+    expect_("bwd d initial state", dS0, hs, ns, 2e-5);
+    free(dq), free(dk), free(dv), free(dg), free(db), free(dS0);
+    free(hq), free(hk), free(hg), free(hb), free(hs), free(hv), free(hvf);
+}
+
+typedef struct {
+    int64_t B, T, H, HV, K, V, C;
+    int state;
+} Shape;
+
+// T not a multiple of the chunk, a single token, exact multiples, GVA, odd head dims, the
+// models' K = 32 / V = 64 with the chunk the GPU picks (32), and chunks 8 and 16.
+static const Shape SHAPES[] = {
+    {2, 1, 2, 2, 32, 64, 32, 0},  {2, 63, 2, 2, 32, 64, 32, 1}, {1, 64, 2, 2, 32, 64, 32, 0},
+    {2, 65, 2, 2, 32, 64, 32, 1}, {1, 130, 1, 2, 16, 20, 16, 1}, {1, 77, 2, 4, 16, 24, 8, 1},
+    {1, 40, 1, 1, 64, 128, 32, 1},
+};
+
+KDA_TEST(kda_fast_host_fwd) {
+    KdaRng r;
+    rng_seed(&r, 301);
+    for (size_t i = 0; i < sizeof SHAPES / sizeof SHAPES[0]; i++) {
+        const Shape *s = &SHAPES[i];
+        printf("  B=%lld T=%lld H=%lld HV=%lld K=%lld V=%lld chunk=%lld state=%d\n",
+               (long long)s->B, (long long)s->T, (long long)s->H, (long long)s->HV,
+               (long long)s->K, (long long)s->V, (long long)s->C, s->state);
+        FastCase c;
+        case_make_(&c, &r, s->B, s->T, s->H, s->HV, s->K, s->V, s->C, s->state);
+        check_fwd_(&c);
+        case_free_(&c);
+    }
+}
+
+KDA_TEST(kda_fast_host_bwd) {
+    KdaRng r;
+    rng_seed(&r, 302);
+    for (size_t i = 0; i < sizeof SHAPES / sizeof SHAPES[0]; i++) {
+        const Shape *s = &SHAPES[i];
+        printf("  B=%lld T=%lld H=%lld HV=%lld K=%lld V=%lld chunk=%lld state=%d\n",
+               (long long)s->B, (long long)s->T, (long long)s->H, (long long)s->HV,
+               (long long)s->K, (long long)s->V, (long long)s->C, s->state);
+        FastCase c;
+        case_make_(&c, &r, s->B, s->T, s->H, s->HV, s->K, s->V, s->C, s->state);
+        check_bwd_(&c);
+        case_free_(&c);
+    }
+}
+
+// The chunk the GPU picks: 32 for the models' heads on an H200-class 227 KB of shared memory,
+// smaller for wide heads, 64 (the fallback kernels) when nothing fits.
+KDA_TEST(kda_fast_chunk_choice) {
+    size_t h200 = 232448;
+    CHECK_EQ_INT((int)kda_fast_chunk(32, 64, h200), 32);
+    CHECK_EQ_INT((int)kda_fast_chunk(64, 128, h200), 32);
+    CHECK_EQ_INT((int)kda_fast_chunk(128, 128, h200), 16);
+    CHECK_EQ_INT((int)kda_fast_chunk(32, 64, 16384), 64);
+}
+
+#endif
