@@ -356,7 +356,7 @@ KDA_TEST(eval_perplexity_windows) {
         k += indexed_read_tokens(&ds, q, 0, all + k, indexed_index_length(&ds.idx, q));
     double sum, ref = 0.0;
     int64_t n;
-    CHECK(eval_perplexity(&m, &ds, S, 0, &sum, &n, NULL, NULL, &err) == 0);
+    CHECK(eval_perplexity(&m, &ds, S, 0, NULL, &sum, &n, NULL, NULL, &err) == 0);
     CHECK_EQ_INT(n, n_all - 1);                   // every token but the first is predicted once
     for (int64_t w = 0; w * S < n_all - 1; w++) { // windows [wS, wS+S] overlapping by one token
         int32_t ids[4];

@@ -37,8 +37,8 @@ KDA_TEST(score_matches_model_forward) {
     snprintf(in, sizeof in, "%s/in.jsonl", test_tmpdir());
     snprintf(out, sizeof out, "%s/out.jsonl", test_tmpdir());
     write_text_(in, "{\"ids\": [1, 2, 3, 4, 5]}\n\n  {\"ids\": [7, 7]}\r\n");
-    char *argv[] = {"--model", dir, "--input", in, "--output", out};
-    CHECK_EQ_INT(cmd_score(6, argv), 0);
+    char *argv[] = {"--model", dir, "--input", in, "--output", out, "--device", "cpu"};
+    CHECK_EQ_INT(cmd_score(8, argv), 0);
     size_t n;
     KdaError err;
     char *txt = read_file(out, &n, &err);

@@ -4,7 +4,10 @@
 //   kda eval --model DIR --tasks arc_easy,...,race --data DATA_DIR [--limit N]
 //            [--batch-tokens N] [--output results.json] [--tokenizer PATH] [--bos|--no-bos]
 //            [--max-length N] [--dump-requests FILE] [--no-share-prefix] [--core chunk|recurrent]
-//   kda eval --model DIR --perplexity PREFIX [--seq-length N] [--limit WINDOWS]
+//            [--device auto|cpu|cuda]
+//   kda eval --model DIR --perplexity PREFIX [--seq-length N] [--limit WINDOWS] [--device ...]
+//
+// On the GPU every request goes through the batched full forward (eval.h), bf16 mixed precision.
 //   kda eval --compare A.json B.json
 #include <limits.h>
 #include <math.h>
@@ -17,6 +20,7 @@
 #include "core/log.h"     // defines: Progress, progress_*, kda_info, kda_warn
 #include "core/util.h"    // defines: path_exists, path_join, now_seconds, open_atomic
 #include "data/indexed.h" // defines: IndexedDataset, indexed_open
+#include "eval/device.h"  // defines: EvalDevice, eval_device_open, eval_device_forward
 #include "eval/eval.h"    // defines: eval_run_task, eval_results_*, eval_perplexity
 #include "eval/tasks.h"   // defines: EvalTask, eval_task_load
 #include "io/model_io.h"  // defines: kda_model_load_dir
@@ -66,7 +70,8 @@ static int compare_(const ArgList *files) {
     return 0;
 }
 
-static int perplexity_(KdaModel *m, const char *prefix, int64_t seq_length, int64_t limit) {
+static int perplexity_(KdaModel *m, const EvalSettings *s, const char *prefix, int64_t seq_length,
+                       int64_t limit) {
     IndexedDataset ds;
     KdaError err;
     if (indexed_open(&ds, prefix, &err)) kda_die("%s", err.msg);
@@ -76,7 +81,7 @@ static int perplexity_(KdaModel *m, const char *prefix, int64_t seq_length, int6
                   "windows");
     double sum, t0 = now_seconds();
     int64_t n;
-    if (eval_perplexity(m, &ds, seq_length, limit, &sum, &n, on_progress_, &p, &err))
+    if (eval_perplexity(m, &ds, seq_length, limit, s, &sum, &n, on_progress_, &p, &err))
         kda_die("%s: %s", prefix, err.msg);
     progress_finish(&p, (double)total, NULL);
     double dt = now_seconds() - t0;
@@ -105,8 +110,8 @@ static void split_tasks_(const char *list, char ***names, int *n) {
 
 int cmd_eval(int argc, char **argv) {
     const char *model_dir = NULL, *tasks = NULL, *data = NULL, *output = NULL, *tok_path = NULL;
-    const char *dump_path = NULL, *ppl = NULL, *core = "chunk";
-    int64_t limit = 0, batch_tokens = 8192, max_length = 0, seq_length = 2048;
+    const char *dump_path = NULL, *ppl = NULL, *core = "chunk", *device = "auto";
+    int64_t limit = 0, batch_tokens = 0, max_length = 0, seq_length = 2048;
     int bos = 1, share = 1;
     ArgList cmp = {0};
     ArgSpec specs[] = {
@@ -121,7 +126,8 @@ int cmd_eval(int argc, char **argv) {
          "first N documents per task (per subject for mmlu); "
          "perplexity: at most N windows (0 = all)",
          0},
-        {"batch-tokens", ARG_INT, &batch_tokens, "token budget B*T of one batched forward", 0},
+        {"batch-tokens", ARG_INT, &batch_tokens,
+         "token budget B*T of one batched forward (0 = 8192 on the CPU, 16384 on the GPU)", 0},
         {"output", ARG_STR, &output, "results.json to write", 0},
         {"tokenizer", ARG_STR, &tok_path,
          "tokenizer.json (default: MODEL/tokenizer.json, else " DEFAULT_TOKENIZER ")", 0},
@@ -132,7 +138,9 @@ int cmd_eval(int argc, char **argv) {
         {"dump-requests", ARG_STR, &dump_path, "JSON lines: every request with token ids and ll",
          0},
         {"share-prefix", ARG_BOOL, &share, "run a document's context once (prefill + decode)", 0},
-        {"core", ARG_STR, &core, "KDA core: chunk | recurrent", 0},
+        {"core", ARG_STR, &core, "KDA core: chunk | recurrent (CPU)", 0},
+        {"device", ARG_STR, &device,
+         "auto | cpu | cuda (auto: the GPU when the build has CUDA and one is visible)", 0},
         {"perplexity", ARG_STR, &ppl, "PREFIX of a .bin/.idx: token-weighted NLL and perplexity",
          0},
         {"seq-length", ARG_INT, &seq_length, "perplexity window (predicted tokens per window)", 0},
@@ -150,25 +158,33 @@ int cmd_eval(int argc, char **argv) {
     }
     if (!model_dir) kda_die("--model is required");
     if (!ppl && (!tasks || !data)) kda_die("--tasks and --data are required (or --perplexity)");
-    if (limit < 0 || batch_tokens < 1 || max_length < 0 || seq_length < 1)
+    if (limit < 0 || batch_tokens < 0 || max_length < 0 || seq_length < 1)
         kda_die("--limit, --batch-tokens, --max-length and --seq-length must be positive");
     KdaModel m;
     load_model_(model_dir, core, &m);
+    EvalDevice dev;
+    KdaError err;
+    if (eval_device_open(&dev, device, &m, &err)) kda_die("%s", err.msg);
+    if (dev.note[0]) kda_warn("--device auto: %s; using the CPU", dev.note);
+    kda_info("device: %s%s", dev.name, dev.cuda ? ", bf16 mixed precision, batched forward" : "");
+    EvalSettings s = {.bos = bos,
+                      .batch_tokens = batch_tokens ? batch_tokens : dev.cuda ? 16384 : 8192,
+                      .share_prefix = share,
+                      .max_length = max_length ? max_length : m.cfg.max_position_embeddings,
+                      .forward = dev.cuda ? eval_device_forward : NULL,
+                      .forward_ctx = &dev,
+                      .device = dev.cuda ? "cuda" : "cpu"};
     if (ppl) {
-        int rc = perplexity_(&m, ppl, seq_length, limit);
+        int rc = perplexity_(&m, &s, ppl, seq_length, limit);
+        eval_device_close(&dev);
         kda_model_free(&m);
         return rc;
     }
-    EvalSettings s = {.bos = bos,
-                      .batch_tokens = batch_tokens,
-                      .share_prefix = share,
-                      .max_length = max_length ? max_length : m.cfg.max_position_embeddings};
     KdaTokenizer *tok = load_tokenizer_(tok_path, model_dir);
     char **names;
     int n_names;
     split_tasks_(tasks, &names, &n_names);
     EvalTask *ts = kda_calloc((size_t)n_names + 1, sizeof *ts);
-    KdaError err;
     for (int i = 0; i < n_names; i++) { // load everything first: data errors before compute
         if (eval_task_load(&ts[i], names[i], data, limit, &err)) kda_die("%s", err.msg);
         kda_info("%s: %lld documents from %s%s%s", names[i], (long long)ts[i].n_docs, ts[i].source,
@@ -191,18 +207,20 @@ int cmd_eval(int argc, char **argv) {
         if (eval_run_task(&m, tok, &ts[i], &s, &res, dump, on_progress_, &p, &err))
             kda_die("%s", err.msg);
         progress_finish(&p, (double)n_req, NULL);
-        kda_info("%s: %lld requests in %.1f s", ts[i].name, (long long)n_req, now_seconds() - t0);
+        kda_info("%s: %lld documents, %lld requests in %.2f s on %s", ts[i].name,
+                 (long long)ts[i].n_docs, (long long)n_req, now_seconds() - t0, dev.name);
         eval_task_free(&ts[i]);
         free(names[i]);
     }
     if (dump && commit_atomic(dump, tmp, dump_path, &err)) kda_die("%s", err.msg);
-    printf("kda eval: %s, 0-shot, bos=%s, max_length=%lld\n\n", model_dir, bos ? "on" : "off",
-           (long long)s.max_length);
+    printf("kda eval: %s, 0-shot, bos=%s, max_length=%lld, device=%s\n\n", model_dir,
+           bos ? "on" : "off", (long long)s.max_length, dev.name);
     eval_results_print(stdout, &res);
     if (output && eval_results_write(output, &res, &s, model_dir, &err)) kda_die("%s", err.msg);
     eval_results_free(&res);
     free(ts), free(names);
     tok_free(tok);
+    eval_device_close(&dev);
     kda_model_free(&m);
     return 0;
 }

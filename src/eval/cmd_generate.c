@@ -1,7 +1,10 @@
-// cmd_generate.c - `kda generate`: sample a continuation of a prompt from a model on the CPU.
+// cmd_generate.c - `kda generate`: sample a continuation of a prompt from a model.
 //
-// The prompt (text through the tokenizer, or ids) is run through the chunked forward once
+// CPU: the prompt (text through the tokenizer, or ids) is run through the chunked forward once
 // (prefill), then every new token costs one recurrent decode step (O(1) in the position).
+// GPU (--device cuda, or auto with a GPU): the GPU model has no decode step, so every new token
+// re-runs the bf16 forward on the whole sequence so far (O(T^2) over a generation; fine for
+// short continuations) and reads the last position's logits.
 // Tokens are written to stdout as they are produced (decoded with the tokenizer; the bytes of
 // a character split across tokens are held back until complete) or, without a tokenizer, as
 // ids separated by spaces. Timing goes to stderr at the end.
@@ -15,6 +18,8 @@
 #include "commands.h"
 #include "core/args.h"        // defines: ArgSpec, ArgTable, args_parse_or_die
 #include "core/util.h"        // defines: path_join, path_exists
+#include "core/log.h"         // defines: kda_info, kda_warn
+#include "eval/device.h"      // defines: EvalDevice, eval_device_open, eval_device_logits_last
 #include "eval/generate.h"    // defines: kda_generate, KdaGenOpts, KdaUtf8Stream
 #include "io/model_io.h"      // defines: kda_model_load_dir
 #include "model/model.h"      // defines: KdaModel
@@ -111,7 +116,7 @@ static KdaTokenizer *load_tokenizer_(const char *flag, const char *model_dir) {
 
 int cmd_generate(int argc, char **argv) {
     const char *model_arg = NULL, *prompt = NULL, *prompt_ids = NULL, *tok_path = NULL;
-    const char *core = "chunk";
+    const char *core = "chunk", *device = "auto";
     int64_t max_new = 64, top_k = 0, seed = 0;
     double temperature = 1.0, top_p = 1.0;
     int bos = 1, ignore_eos = 0, echo = 1;
@@ -132,11 +137,16 @@ int cmd_generate(int argc, char **argv) {
         {"seed", ARG_INT, &seed, "sampling RNG seed", 0},
         {"ignore-eos", ARG_BOOL, &ignore_eos, "do not stop at the EOS token", 0},
         {"echo", ARG_BOOL, &echo, "print the prompt before the continuation", 0},
-        {"core", ARG_STR, &core, "KDA core of the prefill: chunk | recurrent", 0},
+        {"core", ARG_STR, &core, "KDA core of the prefill: chunk | recurrent (CPU)", 0},
+        {"device", ARG_STR, &device,
+         "auto | cpu | cuda (GPU: bf16, whole-sequence forward per token; auto: the GPU when "
+         "the build has CUDA and one is visible)",
+         0},
     };
-    ArgTable table = {"kda generate", "sample a continuation of a prompt (CPU, fp32)",
-                      "The prompt is prefilled with the chunked forward; each new token is one "
-                      "recurrent step (constant cost per token). Sampling: temperature, then "
+    ArgTable table = {"kda generate", "sample a continuation of a prompt (CPU fp32 or GPU bf16)",
+                      "CPU: the prompt is prefilled with the chunked forward; each new token is "
+                      "one recurrent step (constant cost per token). GPU: each new token re-runs "
+                      "the forward on the whole sequence (O(T^2)). Sampling: temperature, then "
                       "top-k, then top-p. Output streams to stdout; timing to stderr. "
                       "Without --prompt/--prompt-ids the prompt text is read from stdin.",
                       specs, (int)(sizeof specs / sizeof *specs)};
@@ -158,6 +168,10 @@ int cmd_generate(int argc, char **argv) {
     KdaModel m;
     if (kda_model_init_from(&m, &cfg, &pt, flat, &err)) kda_die("%s: %s", dir, err.msg);
     m.core = strcmp(core, "recurrent") ? KDA_CORE_CHUNK : KDA_CORE_RECURRENT;
+    EvalDevice dev;
+    if (eval_device_open(&dev, device, &m, &err)) kda_die("%s: %s", dir, err.msg);
+    if (dev.note[0]) kda_warn("--device auto: %s; using the CPU", dev.note);
+    kda_info("device: %s", dev.name);
     KdaTokenizer *tok = load_tokenizer_(tok_path, dir);
 
     // Prompt ids.
@@ -215,8 +229,12 @@ int cmd_generate(int argc, char **argv) {
         fflush(stdout);
     }
     KdaGenStats st;
-    if (kda_generate(&m, ids.ids, (int64_t)ids.n, &go, NULL, print_token_, &pr, &st, &err))
-        kda_die("%s: %s", dir, err.msg);
+    int grc = dev.cuda ? kda_generate_refeed(eval_device_logits_last, &dev, cfg.vocab_size,
+                                             ids.ids, (int64_t)ids.n, &go, NULL, print_token_,
+                                             &pr, &st, &err)
+                       : kda_generate(&m, ids.ids, (int64_t)ids.n, &go, NULL, print_token_, &pr,
+                                      &st, &err);
+    if (grc) kda_die("%s: %s", dir, err.msg);
     if (tok) kda_utf8_stream_flush(&pr.utf8, stdout);
     printf("\n");
     if (fflush(stdout)) kda_die("writing stdout failed");
@@ -236,6 +254,7 @@ int cmd_generate(int argc, char **argv) {
     free(text);
     tok_ids_free(&ids);
     tok_free(tok);
+    eval_device_close(&dev);
     kda_model_free(&m);
     return 0;
 }

@@ -6,9 +6,9 @@
 //   {"tokens": n, "loss": mean NLL of tokens 2..n given their prefix (natural log),
 //    "sum_nll": the sum of those n-1 NLLs}
 // Each sequence is one B=1 forward of the CPU fp32 model (chunked core unless --core
-// recurrent), or with --device cuda of the GPU model (bf16 mixed precision, chunked core; losses
-// differ from the fp32 CPU ones at the ~1e-3 relative level); memory grows to the longest
-// sequence.
+// recurrent), or on the GPU (--device cuda, or auto with a GPU present: bf16 mixed precision,
+// chunked core; losses differ from the fp32 CPU ones at the ~1e-3 relative level); memory grows
+// to the longest sequence.
 #include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -17,7 +17,8 @@
 #include "commands.h"
 #include "core/args.h"       // defines: ArgSpec, ArgTable, args_parse_or_die
 #include "core/util.h"       // defines: open_atomic, commit_atomic
-#include "cuda/model_cuda.h" // defines: KdaCudaModel (KDA_HAVE_CUDA builds)
+#include "core/log.h"        // defines: kda_info, kda_warn
+#include "eval/device.h"     // defines: EvalDevice, eval_device_open, eval_device_forward
 #include "eval/score.h"      // defines: ScoreSeq, score_read_input
 #include "io/model_io.h"     // defines: kda_model_load_dir
 #include "model/model.h"     // defines: KdaModel, kda_model_forward
@@ -25,7 +26,7 @@
 
 int cmd_score(int argc, char **argv) {
     const char *model_dir = NULL, *input = NULL, *output = "-", *tok_path = NULL, *core = "chunk";
-    const char *device = "cpu";
+    const char *device = "auto";
     int bos = 0;
     ArgSpec specs[] = {
         {"model", ARG_STR, &model_dir, "model directory (config.json + model.safetensors)", 1},
@@ -34,24 +35,23 @@ int cmd_score(int argc, char **argv) {
         {"tokenizer", ARG_STR, &tok_path, "tokenizer.json / tokenizer.model for \"text\" lines", 0},
         {"bos", ARG_BOOL, &bos, "prepend BOS to \"text\" lines", 0},
         {"core", ARG_STR, &core, "KDA core: chunk | recurrent", 0},
-        {"device", ARG_STR, &device, "cpu | cuda (GPU, bf16 mixed precision, chunked core)", 0},
+        {"device", ARG_STR, &device,
+         "auto | cpu | cuda (GPU: bf16 mixed precision, chunked core; auto: the GPU when the "
+         "build has CUDA and one is visible)",
+         0},
     };
     ArgTable table = {
         "kda score", "per-sequence mean NLL (natural log) of tokens 2..n given their prefix",
-        "Each input line is scored as its own sequence (B = 1, fp32 CPU or --device cuda). Output "
+        "Each input line is scored as its own sequence (B = 1, fp32 CPU or the GPU). Output "
         "lines: {\"tokens\": n, \"loss\": sum_nll/(n-1), \"sum_nll\": ...}.",
         specs, (int)(sizeof specs / sizeof *specs)};
     if (args_parse_or_die(&table, argc, argv)) return 0;
     if (strcmp(core, "chunk") && strcmp(core, "recurrent"))
         kda_die("--core must be chunk or recurrent, got '%s'", core);
-    if (strcmp(device, "cpu") && strcmp(device, "cuda"))
-        kda_die("--device must be cpu or cuda, got '%s'", device);
-    int on_gpu = !strcmp(device, "cuda");
-#ifndef KDA_HAVE_CUDA
-    if (on_gpu) kda_die("--device cuda: this build has no CUDA support (rebuild with nvcc)");
-#endif
-
     KdaError err;
+    int pick;
+    if (eval_device_pick(device, &pick, &err)) kda_die("%s", err.msg);
+
     KdaConfig cfg;
     KdaParamTable pt;
     float *flat;
@@ -59,11 +59,10 @@ int cmd_score(int argc, char **argv) {
     KdaModel m;
     if (kda_model_init_from(&m, &cfg, &pt, flat, &err)) kda_die("%s: %s", model_dir, err.msg);
     m.core = strcmp(core, "recurrent") ? KDA_CORE_CHUNK : KDA_CORE_RECURRENT;
-#ifdef KDA_HAVE_CUDA
-    KdaCudaModel *gm = NULL;
-    if (on_gpu && kda_cuda_model_create(&gm, &m.cfg, &m.table, m.params, 0, &err))
-        kda_die("%s: %s", model_dir, err.msg);
-#endif
+    EvalDevice dev;
+    if (eval_device_open(&dev, device, &m, &err)) kda_die("%s: %s", model_dir, err.msg);
+    if (dev.note[0]) kda_warn("--device auto: %s; using the CPU", dev.note);
+    kda_info("device: %s", dev.name);
     KdaTokenizer *tok = NULL;
     if (tok_path && tok_load(&tok, tok_path, &err)) kda_die("%s", err.msg);
 
@@ -79,14 +78,11 @@ int cmd_score(int argc, char **argv) {
     if (strcmp(output, "-") && !(out = open_atomic(output, tmp, &err))) kda_die("%s", err.msg);
     float *nll = kda_malloc((size_t)(tmax > 0 ? tmax : 1) * sizeof(float));
     for (int64_t i = 0; i < n_seq; i++) {
-        float loss;
         int rc;
-#ifdef KDA_HAVE_CUDA
-        if (gm)
-            rc = kda_cuda_model_forward(gm, seqs[i].ids, NULL, 1, seqs[i].n, nll, &loss, &err);
+        if (dev.cuda)
+            rc = eval_device_forward(&dev, seqs[i].ids, seqs[i].ids, 1, seqs[i].n, nll, &err);
         else
-#endif
-            rc = kda_model_forward(&m, seqs[i].ids, NULL, 1, seqs[i].n, nll, NULL, &loss, &err);
+            rc = kda_model_forward(&m, seqs[i].ids, NULL, 1, seqs[i].n, nll, NULL, NULL, &err);
         if (rc) kda_die("%s: sequence %lld: %s", input, (long long)i + 1, err.msg);
         double sum = 0.0;
         for (int64_t t = 0; t < seqs[i].n; t++)
@@ -99,9 +95,7 @@ int cmd_score(int argc, char **argv) {
     free(nll);
     score_seqs_free(seqs, n_seq);
     tok_free(tok);
-#ifdef KDA_HAVE_CUDA
-    kda_cuda_model_free(gm);
-#endif
+    eval_device_close(&dev);
     kda_model_free(&m);
     return 0;
 }

@@ -116,71 +116,109 @@ static int score_group(KdaModel *m, const EvalTokens *r, int64_t i0, int64_t i1,
     return 0;
 }
 
-static int64_t trunc_len(const EvalTokens *r, int64_t max_length) {
+int64_t eval_input_len(const EvalTokens *r, int64_t max_length) {
     int64_t n = r->n_ctx + r->n_cont;
     return n > max_length + 1 ? max_length + 1 : n;
 }
 
-typedef struct {
-    const EvalTokens *r;
-    int64_t max_length;
-} SortCtx;
-static SortCtx g_sort; // qsort has no context argument; only used inside full_forward
+static const int64_t *g_len; // qsort has no context argument; only used in eval_plan_batches
 
 static int by_len_desc(const void *a, const void *b) {
-    int64_t la = trunc_len(&g_sort.r[*(const int64_t *)a], g_sort.max_length);
-    int64_t lb = trunc_len(&g_sort.r[*(const int64_t *)b], g_sort.max_length);
-    if (la != lb) return la > lb ? -1 : 1;
-    return *(const int64_t *)a < *(const int64_t *)b ? -1 : 1;
+    int64_t ia = *(const int64_t *)a, ib = *(const int64_t *)b;
+    if (g_len[ia] != g_len[ib]) return g_len[ia] > g_len[ib] ? -1 : 1;
+    return ia < ib ? -1 : ia > ib;
+}
+
+int64_t eval_plan_batches(const int64_t *len, int64_t n, int64_t budget, int64_t *order,
+                          EvalBatch **batches) {
+    *batches = NULL;
+    if (n <= 0) return 0;
+    for (int64_t i = 0; i < n; i++)
+        order[i] = i;
+    g_len = len;
+    qsort(order, (size_t)n, sizeof *order, by_len_desc);
+    g_len = NULL;
+    EvalBatch *bt = kda_malloc((size_t)n * sizeof *bt); // at most one batch per row
+    int64_t nb = 0;
+    for (int64_t b0 = 0; b0 < n;) {
+        int64_t T = len[order[b0]], B = 1;
+        while (b0 + B < n && (B + 1) * T <= budget)
+            B++;
+        bt[nb++] = (EvalBatch){b0, B, T};
+        b0 += B;
+    }
+    *batches = kda_realloc(bt, (size_t)nb * sizeof *bt);
+    return nb;
+}
+
+void eval_fill_batch(const EvalTokens *r, const int64_t *rows, int64_t B, int64_t T,
+                     int64_t max_length, int32_t *ids, int32_t *labels) {
+    for (int64_t i = 0; i < B * T; i++)
+        ids[i] = 0, labels[i] = -100;
+    for (int64_t b = 0; b < B; b++) {
+        const EvalTokens *q = &r[rows[b]];
+        int64_t tot = q->n_ctx + q->n_cont, L = eval_input_len(q, max_length);
+        int64_t nc = q->n_cont < L - 1 ? q->n_cont : L - 1;
+        memcpy(ids + b * T, q->ids + (tot - L), (size_t)L * sizeof *ids);
+        memcpy(labels + b * T + (L - nc), q->ids + (tot - nc), (size_t)nc * sizeof *labels);
+    }
+}
+
+// One padded batch through s->forward, else the CPU model.
+static int batch_forward(KdaModel *m, const EvalSettings *s, const int32_t *ids,
+                         const int32_t *labels, int64_t B, int64_t T, float *nll, KdaError *err) {
+    if (s && s->forward) return s->forward(s->forward_ctx, ids, labels, B, T, nll, err);
+    return kda_model_forward(m, ids, labels, B, T, nll, NULL, NULL, err);
 }
 
 // Batched full forward of the requests idx[0..n).
-static int full_forward(KdaModel *m, const EvalTokens *r, int64_t *idx, int64_t n,
+static int full_forward(KdaModel *m, const EvalTokens *r, const int64_t *idx, int64_t n,
                         const EvalSettings *s, double *ll, int64_t *done, EvalProgressFn progress,
                         void *pctx, KdaError *err) {
-    g_sort = (SortCtx){r, s->max_length};
-    qsort(idx, (size_t)n, sizeof *idx, by_len_desc);
-    int32_t *ids = NULL;
+    int64_t *len = kda_malloc((size_t)n * sizeof *len), *order = kda_malloc((size_t)n * 8);
+    int64_t *rows = kda_malloc((size_t)n * sizeof *rows);
+    for (int64_t i = 0; i < n; i++)
+        len[i] = eval_input_len(&r[idx[i]], s->max_length);
+    EvalBatch *bt;
+    int64_t nb = eval_plan_batches(len, n, s->batch_tokens, order, &bt);
+    int32_t *ids = NULL, *lab = NULL;
     float *nll = NULL;
     size_t cap = 0;
-    for (int64_t b0 = 0; b0 < n;) {
-        int64_t T = trunc_len(&r[idx[b0]], s->max_length), B = 1;
-        while (b0 + B < n && (B + 1) * T <= s->batch_tokens)
-            B++;
+    int rc = 0;
+    for (int64_t k = 0; k < nb && rc == 0; k++) {
+        int64_t B = bt[k].B, T = bt[k].T;
         if ((size_t)(B * T) > cap) {
             cap = (size_t)(B * T);
-            ids = kda_realloc(ids, cap * sizeof *ids), nll = kda_realloc(nll, cap * sizeof *nll);
+            ids = kda_realloc(ids, cap * sizeof *ids), lab = kda_realloc(lab, cap * sizeof *lab);
+            nll = kda_realloc(nll, cap * sizeof *nll);
         }
-        memset(ids, 0, (size_t)(B * T) * sizeof *ids);
-        for (int64_t b = 0; b < B; b++) {
-            const EvalTokens *q = &r[idx[b0 + b]];
-            int64_t tot = q->n_ctx + q->n_cont, L = trunc_len(q, s->max_length);
-            memcpy(ids + b * T, q->ids + (tot - L), (size_t)L * sizeof *ids);
-        }
-        if (kda_model_forward(m, ids, NULL, B, T, nll, NULL, NULL, err)) {
-            free(ids), free(nll);
-            return -1;
+        for (int64_t b = 0; b < B; b++)
+            rows[b] = idx[order[bt[k].first + b]];
+        eval_fill_batch(r, rows, B, T, s->max_length, ids, lab);
+        if (batch_forward(m, s, ids, lab, B, T, nll, err)) {
+            rc = -1;
+            break;
         }
         for (int64_t b = 0; b < B; b++) {
-            const EvalTokens *q = &r[idx[b0 + b]];
-            int64_t L = trunc_len(q, s->max_length), nc = q->n_cont < L - 1 ? q->n_cont : L - 1;
+            const EvalTokens *q = &r[rows[b]];
+            int64_t L = eval_input_len(q, s->max_length), nc = q->n_cont < L - 1 ? q->n_cont : L - 1;
             double sum = 0.0;
             for (int64_t p = L - nc; p < L; p++)
                 sum -= nll[b * T + p - 1];
-            ll[idx[b0 + b]] = sum;
+            ll[rows[b]] = sum;
         }
-        b0 += B, *done += B;
+        *done += B;
         if (progress) progress(pctx, *done);
     }
-    free(ids), free(nll);
-    return 0;
+    free(len), free(order), free(rows), free(bt), free(ids), free(lab), free(nll);
+    return rc;
 }
 
 int eval_loglik(KdaModel *m, const EvalTokens *r, int64_t n, const EvalSettings *s, double *ll,
                 EvalProgressFn progress, void *pctx, KdaError *err) {
     int64_t *full = kda_malloc((size_t)(n ? n : 1) * sizeof *full), n_full = 0, done = 0;
     int rc = 0;
-    if (s->share_prefix) {
+    if (s->share_prefix && !s->forward) {
         KdaDecodeState st0, st;
         kda_decode_state_init(&st0, &m->cfg), kda_decode_state_init(&st, &m->cfg);
         float *first = kda_malloc((size_t)m->cfg.vocab_size * 2 * sizeof(float));
@@ -400,12 +438,14 @@ int eval_results_write(const char *path, const EvalResults *r, const EvalSetting
     char tmp[PATH_MAX];
     FILE *f = open_atomic(path, tmp, err);
     if (!f) return -1;
+    int on_gpu = s->device && !strcmp(s->device, "cuda");
     fprintf(f, "{\n  \"settings\": {\"model\": ");
     json_write_string(f, model_dir ? model_dir : "", model_dir ? strlen(model_dir) : 0);
     fprintf(f,
-            ", \"bos\": %s, \"max_length\": %lld, \"precision\": \"fp32\", "
+            ", \"bos\": %s, \"max_length\": %lld, \"device\": \"%s\", \"precision\": \"%s\", "
             "\"num_fewshot\": 0, \"emulates\": ",
-            s->bos ? "true" : "false", (long long)s->max_length);
+            s->bos ? "true" : "false", (long long)s->max_length, on_gpu ? "cuda" : "cpu",
+            on_gpu ? "bf16 mixed (GPU)" : "fp32");
     const char *em =
         s->bos ? "lm-eval HF backend after PR #3347 (add_bos_token from the tokenizer: BOS)"
                : "lm-eval HF backend before PR #3347 (add_special_tokens=False: no BOS)";
@@ -489,7 +529,7 @@ void eval_results_compare(FILE *f, const EvalResults *a, const EvalResults *b, c
 // ---- perplexity -------------------------------------------------------------------------------
 
 int eval_perplexity(KdaModel *m, const IndexedDataset *ds, int64_t S, int64_t max_windows,
-                    double *sum_nll, int64_t *n_tokens, EvalProgressFn progress, void *pctx,
+                    const EvalSettings *s, double *sum_nll, int64_t *n_tokens, EvalProgressFn progress, void *pctx,
                     KdaError *err) {
     if (S < 1) return kda_fail(err, "--seq-length must be >= 1");
     int32_t *win = kda_malloc((size_t)(S + 1) * sizeof *win);
@@ -509,7 +549,7 @@ int eval_perplexity(KdaModel *m, const IndexedDataset *ds, int64_t S, int64_t ma
                 }
                 win[fill++] = (int32_t)buf[i];
                 if (fill < S + 1) continue;
-                if (kda_model_forward(m, win, NULL, 1, S + 1, nll, NULL, NULL, err)) rc = -1;
+                if (batch_forward(m, s, win, win, 1, S + 1, nll, err)) rc = -1;
                 for (int64_t t = 0; t < S; t++)
                     *sum_nll += nll[t];
                 *n_tokens += S;
@@ -521,7 +561,7 @@ int eval_perplexity(KdaModel *m, const IndexedDataset *ds, int64_t S, int64_t ma
         }
     }
     if (rc == 0 && !stop && fill >= 2) { // last partial window
-        if (kda_model_forward(m, win, NULL, 1, fill, nll, NULL, NULL, err)) rc = -1;
+        if (batch_forward(m, s, win, win, 1, fill, nll, err)) rc = -1;
         for (int64_t t = 0; t + 1 < fill; t++)
             *sum_nll += nll[t];
         *n_tokens += fill - 1;

@@ -16,9 +16,11 @@
 //     tokens per document instead of choices x (context + continuation); used for a group
 //     when (choices - 1) x context tokens >= 2 x decoded tokens (a decode step is a GEMV);
 //   batched full forward: requests sorted by length, packed into [B, T] batches of at most
-//     batch_tokens tokens (right-padded with token 0; causal, so padding never reaches a
-//     scored position), per-position NLL from kda_model_forward. Used for requests that need
-//     truncation, and for everything when share_prefix = 0.
+//     batch_tokens tokens (eval_plan_batches; right-padded with token 0, labels -100 on context
+//     and padding so only continuation tokens are scored; causal, so padding never reaches a
+//     scored position), per-position NLL from kda_model_forward or EvalSettings.forward (the
+//     GPU). Used for requests that need truncation, for everything when share_prefix = 0, and
+//     for everything on the GPU.
 //
 // Metrics (lm-eval process_results/aggregation): acc = argmax_i ll_i == gold (first maximum
 // wins, like numpy.argmax); acc_norm = argmax_i ll_i / norm_len_i; mean over documents;
@@ -39,11 +41,24 @@
 
 #define EVAL_LM_EVAL_VERSION "lm-eval 0.4.x HF backend (see docs/eval.md)"
 
+// Forward of one padded batch for the batched engine (the contract of kda_model_forward /
+// kda_cuda_model_forward with labels): ids [B, T] int32, labels [B, T] int32 (-100 = not
+// scored), nll [B, T] fp32 out, nll[b, t] = NLL of labels[b, t + 1] given ids[b, 0..t] (0 where
+// ignored). ctx is EvalSettings.forward_ctx.
+typedef int (*EvalForwardFn)(void *ctx, const int32_t *ids, const int32_t *labels, int64_t B,
+                             int64_t T, float *nll, KdaError *err);
+
 typedef struct {
     int bos;              // prepend the tokenizer's BOS id to every request
     int64_t max_length;   // left truncation: at most max_length + 1 tokens per request
     int64_t batch_tokens; // B*T budget of one batched forward (>= max_length + 1 is best)
     int share_prefix;     // 1: prefill + decode engine; 0: batched full forward only
+    // NULL: batches run on the CPU model (kda_model_forward). Set (the GPU): every request goes
+    // through the batched engine with this forward and share_prefix is ignored (the shared-prefix
+    // engine needs the CPU decode step). Perplexity windows use it too.
+    EvalForwardFn forward;
+    void *forward_ctx;
+    const char *device; // results.json "device" ("cpu" when NULL); "cuda" means bf16 precision
 } EvalSettings;
 
 typedef struct {
@@ -58,6 +73,28 @@ typedef struct {
 int eval_encode_request(const KdaTokenizer *tok, const EvalRequest *rq, int bos, int separate,
                         EvalTokens *out, KdaError *err);
 void eval_tokens_free(EvalTokens *t);
+
+// ---- batched engine: device-independent planning (tested on the CPU) -------------------------
+
+// One padded batch: rows order[first .. first + B) of a plan, right-padded to T tokens (T = the
+// length of its first, longest row).
+typedef struct {
+    int64_t first, B, T;
+} EvalBatch;
+
+// Plans the batched engine for n rows of lengths len [n] (>= 1): order [n] gets 0..n-1 sorted by
+// length, longest first (ties: lower index first), cut into consecutive batches, each as large as
+// possible with B*T <= budget (a row longer than the budget runs alone). Returns the number of
+// batches; *batches (malloc'ed, NULL when n == 0) is the caller's to free.
+int64_t eval_plan_batches(const int64_t *len, int64_t n, int64_t budget, int64_t *order,
+                          EvalBatch **batches);
+// Tokens a request feeds the model: min(n_ctx + n_cont, max_length + 1) (left truncation).
+int64_t eval_input_len(const EvalTokens *r, int64_t max_length);
+// Fills one padded batch from the requests r[rows[0..B)]: ids [B, T] int32 = the row's last
+// eval_input_len tokens then token 0; labels [B, T] int32 = the token at continuation positions
+// (the last min(n_cont, len - 1) of the row), -100 on context and padding positions.
+void eval_fill_batch(const EvalTokens *r, const int64_t *rows, int64_t B, int64_t T,
+                     int64_t max_length, int32_t *ids, int32_t *labels);
 
 // Progress callback: requests scored so far (monotone).
 typedef void (*EvalProgressFn)(void *ctx, int64_t done);
@@ -93,7 +130,8 @@ int eval_run_task(KdaModel *m, const KdaTokenizer *tok, const EvalTask *t, const
                   EvalResults *res, FILE *dump, EvalProgressFn progress, void *pctx, KdaError *err);
 void eval_results_free(EvalResults *r);
 
-// results.json: {"settings": {...}, "results": [{task, metric, value, stderr, n, random}]}.
+// results.json: {"settings": {...}, "results": [{task, metric, value, stderr, n, random}]};
+// settings name the device and its precision (cpu: fp32; cuda: bf16 mixed).
 int eval_results_write(const char *path, const EvalResults *r, const EvalSettings *s,
                        const char *model_dir, KdaError *err);
 int eval_results_read(const char *path, EvalResults *r, KdaError *err);
@@ -109,8 +147,9 @@ void eval_results_compare(FILE *f, const EvalResults *a, const EvalResults *b, c
 // [w*S, w*S + S]), so every token but the first is predicted exactly once, with at most S
 // tokens of context; the last partial window is scored too. max_windows > 0 stops early.
 // Outputs the NLL sum and the number of predicted tokens.
+// s->forward (s may be NULL) replaces the CPU forward, as in eval_loglik.
 int eval_perplexity(KdaModel *m, const IndexedDataset *ds, int64_t seq_length, int64_t max_windows,
-                    double *sum_nll, int64_t *n_tokens, EvalProgressFn progress, void *pctx,
-                    KdaError *err);
+                    const EvalSettings *s, double *sum_nll, int64_t *n_tokens,
+                    EvalProgressFn progress, void *pctx, KdaError *err);
 
 #endif

@@ -187,6 +187,44 @@ int kda_generate(KdaModel *m, const int32_t *prompt, int64_t n_prompt, const Kda
     return rc;
 }
 
+int kda_generate_refeed(KdaGenLogitsFn fn, void *ctx, int64_t vocab, const int32_t *prompt,
+                        int64_t n_prompt, const KdaGenOpts *o, int32_t *out, KdaGenTokenFn cb,
+                        void *user, KdaGenStats *stats, KdaError *err) {
+    KdaGenStats st = {n_prompt, 0, 0, 0.0, 0.0, 0};
+    if (n_prompt < 1) return kda_fail(err, "generation needs a prompt of at least one token");
+    int32_t *seq = kda_malloc((size_t)(n_prompt + o->max_new_tokens) * sizeof *seq);
+    memcpy(seq, prompt, (size_t)n_prompt * sizeof *seq);
+    float *logits = kda_malloc((size_t)vocab * sizeof(float));
+    KdaSampler smp = {0};
+    KdaRng rng;
+    rng_seed(&rng, o->seed);
+    int64_t n = n_prompt;
+    double t0 = now_seconds();
+    int rc = o->max_new_tokens > 0 && fn(ctx, seq, n, logits, err) ? -1 : 0;
+    double t1 = now_seconds();
+    st.prefill_s = t1 - t0;
+    while (!rc && st.n_new < o->max_new_tokens) {
+        if (!finite_(logits, vocab)) {
+            rc = kda_fail(err, "non-finite logits at position %lld", (long long)n - 1);
+            break;
+        }
+        int32_t id = kda_sample(&smp, logits, vocab, &o->sample, &rng);
+        if (out) out[st.n_new] = id;
+        st.n_new++;
+        seq[n++] = id;
+        int stop = cb ? cb(id, user) : 0;
+        if (is_eos_(o, id)) st.stopped_eos = 1, stop = 1;
+        if (stop || st.n_new == o->max_new_tokens) break;
+        if (fn(ctx, seq, n, logits, err)) rc = -1;
+        st.n_steps++;
+    }
+    st.decode_s = now_seconds() - t1;
+    if (stats) *stats = st;
+    free(seq), free(logits);
+    kda_sampler_free(&smp);
+    return rc;
+}
+
 // ---- UTF-8 stream -------------------------------------------------------------------------------
 
 // Length of a trailing proper prefix of a well-formed UTF-8 sequence at the end of s[0..n)

@@ -1,6 +1,7 @@
-// generate.h - text generation with a KDA model on the CPU: token sampling (greedy,
-// temperature, top-k, top-p), the prefill + recurrent decode loop, and a UTF-8 stream writer
-// that holds back the bytes of a character split across tokens.
+// generate.h - text generation with a KDA model: token sampling (greedy,
+// temperature, top-k, top-p), the CPU prefill + recurrent decode loop, the whole-sequence
+// re-forward loop of the GPU, and a UTF-8 stream writer that holds back the bytes of a character
+// split across tokens.
 //
 // Sampling order (as HF's logits warpers): temperature, then top-k, then top-p (nucleus) on
 // the top-k survivors renormalized, then one draw from the kept probabilities. Ties at the
@@ -67,6 +68,20 @@ typedef struct {
 // keeps its threads.
 int kda_generate(KdaModel *m, const int32_t *prompt, int64_t n_prompt, const KdaGenOpts *o,
                  int32_t *out, KdaGenTokenFn cb, void *user, KdaGenStats *stats, KdaError *err);
+
+// Logits [vocab] fp32 of the last position of ids [n] (n >= 1), from a forward of the whole
+// sequence (the GPU path: eval/device.h eval_device_logits_last).
+typedef int (*KdaGenLogitsFn)(void *ctx, const int32_t *ids, int64_t n, float *logits,
+                              KdaError *err);
+
+// kda_generate without a recurrent state (the GPU model has no decode step): the same sampling,
+// RNG use, EOS rule, callback and stats, but the logits of every new token come from fn on the
+// whole sequence so far (prompt + generated ids), so token k costs a forward of n_prompt + k
+// tokens: O(T^2) work over a generation, fine for short outputs. prefill_s times the first fn
+// call, decode_s the rest. With equal logits the ids equal kda_generate's.
+int kda_generate_refeed(KdaGenLogitsFn fn, void *ctx, int64_t vocab, const int32_t *prompt,
+                        int64_t n_prompt, const KdaGenOpts *o, int32_t *out, KdaGenTokenFn cb,
+                        void *user, KdaGenStats *stats, KdaError *err);
 
 // Streaming UTF-8 writer: bytes arrive token by token; complete characters are written at
 // once, an incomplete multi-byte character at the end is held until its continuation bytes
