@@ -26,6 +26,7 @@
 #include "cpu/kda_core.h" // defines: KdaDims, kda_chunk_fwd, kda_recurrent_bwd
 #include "cuda/cuda_common.h"
 #include "cuda/kda_cuda.h" // defines: kda_cuda_chunk_fwd, kda_cuda_*_bwd
+#include "cuda/kda_fast.h" // defines: kda_fast_chunk
 
 #define TOL_BF16 1e-2
 #define TOL_F32  2e-5
@@ -115,10 +116,12 @@ typedef struct {
     float *q, *k, *v, *g, *gcum, *beta, *S0, *dO, *dST; // host, S0/dST may be NULL
 } KdaCase;
 
-static void case_make_(KdaCase *c, KdaRng *r, int64_t B, int64_t T, int64_t H, int64_t HV,
-                       int64_t K, int64_t V, int with_state) {
+// c->d.chunk = C is what the GPU gets (and gcum is summed over); the CPU always runs chunk 64
+// (the chunked form is exact for any chunk).
+static void case_make_c_(KdaCase *c, KdaRng *r, int64_t B, int64_t T, int64_t H, int64_t HV,
+                         int64_t K, int64_t V, int64_t C, int with_state) {
     memset(c, 0, sizeof *c);
-    c->d = (KdaDims){B, T, H, HV, K, V, 1.0f / sqrtf((float)K), 64};
+    c->d = (KdaDims){B, T, H, HV, K, V, 1.0f / sqrtf((float)K), C};
     c->nqk = B * T * H * K, c->nv = B * T * HV * V, c->ng = B * T * HV * K, c->nb = B * T * HV;
     c->ns = B * HV * K * V;
     c->q = randn_(r, c->nqk, 0.0f, 1.0f), c->k = randn_(r, c->nqk, 0.0f, 1.0f);
@@ -141,9 +144,9 @@ static void case_make_(KdaCase *c, KdaRng *r, int64_t B, int64_t T, int64_t H, i
     c->gcum = malloc((size_t)c->ng * 4);
     for (int64_t b = 0; b < B; b++)
         for (int64_t jd = 0; jd < HV * K; jd++)
-            for (int64_t t0 = 0; t0 < T; t0 += 64) {
+            for (int64_t t0 = 0; t0 < T; t0 += C) {
                 float acc = 0.0f;
-                for (int64_t t = t0; t < T && t < t0 + 64; t++) {
+                for (int64_t t = t0; t < T && t < t0 + C; t++) {
                     int64_t i = (b * T + t) * HV * K + jd;
                     acc += c->g[i];
                     c->gcum[i] = acc;
@@ -158,15 +161,26 @@ static void case_make_(KdaCase *c, KdaRng *r, int64_t B, int64_t T, int64_t H, i
     }
 }
 
+static void case_make_(KdaCase *c, KdaRng *r, int64_t B, int64_t T, int64_t H, int64_t HV,
+                       int64_t K, int64_t V, int with_state) {
+    case_make_c_(c, r, B, T, H, HV, K, V, 64, with_state);
+}
+
+static KdaDims cpu_dims_(const KdaCase *c) {
+    KdaDims d = c->d;
+    d.chunk = 64;
+    return d;
+}
+
 static void case_free_(KdaCase *c) {
     free(c->q), free(c->k), free(c->v), free(c->g), free(c->gcum), free(c->beta), free(c->S0);
     free(c->dO), free(c->dST);
 }
 
 static void run_fwd_(const KdaCase *c) {
-    const KdaDims *d = &c->d;
+    const KdaDims *d = &c->d, dc = cpu_dims_(c);
     float *o = malloc((size_t)c->nv * 4), *fs = malloc((size_t)c->ns * 4);
-    kda_chunk_fwd(o, fs, c->q, c->k, c->v, c->g, c->beta, c->S0, d);
+    kda_chunk_fwd(o, fs, c->q, c->k, c->v, c->g, c->beta, c->S0, &dc);
     void *q = up_bf16_(c->q, c->nqk), *k = up_bf16_(c->k, c->nqk), *v = up_bf16_(c->v, c->nv);
     void *gc = up_f32_(c->gcum, c->ng), *be = up_f32_(c->beta, c->nb);
     void *S0 = c->S0 ? up_f32_(c->S0, c->ns) : NULL;
@@ -189,16 +203,16 @@ static void run_fwd_(const KdaCase *c) {
 // chunked = 0: kda_cuda_recurrent_bwd vs kda_recurrent_bwd; 1: kda_cuda_chunk_bwd (reads gcum)
 // vs kda_chunk_bwd.
 static void run_bwd_(const KdaCase *c, int chunked) {
-    const KdaDims *d = &c->d;
+    const KdaDims *d = &c->d, dc = cpu_dims_(c);
     float *dq = malloc((size_t)c->nqk * 4), *dk = malloc((size_t)c->nqk * 4);
     float *dv = malloc((size_t)c->nv * 4), *dg = malloc((size_t)c->ng * 4);
     float *db = malloc((size_t)c->nb * 4), *dS0 = malloc((size_t)c->ns * 4);
     if (chunked)
         kda_chunk_bwd(dq, dk, dv, dg, db, dS0, c->dO, c->dST, c->q, c->k, c->v, c->g, c->beta,
-                      c->S0, d);
+                      c->S0, &dc);
     else
         kda_recurrent_bwd(dq, dk, dv, dg, db, dS0, c->dO, c->dST, c->q, c->k, c->v, c->g, c->beta,
-                          c->S0, d);
+                          c->S0, &dc);
     void *q = up_bf16_(c->q, c->nqk), *k = up_bf16_(c->k, c->nqk), *v = up_bf16_(c->v, c->nv);
     void *g = up_f32_(chunked ? c->gcum : c->g, c->ng), *be = up_f32_(c->beta, c->nb),
          *dO = up_bf16_(c->dO, c->nv);
@@ -287,6 +301,63 @@ KDA_TEST(gpu_kda_chunk_bwd) {
     case_make_(&c, &r, 1, 130, 3, 3, 16, 20, 1);
     run_bwd_(&c, 1);
     case_free_(&c);
+}
+
+// ---- the fast path (cuda/kda_fast.h), reached through the same entry points -------------------
+// The chunk is what the model uses (kda_fast_chunk: 32 at K = 32 / V = 64 and 64 / 128, 16 at
+// 128 / 128), so kda_cuda_chunk_* dispatch to the chunk-parallel kernels. Shapes: T = 1, 63, 64,
+// 65, 2048, 4096; B·H from 1 to 128 (the 300M model's micro-batch-16 layer: B = 16, H = 8);
+// GVA; K / V = 32 / 64, 64 / 128, 128 / 128.
+typedef struct {
+    int64_t B, T, H, HV, K, V;
+    int state;
+} FastShape;
+
+static const FastShape FAST_SHAPES[] = {
+    {2, 1, 2, 2, 32, 64, 0},    {2, 63, 2, 2, 32, 64, 1},   {1, 64, 1, 1, 32, 64, 0},
+    {2, 65, 2, 2, 32, 64, 1},   {1, 2048, 1, 1, 32, 64, 1}, {1, 4096, 2, 2, 32, 64, 0},
+    {16, 2048, 8, 8, 32, 64, 0}, {2, 200, 2, 4, 32, 64, 1},  {1, 130, 2, 2, 64, 128, 1},
+    {1, 130, 1, 1, 128, 128, 1}, {2, 97, 1, 2, 128, 128, 0},
+};
+
+// small_only: the shapes with B·T·H <= 1024 (for compute-sanitizer runs, which are slow).
+static void fast_sweep_(int bwd, uint64_t seed, int small_only) {
+    KdaRng r;
+    rng_seed(&r, seed);
+    for (size_t i = 0; i < sizeof FAST_SHAPES / sizeof FAST_SHAPES[0]; i++) {
+        const FastShape *s = &FAST_SHAPES[i];
+        if (small_only && s->B * s->T * s->HV > 1024) continue;
+        int64_t C = kda_fast_chunk(s->K, s->V, g_kctx.info.smem_per_block_optin);
+        printf("  B=%lld T=%lld H=%lld HV=%lld K=%lld V=%lld chunk=%lld state=%d\n",
+               (long long)s->B, (long long)s->T, (long long)s->H, (long long)s->HV,
+               (long long)s->K, (long long)s->V, (long long)C, s->state);
+        CHECK_MSG(C < 64, "K=%lld V=%lld: the fast kernels do not fit", (long long)s->K,
+                  (long long)s->V);
+        KdaCase c;
+        case_make_c_(&c, &r, s->B, s->T, s->H, s->HV, s->K, s->V, C, s->state);
+        if (bwd)
+            run_bwd_(&c, 1);
+        else
+            run_fwd_(&c);
+        case_free_(&c);
+    }
+}
+
+KDA_TEST(gpu_kda_fast_fwd) {
+    if (!gpu_()) return;
+    fast_sweep_(0, 211, 0);
+}
+
+KDA_TEST(gpu_kda_fast_bwd) {
+    if (!gpu_()) return;
+    fast_sweep_(1, 212, 0);
+}
+
+// The small shapes only, forward and backward: what compute-sanitizer (memcheck, racecheck) runs.
+KDA_TEST(gpu_kda_fast_small) {
+    if (!gpu_()) return;
+    fast_sweep_(0, 213, 1);
+    fast_sweep_(1, 214, 1);
 }
 
 #endif

@@ -13,6 +13,7 @@
 #include "cuda/cuda_common.h" // defines: KdaCudaCtx, kda_cuda_*
 #include "cuda/gemm_cuda.h"   // defines: kda_cuda_gemm_*
 #include "cuda/kda_cuda.h"    // defines: kda_cuda_chunk_fwd, kda_cuda_recurrent_bwd
+#include "cuda/kda_fast.h"    // defines: kda_fast_chunk
 #include "cuda/ops_cuda.h"    // defines: kda_cuda_* ops
 
 static KdaCudaCtx g;
@@ -88,7 +89,11 @@ typedef struct {
     float *p, *grad, *m, *vv; // AdamW over NPARAM
     void *pb;
     double *norm;
-    KdaDims d;
+    KdaDims d, d32;     // chunk 64 (the v1 kernels) and the fast path's chunk
+    float *gcum32;      // gcum summed over the fast chunk
+    void *q128, *k128, *v128, *o128, *dO128, *dv128; // K = V = 128 (fast path only)
+    float *gcum128, *dq128, *dk128, *dg128;
+    KdaDims d128;
     KdaCudaAdamScalars s;
 } Bufs;
 
@@ -149,6 +154,29 @@ static int b_kda_cbwd(void *a) {
     return kda_cuda_chunk_bwd(&g, z.dq, z.dk, z.dv, z.dg, z.dbeta, NULL, z.dO, NULL, z.q, z.k, z.v,
                               z.gcum, z.beta, NULL, &z.d);
 }
+static int b_fast_fwd(void *a) {
+    (void)a;
+    return kda_cuda_chunk_fwd(&g, z.o, NULL, z.q, z.k, z.v, z.gcum32, z.beta, NULL, &z.d32);
+}
+static int b_fast_bwd(void *a) {
+    (void)a;
+    return kda_cuda_chunk_bwd(&g, z.dq, z.dk, z.dv, z.dg, z.dbeta, NULL, z.dO, NULL, z.q, z.k, z.v,
+                              z.gcum32, z.beta, NULL, &z.d32);
+}
+static int b_fast_fwdbwd(void *a) {
+    return b_fast_fwd(a) || b_fast_bwd(a);
+}
+static int b_fast128_fwd(void *a) {
+    (void)a;
+    return kda_cuda_chunk_fwd(&g, z.o128, NULL, z.q128, z.k128, z.v128, z.gcum128, z.beta, NULL,
+                              &z.d128);
+}
+static int b_fast128_fwdbwd(void *a) {
+    (void)a;
+    return b_fast128_fwd(a) ||
+           kda_cuda_chunk_bwd(&g, z.dq128, z.dk128, z.dv128, z.dg128, z.dbeta, NULL, z.dO128, NULL,
+                              z.q128, z.k128, z.v128, z.gcum128, z.beta, NULL, &z.d128);
+}
 static int b_adamw(void *a) {
     (void)a;
     return kda_cuda_adamw(&g, z.p, z.pb, z.grad, z.m, z.vv, NPARAM, &z.s, NULL);
@@ -192,8 +220,33 @@ int main(void) {
     z.dg = rand_buf_(&r, nqk, 4, 0, 1);
     z.dbeta = rand_buf_(&r, (int64_t)N * H, 4, 0, 1), z.dv = rand_buf_(&r, nv, 2, 0, 1);
     z.d = (KdaDims){B, T, H, H, K, V, 0.17677670f, 64};
+    int64_t C32 = kda_fast_chunk(K, V, g.info.smem_per_block_optin);
+    z.d32 = z.d, z.d32.chunk = C32;
     // the gate's cumsum for the KDA forward: real log-decays
+    z.gcum32 = rand_buf_(&r, nqk, 4, 0, 1);
+    if (kda_cuda_gate_cumsum_fwd(&g, z.gcum32, z.g, z.f16, z.Alog, z.dtb, B, T, H, K, C32))
+        die_("gate 32");
     if (b_gate_fwd(NULL) || kda_cuda_sync(&g)) die_("gate");
+    // K = V = 128 (same token-heads): q/k/v/o/dO and gradients; the gate cumsum is summed over
+    // the chunk the fast path picks for these dims
+    int64_t n128 = (int64_t)N * H * 128;
+    z.d128 = (KdaDims){B, T, H, H, 128, 128, 0.08838835f, kda_fast_chunk(128, 128,
+                                                                          g.info.smem_per_block_optin)};
+    z.q128 = rand_buf_(&r, n128, 2, 0, .09f), z.k128 = rand_buf_(&r, n128, 2, 0, .09f);
+    z.v128 = rand_buf_(&r, n128, 2, 0, 1), z.o128 = rand_buf_(&r, n128, 2, 0, 1);
+    z.dO128 = rand_buf_(&r, n128, 2, 0, 1), z.dv128 = rand_buf_(&r, n128, 2, 0, 1);
+    z.gcum128 = rand_buf_(&r, n128, 4, 0, 1), z.dq128 = rand_buf_(&r, n128, 4, 0, 1);
+    z.dk128 = rand_buf_(&r, n128, 4, 0, 1), z.dg128 = rand_buf_(&r, n128, 4, 0, 1);
+    {
+        float *g128 = rand_buf_(&r, n128, 4, -0.05f, 0.01f);
+        void *f128 = rand_buf_(&r, n128, 2, 0, 1);
+        float *dtb128 = rand_buf_(&r, H * 128, 4, -3, 1);
+        if (kda_cuda_gate_cumsum_fwd(&g, z.gcum128, g128, f128, z.Alog, dtb128, B, T, H, 128,
+                                     z.d128.chunk))
+            die_("gate 128");
+    }
+    printf("fast path chunk: %lld (K32 V64), %lld (K128 V128)\n", (long long)C32,
+           (long long)z.d128.chunk);
     double th = (double)B * T * H; // token-heads
     struct {
         const char *name;
@@ -211,9 +264,14 @@ int main(void) {
         {"gate+cumsum fwd 16x2048x8x32", b_gate_fwd, (double)N * 256 * 10, 0, 0},
         {"gate bwd 16x2048x8x32", b_gate_bwd, (double)N * 256 * 6, 0, 0},
         {"swiglu fwd 32768x4096", b_swiglu_fwd, (double)N * I * 6, 0, 0},
-        {"kda chunk fwd 16x2048 H8 K32 V64", b_kda_fwd, 0, 0, 1},
-        {"kda recurrent bwd 16x2048 H8 K32 V64", b_kda_bwd, 0, 0, 1},
-        {"kda chunk bwd 16x2048 H8 K32 V64", b_kda_cbwd, 0, 0, 1},
+        {"kda fast fwd 16x2048 H8 K32 V64", b_fast_fwd, 0, 0, 1},
+        {"kda fast bwd 16x2048 H8 K32 V64", b_fast_bwd, 0, 0, 1},
+        {"kda fast fwd+bwd 16x2048 H8 K32 V64", b_fast_fwdbwd, 0, 0, 1},
+        {"kda fast fwd 16x2048 H8 K128 V128", b_fast128_fwd, 0, 0, 1},
+        {"kda fast fwd+bwd 16x2048 H8 K128 V128", b_fast128_fwdbwd, 0, 0, 1},
+        {"kda v1 chunk fwd 16x2048 H8 K32 V64", b_kda_fwd, 0, 0, 1},
+        {"kda v1 recurrent bwd 16x2048 H8 K32 V64", b_kda_bwd, 0, 0, 1},
+        {"kda v1 chunk bwd 16x2048 H8 K32 V64", b_kda_cbwd, 0, 0, 1},
     };
     printf("%-40s %10s %12s\n", "kernel", "ms", "rate");
     for (size_t i = 0; i < sizeof rows / sizeof *rows; i++) {

@@ -104,7 +104,7 @@ if [ -n "$OBJS" ] && [ "${KDA_BENCH:-1}" = 1 ]; then
 fi
 
 if [ "${KDA_SANITIZE:-1}" = 1 ] && command -v compute-sanitizer > /dev/null; then
-    for set in "gpu_device gpu_rmsnorm gpu_l2norm gpu_conv gpu_gate gpu_beta gpu_gnorm gpu_swiglu gpu_embed gpu_adamw gpu_grad" gpu_kda; do
+    for set in "gpu_device gpu_rmsnorm gpu_l2norm gpu_conv gpu_gate gpu_beta gpu_gnorm gpu_swiglu gpu_embed gpu_adamw gpu_grad" gpu_kda_fast_small; do
         t0=$(date +%s)
         timeout "$(budget 45)" compute-sanitizer --tool memcheck --error-exitcode 7 "$BIN" $set \
             > "$OUT/memcheck.log.tmp" 2>&1
@@ -113,7 +113,7 @@ if [ "${KDA_SANITIZE:-1}" = 1 ] && command -v compute-sanitizer > /dev/null; the
         cat "$OUT/memcheck.log.tmp" >> "$OUT/memcheck.log"; rm -f "$OUT/memcheck.log.tmp"
     done
     t0=$(date +%s)
-    timeout "$(budget 45)" compute-sanitizer --tool racecheck --error-exitcode 7 "$BIN" gpu_kda_chunk_fwd \
+    timeout "$(budget 60)" compute-sanitizer --tool racecheck --error-exitcode 7 "$BIN" gpu_kda_fast_small \
         > "$OUT/racecheck.log" 2>&1
     echo "racecheck: rc=$? in $(( $(date +%s) - t0 )) s"
     grep -E 'RACECHECK SUMMARY|ERROR SUMMARY|hazard|passed, ' "$OUT/racecheck.log" | head -5

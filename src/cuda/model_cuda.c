@@ -17,12 +17,12 @@
 #include "model/model.h"    // defines: kda_model_dims
 #include "cuda/gemm_cuda.h" // defines: kda_cuda_gemm_fwd, kda_cuda_gemm_bwd_dx, kda_cuda_gemm_bwd_dw
 #include "cuda/kda_cuda.h"  // defines: kda_cuda_chunk_fwd, kda_cuda_chunk_bwd
+#include "cuda/kda_fast.h"  // defines: kda_fast_chunk
 #include "cuda/ops_cuda.h"  // defines: kda_cuda_rmsnorm_*, conv, gate, beta, gnorm, swiglu, ...
 #include "cuda/xent_cuda.h" // defines: kda_cuda_xent_fwd, kda_cuda_xent_bwd
 
 #define ROW_ALIGN   128                 // elements: device rows start 256-byte aligned (bf16)
 #define L2NORM_EPS  1e-6f               // q/k L2 norm eps, fixed in FLA (§5.3 step 6)
-#define KDA_CHUNK   64                  // chunk of the chunked core (§6)
 #define XENT_BUDGET ((size_t)256 << 20) // bytes of the bf16 logits chunk [N, chunk]
 
 typedef kda_bf16 bf;
@@ -88,6 +88,7 @@ struct KdaCudaModel {
     double *loss_sum, *norm;
     float *coef, *gscale;
     int64_t B, T, n_valid;
+    int64_t chunk; // the KDA core's chunk (kda_fast_chunk: 32 for K = 32, V = 64); gcum uses it too
     int have_fwd;
     int clip_pending;
 };
@@ -244,6 +245,7 @@ int kda_cuda_model_create(KdaCudaModel **out, const KdaConfig *cfg, const KdaPar
         return -1;
     }
     m->ctx_ok = 1;
+    m->chunk = kda_fast_chunk(cfg->head_dim, cfg->head_v_dim, m->ctx.info.smem_per_block_optin);
     m->cfg = *cfg;
     copy_table_(&m->table, t);
     copy_table_(&m->dtab, t);
@@ -324,7 +326,7 @@ static const bf *W_(const KdaCudaModel *m, const float *master) {
 
 static KdaDims dims_(const KdaCudaModel *m) {
     KdaDims d = kda_model_dims(&m->cfg, m->B, m->T);
-    KDA_ASSERT(d.chunk == KDA_CHUNK); // the gate cumsum below is launched with KDA_CHUNK
+    d.chunk = m->chunk; // the chunked form is exact for any chunk; the GPU's is not the CPU's 64
     return d;
 }
 
@@ -364,7 +366,7 @@ static int block_fwd_(KdaCudaModel *m, const KdaLayerTensors *P, DevLayer *L, fl
     TRY(lin_(m, L->f0, L->xa, P->f_proj0, N, D, V));
     TRY(lin_(m, L->f, L->f0, P->f_proj1, N, V, HVK));
     TRY(kda_cuda_gate_cumsum_fwd(x, L->gcum, NULL, L->f, P->A_log, P->dt_bias, m->B, m->T, HV, K,
-                                 KDA_CHUNK));
+                                 d.chunk));
     TRY(lin_(m, L->b, L->xa, P->b_proj, N, D, HV));
     TRY(kda_cuda_beta_fwd(x, L->beta, L->b, N * HV, c->allow_neg_eigval));
     TRY(kda_cuda_chunk_fwd(x, L->o, NULL, L->q, L->k, L->v, L->gcum, L->beta, NULL, &d));
@@ -508,7 +510,7 @@ static int block_bwd_(KdaCudaModel *m, const KdaLayerTensors *P, KdaLayerTensors
                            L->v, L->gcum, L->beta, NULL, &d));
 
     TRY(kda_cuda_gate_cumsum_bwd(x, m->df, G->A_log, G->dt_bias, m->dg, L->f, P->A_log, P->dt_bias,
-                                 m->B, m->T, HV, K, KDA_CHUNK, 0));
+                                 m->B, m->T, HV, K, d.chunk, 0));
     TRY(dw_(m, G->f_proj1, m->df, L->f0, N, V, HVK));
     TRY(dx_(m, m->dlow, KDA_DT_BF16, m->df, P->f_proj1, N, V, HVK, 0));
     TRY(dw_(m, G->f_proj0, m->dlow, L->xa, N, D, V));
@@ -552,10 +554,10 @@ static int backward_dev_(KdaCudaModel *m) {
 
 int kda_cuda_model_backward(KdaCudaModel *m, KdaError *err) {
     if (!m->have_fwd) return kda_fail(err, "kda_cuda_model_backward: no forward to differentiate");
-    if (m->cfg.num_v_heads != m->cfg.num_heads)
+    if (m->cfg.num_v_heads != m->cfg.num_heads && m->chunk == 64) // the fallback core's limit
         return kda_fail(err,
                         "CUDA model: backward with num_v_heads %lld != num_heads %lld (GVA) "
-                        "is not implemented on the GPU",
+                        "needs the fast KDA kernels, which do not fit these head dims",
                         (long long)m->cfg.num_v_heads, (long long)m->cfg.num_heads);
     m->have_fwd = 0;
     if (backward_dev_(m)) return fail_(m, err);

@@ -9,8 +9,9 @@
 //     KDA state fp32; LM head logits bf16 per vocabulary chunk, logsumexp and loss fp32;
 //   * weight gradients fp32-accumulated by the GEMMs (more accurate than FLA's bf16 rounding,
 //     allowed by §8); activation gradients bf16 where they feed GEMMs, fp32 through norms.
-// Supported configs: use_short_conv, the unbounded gate (no lower_bound); backward needs HV == H
-// (the GPU core's backward). Others fail at create / backward with one clear message.
+// Supported configs: use_short_conv, the unbounded gate (no lower_bound); GVA (HV > H) wherever
+// the fast KDA kernels fit the head dims (cuda/kda_fast.h; all of configs/). Others fail at create
+// / backward with one clear message. The KDA core runs with chunk kda_fast_chunk (32 here).
 //
 // Device layout: the five buffers (params, grads, m, v fp32; bf16 copy) share one layout: the
 // parameter table's rows in table order, each row starting at a multiple of 128 elements (so every
