@@ -391,9 +391,10 @@ KDA_TEST(eval_command_end_to_end) {
     free(race);
     snprintf(out, sizeof out, "%s/results.json", dir);
     snprintf(dump, sizeof dump, "%s/requests.jsonl", dir);
-    char *argv[] = {"--model",  model, "--tasks",     "piqa,race", "--data",          dir,
-                    "--output", out,   "--tokenizer", TOKENIZER,   "--dump-requests", dump};
-    CHECK_EQ_INT(cmd_eval(12, argv), 0);
+    char *argv[] = {"--model",     model,     "--tasks",         "piqa,race", "--data",
+                    dir,           "--output",  out,               "--tokenizer", TOKENIZER,
+                    "--dump-requests", dump,    "--device",        "cpu"};
+    CHECK_EQ_INT(cmd_eval(14, argv), 0);
     EvalResults r;
     CHECK(eval_results_read(out, &r, &err) == 0);
     CHECK_EQ_INT(r.n, 3); // piqa acc, acc_norm; race acc
@@ -409,8 +410,8 @@ KDA_TEST(eval_command_end_to_end) {
     char *argv2[] = {"--model",     model,     "--tasks",           "piqa",
                      "--data",      dir,       "--output",          out2,
                      "--tokenizer", TOKENIZER, "--no-share-prefix", "--batch-tokens",
-                     "16"};
-    CHECK_EQ_INT(cmd_eval(13, argv2), 0);
+                     "16",          "--device",  "cpu"};
+    CHECK_EQ_INT(cmd_eval(15, argv2), 0);
     EvalResults r2;
     CHECK(eval_results_read(out2, &r2, &err) == 0);
     CHECK(r2.n == 2 && r2.m[0].value == r.m[0].value); // engines agree on the decisions
