@@ -366,7 +366,8 @@ static void dump_request(FILE *f, const EvalTask *t, int64_t doc, int idx, const
     fprintf(f, "], \"cont_ids\": [");
     for (int64_t i = 0; i < tk->n_cont; i++)
         fprintf(f, "%s%d", i ? ", " : "", tk->ids[tk->n_ctx + i]);
-    fprintf(f, "], \"ll\": %.10g}\n", ll);
+    fprintf(f, "], \"norm_len\": %lld, \"ll\": %.10g}\n", (long long)t->docs[doc].norm_len[idx],
+            ll);
 }
 
 int eval_run_task(KdaModel *m, const KdaTokenizer *tok, const EvalTask *t, const EvalSettings *s,

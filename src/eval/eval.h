@@ -125,7 +125,8 @@ double eval_pooled_stderr(const double *stderrs, const int64_t *sizes, int k);
 
 // Scores every document of t and appends its metrics to res (mmlu: the aggregate, the 4
 // categories and each subject). dump (may be NULL): one JSON line per request with task, doc,
-// idx, context, continuation, token ids and ll (input of tools/reference/eval_reference.py).
+// idx, gold, context, continuation, token ids, norm_len (the acc_norm divisor) and ll (input of
+// tools/reference/eval_reference.py).
 int eval_run_task(KdaModel *m, const KdaTokenizer *tok, const EvalTask *t, const EvalSettings *s,
                   EvalResults *res, FILE *dump, EvalProgressFn progress, void *pctx, KdaError *err);
 void eval_results_free(EvalResults *r);
