@@ -250,8 +250,10 @@ KDA_TEST(gpu_rmsnorm) {
     if (!gpu_()) return;
     KdaRng r;
     rng_seed(&r, 102);
-    const int64_t Ds[] = {24, 1024};
-    for (int di = 0; di < 2; di++)
+    // D = 24, 1024: fused backward, float4 path; 1030: fused, scalar path (D % 4 != 0);
+    // 2048: wider than the fused kernel's shared memory, the two-pass path.
+    const int64_t Ds[] = {24, 1024, 1030, 2048};
+    for (int di = 0; di < 4; di++)
         for (int ti = 0; ti < N_T_SWEEP; ti++) {
             int64_t N = 2 * T_SWEEP[ti], D = Ds[di], n = N * D;
             printf("  N=%lld D=%lld\n", (long long)N, (long long)D);
@@ -285,6 +287,16 @@ KDA_TEST(gpu_rmsnorm) {
             expect_("rmsnorm+residual y bf16", y2, g_y2, n, TOL_BF16);
             expect_("rmsnorm bwd dx += fp32", dx, g_dx, n, TOL_F32);
             expect_("rmsnorm bwd dw += fp32", dw, g_dw, D, TOL_F32);
+            // accumulate = 0: dx overwritten (poisoned first), dw still accumulates
+            float *dx_o = malloc((size_t)n * 4), *dw_o = copy_(dw0, D);
+            rmsnorm_bwd(dx_o, dw_o, dy, x, w, rs, N, D, 0);
+            float *ddx_o = dev_poison_((size_t)n * 4), *ddw_o = dev_f32_(dw0, D);
+            ok_(kda_cuda_rmsnorm_bwd(&g_ctx, ddx_o, ddw_o, ddy, dxg, dwg, drs, N, D, 0));
+            float *g_dx_o = get_f32_(ddx_o, n), *g_dw_o = get_f32_(ddw_o, D);
+            expect_("rmsnorm bwd dx = fp32", dx_o, g_dx_o, n, TOL_F32);
+            expect_("rmsnorm bwd (acc 0) dw += fp32", dw_o, g_dw_o, D, TOL_F32);
+            CHECK_MSG(!memcmp(g_dw, g_dw_o, (size_t)D * 4), "rmsnorm dw differs between runs");
+            free(dx_o), free(dw_o), free(g_dx_o), free(g_dw_o);
             free(x), free(w), free(a), free(dy), free(dx0), free(dw0), free(y), free(rs), free(y2);
             free(rs2), free(z), free(dx), free(dw), free(g_y), free(g_rs), free(g_y2), free(g_z);
             free(g_dx), free(g_dw);
@@ -320,108 +332,149 @@ KDA_TEST(gpu_l2norm) {
         }
 }
 
+// One conv case. misalign = 1 passes every bf16 tensor one element past a 16-byte boundary,
+// which must take the scalar path (results as the vector path's).
+static void conv_case_(KdaRng *r, int64_t B, int64_t T, int64_t C, int64_t W, int misalign) {
+    int64_t n = B * T * C, o = misalign ? 1 : 0;
+    printf("  B=%lld T=%lld C=%lld W=%lld%s\n", (long long)B, (long long)T, (long long)C,
+           (long long)W, misalign ? " (misaligned)" : "");
+    float *p = bf16r_(randn_(r, n, 1.0f), n), *w = randn_(r, C * W, 0.5f);
+    float *dy = bf16r_(randn_(r, n, 1.0f), n), *dw0 = randn_(r, C * W, 1.0f);
+    float *y = malloc((size_t)n * 4), *c = malloc((size_t)n * 4);
+    float *dp = malloc((size_t)n * 4), *dw = copy_(dw0, C * W);
+    conv_silu_fwd(y, c, p, w, B, T, C, W);
+    conv_silu_bwd(dp, dw, dy, p, c, w, B, T, C, W);
+    kda_bf16 *dpg = dev_poison_((size_t)(n + o) * 2), *dyg = dev_poison_((size_t)(n + o) * 2);
+    ok_(kda_cuda_put_bf16(&g_ctx, dpg + o, p, n));
+    ok_(kda_cuda_put_bf16(&g_ctx, dyg + o, dy, n));
+    float *dwg = dev_f32_(w, C * W), *ddw = dev_f32_(dw0, C * W);
+    kda_bf16 *dyo = dev_poison_((size_t)(n + o) * 2), *ddp = dev_poison_((size_t)(n + o) * 2);
+    ok_(kda_cuda_conv_silu_fwd(&g_ctx, dyo + o, dpg + o, dwg, B, T, C, W));
+    ok_(kda_cuda_conv_silu_bwd(&g_ctx, ddp + o, ddw, dyg + o, dpg + o, dwg, B, T, C, W));
+    float *g_y = get_bf16_(dyo + o, n), *g_dp = get_bf16_(ddp + o, n);
+    float *g_dw = get_f32_(ddw, C * W);
+    expect_("conv+silu y bf16", y, g_y, n, TOL_BF16);
+    expect_("conv+silu bwd dp bf16", dp, g_dp, n, TOL_BF16);
+    expect_("conv+silu bwd dw += fp32", dw, g_dw, C * W, TOL_F32);
+    // Determinism contract: a second backward into a fresh dw gives the same bits.
+    float *ddw2 = dev_f32_(dw0, C * W);
+    ok_(kda_cuda_conv_silu_bwd(&g_ctx, ddp + o, ddw2, dyg + o, dpg + o, dwg, B, T, C, W));
+    float *g_dw2 = get_f32_(ddw2, C * W);
+    CHECK_MSG(!memcmp(g_dw, g_dw2, (size_t)(C * W) * 4), "conv dw differs between two runs");
+    free(p), free(w), free(dy), free(dw0), free(y), free(c), free(dp), free(dw);
+    free(g_y), free(g_dp), free(g_dw), free(g_dw2);
+    dfree_all_();
+}
+
+// The kernels tile tokens (16 forward, 32 backward, 8 tiles per block) and take 8 (forward) or
+// 4 (backward) channels per thread when C and the alignment allow. The sweep covers: C with no
+// vector path (5), backward-only vector path (12, 36), both (384, 1000: 125 groups of 8, not a
+// multiple of the 32 groups per block), every W from 1 to 4 and W = 8, T at the tile edges
+// (1, 31, 32, 33 and the chunk sweep), and misaligned pointers.
 KDA_TEST(gpu_conv_silu) {
     if (!gpu_()) return;
     KdaRng r;
     rng_seed(&r, 104);
     const int64_t Cs[] = {5, 384}, Ws[] = {4, 2};
     for (int ci = 0; ci < 2; ci++)
-        for (int ti = 0; ti < N_T_SWEEP; ti++) {
-            int64_t B = 2, T = T_SWEEP[ti], C = Cs[ci], W = Ws[ci], n = B * T * C;
-            printf("  B=%lld T=%lld C=%lld W=%lld\n", (long long)B, (long long)T, (long long)C,
-                   (long long)W);
-            float *p = bf16r_(randn_(&r, n, 1.0f), n), *w = randn_(&r, C * W, 0.5f);
-            float *dy = bf16r_(randn_(&r, n, 1.0f), n), *dw0 = randn_(&r, C * W, 1.0f);
-            float *y = malloc((size_t)n * 4), *c = malloc((size_t)n * 4);
-            float *dp = malloc((size_t)n * 4), *dw = copy_(dw0, C * W);
-            conv_silu_fwd(y, c, p, w, B, T, C, W);
-            conv_silu_bwd(dp, dw, dy, p, c, w, B, T, C, W);
-            kda_bf16 *dpg = dev_bf16_(p, n), *dyg = dev_bf16_(dy, n);
-            float *dwg = dev_f32_(w, C * W), *ddw = dev_f32_(dw0, C * W);
-            kda_bf16 *dyo = dev_poison_((size_t)n * 2), *ddp = dev_poison_((size_t)n * 2);
-            ok_(kda_cuda_conv_silu_fwd(&g_ctx, dyo, dpg, dwg, B, T, C, W));
-            ok_(kda_cuda_conv_silu_bwd(&g_ctx, ddp, ddw, dyg, dpg, dwg, B, T, C, W));
-            float *g_y = get_bf16_(dyo, n), *g_dp = get_bf16_(ddp, n), *g_dw = get_f32_(ddw, C * W);
-            expect_("conv+silu y bf16", y, g_y, n, TOL_BF16);
-            expect_("conv+silu bwd dp bf16", dp, g_dp, n, TOL_BF16);
-            expect_("conv+silu bwd dw += fp32", dw, g_dw, C * W, TOL_F32);
-            free(p), free(w), free(dy), free(dw0), free(y), free(c), free(dp), free(dw);
-            free(g_y), free(g_dp), free(g_dw);
-            dfree_all_();
-        }
+        for (int ti = 0; ti < N_T_SWEEP; ti++)
+            conv_case_(&r, 2, T_SWEEP[ti], Cs[ci], Ws[ci], 0);
+    static const struct {
+        int64_t B, T, C, W;
+        int mis;
+    } cases[] = {
+        {2, 63, 12, 3, 0}, {3, 33, 36, 8, 0}, {1, 1, 1000, 4, 0},    {2, 65, 1000, 4, 0},
+        {2, 31, 8, 1, 0},  {2, 32, 16, 2, 0}, {1, 2048, 1000, 3, 0}, {2, 63, 384, 4, 1},
+        {17, 7, 24, 4, 0}, {2, 2, 8, 8, 0},   {2, 200, 1024, 4, 0},
+    };
+    for (size_t k = 0; k < sizeof cases / sizeof cases[0]; k++)
+        conv_case_(&r, cases[k].B, cases[k].T, cases[k].C, cases[k].W, cases[k].mis);
 }
 
+static void gate_case_(KdaRng *r, int64_t B, int64_t T, int64_t HV, int64_t K, int64_t chunk) {
+    int64_t HK = HV * K, N = B * T, n = N * HK;
+    printf("  B=%lld T=%lld HV=%lld K=%lld\n", (long long)B, (long long)T, (long long)HV,
+           (long long)K);
+    float *f = randn_(r, n, 2.0f);
+    for (int64_t i = 0; i < n; i += 97)
+        f[i] = 24.0f; // the softplus threshold branch
+    bf16r_(f, n);
+    float *A_log = malloc((size_t)HV * 4), *dtb = malloc((size_t)HK * 4);
+    for (int64_t j = 0; j < HV; j++)
+        A_log[j] = (float)log(1.0 + 15.0 * rng_uniform(r));
+    for (int64_t i = 0; i < HK; i++)
+        dtb[i] = (float)(-4.0 + 3.0 * rng_uniform(r));
+    float *dgc = randn_(r, n, 1.0f), *dA0 = randn_(r, HV, 1.0f), *ddt0 = randn_(r, HK, 1.f);
+    // CPU: gate, chunk cumsum; reverse cumsum of dgcum, gate backward
+    float *g = malloc((size_t)n * 4), *gc = malloc((size_t)n * 4), *dg = malloc((size_t)n * 4);
+    float *df = malloc((size_t)n * 4), *dA = copy_(dA0, HV), *ddt = copy_(ddt0, HK);
+    kda_gate_fwd(g, f, A_log, dtb, N, HV, K, NULL);
+    for (int64_t b = 0; b < B; b++)
+        for (int64_t c0 = 0; c0 < T; c0 += chunk)
+            for (int64_t jd = 0; jd < HK; jd++) {
+                int64_t c1 = c0 + chunk < T ? c0 + chunk : T;
+                float acc = 0.0f;
+                for (int64_t t = c0; t < c1; t++) {
+                    int64_t i = (b * T + t) * HK + jd;
+                    acc += g[i];
+                    gc[i] = acc;
+                }
+                acc = 0.0f;
+                for (int64_t t = c1 - 1; t >= c0; t--) {
+                    int64_t i = (b * T + t) * HK + jd;
+                    acc += dgc[i];
+                    dg[i] = acc;
+                }
+            }
+    kda_gate_bwd(df, dA, ddt, dg, f, A_log, dtb, N, HV, K, NULL);
+    // GPU
+    kda_bf16 *dfr = dev_bf16_(f, n);
+    float *dAl = dev_f32_(A_log, HV), *ddtb = dev_f32_(dtb, HK), *ddgc = dev_f32_(dgc, n);
+    float *dgo = dev_poison_((size_t)n * 4), *dgco = dev_poison_((size_t)n * 4);
+    kda_bf16 *ddf = dev_poison_((size_t)n * 2);
+    float *ddA = dev_f32_(dA0, HV), *dddt = dev_f32_(ddt0, HK);
+    ok_(kda_cuda_gate_cumsum_fwd(&g_ctx, dgco, dgo, dfr, dAl, ddtb, B, T, HV, K, chunk));
+    ok_(kda_cuda_gate_cumsum_bwd(&g_ctx, ddf, ddA, dddt, ddgc, dfr, dAl, ddtb, B, T, HV, K, chunk,
+                                 1));
+    float *g_g = get_f32_(dgo, n), *g_gc = get_f32_(dgco, n), *g_df = get_bf16_(ddf, n);
+    float *g_dA = get_f32_(ddA, HV), *g_ddt = get_f32_(dddt, HK);
+    expect_("gate g fp32", g, g_g, n, TOL_F32);
+    expect_("gate chunk cumsum fp32", gc, g_gc, n, TOL_F32);
+    expect_("gate bwd df bf16", df, g_df, n, TOL_BF16);
+    expect_("gate bwd dA_log += fp32", dA, g_dA, HV, TOL_F32);
+    expect_("gate bwd ddt_bias += fp32", ddt, g_ddt, HK, TOL_F32);
+    // from_cumsum = 0: the input is already dg (what the KDA core backward returns)
+    float *ddg = dev_f32_(dg, n), *ddA2 = dev_f32_(dA0, HV), *dddt2 = dev_f32_(ddt0, HK);
+    kda_bf16 *ddf2 = dev_poison_((size_t)n * 2);
+    ok_(kda_cuda_gate_cumsum_bwd(&g_ctx, ddf2, ddA2, dddt2, ddg, dfr, dAl, ddtb, B, T, HV, K, chunk,
+                                 0));
+    float *g_df2 = get_bf16_(ddf2, n), *g_dA2 = get_f32_(ddA2, HV);
+    float *g_ddt2 = get_f32_(dddt2, HK);
+    expect_("gate bwd (dg input) df bf16", df, g_df2, n, TOL_BF16);
+    expect_("gate bwd (dg input) dA_log fp32", dA, g_dA2, HV, TOL_F32);
+    // The kernel's running sum of dgcum adds in the CPU loop's order (fp32, no FMA), so
+    // both runs see the same dg bits; fixed-order reductions then give the same sums.
+    CHECK_MSG(!memcmp(g_dA, g_dA2, (size_t)HV * 4), "gate dA_log differs between runs");
+    CHECK_MSG(!memcmp(g_ddt, g_ddt2, (size_t)HK * 4), "gate ddt_bias differs between runs");
+    free(g_df2), free(g_dA2), free(g_ddt2);
+    free(f), free(A_log), free(dtb), free(dgc), free(dA0), free(ddt0), free(g), free(gc);
+    free(dg), free(df), free(dA), free(ddt), free(g_g), free(g_gc), free(g_df), free(g_dA);
+    free(g_ddt);
+    dfree_all_();
+}
+
+// The backward walks each chunk in groups of 8 tokens (partial groups at T = 1, 63, 65, 130
+// and chunk 48) and reduces dA_log over (chunk, d) with a stride of 256 entries (K = 20 does not
+// divide 256). dA_log and ddt_bias must be the same bits in two runs (fixed-order reductions).
 KDA_TEST(gpu_gate_cumsum) {
     if (!gpu_()) return;
     KdaRng r;
     rng_seed(&r, 105);
-    const int64_t HV = 4, K = 32, chunk = 64;
-    for (int ti = 0; ti < N_T_SWEEP; ti++) {
-        int64_t B = 2, T = T_SWEEP[ti], HK = HV * K, N = B * T, n = N * HK;
-        printf("  B=%lld T=%lld HV=%lld K=%lld\n", (long long)B, (long long)T, (long long)HV,
-               (long long)K);
-        float *f = randn_(&r, n, 2.0f);
-        for (int64_t i = 0; i < n; i += 97)
-            f[i] = 24.0f; // the softplus threshold branch
-        bf16r_(f, n);
-        float *A_log = malloc((size_t)HV * 4), *dtb = malloc((size_t)HK * 4);
-        for (int64_t j = 0; j < HV; j++)
-            A_log[j] = (float)log(1.0 + 15.0 * rng_uniform(&r));
-        for (int64_t i = 0; i < HK; i++)
-            dtb[i] = (float)(-4.0 + 3.0 * rng_uniform(&r));
-        float *dgc = randn_(&r, n, 1.0f), *dA0 = randn_(&r, HV, 1.0f), *ddt0 = randn_(&r, HK, 1.f);
-        // CPU: gate, chunk cumsum; reverse cumsum of dgcum, gate backward
-        float *g = malloc((size_t)n * 4), *gc = malloc((size_t)n * 4), *dg = malloc((size_t)n * 4);
-        float *df = malloc((size_t)n * 4), *dA = copy_(dA0, HV), *ddt = copy_(ddt0, HK);
-        kda_gate_fwd(g, f, A_log, dtb, N, HV, K, NULL);
-        for (int64_t b = 0; b < B; b++)
-            for (int64_t c0 = 0; c0 < T; c0 += chunk)
-                for (int64_t jd = 0; jd < HK; jd++) {
-                    int64_t c1 = c0 + chunk < T ? c0 + chunk : T;
-                    float acc = 0.0f;
-                    for (int64_t t = c0; t < c1; t++) {
-                        int64_t i = (b * T + t) * HK + jd;
-                        acc += g[i];
-                        gc[i] = acc;
-                    }
-                    acc = 0.0f;
-                    for (int64_t t = c1 - 1; t >= c0; t--) {
-                        int64_t i = (b * T + t) * HK + jd;
-                        acc += dgc[i];
-                        dg[i] = acc;
-                    }
-                }
-        kda_gate_bwd(df, dA, ddt, dg, f, A_log, dtb, N, HV, K, NULL);
-        // GPU
-        kda_bf16 *dfr = dev_bf16_(f, n);
-        float *dAl = dev_f32_(A_log, HV), *ddtb = dev_f32_(dtb, HK), *ddgc = dev_f32_(dgc, n);
-        float *dgo = dev_poison_((size_t)n * 4), *dgco = dev_poison_((size_t)n * 4);
-        kda_bf16 *ddf = dev_poison_((size_t)n * 2);
-        float *ddA = dev_f32_(dA0, HV), *dddt = dev_f32_(ddt0, HK);
-        ok_(kda_cuda_gate_cumsum_fwd(&g_ctx, dgco, dgo, dfr, dAl, ddtb, B, T, HV, K, chunk));
-        ok_(kda_cuda_gate_cumsum_bwd(&g_ctx, ddf, ddA, dddt, ddgc, dfr, dAl, ddtb, B, T, HV, K,
-                                     chunk, 1));
-        float *g_g = get_f32_(dgo, n), *g_gc = get_f32_(dgco, n), *g_df = get_bf16_(ddf, n);
-        float *g_dA = get_f32_(ddA, HV), *g_ddt = get_f32_(dddt, HK);
-        expect_("gate g fp32", g, g_g, n, TOL_F32);
-        expect_("gate chunk cumsum fp32", gc, g_gc, n, TOL_F32);
-        expect_("gate bwd df bf16", df, g_df, n, TOL_BF16);
-        expect_("gate bwd dA_log += fp32", dA, g_dA, HV, TOL_F32);
-        expect_("gate bwd ddt_bias += fp32", ddt, g_ddt, HK, TOL_F32);
-        // from_cumsum = 0: the input is already dg (what the KDA core backward returns)
-        float *ddg = dev_f32_(dg, n), *ddA2 = dev_f32_(dA0, HV), *dddt2 = dev_f32_(ddt0, HK);
-        kda_bf16 *ddf2 = dev_poison_((size_t)n * 2);
-        ok_(kda_cuda_gate_cumsum_bwd(&g_ctx, ddf2, ddA2, dddt2, ddg, dfr, dAl, ddtb, B, T, HV, K,
-                                     chunk, 0));
-        float *g_df2 = get_bf16_(ddf2, n), *g_dA2 = get_f32_(ddA2, HV);
-        expect_("gate bwd (dg input) df bf16", df, g_df2, n, TOL_BF16);
-        expect_("gate bwd (dg input) dA_log fp32", dA, g_dA2, HV, TOL_F32);
-        free(g_df2), free(g_dA2);
-        free(f), free(A_log), free(dtb), free(dgc), free(dA0), free(ddt0), free(g), free(gc);
-        free(dg), free(df), free(dA), free(ddt), free(g_g), free(g_gc), free(g_df), free(g_dA);
-        free(g_ddt);
-        dfree_all_();
-    }
+    for (int ti = 0; ti < N_T_SWEEP; ti++)
+        gate_case_(&r, 2, T_SWEEP[ti], 4, 32, 64);
+    gate_case_(&r, 3, 130, 3, 20, 64);
+    gate_case_(&r, 2, 100, 2, 300, 48);  // K > 256: the reduction's step is 0 chunks + 256 d
+    gate_case_(&r, 16, 2048, 8, 32, 64); // the 300M model's shape
 }
 
 KDA_TEST(gpu_beta) {
@@ -482,29 +535,49 @@ KDA_TEST(gpu_gnorm) {
         }
 }
 
+// One SwiGLU case over n elements, the bf16 tensors `off` elements past a 16-byte boundary.
+// The kernels take 16-byte groups when every pointer is aligned and finish the n % 8 tail
+// one element at a time; off != 0 takes the scalar path throughout.
+static void swiglu_case_(KdaRng *r, int64_t n, int64_t off) {
+    printf("  n=%lld offset=%lld\n", (long long)n, (long long)off);
+    float *a = bf16r_(randn_(r, n, 2.0f), n), *b = bf16r_(randn_(r, n, 1.0f), n);
+    float *dm = bf16r_(randn_(r, n, 1.0f), n);
+    float *m = malloc((size_t)n * 4), *da = malloc((size_t)n * 4), *db = malloc((size_t)n * 4);
+    swiglu_fwd(m, a, b, n);
+    swiglu_bwd(da, db, dm, a, b, n);
+    size_t bytes = (size_t)(n + off) * 2;
+    kda_bf16 *dag = dev_poison_(bytes), *dbg = dev_poison_(bytes), *ddm = dev_poison_(bytes);
+    ok_(kda_cuda_put_bf16(&g_ctx, dag + off, a, n));
+    ok_(kda_cuda_put_bf16(&g_ctx, dbg + off, b, n));
+    ok_(kda_cuda_put_bf16(&g_ctx, ddm + off, dm, n));
+    kda_bf16 *dmo = dev_poison_(bytes), *dda = dev_poison_(bytes), *ddb = dev_poison_(bytes);
+    ok_(kda_cuda_swiglu_fwd(&g_ctx, dmo + off, dag + off, dbg + off, n));
+    ok_(kda_cuda_swiglu_bwd(&g_ctx, dda + off, ddb + off, ddm + off, dag + off, dbg + off, n));
+    float *g_m = get_bf16_(dmo + off, n), *g_da = get_bf16_(dda + off, n);
+    float *g_db = get_bf16_(ddb + off, n);
+    expect_("swiglu m bf16", m, g_m, n, TOL_BF16);
+    expect_("swiglu bwd da bf16", da, g_da, n, TOL_BF16);
+    expect_("swiglu bwd db bf16", db, g_db, n, TOL_BF16);
+    // In place (m = b, as the benchmark calls it): the same values as out of place.
+    ok_(kda_cuda_swiglu_fwd(&g_ctx, dbg + off, dag + off, dbg + off, n));
+    float *g_m2 = get_bf16_(dbg + off, n);
+    CHECK_MSG(!memcmp(g_m, g_m2, (size_t)n * 4), "swiglu in place differs");
+    free(a), free(b), free(dm), free(m), free(da), free(db), free(g_m), free(g_da), free(g_db);
+    free(g_m2);
+    dfree_all_();
+}
+
 KDA_TEST(gpu_swiglu) {
     if (!gpu_()) return;
     KdaRng r;
     rng_seed(&r, 108);
-    for (int ti = 0; ti < N_T_SWEEP; ti++) {
-        int64_t n = 2 * T_SWEEP[ti] * 352; // rows of I = 352 (small MLP)
-        float *a = bf16r_(randn_(&r, n, 2.0f), n), *b = bf16r_(randn_(&r, n, 1.0f), n);
-        float *dm = bf16r_(randn_(&r, n, 1.0f), n);
-        float *m = malloc((size_t)n * 4), *da = malloc((size_t)n * 4), *db = malloc((size_t)n * 4);
-        swiglu_fwd(m, a, b, n);
-        swiglu_bwd(da, db, dm, a, b, n);
-        kda_bf16 *dag = dev_bf16_(a, n), *dbg = dev_bf16_(b, n), *ddm = dev_bf16_(dm, n);
-        kda_bf16 *dmo = dev_poison_((size_t)n * 2), *dda = dev_poison_((size_t)n * 2);
-        kda_bf16 *ddb = dev_poison_((size_t)n * 2);
-        ok_(kda_cuda_swiglu_fwd(&g_ctx, dmo, dag, dbg, n));
-        ok_(kda_cuda_swiglu_bwd(&g_ctx, dda, ddb, ddm, dag, dbg, n));
-        float *g_m = get_bf16_(dmo, n), *g_da = get_bf16_(dda, n), *g_db = get_bf16_(ddb, n);
-        expect_("swiglu m bf16", m, g_m, n, TOL_BF16);
-        expect_("swiglu bwd da bf16", da, g_da, n, TOL_BF16);
-        expect_("swiglu bwd db bf16", db, g_db, n, TOL_BF16);
-        free(a), free(b), free(dm), free(m), free(da), free(db), free(g_m), free(g_da), free(g_db);
-        dfree_all_();
-    }
+    for (int ti = 0; ti < N_T_SWEEP; ti++)
+        swiglu_case_(&r, 2 * T_SWEEP[ti] * 352, 0); // rows of I = 352 (small MLP)
+    swiglu_case_(&r, 1, 0);                         // tail only
+    swiglu_case_(&r, 7, 0);
+    swiglu_case_(&r, 2 * 63 * 353, 0);  // n % 8 = 6: vector groups + a 6-element tail
+    swiglu_case_(&r, 2 * 63 * 353, 1);  // misaligned: scalar path
+    swiglu_case_(&r, (1 << 22) + 3, 0); // large: one 8-group per thread, then a 3-element tail
 }
 
 // Embedding forward is a copy and the backward adds in the CPU's order: both must be exact.

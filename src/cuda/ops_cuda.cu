@@ -3,8 +3,12 @@
 // the order of the header.
 //
 // Row kernels use one warp per row (8 rows per 256-thread block). Column sums over rows (weight
-// gradients) are deterministic: a first kernel sums fixed tiles of TILE_ROWS rows per column in
-// double, a second adds the tiles in order. Elementwise kernels use grid-stride loops.
+// gradients) are deterministic: a first kernel (or the operator's own kernel, for the fused
+// RMSNorm and conv backwards) sums fixed tiles of rows per column in double, colsum_finish adds
+// the tiles in a fixed two-level order. Elementwise kernels use grid-stride loops.
+// Bandwidth: the hot kernels move 8 or 16 bytes per access (vector paths, taken when sizes and
+// pointer alignment allow, with a scalar twin of the same code otherwise); one 2-byte access per
+// thread keeps too few bytes in flight to reach HBM bandwidth.
 #include <cub/device/device_radix_sort.cuh>
 
 #include "cuda/cuda_internal.h" // defines: bf2f, f2bf, warp_sum, CEIL_DIV, KDA_CUDA_REQUIRE
@@ -17,24 +21,63 @@ namespace {
 
 // ---- deterministic column sums -----------------------------------------------------------------
 
-// out[c] += Σ_p part[p, c] (p in increasing order), c < ncols.
+// out[c] += Σ_p part[p, c], c < ncols. Two levels in a fixed order (depends on P only): a
+// block is 32 columns x FIN_SEG threads; thread (c, s) sums p = s, s + FIN_SEG, ... in
+// increasing p, then thread (c, 0) adds the FIN_SEG segment sums in increasing s. A single
+// thread per column (the first version) ran P dependent loads in series: 0.8 ms for the gate's
+// 16k partials per head.
+#define FIN_SEG 8
 __global__ void colsum_finish_k(float *out, const double *part, int64_t P, int64_t ncols) {
-    int64_t c = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
-    if (c >= ncols) return;
+    __shared__ double sh[FIN_SEG][32];
+    int64_t c = (int64_t)blockIdx.x * 32 + threadIdx.x;
     double s = 0.0;
-    for (int64_t p = 0; p < P; p++)
-        s += part[p * ncols + c];
-    out[c] += (float)s;
+    if (c < ncols) {
+        int64_t p = threadIdx.y;
+        for (; p + 3 * FIN_SEG < P; p += 4 * FIN_SEG) { // 4 independent loads in flight
+            double a0 = part[p * ncols + c], a1 = part[(p + FIN_SEG) * ncols + c];
+            double a2 = part[(p + 2 * FIN_SEG) * ncols + c];
+            double a3 = part[(p + 3 * FIN_SEG) * ncols + c];
+            s += a0;
+            s += a1;
+            s += a2;
+            s += a3;
+        }
+        for (; p < P; p += FIN_SEG)
+            s += part[p * ncols + c];
+    }
+    sh[threadIdx.y][threadIdx.x] = s;
+    __syncthreads();
+    if (threadIdx.y == 0 && c < ncols) {
+        double t = 0.0;
+        for (int k = 0; k < FIN_SEG; k++)
+            t += sh[k][threadIdx.x];
+        out[c] += (float)t;
+    }
 }
 
-// part[p, c] = Σ_{r in tile p} f(r, c) for a functor f (the product whose column sum is wanted).
+// Launch of colsum_finish_k for ncols columns.
+void colsum_finish(cudaStream_t st, float *out, const double *part, int64_t P, int64_t ncols) {
+    colsum_finish_k<<<(unsigned)CEIL_DIV(ncols, (int64_t)32), dim3(32, FIN_SEG), 0, st>>>(out, part,
+                                                                                          P, ncols);
+}
+
+// part[p, c] = Σ_{r in tile p} f(r, c) for a functor f (the product whose column sum is wanted),
+// rows in increasing order. Rows go 8 at a time, all 8 values loaded before the adds, so each
+// thread has 8 independent loads in flight instead of one (the adds keep the row order).
 template <class F> __global__ void colsum_partial_k(double *part, int64_t N, int64_t ncols, F f) {
     int64_t c = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
     if (c >= ncols) return;
     int64_t r0 = (int64_t)blockIdx.y * TILE_ROWS, r1 = min(r0 + TILE_ROWS, N);
     double s = 0.0;
-    for (int64_t r = r0; r < r1; r++)
-        s += (double)f(r, c);
+    for (int64_t r = r0; r < r1; r += 8) {
+        float v[8];
+#pragma unroll
+        for (int u = 0; u < 8; u++)
+            v[u] = r + u < r1 ? f(r + u, c) : 0.0f;
+#pragma unroll
+        for (int u = 0; u < 8; u++)
+            if (r + u < r1) s += (double)v[u];
+    }
     part[(int64_t)blockIdx.y * ncols + c] = s;
 }
 
@@ -47,8 +90,7 @@ template <class F> int colsum_add(KdaCudaCtx *ctx, float *out, int64_t N, int64_
     dim3 grid((unsigned)CEIL_DIV(ncols, (int64_t)256), (unsigned)P);
     colsum_partial_k<<<grid, 256, 0, ctx->stream>>>(part, N, ncols, f);
     CUDA_CHECK_LAUNCH(ctx);
-    colsum_finish_k<<<(unsigned)CEIL_DIV(ncols, (int64_t)256), 256, 0, ctx->stream>>>(out, part, P,
-                                                                                      ncols);
+    colsum_finish(ctx->stream, out, part, P, ncols);
     CUDA_CHECK_LAUNCH(ctx);
     return 0;
 }
@@ -60,6 +102,71 @@ __device__ __forceinline__ int64_t warp_row(int64_t N) {
 
 unsigned row_blocks(int64_t N) {
     return (unsigned)CEIL_DIV(N, (int64_t)ROWS_PER_BLOCK);
+}
+
+// ---- vector bf16 access: VEC consecutive elements as one 2·VEC-byte load/store ---------------
+// VEC = 8 (16 B), 4 (8 B) or 1 (scalar fallback). The caller guarantees the alignment
+// (vec_ok below). Element 0 is the low half of the first 32-bit word (little endian).
+__device__ __forceinline__ void unpack2(unsigned u, float &lo, float &hi) {
+    lo = __uint_as_float(u << 16);
+    hi = __uint_as_float(u & 0xffff0000u);
+}
+__device__ __forceinline__ unsigned pack2(float lo, float hi) {
+    return (unsigned)f2bf(lo) | ((unsigned)f2bf(hi) << 16);
+}
+template <int VEC> __device__ __forceinline__ void ld_bf(float (&v)[VEC], const kda_bf16 *p) {
+    if constexpr (VEC == 8) {
+        uint4 u = *reinterpret_cast<const uint4 *>(p);
+        unpack2(u.x, v[0], v[1]);
+        unpack2(u.y, v[2], v[3]);
+        unpack2(u.z, v[4], v[5]);
+        unpack2(u.w, v[6], v[7]);
+    } else if constexpr (VEC == 4) {
+        uint2 u = *reinterpret_cast<const uint2 *>(p);
+        unpack2(u.x, v[0], v[1]);
+        unpack2(u.y, v[2], v[3]);
+    } else {
+        static_assert(VEC == 1, "VEC is 1, 4 or 8");
+        v[0] = bf2f(*p);
+    }
+}
+template <int VEC> __device__ __forceinline__ void st_bf(kda_bf16 *p, const float (&v)[VEC]) {
+    if constexpr (VEC == 8) {
+        *reinterpret_cast<uint4 *>(p) =
+            make_uint4(pack2(v[0], v[1]), pack2(v[2], v[3]), pack2(v[4], v[5]), pack2(v[6], v[7]));
+    } else if constexpr (VEC == 4) {
+        *reinterpret_cast<uint2 *>(p) = make_uint2(pack2(v[0], v[1]), pack2(v[2], v[3]));
+    } else {
+        static_assert(VEC == 1, "VEC is 1, 4 or 8");
+        *p = f2bf(v[0]);
+    }
+}
+
+// fp32 counterparts (VEC = 4: one 16-byte access).
+template <int VEC> __device__ __forceinline__ void ld_f(float (&v)[VEC], const float *p) {
+    if constexpr (VEC == 4) {
+        float4 u = *reinterpret_cast<const float4 *>(p);
+        v[0] = u.x, v[1] = u.y, v[2] = u.z, v[3] = u.w;
+    } else {
+        static_assert(VEC == 1, "VEC is 1 or 4");
+        v[0] = *p;
+    }
+}
+template <int VEC> __device__ __forceinline__ void st_f(float *p, const float (&v)[VEC]) {
+    if constexpr (VEC == 4) {
+        *reinterpret_cast<float4 *>(p) = make_float4(v[0], v[1], v[2], v[3]);
+    } else {
+        static_assert(VEC == 1, "VEC is 1 or 4");
+        *p = v[0];
+    }
+}
+
+// True when every pointer is aligned to `bytes` (a null pointer counts as aligned).
+__host__ __forceinline__ bool aligned_(size_t bytes, const void *a, const void *b = NULL,
+                                       const void *c = NULL, const void *d = NULL,
+                                       const void *e = NULL) {
+    return (((uintptr_t)a | (uintptr_t)b | (uintptr_t)c | (uintptr_t)d | (uintptr_t)e) &
+            (bytes - 1)) == 0;
 }
 
 // ---- RMSNorm -----------------------------------------------------------------------------------
@@ -101,6 +208,64 @@ __global__ void rmsnorm_bwd_k(float *dx, const float *dy, const float *x, const 
     for (int64_t d = lane; d < D; d += 32) {
         float v = rs * (dyr[d] * w[d] - xr[d] * rs * m);
         dx[r * D + d] = accumulate ? dx[r * D + d] + v : v;
+    }
+}
+
+// Fused backward for D <= RMS_FUSED_MAX_D: dx as rmsnorm_bwd_k, and the dw column sums of the
+// block's TILE_ROWS rows without a second pass over dy and x (which cost ~8 of the 24 B/elem).
+// Warp k takes rows r0 + k, r0 + k + 8, ... and adds dy ⊙ x̂ into its own fp32 row acc[k][:]
+// of shared memory (rows in increasing order, no atomics); the block then writes
+// part[blockIdx.x, d] = Σ_k acc[k][d] in double, k increasing, and colsum_finish adds the
+// tiles. VEC = 4: float4 loads (D % 4 == 0, 16-byte aligned rows), else 1.
+#define RMS_FUSED_MAX_D 1536 // 8 warps x D x 4 B of shared memory <= 48 KB
+template <int VEC>
+__global__ void __launch_bounds__(32 * ROWS_PER_BLOCK)
+    rmsnorm_bwd_fused_k(float *dx, double *part, const float *dy, const float *x, const float *w,
+                        const float *rstd, int64_t N, int64_t D, int accumulate) {
+    extern __shared__ float acc[]; // [ROWS_PER_BLOCK][D]
+    int warp = threadIdx.x / 32, lane = threadIdx.x & 31;
+    float *my = acc + (int64_t)warp * D;
+    for (int64_t d = lane; d < D; d += 32)
+        my[d] = 0.0f;
+    __syncwarp(); // the VEC = 4 loop below reads columns another lane zeroed
+    int64_t r0 = (int64_t)blockIdx.x * TILE_ROWS, r1 = min(r0 + TILE_ROWS, N);
+    for (int64_t r = r0 + warp; r < r1; r += ROWS_PER_BLOCK) {
+        const float *xr = x + r * D, *dyr = dy + r * D;
+        float *dxr = dx + r * D;
+        float rs = rstd[r], dot = 0.0f; // Σ (dy ⊙ w) ⊙ x̂
+#pragma unroll 4
+        for (int64_t d = lane * VEC; d < D; d += 32 * VEC) {
+            float a[VEC], b[VEC], c[VEC];
+            ld_f<VEC>(a, dyr + d);
+            ld_f<VEC>(b, w + d);
+            ld_f<VEC>(c, xr + d);
+#pragma unroll
+            for (int v = 0; v < VEC; v++)
+                dot += a[v] * b[v] * (c[v] * rs);
+        }
+        float m = warp_sum(dot) / (float)D;
+#pragma unroll 4
+        for (int64_t d = lane * VEC; d < D; d += 32 * VEC) { // dy, x again: L1/L2 hits
+            float a[VEC], b[VEC], c[VEC], o[VEC];
+            ld_f<VEC>(a, dyr + d);
+            ld_f<VEC>(b, w + d);
+            ld_f<VEC>(c, xr + d);
+            if (accumulate) ld_f<VEC>(o, dxr + d);
+#pragma unroll
+            for (int v = 0; v < VEC; v++) {
+                float g = rs * (a[v] * b[v] - c[v] * rs * m);
+                o[v] = accumulate ? o[v] + g : g;
+                my[d + v] += a[v] * c[v] * rs; // as RmsDw
+            }
+            st_f<VEC>(dxr + d, o);
+        }
+    }
+    __syncthreads();
+    for (int64_t d = threadIdx.x; d < D; d += blockDim.x) {
+        double s = 0.0;
+        for (int k = 0; k < ROWS_PER_BLOCK; k++)
+            s += (double)acc[(int64_t)k * D + d];
+        part[(int64_t)blockIdx.x * D + d] = s;
     }
 }
 
@@ -147,72 +312,223 @@ __global__ void l2norm_bwd_k(kda_bf16 *dx, const float *dy, const kda_bf16 *x, c
 }
 
 // ---- causal depthwise conv + SiLU ------------------------------------------------------------
+//
+// Work split (forward and backward): a thread owns VEC consecutive channels of one row b and a
+// tile of CONV_TT consecutive tokens; it walks the tile in increasing t and keeps the last W
+// inputs in registers (a sliding window), so each input is loaded once per thread instead of W
+// times, and the index math (div/mod) runs once per thread instead of once per element. A block is
+// 32 channel groups (threadIdx.x: one warp reads 32·VEC contiguous channels) x CONV_BT tiles
+// (threadIdx.y), so every warp walks one tile and the `t < T` tests are warp-uniform. Tile q of
+// the flattened (b, tile) index is b = q / ntile, tokens [(q % ntile)·TT, +TT) ∩ [0, T).
+// Halo: a tile also reads W-1 tokens before it (and, backward, W-1 after it); those reads
+// hit L2 (the neighbour tile is in the same block), the HBM traffic stays ~1 read per input.
+#define CONV_MAX_W  8
+#define CONV_BT     8
+#define CONV_TT_FWD 16
+#define CONV_TT_BWD 32
 
-#define CONV_MAX_W 8
-
-// Pre-activation at (b, t, ch): Σ_i w[ch, i] p[t - (W-1) + i], zero history before t = 0.
-__device__ __forceinline__ float conv_pre(const kda_bf16 *p, const float *w, int64_t b, int64_t t,
-                                          int64_t ch, int64_t T, int64_t C, int64_t W) {
-    float acc = 0.0f;
-    for (int64_t i = 0; i < W; i++) {
-        int64_t tau = t - (W - 1) + i;
-        if (tau >= 0) acc += w[ch * W + i] * bf2f(p[(b * T + tau) * C + ch]);
+// Thread's work item: channel ch0 (first of VEC), row b, tokens [t0, t1). Returns false when
+// the thread has no channels (tail of the channel groups) or no tokens (tail of the tiles).
+template <int VEC, int TT> struct ConvItem {
+    int64_t ch0, b, t0, t1;
+    __device__ bool init(int64_t B, int64_t T, int64_t C) {
+        int64_t ncg = C / VEC, ntile = (T + TT - 1) / TT;
+        int64_t cg = (int64_t)blockIdx.x * 32 + threadIdx.x;
+        int64_t q = (int64_t)blockIdx.y * CONV_BT + threadIdx.y;
+        ch0 = cg * VEC;
+        b = q / ntile;
+        t0 = (q - b * ntile) * TT;
+        t1 = min(t0 + TT, T);
+        return cg < ncg && b < B;
     }
-    return acc;
+};
+
+// y_t = SiLU(Σ_i w[ch, i] p_{t-(W-1)+i}), zero history before t = 0.
+template <int W, int VEC>
+__global__ void __launch_bounds__(32 * CONV_BT)
+    conv_fwd_k(kda_bf16 *y, const kda_bf16 *p, const float *w, int64_t B, int64_t T, int64_t C) {
+    ConvItem<VEC, CONV_TT_FWD> it;
+    if (!it.init(B, T, C)) return;
+    float wr[W][VEC], win[W][VEC]; // win[i] = p_{t-(W-1)+i}; win[W-1] is the current token
+#pragma unroll
+    for (int v = 0; v < VEC; v++)
+#pragma unroll
+        for (int i = 0; i < W; i++)
+            wr[i][v] = w[(it.ch0 + v) * W + i];
+    const kda_bf16 *pb = p + it.b * T * C + it.ch0;
+    kda_bf16 *yb = y + it.b * T * C + it.ch0;
+#pragma unroll
+    for (int i = 0; i < W - 1; i++) { // history p_{t0-(W-1)} .. p_{t0-1}
+        int64_t tau = it.t0 - (W - 1) + i;
+        if (tau >= 0) {
+            ld_bf<VEC>(win[i], pb + tau * C);
+        } else {
+#pragma unroll
+            for (int v = 0; v < VEC; v++)
+                win[i][v] = 0.0f;
+        }
+    }
+#pragma unroll
+    for (int s = 0; s < CONV_TT_FWD; s++) {
+        int64_t t = it.t0 + s;
+        if (t >= it.t1) break; // warp-uniform (one tile per warp)
+        ld_bf<VEC>(win[W - 1], pb + t * C);
+        float out[VEC];
+#pragma unroll
+        for (int v = 0; v < VEC; v++) {
+            float acc = 0.0f;
+#pragma unroll
+            for (int i = 0; i < W; i++)
+                acc += wr[i][v] * win[i][v]; // tap order 0..W-1, as the CPU twin
+            out[v] = silu_f(acc);
+        }
+        st_bf<VEC>(yb + t * C, out);
+#pragma unroll
+        for (int i = 0; i < W - 1; i++) // slide (register renames once unrolled)
+#pragma unroll
+            for (int v = 0; v < VEC; v++)
+                win[i][v] = win[i + 1][v];
+    }
 }
 
-__global__ void conv_fwd_k(kda_bf16 *y, const kda_bf16 *p, const float *w, int64_t B, int64_t T,
-                           int64_t C, int64_t W) {
-    int64_t n = B * T * C;
-    for (int64_t e = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; e < n;
-         e += (int64_t)gridDim.x * blockDim.x) {
-        int64_t ch = e % C, bt = e / C, t = bt % T, b = bt / T;
-        y[e] = f2bf(silu_f(conv_pre(p, w, b, t, ch, T, C, W)));
-    }
-}
-
-// dp_τ = Σ_i w_i dc_{τ + (W-1) - i}, dc_t = dy_t SiLU'(c_t) (c recomputed).
-__global__ void conv_bwd_dp_k(kda_bf16 *dp, const kda_bf16 *dy, const kda_bf16 *p, const float *w,
-                              int64_t B, int64_t T, int64_t C, int64_t W) {
-    int64_t n = B * T * C;
-    for (int64_t e = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; e < n;
-         e += (int64_t)gridDim.x * blockDim.x) {
-        int64_t ch = e % C, bt = e / C, tau = bt % T, b = bt / T;
-        float acc = 0.0f;
-        for (int64_t i = 0; i < W; i++) {
-            int64_t t = tau + (W - 1) - i;
+// Backward, fused dp + dw partials. With c_t the pre-activation and dc_t = dy_t SiLU'(c_t):
+//   dp_τ = Σ_i w_i dc_{τ+(W-1)-i}      dw_i = Σ_t dc_t p_{t-(W-1)+i}
+// The thread walks t = t0 .. t1+W-2: it recomputes c_t from the p window, gets dc_t (0 past
+// T), keeps the last W dc values, and emits dp_{t-(W-1)} once that window is full. dc_t for
+// t < t1 also goes into the thread's fp32 dw sums (tokens of its own tile only, in increasing
+// t). The block then adds its CONV_BT tiles in double, in increasing threadIdx.y, and writes
+// part[blockIdx.y, ch, i]; colsum_finish adds the blocks in order. All fixed by the shapes.
+template <int W, int VEC>
+__global__ void __launch_bounds__(32 * CONV_BT)
+    conv_bwd_k(kda_bf16 *dp, double *part, const kda_bf16 *dy, const kda_bf16 *p, const float *w,
+               int64_t B, int64_t T, int64_t C) {
+    __shared__ float sh[CONV_BT][32 * VEC];
+    ConvItem<VEC, CONV_TT_BWD> it;
+    bool active = it.init(B, T, C);
+    float wr[W][VEC], pw[W][VEC], dcw[W][VEC], acc[W][VEC];
+    // pw[i] = p_{t-(W-1)+i}; dcw[i] = dc_{t-(W-1)+i} (dcw[W-1] = dc_t)
+#pragma unroll
+    for (int i = 0; i < W; i++)
+#pragma unroll
+        for (int v = 0; v < VEC; v++)
+            wr[i][v] = pw[i][v] = dcw[i][v] = acc[i][v] = 0.0f;
+    if (active) {
+#pragma unroll
+        for (int v = 0; v < VEC; v++)
+#pragma unroll
+            for (int i = 0; i < W; i++)
+                wr[i][v] = w[(it.ch0 + v) * W + i];
+        const kda_bf16 *pb = p + it.b * T * C + it.ch0, *dyb = dy + it.b * T * C + it.ch0;
+        kda_bf16 *dpb = dp + it.b * T * C + it.ch0;
+#pragma unroll
+        for (int i = 0; i < W - 1; i++) {
+            int64_t tau = it.t0 - (W - 1) + i;
+            if (tau >= 0) ld_bf<VEC>(pw[i], pb + tau * C);
+        }
+#pragma unroll
+        for (int s = 0; s < CONV_TT_BWD + W - 1; s++) {
+            int64_t t = it.t0 + s;
+            if (t - (W - 1) >= it.t1) break; // every dp of the tile emitted (warp-uniform)
+            float dc[VEC];
             if (t < T) {
-                float c = conv_pre(p, w, b, t, ch, T, C, W);
-                acc += w[ch * W + i] * bf2f(dy[(b * T + t) * C + ch]) * dsilu_f(c);
+                float g[VEC];
+                ld_bf<VEC>(pw[W - 1], pb + t * C);
+                ld_bf<VEC>(g, dyb + t * C);
+#pragma unroll
+                for (int v = 0; v < VEC; v++) {
+                    float c = 0.0f;
+#pragma unroll
+                    for (int i = 0; i < W; i++)
+                        c += wr[i][v] * pw[i][v];
+                    dc[v] = g[v] * dsilu_f(c);
+                }
+            } else {
+#pragma unroll
+                for (int v = 0; v < VEC; v++)
+                    dc[v] = 0.0f;
+            }
+#pragma unroll
+            for (int v = 0; v < VEC; v++)
+                dcw[W - 1][v] = dc[v];
+            if (t < it.t1) { // dw: tokens of this tile only
+#pragma unroll
+                for (int i = 0; i < W; i++)
+#pragma unroll
+                    for (int v = 0; v < VEC; v++)
+                        acc[i][v] += dc[v] * pw[i][v];
+            }
+            int64_t tau = t - (W - 1);
+            if (tau >= it.t0) { // dp_τ = Σ_i w_i dc_{τ+(W-1)-i} = Σ_i w_i dcw[W-1-i]
+                float o[VEC];
+#pragma unroll
+                for (int v = 0; v < VEC; v++) {
+                    float a = 0.0f;
+#pragma unroll
+                    for (int i = 0; i < W; i++)
+                        a += wr[i][v] * dcw[W - 1 - i][v];
+                    o[v] = a;
+                }
+                st_bf<VEC>(dpb + tau * C, o);
+            }
+#pragma unroll
+            for (int i = 0; i < W - 1; i++)
+#pragma unroll
+                for (int v = 0; v < VEC; v++) {
+                    pw[i][v] = pw[i + 1][v];
+                    dcw[i][v] = dcw[i + 1][v];
+                }
+        }
+    }
+    // Block reduction of the dw sums over the CONV_BT tiles, one tap at a time (4 KB of shared).
+    // Inactive threads contribute zeros and still reach every barrier.
+    // The block's 32·VEC channels are spread over its threads for the final sums.
+#pragma unroll
+    for (int i = 0; i < W; i++) {
+#pragma unroll
+        for (int v = 0; v < VEC; v++)
+            sh[threadIdx.y][threadIdx.x * VEC + v] = acc[i][v];
+        __syncthreads();
+        for (int k = threadIdx.y * 32 + threadIdx.x; k < 32 * VEC; k += 32 * CONV_BT) {
+            int64_t ch = (int64_t)blockIdx.x * 32 * VEC + k;
+            if (ch < C) {
+                double s = 0.0;
+                for (int y = 0; y < CONV_BT; y++)
+                    s += (double)sh[y][k];
+                part[((int64_t)blockIdx.y * C + ch) * W + i] = s;
             }
         }
-        dp[e] = f2bf(acc);
+        __syncthreads();
     }
 }
 
-// part[tile, ch, i] = Σ_{rows (b, t) of the tile} dc_t p_{t - (W-1) + i}.
-__global__ void conv_bwd_dw_partial_k(double *part, const kda_bf16 *dy, const kda_bf16 *p,
-                                      const float *w, int64_t B, int64_t T, int64_t C, int64_t W) {
-    int64_t ch = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
-    if (ch >= C) return;
-    int64_t r0 = (int64_t)blockIdx.y * TILE_ROWS, r1 = min(r0 + TILE_ROWS, B * T);
-    double acc[CONV_MAX_W];
-#pragma unroll
-    for (int i = 0; i < CONV_MAX_W; i++)
-        acc[i] = 0.0;
-    for (int64_t r = r0; r < r1; r++) {
-        int64_t b = r / T, t = r % T;
-        float dc = bf2f(dy[r * C + ch]) * dsilu_f(conv_pre(p, w, b, t, ch, T, C, W));
-#pragma unroll
-        for (int i = 0; i < CONV_MAX_W; i++) {
-            int64_t tau = t - (W - 1) + i;
-            if (i < W && tau >= 0) acc[i] += (double)(dc * bf2f(p[(b * T + tau) * C + ch]));
-        }
+// Launches one instantiation of a conv kernel for the run-time W (1..CONV_MAX_W).
+#define CONV_DISPATCH_W(W_, MACRO)                                                                 \
+    switch (W_) {                                                                                  \
+    case 1:                                                                                        \
+        MACRO(1);                                                                                  \
+        break;                                                                                     \
+    case 2:                                                                                        \
+        MACRO(2);                                                                                  \
+        break;                                                                                     \
+    case 3:                                                                                        \
+        MACRO(3);                                                                                  \
+        break;                                                                                     \
+    case 4:                                                                                        \
+        MACRO(4);                                                                                  \
+        break;                                                                                     \
+    case 5:                                                                                        \
+        MACRO(5);                                                                                  \
+        break;                                                                                     \
+    case 6:                                                                                        \
+        MACRO(6);                                                                                  \
+        break;                                                                                     \
+    case 7:                                                                                        \
+        MACRO(7);                                                                                  \
+        break;                                                                                     \
+    default:                                                                                       \
+        MACRO(8);                                                                                  \
+        break;                                                                                     \
     }
-#pragma unroll
-    for (int i = 0; i < CONV_MAX_W; i++)
-        if (i < W) part[((int64_t)blockIdx.y * C + ch) * W + i] = acc[i];
-}
 
 // ---- gate + chunk-local cumsum ---------------------------------------------------------------
 
@@ -240,7 +556,11 @@ __global__ void gate_fwd_k(float *gcum, float *gout, const kda_bf16 *f, const fl
 }
 
 // Reverse cumsum within the chunk, then the gate backward; tile partials for dt_bias and A_log:
-// part_dt / part_A [B*NC, HV*K].
+// part_dt / part_A [B*NC, HV*K]. One thread per (b, chunk, j, d) (consecutive threads read
+// consecutive j·K + d: coalesced). The walk over the chunk is serial (dg is a running sum), but
+// its loads are not: tokens go GATE_UNROLL at a time, all loads of a group issued before the
+// dependent math, so a thread has 2·GATE_UNROLL loads in flight instead of 2.
+#define GATE_UNROLL 8
 __global__ void gate_bwd_k(kda_bf16 *df, double *part_dt, double *part_A, const float *dgcum,
                            const kda_bf16 *f, const float *A_log, const float *dt_bias, int64_t B,
                            int64_t T, int64_t HV, int64_t K, int64_t chunk, int from_cumsum) {
@@ -251,30 +571,61 @@ __global__ void gate_bwd_k(kda_bf16 *df, double *part_dt, double *part_A, const 
     float A = expf(A_log[jd / K]), bias = dt_bias[jd], dg = 0.0f;
     double sdt = 0.0, sA = 0.0;
     int64_t t0 = ck * chunk, t1 = min((ck + 1) * chunk, T);
-    for (int64_t t = t1 - 1; t >= t0; t--) {
-        int64_t i = (b * T + t) * HK + jd;
-        dg = from_cumsum ? dg + dgcum[i] : dgcum[i]; // dg_t = Σ_{s >= t in chunk} dgcum_s
-        float a = bf2f(f[i]) + bias;
-        float sp_grad = a > 20.0f ? 1.0f : sigmoid_f(a);
-        float dfi = -dg * A * sp_grad; // dg/da = -A σ(a)
-        df[i] = f2bf(dfi);
-        sdt += dfi;
-        sA += (double)dg * (-A * softplus_f(a)); // dg/dA_log = g
+    const float *dgb = dgcum + b * T * HK + jd; // token t at [t * HK]
+    const kda_bf16 *fb = f + b * T * HK + jd;
+    kda_bf16 *dfb = df + b * T * HK + jd;
+    for (int64_t tg = t1 - 1; tg >= t0; tg -= GATE_UNROLL) { // tokens tg, tg-1, ... > tg-UNROLL
+        float dgv[GATE_UNROLL], fv[GATE_UNROLL];
+#pragma unroll
+        for (int u = 0; u < GATE_UNROLL; u++) {
+            int64_t t = tg - u;
+            dgv[u] = t >= t0 ? dgb[t * HK] : 0.0f;
+            fv[u] = t >= t0 ? bf2f(fb[t * HK]) : 0.0f;
+        }
+#pragma unroll
+        for (int u = 0; u < GATE_UNROLL; u++) {
+            int64_t t = tg - u;
+            if (t < t0) break;
+            dg = from_cumsum ? dg + dgv[u] : dgv[u]; // dg_t = Σ_{s >= t in chunk} dgcum_s
+            float a = fv[u] + bias;
+            float sp_grad = a > 20.0f ? 1.0f : sigmoid_f(a);
+            float dfi = -dg * A * sp_grad; // dg/da = -A σ(a)
+            dfb[t * HK] = f2bf(dfi);
+            sdt += dfi;
+            sA += (double)dg * (-A * softplus_f(a)); // dg/dA_log = g
+        }
     }
     part_dt[bc * HK + jd] = sdt;
     part_A[bc * HK + jd] = sA;
 }
 
-// dA_log[j] += Σ_d Σ_p part_A[p, j*K + d] (d outer, p inner: a fixed order).
-__global__ void gate_dA_finish_k(float *dA_log, const double *part_A, int64_t P, int64_t HV,
-                                 int64_t K) {
-    int64_t j = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
-    if (j >= HV) return;
+// dA_log[j] += Σ_{p, d} part_A[p, j*K + d]: one 256-thread block per head j. Thread s sums the
+// flattened entries e = p·K + d = s, s + 256, ... in increasing e; the block then adds the 256
+// thread sums with a fixed shared-memory tree. The order depends on P and K only. (The first
+// version summed all P·K entries of a head in one thread: 16k dependent loads, 0.8 ms.)
+#define DA_THREADS 256
+__global__ void __launch_bounds__(DA_THREADS)
+    gate_dA_finish_k(float *dA_log, const double *part_A, int64_t P, int64_t HV, int64_t K) {
+    __shared__ double sh[DA_THREADS];
+    int64_t j = blockIdx.x, HK = HV * K;
+    // (p, d) of e = threadIdx.x, then stepped by DA_THREADS without a division per entry.
+    int64_t p = threadIdx.x / K, d = threadIdx.x % K;
+    const int64_t step_p = DA_THREADS / K, step_d = DA_THREADS % K;
+    const double *col = part_A + j * K;
     double s = 0.0;
-    for (int64_t d = 0; d < K; d++)
-        for (int64_t p = 0; p < P; p++)
-            s += part_A[p * HV * K + j * K + d];
-    dA_log[j] += (float)s;
+#pragma unroll 4
+    for (; p < P; p += step_p) {
+        s += col[p * HK + d];
+        d += step_d;
+        if (d >= K) d -= K, p++;
+    }
+    sh[threadIdx.x] = s;
+    __syncthreads();
+    for (int h = DA_THREADS / 2; h > 0; h >>= 1) { // fixed tree: sh[i] += sh[i + h]
+        if ((int)threadIdx.x < h) sh[threadIdx.x] += sh[threadIdx.x + h];
+        __syncthreads();
+    }
+    if (threadIdx.x == 0) dA_log[j] += (float)sh[0];
 }
 
 // ---- beta
@@ -364,19 +715,55 @@ struct BiasDb { // dy
 
 // ---- SwiGLU ----------------------------------------------------------------------------------
 
-__global__ void swiglu_fwd_k(kda_bf16 *m, const kda_bf16 *a, const kda_bf16 *b, int64_t n) {
-    for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < n;
+// Elements [i0, n), one per thread (grid-stride): the scalar path and the vector path's tail.
+__global__ void swiglu_fwd_k(kda_bf16 *m, const kda_bf16 *a, const kda_bf16 *b, int64_t i0,
+                             int64_t n) {
+    for (int64_t i = i0 + (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < n;
          i += (int64_t)gridDim.x * blockDim.x)
         m[i] = f2bf(silu_f(bf2f(a[i])) * bf2f(b[i]));
 }
 
 __global__ void swiglu_bwd_k(kda_bf16 *da, kda_bf16 *db, const kda_bf16 *dm, const kda_bf16 *a,
-                             const kda_bf16 *b, int64_t n) {
-    for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < n;
+                             const kda_bf16 *b, int64_t i0, int64_t n) {
+    for (int64_t i = i0 + (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < n;
          i += (int64_t)gridDim.x * blockDim.x) {
         float g = bf2f(dm[i]), av = bf2f(a[i]);
         da[i] = f2bf(g * bf2f(b[i]) * dsilu_f(av));
         db[i] = f2bf(g * silu_f(av));
+    }
+}
+
+// Vector path: groups of 8 elements [8k, 8k+8), k < nv, as 16-byte loads/stores (one 2-byte
+// load per thread kept too few bytes in flight to reach HBM bandwidth). Same per-element math
+// as the scalar kernels. m may alias a or b (each group is read before it is written).
+__global__ void swiglu_fwd_v8_k(kda_bf16 *m, const kda_bf16 *a, const kda_bf16 *b, int64_t nv) {
+    for (int64_t k = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; k < nv;
+         k += (int64_t)gridDim.x * blockDim.x) {
+        float av[8], bv[8], mv[8];
+        ld_bf<8>(av, a + 8 * k);
+        ld_bf<8>(bv, b + 8 * k);
+#pragma unroll
+        for (int v = 0; v < 8; v++)
+            mv[v] = silu_f(av[v]) * bv[v];
+        st_bf<8>(m + 8 * k, mv);
+    }
+}
+
+__global__ void swiglu_bwd_v8_k(kda_bf16 *da, kda_bf16 *db, const kda_bf16 *dm, const kda_bf16 *a,
+                                const kda_bf16 *b, int64_t nv) {
+    for (int64_t k = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; k < nv;
+         k += (int64_t)gridDim.x * blockDim.x) {
+        float g[8], av[8], bv[8], dav[8], dbv[8];
+        ld_bf<8>(g, dm + 8 * k);
+        ld_bf<8>(av, a + 8 * k);
+        ld_bf<8>(bv, b + 8 * k);
+#pragma unroll
+        for (int v = 0; v < 8; v++) {
+            dav[v] = g[v] * bv[v] * dsilu_f(av[v]);
+            dbv[v] = g[v] * silu_f(av[v]);
+        }
+        st_bf<8>(da + 8 * k, dav);
+        st_bf<8>(db + 8 * k, dbv);
     }
 }
 
@@ -519,9 +906,25 @@ int kda_cuda_rmsnorm_bwd(KdaCudaCtx *ctx, float *dx, float *dw, const float *dy,
                          const float *w, const float *rstd, int64_t N, int64_t D, int accumulate) {
     KDA_CUDA_REQUIRE(ctx, N >= 0 && D > 0);
     if (N == 0) return 0;
-    rmsnorm_bwd_k<<<row_blocks(N), 256, 0, ctx->stream>>>(dx, dy, x, w, rstd, N, D, accumulate);
+    if (D > RMS_FUSED_MAX_D) { // wide rows: dx pass, then a separate column-sum pass for dw
+        rmsnorm_bwd_k<<<row_blocks(N), 256, 0, ctx->stream>>>(dx, dy, x, w, rstd, N, D, accumulate);
+        CUDA_CHECK_LAUNCH(ctx);
+        return colsum_add(ctx, dw, N, D, RmsDw{dy, x, rstd, D});
+    }
+    int64_t P = CEIL_DIV(N, (int64_t)TILE_ROWS);
+    double *part = (double *)kda_cuda_scratch(ctx, (size_t)(P * D) * sizeof(double));
+    if (!part) return -1;
+    size_t shmem = (size_t)(ROWS_PER_BLOCK * D) * sizeof(float);
+    if (D % 4 == 0 && aligned_(16, dx, dy, x, w))
+        rmsnorm_bwd_fused_k<4><<<(unsigned)P, 32 * ROWS_PER_BLOCK, shmem, ctx->stream>>>(
+            dx, part, dy, x, w, rstd, N, D, accumulate);
+    else
+        rmsnorm_bwd_fused_k<1><<<(unsigned)P, 32 * ROWS_PER_BLOCK, shmem, ctx->stream>>>(
+            dx, part, dy, x, w, rstd, N, D, accumulate);
     CUDA_CHECK_LAUNCH(ctx);
-    return colsum_add(ctx, dw, N, D, RmsDw{dy, x, rstd, D});
+    colsum_finish(ctx->stream, dw, part, P, D);
+    CUDA_CHECK_LAUNCH(ctx);
+    return 0;
 }
 
 int kda_cuda_l2norm_fwd(KdaCudaCtx *ctx, kda_bf16 *y, float *rstd, const kda_bf16 *x, int64_t N,
@@ -542,11 +945,28 @@ int kda_cuda_l2norm_bwd(KdaCudaCtx *ctx, kda_bf16 *dx, const float *dy, const kd
     return 0;
 }
 
+// Grid of the conv kernels: 32 channel groups x CONV_BT tiles per block.
+static dim3 conv_grid(int64_t B, int64_t T, int64_t C, int vec, int tt) {
+    int64_t tiles = B * CEIL_DIV(T, (int64_t)tt);
+    return dim3((unsigned)CEIL_DIV(C / vec, (int64_t)32),
+                (unsigned)CEIL_DIV(tiles, (int64_t)CONV_BT));
+}
+
 int kda_cuda_conv_silu_fwd(KdaCudaCtx *ctx, kda_bf16 *y, const kda_bf16 *p, const float *w,
                            int64_t B, int64_t T, int64_t C, int64_t W) {
     KDA_CUDA_REQUIRE(ctx, B >= 0 && T >= 0 && C > 0 && W >= 1 && W <= CONV_MAX_W);
     if (B * T == 0) return 0;
-    conv_fwd_k<<<grid_for(B * T * C), 256, 0, ctx->stream>>>(y, p, w, B, T, C, W);
+    // 16-byte path when every row of channels splits into whole, aligned 8-element groups.
+    bool v8 = C % 8 == 0 && aligned_(16, y, p);
+    dim3 grid = conv_grid(B, T, C, v8 ? 8 : 1, CONV_TT_FWD), block(32, CONV_BT);
+    KDA_CUDA_REQUIRE(ctx, grid.y <= 65535);
+#define CONV_FWD(W_)                                                                               \
+    if (v8)                                                                                        \
+        conv_fwd_k<W_, 8><<<grid, block, 0, ctx->stream>>>(y, p, w, B, T, C);                      \
+    else                                                                                           \
+        conv_fwd_k<W_, 1><<<grid, block, 0, ctx->stream>>>(y, p, w, B, T, C)
+    CONV_DISPATCH_W(W, CONV_FWD);
+#undef CONV_FWD
     CUDA_CHECK_LAUNCH(ctx);
     return 0;
 }
@@ -556,17 +976,23 @@ int kda_cuda_conv_silu_bwd(KdaCudaCtx *ctx, kda_bf16 *dp, float *dw, const kda_b
                            int64_t W) {
     KDA_CUDA_REQUIRE(ctx, B >= 0 && T >= 0 && C > 0 && W >= 1 && W <= CONV_MAX_W);
     if (B * T == 0) return 0;
-    conv_bwd_dp_k<<<grid_for(B * T * C), 256, 0, ctx->stream>>>(dp, dy, p, w, B, T, C, W);
-    CUDA_CHECK_LAUNCH(ctx);
-    int64_t P = CEIL_DIV(B * T, (int64_t)TILE_ROWS);
-    KDA_CUDA_REQUIRE(ctx, P <= 65535);
+    // 8-byte groups of 4 channels: the backward holds 4 W-long windows per channel (weights,
+    // p, dc, dw sums), so 8 channels per thread would cost ~2x the registers for W = 4.
+    bool v4 = C % 4 == 0 && aligned_(8, dp, dy, p);
+    dim3 grid = conv_grid(B, T, C, v4 ? 4 : 1, CONV_TT_BWD), block(32, CONV_BT);
+    KDA_CUDA_REQUIRE(ctx, grid.y <= 65535);
+    int64_t P = grid.y; // dw partials: one per block row, [P, C, W] double
     double *part = (double *)kda_cuda_scratch(ctx, (size_t)(P * C * W) * sizeof(double));
     if (!part) return -1;
-    dim3 grid((unsigned)CEIL_DIV(C, (int64_t)128), (unsigned)P);
-    conv_bwd_dw_partial_k<<<grid, 128, 0, ctx->stream>>>(part, dy, p, w, B, T, C, W);
+#define CONV_BWD(W_)                                                                               \
+    if (v4)                                                                                        \
+        conv_bwd_k<W_, 4><<<grid, block, 0, ctx->stream>>>(dp, part, dy, p, w, B, T, C);           \
+    else                                                                                           \
+        conv_bwd_k<W_, 1><<<grid, block, 0, ctx->stream>>>(dp, part, dy, p, w, B, T, C)
+    CONV_DISPATCH_W(W, CONV_BWD);
+#undef CONV_BWD
     CUDA_CHECK_LAUNCH(ctx);
-    colsum_finish_k<<<(unsigned)CEIL_DIV(C * W, (int64_t)256), 256, 0, ctx->stream>>>(dw, part, P,
-                                                                                      C * W);
+    colsum_finish(ctx->stream, dw, part, P, C * W);
     CUDA_CHECK_LAUNCH(ctx);
     return 0;
 }
@@ -595,11 +1021,9 @@ int kda_cuda_gate_cumsum_bwd(KdaCudaCtx *ctx, kda_bf16 *df, float *dA_log, float
     gate_bwd_k<<<(unsigned)CEIL_DIV(P * HK, (int64_t)256), 256, 0, ctx->stream>>>(
         df, part, part + P * HK, dgcum, f, A_log, dt_bias, B, T, HV, K, chunk, from_cumsum);
     CUDA_CHECK_LAUNCH(ctx);
-    colsum_finish_k<<<(unsigned)CEIL_DIV(HK, (int64_t)256), 256, 0, ctx->stream>>>(ddt_bias, part,
-                                                                                   P, HK);
+    colsum_finish(ctx->stream, ddt_bias, part, P, HK);
     CUDA_CHECK_LAUNCH(ctx);
-    gate_dA_finish_k<<<(unsigned)CEIL_DIV(HV, (int64_t)64), 64, 0, ctx->stream>>>(
-        dA_log, part + P * HK, P, HV, K);
+    gate_dA_finish_k<<<(unsigned)HV, DA_THREADS, 0, ctx->stream>>>(dA_log, part + P * HK, P, HV, K);
     CUDA_CHECK_LAUNCH(ctx);
     return 0;
 }
@@ -656,12 +1080,21 @@ int kda_cuda_bias_bwd(KdaCudaCtx *ctx, float *dbias, const kda_bf16 *dy, int64_t
     return colsum_add(ctx, dbias, N, out, BiasDb{dy, out});
 }
 
+// SwiGLU launchers: the first 8·nv elements on the 16-byte path when all pointers are 16-byte
+// aligned (nv = 0 otherwise), the remaining < 8 (or all) on the scalar path.
 int kda_cuda_swiglu_fwd(KdaCudaCtx *ctx, kda_bf16 *m, const kda_bf16 *a, const kda_bf16 *b,
                         int64_t n) {
     KDA_CUDA_REQUIRE(ctx, n >= 0);
     if (n == 0) return 0;
-    swiglu_fwd_k<<<grid_for(n), 256, 0, ctx->stream>>>(m, a, b, n);
-    CUDA_CHECK_LAUNCH(ctx);
+    int64_t nv = aligned_(16, m, a, b) ? n / 8 : 0;
+    if (nv > 0) {
+        swiglu_fwd_v8_k<<<grid_for(nv), 256, 0, ctx->stream>>>(m, a, b, nv);
+        CUDA_CHECK_LAUNCH(ctx);
+    }
+    if (8 * nv < n) {
+        swiglu_fwd_k<<<grid_for(n - 8 * nv), 256, 0, ctx->stream>>>(m, a, b, 8 * nv, n);
+        CUDA_CHECK_LAUNCH(ctx);
+    }
     return 0;
 }
 
@@ -669,8 +1102,15 @@ int kda_cuda_swiglu_bwd(KdaCudaCtx *ctx, kda_bf16 *da, kda_bf16 *db, const kda_b
                         const kda_bf16 *a, const kda_bf16 *b, int64_t n) {
     KDA_CUDA_REQUIRE(ctx, n >= 0);
     if (n == 0) return 0;
-    swiglu_bwd_k<<<grid_for(n), 256, 0, ctx->stream>>>(da, db, dm, a, b, n);
-    CUDA_CHECK_LAUNCH(ctx);
+    int64_t nv = aligned_(16, da, db, dm, a, b) ? n / 8 : 0;
+    if (nv > 0) {
+        swiglu_bwd_v8_k<<<grid_for(nv), 256, 0, ctx->stream>>>(da, db, dm, a, b, nv);
+        CUDA_CHECK_LAUNCH(ctx);
+    }
+    if (8 * nv < n) {
+        swiglu_bwd_k<<<grid_for(n - 8 * nv), 256, 0, ctx->stream>>>(da, db, dm, a, b, 8 * nv, n);
+        CUDA_CHECK_LAUNCH(ctx);
+    }
     return 0;
 }
 
