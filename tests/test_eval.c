@@ -391,9 +391,9 @@ KDA_TEST(eval_command_end_to_end) {
     free(race);
     snprintf(out, sizeof out, "%s/results.json", dir);
     snprintf(dump, sizeof dump, "%s/requests.jsonl", dir);
-    char *argv[] = {"--model",     model,     "--tasks",         "piqa,race", "--data",
-                    dir,           "--output",  out,               "--tokenizer", TOKENIZER,
-                    "--dump-requests", dump,    "--device",        "cpu"};
+    char *argv[] = {"--model",  model, "--tasks",     "piqa,race", "--data",          dir,
+                    "--output", out,   "--tokenizer", TOKENIZER,   "--dump-requests", dump,
+                    "--device", "cpu"};
     CHECK_EQ_INT(cmd_eval(14, argv), 0);
     EvalResults r;
     CHECK(eval_results_read(out, &r, &err) == 0);
@@ -407,10 +407,21 @@ KDA_TEST(eval_command_end_to_end) {
           strstr(d, "\"ctx_ids\": [128000,"));
     free(d);
     snprintf(out2, sizeof out2, "%s/results2.json", dir);
-    char *argv2[] = {"--model",     model,     "--tasks",           "piqa",
-                     "--data",      dir,       "--output",          out2,
-                     "--tokenizer", TOKENIZER, "--no-share-prefix", "--batch-tokens",
-                     "16",          "--device",  "cpu"};
+    char *argv2[] = {"--model",
+                     model,
+                     "--tasks",
+                     "piqa",
+                     "--data",
+                     dir,
+                     "--output",
+                     out2,
+                     "--tokenizer",
+                     TOKENIZER,
+                     "--no-share-prefix",
+                     "--batch-tokens",
+                     "16",
+                     "--device",
+                     "cpu"};
     CHECK_EQ_INT(cmd_eval(15, argv2), 0);
     EvalResults r2;
     CHECK(eval_results_read(out2, &r2, &err) == 0);

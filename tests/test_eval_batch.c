@@ -150,11 +150,15 @@ KDA_TEST(eval_batch_cpu_through_hook_matches_unbatched) {
     for (int i = 0; i < N; i++)
         ref[i] = forward_ll_(&m, r[i].ids, r[i].n_ctx + r[i].n_cont, r[i].n_cont);
     Hook h = {.m = &m, .budget = 200};
-    EvalSettings s = {.bos = 0, .max_length = 2048, .batch_tokens = 200, .share_prefix = 1,
-                      .forward = cpu_hook_, .forward_ctx = &h};
+    EvalSettings s = {.bos = 0,
+                      .max_length = 2048,
+                      .batch_tokens = 200,
+                      .share_prefix = 1,
+                      .forward = cpu_hook_,
+                      .forward_ctx = &h};
     KdaError err;
     CHECK_MSG(eval_loglik(&m, r, N, &s, ll, NULL, NULL, &err) == 0, "%s", err.msg);
-    CHECK_EQ_INT(h.rows, N);          // share_prefix ignored: every request went through the hook
+    CHECK_EQ_INT(h.rows, N);           // share_prefix ignored: every request went through the hook
     CHECK(h.calls > 1 && h.calls < N); // really batched, within the budget
     CHECK_EQ_INT(h.budget_violations, 0);
     // The same fp32 CPU forward on a right-padded [B, T] batch vs [1, n]: causal, so the scored
@@ -195,7 +199,7 @@ KDA_TEST(eval_batch_perplexity_through_hook) {
     CHECK(eval_perplexity(&m, &ds, 3, 0, NULL, &a, &na, NULL, NULL, &err) == 0);
     CHECK(eval_perplexity(&m, &ds, 3, 0, &s, &b, &nb, NULL, NULL, &err) == 0);
     CHECK(na == nb && na == 6 && h.calls == 2); // 7 tokens: windows [0, 3] and [3, 6]
-    CHECK_NEAR(a, b, 1e-9 * fabs(a)); // the same forwards (labels = ids), the same order
+    CHECK_NEAR(a, b, 1e-9 * fabs(a));           // the same forwards (labels = ids), the same order
     indexed_close(&ds);
     kda_model_free(&m);
 }

@@ -129,8 +129,8 @@ KDA_TEST(gpu_eval_logits_and_greedy_generate) {
         CHECK(kda_model_forward(&m, seq, NULL, 1, P + same, NULL, all, NULL, &err) == 0);
         const float *x = all + (P + same - 1) * V;
         float g = fabsf(x[a[same]] - x[b[same]]);
-        CHECK_MSG(g < 0.05f, "token %lld: CPU %d vs GPU %d with a logit gap of %.4f", (long long)same,
-                  a[same], b[same], g);
+        CHECK_MSG(g < 0.05f, "token %lld: CPU %d vs GPU %d with a logit gap of %.4f",
+                  (long long)same, a[same], b[same], g);
         free(all);
     }
     free(lg), free(gl);

@@ -654,13 +654,13 @@ int kda_cuda_model_put_moments(KdaCudaModel *m, const float *mom1, const float *
     return 0;
 }
 
-
 // ---- inference (eval / generate) ----------------------------------------------------------------
 
 int kda_cuda_model_logits(KdaCudaModel *m, int64_t b, int64_t t, float *logits, KdaError *err) {
     if (!m->have_fwd) return kda_fail(err, "CUDA model: logits need a preceding forward");
     if (b < 0 || b >= m->B || t < 0 || t >= m->T)
-        return kda_fail(err, "CUDA model: logits of (%lld, %lld) outside the last batch [%lld, %lld]",
+        return kda_fail(err,
+                        "CUDA model: logits of (%lld, %lld) outside the last batch [%lld, %lld]",
                         (long long)b, (long long)t, (long long)m->B, (long long)m->T);
     int64_t D = m->cfg.hidden_size, V = m->cfg.vocab_size;
     size_t ybytes = ((size_t)V * sizeof(float) + 255) / 256 * 256;
@@ -671,7 +671,8 @@ int kda_cuda_model_logits(KdaCudaModel *m, int64_t b, int64_t t, float *logits, 
     cudaError_t e = cudaMemcpyAsync(x, m->nf + (b * m->T + t) * D, (size_t)D * sizeof(bf),
                                     cudaMemcpyDeviceToDevice, m->ctx.stream);
     if (e != cudaSuccess) {
-        kda_cuda_fail_at(&m->ctx, __FILE__, __LINE__, "cudaMemcpyAsync(row)", cudaGetErrorString(e));
+        kda_cuda_fail_at(&m->ctx, __FILE__, __LINE__, "cudaMemcpyAsync(row)",
+                         cudaGetErrorString(e));
         return fail_(m, err);
     }
     if (kda_cuda_gemm_fwd(&m->ctx, y, KDA_DT_F32, x, W_(m, m->P.lm_head), 1, D, V, 0) ||

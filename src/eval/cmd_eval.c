@@ -168,7 +168,9 @@ int cmd_eval(int argc, char **argv) {
     if (dev.note[0]) kda_warn("--device auto: %s; using the CPU", dev.note);
     kda_info("device: %s%s", dev.name, dev.cuda ? ", bf16 mixed precision, batched forward" : "");
     EvalSettings s = {.bos = bos,
-                      .batch_tokens = batch_tokens ? batch_tokens : dev.cuda ? 16384 : 8192,
+                      .batch_tokens = batch_tokens ? batch_tokens
+                                      : dev.cuda   ? 16384
+                                                   : 8192,
                       .share_prefix = share,
                       .max_length = max_length ? max_length : m.cfg.max_position_embeddings,
                       .forward = dev.cuda ? eval_device_forward : NULL,

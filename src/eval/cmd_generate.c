@@ -229,11 +229,11 @@ int cmd_generate(int argc, char **argv) {
         fflush(stdout);
     }
     KdaGenStats st;
-    int grc = dev.cuda ? kda_generate_refeed(eval_device_logits_last, &dev, cfg.vocab_size,
-                                             ids.ids, (int64_t)ids.n, &go, NULL, print_token_,
-                                             &pr, &st, &err)
-                       : kda_generate(&m, ids.ids, (int64_t)ids.n, &go, NULL, print_token_, &pr,
-                                      &st, &err);
+    int grc =
+        dev.cuda
+            ? kda_generate_refeed(eval_device_logits_last, &dev, cfg.vocab_size, ids.ids,
+                                  (int64_t)ids.n, &go, NULL, print_token_, &pr, &st, &err)
+            : kda_generate(&m, ids.ids, (int64_t)ids.n, &go, NULL, print_token_, &pr, &st, &err);
     if (grc) kda_die("%s: %s", dir, err.msg);
     if (tok) kda_utf8_stream_flush(&pr.utf8, stdout);
     printf("\n");

@@ -15,14 +15,14 @@
 #include <string.h>
 
 #include "commands.h"
-#include "core/args.h"       // defines: ArgSpec, ArgTable, args_parse_or_die
-#include "core/util.h"       // defines: open_atomic, commit_atomic
-#include "core/log.h"        // defines: kda_info, kda_warn
-#include "eval/device.h"     // defines: EvalDevice, eval_device_open, eval_device_forward
-#include "eval/score.h"      // defines: ScoreSeq, score_read_input
-#include "io/model_io.h"     // defines: kda_model_load_dir
-#include "model/model.h"     // defines: KdaModel, kda_model_forward
-#include "tok/tok.h"         // defines: KdaTokenizer, tok_load, tok_encode
+#include "core/args.h"   // defines: ArgSpec, ArgTable, args_parse_or_die
+#include "core/util.h"   // defines: open_atomic, commit_atomic
+#include "core/log.h"    // defines: kda_info, kda_warn
+#include "eval/device.h" // defines: EvalDevice, eval_device_open, eval_device_forward
+#include "eval/score.h"  // defines: ScoreSeq, score_read_input
+#include "io/model_io.h" // defines: kda_model_load_dir
+#include "model/model.h" // defines: KdaModel, kda_model_forward
+#include "tok/tok.h"     // defines: KdaTokenizer, tok_load, tok_encode
 
 int cmd_score(int argc, char **argv) {
     const char *model_dir = NULL, *input = NULL, *output = "-", *tok_path = NULL, *core = "chunk";

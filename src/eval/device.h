@@ -15,11 +15,11 @@
 #include "model/model.h" // defines: KdaModel
 
 typedef struct {
-    int cuda;          // 1: the GPU model in gpu runs the forwards
-    void *gpu;         // KdaCudaModel * (CUDA builds), NULL on the CPU
-    int64_t vocab;     // the model's vocab_size (logits length)
-    char name[160];    // "cpu" or "cuda:0 (<device name>)", for logs
-    char note[1024];   // auto fell back to the CPU: why (empty otherwise)
+    int cuda;        // 1: the GPU model in gpu runs the forwards
+    void *gpu;       // KdaCudaModel * (CUDA builds), NULL on the CPU
+    int64_t vocab;   // the model's vocab_size (logits length)
+    char name[160];  // "cpu" or "cuda:0 (<device name>)", for logs
+    char note[1024]; // auto fell back to the CPU: why (empty otherwise)
 } EvalDevice;
 
 // flag "auto" | "cpu" | "cuda" -> *cuda (0 / 1). -1 on another value, or on "cuda" without CUDA
@@ -36,7 +36,6 @@ int eval_device_forward(void *ctx, const int32_t *ids, const int32_t *labels, in
                         float *nll, KdaError *err);
 // logits [vocab] fp32 of the last position of ids [n] (n >= 1): one whole forward of ids on the
 // GPU (cost O(n) per call). ctx is the EvalDevice. -1 on the CPU device.
-int eval_device_logits_last(void *ctx, const int32_t *ids, int64_t n, float *logits,
-                            KdaError *err);
+int eval_device_logits_last(void *ctx, const int32_t *ids, int64_t n, float *logits, KdaError *err);
 
 #endif

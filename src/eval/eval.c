@@ -201,7 +201,8 @@ static int full_forward(KdaModel *m, const EvalTokens *r, const int64_t *idx, in
         }
         for (int64_t b = 0; b < B; b++) {
             const EvalTokens *q = &r[rows[b]];
-            int64_t L = eval_input_len(q, s->max_length), nc = q->n_cont < L - 1 ? q->n_cont : L - 1;
+            int64_t L = eval_input_len(q, s->max_length),
+                    nc = q->n_cont < L - 1 ? q->n_cont : L - 1;
             double sum = 0.0;
             for (int64_t p = L - nc; p < L; p++)
                 sum -= nll[b * T + p - 1];
@@ -530,8 +531,8 @@ void eval_results_compare(FILE *f, const EvalResults *a, const EvalResults *b, c
 // ---- perplexity -------------------------------------------------------------------------------
 
 int eval_perplexity(KdaModel *m, const IndexedDataset *ds, int64_t S, int64_t max_windows,
-                    const EvalSettings *s, double *sum_nll, int64_t *n_tokens, EvalProgressFn progress, void *pctx,
-                    KdaError *err) {
+                    const EvalSettings *s, double *sum_nll, int64_t *n_tokens,
+                    EvalProgressFn progress, void *pctx, KdaError *err) {
     if (S < 1) return kda_fail(err, "--seq-length must be >= 1");
     int32_t *win = kda_malloc((size_t)(S + 1) * sizeof *win);
     float *nll = kda_malloc((size_t)(S + 1) * sizeof *nll);
