@@ -283,6 +283,22 @@ int main(void) {
         else
             printf("%-40s %10.3f %9.0f GB/s\n", rows[i].name, ms, rows[i].bytes / ms / 1e6);
     }
+    // Per-kernel breakdown of the fast path (kda_fast_profile: min of 10, own inputs)
+    {
+        static const char *names[8] = {"fwd intra", "fwd state", "fwd output", "bwd intra",
+                                       "bwd state (recompute)", "bwd reverse state",
+                                       "bwd main", "bwd gva sum"};
+        KdaDims dd[2] = {z.d32, z.d128};
+        for (int s = 0; s < 2; s++) {
+            float kms[8];
+            if (kda_fast_profile(&g, &dd[s], 10, kms)) die_("profile");
+            printf("fast path per kernel, K%lld V%lld chunk %lld:\n", (long long)dd[s].K,
+                   (long long)dd[s].V, (long long)dd[s].chunk);
+            for (int i = 0; i < 8; i++)
+                printf("  %-28s %8.3f ms %7.2f ns/token-head\n", names[i], kms[i],
+                       kms[i] * 1e6 / th);
+        }
+    }
     // AdamW and grad norm over 300M fp32 parameters (separate buffers, allocated last)
     z.p = rand_buf_(&r, NPARAM, 4, 0, .02f), z.grad = rand_buf_(&r, NPARAM, 4, 0, 1e-3f);
     z.m = rand_buf_(&r, NPARAM, 4, 0, 1e-3f), z.vv = rand_buf_(&r, NPARAM, 4, 1e-6f, 1e-7f);

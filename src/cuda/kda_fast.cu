@@ -704,13 +704,16 @@ int set_smem(KdaCudaCtx *ctx, const void *fn, size_t bytes) {
     return 0;
 }
 
-// Launches `kern` on `blocks` blocks with `floats` of shared memory.
+// Launches `kern` on `blocks` blocks with `floats` of shared memory. With `ev` (kda_fast_profile)
+// an event is recorded after the launch into *ev, which then advances.
 template <typename... Args>
-int launch(KdaCudaCtx *ctx, void (*kern)(Args...), int64_t blocks, size_t floats, Args... args) {
+int launch(KdaCudaCtx *ctx, cudaEvent_t **ev, void (*kern)(Args...), int64_t blocks, size_t floats,
+           Args... args) {
     size_t bytes = floats * sizeof(float);
     if (set_smem(ctx, (const void *)kern, bytes)) return -1;
     kern<<<(unsigned)blocks, FAST_THREADS, bytes, ctx->stream>>>(args...);
     CUDA_CHECK_LAUNCH(ctx);
+    if (ev) CUDA_CHECK(ctx, cudaEventRecord(*(*ev)++, ctx->stream));
     return 0;
 }
 
@@ -743,26 +746,26 @@ extern "C" int kda_fast_supported(const KdaDims *d, size_t smem_optin) {
     return max_smem_bytes(a) <= smem_optin;
 }
 
-extern "C" int kda_fast_fwd(KdaCudaCtx *ctx, kda_bf16 *o, float *final_state, const kda_bf16 *q,
-                            const kda_bf16 *k, const kda_bf16 *v, const float *gcum,
-                            const float *beta, const float *init_state, const KdaDims *d) {
+namespace {
+int fast_fwd(KdaCudaCtx *ctx, cudaEvent_t **ev, kda_bf16 *o, float *final_state, const kda_bf16 *q,
+             const kda_bf16 *k, const kda_bf16 *v, const float *gcum, const float *beta,
+             const float *init_state, const KdaDims *d) {
     FastArgs a;
     if (prepare(ctx, a, d)) return -1;
     a.q = q, a.k = k, a.v = v, a.gcum = gcum, a.beta = beta, a.init_state = init_state;
     a.o = o, a.final_state = final_state;
     int64_t chunks = (int64_t)a.B * a.HV * a.NT, tiles = (int64_t)a.B * a.HV * (a.V / a.Vt);
-    if (launch(ctx, intra_k, chunks, intra_floats(a.C, a.K, a.V, false), a, false) ||
-        launch(ctx, state_k, tiles, state_floats(a.C, a.K, a.Vt), a) ||
-        launch(ctx, output_k, chunks, output_floats(a.C, a.K, a.V), a))
+    if (launch(ctx, ev, intra_k, chunks, intra_floats(a.C, a.K, a.V, false), a, false) ||
+        launch(ctx, ev, state_k, tiles, state_floats(a.C, a.K, a.Vt), a) ||
+        launch(ctx, ev, output_k, chunks, output_floats(a.C, a.K, a.V), a))
         return -1;
     return 0;
 }
 
-extern "C" int kda_fast_bwd(KdaCudaCtx *ctx, float *dq, float *dk, kda_bf16 *dv, float *dg,
-                            float *dbeta, float *dinit_state, const kda_bf16 *d_o,
-                            const float *dfinal_state, const kda_bf16 *q, const kda_bf16 *k,
-                            const kda_bf16 *v, const float *gcum, const float *beta,
-                            const float *init_state, const KdaDims *d) {
+int fast_bwd(KdaCudaCtx *ctx, cudaEvent_t **ev, float *dq, float *dk, kda_bf16 *dv, float *dg,
+             float *dbeta, float *dinit_state, const kda_bf16 *d_o, const float *dfinal_state,
+             const kda_bf16 *q, const kda_bf16 *k, const kda_bf16 *v, const float *gcum,
+             const float *beta, const float *init_state, const KdaDims *d) {
     FastArgs a;
     if (prepare(ctx, a, d)) return -1;
     a.q = q, a.k = k, a.v = v, a.dO = d_o, a.gcum = gcum, a.beta = beta;
@@ -770,10 +773,10 @@ extern "C" int kda_fast_bwd(KdaCudaCtx *ctx, float *dq, float *dk, kda_bf16 *dv,
     a.dv = dv, a.dg = dg, a.dbeta = dbeta, a.dinit = dinit_state;
     if (a.HV == a.H) a.dq = dq, a.dk = dk;
     int64_t chunks = (int64_t)a.B * a.HV * a.NT, tiles = (int64_t)a.B * a.HV * (a.V / a.Vt);
-    if (launch(ctx, intra_k, chunks, intra_floats(a.C, a.K, a.V, true), a, true) ||
-        launch(ctx, state_k, tiles, state_floats(a.C, a.K, a.Vt), a) ||
-        launch(ctx, state_bwd_k, tiles, state_floats(a.C, a.K, a.Vt), a) ||
-        launch(ctx, bwd_k, chunks, bwd_floats(a.C, a.K, a.V, a.Vt), a))
+    if (launch(ctx, ev, intra_k, chunks, intra_floats(a.C, a.K, a.V, true), a, true) ||
+        launch(ctx, ev, state_k, tiles, state_floats(a.C, a.K, a.Vt), a) ||
+        launch(ctx, ev, state_bwd_k, tiles, state_floats(a.C, a.K, a.Vt), a) ||
+        launch(ctx, ev, bwd_k, chunks, bwd_floats(a.C, a.K, a.V, a.Vt), a))
         return -1;
     if (a.HV != a.H) {
         int64_t n = (int64_t)a.B * a.T * a.H * a.K;
@@ -782,7 +785,82 @@ extern "C" int kda_fast_bwd(KdaCudaCtx *ctx, float *dq, float *dk, kda_bf16 *dv,
         gva_sum_k<<<grid_for(n), 256, 0, ctx->stream>>>(dk, a.dk, n, a.H, a.HV, a.K);
         CUDA_CHECK_LAUNCH(ctx);
     }
+    if (ev) CUDA_CHECK(ctx, cudaEventRecord(*(*ev)++, ctx->stream));
     return 0;
+}
+
+// Deterministic pseudo-random fill for kda_fast_profile: q, k ~ ±1/sqrt(K) (unit-norm-sized),
+// v, dO ~ ±1, β = 0.5, gcum = -0.05·(position in chunk + 1) (a realistic decay).
+__global__ void profile_fill_k(kda_bf16 *q, kda_bf16 *k, kda_bf16 *v, kda_bf16 *dO, float *gcum,
+                               float *beta, KdaDims d) {
+    int64_t nqk = d.B * d.T * d.H * d.K, nv = d.B * d.T * d.HV * d.V, ng = d.B * d.T * d.HV * d.K;
+    int64_t nmax = nv > nqk ? nv : nqk;
+    nmax = ng > nmax ? ng : nmax;
+    float sk = rsqrtf((float)d.K);
+    for (int64_t e = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; e < nmax;
+         e += (int64_t)gridDim.x * blockDim.x) {
+        unsigned hsh = (unsigned)(e * 2654435761u) ^ 0x9e3779b9u;
+        float r = (float)(hsh % 2001u) / 1000.0f - 1.0f; // [-1, 1]
+        if (e < nqk) q[e] = stbf(r * sk), k[e] = stbf(-r * sk * 0.9f);
+        if (e < nv) v[e] = stbf(r), dO[e] = stbf(0.5f * r);
+        if (e < ng) gcum[e] = -0.05f * (float)((e / (d.HV * d.K)) % d.T % d.chunk + 1);
+        if (e < d.B * d.T * d.HV) beta[e] = 0.5f;
+    }
+}
+} // namespace
+
+extern "C" int kda_fast_fwd(KdaCudaCtx *ctx, kda_bf16 *o, float *final_state, const kda_bf16 *q,
+                            const kda_bf16 *k, const kda_bf16 *v, const float *gcum,
+                            const float *beta, const float *init_state, const KdaDims *d) {
+    return fast_fwd(ctx, NULL, o, final_state, q, k, v, gcum, beta, init_state, d);
+}
+
+extern "C" int kda_fast_bwd(KdaCudaCtx *ctx, float *dq, float *dk, kda_bf16 *dv, float *dg,
+                            float *dbeta, float *dinit_state, const kda_bf16 *d_o,
+                            const float *dfinal_state, const kda_bf16 *q, const kda_bf16 *k,
+                            const kda_bf16 *v, const float *gcum, const float *beta,
+                            const float *init_state, const KdaDims *d) {
+    return fast_bwd(ctx, NULL, dq, dk, dv, dg, dbeta, dinit_state, d_o, dfinal_state, q, k, v,
+                    gcum, beta, init_state, d);
+}
+
+extern "C" int kda_fast_profile(KdaCudaCtx *ctx, const KdaDims *d, int reps, float ms[8]) {
+    int64_t nqk = d->B * d->T * d->H * d->K, nv = d->B * d->T * d->HV * d->V;
+    int64_t ng = d->B * d->T * d->HV * d->K, nb = d->B * d->T * d->HV;
+    size_t bytes = (size_t)(2 * nqk + 3 * nv) * 2 + (size_t)(2 * ng + 2 * nb + 2 * nqk) * 4;
+    char *buf = (char *)kda_cuda_alloc(ctx, bytes);
+    if (!buf) return -1;
+    kda_bf16 *q = (kda_bf16 *)buf, *k = q + nqk, *v = k + nqk, *dO = v + nv, *o = dO + nv;
+    float *gcum = (float *)(o + nv), *beta = gcum + ng, *dg = beta + nb, *dbeta = dg + ng;
+    float *dq = dbeta + nb, *dk = dq + nqk;
+    kda_bf16 *dv = o; // o is not read by the backward
+    cudaEvent_t ev[9];
+    int rc = 0, made = 0;
+    for (; made < 9 && rc == 0; made++)
+        if (cudaEventCreate(&ev[made]) != cudaSuccess) rc = -1;
+    for (int i = 0; i < 8; i++)
+        ms[i] = 1e30f;
+    profile_fill_k<<<grid_for(nv > ng ? nv : ng), 256, 0, ctx->stream>>>(q, k, v, dO, gcum, beta,
+                                                                        *d);
+    for (int r = 0; r < reps && rc == 0; r++) {
+        cudaEvent_t *e = ev;
+        if (cudaEventRecord(*e++, ctx->stream) != cudaSuccess ||
+            fast_fwd(ctx, &e, o, NULL, q, k, v, gcum, beta, NULL, d) ||
+            fast_bwd(ctx, &e, dq, dk, dv, dg, dbeta, NULL, dO, NULL, q, k, v, gcum, beta, NULL, d) ||
+            kda_cuda_sync(ctx)) {
+            rc = -1;
+            break;
+        }
+        for (int i = 0; i < 8; i++) { // per-kernel minimum over the repetitions
+            float t = 0.0f;
+            cudaEventElapsedTime(&t, ev[i], ev[i + 1]);
+            ms[i] = t < ms[i] ? t : ms[i];
+        }
+    }
+    for (int i = 0; i < made; i++)
+        cudaEventDestroy(ev[i]);
+    kda_cuda_release(buf);
+    return rc;
 }
 
 // ---- host emulation ----------------------------------------------------------------------------------

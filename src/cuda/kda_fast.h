@@ -55,6 +55,11 @@ int kda_fast_bwd(KdaCudaCtx *ctx, float *dq, float *dk, kda_bf16 *dv, float *dg,
                  const kda_bf16 *q, const kda_bf16 *k, const kda_bf16 *v, const float *gcum,
                  const float *beta, const float *init_state, const KdaDims *d);
 
+// Per-kernel timing for benchmarks: runs forward + backward `reps` times on internal
+// pseudo-random inputs of dims d and stores each launch's minimum milliseconds in ms: intra,
+// state, output (forward); intra, state, reverse state, main backward, GVA sum (backward).
+int kda_fast_profile(KdaCudaCtx *ctx, const KdaDims *d, int reps, float ms[8]);
+
 // Host emulation: the same kernel bodies on host memory (same arguments, host pointers).
 void kda_fast_fwd_host(kda_bf16 *o, float *final_state, const kda_bf16 *q, const kda_bf16 *k,
                        const kda_bf16 *v, const float *gcum, const float *beta,
