@@ -159,6 +159,8 @@ int cmd_generate(int argc, char **argv) {
     if (prompt && prompt_ids) kda_die("give --prompt or --prompt-ids, not both");
 
     KdaError err;
+    int pick;
+    if (eval_device_pick(device, &pick, &err)) kda_die("%s", err.msg); // before loading
     char dir[PATH_MAX];
     resolve_model_(model_arg, dir, sizeof dir);
     KdaConfig cfg;
