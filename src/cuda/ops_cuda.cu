@@ -946,10 +946,10 @@ int kda_cuda_l2norm_bwd(KdaCudaCtx *ctx, kda_bf16 *dx, const float *dy, const kd
 }
 
 // Grid of the conv kernels: 32 channel groups x CONV_BT tiles per block.
+// Rows of blocks (grid.y) beyond the hardware's 65535 come back as 0: the launchers refuse them.
 static dim3 conv_grid(int64_t B, int64_t T, int64_t C, int vec, int tt) {
-    int64_t tiles = B * CEIL_DIV(T, (int64_t)tt);
-    return dim3((unsigned)CEIL_DIV(C / vec, (int64_t)32),
-                (unsigned)CEIL_DIV(tiles, (int64_t)CONV_BT));
+    int64_t rows = CEIL_DIV(B * CEIL_DIV(T, (int64_t)tt), (int64_t)CONV_BT);
+    return dim3((unsigned)CEIL_DIV(C / vec, (int64_t)32), rows <= 65535 ? (unsigned)rows : 0u);
 }
 
 int kda_cuda_conv_silu_fwd(KdaCudaCtx *ctx, kda_bf16 *y, const kda_bf16 *p, const float *w,
@@ -959,7 +959,7 @@ int kda_cuda_conv_silu_fwd(KdaCudaCtx *ctx, kda_bf16 *y, const kda_bf16 *p, cons
     // 16-byte path when every row of channels splits into whole, aligned 8-element groups.
     bool v8 = C % 8 == 0 && aligned_(16, y, p);
     dim3 grid = conv_grid(B, T, C, v8 ? 8 : 1, CONV_TT_FWD), block(32, CONV_BT);
-    KDA_CUDA_REQUIRE(ctx, grid.y <= 65535);
+    KDA_CUDA_REQUIRE(ctx, grid.y > 0); // B·T up to 8.4M tokens (forward) / 16.7M (backward)
 #define CONV_FWD(W_)                                                                               \
     if (v8)                                                                                        \
         conv_fwd_k<W_, 8><<<grid, block, 0, ctx->stream>>>(y, p, w, B, T, C);                      \
@@ -980,8 +980,8 @@ int kda_cuda_conv_silu_bwd(KdaCudaCtx *ctx, kda_bf16 *dp, float *dw, const kda_b
     // p, dc, dw sums), so 8 channels per thread would cost ~2x the registers for W = 4.
     bool v4 = C % 4 == 0 && aligned_(8, dp, dy, p);
     dim3 grid = conv_grid(B, T, C, v4 ? 4 : 1, CONV_TT_BWD), block(32, CONV_BT);
-    KDA_CUDA_REQUIRE(ctx, grid.y <= 65535);
-    int64_t P = grid.y; // dw partials: one per block row, [P, C, W] double
+    KDA_CUDA_REQUIRE(ctx, grid.y > 0); // B·T up to 8.4M tokens (forward) / 16.7M (backward)
+    int64_t P = grid.y;                // dw partials: one per block row, [P, C, W] double
     double *part = (double *)kda_cuda_scratch(ctx, (size_t)(P * C * W) * sizeof(double));
     if (!part) return -1;
 #define CONV_BWD(W_)                                                                               \
