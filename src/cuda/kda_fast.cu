@@ -1,7 +1,6 @@
 // kda_fast.cu - the KDA core on the GPU in chunk-parallel form: five kernels (intra, state,
 // output; reverse state, main backward), each body a __host__ __device__ function of block-strided
 // loops and barriers so that it also runs serially on the host (kda_fast_*_host). See kda_fast.h.
-#include <cuda_pipeline.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -66,26 +65,6 @@ __host__ __device__ inline kda_bf16 stbf(float f) { // round to nearest even, Na
     return (kda_bf16)(u >> 16);
 }
 
-// Asynchronous 4-byte copy global -> shared (cp.async on the device; a plain copy on the host),
-// committed as a group by acommit; await_one waits until at most one group is still in flight.
-__host__ __device__ inline void acopy(float *dst_shared, const float *src) {
-#ifdef __CUDA_ARCH__
-    __pipeline_memcpy_async(dst_shared, src, sizeof(float));
-#else
-    *dst_shared = *src;
-#endif
-}
-__host__ __device__ inline void acommit() {
-#ifdef __CUDA_ARCH__
-    __pipeline_commit();
-#endif
-}
-__host__ __device__ inline void await_one() {
-#ifdef __CUDA_ARCH__
-    __pipeline_wait_prior(1);
-#endif
-}
-
 // Block-strided loop: e = this thread's items of [0, n).
 #define FOR(e, n) for (int e = tid, e##_end = (n); e < e##_end; e += nth)
 
@@ -145,13 +124,8 @@ __host__ __device__ inline int64_t beta_at(const FastArgs &a, int b, int t, int 
 __host__ __device__ inline size_t intra_floats(int C, int K, int V, bool bwd) {
     return (size_t)(4 * C * (K + 1) + (bwd ? 2 : 1) * C * (V + 1) + 3 * C * (C + 1) + C);
 }
-__host__ __device__ inline int state_buf_floats(int C, int K, int Vt);
-__host__ __device__ inline int state_bwd_buf_floats(int C, int K, int Vt);
-__host__ __device__ inline size_t state_floats(int C, int K, int Vt) { // forward pass
-    return (size_t)(K * (Vt + 1) + C * (Vt + 1) + 2 * state_buf_floats(C, K, Vt));
-}
-__host__ __device__ inline size_t state_bwd_floats(int C, int K, int Vt) { // reverse pass
-    return (size_t)(K * (Vt + 1) + 2 * state_bwd_buf_floats(C, K, Vt));
+__host__ __device__ inline size_t state_floats(int C, int K, int Vt) {
+    return (size_t)(K * (Vt + 1) + 3 * C * (K + 1) + 2 * C * (Vt + 1) + K);
 }
 __host__ __device__ inline size_t output_floats(int C, int K, int V) {
     return (size_t)(C * (K + 1) + K * V + C * (C + 1) + C * V);
@@ -258,61 +232,36 @@ __host__ __device__ void intra_body(const FastArgs &a, int64_t blk, float *sm, b
 
 // ---- state: the only sequential stage, one block per (b, value head, V tile) -------------------
 // For each chunk: h[n] = S; Δ = u - w S; S = Diag(e^{G_last}) S + kgᵀ Δ. Columns of S are
-// independent, so V tiles run in separate blocks. The chunk loop is latency-bound, so the next
-// chunk's tiles are copied into the other half of a double buffer (cp.async) while this chunk
-// computes.
-
-// Per-buffer layout of the forward pass: Ws, KGs [C][LK], Us [C][LT], gls [K].
-__host__ __device__ inline int state_buf_floats(int C, int K, int Vt) {
-    return 2 * C * (K + 1) + C * (Vt + 1) + K;
-}
-// Per-buffer layout of the reverse pass: Ws, KGs, QGs [C][LK], dDs [C][LT], gls [K], and dO as
-// raw bf16 pairs [C][Vt/2 + 1] (uint32; odd Vt: converted on load instead, see state_bwd_stage).
-__host__ __device__ inline int state_bwd_buf_floats(int C, int K, int Vt) {
-    return 3 * C * (K + 1) + C * (Vt + 1) + K + C * (Vt + 2);
-}
-
-__host__ __device__ void state_stage(const FastArgs &a, float *buf, int64_t cid, int v0) {
-    const int tid = tid_(), nth = nth_();
-    const int C = a.C, K = a.K, V = a.V, Vt = a.Vt, LK = K + 1, LT = Vt + 1;
-    float *Ws = buf, *KGs = Ws + C * LK, *Us = KGs + C * LK, *gls = Us + C * LT;
-    FOR(e, C * K) {
-        acopy(&Ws[(e / K) * LK + e % K], &a.w[cid * C * K + e]);
-        acopy(&KGs[(e / K) * LK + e % K], &a.kg[cid * C * K + e]);
-    }
-    FOR(e, C * Vt) {
-        int i = e / Vt, c = e % Vt;
-        acopy(&Us[i * LT + c], &a.u[cid * C * V + (int64_t)i * V + v0 + c]);
-    }
-    FOR(x, K) acopy(&gls[x], &a.gl[cid * K + x]);
-}
-
+// independent, so V tiles run in separate blocks.
 __host__ __device__ void state_body(const FastArgs &a, int64_t blk, float *sm) {
     const int tid = tid_(), nth = nth_();
     const int C = a.C, K = a.K, V = a.V, Vt = a.Vt, LK = K + 1, LT = Vt + 1, nvt = V / Vt;
     const int64_t bj = blk / nvt;
-    const int v0 = (int)(blk % nvt) * Vt, nb = state_buf_floats(C, K, Vt);
-    float *S = sm, *Ds = S + K * LT, *bufs = Ds + C * LT;
+    const int v0 = (int)(blk % nvt) * Vt;
+    float *S = sm, *Ws = S + K * LT, *KGs = Ws + C * LK, *Us = KGs + C * LK, *Ds = Us + C * LT;
+    float *gls = Ds + C * LT;
 
     FOR(e, K * Vt) {
         int x = e / Vt, c = e % Vt;
         S[x * LT + c] = a.init_state ? a.init_state[bj * K * V + x * V + v0 + c] : 0.0f;
     }
-    state_stage(a, bufs, bj * a.NT, v0);
-    acommit();
     for (int nc = 0; nc < a.NT; nc++) {
         const int64_t cid = bj * a.NT + nc;
-        float *buf = bufs + (nc & 1) * nb;
-        float *Ws = buf, *KGs = Ws + C * LK, *Us = KGs + C * LK, *gls = Us + C * LT;
-        sync_(); // chunk nc - 1 is done with the other buffer and with S
-        if (nc + 1 < a.NT) state_stage(a, bufs + ((nc + 1) & 1) * nb, cid + 1, v0);
-        acommit();
-        await_one(); // this thread's copies of chunk nc have landed
-        sync_();     // ... and everyone's
+        sync_(); // the previous chunk is done with the tiles and S is updated
+        FOR(e, C * K) {
+            Ws[(e / K) * LK + e % K] = a.w[cid * C * K + e];
+            KGs[(e / K) * LK + e % K] = a.kg[cid * C * K + e];
+        }
+        FOR(e, C * Vt) {
+            int i = e / Vt, c = e % Vt;
+            Us[i * LT + c] = a.u[cid * C * V + (int64_t)i * V + v0 + c];
+        }
+        FOR(x, K) gls[x] = a.gl[cid * K + x];
         FOR(e, K * Vt) {
             int x = e / Vt, c = e % Vt;
             a.h[cid * K * V + (int64_t)x * V + v0 + c] = S[x * LT + c];
         }
+        sync_();
         FOR(e, C * Vt) {
             int i = e / Vt, c = e % Vt;
             float s = Us[i * LT + c];
@@ -361,87 +310,42 @@ __host__ __device__ void output_body(const FastArgs &a, int64_t blk, float *sm) 
     }
 }
 
-// ---- reverse state pass, one block per (b, value head, V tile) -------------------------------------
+// ---- reverse state pass, one block per (b, value head, V tile) ---------------------------------------
 // dS starts at the final-state gradient. For chunks in reverse: dh[n] = dS (gradient w.r.t. the
 // chunk-end state); dΔ = dΔ_intra + kg dS; dS = Diag(e^{G_last}) dS + qgᵀ dO - wᵀ dΔ.
-// Double-buffered like state_body.
-
-__host__ __device__ void state_bwd_stage(const FastArgs &a, float *buf, int64_t cid, int nc, int v0,
-                                         int b, int j) {
-    const int tid = tid_(), nth = nth_();
-    const int C = a.C, K = a.K, V = a.V, Vt = a.Vt, LK = K + 1, LT = Vt + 1, LP = Vt / 2 + 1;
-    float *Ws = buf, *KGs = Ws + C * LK, *QGs = KGs + C * LK, *dDs = QGs + C * LK;
-    float *gls = dDs + C * LT, *dOp = gls + K;
-    const int t0 = nc * C;
-    FOR(e, C * K) {
-        int i = e / K, c = e % K;
-        acopy(&Ws[i * LK + c], &a.w[cid * C * K + e]);
-        acopy(&KGs[i * LK + c], &a.kg[cid * C * K + e]);
-        acopy(&QGs[i * LK + c], &a.qg[cid * C * K + e]);
-    }
-    FOR(e, C * Vt) {
-        int i = e / Vt, c = e % Vt;
-        acopy(&dDs[i * LT + c], &a.dDi[cid * C * V + (int64_t)i * V + v0 + c]);
-    }
-    FOR(x, K) acopy(&gls[x], &a.gl[cid * K + x]);
-    if (Vt % 2 == 0 && V % 2 == 0) { // dO rows as 4-byte bf16 pairs; rows past T are zeros
-        FOR(e, C * (Vt / 2)) {
-            int i = e / (Vt / 2), c2 = e % (Vt / 2);
-            float *dst = &dOp[i * LP + c2];
-            if (t0 + i < a.T)
-                acopy(dst, (const float *)(a.dO + v_at(a, b, t0 + i, j) + v0 + 2 * c2));
-            else
-                *dst = 0.0f; // bits 0 = two bf16 zeros
-        }
-    } else { // odd widths: plain loads, converted here (dOp then holds fp32 [C][Vt])
-        FOR(e, C * Vt) {
-            int i = e / Vt, c = e % Vt;
-            dOp[i * Vt + c] = t0 + i < a.T ? ldbf(a.dO[v_at(a, b, t0 + i, j) + v0 + c]) : 0.0f;
-        }
-    }
-}
-
-// dO[i][c] of a staged buffer (bf16 pairs, or fp32 for odd widths).
-__host__ __device__ inline float staged_do(const float *dOp, int i, int c, int Vt, int V) {
-    if (Vt % 2 || V % 2) return dOp[i * Vt + c];
-    float f = dOp[i * (Vt / 2 + 1) + c / 2];
-    unsigned u;
-#ifdef __CUDA_ARCH__
-    u = __float_as_uint(f);
-#else
-    memcpy(&u, &f, sizeof u);
-#endif
-    return ldbf((kda_bf16)(c & 1 ? u >> 16 : u & 0xffffu)); // little-endian: element 2m is low
-}
-
 __host__ __device__ void state_bwd_body(const FastArgs &a, int64_t blk, float *sm) {
     const int tid = tid_(), nth = nth_();
     const int C = a.C, K = a.K, V = a.V, Vt = a.Vt, LK = K + 1, LT = Vt + 1, nvt = V / Vt;
     const int64_t bj = blk / nvt;
     const int v0 = (int)(blk % nvt) * Vt, b = (int)(bj / a.HV), j = (int)(bj % a.HV);
-    const int nb = state_bwd_buf_floats(C, K, Vt);
-    float *dS = sm, *bufs = dS + K * LT;
+    float *dS = sm, *Ws = dS + K * LT, *KGs = Ws + C * LK, *QGs = KGs + C * LK;
+    float *dDs = QGs + C * LK, *dOs = dDs + C * LT, *gls = dOs + C * LT;
 
     FOR(e, K * Vt) {
         int x = e / Vt, c = e % Vt;
         dS[x * LT + c] = a.dfinal ? a.dfinal[bj * K * V + x * V + v0 + c] : 0.0f;
     }
-    state_bwd_stage(a, bufs, bj * a.NT + a.NT - 1, a.NT - 1, v0, b, j);
-    acommit();
-    for (int nc = a.NT - 1, it = 0; nc >= 0; nc--, it++) {
+    for (int nc = a.NT - 1; nc >= 0; nc--) {
         const int64_t cid = bj * a.NT + nc;
-        float *buf = bufs + (it & 1) * nb;
-        float *Ws = buf, *KGs = Ws + C * LK, *QGs = KGs + C * LK, *dDs = QGs + C * LK;
-        float *gls = dDs + C * LT, *dOp = gls + K;
+        const int t0 = nc * C;
         sync_();
-        if (nc > 0) state_bwd_stage(a, bufs + ((it + 1) & 1) * nb, cid - 1, nc - 1, v0, b, j);
-        acommit();
-        await_one();
-        sync_();
+        FOR(e, C * K) {
+            int i = e / K, c = e % K;
+            Ws[i * LK + c] = a.w[cid * C * K + e];
+            KGs[i * LK + c] = a.kg[cid * C * K + e];
+            QGs[i * LK + c] = a.qg[cid * C * K + e];
+        }
+        FOR(e, C * Vt) {
+            int i = e / Vt, c = e % Vt;
+            dDs[i * LT + c] = a.dDi[cid * C * V + (int64_t)i * V + v0 + c];
+            dOs[i * LT + c] = t0 + i < a.T ? ldbf(a.dO[v_at(a, b, t0 + i, j) + v0 + c]) : 0.0f;
+        }
+        FOR(x, K) gls[x] = a.gl[cid * K + x];
         FOR(e, K * Vt) {
             int x = e / Vt, c = e % Vt;
             a.dh[cid * K * V + (int64_t)x * V + v0 + c] = dS[x * LT + c];
         }
+        sync_();
         FOR(e, C * Vt) { // each thread updates only its own element
             int i = e / Vt, c = e % Vt;
             float s = dDs[i * LT + c];
@@ -455,7 +359,7 @@ __host__ __device__ void state_bwd_body(const FastArgs &a, int64_t blk, float *s
             int x = e / Vt, c = e % Vt;
             float s = gls[x] * dS[x * LT + c];
             for (int i = 0; i < C; i++)
-                s += QGs[i * LK + x] * staged_do(dOp, i, c, Vt, V) - Ws[i * LK + x] * dDs[i * LT + c];
+                s += QGs[i * LK + x] * dOs[i * LT + c] - Ws[i * LK + x] * dDs[i * LT + c];
             dS[x * LT + c] = s;
         }
     }
@@ -538,7 +442,6 @@ __host__ __device__ void bwd_body(const FastArgs &a, int64_t blk, float *sm) {
 
     // (3) state terms, V tile by tile: so = dO S0ᵀ, sd = Δ dSᵀ, sw = dΔ S0ᵀ  [C, K]
     const float *Gl = Gs + (n - 1) * LK;
-    const int KQ = (K + 3) / 4;
     for (int v0 = 0; v0 < V; v0 += Vt) {
         FOR(e, K * Vt) {
             int x = e / Vt, c = e % Vt;
@@ -546,37 +449,22 @@ __host__ __device__ void bwd_body(const FastArgs &a, int64_t blk, float *sm) {
             dSt[x * LT + c] = a.dh[p.cid * K * V + (int64_t)x * V + v0 + c];
         }
         sync_();
-        // register tile: one row i and four channels cq + KQ·m per thread, so the row's dO, Δ,
-        // dΔ values are loaded once for four channels
-        FOR(e, C * KQ) {
-            int i = e / KQ, cq = e % KQ;
-            float so[4] = {0.0f, 0.0f, 0.0f, 0.0f}, sd[4] = {0.0f, 0.0f, 0.0f, 0.0f};
-            float sw[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+        FOR(e, C * K) {
+            int i = e / K, c = e % K, x = i * LK + c;
+            float so = 0.0f, sd = 0.0f, sw = 0.0f;
             for (int vv = 0; vv < Vt; vv++) {
-                float o = dOs[i * LV + v0 + vv], dl = Ds[i * LV + v0 + vv];
-                float ddl = dDs[i * LV + v0 + vv];
-                for (int m = 0; m < 4; m++) {
-                    int c = cq + KQ * m;
-                    if (c < K) {
-                        float s0 = S0t[c * LT + vv];
-                        so[m] += o * s0;
-                        sd[m] += dl * dSt[c * LT + vv];
-                        sw[m] += ddl * s0;
-                    }
-                }
+                float s0 = S0t[c * LT + vv];
+                so += dOs[i * LV + v0 + vv] * s0;
+                sd += Ds[i * LV + v0 + vv] * dSt[c * LT + vv];
+                sw += dDs[i * LV + v0 + vv] * s0;
             }
-            for (int m = 0; m < 4; m++) {
-                int c = cq + KQ * m, x = i * LK + c;
-                if (c < K) {
-                    float eg = fexp(Gs[x]), el = fexp(Gl[c] - Gs[x]);
-                    float dqi = scale * eg * so[m], tkv = Ks[x] * el * sd[m];
-                    dq[x] += dqi;        // o has (scale q e^G) S0
-                    dG[x] += Qs[x] * dqi - tkv;
-                    dk[x] += el * sd[m]; // S_end has (k e^{G_last - G})ᵀ Δ
-                    tk[x] += tkv;        // summed into dΓ_last below
-                    dw[x] -= sw[m];      // Δ = u - w S0
-                }
-            }
+            float eg = fexp(Gs[x]), el = fexp(Gl[c] - Gs[x]);
+            float dqi = scale * eg * so, tkv = Ks[x] * el * sd;
+            dq[x] += dqi;     // o has (scale q e^G) S0
+            dG[x] += Qs[x] * dqi - tkv;
+            dk[x] += el * sd; // S_end has (k e^{G_last - G})ᵀ Δ
+            tk[x] += tkv;     // summed into dΓ_last below
+            dw[x] -= sw;      // Δ = u - w S0
         }
         FOR(c, K) { // S_end = Diag(e^{G_last}) S0 + ...: dΓ_last += e^{G_last} Σ_v dS S0
             float s = 0.0f;
@@ -755,10 +643,8 @@ __global__ void gva_sum_k(float *out, const float *in, int64_t n, int H, int HV,
 
 // ---- argument setup shared by the device and host drivers --------------------------------------------
 
-// V columns per state-pass block: 16 gives 512 blocks at B = 16, HV = 8, V = 64 (4 per SM): the
-// chunk loop is latency-bound, so more blocks hide more of it.
 int tile_v(int64_t V) {
-    return V > 16 && V % 16 == 0 ? 16 : (int)V;
+    return V > 32 && V % 32 == 0 ? 32 : (int)V;
 }
 
 FastArgs make_args(const KdaDims *d) {
@@ -805,8 +691,7 @@ void carve(FastArgs &a, float *p) {
 
 size_t max_smem_bytes(const FastArgs &a) {
     size_t m = intra_floats(a.C, a.K, a.V, true);
-    size_t s[] = {state_floats(a.C, a.K, a.Vt), state_bwd_floats(a.C, a.K, a.Vt),
-                  output_floats(a.C, a.K, a.V),
+    size_t s[] = {state_floats(a.C, a.K, a.Vt), output_floats(a.C, a.K, a.V),
                   bwd_floats(a.C, a.K, a.V, a.Vt)};
     for (size_t i = 0; i < sizeof s / sizeof s[0]; i++)
         if (s[i] > m) m = s[i];
@@ -890,7 +775,7 @@ int fast_bwd(KdaCudaCtx *ctx, cudaEvent_t **ev, float *dq, float *dk, kda_bf16 *
     int64_t chunks = (int64_t)a.B * a.HV * a.NT, tiles = (int64_t)a.B * a.HV * (a.V / a.Vt);
     if (launch(ctx, ev, intra_k, chunks, intra_floats(a.C, a.K, a.V, true), a, true) ||
         launch(ctx, ev, state_k, tiles, state_floats(a.C, a.K, a.Vt), a) ||
-        launch(ctx, ev, state_bwd_k, tiles, state_bwd_floats(a.C, a.K, a.Vt), a) ||
+        launch(ctx, ev, state_bwd_k, tiles, state_floats(a.C, a.K, a.Vt), a) ||
         launch(ctx, ev, bwd_k, chunks, bwd_floats(a.C, a.K, a.V, a.Vt), a))
         return -1;
     if (a.HV != a.H) {

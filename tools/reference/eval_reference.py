@@ -85,6 +85,10 @@ def main():
     ap.add_argument("--limit", type=int, default=0, help="first N requests only")
     ap.add_argument("--lm-eval", action="store_true", help="also score with lm-eval's HFLM")
     ap.add_argument("--tol", type=float, default=1e-3, help="max |ll - kda_ll| allowed (exit 1 above)")
+    ap.add_argument("--kda-mode", default="fused_recurrent", choices=["fused_recurrent", "chunk", "model"],
+                    help="FLA KDA kernel for the reference (default fused_recurrent: fp32 elementwise "
+                         "state updates; 'chunk' uses Triton dots, which run in TF32 on fp32 inputs, "
+                         "~1e-3 relative; 'model' keeps the config's attn_mode)")
     args = ap.parse_args()
 
     sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
@@ -98,6 +102,15 @@ def main():
     dtype = torch.float32 if args.dtype == "float32" else torch.bfloat16
     model = AutoModelForCausalLM.from_pretrained(args.model, torch_dtype=dtype, trust_remote_code=True)
     model = model.to(args.device).eval()
+    if args.dtype == "float32":  # a true fp32 reference: no TF32 in torch matmuls or cuDNN convs
+        torch.backends.cuda.matmul.allow_tf32 = False
+        torch.backends.cudnn.allow_tf32 = False
+    if args.kda_mode != "model":
+        for mod in model.modules():  # FLA's KDA layers pick their kernel from .mode
+            if hasattr(mod, "mode") and type(mod).__name__ == "KimiDeltaAttention":
+                mod.mode = args.kda_mode
+    print(f"reference: dtype {args.dtype}, KDA kernel {args.kda_mode}, tf32 off: "
+          f"{not torch.backends.cuda.matmul.allow_tf32}", file=sys.stderr)
     bos_id = tok.bos_token_id if args.bos else None
     if args.bos and bos_id is None:
         sys.exit("--bos: the tokenizer has no BOS token")
