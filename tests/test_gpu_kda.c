@@ -27,6 +27,7 @@
 #include "cuda/cuda_common.h"
 #include "cuda/kda_cuda.h" // defines: kda_cuda_chunk_fwd, kda_cuda_*_bwd
 #include "cuda/kda_fast.h" // defines: kda_fast_chunk
+#include "kda_case.h"      // defines: KdaCase, kda_case_make (the shared input generator)
 
 #define TOL_BF16 1e-2
 #define TOL_F32  2e-5
@@ -42,18 +43,6 @@ static KdaCudaCtx *gpu_(void) {
     }
     CHECK_MSG(g_kstate == 1, "no usable CUDA device (GPU tests need one)");
     return g_kstate == 1 ? &g_kctx : NULL;
-}
-
-static float *randn_(KdaRng *r, int64_t n, float mean, float std) {
-    float *x = malloc((size_t)(n > 0 ? n : 1) * sizeof(float));
-    for (int64_t i = 0; i < n; i++)
-        x[i] = rng_normal(r, mean, std);
-    return x;
-}
-
-static void bf16r_(float *x, int64_t n) {
-    for (int64_t i = 0; i < n; i++)
-        x[i] = bf16_to_f32(f32_to_bf16(x[i]));
 }
 
 static void *up_f32_(const float *h, int64_t n) {
@@ -110,75 +99,8 @@ static void expect_(const char *what, const float *ref, const float *out, int64_
               maxabs);
 }
 
-typedef struct {
-    KdaDims d;
-    int64_t nqk, nv, ng, nb, ns;
-    float *q, *k, *v, *g, *gcum, *beta, *S0, *dO, *dST; // host, S0/dST may be NULL
-} KdaCase;
-
-// c->d.chunk = C is what the GPU gets (and gcum is summed over); the CPU always runs chunk 64
-// (the chunked form is exact for any chunk).
-static void case_make_c_(KdaCase *c, KdaRng *r, int64_t B, int64_t T, int64_t H, int64_t HV,
-                         int64_t K, int64_t V, int64_t C, int with_state) {
-    memset(c, 0, sizeof *c);
-    c->d = (KdaDims){B, T, H, HV, K, V, 1.0f / sqrtf((float)K), C};
-    c->nqk = B * T * H * K, c->nv = B * T * HV * V, c->ng = B * T * HV * K, c->nb = B * T * HV;
-    c->ns = B * HV * K * V;
-    c->q = randn_(r, c->nqk, 0.0f, 1.0f), c->k = randn_(r, c->nqk, 0.0f, 1.0f);
-    for (int64_t row = 0; row < B * T * H; row++) { // L2-normalize each head, then bf16
-        float *rows[2] = {c->q + row * K, c->k + row * K};
-        for (int s = 0; s < 2; s++) {
-            double ss = 0.0;
-            for (int64_t i = 0; i < K; i++)
-                ss += (double)rows[s][i] * rows[s][i];
-            for (int64_t i = 0; i < K; i++)
-                rows[s][i] = (float)(rows[s][i] / sqrt(ss + 1e-6));
-        }
-    }
-    bf16r_(c->q, c->nqk), bf16r_(c->k, c->nqk);
-    c->v = randn_(r, c->nv, 0.0f, 1.0f), bf16r_(c->v, c->nv);
-    c->dO = randn_(r, c->nv, 0.0f, 1.0f), bf16r_(c->dO, c->nv);
-    c->g = randn_(r, c->ng, -2.5f, 1.5f);
-    for (int64_t i = 0; i < c->ng; i++)
-        c->g[i] = -expf(c->g[i]);
-    c->gcum = malloc((size_t)c->ng * 4);
-    for (int64_t b = 0; b < B; b++)
-        for (int64_t jd = 0; jd < HV * K; jd++)
-            for (int64_t t0 = 0; t0 < T; t0 += C) {
-                float acc = 0.0f;
-                for (int64_t t = t0; t < T && t < t0 + C; t++) {
-                    int64_t i = (b * T + t) * HV * K + jd;
-                    acc += c->g[i];
-                    c->gcum[i] = acc;
-                }
-            }
-    c->beta = randn_(r, c->nb, 0.0f, 1.0f);
-    for (int64_t i = 0; i < c->nb; i++)
-        c->beta[i] = 1.0f / (1.0f + expf(-c->beta[i]));
-    if (with_state) {
-        c->S0 = randn_(r, c->ns, 0.0f, 0.5f);
-        c->dST = randn_(r, c->ns, 0.0f, 0.5f);
-    }
-}
-
-static void case_make_(KdaCase *c, KdaRng *r, int64_t B, int64_t T, int64_t H, int64_t HV,
-                       int64_t K, int64_t V, int with_state) {
-    case_make_c_(c, r, B, T, H, HV, K, V, 64, with_state);
-}
-
-static KdaDims cpu_dims_(const KdaCase *c) {
-    KdaDims d = c->d;
-    d.chunk = 64;
-    return d;
-}
-
-static void case_free_(KdaCase *c) {
-    free(c->q), free(c->k), free(c->v), free(c->g), free(c->gcum), free(c->beta), free(c->S0);
-    free(c->dO), free(c->dST);
-}
-
 static void run_fwd_(const KdaCase *c) {
-    const KdaDims *d = &c->d, dc = cpu_dims_(c);
+    const KdaDims *d = &c->d, dc = kda_case_cpu_dims(c);
     float *o = malloc((size_t)c->nv * 4), *fs = malloc((size_t)c->ns * 4);
     kda_chunk_fwd(o, fs, c->q, c->k, c->v, c->g, c->beta, c->S0, &dc);
     void *q = up_bf16_(c->q, c->nqk), *k = up_bf16_(c->k, c->nqk), *v = up_bf16_(c->v, c->nv);
@@ -203,7 +125,7 @@ static void run_fwd_(const KdaCase *c) {
 // chunked = 0: kda_cuda_recurrent_bwd vs kda_recurrent_bwd; 1: kda_cuda_chunk_bwd (reads gcum)
 // vs kda_chunk_bwd.
 static void run_bwd_(const KdaCase *c, int chunked) {
-    const KdaDims *d = &c->d, dc = cpu_dims_(c);
+    const KdaDims *d = &c->d, dc = kda_case_cpu_dims(c);
     float *dq = malloc((size_t)c->nqk * 4), *dk = malloc((size_t)c->nqk * 4);
     float *dv = malloc((size_t)c->nv * 4), *dg = malloc((size_t)c->ng * 4);
     float *db = malloc((size_t)c->nb * 4), *dS0 = malloc((size_t)c->ns * 4);
@@ -254,15 +176,15 @@ KDA_TEST(gpu_kda_chunk_fwd) {
         KdaCase c;
         int64_t T = T_SWEEP[ti];
         printf("  B=2 T=%lld H=HV=2 K=32 V=64 state=%d\n", (long long)T, ti & 1);
-        case_make_(&c, &r, 2, T, 2, 2, 32, 64, ti & 1);
+        kda_case_make(&c, &r, 2, T, 2, 2, 32, 64, 64, ti & 1);
         run_fwd_(&c);
-        case_free_(&c);
+        kda_case_free(&c);
     }
     KdaCase c; // GVA, small odd head dims, with a state
     printf("  B=1 T=130 H=1 HV=2 K=16 V=20 state=1\n");
-    case_make_(&c, &r, 1, 130, 1, 2, 16, 20, 1);
+    kda_case_make(&c, &r, 1, 130, 1, 2, 16, 20, 64, 1);
     run_fwd_(&c);
-    case_free_(&c);
+    kda_case_free(&c);
 }
 
 KDA_TEST(gpu_kda_recurrent_bwd) {
@@ -273,15 +195,15 @@ KDA_TEST(gpu_kda_recurrent_bwd) {
         KdaCase c;
         int64_t T = T_SWEEP[ti];
         printf("  B=2 T=%lld H=HV=2 K=32 V=64 state=%d\n", (long long)T, ti & 1);
-        case_make_(&c, &r, 2, T, 2, 2, 32, 64, ti & 1);
+        kda_case_make(&c, &r, 2, T, 2, 2, 32, 64, 64, ti & 1);
         run_bwd_(&c, 0);
-        case_free_(&c);
+        kda_case_free(&c);
     }
     KdaCase c;
     printf("  B=1 T=130 H=HV=3 K=16 V=20 state=1\n");
-    case_make_(&c, &r, 1, 130, 3, 3, 16, 20, 1);
+    kda_case_make(&c, &r, 1, 130, 3, 3, 16, 20, 64, 1);
     run_bwd_(&c, 0);
-    case_free_(&c);
+    kda_case_free(&c);
 }
 
 KDA_TEST(gpu_kda_chunk_bwd) {
@@ -292,15 +214,15 @@ KDA_TEST(gpu_kda_chunk_bwd) {
         KdaCase c;
         int64_t T = T_SWEEP[ti];
         printf("  B=2 T=%lld H=HV=2 K=32 V=64 state=%d\n", (long long)T, ti & 1);
-        case_make_(&c, &r, 2, T, 2, 2, 32, 64, ti & 1);
+        kda_case_make(&c, &r, 2, T, 2, 2, 32, 64, 64, ti & 1);
         run_bwd_(&c, 1);
-        case_free_(&c);
+        kda_case_free(&c);
     }
     KdaCase c;
     printf("  B=1 T=130 H=HV=3 K=16 V=20 state=1\n");
-    case_make_(&c, &r, 1, 130, 3, 3, 16, 20, 1);
+    kda_case_make(&c, &r, 1, 130, 3, 3, 16, 20, 64, 1);
     run_bwd_(&c, 1);
-    case_free_(&c);
+    kda_case_free(&c);
 }
 
 // ---- the fast path (cuda/kda_fast.h), reached through the same entry points -------------------
@@ -314,10 +236,10 @@ typedef struct {
 } FastShape;
 
 static const FastShape FAST_SHAPES[] = {
-    {2, 1, 2, 2, 32, 64, 0},    {2, 63, 2, 2, 32, 64, 1},   {1, 64, 1, 1, 32, 64, 0},
-    {2, 65, 2, 2, 32, 64, 1},   {1, 2048, 1, 1, 32, 64, 1}, {1, 4096, 2, 2, 32, 64, 0},
+    {2, 1, 2, 2, 32, 64, 0},     {2, 63, 2, 2, 32, 64, 1},   {1, 64, 1, 1, 32, 64, 0},
+    {2, 65, 2, 2, 32, 64, 1},    {1, 2048, 1, 1, 32, 64, 1}, {1, 4096, 2, 2, 32, 64, 0},
     {16, 2048, 8, 8, 32, 64, 0}, {2, 200, 2, 4, 32, 64, 1},  {1, 130, 2, 2, 64, 128, 1},
-    {1, 130, 1, 1, 128, 128, 1}, {2, 97, 1, 2, 128, 128, 0},  {1, 50, 1, 1, 20, 21, 1},
+    {1, 130, 1, 1, 128, 128, 1}, {2, 97, 1, 2, 128, 128, 0}, {1, 50, 1, 1, 20, 21, 1},
 };
 
 // small_only: the shapes with B·T·H <= 1024 (for compute-sanitizer runs, which are slow).
@@ -329,17 +251,17 @@ static void fast_sweep_(int bwd, uint64_t seed, int small_only) {
         if (small_only && s->B * s->T * s->HV > 1024) continue;
         int64_t C = kda_fast_chunk(s->K, s->V, g_kctx.info.smem_per_block_optin);
         printf("  B=%lld T=%lld H=%lld HV=%lld K=%lld V=%lld chunk=%lld state=%d\n",
-               (long long)s->B, (long long)s->T, (long long)s->H, (long long)s->HV,
-               (long long)s->K, (long long)s->V, (long long)C, s->state);
+               (long long)s->B, (long long)s->T, (long long)s->H, (long long)s->HV, (long long)s->K,
+               (long long)s->V, (long long)C, s->state);
         CHECK_MSG(C < 64, "K=%lld V=%lld: the fast kernels do not fit", (long long)s->K,
                   (long long)s->V);
         KdaCase c;
-        case_make_c_(&c, &r, s->B, s->T, s->H, s->HV, s->K, s->V, C, s->state);
+        kda_case_make(&c, &r, s->B, s->T, s->H, s->HV, s->K, s->V, C, s->state);
         if (bwd)
             run_bwd_(&c, 1);
         else
             run_fwd_(&c);
-        case_free_(&c);
+        kda_case_free(&c);
     }
 }
 

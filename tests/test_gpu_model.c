@@ -46,8 +46,8 @@
 #include "train/optim.h"       // defines: KdaAdamW, kda_adamw_step, kda_grad_clip
 #include "train/trainer.h"     // defines: KdaBackend, kda_backend_cpu_create
 
-#define TOL_LOSS      1e-2
-#define TOL_GRAD      2e-2
+#define TOL_LOSS 1e-2
+#define TOL_GRAD 2e-2
 // A_log's gradient is one number per head, Σ_{t,d} dg·g over every token and channel: its terms
 // cancel, so its relative error is the largest (2.1e-2 measured on the untied tiny model on an
 // H200 with the chunk-32 fast core; FLA's own test only warns on dA_log). 3e-2 for it.

@@ -24,83 +24,31 @@
 #include "core/util.h"     // defines: bf16_to_f32, f32_to_bf16
 #include "cpu/kda_core.h"  // defines: KdaDims, kda_chunk_fwd, kda_chunk_bwd
 #include "cuda/kda_fast.h" // defines: kda_fast_fwd_host, kda_fast_bwd_host
+#include "kda_case.h"      // defines: KdaCase, kda_case_make (shared with test_gpu_kda.c)
 
+// A KdaCase plus bf16 copies of q, k, v, dO (exact: the case's values are bf16-representable).
 typedef struct {
-    KdaDims d; // the kernels' dims (chunk = the fast chunk)
-    int64_t nqk, nv, ng, nb, ns;
-    float *q, *k, *v, *g, *gcum, *beta, *S0, *dO, *dST;
+    KdaCase c;
     kda_bf16 *qb, *kb, *vb, *dOb;
 } FastCase;
 
-static float *randn_(KdaRng *r, int64_t n, float mean, float std) {
-    float *x = malloc((size_t)(n > 0 ? n : 1) * sizeof(float));
-    for (int64_t i = 0; i < n; i++)
-        x[i] = rng_normal(r, mean, std);
-    return x;
-}
-
-// x rounded to bf16 in place; returns the bf16 copy.
-static kda_bf16 *to_bf16_(float *x, int64_t n) {
+static kda_bf16 *to_bf16_(const float *x, int64_t n) {
     kda_bf16 *b = malloc((size_t)(n > 0 ? n : 1) * sizeof(kda_bf16));
-    for (int64_t i = 0; i < n; i++) {
+    for (int64_t i = 0; i < n; i++)
         b[i] = f32_to_bf16(x[i]);
-        x[i] = bf16_to_f32(b[i]);
-    }
     return b;
 }
 
-static void case_make_(FastCase *c, KdaRng *r, int64_t B, int64_t T, int64_t H, int64_t HV,
+static void case_make_(FastCase *f, KdaRng *r, int64_t B, int64_t T, int64_t H, int64_t HV,
                        int64_t K, int64_t V, int64_t C, int with_state) {
-    memset(c, 0, sizeof *c);
-    c->d = (KdaDims){B, T, H, HV, K, V, 1.0f / sqrtf((float)K), C};
-    c->nqk = B * T * H * K, c->nv = B * T * HV * V, c->ng = B * T * HV * K, c->nb = B * T * HV;
-    c->ns = B * HV * K * V;
-    c->q = randn_(r, c->nqk, 0.0f, 1.0f), c->k = randn_(r, c->nqk, 0.0f, 1.0f);
-    for (int64_t row = 0; row < B * T * H; row++) {
-        float *rows[2] = {c->q + row * K, c->k + row * K};
-        for (int s = 0; s < 2; s++) {
-            double ss = 0.0;
-            for (int64_t i = 0; i < K; i++)
-                ss += (double)rows[s][i] * rows[s][i];
-            for (int64_t i = 0; i < K; i++)
-                rows[s][i] = (float)(rows[s][i] / sqrt(ss + 1e-6));
-        }
-    }
-    c->qb = to_bf16_(c->q, c->nqk), c->kb = to_bf16_(c->k, c->nqk);
-    c->v = randn_(r, c->nv, 0.0f, 1.0f), c->vb = to_bf16_(c->v, c->nv);
-    c->dO = randn_(r, c->nv, 0.0f, 1.0f), c->dOb = to_bf16_(c->dO, c->nv);
-    c->g = randn_(r, c->ng, -2.5f, 1.5f);
-    for (int64_t i = 0; i < c->ng; i++)
-        c->g[i] = -expf(c->g[i]);
-    c->gcum = malloc((size_t)c->ng * 4);
-    for (int64_t b = 0; b < B; b++)
-        for (int64_t jd = 0; jd < HV * K; jd++)
-            for (int64_t t0 = 0; t0 < T; t0 += C) {
-                float acc = 0.0f;
-                for (int64_t t = t0; t < T && t < t0 + C; t++) {
-                    int64_t i = (b * T + t) * HV * K + jd;
-                    acc += c->g[i];
-                    c->gcum[i] = acc;
-                }
-            }
-    c->beta = randn_(r, c->nb, 0.0f, 1.0f);
-    for (int64_t i = 0; i < c->nb; i++)
-        c->beta[i] = 1.0f / (1.0f + expf(-c->beta[i]));
-    if (with_state) {
-        c->S0 = randn_(r, c->ns, 0.0f, 0.5f);
-        c->dST = randn_(r, c->ns, 0.0f, 0.5f);
-    }
+    kda_case_make(&f->c, r, B, T, H, HV, K, V, C, with_state);
+    f->qb = to_bf16_(f->c.q, f->c.nqk), f->kb = to_bf16_(f->c.k, f->c.nqk);
+    f->vb = to_bf16_(f->c.v, f->c.nv), f->dOb = to_bf16_(f->c.dO, f->c.nv);
 }
 
-static void case_free_(FastCase *c) {
-    free(c->q), free(c->k), free(c->v), free(c->g), free(c->gcum), free(c->beta), free(c->S0);
-    free(c->dO), free(c->dST), free(c->qb), free(c->kb), free(c->vb), free(c->dOb);
-}
-
-static KdaDims cpu_dims_(const FastCase *c) {
-    KdaDims d = c->d;
-    d.chunk = 64;
-    return d;
+static void case_free_(FastCase *f) {
+    kda_case_free(&f->c);
+    free(f->qb), free(f->kb), free(f->vb), free(f->dOb);
 }
 
 static float *bf16_to_f32_array_(const kda_bf16 *b, int64_t n) {
@@ -126,23 +74,25 @@ static void expect_(const char *what, const float *ref, const float *out, int64_
     CHECK_MSG(ok, "%s: rel RMS %.3g > %.1g (max abs %.3g)", what, rel, tol, maxabs);
 }
 
-static void check_fwd_(const FastCase *c) {
-    KdaDims dc = cpu_dims_(c);
+static void check_fwd_(const FastCase *f) {
+    const KdaCase *c = &f->c;
+    KdaDims dc = kda_case_cpu_dims(c);
     float *o = malloc((size_t)c->nv * 4), *fs = malloc((size_t)c->ns * 4);
     float *hfs = malloc((size_t)c->ns * 4);
     kda_bf16 *ho = malloc((size_t)c->nv * 2);
     memset(ho, 0xff, (size_t)c->nv * 2); // NaN poison: every element must be written
     memset(hfs, 0xff, (size_t)c->ns * 4);
     kda_chunk_fwd(o, fs, c->q, c->k, c->v, c->g, c->beta, c->S0, &dc);
-    kda_fast_fwd_host(ho, hfs, c->qb, c->kb, c->vb, c->gcum, c->beta, c->S0, &c->d);
+    kda_fast_fwd_host(ho, hfs, f->qb, f->kb, f->vb, c->gcum, c->beta, c->S0, &c->d);
     float *hof = bf16_to_f32_array_(ho, c->nv);
     expect_("fwd o (bf16)", o, hof, c->nv, 1e-2);
     expect_("fwd final state", fs, hfs, c->ns, 2e-5);
     free(o), free(fs), free(hfs), free(ho), free(hof);
 }
 
-static void check_bwd_(const FastCase *c) {
-    KdaDims dc = cpu_dims_(c);
+static void check_bwd_(const FastCase *f) {
+    const KdaCase *c = &f->c;
+    KdaDims dc = kda_case_cpu_dims(c);
     int64_t nqk = c->nqk, nv = c->nv, ng = c->ng, nb = c->nb, ns = c->ns;
     float *dq = malloc((size_t)nqk * 4), *dk = malloc((size_t)nqk * 4);
     float *dv = malloc((size_t)nv * 4), *dg = malloc((size_t)ng * 4);
@@ -155,8 +105,8 @@ static void check_bwd_(const FastCase *c) {
     memset(hq, 0xff, (size_t)nqk * 4), memset(hk, 0xff, (size_t)nqk * 4);
     memset(hg, 0xff, (size_t)ng * 4), memset(hb, 0xff, (size_t)nb * 4);
     memset(hs, 0xff, (size_t)ns * 4), memset(hv, 0xff, (size_t)nv * 2);
-    kda_fast_bwd_host(hq, hk, hv, hg, hb, hs, c->dOb, c->dST, c->qb, c->kb, c->vb, c->gcum,
-                      c->beta, c->S0, &c->d);
+    kda_fast_bwd_host(hq, hk, hv, hg, hb, hs, f->dOb, c->dST, f->qb, f->kb, f->vb, c->gcum, c->beta,
+                      c->S0, &c->d);
     float *hvf = bf16_to_f32_array_(hv, nv);
     expect_("bwd dq", dq, hq, nqk, 2e-5);
     expect_("bwd dk", dk, hk, nqk, 2e-5);
@@ -176,39 +126,35 @@ typedef struct {
 // T not a multiple of the chunk, a single token, exact multiples, GVA, odd head dims, the
 // models' K = 32 / V = 64 with the chunk the GPU picks (32), and chunks 8 and 16.
 static const Shape SHAPES[] = {
-    {2, 1, 2, 2, 32, 64, 32, 0},  {2, 63, 2, 2, 32, 64, 32, 1}, {1, 64, 2, 2, 32, 64, 32, 0},
-    {2, 65, 2, 2, 32, 64, 32, 1}, {1, 130, 1, 2, 16, 20, 16, 1}, {1, 77, 2, 4, 16, 24, 8, 1},
-    {1, 40, 1, 1, 64, 128, 32, 1},  {1, 50, 1, 1, 20, 21, 16, 1},
+    {2, 1, 2, 2, 32, 64, 32, 0},   {2, 63, 2, 2, 32, 64, 32, 1},  {1, 64, 2, 2, 32, 64, 32, 0},
+    {2, 65, 2, 2, 32, 64, 32, 1},  {1, 130, 1, 2, 16, 20, 16, 1}, {1, 77, 2, 4, 16, 24, 8, 1},
+    {1, 40, 1, 1, 64, 128, 32, 1}, {1, 50, 1, 1, 20, 21, 16, 1},
 };
 
-KDA_TEST(kda_fast_host_fwd) {
+static void sweep_(int bwd, uint64_t seed) {
     KdaRng r;
-    rng_seed(&r, 301);
+    rng_seed(&r, seed);
     for (size_t i = 0; i < sizeof SHAPES / sizeof SHAPES[0]; i++) {
         const Shape *s = &SHAPES[i];
         printf("  B=%lld T=%lld H=%lld HV=%lld K=%lld V=%lld chunk=%lld state=%d\n",
-               (long long)s->B, (long long)s->T, (long long)s->H, (long long)s->HV,
-               (long long)s->K, (long long)s->V, (long long)s->C, s->state);
+               (long long)s->B, (long long)s->T, (long long)s->H, (long long)s->HV, (long long)s->K,
+               (long long)s->V, (long long)s->C, s->state);
         FastCase c;
         case_make_(&c, &r, s->B, s->T, s->H, s->HV, s->K, s->V, s->C, s->state);
-        check_fwd_(&c);
+        if (bwd)
+            check_bwd_(&c);
+        else
+            check_fwd_(&c);
         case_free_(&c);
     }
 }
 
+KDA_TEST(kda_fast_host_fwd) {
+    sweep_(0, 301);
+}
+
 KDA_TEST(kda_fast_host_bwd) {
-    KdaRng r;
-    rng_seed(&r, 302);
-    for (size_t i = 0; i < sizeof SHAPES / sizeof SHAPES[0]; i++) {
-        const Shape *s = &SHAPES[i];
-        printf("  B=%lld T=%lld H=%lld HV=%lld K=%lld V=%lld chunk=%lld state=%d\n",
-               (long long)s->B, (long long)s->T, (long long)s->H, (long long)s->HV,
-               (long long)s->K, (long long)s->V, (long long)s->C, s->state);
-        FastCase c;
-        case_make_(&c, &r, s->B, s->T, s->H, s->HV, s->K, s->V, s->C, s->state);
-        check_bwd_(&c);
-        case_free_(&c);
-    }
+    sweep_(1, 302);
 }
 
 // The chunk the GPU picks: 32 for the models' heads on an H200-class 227 KB of shared memory,

@@ -89,8 +89,8 @@ typedef struct {
     float *p, *grad, *m, *vv; // AdamW over NPARAM
     void *pb;
     double *norm;
-    KdaDims d, d32;     // chunk 64 (the v1 kernels) and the fast path's chunk
-    float *gcum32;      // gcum summed over the fast chunk
+    KdaDims d, d32; // chunk 64 (the v1 kernels) and the fast path's chunk
+    float *gcum32;  // gcum summed over the fast chunk
     void *q128, *k128, *v128, *o128, *dO128, *dv128; // K = V = 128 (fast path only)
     float *gcum128, *dq128, *dk128, *dg128;
     KdaDims d128;
@@ -230,8 +230,8 @@ int main(void) {
     // K = V = 128 (same token-heads): q/k/v/o/dO and gradients; the gate cumsum is summed over
     // the chunk the fast path picks for these dims
     int64_t n128 = (int64_t)N * H * 128;
-    z.d128 = (KdaDims){B, T, H, H, 128, 128, 0.08838835f, kda_fast_chunk(128, 128,
-                                                                          g.info.smem_per_block_optin)};
+    z.d128 = (KdaDims){
+        B, T, H, H, 128, 128, 0.08838835f, kda_fast_chunk(128, 128, g.info.smem_per_block_optin)};
     z.q128 = rand_buf_(&r, n128, 2, 0, .09f), z.k128 = rand_buf_(&r, n128, 2, 0, .09f);
     z.v128 = rand_buf_(&r, n128, 2, 0, 1), z.o128 = rand_buf_(&r, n128, 2, 0, 1);
     z.dO128 = rand_buf_(&r, n128, 2, 0, 1), z.dv128 = rand_buf_(&r, n128, 2, 0, 1);
@@ -285,9 +285,9 @@ int main(void) {
     }
     // Per-kernel breakdown of the fast path (kda_fast_profile: min of 10, own inputs)
     {
-        static const char *names[8] = {"fwd intra", "fwd state", "fwd output", "bwd intra",
-                                       "bwd state (recompute)", "bwd reverse state",
-                                       "bwd main", "bwd gva sum"};
+        static const char *names[8] = {
+            "fwd intra",         "fwd state", "fwd output", "bwd intra", "bwd state (recompute)",
+            "bwd reverse state", "bwd main",  "bwd gva sum"};
         KdaDims dd[2] = {z.d32, z.d128};
         for (int s = 0; s < 2; s++) {
             float kms[8];

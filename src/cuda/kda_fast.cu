@@ -76,16 +76,16 @@ struct FastArgs {
     float scale;
     const kda_bf16 *q, *k, *v, *dO;
     const float *gcum, *beta, *init_state, *dfinal;
-    float *w, *kg, *qg;   // [cid][C][K]  Akk·(βk e^G), k e^{G_last - G}, scale q e^G
-    float *u, *D;         // [cid][C][V]  Akk·(βv), Δ = u - w h
-    float *dDi, *dD;      // [cid][C][V]  Aqkᵀ dO, dΔ = dDi + kg dh
-    float *Aqk;           // [cid][C][C]  scale-included, lower triangle with diagonal
-    float *gl;            // [cid][K]     e^{G_last}
-    float *h, *dh;        // [cid][K][V]  chunk-start state, gradient w.r.t. the chunk-end state
-    kda_bf16 *o, *dv;     // outputs
+    float *w, *kg, *qg; // [cid][C][K]  Akk·(βk e^G), k e^{G_last - G}, scale q e^G
+    float *u, *D;       // [cid][C][V]  Akk·(βv), Δ = u - w h
+    float *dDi, *dD;    // [cid][C][V]  Aqkᵀ dO, dΔ = dDi + kg dh
+    float *Aqk;         // [cid][C][C]  scale-included, lower triangle with diagonal
+    float *gl;          // [cid][K]     e^{G_last}
+    float *h, *dh;      // [cid][K][V]  chunk-start state, gradient w.r.t. the chunk-end state
+    kda_bf16 *o, *dv;   // outputs
     float *final_state, *dinit;
-    float *dq, *dk;       // [B, T, dqk_heads, K]
-    int dqk_heads;        // H, or HV when GVA writes per value head (summed afterwards)
+    float *dq, *dk; // [B, T, dqk_heads, K]
+    int dqk_heads;  // H, or HV when GVA writes per value head (summed afterwards)
     float *dg, *dbeta;
 };
 
@@ -287,7 +287,7 @@ __host__ __device__ void state_body(const FastArgs &a, int64_t blk, float *sm) {
     }
 }
 
-// ---- output: o = qg h[n] + Aqk Δ, chunk-parallel ---------------------------------------------------
+// ---- output: o = qg h[n] + Aqk Δ, chunk-parallel ------------------------------------------------
 __host__ __device__ void output_body(const FastArgs &a, int64_t blk, float *sm) {
     const int tid = tid_(), nth = nth_();
     const int C = a.C, K = a.K, V = a.V, LK = K + 1, LC = C + 1;
@@ -310,9 +310,10 @@ __host__ __device__ void output_body(const FastArgs &a, int64_t blk, float *sm) 
     }
 }
 
-// ---- reverse state pass, one block per (b, value head, V tile) ---------------------------------------
-// dS starts at the final-state gradient. For chunks in reverse: dh[n] = dS (gradient w.r.t. the
-// chunk-end state); dΔ = dΔ_intra + kg dS; dS = Diag(e^{G_last}) dS + qgᵀ dO - wᵀ dΔ.
+// ---- reverse state pass, one block per (b, value head, V tile)
+// --------------------------------------- dS starts at the final-state gradient. For chunks in
+// reverse: dh[n] = dS (gradient w.r.t. the chunk-end state); dΔ = dΔ_intra + kg dS; dS =
+// Diag(e^{G_last}) dS + qgᵀ dO - wᵀ dΔ.
 __host__ __device__ void state_bwd_body(const FastArgs &a, int64_t blk, float *sm) {
     const int tid = tid_(), nth = nth_();
     const int C = a.C, K = a.K, V = a.V, Vt = a.Vt, LK = K + 1, LT = Vt + 1, nvt = V / Vt;
@@ -460,7 +461,7 @@ __host__ __device__ void bwd_body(const FastArgs &a, int64_t blk, float *sm) {
             }
             float eg = fexp(Gs[x]), el = fexp(Gl[c] - Gs[x]);
             float dqi = scale * eg * so, tkv = Ks[x] * el * sd;
-            dq[x] += dqi;     // o has (scale q e^G) S0
+            dq[x] += dqi; // o has (scale q e^G) S0
             dG[x] += Qs[x] * dqi - tkv;
             dk[x] += el * sd; // S_end has (k e^{G_last - G})ᵀ Δ
             tk[x] += tkv;     // summed into dΓ_last below
@@ -613,7 +614,7 @@ __host__ __device__ inline void gva_sum_item(float *out, const float *in, int64_
     out[e] = s;
 }
 
-// ---- device entry points ---------------------------------------------------------------------------
+// ---- device entry points ------------------------------------------------------------------------
 
 __global__ void __launch_bounds__(FAST_THREADS) intra_k(FastArgs a, bool bwd) {
     extern __shared__ float sm[];
@@ -641,7 +642,7 @@ __global__ void gva_sum_k(float *out, const float *in, int64_t n, int H, int HV,
         gva_sum_item(out, in, e, H, HV, K);
 }
 
-// ---- argument setup shared by the device and host drivers --------------------------------------------
+// ---- argument setup shared by the device and host drivers ---------------------------------------
 
 int tile_v(int64_t V) {
     return V > 32 && V % 32 == 0 ? 32 : (int)V;
@@ -699,8 +700,8 @@ size_t max_smem_bytes(const FastArgs &a) {
 }
 
 int set_smem(KdaCudaCtx *ctx, const void *fn, size_t bytes) {
-    CUDA_CHECK(ctx, cudaFuncSetAttribute(fn, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                         (int)bytes));
+    CUDA_CHECK(ctx,
+               cudaFuncSetAttribute(fn, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)bytes));
     return 0;
 }
 
@@ -739,8 +740,7 @@ extern "C" int64_t kda_fast_chunk(int64_t K, int64_t V, size_t smem_optin) {
 }
 
 extern "C" int kda_fast_supported(const KdaDims *d, size_t smem_optin) {
-    if (d->chunk < 1 || d->chunk > 64 || d->K < 1 || d->V < 1 || d->H < 1 || d->HV % d->H)
-        return 0;
+    if (d->chunk < 1 || d->chunk > 64 || d->K < 1 || d->V < 1 || d->H < 1 || d->HV % d->H) return 0;
     if (d->B * d->T * d->HV * (d->K > d->V ? d->K : d->V) >= ((int64_t)1 << 31)) return 0;
     FastArgs a = make_args(d);
     return max_smem_bytes(a) <= smem_optin;
@@ -820,8 +820,8 @@ extern "C" int kda_fast_bwd(KdaCudaCtx *ctx, float *dq, float *dk, kda_bf16 *dv,
                             const float *dfinal_state, const kda_bf16 *q, const kda_bf16 *k,
                             const kda_bf16 *v, const float *gcum, const float *beta,
                             const float *init_state, const KdaDims *d) {
-    return fast_bwd(ctx, NULL, dq, dk, dv, dg, dbeta, dinit_state, d_o, dfinal_state, q, k, v,
-                    gcum, beta, init_state, d);
+    return fast_bwd(ctx, NULL, dq, dk, dv, dg, dbeta, dinit_state, d_o, dfinal_state, q, k, v, gcum,
+                    beta, init_state, d);
 }
 
 extern "C" int kda_fast_profile(KdaCudaCtx *ctx, const KdaDims *d, int reps, float ms[8]) {
@@ -841,12 +841,13 @@ extern "C" int kda_fast_profile(KdaCudaCtx *ctx, const KdaDims *d, int reps, flo
     for (int i = 0; i < 8; i++)
         ms[i] = 1e30f;
     profile_fill_k<<<grid_for(nv > ng ? nv : ng), 256, 0, ctx->stream>>>(q, k, v, dO, gcum, beta,
-                                                                        *d);
+                                                                         *d);
     for (int r = 0; r < reps && rc == 0; r++) {
         cudaEvent_t *e = ev;
         if (cudaEventRecord(*e++, ctx->stream) != cudaSuccess ||
             fast_fwd(ctx, &e, o, NULL, q, k, v, gcum, beta, NULL, d) ||
-            fast_bwd(ctx, &e, dq, dk, dv, dg, dbeta, NULL, dO, NULL, q, k, v, gcum, beta, NULL, d) ||
+            fast_bwd(ctx, &e, dq, dk, dv, dg, dbeta, NULL, dO, NULL, q, k, v, gcum, beta, NULL,
+                     d) ||
             kda_cuda_sync(ctx)) {
             rc = -1;
             break;
@@ -863,7 +864,7 @@ extern "C" int kda_fast_profile(KdaCudaCtx *ctx, const KdaDims *d, int reps, flo
     return rc;
 }
 
-// ---- host emulation ----------------------------------------------------------------------------------
+// ---- host emulation -----------------------------------------------------------------------------
 
 namespace {
 struct HostRun {

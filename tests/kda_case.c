@@ -1,0 +1,78 @@
+// kda_case.c - random KDA-core inputs for the kernel tests (see kda_case.h).
+#include "kda_case.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/error.h" // defines: kda_malloc
+#include "core/util.h"  // defines: bf16_to_f32, f32_to_bf16
+
+static float *randn_(KdaRng *r, int64_t n, float mean, float std) {
+    float *x = kda_malloc((size_t)(n > 0 ? n : 1) * sizeof(float));
+    for (int64_t i = 0; i < n; i++)
+        x[i] = rng_normal(r, mean, std);
+    return x;
+}
+
+static void bf16_round_(float *x, int64_t n) {
+    for (int64_t i = 0; i < n; i++)
+        x[i] = bf16_to_f32(f32_to_bf16(x[i]));
+}
+
+static void l2_normalize_rows_(float *x, int64_t rows, int64_t K) {
+    for (int64_t row = 0; row < rows; row++) {
+        float *p = x + row * K;
+        double ss = 0.0;
+        for (int64_t i = 0; i < K; i++)
+            ss += (double)p[i] * p[i];
+        for (int64_t i = 0; i < K; i++)
+            p[i] = (float)(p[i] / sqrt(ss + 1e-6));
+    }
+}
+
+void kda_case_make(KdaCase *c, KdaRng *r, int64_t B, int64_t T, int64_t H, int64_t HV, int64_t K,
+                   int64_t V, int64_t C, int with_state) {
+    memset(c, 0, sizeof *c);
+    c->d = (KdaDims){B, T, H, HV, K, V, 1.0f / sqrtf((float)K), C};
+    c->nqk = B * T * H * K, c->nv = B * T * HV * V, c->ng = B * T * HV * K, c->nb = B * T * HV;
+    c->ns = B * HV * K * V;
+    c->q = randn_(r, c->nqk, 0.0f, 1.0f), c->k = randn_(r, c->nqk, 0.0f, 1.0f);
+    l2_normalize_rows_(c->q, B * T * H, K), l2_normalize_rows_(c->k, B * T * H, K);
+    bf16_round_(c->q, c->nqk), bf16_round_(c->k, c->nqk);
+    c->v = randn_(r, c->nv, 0.0f, 1.0f), bf16_round_(c->v, c->nv);
+    c->dO = randn_(r, c->nv, 0.0f, 1.0f), bf16_round_(c->dO, c->nv);
+    c->g = randn_(r, c->ng, -2.5f, 1.5f);
+    for (int64_t i = 0; i < c->ng; i++)
+        c->g[i] = -expf(c->g[i]);
+    c->gcum = kda_malloc((size_t)(c->ng > 0 ? c->ng : 1) * sizeof(float));
+    for (int64_t b = 0; b < B; b++)
+        for (int64_t jd = 0; jd < HV * K; jd++)
+            for (int64_t t0 = 0; t0 < T; t0 += C) {
+                float acc = 0.0f;
+                for (int64_t t = t0; t < T && t < t0 + C; t++) {
+                    int64_t i = (b * T + t) * HV * K + jd;
+                    acc += c->g[i];
+                    c->gcum[i] = acc;
+                }
+            }
+    c->beta = randn_(r, c->nb, 0.0f, 1.0f);
+    for (int64_t i = 0; i < c->nb; i++)
+        c->beta[i] = 1.0f / (1.0f + expf(-c->beta[i]));
+    if (with_state) {
+        c->S0 = randn_(r, c->ns, 0.0f, 0.5f);
+        c->dST = randn_(r, c->ns, 0.0f, 0.5f);
+    }
+}
+
+void kda_case_free(KdaCase *c) {
+    free(c->q), free(c->k), free(c->v), free(c->g), free(c->gcum), free(c->beta), free(c->S0);
+    free(c->dO), free(c->dST);
+    memset(c, 0, sizeof *c);
+}
+
+KdaDims kda_case_cpu_dims(const KdaCase *c) {
+    KdaDims d = c->d;
+    d.chunk = 64;
+    return d;
+}
