@@ -366,6 +366,53 @@ static void motif_batch_(int32_t *ids, int64_t B, int64_t T, int64_t vocab, uint
     }
 }
 
+// Trains the CPU backend bc and the GPU backend bg side by side for `steps` AdamW steps (lr 3e-3,
+// 2 micro-batches of motif data, clip 1.0) and checks each step's loss agrees within tol_step,
+// relative to max(cpu loss, 1): below 1 nat the bound is absolute (a memorized motif drives the
+// loss towards 0, where relative differences mean nothing).
+// Returns the worst per-step relative difference (-1 on a backend error); first/last/tail get
+// the first, last and mean-of-the-last-20 losses of {cpu, gpu}.
+static double train_track_(KdaBackend *bc, KdaBackend *bg, int steps, int64_t B, int64_t T,
+                           int64_t vocab, double tol_step, int32_t *ids, float first[2],
+                           float last[2], double tail[2], KdaError *err) {
+    const int64_t n_micro = 2;
+    double worst = 0.0;
+    tail[0] = tail[1] = 0.0;
+    for (int step = 1; step <= steps; step++) {
+        KdaBackend *be[2] = {bc, bg};
+        float loss[2] = {0, 0};
+        for (int k = 0; k < 2; k++) {
+            be[k]->zero_grads(be[k]->ctx);
+            double sum = 0.0;
+            for (int64_t mi = 0; mi < n_micro; mi++) {
+                motif_batch_(ids, B, T, vocab, (uint64_t)(1000 + (step % 4) * 10 + mi));
+                float l = NAN;
+                if (be[k]->forward_backward(be[k]->ctx, ids, B, T, 1, &l, err)) {
+                    CHECK_MSG(0, "step %d: %s", step, err->msg);
+                    return -1.0;
+                }
+                sum += l;
+            }
+            loss[k] = (float)(sum / (double)n_micro);
+            double norm = be[k]->finish_grads(be[k]->ctx, 1.0 / (double)n_micro, 1.0);
+            CHECK_MSG(isfinite(norm), "%s step %d: grad norm %g", k ? "gpu" : "cpu", step, norm);
+            be[k]->update(be[k]->ctx, 3e-3);
+        }
+        double e = fabs((double)loss[1] - loss[0]) / fmax(loss[0], 1.0);
+        CHECK_MSG(e <= tol_step, "step %d: gpu loss %.5f vs cpu %.5f (rel %.3g > %g)", step,
+                  loss[1], loss[0], e, tol_step);
+        if (e > worst) worst = e;
+        if (step == 1) first[0] = loss[0], first[1] = loss[1];
+        last[0] = loss[0], last[1] = loss[1];
+        if (step > steps - 20)
+            for (int k = 0; k < 2; k++)
+                tail[k] += loss[k] / 20.0;
+        if (step <= 20 || step % 20 == 0)
+            printf("    step %3d: cpu %.5f gpu %.5f (rel %.2e)\n", step, loss[0], loss[1], e);
+    }
+    return worst;
+}
+
 KDA_TEST(gpu_model_train_20_steps) {
     if (!have_gpu_()) return;
     KdaModel mc, mg;
@@ -382,37 +429,12 @@ KDA_TEST(gpu_model_train_20_steps) {
         kda_backend_destroy(&bc);
         return;
     }
-    const int64_t B = 4, T = 64, n_micro = 2;
+    const int64_t B = 4, T = 64;
     int32_t *ids = kda_malloc((size_t)(B * T) * sizeof(int32_t));
     float first[2] = {0, 0}, last[2] = {0, 0};
-    double worst = 0.0;
-    for (int step = 1; step <= 20 && !rc; step++) {
-        KdaBackend *be[2] = {&bc, &bg};
-        float loss[2] = {0, 0};
-        for (int k = 0; k < 2 && !rc; k++) {
-            be[k]->zero_grads(be[k]->ctx);
-            double sum = 0.0;
-            for (int64_t mi = 0; mi < n_micro && !rc; mi++) {
-                motif_batch_(ids, B, T, 300, (uint64_t)(1000 + (step % 4) * 10 + mi));
-                float l = NAN;
-                rc = be[k]->forward_backward(be[k]->ctx, ids, B, T, 1, &l, &err);
-                sum += l;
-            }
-            loss[k] = (float)(sum / (double)n_micro);
-            double norm = be[k]->finish_grads(be[k]->ctx, 1.0 / (double)n_micro, 1.0);
-            CHECK_MSG(isfinite(norm), "%s step %d: grad norm %g", k ? "gpu" : "cpu", step, norm);
-            be[k]->update(be[k]->ctx, 3e-3);
-        }
-        CHECK_MSG(rc == 0, "step %d: %s", step, err.msg);
-        if (rc) break;
-        double e = fabs((double)loss[1] - loss[0]) / loss[0];
-        CHECK_MSG(e <= TOL_TRAIN, "step %d: gpu loss %.5f vs cpu %.5f (rel %.3g > %g)", step,
-                  loss[1], loss[0], e, TOL_TRAIN);
-        if (e > worst) worst = e;
-        if (step == 1) first[0] = loss[0], first[1] = loss[1];
-        last[0] = loss[0], last[1] = loss[1];
-        printf("    step %2d: cpu %.5f gpu %.5f (rel %.2e)\n", step, loss[0], loss[1], e);
-    }
+    double tail[2];
+    double worst = train_track_(&bc, &bg, 20, B, T, 300, TOL_TRAIN, ids, first, last, tail, &err);
+    rc = worst < 0;
     if (!rc) {
         CHECK_MSG(last[0] < 0.8f * first[0] && last[1] < 0.8f * first[1],
                   "no learning: cpu %.4f -> %.4f, gpu %.4f -> %.4f", first[0], last[0], first[1],
@@ -435,6 +457,56 @@ KDA_TEST(gpu_model_train_20_steps) {
         printf(
             "    20 steps: worst per-step loss rel diff %.2e; cpu %.4f -> %.4f, gpu %.4f -> %.4f\n",
             worst, first[0], last[0], first[1], last[1]);
+    }
+    free(ids);
+    kda_backend_destroy(&bc);
+    kda_backend_destroy(&bg);
+}
+
+// The issue's "short GPU training run (tiny config, 200 steps) must track the CPU run's loss
+// curve": configs/tiny.json (tied embeddings, K = 16, V = 32), 200 steps; the CPU run goes
+// 5.56 -> 2.82 (step 40) -> 0.10 (step 100) -> 0.0045 (step 200). bf16 rounding makes the two
+// trajectories drift apart slowly (1.9e-3 after 20 steps on the untied model above), and on the
+// steep part of the curve a lag of one step is ~0.08 nats, so each step's loss must be within
+// 0.1·max(loss, 1) of the CPU's, the mean of the last 20 steps within 0.05 nats, and both learn
+// (< 0.1 x the first loss).
+KDA_TEST(gpu_model_train_200_steps_tiny_config) {
+    if (!have_gpu_()) return;
+    KdaError err = {{0}};
+    KdaConfig cfg;
+    KdaModel mc, mg;
+    int rc = kda_config_load(&cfg, "configs/tiny.json", &err);
+    CHECK_MSG(rc == 0, "%s", err.msg);
+    if (rc) return;
+    KDA_ASSERT(kda_model_init(&mc, &cfg, &err) == 0 && kda_model_init(&mg, &cfg, &err) == 0);
+    kda_params_init(&mc.table, &mc.cfg, mc.params, 51);
+    kda_params_init(&mg.table, &mg.cfg, mg.params, 51);
+    KdaAdamWConfig oc = {0.9, 0.95, 1e-8, 0.01};
+    KdaBackend bc, bg;
+    KDA_ASSERT(kda_backend_cpu_create(&bc, &mc, &oc, &err) == 0);
+    rc = kda_backend_cuda_create(&bg, &mg, &oc, 0, &err);
+    CHECK_MSG(rc == 0, "%s", err.msg);
+    if (rc) {
+        kda_model_free(&mg);
+        kda_backend_destroy(&bc);
+        return;
+    }
+    const int64_t B = 4, T = 64;
+    int32_t *ids = kda_malloc((size_t)(B * T) * sizeof(int32_t));
+    float first[2] = {0, 0}, last[2] = {0, 0};
+    double tail[2];
+    double worst =
+        train_track_(&bc, &bg, 200, B, T, cfg.vocab_size, 0.1, ids, first, last, tail, &err);
+    if (worst >= 0) {
+        double te = fabs(tail[1] - tail[0]);
+        CHECK_MSG(te <= 0.05, "mean loss of the last 20 steps: gpu %.5f vs cpu %.5f (|d| %.3g)",
+                  tail[1], tail[0], te);
+        CHECK_MSG(last[0] < 0.1f * first[0] && last[1] < 0.1f * first[1],
+                  "no learning: cpu %.4f -> %.4f, gpu %.4f -> %.4f", first[0], last[0], first[1],
+                  last[1]);
+        printf("    200 steps: worst per-step diff %.2e, last-20 mean |diff| %.2e; "
+               "cpu %.4f -> %.4f, gpu %.4f -> %.4f\n",
+               worst, te, first[0], last[0], first[1], last[1]);
     }
     free(ids);
     kda_backend_destroy(&bc);
