@@ -118,6 +118,7 @@ KDA_TEST(run_config_type_errors_name_the_key) {
         {"lr: null\n", "'lr': expected a number"},
         {"lr_decay_style: cosin\n", "'lr_decay_style': expected one of cosine|linear|constant"},
         {"device: gpu\n", "'device'"},
+        {"recompute_granularity: selective\n", "expected one of none|full"},
         {"seed: [1, 2]\n", "'seed': expected a single value"},
         {"seed: 1\nseed: 2\n", "appears twice"},
         {"- a\n- b\n", "mapping"},

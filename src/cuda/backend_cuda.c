@@ -127,7 +127,17 @@ int kda_backend_cuda_create(KdaBackend *be, KdaModel *model, const KdaAdamWConfi
     return 0;
 }
 
+int kda_backend_cuda_set_recompute(KdaBackend *be, int on, KdaError *err) {
+    CudaBe *x = be->ctx;
+    return kda_cuda_model_set_recompute(x->dm, on, err);
+}
+
 #else // !KDA_HAVE_CUDA
+
+int kda_backend_cuda_set_recompute(KdaBackend *be, int on, KdaError *err) {
+    (void)be, (void)on;
+    return kda_fail(err, "recompute: this build has no CUDA support");
+}
 
 int kda_cuda_available(void) {
     return 0;

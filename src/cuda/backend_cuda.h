@@ -25,4 +25,8 @@ int kda_cuda_available(void);
 int kda_backend_cuda_create(KdaBackend *be, KdaModel *model, const KdaAdamWConfig *ocfg, int device,
                             KdaError *err);
 
+// Per-block activation recomputation on a backend made by kda_backend_cuda_create
+// (kda_cuda_model_set_recompute). -1 with a message without CUDA.
+int kda_backend_cuda_set_recompute(KdaBackend *be, int on, KdaError *err);
+
 #endif

@@ -89,6 +89,7 @@ struct KdaCudaModel {
     float *coef, *gscale;
     int64_t B, T, n_valid;
     int64_t chunk; // the KDA core's chunk (kda_fast_chunk: 32 for K = 32, V = 64); gcum uses it too
+    int recompute; // per-block activation recomputation (kda_cuda_model_set_recompute)
     int have_fwd;
     int clip_pending;
 };
@@ -119,6 +120,11 @@ static void layout_(KdaCudaModel *m, int64_t N, Arena *a) {
     int64_t Wd = max64_(HK, HVV);
     for (int64_t l = 0; l < c->num_hidden_layers; l++) {
         DevLayer *L = &m->L[l];
+        if (m->recompute && l > 0) { // only the block input is per layer; the rest is shared
+            *L = m->L[0];
+            L->h = take_(a, F32(N * D));
+            continue;
+        }
         L->h = take_(a, F32(N * D)), L->xa = take_(a, BF(N * D)), L->rstd_a = take_(a, F32(N));
         L->pq = take_(a, BF(N * HK)), L->pk = take_(a, BF(N * HK)), L->pv = take_(a, BF(N * HVV));
         L->qc = take_(a, BF(N * HK)), L->kc = take_(a, BF(N * HK));
@@ -546,10 +552,27 @@ static int backward_dev_(KdaCudaModel *m) {
                           m->lse, N, D, c->vocab_size, scale, &m->xws));
     TRY(kda_cuda_rmsnorm_bwd(&m->ctx, m->dh, m->G.final_norm, m->dx, m->hL, m->P.final_norm,
                              m->rstd_f, N, D, 0));
-    for (int64_t l = c->num_hidden_layers - 1; l >= 0; l--)
+    for (int64_t l = c->num_hidden_layers - 1; l >= 0; l--) {
+        // recompute: the shared activations hold the last block's from the forward; every other
+        // block re-runs its forward (same kernels, same inputs: the same bits) first
+        if (m->recompute && l + 1 < c->num_hidden_layers)
+            TRY(block_fwd_(m, &m->P.layers[l], &m->L[l], m->L[l + 1].h));
         TRY(block_bwd_(m, &m->P.layers[l], &m->G.layers[l], &m->L[l]));
+    }
     return kda_cuda_embed_bwd(&m->ctx, m->G.embed, m->dh, m->ids, N, D, c->vocab_size,
                               c->has_pad_token_id ? c->pad_token_id : -1);
+}
+
+int kda_cuda_model_set_recompute(KdaCudaModel *m, int on, KdaError *err) {
+    on = on != 0;
+    if (on == m->recompute) return 0;
+    if (kda_cuda_sync(&m->ctx)) return fail_(m, err);
+    kda_cuda_release(m->arena); // the next forward lays the arena out again
+    m->arena = NULL;
+    m->cap_tokens = 0;
+    m->have_fwd = 0;
+    m->recompute = on;
+    return 0;
 }
 
 int kda_cuda_model_backward(KdaCudaModel *m, KdaError *err) {

@@ -57,6 +57,15 @@ int kda_cuda_model_loss(KdaCudaModel *m, float *loss, KdaError *err);
 // preceding forward, or when HV != H.
 int kda_cuda_model_backward(KdaCudaModel *m, KdaError *err);
 
+// Per-block activation recomputation (off by default): keep only each block's input [N, D] fp32
+// per layer and one block's other activations (shared by all blocks); the backward re-runs each
+// block's forward (except the last's, still in place) just before that block's backward. Costs
+// about one more forward of the blocks (~1/3 of a step's block compute); activation memory per
+// token goes from ~(L x 48 KB) to ~(L x 4 KB + 48 KB) at the 300M shape. The recomputed
+// activations are bit-identical (same deterministic kernels on the same inputs), so gradients do
+// not change. Switching frees the activation arena; the next forward lays it out again.
+int kda_cuda_model_set_recompute(KdaCudaModel *m, int on, KdaError *err);
+
 // ---- training state ------------------------------------------------------------------------
 int kda_cuda_model_zero_grads(KdaCudaModel *m, KdaError *err);
 // grads *= scale (skipped when scale == 1), returns the global L2 norm (waits; NaN on error with

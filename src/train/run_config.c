@@ -60,6 +60,7 @@ static const RcKey g_keys[] = {
     RC(max_nan_steps, RC_INT, NULL),
     RC(device, RC_STR, "cpu|cuda"),
     RC(threads, RC_INT, NULL),
+    RC(recompute_granularity, RC_STR, "none|full"),
 };
 #undef RC
 #define N_KEYS ((int)(sizeof g_keys / sizeof *g_keys))
@@ -184,6 +185,7 @@ void kda_run_config_defaults(KdaRunConfig *cfg) {
     str_set(&cfg->objective, "megatron");
     str_set(&cfg->data_order, "megatron");
     str_set(&cfg->device, "cpu");
+    str_set(&cfg->recompute_granularity, "none");
 }
 
 // ---------------------------------------------------------------------------------------------

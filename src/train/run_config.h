@@ -14,6 +14,8 @@
 //   objective (megatron|fla, megatron) (kda)   data_order (megatron|fla, megatron) (kda)
 //   keep_last (int, 0 = keep all) (kda)
 //   max_nan_steps (int, 0) (kda)   device (cpu|cuda, cpu) (kda)   threads (int, 0 = auto) (kda)
+//   recompute_granularity (none|full, none): full = Megatron's full recompute of every block
+//     (uniform, 1 layer): keep each block's input, re-run its forward in the backward (GPU)
 // objective = what a row holds: megatron = seq_length + 1 tokens, seq_length targets; fla =
 // seq_length tokens, seq_length - 1 targets (last position ignored). data_order = which rows in
 // which order: megatron = GPTDataset windows (shuffled, multi-epoch); fla = FLA's chunk dataset
@@ -69,6 +71,7 @@ typedef struct {
     int64_t max_nan_steps;
     char *device; // "cpu" | "cuda"
     int64_t threads;
+    char *recompute_granularity; // "none" | "full" (per-block activation recompute, GPU only)
 } KdaRunConfig;
 
 // Every string of cfg is owned; free with kda_run_config_free (accepts a zeroed struct).

@@ -206,10 +206,15 @@ static int setup_backend(Run *r, KdaError *err) {
     if (kda_params_build(&r->table, &r->cfg, err)) goto fail;
     KdaAdamWConfig oc = {r->rc->adam_beta1, r->rc->adam_beta2, r->rc->adam_eps,
                          r->rc->weight_decay};
+    int recompute = r->rc->recompute_granularity && !strcmp(r->rc->recompute_granularity, "full");
     if (r->rc->device && !strcmp(r->rc->device, "cuda")) {
         if (kda_backend_cuda_create(&r->be, &m, &oc, 0, err)) goto fail;
-    } else if (kda_backend_cpu_create(&r->be, &m, &oc, err)) {
-        goto fail;
+        if (recompute && kda_backend_cuda_set_recompute(&r->be, 1, err)) goto fail;
+    } else {
+        if (kda_backend_cpu_create(&r->be, &m, &oc, err)) goto fail;
+        if (recompute)
+            kda_warn("recompute_granularity: full has no effect with device: cpu (the CPU "
+                     "backend keeps every activation)");
     }
     return 0;
 fail:
