@@ -454,28 +454,34 @@ static double train_track_(KdaBackend *bc, KdaBackend *bg, int steps, int64_t B,
     return worst;
 }
 
+// The CPU backend over mc and the GPU backend over mg (AdamW 0.9 / 0.95 / 1e-8 / wd 0.01); the
+// backends take the models. -1 (both models released) when the GPU backend cannot be made.
+static int backends_(KdaBackend *bc, KdaBackend *bg, KdaModel *mc, KdaModel *mg, KdaError *err) {
+    KdaAdamWConfig oc = {0.9, 0.95, 1e-8, 0.01};
+    KDA_ASSERT(kda_backend_cpu_create(bc, mc, &oc, err) == 0);
+    int rc = kda_backend_cuda_create(bg, mg, &oc, 0, err);
+    CHECK_MSG(rc == 0, "%s", err->msg);
+    if (rc) {
+        kda_model_free(mg);
+        kda_backend_destroy(bc);
+    }
+    return rc;
+}
+
 KDA_TEST(gpu_model_train_20_steps) {
     if (!have_gpu_()) return;
     KdaModel mc, mg;
     tiny_untied_(&mc, 0.02, 31);
     tiny_untied_(&mg, 0.02, 31);
-    KdaAdamWConfig oc = {0.9, 0.95, 1e-8, 0.01};
     KdaError err = {{0}};
     KdaBackend bc, bg;
-    KDA_ASSERT(kda_backend_cpu_create(&bc, &mc, &oc, &err) == 0);
-    int rc = kda_backend_cuda_create(&bg, &mg, &oc, 0, &err);
-    CHECK_MSG(rc == 0, "%s", err.msg);
-    if (rc) {
-        kda_model_free(&mg);
-        kda_backend_destroy(&bc);
-        return;
-    }
+    if (backends_(&bc, &bg, &mc, &mg, &err)) return;
     const int64_t B = 4, T = 64;
     int32_t *ids = kda_malloc((size_t)(B * T) * sizeof(int32_t));
     float first[2] = {0, 0}, last[2] = {0, 0};
     double tail[2];
     double worst = train_track_(&bc, &bg, 20, B, T, 300, TOL_TRAIN, ids, first, last, tail, &err);
-    rc = worst < 0;
+    int rc = worst < 0;
     if (!rc) {
         CHECK_MSG(last[0] < 0.8f * first[0] && last[1] < 0.8f * first[1],
                   "no learning: cpu %.4f -> %.4f, gpu %.4f -> %.4f", first[0], last[0], first[1],
@@ -522,16 +528,8 @@ KDA_TEST(gpu_model_train_200_steps_tiny_config) {
     KDA_ASSERT(kda_model_init(&mc, &cfg, &err) == 0 && kda_model_init(&mg, &cfg, &err) == 0);
     kda_params_init(&mc.table, &mc.cfg, mc.params, 51);
     kda_params_init(&mg.table, &mg.cfg, mg.params, 51);
-    KdaAdamWConfig oc = {0.9, 0.95, 1e-8, 0.01};
     KdaBackend bc, bg;
-    KDA_ASSERT(kda_backend_cpu_create(&bc, &mc, &oc, &err) == 0);
-    rc = kda_backend_cuda_create(&bg, &mg, &oc, 0, &err);
-    CHECK_MSG(rc == 0, "%s", err.msg);
-    if (rc) {
-        kda_model_free(&mg);
-        kda_backend_destroy(&bc);
-        return;
-    }
+    if (backends_(&bc, &bg, &mc, &mg, &err)) return;
     const int64_t B = 4, T = 64;
     int32_t *ids = kda_malloc((size_t)(B * T) * sizeof(int32_t));
     float first[2] = {0, 0}, last[2] = {0, 0};
