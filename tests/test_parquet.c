@@ -82,6 +82,18 @@ KDA_TEST(parquet_column_errors) {
     CHECK_MSG(strstr(e.msg, "not a Parquet file") != NULL, "%s", e.msg);
 }
 
+// Found by fuzz_parquet: a footer whose row count (-10) disagrees with the row groups' value
+// counts (9) used to be read anyway, returning more rows than the footer declared. Both counts
+// are now checked at open, and a data page holding more values than its chunk has left fails.
+KDA_TEST(parquet_inconsistent_row_counts) {
+    ParquetReader *r;
+    KdaError e;
+    char path[1024];
+    snprintf(path, sizeof path, "%s", test_data("parquet/fuzz_row_count.parquet"));
+    CHECK(parquet_open(&r, path, "text", &e) != 0);
+    CHECK_MSG(strstr(e.msg, "the footer says -10 rows") != NULL, "%s", e.msg);
+}
+
 // Damaged copies: truncations and single-byte changes all over the file must give either an
 // error or a normal read, never a crash or an endless loop (ASan/UBSan builds catch more).
 KDA_TEST(parquet_damaged_files_fail_cleanly) {

@@ -425,6 +425,7 @@ static int read_footer(ParquetReader *r, const char *column, KdaError *err) {
     if (rc != 0) return -1;
     if (t.bad) return pq_fail(r, err, "malformed footer (Thrift FileMetaData)");
     if (!have_schema) return pq_fail(r, err, "footer has no schema");
+    int64_t total = 0;
     for (int k = 0; k < r->n_groups; k++) {
         ChunkInfo *c = &r->groups[k];
         if (!c->have_meta || c->external)
@@ -439,7 +440,14 @@ static int read_footer(ParquetReader *r, const char *column, KdaError *err) {
             c->size > (int64_t)r->footer_start - start)
             return pq_fail(r, err, "row group %d: column chunk [%lld, +%lld) lies outside the data",
                            k, (long long)start, (long long)c->size);
+        total += c->num_values;
     }
+    // A flat (non-repeated) column has one value, or null, per row: the chunks' value counts
+    // must add up to the footer's row count, or the file is inconsistent.
+    if (total != r->num_rows)
+        return pq_fail(r, err,
+                       "the row groups hold %lld values of the column, the footer says %lld rows",
+                       (long long)total, (long long)r->num_rows);
     return 0;
 }
 
@@ -833,6 +841,11 @@ static int next_page(ParquetReader *r, KdaError *err) {
         } else if (h.type == PAGE_DATA || h.type == PAGE_DATA_V2) {
             r->page_n = r->page_i = 0;
             if (decode_data_page(r, &h, body, err) != 0) return -1;
+            if (r->page_n > r->groups[r->g].num_values - r->chunk_values)
+                return pq_fail(r, err,
+                               "page at byte %zu: %lld values overrun the column chunk's %lld",
+                               (size_t)(body - r->data), (long long)r->page_n,
+                               (long long)r->groups[r->g].num_values);
             r->chunk_values += r->page_n;
             if (r->page_n > 0) return 1;
         } // index pages and unknown page types are skipped
