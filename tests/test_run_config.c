@@ -1,5 +1,6 @@
 // test_run_config.c - YAML run config: the recipe file, CLI overrides, unknown keys with a
 // suggestion, type errors naming the key, validation, blends, and write-back round trip.
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -104,6 +105,29 @@ KDA_TEST(run_config_unknown_key_suggests) {
     CHECK(kda_run_config_apply_args(&c, 2, argv, &e) == -1);
     CHECK_MSG(strstr(e.msg, "--micro_batch_size"), "%s", e.msg);
     CHECK(!strcmp(kda_run_config_suggest("adam-beta-2"), "adam_beta2"));
+    kda_run_config_free(&c);
+}
+
+// Found by fuzz/fuzz_run_config: a YAML plain scalar continued over a blank line is a value
+// with a newline ("-4.\n1ih.z"), which the message quoted raw, breaking the one-line error
+// contract. Control bytes in values and keys are now shown escaped and long values cut.
+KDA_TEST(run_config_errors_stay_on_one_line) {
+    KdaRunConfig c;
+    KdaError e;
+    kda_run_config_defaults(&c);
+    CHECK(kda_run_config_load(&c, test_data("run_config/multiline_value.yaml"), &e) == -1);
+    CHECK_MSG(!strchr(e.msg, '\n') && strstr(e.msg, "multiline_value.yaml:2: key 'device'") &&
+                  strstr(e.msg, "got '-4.\\n1ih.z'"),
+              "%s", e.msg);
+    kda_run_config_free(&c);
+    CHECK(parse_str(&c, "\"a\\nkey\": 1\n", &e) == -1);
+    CHECK_MSG(!strchr(e.msg, '\n') && strstr(e.msg, "unknown key 'a\\nkey'"), "%s", e.msg);
+    kda_run_config_free(&c);
+    char yaml[400];
+    snprintf(yaml, sizeof yaml, "lr: \"%0200d\\t\"\n", 7); // long value: cut with "..."
+    CHECK(parse_str(&c, yaml, &e) == -1);
+    CHECK_MSG(!strchr(e.msg, '\n') && !strchr(e.msg, '\t') && strstr(e.msg, "0000...'"), "%s",
+              e.msg);
     kda_run_config_free(&c);
 }
 

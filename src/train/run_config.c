@@ -191,6 +191,26 @@ void kda_run_config_defaults(KdaRunConfig *cfg) {
 // ---------------------------------------------------------------------------------------------
 // Setting one key from text
 
+// A value or key as shown in a one-line message: control bytes escaped (\n, \t, \xNN) and
+// cut after 64 bytes with "...", so that YAML multi-line scalars or keys cannot break the line.
+static const char *shown(const char *v, char *buf, size_t cap) {
+    size_t o = 0, i = 0;
+    for (; v[i] && i < 64 && o + 8 < cap; i++) {
+        unsigned char c = (unsigned char)v[i];
+        if (c == '\n')
+            o += (size_t)snprintf(buf + o, cap - o, "\\n");
+        else if (c == '\t')
+            o += (size_t)snprintf(buf + o, cap - o, "\\t");
+        else if (c < 0x20 || c == 0x7f)
+            o += (size_t)snprintf(buf + o, cap - o, "\\x%02x", c);
+        else
+            buf[o++] = (char)c;
+    }
+    buf[o] = 0;
+    if (v[i] && o + 4 <= cap) memcpy(buf + o, "...", 4);
+    return buf;
+}
+
 static int choice_ok(const char *choices, const char *v) {
     size_t n = strlen(v);
     for (const char *c = choices; *c;) {
@@ -204,27 +224,29 @@ static int choice_ok(const char *choices, const char *v) {
 static int set_scalar(KdaRunConfig *cfg, const RcKey *k, const char *v, const char *where,
                       KdaError *err) {
     void *p = (char *)cfg + k->offset;
-    char *end;
+    char *end, sv[300]; // the value as shown in a message
     switch (k->type) {
     case RC_INT: {
         errno = 0;
         long long x = strtoll(v, &end, 10);
         if (end == v || *end || errno)
-            return kda_fail(err, "%skey '%s': expected an integer, got '%s'", where, k->name, v);
+            return kda_fail(err, "%skey '%s': expected an integer, got '%s'", where, k->name,
+                            shown(v, sv, sizeof sv));
         *(int64_t *)p = x;
         return 0;
     }
     case RC_FLOAT: {
         double x = strtod(v, &end);
         if (end == v || *end || !isfinite(x))
-            return kda_fail(err, "%skey '%s': expected a number, got '%s'", where, k->name, v);
+            return kda_fail(err, "%skey '%s': expected a number, got '%s'", where, k->name,
+                            shown(v, sv, sizeof sv));
         *(double *)p = x;
         return 0;
     }
     case RC_STR:
         if (k->choices && !choice_ok(k->choices, v))
             return kda_fail(err, "%skey '%s': expected one of %s, got '%s'", where, k->name,
-                            k->choices, v);
+                            k->choices, shown(v, sv, sizeof sv));
         str_set((char **)p, v);
         return 0;
     case RC_LIST:
@@ -249,7 +271,8 @@ static int set_values(KdaRunConfig *cfg, const RcKey *k, const char *const *vals
 }
 
 static int unknown_key(const char *where, const char *key, KdaError *err) {
-    return kda_fail(err, "%sunknown key '%s' (did you mean '%s'?)", where, key,
+    char sk[300];
+    return kda_fail(err, "%sunknown key '%s' (did you mean '%s'?)", where, shown(key, sk, sizeof sk),
                     kda_run_config_suggest(key));
 }
 
@@ -471,8 +494,9 @@ int kda_run_config_blend(const KdaStrList *list, const char ***paths, double **w
     for (int k = 0; k < n; k++) {
         w[k] = strtod(list->items[2 * k], &end);
         if (end == list->items[2 * k] || *end || !isfinite(w[k]) || w[k] < 0) {
+            char sv[300];
             kda_fail(err, "data path blend: item %d ('%s') is not a weight >= 0", 2 * k,
-                     list->items[2 * k]);
+                     shown(list->items[2 * k], sv, sizeof sv));
             free(w);
             free(p);
             return -1;
