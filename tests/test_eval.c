@@ -301,6 +301,31 @@ KDA_TEST(eval_olmo_requests) {
     CHECK(strstr(err.msg, "olmo:piqa/rc_0shot") && strstr(err.msg, "requests.jsonl.gz"));
 }
 
+// Found by fuzz/fuzz_eval_tasks: a malformed line of an OLMo requests file gave
+// "<dir>/requests.jsonl.gz:2: malformed JSON" without the task name (the path of an OLMo task
+// does not contain it). Every loader message now starts with the task name.
+KDA_TEST(eval_olmo_malformed_line_names_task) {
+    EvalTask t;
+    KdaError err;
+    CHECK(eval_task_load_olmo(&t, "olmo:arc_easy/rc_0shot", test_data("eval/fuzz_olmo_malformed"),
+                              0, &err) == -1);
+    CHECK_MSG(!strncmp(err.msg, "olmo:arc_easy/rc_0shot: ", 24) &&
+                  strstr(err.msg, "requests.jsonl.gz:2: malformed JSON") && !strchr(err.msg, '\n'),
+              "%s", err.msg);
+}
+
+// Found by review of fuzz/fuzz_eval_tasks's one-line contract: an answerKey (or a RACE answer,
+// or an OLMo request_type) holding a newline was quoted raw into the message.
+KDA_TEST(eval_errors_stay_on_one_line) {
+    EvalTask t;
+    KdaError err;
+    CHECK(eval_task_load_jsonl(&t, "arc_easy", test_data("eval/fuzz_answerkey_newline.jsonl"), 0,
+                               &err) == -1);
+    CHECK_MSG(!strchr(err.msg, '\n') && strstr(err.msg, "fuzz_answerkey_newline.jsonl:1") &&
+                  strstr(err.msg, "answerKey 'B\\nC'"),
+              "%s", err.msg);
+}
+
 static void write_(const char *dir, const char *name, const char *text) {
     char p[1024];
     KdaError err;

@@ -190,6 +190,26 @@ static void doc_set(EvalDoc *d, int i, const char *ctx, const char *choice) {
     d->norm_len[i] = eval_py_len(choice, strlen(choice));
 }
 
+// A value from the data as shown in a one-line message: control bytes escaped (\n, \t,
+// \xNN) and cut after 64 bytes with "...".
+static const char *shown(const char *v, char *buf, size_t cap) {
+    size_t o = 0, i = 0;
+    for (; v[i] && i < 64 && o + 8 < cap; i++) {
+        unsigned char c = (unsigned char)v[i];
+        if (c == '\n')
+            o += (size_t)snprintf(buf + o, cap - o, "\\n");
+        else if (c == '\t')
+            o += (size_t)snprintf(buf + o, cap - o, "\\t");
+        else if (c < 0x20 || c == 0x7f)
+            o += (size_t)snprintf(buf + o, cap - o, "\\x%02x", c);
+        else
+            buf[o++] = (char)c;
+    }
+    buf[o] = 0;
+    if (v[i] && o + 4 <= cap) memcpy(buf + o, "...", 4);
+    return buf;
+}
+
 static const char *get_str(const JsonValue *o, const char *key, KdaError *err) {
     const JsonValue *v = json_get(o, key);
     if (!v) return kda_fail(err, "missing field '%s'", key), NULL;
@@ -246,7 +266,9 @@ static int build_arc_like(const JsonValue *row, const char *qkey, const char *fm
     int gold = -1;
     for (size_t i = 0; i < label->len && gold < 0; i++)
         if (!strcmp(label->items[i].str, key)) gold = (int)i;
-    if (gold < 0) return kda_fail(err, "answerKey '%s' is not one of choices.label", key);
+    char sv[300];
+    if (gold < 0)
+        return kda_fail(err, "answerKey '%s' is not one of choices.label", shown(key, sv, sizeof sv));
     Str ctx = {0};
     str_addz(&ctx, fmt[0] ? fmt : "");
     str_addz(&ctx, q);
@@ -474,11 +496,12 @@ static int race_answer(const JsonValue *prob, size_t k, const char **text, int *
     const char *a = get_str(prob, "answer", err);
     const JsonValue *opts = a ? get_arr(prob, "options", err) : NULL;
     if (!opts) return kda_fail(err, "problems[%zu]: %s", k, err->msg);
+    char sv[300];
     if (strlen(a) != 1 || a[0] < 'A' || a[0] > 'D' || (size_t)(a[0] - 'A') >= opts->len)
         return kda_fail(err,
                         "problems[%zu]: answer '%s' is not a letter A-D naming one of its "
                         "%zu options",
-                        k, a, opts->len);
+                        k, shown(a, sv, sizeof sv), opts->len);
     *idx = a[0] - 'A';
     *text = opts->items[*idx].str;
     return 0;
@@ -709,9 +732,9 @@ static int subtask_index(EvalTask *t, const char *name) {
 }
 
 // Reads a whole (optionally gzip-compressed) file.
-static char *read_gz(const char *path, size_t *n, KdaError *err) {
+static char *read_gz(const char *task, const char *path, size_t *n, KdaError *err) {
     gzFile f = gzopen(path, "rb");
-    if (!f) return kda_fail(err, "%s: cannot open", path), NULL;
+    if (!f) return kda_fail(err, "%s: %s: cannot open", task, path), NULL;
     Str s = {0};
     char buf[65536];
     int k;
@@ -719,17 +742,20 @@ static char *read_gz(const char *path, size_t *n, KdaError *err) {
         str_add(&s, buf, (size_t)k);
     int bad = k < 0;
     gzclose(f);
-    if (bad) return free(s.p), kda_fail(err, "%s: read or decompression error", path), NULL;
+    if (bad)
+        return free(s.p), kda_fail(err, "%s: %s: read or decompression error", task, path), NULL;
     *n = s.n;
     return str_take(&s);
 }
 
-// Calls fn for each non-blank line (1-based numbers) until it returns nonzero.
+// Calls fn for each non-blank line (1-based numbers) until it returns nonzero. Errors of its
+// own (unreadable file, malformed JSON) start with the task name, as fn's do.
 typedef int (*LineFn)(void *ctx, const JsonValue *row, int64_t line, KdaError *err);
 
-static int for_each_jsonl(const char *path, LineFn fn, void *ctx, KdaError *err) {
+static int for_each_jsonl(const char *task, const char *path, LineFn fn, void *ctx,
+                          KdaError *err) {
     size_t n;
-    char *text = read_gz(path, &n, err);
+    char *text = read_gz(task, path, &n, err);
     if (!text) return -1;
     int64_t line = 0;
     int r = 0;
@@ -741,7 +767,8 @@ static int for_each_jsonl(const char *path, LineFn fn, void *ctx, KdaError *err)
             JsonDoc doc;
             KdaError e2;
             if (json_parse(&doc, p, len, &e2)) {
-                kda_fail(err, "%s:%lld: malformed JSON: %s", path, (long long)line, e2.msg);
+                kda_fail(err, "%s: %s:%lld: malformed JSON: %s", task, path, (long long)line,
+                         e2.msg);
                 r = -1;
                 break;
             }
@@ -801,7 +828,7 @@ int eval_task_load_jsonl(EvalTask *t, const char *name, const char *path, int64_
     task_init(t, name);
     snprintf(t->source, sizeof t->source, "%s", path);
     LoadCtx c = {.t = t, .path = path, .limit = limit};
-    int r = for_each_jsonl(path, add_row, &c, err);
+    int r = for_each_jsonl(name, path, add_row, &c, err);
     free(c.counts);
     if (r) return eval_task_free(t), -1;
     if (t->n_docs == 0) return eval_task_free(t), kda_fail(err, "%s: %s: no documents", name, path);
@@ -880,7 +907,7 @@ static int load_mmlu(EvalTask *t, const char *data_dir, int64_t limit, KdaError 
             snprintf(path, sizeof path, "%s/mmlu/%s%s", data_dir, subj, ext[e]);
             if (path_exists(path)) {
                 c.path = path;
-                r = for_each_jsonl(path, add_row, &c, err);
+                r = for_each_jsonl(t->name, path, add_row, &c, err);
                 done = 1;
             }
         }
@@ -964,9 +991,10 @@ static int olmo_line(void *vctx, const JsonValue *row, int64_t line, KdaError *e
 #define OLMO_FAIL(...)                                                                             \
     kda_fail(err, "%s: %s:%lld: %s", t->name, c->path, (long long)line,                            \
              (snprintf(msg, sizeof msg, __VA_ARGS__), msg))
-    char msg[512];
+    char msg[512], sv[300];
     if (!rt || strcmp(rt, "loglikelihood"))
-        return OLMO_FAIL("request_type is '%s', expected 'loglikelihood'", rt ? rt : "(missing)");
+        return OLMO_FAIL("request_type is '%s', expected 'loglikelihood'",
+                         rt ? shown(rt, sv, sizeof sv) : "(missing)");
     if (json_get_int(row, "doc_id", &doc_id) || json_get_int(row, "idx", &idx) ||
         json_get_int(row, "label", &label))
         return OLMO_FAIL("doc_id, idx and label must be integers");
@@ -1020,7 +1048,7 @@ int eval_task_load_olmo(EvalTask *t, const char *name, const char *dir, int64_t 
     OlmoCtx c = {.t = t, .path = path, .limit = limit, .cur_doc = -1};
     if (!path_exists(path))
         return eval_task_free(t), kda_fail(err, "%s: %s: no such file", name, path);
-    if (for_each_jsonl(path, olmo_line, &c, err)) return eval_task_free(t), -1;
+    if (for_each_jsonl(name, path, olmo_line, &c, err)) return eval_task_free(t), -1;
     for (int64_t i = 0; i < t->n_docs; i++)
         if (t->docs[i].gold < 0 || t->docs[i].gold >= t->docs[i].n_choices) {
             int g = t->docs[i].gold, n = t->docs[i].n_choices;
