@@ -197,6 +197,26 @@ KDA_TEST(model_config_errors) {
     CHECK(kda_config_load(&c, test_tmpdir(), &e) == -1 && strstr(e.msg, "config.json"));
 }
 
+// Found by review of fuzz/fuzz_model_config's one-line contract (a 60 s run had not reached
+// it): a string value with a JSON "\n" escape was quoted raw into the message. Control bytes
+// are now shown escaped, long strings cut at 40 bytes.
+KDA_TEST(model_config_errors_stay_on_one_line) {
+    KdaConfig c;
+    KdaError e;
+    CHECK(kda_config_load(&c, test_data("model_config/fuzz_attn_mode_newline.json"), &e) == -1);
+    CHECK_MSG(!strchr(e.msg, '\n') && strstr(e.msg, "key 'attn_mode'") &&
+                  strstr(e.msg, "got \"a\\nb\""),
+              "%s", e.msg);
+    const char *bad = "{\"model_type\": \"kda\\t\\u0001xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx\"}";
+    JsonDoc d;
+    CHECK(json_parse(&d, bad, strlen(bad), &e) == 0);
+    CHECK(kda_config_from_json(&c, &d.root, "t.json", &e) == -1);
+    CHECK_MSG(!strchr(e.msg, '\t') && strstr(e.msg, "got \"kda\\t\\x01xxx") &&
+                  strstr(e.msg, "x...\""),
+              "%s", e.msg);
+    json_free(&d);
+}
+
 // ---------------------------------------------------------------------------------------------
 // Parameter table
 

@@ -50,6 +50,26 @@ void kda_config_defaults(KdaConfig *c) {
 // Typed key readers: each leaves the field unchanged when the key is absent.
 
 // Short description of a JSON value for error messages: `"abc"`, `8.5`, `null`, `an array`.
+// A string from the file as shown in a one-line message: control bytes escaped (\n, \t, \xNN),
+// cut after 40 bytes with "...". cap >= 8 (stops early rather than overflow).
+static const char *shown(const char *v, size_t n, char *buf, size_t cap) {
+    size_t o = 0, i = 0;
+    for (; i < n && i < 40 && o + 8 < cap; i++) {
+        unsigned char c = (unsigned char)v[i];
+        if (c == '\n')
+            o += (size_t)snprintf(buf + o, cap - o, "\\n");
+        else if (c == '\t')
+            o += (size_t)snprintf(buf + o, cap - o, "\\t");
+        else if (c < 0x20 || c == 0x7f)
+            o += (size_t)snprintf(buf + o, cap - o, "\\x%02x", c);
+        else
+            buf[o++] = (char)c;
+    }
+    buf[o] = 0;
+    if (i < n && o + 4 <= cap) memcpy(buf + o, "...", 4);
+    return buf;
+}
+
 static const char *describe(const JsonValue *v, char *buf, size_t cap) {
     switch (v->type) {
     case JSON_NULL:
@@ -65,8 +85,11 @@ static const char *describe(const JsonValue *v, char *buf, size_t cap) {
             snprintf(buf, cap, "%.17g", v->num);
         return buf;
     case JSON_STRING:
-        snprintf(buf, cap, "\"%.40s%s\"", v->str, v->len > 40 ? "..." : "");
+    {
+        char sv[200];
+        snprintf(buf, cap, "\"%s\"", shown(v->str, v->len, sv, sizeof sv));
         return buf;
+    }
     case JSON_ARRAY:
         return "an array";
     case JSON_OBJECT:
@@ -77,7 +100,7 @@ static const char *describe(const JsonValue *v, char *buf, size_t cap) {
 
 static int bad_key(const char *src, const char *key, const char *expected, const JsonValue *v,
                    KdaError *err) {
-    char buf[96];
+    char buf[210];
     return kda_fail(err, "%s: key '%s': expected %s, got %s", src, key, expected,
                     describe(v, buf, sizeof buf));
 }
@@ -161,7 +184,7 @@ static int read_must_be_null(const JsonValue *root, const char *key, const char 
                              const char *src, KdaError *err) {
     const JsonValue *v = json_get(root, key);
     if (!v || v->type == JSON_NULL) return 0;
-    char buf[96];
+    char buf[210];
     return kda_fail(err, "%s: key '%s': %s are not supported (expected null, got %s)", src, key,
                     what, describe(v, buf, sizeof buf));
 }
@@ -334,13 +357,14 @@ static int64_t round_up(int64_t x, int64_t m) {
 }
 
 int kda_config_derive(KdaConfig *c, const char *src, KdaError *err) {
+    char sv[200]; // a string value as shown in a message
     if (strcmp(c->attn_mode, "chunk") != 0 && strcmp(c->attn_mode, "fused_recurrent") != 0)
         return kda_fail(
             err, "%s: key 'attn_mode': expected \"chunk\" or \"fused_recurrent\", got \"%s\"", src,
-            c->attn_mode);
+            shown(c->attn_mode, strlen(c->attn_mode), sv, sizeof sv));
     if (strcmp(c->hidden_act, "swish") != 0 && strcmp(c->hidden_act, "silu") != 0)
         return kda_fail(err, "%s: key 'hidden_act': expected \"swish\" or \"silu\", got \"%s\"",
-                        src, c->hidden_act);
+                        src, shown(c->hidden_act, strlen(c->hidden_act), sv, sizeof sv));
     if (c->hidden_size <= 0 || c->num_heads <= 0 || c->head_dim <= 0 || c->num_hidden_layers <= 0 ||
         c->vocab_size <= 0 || c->conv_size <= 0)
         return kda_fail(err,
