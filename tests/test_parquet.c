@@ -85,13 +85,17 @@ KDA_TEST(parquet_column_errors) {
 // Found by fuzz_parquet: a footer whose row count (-10) disagrees with the row groups' value
 // counts (9) used to be read anyway, returning more rows than the footer declared. Both counts
 // are now checked at open, and a data page holding more values than its chunk has left fails.
-KDA_TEST(parquet_inconsistent_row_counts) {
+KDA_TEST(parquet_inconsistent_footers) {
     ParquetReader *r;
     KdaError e;
     char path[1024];
     snprintf(path, sizeof path, "%s", test_data("parquet/fuzz_row_count.parquet"));
     CHECK(parquet_open(&r, path, "text", &e) != 0);
     CHECK_MSG(strstr(e.msg, "the footer says -10 rows") != NULL, "%s", e.msg);
+    // also found by fuzz_parquet: a second row-group list in the footer leaked the first
+    snprintf(path, sizeof path, "%s", test_data("parquet/fuzz_two_row_group_lists.parquet"));
+    CHECK(parquet_open(&r, path, "text", &e) != 0);
+    CHECK_MSG(strstr(e.msg, "two row group lists") != NULL, "%s", e.msg);
 }
 
 // Damaged copies: truncations and single-byte changes all over the file must give either an

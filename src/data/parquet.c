@@ -403,6 +403,7 @@ static int read_footer(ParquetReader *r, const char *column, KdaError *err) {
             r->num_rows = tc_read_int(&t, type);
         } else if (id == 4 && type == TT_LIST) {
             if (!have_schema) rc = pq_fail(r, err, "row groups precede the schema in the footer");
+            if (r->groups) rc = pq_fail(r, err, "footer has two row group lists");
             int elem;
             int64_t n = tc_list(&t, &elem);
             if (elem != TT_STRUCT) t.bad = 1;
