@@ -138,3 +138,14 @@ KDA_TEST(utf8_lossy_maximal_subparts) {
         CHECK_MSG(n == strlen(cases[i].out) && memcmp(out, cases[i].out, n) == 0, "case %zu", i);
     }
 }
+
+// str_shown: control bytes escaped, cut after `max` input bytes with "...", never past cap.
+KDA_TEST(core_str_shown) {
+    char buf[64];
+    CHECK(strcmp(str_shown("a\nb\tc\x01", 6, 40, buf, sizeof buf), "a\\nb\\tc\\x01") == 0);
+    CHECK(strcmp(str_shown("abcdefgh", 8, 4, buf, sizeof buf), "abcd...") == 0);
+    CHECK(strcmp(str_shown("abc", 3, 40, buf, sizeof buf), "abc") == 0);
+    char small[10];
+    str_shown("\n\n\n\n\n\n\n\n", 8, 40, small, sizeof small); // stops early, stays terminated
+    CHECK(strlen(small) < sizeof small && strchr(small, '\n') == NULL);
+}

@@ -266,3 +266,21 @@ uint16_t f32_to_f16(float f) {
     r += 0xfffu + ((r >> 13) & 1u);
     return (uint16_t)(sign | (r >> 13));
 }
+
+const char *str_shown(const char *s, size_t n, size_t max, char *buf, size_t cap) {
+    size_t o = 0, i = 0;
+    for (; i < n && i < max && o + 8 < cap; i++) {
+        unsigned char c = (unsigned char)s[i];
+        if (c == '\n')
+            o += (size_t)snprintf(buf + o, cap - o, "\\n");
+        else if (c == '\t')
+            o += (size_t)snprintf(buf + o, cap - o, "\\t");
+        else if (c < 0x20 || c == 0x7f)
+            o += (size_t)snprintf(buf + o, cap - o, "\\x%02x", c);
+        else
+            buf[o++] = (char)c;
+    }
+    buf[o] = 0;
+    if (i < n && o + 4 <= cap) memcpy(buf + o, "...", 4);
+    return buf;
+}

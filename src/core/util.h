@@ -44,6 +44,11 @@ size_t utf8_encode(uint32_t cp, unsigned char *out);
 // "substitution of maximal subparts". out needs room for 3*n bytes; returns the bytes written.
 size_t utf8_lossy(const unsigned char *s, size_t n, unsigned char *out);
 
+// s[0..n) as shown inside a one-line message: control bytes escaped (\n, \t, \xNN), cut after
+// `max` input bytes with "..."; writes at most cap bytes into buf (cap >= 8: stops early rather
+// than overflow) and returns buf. Keeps values from files from breaking an error line.
+const char *str_shown(const char *s, size_t n, size_t max, char *buf, size_t cap);
+
 // bf16 <-> fp32 (round to nearest even; NaN stays NaN).
 static inline float bf16_to_f32(uint16_t h) {
     union {

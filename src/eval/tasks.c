@@ -190,24 +190,9 @@ static void doc_set(EvalDoc *d, int i, const char *ctx, const char *choice) {
     d->norm_len[i] = eval_py_len(choice, strlen(choice));
 }
 
-// A value from the data as shown in a one-line message: control bytes escaped (\n, \t,
-// \xNN) and cut after 64 bytes with "...".
-static const char *shown(const char *v, char *buf, size_t cap) {
-    size_t o = 0, i = 0;
-    for (; v[i] && i < 64 && o + 8 < cap; i++) {
-        unsigned char c = (unsigned char)v[i];
-        if (c == '\n')
-            o += (size_t)snprintf(buf + o, cap - o, "\\n");
-        else if (c == '\t')
-            o += (size_t)snprintf(buf + o, cap - o, "\\t");
-        else if (c < 0x20 || c == 0x7f)
-            o += (size_t)snprintf(buf + o, cap - o, "\\x%02x", c);
-        else
-            buf[o++] = (char)c;
-    }
-    buf[o] = 0;
-    if (v[i] && o + 4 <= cap) memcpy(buf + o, "...", 4);
-    return buf;
+// A value from the data as shown in a one-line message.
+static const char *shown_(const char *v, char *buf, size_t cap) {
+    return str_shown(v, strlen(v), 64, buf, cap);
 }
 
 static const char *get_str(const JsonValue *o, const char *key, KdaError *err) {
@@ -268,7 +253,8 @@ static int build_arc_like(const JsonValue *row, const char *qkey, const char *fm
         if (!strcmp(label->items[i].str, key)) gold = (int)i;
     char sv[300];
     if (gold < 0)
-        return kda_fail(err, "answerKey '%s' is not one of choices.label", shown(key, sv, sizeof sv));
+        return kda_fail(err, "answerKey '%s' is not one of choices.label",
+                        shown_(key, sv, sizeof sv));
     Str ctx = {0};
     str_addz(&ctx, fmt[0] ? fmt : "");
     str_addz(&ctx, q);
@@ -501,7 +487,7 @@ static int race_answer(const JsonValue *prob, size_t k, const char **text, int *
         return kda_fail(err,
                         "problems[%zu]: answer '%s' is not a letter A-D naming one of its "
                         "%zu options",
-                        k, shown(a, sv, sizeof sv), opts->len);
+                        k, shown_(a, sv, sizeof sv), opts->len);
     *idx = a[0] - 'A';
     *text = opts->items[*idx].str;
     return 0;
@@ -752,8 +738,7 @@ static char *read_gz(const char *task, const char *path, size_t *n, KdaError *er
 // own (unreadable file, malformed JSON) start with the task name, as fn's do.
 typedef int (*LineFn)(void *ctx, const JsonValue *row, int64_t line, KdaError *err);
 
-static int for_each_jsonl(const char *task, const char *path, LineFn fn, void *ctx,
-                          KdaError *err) {
+static int for_each_jsonl(const char *task, const char *path, LineFn fn, void *ctx, KdaError *err) {
     size_t n;
     char *text = read_gz(task, path, &n, err);
     if (!text) return -1;
@@ -994,7 +979,7 @@ static int olmo_line(void *vctx, const JsonValue *row, int64_t line, KdaError *e
     char msg[512], sv[300];
     if (!rt || strcmp(rt, "loglikelihood"))
         return OLMO_FAIL("request_type is '%s', expected 'loglikelihood'",
-                         rt ? shown(rt, sv, sizeof sv) : "(missing)");
+                         rt ? shown_(rt, sv, sizeof sv) : "(missing)");
     if (json_get_int(row, "doc_id", &doc_id) || json_get_int(row, "idx", &idx) ||
         json_get_int(row, "label", &label))
         return OLMO_FAIL("doc_id, idx and label must be integers");

@@ -50,26 +50,6 @@ void kda_config_defaults(KdaConfig *c) {
 // Typed key readers: each leaves the field unchanged when the key is absent.
 
 // Short description of a JSON value for error messages: `"abc"`, `8.5`, `null`, `an array`.
-// A string from the file as shown in a one-line message: control bytes escaped (\n, \t, \xNN),
-// cut after 40 bytes with "...". cap >= 8 (stops early rather than overflow).
-static const char *shown(const char *v, size_t n, char *buf, size_t cap) {
-    size_t o = 0, i = 0;
-    for (; i < n && i < 40 && o + 8 < cap; i++) {
-        unsigned char c = (unsigned char)v[i];
-        if (c == '\n')
-            o += (size_t)snprintf(buf + o, cap - o, "\\n");
-        else if (c == '\t')
-            o += (size_t)snprintf(buf + o, cap - o, "\\t");
-        else if (c < 0x20 || c == 0x7f)
-            o += (size_t)snprintf(buf + o, cap - o, "\\x%02x", c);
-        else
-            buf[o++] = (char)c;
-    }
-    buf[o] = 0;
-    if (i < n && o + 4 <= cap) memcpy(buf + o, "...", 4);
-    return buf;
-}
-
 static const char *describe(const JsonValue *v, char *buf, size_t cap) {
     switch (v->type) {
     case JSON_NULL:
@@ -84,10 +64,9 @@ static const char *describe(const JsonValue *v, char *buf, size_t cap) {
         else
             snprintf(buf, cap, "%.17g", v->num);
         return buf;
-    case JSON_STRING:
-    {
+    case JSON_STRING: {
         char sv[200];
-        snprintf(buf, cap, "\"%s\"", shown(v->str, v->len, sv, sizeof sv));
+        snprintf(buf, cap, "\"%s\"", str_shown(v->str, v->len, 40, sv, sizeof sv));
         return buf;
     }
     case JSON_ARRAY:
@@ -361,10 +340,10 @@ int kda_config_derive(KdaConfig *c, const char *src, KdaError *err) {
     if (strcmp(c->attn_mode, "chunk") != 0 && strcmp(c->attn_mode, "fused_recurrent") != 0)
         return kda_fail(
             err, "%s: key 'attn_mode': expected \"chunk\" or \"fused_recurrent\", got \"%s\"", src,
-            shown(c->attn_mode, strlen(c->attn_mode), sv, sizeof sv));
+            str_shown(c->attn_mode, strlen(c->attn_mode), 40, sv, sizeof sv));
     if (strcmp(c->hidden_act, "swish") != 0 && strcmp(c->hidden_act, "silu") != 0)
         return kda_fail(err, "%s: key 'hidden_act': expected \"swish\" or \"silu\", got \"%s\"",
-                        src, shown(c->hidden_act, strlen(c->hidden_act), sv, sizeof sv));
+                        src, str_shown(c->hidden_act, strlen(c->hidden_act), 40, sv, sizeof sv));
     if (c->hidden_size <= 0 || c->num_heads <= 0 || c->head_dim <= 0 || c->num_hidden_layers <= 0 ||
         c->vocab_size <= 0 || c->conv_size <= 0)
         return kda_fail(err,

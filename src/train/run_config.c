@@ -191,24 +191,9 @@ void kda_run_config_defaults(KdaRunConfig *cfg) {
 // ---------------------------------------------------------------------------------------------
 // Setting one key from text
 
-// A value or key as shown in a one-line message: control bytes escaped (\n, \t, \xNN) and
-// cut after 64 bytes with "...", so that YAML multi-line scalars or keys cannot break the line.
-static const char *shown(const char *v, char *buf, size_t cap) {
-    size_t o = 0, i = 0;
-    for (; v[i] && i < 64 && o + 8 < cap; i++) {
-        unsigned char c = (unsigned char)v[i];
-        if (c == '\n')
-            o += (size_t)snprintf(buf + o, cap - o, "\\n");
-        else if (c == '\t')
-            o += (size_t)snprintf(buf + o, cap - o, "\\t");
-        else if (c < 0x20 || c == 0x7f)
-            o += (size_t)snprintf(buf + o, cap - o, "\\x%02x", c);
-        else
-            buf[o++] = (char)c;
-    }
-    buf[o] = 0;
-    if (v[i] && o + 4 <= cap) memcpy(buf + o, "...", 4);
-    return buf;
+// A value or key as shown in a one-line message (YAML multi-line scalars cannot break it).
+static const char *shown_(const char *v, char *buf, size_t cap) {
+    return str_shown(v, strlen(v), 64, buf, cap);
 }
 
 static int choice_ok(const char *choices, const char *v) {
@@ -231,7 +216,7 @@ static int set_scalar(KdaRunConfig *cfg, const RcKey *k, const char *v, const ch
         long long x = strtoll(v, &end, 10);
         if (end == v || *end || errno)
             return kda_fail(err, "%skey '%s': expected an integer, got '%s'", where, k->name,
-                            shown(v, sv, sizeof sv));
+                            shown_(v, sv, sizeof sv));
         *(int64_t *)p = x;
         return 0;
     }
@@ -239,14 +224,14 @@ static int set_scalar(KdaRunConfig *cfg, const RcKey *k, const char *v, const ch
         double x = strtod(v, &end);
         if (end == v || *end || !isfinite(x))
             return kda_fail(err, "%skey '%s': expected a number, got '%s'", where, k->name,
-                            shown(v, sv, sizeof sv));
+                            shown_(v, sv, sizeof sv));
         *(double *)p = x;
         return 0;
     }
     case RC_STR:
         if (k->choices && !choice_ok(k->choices, v))
             return kda_fail(err, "%skey '%s': expected one of %s, got '%s'", where, k->name,
-                            k->choices, shown(v, sv, sizeof sv));
+                            k->choices, shown_(v, sv, sizeof sv));
         str_set((char **)p, v);
         return 0;
     case RC_LIST:
@@ -272,8 +257,8 @@ static int set_values(KdaRunConfig *cfg, const RcKey *k, const char *const *vals
 
 static int unknown_key(const char *where, const char *key, KdaError *err) {
     char sk[300];
-    return kda_fail(err, "%sunknown key '%s' (did you mean '%s'?)", where, shown(key, sk, sizeof sk),
-                    kda_run_config_suggest(key));
+    return kda_fail(err, "%sunknown key '%s' (did you mean '%s'?)", where,
+                    shown_(key, sk, sizeof sk), kda_run_config_suggest(key));
 }
 
 int kda_run_config_set(KdaRunConfig *cfg, const char *key, const char *const *vals, int n_vals,
@@ -496,7 +481,7 @@ int kda_run_config_blend(const KdaStrList *list, const char ***paths, double **w
         if (end == list->items[2 * k] || *end || !isfinite(w[k]) || w[k] < 0) {
             char sv[300];
             kda_fail(err, "data path blend: item %d ('%s') is not a weight >= 0", 2 * k,
-                     shown(list->items[2 * k], sv, sizeof sv));
+                     shown_(list->items[2 * k], sv, sizeof sv));
             free(w);
             free(p);
             return -1;
