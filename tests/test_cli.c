@@ -51,6 +51,8 @@ KDA_TEST(cli_info_parameter_counts) {
     CHECK_MSG(strstr(g_out, "parameters: 303549280"), "300M count not printed");
     CHECK(run_kda(g_out, sizeof g_out, "info --model configs/kda_1B.json") == 0);
     CHECK_MSG(strstr(g_out, "parameters: 1175153920"), "1B count not printed");
+    CHECK(run_kda(g_out, sizeof g_out, "info --model configs/kda_300M.json --recompute") == 0);
+    CHECK_MSG(strstr(g_out, "saved activations (recompute: 4.0 KB/tok/layer"), "%s", g_out);
 }
 
 KDA_TEST(cli_errors_are_one_line) {

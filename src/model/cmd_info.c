@@ -164,11 +164,14 @@ static void gib(const char *label, double bytes) {
         printf("  %-48s %8.2f GiB\n", label, bytes / GIB);
 }
 
-static void print_memory(const KdaConfig *c, int64_t P, int64_t B, int64_t T) {
+// recompute: per-block recompute (recompute_granularity: full on the GPU) keeps each block's fp32
+// input (4D bytes per token) per layer plus one block's activations, shared by all blocks.
+static void print_memory(const KdaConfig *c, int64_t P, int64_t B, int64_t T, int recompute) {
     const double tokens = (double)B * (double)T, L = (double)c->num_hidden_layers;
-    const double per_layer = act_bytes_per_token_layer(c);
+    const double per_layer = act_bytes_per_token_layer(c), D = (double)c->hidden_size;
     const double states = 16.0 * (double)P, work = 2.0 * (double)P;
-    const double acts = tokens * (per_layer * L + 8.0 * (double)c->hidden_size);
+    const double kept = recompute ? 4.0 * D * L + per_layer : per_layer * L;
+    const double acts = tokens * (kept + 8.0 * D);
     const double temps = tokens * per_layer;
     const double loss_tokens = tokens < 4096 ? tokens : 4096;
     const double loss_ws = loss_tokens * (double)c->vocab_size * 6.0;
@@ -178,7 +181,12 @@ static void print_memory(const KdaConfig *c, int64_t P, int64_t B, int64_t T) {
     char label[96];
     gib("fp32 params + grads + Adam m, v (16 B/param)", states);
     gib("bf16 working weights (2 B/param)", work);
-    snprintf(label, sizeof label, "saved activations (%.1f KB/token/layer)", per_layer / 1024.0);
+    if (recompute)
+        snprintf(label, sizeof label, "saved activations (recompute: %.1f KB/tok/layer)",
+                 4.0 * D / 1024.0);
+    else
+        snprintf(label, sizeof label, "saved activations (%.1f KB/token/layer)",
+                 per_layer / 1024.0);
     gib(label, acts);
     gib("backward temporaries (one block)", temps);
     snprintf(label, sizeof label, "loss workspace (%g tokens x n_vocab)", loss_tokens);
@@ -241,11 +249,14 @@ static void print_weights(const char *path) {
 int cmd_info(int argc, char **argv) {
     const char *model = NULL;
     int64_t micro_batch = 32, seq_len = 2048;
+    int recompute = 0;
     const ArgSpec specs[] = {
         {"model", ARG_STR, &model, "model directory (config.json) or a config .json file", 1},
         {"micro-batch", ARG_INT, &micro_batch, "sequences per GPU step, for the memory estimate",
          0},
         {"seq-length", ARG_INT, &seq_len, "tokens per sequence, for FLOPs and memory", 0},
+        {"recompute", ARG_BOOL, &recompute,
+         "memory with per-block activation recompute (recompute_granularity: full)", 0},
     };
     const ArgTable table = {"kda info", "model config summary, parameter count, FLOPs and memory",
                             NULL, specs, (int)(sizeof specs / sizeof *specs)};
@@ -262,7 +273,7 @@ int cmd_info(int argc, char **argv) {
     print_weights(model);
     print_params(&c, &t);
     print_flops(&c, seq_len);
-    print_memory(&c, t.total_numel, micro_batch, seq_len);
+    print_memory(&c, t.total_numel, micro_batch, seq_len, recompute);
     kda_params_free(&t);
     return 0;
 }
