@@ -112,10 +112,14 @@ if [ "${KDA_SANITIZE:-1}" = 1 ] && command -v compute-sanitizer > /dev/null; the
         grep -E 'ERROR SUMMARY|Invalid|passed, ' "$OUT/memcheck.log.tmp" | head -5
         cat "$OUT/memcheck.log.tmp" >> "$OUT/memcheck.log"; rm -f "$OUT/memcheck.log.tmp"
     done
-    t0=$(date +%s)
-    timeout "$(budget 60)" compute-sanitizer --tool racecheck --error-exitcode 7 "$BIN" gpu_kda_fast_small \
-        > "$OUT/racecheck.log" 2>&1
-    echo "racecheck: rc=$? in $(( $(date +%s) - t0 )) s"
-    grep -E 'RACECHECK SUMMARY|ERROR SUMMARY|hazard|passed, ' "$OUT/racecheck.log" | head -5
+    # racecheck: the fast KDA core, then the op kernels with shared-memory reductions (ops v2)
+    for set in gpu_kda_fast_small "gpu_conv gpu_rmsnorm gpu_gate gpu_gnorm gpu_swiglu gpu_grad"; do
+        t0=$(date +%s)
+        timeout "$(budget 60)" compute-sanitizer --tool racecheck --error-exitcode 7 "$BIN" $set \
+            > "$OUT/racecheck.log.tmp" 2>&1
+        echo "racecheck [$set]: rc=$? in $(( $(date +%s) - t0 )) s"
+        grep -E 'RACECHECK SUMMARY|ERROR SUMMARY|hazard|passed, ' "$OUT/racecheck.log.tmp" | head -5
+        cat "$OUT/racecheck.log.tmp" >> "$OUT/racecheck.log"; rm -f "$OUT/racecheck.log.tmp"
+    done
 fi
 echo "total $(( $(date +%s) - START )) s"
