@@ -14,7 +14,7 @@
 
 #include "cpu/kda_core.h"   // defines: KdaDims
 #include "cpu/ops.h"        // defines: xent_targets, XENT_IGNORE
-#include "model/model.h"    // defines: kda_model_dims
+#include "model/model.h"    // defines: kda_model_dims, kda_model_check_batch
 #include "cuda/gemm_cuda.h" // defines: kda_cuda_gemm_fwd, kda_cuda_gemm_bwd_dx, kda_cuda_gemm_bwd_dw
 #include "cuda/kda_cuda.h"  // defines: kda_cuda_chunk_fwd, kda_cuda_chunk_bwd
 #include "cuda/kda_fast.h"  // defines: kda_fast_chunk
@@ -390,17 +390,6 @@ static int block_fwd_(KdaCudaModel *m, const KdaLayerTensors *P, DevLayer *L, fl
     return 0;
 }
 
-static int check_ids_(const int32_t *x, int64_t n, int64_t T, int64_t vocab, int allow_ignore,
-                      const char *what, KdaError *err) {
-    for (int64_t i = 0; i < n; i++) {
-        if (allow_ignore && x[i] == XENT_IGNORE) continue;
-        if (x[i] < 0 || x[i] >= vocab)
-            return kda_fail(err, "%s[%lld][%lld] = %d is outside the vocabulary [0, %lld)", what,
-                            (long long)(i / T), (long long)(i % T), (int)x[i], (long long)vocab);
-    }
-    return 0;
-}
-
 // Queues the whole forward (ids/targets already on the device).
 static int forward_dev_(KdaCudaModel *m) {
     const KdaConfig *c = &m->cfg;
@@ -418,16 +407,9 @@ static int forward_dev_(KdaCudaModel *m) {
 int kda_cuda_model_forward(KdaCudaModel *m, const int32_t *ids, const int32_t *labels, int64_t B,
                            int64_t T, float *nll, float *loss, KdaError *err) {
     const KdaConfig *c = &m->cfg;
-    int64_t N = B * T, vocab = c->vocab_size;
+    int64_t N = B * T;
     m->have_fwd = 0;
-    if (B <= 0 || T <= 0)
-        return kda_fail(err, "batch shape B=%lld T=%lld must be positive", (long long)B,
-                        (long long)T);
-    if (check_ids_(ids, N, T, vocab, 0, "ids", err)) return -1;
-    if (!labels)
-        labels = ids;
-    else if (check_ids_(labels, N, T, vocab, 1, "labels", err))
-        return -1;
+    if (kda_model_check_batch(c, ids, &labels, B, T, err)) return -1;
     int32_t *tg = kda_malloc((size_t)N * sizeof(int32_t));
     m->n_valid = xent_targets(tg, labels, B, T);
     int rc = reserve_(m, N);

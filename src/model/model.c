@@ -266,18 +266,24 @@ static int check_ids_(const int32_t *x, int64_t n, int64_t T, int64_t vocab, int
     return 0;
 }
 
+int kda_model_check_batch(const KdaConfig *c, const int32_t *ids, const int32_t **labels, int64_t B,
+                          int64_t T, KdaError *err) {
+    if (B <= 0 || T <= 0)
+        return kda_fail(err, "batch shape B=%lld T=%lld must be positive", (long long)B,
+                        (long long)T);
+    if (check_ids_(ids, B * T, T, c->vocab_size, 0, "ids", err)) return -1;
+    if (!*labels)
+        *labels = ids;
+    else if (check_ids_(*labels, B * T, T, c->vocab_size, 1, "labels", err))
+        return -1;
+    return 0;
+}
+
 int kda_model_forward(KdaModel *m, const int32_t *ids, const int32_t *labels, int64_t B, int64_t T,
                       float *nll, float *logits, float *loss, KdaError *err) {
     const KdaConfig *c = &m->cfg;
     int64_t N = B * T, D = c->hidden_size, vocab = c->vocab_size;
-    if (B <= 0 || T <= 0)
-        return kda_fail(err, "batch shape B=%lld T=%lld must be positive", (long long)B,
-                        (long long)T);
-    if (check_ids_(ids, N, T, vocab, 0, "ids", err)) return -1;
-    if (!labels)
-        labels = ids;
-    else if (check_ids_(labels, N, T, vocab, 1, "labels", err))
-        return -1;
+    if (kda_model_check_batch(c, ids, &labels, B, T, err)) return -1;
     reserve_(m, N);
     m->B = B, m->T = T;
     KdaActs *A = m->acts;

@@ -45,6 +45,12 @@ typedef struct {
 // (kda-model.md §5.3 step 9), chunk 64 (§6). CPU and GPU drivers both take them from here.
 KdaDims kda_model_dims(const KdaConfig *c, int64_t B, int64_t T);
 
+// Checks a [B, T] batch for a forward of config c (CPU and GPU drivers): positive shape, ids in
+// [0, vocab), labels in [0, vocab) or XENT_IGNORE; *labels NULL becomes ids. -1 with one line
+// naming the first bad element ("ids[b][t] = x is outside the vocabulary [0, V)").
+int kda_model_check_batch(const KdaConfig *c, const int32_t *ids, const int32_t **labels, int64_t B,
+                          int64_t T, KdaError *err);
+
 // Builds the table from cfg (kda_config_derive must have run) and allocates zero parameters.
 // Use kda_params_init(&m->table, &m->cfg, m->params, seed) for a random init.
 int kda_model_init(KdaModel *m, const KdaConfig *cfg, KdaError *err);
