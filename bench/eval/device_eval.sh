@@ -6,17 +6,17 @@
 # path vs FLA, PASS = token ids equal, max |Δll| <= 1e-3, acc/acc_norm decisions identical; then,
 # for information, the GPU (bf16) dump vs FLA. A short summary on stdout and in $OUT/summary.txt.
 #
-# Usage (repository root, on the GPU machine; carry .devdeps, .whl and .evaldata):
+# Usage (repository root, on the GPU machine; carry .devdeps and .whl):
 #   bash bench/eval/device_eval.sh
 # Order: FLA wheels install and a background Triton warm-up of FLA's forward kernels, the build,
 # the tests, the reference (the correctness bar), the HellaSwag timing, then the GPU dump
 # vs FLA if time is left.
-# .evaldata is an ignored copy of ../shared/data/eval/oe_eval_tasks/{hellaswag,arc_easy}/rc_5shot
-# (1.2 MB; the project never reads ../shared at run time).
+# Task data: bench/eval/data (OLMo's hellaswag and arc_easy rc_5shot request files, in the repo;
+# its README says where they come from and how to add the full HellaSwag set).
 #
 # Environment (defaults):
 #   KDA_LIMIT=295       seconds for the whole script; each stage gets min(its share, what is left)
-#   DATA=.evaldata      task data (docs/eval.md "Data")
+#   DATA=bench/eval/data  task data (docs/eval.md "Data")
 #   KDA_BIN=            a prebuilt kda (then no build; build-gpu/kda_test is used if present)
 #   DEVICE=cuda         cpu: a smoke test of this script on a machine without a GPU
 #   STAGES="test hellaswag reference"
@@ -33,7 +33,7 @@ budget() { # budget WANTED: min(WANTED, seconds left - 5), at least 1
 }
 elapsed() { echo $(($(date +%s) - START)); }
 OUT=${OUT:-/tmp/kda-out}
-DATA=${DATA:-.evaldata}
+DATA=${DATA:-bench/eval/data}
 KDA_BIN=${KDA_BIN:-}
 DEVICE=${DEVICE:-cuda}
 STAGES=${STAGES:-test hellaswag reference}

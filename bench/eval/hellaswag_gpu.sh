@@ -3,14 +3,14 @@
 # check the GPU's per-request loglikelihoods against the fp32 CPU on a few documents.
 #
 # Usage (repository root, on the GPU machine):
-#   bash bench/eval/hellaswag_gpu.sh DATA_DIR
+#   bash bench/eval/hellaswag_gpu.sh [DATA_DIR]      (default bench/eval/data)
 # DATA_DIR holds HellaSwag in a layout `kda eval` reads (docs/eval.md):
 #   DATA_DIR/hellaswag.jsonl[.gz]                                    lm-eval HF rows (0-shot task)
 #   DATA_DIR/hf_datasets/hellaswag/none/validation/*.arrow (+ json)   HF datasets, 10,042 rows
 #   DATA_DIR/oe_eval_tasks/hellaswag/<variant>/requests.jsonl.gz     OLMo requests
 # The first that exists is used: the full validation set as `--tasks hellaswag`, else OLMo's
 # val_rc_5shot / rc_0shot (full), else rc_5shot (the 1,000-document subsample in
-# ../shared/data/eval; its contexts are 5-shot, so ~5x longer than 0-shot).
+# bench/eval/data; its contexts are 5-shot, so ~5x longer than 0-shot).
 # Environment (defaults):
 #   KDA_BIN=build-gpu/kda   the binary (built with `make BUILD=build-gpu` when missing)
 #   CONFIG=configs/kda_300M.json   model shape (random init: lr 0 for one step, then exported)
@@ -28,7 +28,7 @@ DEVICE=${DEVICE:-cuda}
 LIMIT=${LIMIT:-}
 LIMIT_ARG=${LIMIT:+--limit $LIMIT}
 OUT=${OUT:-/tmp/kda-out}
-DATA=${1:?usage: bash bench/eval/hellaswag_gpu.sh DATA_DIR}
+DATA=${1:-bench/eval/data}
 W=/tmp/kda_eval_bench
 TOK=assets/tokenizers/llama3/tokenizer.json
 SUM=$OUT/hellaswag_timing.txt
