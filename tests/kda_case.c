@@ -2,8 +2,11 @@
 #include "kda_case.h"
 
 #include <math.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+
+#include "test.h" // defines: CHECK_MSG
 
 #include "core/error.h" // defines: kda_malloc
 #include "core/util.h"  // defines: bf16_to_f32, f32_to_bf16
@@ -75,4 +78,22 @@ KdaDims kda_case_cpu_dims(const KdaCase *c) {
     KdaDims d = c->d;
     d.chunk = 64;
     return d;
+}
+
+void kda_case_expect(const char *what, const float *ref, const float *out, int64_t n, double tol) {
+    double se = 0.0, sr = 0.0, maxabs = 0.0;
+    int finite = 1;
+    for (int64_t i = 0; i < n; i++) {
+        if (!isfinite(out[i])) finite = 0;
+        double e = (double)ref[i] - out[i];
+        se += e * e, sr += (double)ref[i] * ref[i];
+        maxabs = fabs(e) > maxabs ? fabs(e) : maxabs;
+    }
+    double rel = !finite ? INFINITY : sr > 0 ? sqrt(se / sr) : (se > 0 ? INFINITY : 0.0);
+    if (!finite) maxabs = INFINITY;
+    int ok = finite && (rel <= tol || maxabs <= 1e-6);
+    printf("    %-34s n=%-9lld rel %.2e max|d| %.1e (tol %.0e)%s\n", what, (long long)n, rel,
+           maxabs, tol, ok ? "" : "  FAIL");
+    CHECK_MSG(ok, "%s: rel RMS error %.3g > %.1g and max abs error %.3g > 1e-6", what, rel, tol,
+              maxabs);
 }

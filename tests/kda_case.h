@@ -31,4 +31,10 @@ void kda_case_free(KdaCase *c);
 // c->d with chunk 64: the CPU reference's chunk (the chunked form is exact for any chunk).
 KdaDims kda_case_cpu_dims(const KdaCase *c);
 
+// FLA's assert_close rule (kda-model.md §6.6) as a test check: out [n] passes when every value is
+// finite and rel-RMS(out, ref) <= tol or every element is within 1e-6 absolute (the second clause
+// matters where the reference is exactly zero, e.g. dg of a single token with a zero initial
+// state, where any rounding residue makes the relative error infinite). Prints one line.
+void kda_case_expect(const char *what, const float *ref, const float *out, int64_t n, double tol);
+
 #endif

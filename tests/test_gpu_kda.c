@@ -71,34 +71,6 @@ static float *down_bf16_(const void *d, int64_t n) {
     return h;
 }
 
-static double rel_rms_(const float *ref, const float *out, int64_t n) {
-    double se = 0.0, sr = 0.0;
-    for (int64_t i = 0; i < n; i++) {
-        if (!isfinite(out[i])) return INFINITY;
-        double e = (double)ref[i] - out[i];
-        se += e * e;
-        sr += (double)ref[i] * ref[i];
-    }
-    return sr == 0.0 ? (se == 0.0 ? 0.0 : INFINITY) : sqrt(se / sr);
-}
-
-// FLA's assert_close rule (kda-model.md §6.6): rel-RMS within tol, or every element within
-// 1e-6 absolute. The second clause matters where the reference is exactly zero (e.g. dg of a
-// single token with a zero initial state: dg = dS~ ⊙ S~ = 0), where any rounding residue would
-// make the relative error infinite.
-static void expect_(const char *what, const float *ref, const float *out, int64_t n, double tol) {
-    double rel = rel_rms_(ref, out, n), maxabs = 0.0;
-    for (int64_t i = 0; i < n; i++) {
-        double e = isfinite(out[i]) ? fabs((double)ref[i] - out[i]) : INFINITY;
-        maxabs = e > maxabs ? e : maxabs;
-    }
-    int ok = rel <= tol || maxabs <= 1e-6;
-    printf("    %-34s n=%-9lld rel %.2e max|d| %.1e (tol %.0e)%s\n", what, (long long)n, rel,
-           maxabs, tol, ok ? "" : "  FAIL");
-    CHECK_MSG(ok, "%s: rel RMS error %.3g > %.1g and max abs error %.3g > 1e-6", what, rel, tol,
-              maxabs);
-}
-
 static void run_fwd_(const KdaCase *c) {
     const KdaDims *d = &c->d, dc = kda_case_cpu_dims(c);
     float *o = malloc((size_t)c->nv * 4), *fs = malloc((size_t)c->ns * 4);
@@ -111,8 +83,8 @@ static void run_fwd_(const KdaCase *c) {
     CHECK_MSG(rc == 0, "%s", g_kctx.err.msg);
     if (rc == 0) {
         float *go = down_bf16_(og, c->nv), *gfs = down_f32_(fsg, c->ns);
-        expect_("chunk fwd o bf16", o, go, c->nv, TOL_BF16);
-        expect_("chunk fwd final state fp32", fs, gfs, c->ns, TOL_F32);
+        kda_case_expect("chunk fwd o bf16", o, go, c->nv, TOL_BF16);
+        kda_case_expect("chunk fwd final state fp32", fs, gfs, c->ns, TOL_F32);
         free(go), free(gfs);
     }
     kda_cuda_clear_error(&g_kctx);
@@ -151,12 +123,12 @@ static void run_bwd_(const KdaCase *c, int chunked) {
         float *hq = down_f32_(gdq, c->nqk), *hk = down_f32_(gdk, c->nqk);
         float *hv = down_bf16_(gdv, c->nv), *hg = down_f32_(gdg, c->ng);
         float *hb = down_f32_(gdb, c->nb), *hs = down_f32_(gdS0, c->ns);
-        expect_("bwd dq fp32", dq, hq, c->nqk, TOL_F32);
-        expect_("bwd dk fp32", dk, hk, c->nqk, TOL_F32);
-        expect_("bwd dv bf16", dv, hv, c->nv, TOL_BF16);
-        expect_("bwd dg fp32", dg, hg, c->ng, TOL_F32);
-        expect_("bwd dbeta fp32", db, hb, c->nb, TOL_F32);
-        expect_("bwd d initial state fp32", dS0, hs, c->ns, TOL_F32);
+        kda_case_expect("bwd dq fp32", dq, hq, c->nqk, TOL_F32);
+        kda_case_expect("bwd dk fp32", dk, hk, c->nqk, TOL_F32);
+        kda_case_expect("bwd dv bf16", dv, hv, c->nv, TOL_BF16);
+        kda_case_expect("bwd dg fp32", dg, hg, c->ng, TOL_F32);
+        kda_case_expect("bwd dbeta fp32", db, hb, c->nb, TOL_F32);
+        kda_case_expect("bwd d initial state fp32", dS0, hs, c->ns, TOL_F32);
         free(hq), free(hk), free(hv), free(hg), free(hb), free(hs);
     }
     kda_cuda_clear_error(&g_kctx);
@@ -168,61 +140,44 @@ static void run_bwd_(const KdaCase *c, int chunked) {
 
 static const int64_t T_SWEEP[] = {1, 63, 64, 65, 2048};
 
-KDA_TEST(gpu_kda_chunk_fwd) {
-    if (!gpu_()) return;
+// The correctness-first kernels (chunk 64, which the fast path does not take at K = 32 / V = 64):
+// mode 0 kda_cuda_chunk_fwd, 1 kda_cuda_recurrent_bwd, 2 kda_cuda_chunk_bwd. T sweep with and
+// without a state, then small odd head dims (GVA for the forward; those backwards need HV == H).
+static void v1_sweep_(int mode, uint64_t seed) {
     KdaRng r;
-    rng_seed(&r, 201);
-    for (int ti = 0; ti < 5; ti++) {
+    rng_seed(&r, seed);
+    for (int ti = 0; ti < 6; ti++) {
+        int64_t B = 2, T = 130, H = 2, HV = 2, K = 32, V = 64;
+        int state = ti & 1;
+        if (ti < 5)
+            T = T_SWEEP[ti];
+        else // GVA (forward) or three heads (backward), K/V 16/20, with a state
+            B = 1, H = mode ? 3 : 1, HV = mode ? 3 : 2, K = 16, V = 20, state = 1;
+        printf("  B=%lld T=%lld H=%lld HV=%lld K=%lld V=%lld state=%d\n", (long long)B,
+               (long long)T, (long long)H, (long long)HV, (long long)K, (long long)V, state);
         KdaCase c;
-        int64_t T = T_SWEEP[ti];
-        printf("  B=2 T=%lld H=HV=2 K=32 V=64 state=%d\n", (long long)T, ti & 1);
-        kda_case_make(&c, &r, 2, T, 2, 2, 32, 64, 64, ti & 1);
-        run_fwd_(&c);
+        kda_case_make(&c, &r, B, T, H, HV, K, V, 64, state);
+        if (mode == 0)
+            run_fwd_(&c);
+        else
+            run_bwd_(&c, mode == 2);
         kda_case_free(&c);
     }
-    KdaCase c; // GVA, small odd head dims, with a state
-    printf("  B=1 T=130 H=1 HV=2 K=16 V=20 state=1\n");
-    kda_case_make(&c, &r, 1, 130, 1, 2, 16, 20, 64, 1);
-    run_fwd_(&c);
-    kda_case_free(&c);
+}
+
+KDA_TEST(gpu_kda_chunk_fwd) {
+    if (!gpu_()) return;
+    v1_sweep_(0, 201);
 }
 
 KDA_TEST(gpu_kda_recurrent_bwd) {
     if (!gpu_()) return;
-    KdaRng r;
-    rng_seed(&r, 202);
-    for (int ti = 0; ti < 5; ti++) {
-        KdaCase c;
-        int64_t T = T_SWEEP[ti];
-        printf("  B=2 T=%lld H=HV=2 K=32 V=64 state=%d\n", (long long)T, ti & 1);
-        kda_case_make(&c, &r, 2, T, 2, 2, 32, 64, 64, ti & 1);
-        run_bwd_(&c, 0);
-        kda_case_free(&c);
-    }
-    KdaCase c;
-    printf("  B=1 T=130 H=HV=3 K=16 V=20 state=1\n");
-    kda_case_make(&c, &r, 1, 130, 3, 3, 16, 20, 64, 1);
-    run_bwd_(&c, 0);
-    kda_case_free(&c);
+    v1_sweep_(1, 202);
 }
 
 KDA_TEST(gpu_kda_chunk_bwd) {
     if (!gpu_()) return;
-    KdaRng r;
-    rng_seed(&r, 203);
-    for (int ti = 0; ti < 5; ti++) {
-        KdaCase c;
-        int64_t T = T_SWEEP[ti];
-        printf("  B=2 T=%lld H=HV=2 K=32 V=64 state=%d\n", (long long)T, ti & 1);
-        kda_case_make(&c, &r, 2, T, 2, 2, 32, 64, 64, ti & 1);
-        run_bwd_(&c, 1);
-        kda_case_free(&c);
-    }
-    KdaCase c;
-    printf("  B=1 T=130 H=HV=3 K=16 V=20 state=1\n");
-    kda_case_make(&c, &r, 1, 130, 3, 3, 16, 20, 64, 1);
-    run_bwd_(&c, 1);
-    kda_case_free(&c);
+    v1_sweep_(2, 203);
 }
 
 // ---- the fast path (cuda/kda_fast.h), reached through the same entry points -------------------

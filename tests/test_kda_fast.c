@@ -58,22 +58,6 @@ static float *bf16_to_f32_array_(const kda_bf16 *b, int64_t n) {
     return x;
 }
 
-static void expect_(const char *what, const float *ref, const float *out, int64_t n, double tol) {
-    double se = 0.0, sr = 0.0, maxabs = 0.0;
-    int finite = 1;
-    for (int64_t i = 0; i < n; i++) {
-        if (!isfinite(out[i])) finite = 0;
-        double e = (double)ref[i] - out[i];
-        se += e * e, sr += (double)ref[i] * ref[i];
-        maxabs = fabs(e) > maxabs ? fabs(e) : maxabs;
-    }
-    double rel = sr > 0 ? sqrt(se / sr) : (se > 0 ? INFINITY : 0.0);
-    int ok = finite && (rel <= tol || maxabs <= 1e-6);
-    printf("    %-24s n=%-7lld rel %.2e max|d| %.1e (tol %.0e)%s\n", what, (long long)n, rel,
-           maxabs, tol, ok ? "" : "  FAIL");
-    CHECK_MSG(ok, "%s: rel RMS %.3g > %.1g (max abs %.3g)", what, rel, tol, maxabs);
-}
-
 static void check_fwd_(const FastCase *f) {
     const KdaCase *c = &f->c;
     KdaDims dc = kda_case_cpu_dims(c);
@@ -85,8 +69,8 @@ static void check_fwd_(const FastCase *f) {
     kda_chunk_fwd(o, fs, c->q, c->k, c->v, c->g, c->beta, c->S0, &dc);
     kda_fast_fwd_host(ho, hfs, f->qb, f->kb, f->vb, c->gcum, c->beta, c->S0, &c->d);
     float *hof = bf16_to_f32_array_(ho, c->nv);
-    expect_("fwd o (bf16)", o, hof, c->nv, 1e-2);
-    expect_("fwd final state", fs, hfs, c->ns, 2e-5);
+    kda_case_expect("fwd o (bf16)", o, hof, c->nv, 1e-2);
+    kda_case_expect("fwd final state", fs, hfs, c->ns, 2e-5);
     free(o), free(fs), free(hfs), free(ho), free(hof);
 }
 
@@ -108,12 +92,12 @@ static void check_bwd_(const FastCase *f) {
     kda_fast_bwd_host(hq, hk, hv, hg, hb, hs, f->dOb, c->dST, f->qb, f->kb, f->vb, c->gcum, c->beta,
                       c->S0, &c->d);
     float *hvf = bf16_to_f32_array_(hv, nv);
-    expect_("bwd dq", dq, hq, nqk, 2e-5);
-    expect_("bwd dk", dk, hk, nqk, 2e-5);
-    expect_("bwd dv (bf16)", dv, hvf, nv, 1e-2);
-    expect_("bwd dg", dg, hg, ng, 2e-5);
-    expect_("bwd dbeta", db, hb, nb, 2e-5);
-    expect_("bwd d initial state", dS0, hs, ns, 2e-5);
+    kda_case_expect("bwd dq", dq, hq, nqk, 2e-5);
+    kda_case_expect("bwd dk", dk, hk, nqk, 2e-5);
+    kda_case_expect("bwd dv (bf16)", dv, hvf, nv, 1e-2);
+    kda_case_expect("bwd dg", dg, hg, ng, 2e-5);
+    kda_case_expect("bwd dbeta", db, hb, nb, 2e-5);
+    kda_case_expect("bwd d initial state", dS0, hs, ns, 2e-5);
     free(dq), free(dk), free(dv), free(dg), free(db), free(dS0);
     free(hq), free(hk), free(hg), free(hb), free(hs), free(hv), free(hvf);
 }
