@@ -140,6 +140,15 @@ static int32_t *random_ids_(int64_t n, int64_t vocab, uint64_t seed) {
 
 // ---- whole-model loss and every gradient vs the CPU -----------------------------------------
 
+// One GPU training step's numbers: zeroed gradients, forward (per-token NLL and mean loss),
+// backward, gradients copied to grads [total_numel] in the table's dense layout.
+static int gpu_step_(KdaCudaModel *dm, const int32_t *ids, int64_t B, int64_t T, float *nll,
+                     float *loss, float *grads, KdaError *err) {
+    return kda_cuda_model_zero_grads(dm, err) ||
+           kda_cuda_model_forward(dm, ids, NULL, B, T, nll, loss, err) ||
+           kda_cuda_model_backward(dm, err) || kda_cuda_model_get_grads(dm, grads, err);
+}
+
 static void compare_step_(KdaModel *m, const int32_t *ids, int64_t B, int64_t T, const char *what) {
     KdaError err = {{0}};
     int64_t n = m->table.total_numel, N = B * T;
@@ -151,13 +160,8 @@ static void compare_step_(KdaModel *m, const int32_t *ids, int64_t B, int64_t T,
     CHECK(kda_model_backward(m, gc, &err) == 0);
     KdaCudaModel *dm = NULL;
     int rc = kda_cuda_model_create(&dm, &m->cfg, &m->table, m->params, 0, &err);
+    if (!rc) rc = gpu_step_(dm, ids, B, T, ng, &lg, gg, &err);
     CHECK_MSG(rc == 0, "%s", err.msg);
-    if (!rc) rc = kda_cuda_model_forward(dm, ids, NULL, B, T, ng, &lg, &err);
-    CHECK_MSG(rc == 0, "forward: %s", err.msg);
-    if (!rc) rc = kda_cuda_model_backward(dm, &err);
-    CHECK_MSG(rc == 0, "backward: %s", err.msg);
-    if (!rc) rc = kda_cuda_model_get_grads(dm, gg, &err);
-    CHECK_MSG(rc == 0, "get_grads: %s", err.msg);
     if (!rc) {
         double le = fabs((double)lg - lc) / fabs((double)lc);
         CHECK_MSG(le <= TOL_LOSS, "%s loss gpu %.6f vs cpu %.6f: rel %.3g > %g", what, lg, lc, le,
@@ -223,12 +227,9 @@ KDA_TEST(gpu_model_recompute_bit_identical) {
     float *g0 = kda_malloc((size_t)n * 4), *g1 = kda_malloc((size_t)n * 4), loss[2] = {0, 0};
     KdaCudaModel *dm = NULL;
     int rc = kda_cuda_model_create(&dm, &m.cfg, &m.table, m.params, 0, &err);
-    for (int pass = 0; pass < 2 && !rc; pass++) {
-        rc = kda_cuda_model_set_recompute(dm, pass, &err) || kda_cuda_model_zero_grads(dm, &err) ||
-             kda_cuda_model_forward(dm, ids, NULL, B, T, NULL, &loss[pass], &err) ||
-             kda_cuda_model_backward(dm, &err) ||
-             kda_cuda_model_get_grads(dm, pass ? g1 : g0, &err);
-    }
+    for (int pass = 0; pass < 2 && !rc; pass++)
+        rc = kda_cuda_model_set_recompute(dm, pass, &err) ||
+             gpu_step_(dm, ids, B, T, NULL, &loss[pass], pass ? g1 : g0, &err);
     CHECK_MSG(rc == 0, "%s", err.msg);
     if (!rc) {
         CHECK_MSG(loss[0] == loss[1], "loss %.9g (stored) vs %.9g (recompute)", loss[0], loss[1]);
