@@ -103,23 +103,27 @@ if [ -n "$OBJS" ] && [ "${KDA_BENCH:-1}" = 1 ]; then
     cat "$OUT/bench.log"
 fi
 
+# sanitize TOOL SECONDS PATTERN SET...: one compute-sanitizer run per test set (its filters), the
+# summary lines matching PATTERN on stdout, the whole output appended to $OUT/TOOL.log.
+sanitize() {
+    local tool=$1 secs=$2 pattern=$3 set t0
+    shift 3
+    for set in "$@"; do
+        t0=$(date +%s)
+        timeout "$(budget "$secs")" compute-sanitizer --tool "$tool" --error-exitcode 7 "$BIN" $set \
+            > "$OUT/$tool.log.tmp" 2>&1
+        echo "$tool [$set]: rc=$? in $(( $(date +%s) - t0 )) s"
+        grep -E "$pattern" "$OUT/$tool.log.tmp" | head -5
+        cat "$OUT/$tool.log.tmp" >> "$OUT/$tool.log"; rm -f "$OUT/$tool.log.tmp"
+    done
+}
+
 if [ "${KDA_SANITIZE:-1}" = 1 ] && command -v compute-sanitizer > /dev/null; then
-    for set in "gpu_device gpu_rmsnorm gpu_l2norm gpu_conv gpu_gate gpu_beta gpu_gnorm gpu_swiglu gpu_embed gpu_adamw gpu_grad" gpu_kda_fast_small; do
-        t0=$(date +%s)
-        timeout "$(budget 45)" compute-sanitizer --tool memcheck --error-exitcode 7 "$BIN" $set \
-            > "$OUT/memcheck.log.tmp" 2>&1
-        echo "memcheck [$set]: rc=$? in $(( $(date +%s) - t0 )) s"
-        grep -E 'ERROR SUMMARY|Invalid|passed, ' "$OUT/memcheck.log.tmp" | head -5
-        cat "$OUT/memcheck.log.tmp" >> "$OUT/memcheck.log"; rm -f "$OUT/memcheck.log.tmp"
-    done
+    sanitize memcheck 45 'ERROR SUMMARY|Invalid|passed, ' \
+        "gpu_device gpu_rmsnorm gpu_l2norm gpu_conv gpu_gate gpu_beta gpu_gnorm gpu_swiglu gpu_embed gpu_adamw gpu_grad" \
+        gpu_kda_fast_small
     # racecheck: the fast KDA core, then the op kernels with shared-memory reductions (ops v2)
-    for set in gpu_kda_fast_small "gpu_conv gpu_rmsnorm gpu_gate gpu_gnorm gpu_swiglu gpu_grad"; do
-        t0=$(date +%s)
-        timeout "$(budget 60)" compute-sanitizer --tool racecheck --error-exitcode 7 "$BIN" $set \
-            > "$OUT/racecheck.log.tmp" 2>&1
-        echo "racecheck [$set]: rc=$? in $(( $(date +%s) - t0 )) s"
-        grep -E 'RACECHECK SUMMARY|ERROR SUMMARY|hazard|passed, ' "$OUT/racecheck.log.tmp" | head -5
-        cat "$OUT/racecheck.log.tmp" >> "$OUT/racecheck.log"; rm -f "$OUT/racecheck.log.tmp"
-    done
+    sanitize racecheck 60 'RACECHECK SUMMARY|ERROR SUMMARY|hazard|passed, ' \
+        gpu_kda_fast_small "gpu_conv gpu_rmsnorm gpu_gate gpu_gnorm gpu_swiglu gpu_grad"
 fi
 echo "total $(( $(date +%s) - START )) s"
