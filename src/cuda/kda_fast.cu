@@ -84,8 +84,7 @@ struct FastArgs {
     float *h, *dh;      // [cid][K][V]  chunk-start state, gradient w.r.t. the chunk-end state
     kda_bf16 *o, *dv;   // outputs
     float *final_state, *dinit;
-    float *dq, *dk; // [B, T, dqk_heads, K]
-    int dqk_heads;  // H, or HV when GVA writes per value head (summed afterwards)
+    float *dq, *dk; // [B, T, H, K]; GVA (HV > H): [B, T, HV, K] scratch, summed by gva_sum
     float *dg, *dbeta;
 };
 
@@ -593,10 +592,10 @@ __host__ __device__ void bwd_body(const FastArgs &a, int64_t blk, float *sm) {
             a.dg[g_at(a, p.b, p.t0 + i, p.j) + c] = acc;
         }
     }
-    const int hw = a.dqk_heads == a.H ? p.hq : p.j;
+    const int gva = a.HV != a.H, heads = gva ? a.HV : a.H, hw = gva ? p.j : p.hq;
     FOR(e, n * K) {
         int i = e / K, c = e % K;
-        int64_t o = (((int64_t)p.b * a.T + p.t0 + i) * a.dqk_heads + hw) * K + c;
+        int64_t o = (((int64_t)p.b * a.T + p.t0 + i) * heads + hw) * K + c;
         a.dq[o] = dq[i * LK + c];
         a.dk[o] = dk[i * LK + c];
     }
@@ -656,7 +655,6 @@ FastArgs make_args(const KdaDims *d) {
     a.NT = (int)((d->T + d->chunk - 1) / d->chunk);
     a.Vt = tile_v(d->V);
     a.scale = d->scale;
-    a.dqk_heads = a.H;
     return a;
 }
 
@@ -686,7 +684,6 @@ void carve(FastArgs &a, float *p) {
         size_t n = (size_t)a.B * a.T * a.HV * a.K;
         a.dq = p, p += n;
         a.dk = p;
-        a.dqk_heads = a.HV;
     }
 }
 
