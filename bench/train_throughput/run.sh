@@ -16,6 +16,7 @@
 #                    0 = FLA's full autotune (tuned kernels, ~6 min of autotuning on a fresh
 #                    machine). The table says which was used.
 #   KDA_LIMIT=570    seconds for the whole script; each stage gets what is left
+#   FLA_LIMIT=330    seconds for the FLA side (its warm-up, autotune included, and timed steps)
 #   KDA_BIN=...      use this kda binary instead of building build-gpu/kda
 #   KDA_ARGS=""      extra `kda train` arguments (a CPU smoke test of this script:
 #                    PARTS=kda KDA_BIN=build/kda KDA_ARGS="--device cpu --model configs/tiny.json"
@@ -95,7 +96,7 @@ has kda && python3 $HERE/make_random_dataset.py "$W/random" --sequences "$nseq" 
 if has fla; then
     t0=$(date +%s)
     # shellcheck disable=SC2086
-    timeout "$(budget 330)" python3 $HERE/fla_train.py --config configs/kda_300M.json --seq "$SEQ" \
+    timeout "$(budget "${FLA_LIMIT:-330}")" python3 $HERE/fla_train.py --config configs/kda_300M.json --seq "$SEQ" \
         --mb $MBS ${TRY_MBS:+--try-mb $TRY_MBS} --warmup "$WARMUP" --steps "$STEPS" \
         --wait-file "$W/build.done" --out "$RES" > "$OUT/fla_train.log" 2>&1
     rc=$?
