@@ -59,8 +59,33 @@ static void ck_free(Ck *c) {
     kda_params_free(&c->t);
 }
 
+static int ck_save_from(const char *save, Ck *c, int64_t keep, const char *resumed, KdaError *err) {
+    return kda_checkpoint_save(save, &c->st, &c->cfg, &c->t, c->p, &c->opt, NULL, keep, resumed,
+                               NULL, err);
+}
+
 static int ck_save(const char *save, Ck *c, int64_t keep, KdaError *err) {
-    return kda_checkpoint_save(save, &c->st, &c->cfg, &c->t, c->p, &c->opt, NULL, keep, NULL, err);
+    return ck_save_from(save, c, keep, NULL, err);
+}
+
+// Does SAVE/iter_NNNNNNN exist?
+static int has_iter(const char *save, int64_t it) {
+    char p[PATH_MAX];
+    snprintf(p, sizeof p, "%s/iter_%07lld", save, (long long)it);
+    return path_is_dir(p);
+}
+
+// Saves iteration it (contents from salt it) into save with keep_last keep.
+// resumed: the iteration of save the run resumed from (-1: none).
+static int ck_save_iter(const char *save, int64_t it, int64_t keep, int64_t resumed,
+                        KdaError *err) {
+    Ck c;
+    char from[PATH_MAX];
+    snprintf(from, sizeof from, "%s/iter_%07lld/", save, (long long)resumed);
+    if (ck_make(&c, (uint64_t)it)) return -1;
+    int rc = ck_save_from(save, &c, keep, resumed >= 0 ? from : NULL, err);
+    ck_free(&c);
+    return rc;
 }
 
 // Loads SAVE (via latest) and compares with c bit for bit.
@@ -127,6 +152,38 @@ KDA_TEST(checkpoint_round_trip_and_keep_last) {
     kda_params_free(&t);
     for (int i = 0; i < 3; i++)
         ck_free(&a[i]);
+}
+
+// Rotation after a rollback (issue 15, finding 1): a save dir holding iter_146/148/150 (keep_last
+// 3) resumed from an older checkpoint elsewhere. Every checkpoint the rolled-back run writes
+// survives its own save and `latest` always names an existing one; the newer checkpoints of
+// the abandoned timeline are neither counted nor removed. The old rule kept the 3 highest
+// numbers and deleted each new checkpoint right after writing it.
+KDA_TEST(checkpoint_rotation_after_rollback) {
+    char save[1024], got[PATH_MAX];
+    snprintf(save, sizeof save, "%s/save", test_tmpdir());
+    KdaError err;
+    for (int64_t it = 146; it <= 150; it += 2)
+        CHECK_MSG(ck_save_iter(save, it, 3, -1, &err) == 0, "%s", err.msg);
+    for (int64_t it = 102; it <= 112; it += 2) {
+        CHECK_MSG(ck_save_iter(save, it, 3, -1, &err) == 0, "%s", err.msg);
+        CHECK_MSG(has_iter(save, it), "iter %lld deleted by its own save", (long long)it);
+        CHECK(kda_checkpoint_resolve(save, got, sizeof got, &err) == 0);
+    }
+    CHECK(has_iter(save, 108) && has_iter(save, 110) && has_iter(save, 112));
+    CHECK(!has_iter(save, 106) && !has_iter(save, 102));
+    CHECK(has_iter(save, 146) && has_iter(save, 148) && has_iter(save, 150));
+    // resumed from iter_146 of this dir, keep_last 2: the new iter_147 and its source stay
+    char s2[1024];
+    snprintf(s2, sizeof s2, "%s/save2", test_tmpdir());
+    for (int64_t it = 144; it <= 150; it += 2)
+        CHECK(ck_save_iter(s2, it, 0, -1, &err) == 0);
+    CHECK_MSG(ck_save_iter(s2, 147, 2, 146, &err) == 0, "%s", err.msg);
+    CHECK(has_iter(s2, 147) && has_iter(s2, 146) && !has_iter(s2, 144));
+    // keep_last 1 still keeps the checkpoint the run resumed from
+    CHECK(ck_save_iter(s2, 149, 1, 146, &err) == 0);
+    CHECK(has_iter(s2, 149) && has_iter(s2, 146) && !has_iter(s2, 147));
+    CHECK(kda_checkpoint_resolve(s2, got, sizeof got, &err) == 0 && strstr(got, "iter_0000149"));
 }
 
 static int fail_at_optimizer(const char *stage) {

@@ -351,3 +351,31 @@ KDA_TEST(trainer_loader_deterministic) {
     CHECK_MSG(strstr(err.msg, "outside") != NULL, "%s", err.msg);
     kda_loader_free(l);
 }
+
+// A rollback into the same save dir with keep_last 1 (issue 15, finding 1): resumed from
+// iter_0000004 of a dir holding iter_2..8, every checkpoint the run writes exists after its
+// save, the one it resumed from is never deleted, and the newer ones of the abandoned run stay.
+KDA_TEST(trainer_rollback_keeps_checkpoints) {
+    const char *data = make_data();
+    char s[1024], p[PATH_MAX], extra[1400];
+    snprintf(s, sizeof s, "%s/rb", test_tmpdir());
+    KdaRunConfig rc;
+    Rec r = {0};
+    KdaTrainResult res;
+    KdaError err;
+    CHECK(make_rc(&rc, data, s, "save_interval: 2\n") == 0);
+    CHECK_MSG(run(&rc, &r, 0, &res, &err) == 0, "%s", err.msg);
+    kda_run_config_free(&rc);
+    snprintf(extra, sizeof extra,
+             "load: %s/iter_0000004\ntrain_iters: 6\nsave_interval: 1\nkeep_last: 1\n", s);
+    CHECK(make_rc(&rc, data, s, extra) == 0);
+    CHECK_MSG(run(&rc, &r, 0, &res, &err) == 0, "%s", err.msg);
+    kda_run_config_free(&rc);
+    const int want[] = {0, 0, 0, 1, 0, 1, 0, 1}; // iter_1..8 present after the rollback
+    for (int it = 1; it <= 8; it++) {
+        snprintf(p, sizeof p, "%s/iter_%07d", s, it);
+        CHECK_MSG(path_is_dir(p) == want[it - 1], "iter_%07d: present %d, want %d", it,
+                  path_is_dir(p), want[it - 1]);
+    }
+    CHECK(kda_checkpoint_resolve(s, p, sizeof p, &err) == 0 && strstr(p, "iter_0000006"));
+}

@@ -119,32 +119,94 @@ static int cmp_i64(const void *a, const void *b) {
     return x < y ? -1 : x > y;
 }
 
-// Removes stale .tmp-iter_* directories (a killed save) and, when keep_last > 0, all but the
-// newest keep_last iter_* directories.
-static void cleanup_dir(const char *save, int64_t keep_last) {
-    DIR *d = opendir(save);
-    if (!d) return;
-    int64_t *its = NULL, n = 0, cap = 0, it;
-    struct dirent *e;
+// Iteration `latest` names in save, or -1 (missing or unreadable `latest`).
+static int64_t latest_iter(const char *save) {
     char p[PATH_MAX];
-    while ((e = readdir(d))) {
-        if (!strncmp(e->d_name, ".tmp-iter_", 10)) {
-            remove_flat_dir(path_join(p, sizeof p, save, e->d_name));
-        } else if (keep_last > 0 && parse_iter_name(e->d_name, &it)) {
-            if (n == cap) its = kda_realloc(its, (size_t)(cap = cap ? 2 * cap : 16) * 8);
-            its[n++] = it;
-        }
+    KdaError e;
+    size_t n;
+    char *s = path_exists(path_join(p, sizeof p, save, "latest")) ? read_file(p, &n, &e) : NULL;
+    int64_t it = -1;
+    if (s) {
+        while (n && (s[n - 1] == '\n' || s[n - 1] == '\r' || s[n - 1] == ' '))
+            s[--n] = 0;
+        if (!parse_iter_name(s, &it)) it = -1;
     }
-    closedir(d);
-    if (n > keep_last) {
-        qsort(its, (size_t)n, sizeof *its, cmp_i64);
-        for (int64_t i = 0; i < n - keep_last; i++) {
-            char name[32];
-            snprintf(name, sizeof name, "iter_%07lld", (long long)its[i]);
-            remove_flat_dir(path_join(p, sizeof p, save, name));
+    free(s);
+    return it;
+}
+
+// Sorted iterations of the iter_* directories of save (*n of them; caller frees).
+static int64_t *list_iters(const char *save, int64_t *n) {
+    DIR *d = opendir(save);
+    int64_t *its = NULL, cap = 0, it;
+    *n = 0;
+    if (!d) return NULL;
+    struct dirent *e;
+    while ((e = readdir(d)))
+        if (parse_iter_name(e->d_name, &it)) {
+            if (*n == cap) its = kda_realloc(its, (size_t)(cap = cap ? 2 * cap : 16) * 8);
+            its[(*n)++] = it;
         }
+    closedir(d);
+    if (*n) qsort(its, (size_t)*n, sizeof *its, cmp_i64);
+    return its;
+}
+
+// Iteration of checkpoint dir ck when it is an iter_* directory directly inside save (same
+// device and inode as save), else -1.
+static int64_t iter_in_dir(const char *ck, const char *save) {
+    if (!ck) return -1;
+    char parent[PATH_MAX];
+    snprintf(parent, sizeof parent, "%s", ck);
+    size_t n = strlen(parent);
+    while (n > 1 && parent[n - 1] == '/')
+        parent[--n] = 0;
+    char *slash = strrchr(parent, '/');
+    const char *base = slash ? slash + 1 : parent;
+    int64_t it;
+    if (!parse_iter_name(base, &it)) return -1;
+    if (slash == parent)
+        slash[1] = 0;
+    else if (slash)
+        *slash = 0;
+    else
+        snprintf(parent, sizeof parent, ".");
+    struct stat a, b;
+    if (stat(parent, &a) || stat(save, &b) || a.st_dev != b.st_dev || a.st_ino != b.st_ino)
+        return -1;
+    return it;
+}
+
+// The rotation rule (docs/reliability.md): after saving iteration `written`, of the iter_*
+// directories with an iteration <= written the keep_last newest stay; older ones are removed,
+// except the one `latest` names and the one the run resumed from (resumed, -1: none in this
+// dir). Directories past `written` belong to a timeline the run rolled back from: they are
+// neither counted nor removed (re-saving such an iteration replaces it).
+static void rotate(const char *save, int64_t keep_last, int64_t written, int64_t resumed) {
+    if (keep_last <= 0) return;
+    int64_t n, kept = 0, latest = latest_iter(save);
+    int64_t *its = list_iters(save, &n);
+    char name[32], p[PATH_MAX];
+    for (int64_t i = n - 1; i >= 0; i--) {
+        if (its[i] > written) continue;
+        if (kept++ < keep_last || its[i] == written || its[i] == latest || its[i] == resumed)
+            continue;
+        snprintf(name, sizeof name, "iter_%07lld", (long long)its[i]);
+        remove_flat_dir(path_join(p, sizeof p, save, name));
     }
     free(its);
+}
+
+// Removes stale .tmp-iter_* directories (a killed save).
+static void remove_stale_temps(const char *save) {
+    DIR *d = opendir(save);
+    if (!d) return;
+    struct dirent *e;
+    char p[PATH_MAX];
+    while ((e = readdir(d)))
+        if (!strncmp(e->d_name, ".tmp-iter_", 10))
+            remove_flat_dir(path_join(p, sizeof p, save, e->d_name));
+    closedir(d);
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -230,10 +292,11 @@ static int write_all(const char *tmp, const KdaTrainState *st, const KdaConfig *
 
 int kda_checkpoint_save(const char *save, const KdaTrainState *st, const KdaConfig *cfg,
                         const KdaParamTable *t, const float *params, const KdaAdamW *opt,
-                        const KdaRunConfig *rc, int64_t keep_last, char *out_dir, KdaError *err) {
+                        const KdaRunConfig *rc, int64_t keep_last, const char *resumed_from,
+                        char *out_dir, KdaError *err) {
     char name[32], tmp[PATH_MAX], fin[PATH_MAX], old[PATH_MAX], p[PATH_MAX];
     if (mkdir_p(save, err)) return -1;
-    cleanup_dir(save, 0);
+    remove_stale_temps(save);
     snprintf(name, sizeof name, "iter_%07lld", (long long)st->iteration);
     snprintf(tmp, sizeof tmp, "%s/.tmp-%s", save, name);
     path_join(fin, sizeof fin, save, name);
@@ -264,7 +327,7 @@ int kda_checkpoint_save(const char *save, const KdaTrainState *st, const KdaConf
     int n = snprintf(line, sizeof line, "%s\n", name);
     if (write_file_atomic(path_join(p, sizeof p, save, "latest"), line, (size_t)n, err)) return -1;
     if (old[0]) remove_flat_dir(old);
-    cleanup_dir(save, keep_last);
+    rotate(save, keep_last, st->iteration, iter_in_dir(resumed_from, save));
     if (out_dir) snprintf(out_dir, PATH_MAX, "%s", fin);
     return 0;
 }

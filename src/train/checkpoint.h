@@ -49,11 +49,15 @@ typedef struct {
 extern int (*kda_checkpoint_test_hook)(const char *stage);
 
 // Writes SAVE/iter_NNNNNNN (see above) and updates SAVE/latest; then, when keep_last > 0,
-// deletes the oldest iter_* directories so that keep_last remain. out_dir (may be NULL, cap
-// PATH_MAX) receives the checkpoint path. rc may be NULL (no run_config.yaml).
+// rotates (docs/reliability.md): of the iter_* dirs numbered <= this iteration the keep_last
+// newest stay, older ones are deleted except the one `latest` names and resumed_from (the
+// checkpoint dir the run resumed from, may be NULL; protected when it is inside SAVE); dirs
+// numbered past this iteration (a rolled-back timeline) are never deleted by rotation. out_dir (may
+// be NULL, cap PATH_MAX) receives the checkpoint path. rc may be NULL (no run_config.yaml).
 int kda_checkpoint_save(const char *save, const KdaTrainState *st, const KdaConfig *cfg,
                         const KdaParamTable *t, const float *params, const KdaAdamW *opt,
-                        const KdaRunConfig *rc, int64_t keep_last, char *out_dir, KdaError *err);
+                        const KdaRunConfig *rc, int64_t keep_last, const char *resumed_from,
+                        char *out_dir, KdaError *err);
 
 // Resolves path to a checkpoint directory: an iter_* directory (holds trainer_state.json) is
 // taken as is; a save directory is followed through its `latest` file. Returns 0 with out

@@ -150,6 +150,7 @@ typedef struct {
     double flops_tok, mflops_tok;
     KdaTrainState st;
     int64_t start_iteration;
+    char resumed_from[PATH_MAX]; // checkpoint dir resumed from ("" for a fresh run)
     FILE *metrics;
     Progress prog;
     int use_prog;
@@ -337,6 +338,7 @@ static int setup_resume(Run *r, KdaError *err) {
     memcpy(st.valid_desc, r->st.valid_desc, sizeof st.valid_desc);
     r->st = st;
     r->start_iteration = st.iteration;
+    snprintf(r->resumed_from, sizeof r->resumed_from, "%s", dir);
     if (!r->o->quiet)
         kda_info("resumed from %s: iteration %lld, %lld samples consumed, optimizer step %lld", dir,
                  (long long)st.iteration, (long long)st.consumed_train,
@@ -456,7 +458,7 @@ static int save(Run *r, KdaTrainResult *res, KdaError *err) {
     char dir[PATH_MAX];
     const KdaAdamW *opt = r->be.host_optim(r->be.ctx);
     if (kda_checkpoint_save(r->rc->save, &r->st, &r->cfg, &r->table, r->be.host_params(r->be.ctx),
-                            opt, r->rc, r->rc->keep_last, dir, err))
+                            opt, r->rc, r->rc->keep_last, r->resumed_from, dir, err))
         return -1;
     snprintf(res->checkpoint, sizeof res->checkpoint, "%s", dir);
     if (!r->o->quiet) {
