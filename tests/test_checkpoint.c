@@ -1,6 +1,7 @@
 // test_checkpoint.c - checkpoint save/load round trip, keep_last, `latest`, atomicity under a
 // simulated write failure and under SIGKILL of a fork()ed child mid-save, config diff, export.
 #include <limits.h>
+#include <math.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -184,6 +185,29 @@ KDA_TEST(checkpoint_rotation_after_rollback) {
     CHECK(ck_save_iter(s2, 149, 1, 146, &err) == 0);
     CHECK(has_iter(s2, 149) && has_iter(s2, 146) && !has_iter(s2, 147));
     CHECK(kda_checkpoint_resolve(s2, got, sizeof got, &err) == 0 && strstr(got, "iter_0000149"));
+}
+
+// Non-finite weights or moments are never saved (issue 15, finding 2): the save fails naming
+// the tensor, writes nothing, and `latest` keeps naming the finite checkpoint.
+KDA_TEST(checkpoint_refuses_nonfinite) {
+    char save[1024];
+    snprintf(save, sizeof save, "%s/save", test_tmpdir());
+    KdaError err;
+    Ck a, b;
+    CHECK(ck_make(&a, 1) == 0 && ck_make(&b, 2) == 0);
+    CHECK(ck_save(save, &a, 0, &err) == 0);
+    const KdaParamInfo *r = &b.t.rows[b.t.n - 1];
+    b.p[r->offset + 1] = NAN;
+    CHECK(ck_save(save, &b, 0, &err) == -1);
+    CHECK_MSG(strstr(err.msg, "non-finite") && strstr(err.msg, r->name), "%s", err.msg);
+    b.p[r->offset + 1] = 0;
+    b.opt.v[3] = INFINITY;
+    CHECK(ck_save(save, &b, 0, &err) == -1);
+    CHECK_MSG(strstr(err.msg, "exp_avg_sq"), "%s", err.msg);
+    CHECK_EQ_INT(count_entries(save, "iter_"), 1);
+    CHECK(ck_matches(save, &a));
+    ck_free(&a);
+    ck_free(&b);
 }
 
 static int fail_at_optimizer(const char *stage) {

@@ -379,3 +379,53 @@ KDA_TEST(trainer_rollback_keeps_checkpoints) {
     }
     CHECK(kda_checkpoint_resolve(s, p, sizeof p, &err) == 0 && strstr(p, "iter_0000006"));
 }
+
+// Non-finite updated weights (issue 15, finding 2): lr 1e300 makes every weight inf after the
+// first update although its loss and grad norm were finite. The run stops at that iteration
+// with an error naming it and the last good checkpoint, saves nothing (latest keeps naming the
+// finite iter_0000002), and skipping (max_nan_steps 5) does not apply to weights.
+KDA_TEST(trainer_nonfinite_weights_stop) {
+    const char *data = make_data();
+    char s[1024];
+    snprintf(s, sizeof s, "%s/w", test_tmpdir());
+    KdaRunConfig rc;
+    Rec r = {0};
+    KdaTrainResult res;
+    KdaError err;
+    CHECK(make_rc(&rc, data, s, "train_iters: 2\nlr_warmup_iters: 1\nsave_interval: 1\n") == 0);
+    CHECK_MSG(run(&rc, &r, 0, &res, &err) == 0, "%s", err.msg);
+    kda_run_config_free(&rc);
+    CHECK(make_rc(&rc, data, s,
+                  "train_iters: 6\nsave_interval: 1\nlr: 1.0e300\nmin_lr: 1.0e300\n"
+                  "max_nan_steps: 5\n") == 0);
+    CHECK(run(&rc, &r, 0, &res, &err) == -1);
+    kda_run_config_free(&rc);
+    CHECK_MSG(strstr(err.msg, "iteration 3") && strstr(err.msg, "weights") &&
+                  strstr(err.msg, "iter_0000002"),
+              "%s", err.msg);
+    char p[PATH_MAX];
+    snprintf(p, sizeof p, "%s/iter_0000003", s);
+    CHECK(!path_exists(p));
+    CHECK(kda_checkpoint_resolve(s, p, sizeof p, &err) == 0 && strstr(p, "iter_0000002"));
+}
+
+// The default on a non-finite loss (max_nan_steps 0) is to stop with an error naming the
+// iteration and the last good checkpoint (it used to skip every such step and exit 0).
+KDA_TEST(trainer_nan_loss_stops_by_default) {
+    const char *data = make_data();
+    char s[1024];
+    snprintf(s, sizeof s, "%s/n", test_tmpdir());
+    KdaRunConfig rc;
+    Rec r = {0};
+    r.poison_from = 3;
+    r.poison_to = 100;
+    KdaTrainResult res;
+    KdaError err;
+    CHECK(make_rc(&rc, data, s, "train_iters: 6\nsave_interval: 2\n") == 0);
+    CHECK(run(&rc, &r, 0, &res, &err) == -1);
+    kda_run_config_free(&rc);
+    CHECK_MSG(strstr(err.msg, "iteration 3") && strstr(err.msg, "loss") &&
+                  strstr(err.msg, "iter_0000002"),
+              "%s", err.msg);
+    CHECK_EQ_INT(res.iteration, 3);
+}

@@ -101,6 +101,17 @@ void kda_params_free(KdaParamTable *t) {
     memset(t, 0, sizeof *t);
 }
 
+const KdaParamInfo *kda_params_first_nonfinite(const KdaParamTable *t, const float *flat) {
+    for (int i = 0; i < t->n; i++) {
+        const float *x = flat + t->rows[i].offset;
+        int bad = 0; // counted, not branched on, so the loop vectorizes
+        for (int64_t k = 0; k < t->rows[i].numel; k++)
+            bad |= !isfinite(x[k]);
+        if (bad) return &t->rows[i];
+    }
+    return NULL;
+}
+
 const KdaParamInfo *kda_params_find(const KdaParamTable *t, const char *name) {
     for (int i = 0; i < t->n; i++)
         if (!strcmp(t->rows[i].name, name)) return &t->rows[i];

@@ -81,6 +81,9 @@ const KdaParamInfo *kda_params_find(const KdaParamTable *t, const char *name);
 // Points every field of w into flat (total_numel floats). kda_tensors_free releases w->layers.
 void kda_tensors_bind(KdaTensors *w, const KdaParamTable *t, float *flat);
 void kda_tensors_free(KdaTensors *w);
+// Row of the first tensor of flat (a [total_numel] buffer in the table's layout: parameters,
+// gradients or moments) holding a NaN or inf, or NULL when every element is finite.
+const KdaParamInfo *kda_params_first_nonfinite(const KdaParamTable *t, const float *flat);
 // Draws every tensor by its init rule from a seeded RNG (deterministic for a seed).
 void kda_params_init(const KdaParamTable *t, const KdaConfig *c, float *flat, uint64_t seed);
 // FLOPs per token for training (6 x matmul weights + KDA core + conv), training-recipe.md §4.2.

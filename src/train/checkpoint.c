@@ -272,6 +272,23 @@ static int save_state(const char *path, const KdaTrainState *st, KdaError *err) 
     return rc;
 }
 
+// Non-finite weights or moments are never saved (docs/reliability.md): they would become
+// `latest` and rotate out the finite checkpoints.
+static int check_finite(int64_t it, const KdaParamTable *t, const float *params,
+                        const KdaAdamW *opt, KdaError *err) {
+    const float *bufs[3] = {params, opt->m, opt->v};
+    const char *what[3] = {"weights", "exp_avg", "exp_avg_sq"};
+    for (int k = 0; k < 3; k++) {
+        const KdaParamInfo *r = kda_params_first_nonfinite(t, bufs[k]);
+        if (r)
+            return kda_fail(err,
+                            "checkpoint: refusing to save iteration %lld: %s of %s hold a "
+                            "non-finite value",
+                            (long long)it, what[k], r->name);
+    }
+    return 0;
+}
+
 static int write_all(const char *tmp, const KdaTrainState *st, const KdaConfig *cfg,
                      const KdaParamTable *t, const float *params, const KdaAdamW *opt,
                      const KdaRunConfig *rc, KdaError *err) {
@@ -295,6 +312,7 @@ int kda_checkpoint_save(const char *save, const KdaTrainState *st, const KdaConf
                         const KdaRunConfig *rc, int64_t keep_last, const char *resumed_from,
                         char *out_dir, KdaError *err) {
     char name[32], tmp[PATH_MAX], fin[PATH_MAX], old[PATH_MAX], p[PATH_MAX];
+    if (check_finite(st->iteration, t, params, opt, err)) return -1;
     if (mkdir_p(save, err)) return -1;
     remove_stale_temps(save);
     snprintf(name, sizeof name, "iter_%07lld", (long long)st->iteration);

@@ -13,7 +13,8 @@
 //   split (str, "969,30,1")  model (config.json path)  tokenizer (tokenizer.json path)
 //   objective (megatron|fla, megatron) (kda)   data_order (megatron|fla, megatron) (kda)
 //   keep_last (int, 0 = keep all) (kda)
-//   max_nan_steps (int, 0) (kda)   device (cpu|cuda, cpu) (kda)   threads (int, 0 = auto) (kda)
+//   max_nan_steps (int, 0 = stop at the first non-finite loss/grad norm; N > 0 = skip, stop at
+//     N consecutive) (kda)   device (cpu|cuda, cpu) (kda)   threads (int, 0 = auto) (kda)
 //   recompute_granularity (none|full, none): full = Megatron's full recompute of every block
 //     (uniform, 1 layer): keep each block's input, re-run its forward in the backward (GPU)
 // objective = what a row holds: megatron = seq_length + 1 tokens, seq_length targets; fla =

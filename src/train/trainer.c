@@ -54,6 +54,11 @@ static double cpu_finish(void *c, double scale, double max_norm) {
     return kda_grad_norm(x->grads, n);
 }
 
+static int cpu_params_finite(void *c) {
+    CpuCtx *x = c;
+    return kda_params_first_nonfinite(&x->m.table, x->m.params) == NULL;
+}
+
 static void cpu_update(void *c, double lr) {
     CpuCtx *x = c;
     kda_adamw_step(&x->opt, &x->m.table, x->m.params, x->grads, lr);
@@ -95,6 +100,7 @@ int kda_backend_cpu_create(KdaBackend *be, KdaModel *model, const KdaAdamWConfig
                        .forward_backward = cpu_fwd_bwd,
                        .finish_grads = cpu_finish,
                        .update = cpu_update,
+                       .params_finite = cpu_params_finite,
                        .host_params = cpu_params,
                        .host_optim = cpu_optim,
                        .state_changed = cpu_changed,
@@ -151,6 +157,7 @@ typedef struct {
     KdaTrainState st;
     int64_t start_iteration;
     char resumed_from[PATH_MAX]; // checkpoint dir resumed from ("" for a fresh run)
+    char last_good[PATH_MAX];    // newest finite checkpoint written or resumed from ("": none)
     FILE *metrics;
     Progress prog;
     int use_prog;
@@ -339,6 +346,7 @@ static int setup_resume(Run *r, KdaError *err) {
     r->st = st;
     r->start_iteration = st.iteration;
     snprintf(r->resumed_from, sizeof r->resumed_from, "%s", dir);
+    snprintf(r->last_good, sizeof r->last_good, "%s", dir);
     if (!r->o->quiet)
         kda_info("resumed from %s: iteration %lld, %lld samples consumed, optimizer step %lld", dir,
                  (long long)st.iteration, (long long)st.consumed_train,
@@ -461,11 +469,52 @@ static int save(Run *r, KdaTrainResult *res, KdaError *err) {
                             opt, r->rc, r->rc->keep_last, r->resumed_from, dir, err))
         return -1;
     snprintf(res->checkpoint, sizeof res->checkpoint, "%s", dir);
+    snprintf(r->last_good, sizeof r->last_good, "%s", dir);
     if (!r->o->quiet) {
         clear_bar(r);
         kda_info("saved checkpoint %s (iteration %lld)", dir, (long long)r->st.iteration);
     }
     return 0;
+}
+
+// ---------------------------------------------------------------------------------------------
+// Non-finite policy (docs/reliability.md): non-finite updated weights always stop the run
+// (the update cannot be undone; nothing is saved); a non-finite loss or grad norm stops it
+// unless max_nan_steps > 0 opts into skipping, then it stops at max_nan_steps consecutive.
+
+static const char *last_good(const Run *r) {
+    return r->last_good[0] ? r->last_good : "none (no checkpoint written or resumed from)";
+}
+
+// After an update: the weights must still be finite (a finite loss and grad norm can still
+// give an overflowing update, e.g. a huge lr). Backends without a cheap check (NULL) are
+// covered at save time, where kda_checkpoint_save refuses non-finite weights.
+static int check_weights(Run *r, const KdaStepInfo *si, KdaError *err) {
+    if (!r->be.params_finite || r->be.params_finite(r->be.ctx)) return 0;
+    return kda_fail(err,
+                    "iteration %lld: the update (lr %g, grad norm %g) made the weights "
+                    "non-finite; stopped without saving. Last good checkpoint: %s",
+                    (long long)si->iteration, si->lr, si->grad_norm, last_good(r));
+}
+
+static int nan_policy(Run *r, const KdaStepInfo *si, KdaError *err) {
+    int64_t max = r->rc->max_nan_steps;
+    if (!si->skipped || (max > 0 && r->st.consecutive_nan < max)) return 0;
+    char what[64];
+    if (!isfinite(si->loss))
+        snprintf(what, sizeof what, "loss (%g)", (double)si->loss);
+    else
+        snprintf(what, sizeof what, "grad norm (%g)", si->grad_norm);
+    if (max == 0)
+        return kda_fail(err,
+                        "iteration %lld: non-finite %s; stopped (max_nan_steps 0; N > 0 skips up "
+                        "to N-1 consecutive such iterations). Last good checkpoint: %s",
+                        (long long)si->iteration, what, last_good(r));
+    return kda_fail(err,
+                    "iteration %lld: non-finite %s, %lld consecutive iterations with a non-finite "
+                    "loss or grad norm (max_nan_steps %lld); stopped. Last good checkpoint: %s",
+                    (long long)si->iteration, what, (long long)r->st.consecutive_nan,
+                    (long long)max, last_good(r));
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -495,6 +544,7 @@ static int train_step(Run *r, KdaStepInfo *si, KdaError *err) {
             si->lr = kda_lr_for_update(&r->sched, be->host_optim(be->ctx)->step + 1);
             be->update(be->ctx, si->lr);
             si->skipped = 0;
+            if (check_weights(r, si, err)) return -1;
         }
     }
     r->st.iteration++;
@@ -519,13 +569,7 @@ static int train_step(Run *r, KdaStepInfo *si, KdaError *err) {
         r->last_norm = si->grad_norm;
     }
     r->last_loss = si->loss;
-    if (rc->max_nan_steps > 0 && r->st.consecutive_nan >= rc->max_nan_steps)
-        return kda_fail(err,
-                        "aborting: %lld consecutive iterations with a non-finite loss or "
-                        "grad norm (max_nan_steps %lld), last at iteration %lld",
-                        (long long)r->st.consecutive_nan, (long long)rc->max_nan_steps,
-                        (long long)si->iteration);
-    return 0;
+    return nan_policy(r, si, err);
 }
 
 static void progress_tick(Run *r, double tok_s) {

@@ -9,8 +9,10 @@
 // or grad norm) advances the iteration and the data cursor but neither the optimizer step nor
 // the schedule (Megatron's behaviour), and leaves parameters and moments untouched.
 //
-// max_nan_steps: the run aborts (returns -1) after that many CONSECUTIVE skipped iterations;
-// 0 means never abort (skips are only counted and reported).
+// Non-finite policy (docs/reliability.md): non-finite weights after an update always stop the
+// run (returns -1, nothing saved). A non-finite loss or grad norm stops it too by default
+// (max_nan_steps 0); max_nan_steps N > 0 opts into skipping such iterations and stops at N
+// consecutive ones. Every stop's message names the iteration and the last good checkpoint.
 //
 // Resume: from rc->load (a checkpoint dir or a save dir with `latest`), or else from rc->save
 // when it has a `latest`. On CPU the continued run is bit-identical to an uninterrupted one
@@ -52,6 +54,9 @@ typedef struct KdaBackend {
     // norm leaves it unclipped: the caller skips the update).
     double (*finish_grads)(void *ctx, double scale, double max_norm);
     void (*update)(void *ctx, double lr); // AdamW update step+1 with this lr
+    // 1 when every parameter is finite (checked after each update). May be NULL (a backend
+    // without a cheap check): non-finite weights are then caught when a save refuses them.
+    int (*params_finite)(void *ctx);
     // Host views of the training state for checkpoints (a GPU backend syncs first). After the
     // caller writes into them (resume, init), it calls state_changed.
     float *(*host_params)(void *ctx);   // [n_params] fp32, layout of the parameter table
