@@ -26,8 +26,27 @@ static void usage(FILE *f) {
                "  --help              this help\n\n"
                "Resumes from `load`, or from `save` when it holds a `latest` checkpoint. SIGINT/\n"
                "SIGTERM: finish the step, save, exit 0 (a second signal exits at once).\n"
-               "Keys: see src/train/run_config.h; the effective config is saved with every\n"
-               "checkpoint (run_config.yaml).\n");
+               "The effective config is saved with every checkpoint (run_config.yaml).\n"
+               "Megatron/Primus YAML works as is: finetune: true + load: DIR starts from DIR's\n"
+               "weights (HF dir or kda checkpoint; its config.json when `model` is unset).\n\n"
+               "Keys (YAML or --KEY VALUE; dashes = underscores):\n");
+    kda_run_config_print_keys(f);
+}
+
+// Keys accepted without effect: one line each kind, so nothing is silently ignored.
+static void report_noops(const KdaRunConfig *rc) {
+    if (rc->ignored.n) {
+        char list[512];
+        size_t k = 0;
+        for (int i = 0; i < rc->ignored.n && k < sizeof list; i++)
+            k += (size_t)snprintf(list + k, sizeof list - k, "%s%s", i ? ", " : "",
+                                  rc->ignored.items[i]);
+        kda_info("ignored (they select Primus/FLA kernels; kda.c implements FLA's fused math "
+                 "once): %s",
+                 list);
+    }
+    if (rc->use_distributed_optimizer)
+        kda_info("use_distributed_optimizer: true: one process, nothing to shard");
 }
 
 int cmd_train(int argc, char **argv) {
@@ -63,6 +82,7 @@ int cmd_train(int argc, char **argv) {
         if (kda_run_config_set(&rc, "model", v, 1, &err)) kda_die("%s", err.msg);
     }
     if (kda_run_config_validate(&rc, &err)) kda_die("%s", err.msg);
+    report_noops(&rc);
 #ifdef KDA_HAVE_CUDA
     const char *no_cuda = "no CUDA device is visible";
 #else

@@ -10,57 +10,80 @@
 #include <string.h>
 #include <yaml.h>
 
-#include "core/util.h"      // defines: read_file, open_atomic, commit_atomic, abort_atomic
-#include "train/schedule.h" // defines: KdaLrSchedule, kda_lr_schedule_check, kda_lr_style_parse
+#include "core/util.h"        // defines: read_file, open_atomic, commit_atomic, abort_atomic
+#include "train/checkpoint.h" // defines: kda_checkpoint_resolve
+#include "train/schedule.h"   // defines: KdaLrSchedule, kda_lr_schedule_check, kda_lr_style_parse
 
 // ---------------------------------------------------------------------------------------------
 // The key table: one row per key drives parsing, overrides, suggestions and writing.
 
-typedef enum { RC_INT, RC_FLOAT, RC_STR, RC_LIST } RcType;
+typedef enum { RC_INT, RC_FLOAT, RC_STR, RC_LIST, RC_BOOL } RcType;
 
 typedef struct {
     const char *name;
     RcType type;
     size_t offset;
     const char *choices; // RC_STR enums: "a|b|c", else NULL
+    const char *help;    // meaning, one line (kda train --help)
 } RcKey;
 
-#define RC(name, type, choices)                                                                    \
-    { #name, type, offsetof(KdaRunConfig, name), choices }
+#define RC(name, type, choices, help)                                                              \
+    { #name, type, offsetof(KdaRunConfig, name), choices, help }
 static const RcKey g_keys[] = {
-    RC(train_iters, RC_INT, NULL),
-    RC(micro_batch_size, RC_INT, NULL),
-    RC(global_batch_size, RC_INT, NULL),
-    RC(seq_length, RC_INT, NULL),
-    RC(lr, RC_FLOAT, NULL),
-    RC(min_lr, RC_FLOAT, NULL),
-    RC(lr_warmup_iters, RC_INT, NULL),
-    RC(lr_decay_iters, RC_INT, NULL),
-    RC(lr_decay_style, RC_STR, "cosine|linear|constant"),
-    RC(adam_beta1, RC_FLOAT, NULL),
-    RC(adam_beta2, RC_FLOAT, NULL),
-    RC(adam_eps, RC_FLOAT, NULL),
-    RC(weight_decay, RC_FLOAT, NULL),
-    RC(clip_grad, RC_FLOAT, NULL),
-    RC(seed, RC_INT, NULL),
-    RC(save, RC_STR, NULL),
-    RC(save_interval, RC_INT, NULL),
-    RC(load, RC_STR, NULL),
-    RC(eval_interval, RC_INT, NULL),
-    RC(eval_iters, RC_INT, NULL),
-    RC(log_interval, RC_INT, NULL),
-    RC(train_data_path, RC_LIST, NULL),
-    RC(valid_data_path, RC_LIST, NULL),
-    RC(split, RC_STR, NULL),
-    RC(model, RC_STR, NULL),
-    RC(tokenizer, RC_STR, NULL),
-    RC(objective, RC_STR, "megatron|fla"),
-    RC(data_order, RC_STR, "megatron|fla"),
-    RC(keep_last, RC_INT, NULL),
-    RC(max_nan_steps, RC_INT, NULL),
-    RC(device, RC_STR, "cpu|cuda"),
-    RC(threads, RC_INT, NULL),
-    RC(recompute_granularity, RC_STR, "none|full"),
+    RC(train_iters, RC_INT, NULL, "optimizer updates to run"),
+    RC(micro_batch_size, RC_INT, NULL, "sequences per forward/backward (set by memory)"),
+    RC(global_batch_size, RC_INT, NULL,
+       "sequences per update (accumulates global / micro micro-batches)"),
+    RC(seq_length, RC_INT, NULL, "tokens per sequence"),
+    RC(lr, RC_FLOAT, NULL, "peak learning rate"),
+    RC(min_lr, RC_FLOAT, NULL, "learning rate at the end of the decay"),
+    RC(lr_warmup_iters, RC_INT, NULL, "linear warmup from 0 over this many updates"),
+    RC(lr_decay_iters, RC_INT, NULL, "decay horizon (0: train_iters)"),
+    RC(lr_decay_style, RC_STR, "cosine|linear|constant", "decay shape after the warmup"),
+    RC(adam_beta1, RC_FLOAT, NULL, "AdamW beta1"),
+    RC(adam_beta2, RC_FLOAT, NULL, "AdamW beta2"),
+    RC(adam_eps, RC_FLOAT, NULL, "AdamW eps (torch placement, outside the sqrt)"),
+    RC(weight_decay, RC_FLOAT, NULL, "decoupled weight decay of matrices, convs and A_log"),
+    RC(clip_grad, RC_FLOAT, NULL, "clip the global gradient L2 norm to this (0: off)"),
+    RC(seed, RC_INT, NULL, "seed of the init and the data order"),
+    RC(save, RC_STR, NULL, "checkpoint directory (resumed from when it has `latest`)"),
+    RC(save_interval, RC_INT, NULL, "checkpoint every N iterations (0: only at the end)"),
+    RC(load, RC_STR, NULL, "checkpoint to resume from; with finetune: starting weights"),
+    RC(eval_interval, RC_INT, NULL, "validation every N iterations (0: none)"),
+    RC(eval_iters, RC_INT, NULL, "validation batches per evaluation"),
+    RC(log_interval, RC_INT, NULL, "log line every N iterations (and at iteration 1)"),
+    RC(train_data_path, RC_LIST, NULL,
+       "Megatron .bin/.idx prefixes, or a blend \"w1 p1 w2 p2\" (alias data_path)"),
+    RC(valid_data_path, RC_LIST, NULL, "validation prefixes (empty: the split's valid part)"),
+    RC(split, RC_STR, NULL, "train,valid,test weights of one dataset"),
+    RC(model, RC_STR, NULL, "model config.json (or HF dir); unset: taken from finetune's load"),
+    RC(tokenizer, RC_STR, NULL, "tokenizer.json (recorded with the checkpoints)"),
+    RC(objective, RC_STR, "megatron|fla",
+       "(kda) megatron: seq_length+1 windows; fla: seq_length chunks, seq_length-1 targets"),
+    RC(data_order, RC_STR, "megatron|fla",
+       "(kda) megatron: GPTDataset windows; fla: FLA's chunk order (needs objective fla)"),
+    RC(keep_last, RC_INT, NULL, "(kda) keep the newest N checkpoints (0: all)"),
+    RC(max_nan_steps, RC_INT, NULL,
+       "(kda) abort after N consecutive non-finite iterations (0: never)"),
+    RC(device, RC_STR, "cpu|cuda", "(kda) where to train"),
+    RC(threads, RC_INT, NULL, "(kda) CPU threads (0: OpenMP default)"),
+    RC(recompute_granularity, RC_STR, "none|full",
+       "full: re-run each block's forward in the backward (GPU)"),
+    RC(layernorm_epsilon, RC_FLOAT, NULL,
+       "RMSNorm eps; must equal the model's norm_eps (0: take it; alias norm_epsilon)"),
+    RC(hidden_dropout, RC_FLOAT, NULL, "must be 0: kda.c, like FLA, has no dropout"),
+    RC(attention_dropout, RC_FLOAT, NULL, "must be 0"),
+    RC(bf16, RC_BOOL, NULL, "bf16 compute with fp32 master weights (GPU; the CPU is fp32)"),
+    RC(use_distributed_optimizer, RC_BOOL, NULL,
+       "shard the optimizer state over data-parallel ranks"),
+    RC(finetune, RC_BOOL, NULL,
+       "load only the weights of `load` (HF dir or kda checkpoint): fresh optimizer, iteration 0"),
+    RC(no_load_optim, RC_BOOL, NULL, "with finetune (which implies it)"),
+    RC(no_load_rng, RC_BOOL, NULL, "with finetune (which implies it)"),
+    RC(exit_duration_in_mins, RC_FLOAT, NULL,
+       "save a checkpoint and stop after this many minutes (0: never)"),
+    RC(lr_warmup_fraction, RC_FLOAT, NULL,
+       "warmup as a fraction of lr_decay_iters (instead of lr_warmup_iters; 0: unset)"),
 };
 #undef RC
 #define N_KEYS ((int)(sizeof g_keys / sizeof *g_keys))
@@ -74,10 +97,35 @@ static int key_eq(const char *a, const char *b) {
     }
 }
 
+// Other names that mean exactly one of our keys (Megatron's data_path takes the blend of
+// train_data_path; newer Megatron spells the eps norm_epsilon).
+static const struct {
+    const char *name, *key;
+} g_synonyms[] = {
+    {"data_path", "train_data_path"},
+    {"norm_epsilon", "layernorm_epsilon"},
+};
+
 static const RcKey *key_find(const char *name) {
+    for (size_t i = 0; i < sizeof g_synonyms / sizeof *g_synonyms; i++)
+        if (key_eq(g_synonyms[i].name, name)) name = g_synonyms[i].key;
     for (int k = 0; k < N_KEYS; k++)
         if (key_eq(g_keys[k].name, name)) return &g_keys[k];
     return NULL;
+}
+
+// Keys that select Primus's or FLA's kernels and code paths: kda.c has one implementation
+// (FLA's fused math, kda-model.md), so they are accepted and reported as no-ops. A "*" ends a
+// prefix.
+static const char *const g_noop_keys[] = {"spec", "use_fla_*"};
+
+static int is_noop_key(const char *name) {
+    for (size_t i = 0; i < sizeof g_noop_keys / sizeof *g_noop_keys; i++) {
+        const char *p = g_noop_keys[i];
+        size_t n = strlen(p);
+        if (p[n - 1] == '*' ? !strncmp(p, name, n - 1) : key_eq(p, name)) return 1;
+    }
+    return 0;
 }
 
 static int edit_distance(const char *a, const char *b) {
@@ -102,8 +150,9 @@ static int edit_distance(const char *a, const char *b) {
     return row[lb];
 }
 
-// Names other stacks use for our keys (HF Trainer, FLA's flame, torchtitan): an exact alias
-// beats edit distance ("learning_rate" is 11 edits from "lr").
+// Names other stacks use for our keys (HF Trainer, FLA's flame, torchtitan, Megatron): an
+// exact alias beats edit distance ("learning_rate" is 11 edits from "lr"; Megatron's
+// "num_layers" is a model setting, which lives in config.json).
 static const struct {
     const char *alias, *key;
 } g_aliases[] = {
@@ -126,11 +175,39 @@ static const struct {
     {"save_steps", "save_interval"},
     {"logging_steps", "log_interval"},
     {"output_dir", "save"},
+    // Megatron / Primus
+    {"train_samples", "train_iters"},
+    {"lr_warmup_samples", "lr_warmup_iters"},
+    {"lr_decay_samples", "lr_decay_iters"},
+    {"lr_warmup_init", "lr_warmup_iters"},
+    {"exit_interval", "train_iters"},
+    {"tokenizer_model", "tokenizer"},
+    {"tokenizer_type", "tokenizer"},
+    {"test_data_path", "valid_data_path"},
+    {"num_layers", "model"},
+    {"hidden_size", "model"},
+    {"ffn_hidden_size", "model"},
+    {"num_attention_heads", "model"},
+    {"max_position_embeddings", "model"},
+    {"init_method_std", "model"},
+    {"fp16", "bf16"},
+    {"params_dtype", "bf16"},
+    {"recompute_activations", "recompute_granularity"},
+    {"recompute_method", "recompute_granularity"},
+    {"recompute_num_layers", "recompute_granularity"},
+    {"auto_continue_train", "load"},
+    {"use_checkpoint_args", "load"},
+    {"ckpt_format", "save"},
+    {"eval_samples", "eval_iters"},
+    {"weight_decay_incr_style", "weight_decay"},
+    {"adam_epsilon", "adam_eps"},
+    {"norm_eps", "layernorm_epsilon"}, // FLA's config.json name
+    {"clip_grad_norm", "clip_grad"},
 };
 
 const char *kda_run_config_suggest(const char *key) {
     for (size_t i = 0; i < sizeof g_aliases / sizeof *g_aliases; i++)
-        if (edit_distance(key, g_aliases[i].alias) == 0) return g_aliases[i].key;
+        if (key_eq(key, g_aliases[i].alias)) return g_aliases[i].key;
     int best = 0, best_d = INT_MAX;
     for (int k = 0; k < N_KEYS; k++) {
         int d = edit_distance(key, g_keys[k].name);
@@ -139,7 +216,8 @@ const char *kda_run_config_suggest(const char *key) {
             best = k;
         }
     }
-    return g_keys[best].name;
+    int len = (int)strlen(key);
+    return best_d <= (len < 6 ? 2 : len / 3) ? g_keys[best].name : NULL;
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -164,6 +242,7 @@ void kda_run_config_free(KdaRunConfig *cfg) {
         if (g_keys[k].type == RC_STR) str_set((char **)p, NULL);
         if (g_keys[k].type == RC_LIST) list_clear((KdaStrList *)p);
     }
+    list_clear(&cfg->ignored);
 }
 
 void kda_run_config_defaults(KdaRunConfig *cfg) {
@@ -186,6 +265,7 @@ void kda_run_config_defaults(KdaRunConfig *cfg) {
     str_set(&cfg->data_order, "megatron");
     str_set(&cfg->device, "cpu");
     str_set(&cfg->recompute_granularity, "none");
+    cfg->bf16 = 1; // what the GPU path computes in (Megatron's default is fp32)
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -234,14 +314,56 @@ static int set_scalar(KdaRunConfig *cfg, const RcKey *k, const char *v, const ch
                             k->choices, shown_(v, sv, sizeof sv));
         str_set((char **)p, v);
         return 0;
+    case RC_BOOL: {
+        // YAML 1.1 booleans (what PyYAML, and so Megatron's and Primus's loaders, accept)
+        static const char *const yes[] = {"true", "True", "TRUE", "yes", "Yes", "on", "On", "1"};
+        static const char *const no[] = {"false", "False", "FALSE", "no", "No", "off", "Off", "0"};
+        for (int i = 0; i < 8; i++) {
+            if (!strcmp(v, yes[i]) || !strcmp(v, no[i])) {
+                *(int64_t *)p = !strcmp(v, yes[i]);
+                return 0;
+            }
+        }
+        return kda_fail(err, "%skey '%s': expected true or false, got '%s'", where, k->name,
+                        shown_(v, sv, sizeof sv));
+    }
     case RC_LIST:
         break;
     }
     return kda_fail(err, "%skey '%s': internal type error", where, k->name);
 }
 
-static int set_values(KdaRunConfig *cfg, const RcKey *k, const char *const *vals, int n,
+// The whitespace-separated words of s as a new list (Megatron's blend string "w1 p1 w2 p2",
+// or a folded `>` scalar holding one path).
+static int split_words_(const char *s, char ***out) {
+    int n = 0;
+    char **w = kda_calloc(strlen(s) / 2 + 2, sizeof *w);
+    for (const char *c = s; *c;) {
+        c += strspn(c, " \t\r\n");
+        size_t len = strcspn(c, " \t\r\n");
+        if (!len) break;
+        w[n] = kda_malloc(len + 1);
+        memcpy(w[n], c, len);
+        w[n++][len] = 0;
+        c += len;
+    }
+    *out = w;
+    return n;
+}
+
+// split: a single value of a list key is split into words (a scalar or one command-line word;
+// not the items of a YAML sequence, which may hold spaces).
+static int set_values(KdaRunConfig *cfg, const RcKey *k, const char *const *vals, int n, int split,
                       const char *where, KdaError *err) {
+    if (k->type == RC_LIST && n == 1 && split) {
+        char **w;
+        int nw = split_words_(vals[0], &w);
+        KdaStrList *l = (KdaStrList *)((char *)cfg + k->offset);
+        list_clear(l);
+        l->items = w;
+        l->n = nw;
+        return 0;
+    }
     if (k->type == RC_LIST) {
         KdaStrList *l = (KdaStrList *)((char *)cfg + k->offset);
         list_clear(l);
@@ -255,17 +377,67 @@ static int set_values(KdaRunConfig *cfg, const RcKey *k, const char *const *vals
     return set_scalar(cfg, k, vals[0], where, err);
 }
 
-static int unknown_key(const char *where, const char *key, KdaError *err) {
-    char sk[300];
-    return kda_fail(err, "%sunknown key '%s' (did you mean '%s'?)", where,
-                    shown_(key, sk, sizeof sk), kda_run_config_suggest(key));
+// " (did you mean 'x'?)" or "" (flag_prefix "--" for command-line flags).
+static const char *did_you_mean_(const char *key, const char *flag_prefix, char *buf, size_t cap) {
+    const char *s = kda_run_config_suggest(key);
+    if (s)
+        snprintf(buf, cap, " (did you mean '%s%s'?)", flag_prefix, s);
+    else
+        snprintf(buf, cap, " (kda train --help lists every key)");
+    return buf;
+}
+
+// Unknown keys are collected so one run reports them all: "NAME: unknown key 'a' (did you
+// mean ...?)" for one, "NAME: 3 unknown keys: line 2 'a' (...); line 5 'b' (...); ..." for more.
+typedef struct {
+    char text[900];
+    size_t len;
+    int n;
+    char first[600]; // the one-key message
+} Unknowns;
+
+// where: the one-key message's prefix ("t.yaml:2: "); label: the item's ("line 2" or "").
+static void unknowns_add_(Unknowns *u, const char *where, const char *label, const char *what,
+                          const char *key, const char *flag_prefix) {
+    char sk[300], dm[160];
+    shown_(key, sk, sizeof sk);
+    did_you_mean_(key, flag_prefix, dm, sizeof dm);
+    if (u->n == 0)
+        snprintf(u->first, sizeof u->first, "%sunknown %s '%s%s'%s", where, what, flag_prefix, sk,
+                 dm);
+    if (u->len < sizeof u->text - 1) {
+        int w = snprintf(u->text + u->len, sizeof u->text - u->len, "%s%s%s'%s%s'%s",
+                         u->n ? "; " : "", label, *label ? " " : "", flag_prefix, sk, dm);
+        u->len = w < 0 ? u->len : u->len + (size_t)w;
+        if (u->len > sizeof u->text - 1) u->len = sizeof u->text - 1;
+    }
+    u->n++;
+}
+
+static int unknowns_fail_(const Unknowns *u, const char *name, const char *what, KdaError *err) {
+    if (u->n == 1) return kda_fail(err, "%s", u->first);
+    return kda_fail(err, "%s%s%d unknown %ss: %s", name, *name ? ": " : "", u->n, what, u->text);
+}
+
+// A no-op key: noted once in cfg->ignored (the caller reports the list in one line).
+static void note_ignored_(KdaRunConfig *cfg, const char *key) {
+    for (int i = 0; i < cfg->ignored.n; i++)
+        if (key_eq(cfg->ignored.items[i], key)) return;
+    cfg->ignored.items =
+        kda_realloc(cfg->ignored.items, (size_t)(cfg->ignored.n + 1) * sizeof(char *));
+    cfg->ignored.items[cfg->ignored.n++] = kda_strdup(key);
 }
 
 int kda_run_config_set(KdaRunConfig *cfg, const char *key, const char *const *vals, int n_vals,
                        KdaError *err) {
     const RcKey *k = key_find(key);
-    if (!k) return unknown_key("", key, err);
-    return set_values(cfg, k, vals, n_vals, "", err);
+    if (!k && is_noop_key(key)) return note_ignored_(cfg, key), 0;
+    if (!k) {
+        char sk[300], dm[160];
+        return kda_fail(err, "unknown key '%s'%s", shown_(key, sk, sizeof sk),
+                        did_you_mean_(key, "", dm, sizeof dm));
+    }
+    return set_values(cfg, k, vals, n_vals, 1, "", err);
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -278,8 +450,22 @@ static int yaml_is_null(const yaml_node_t *n) {
     return !*v || !strcmp(v, "~") || !strcmp(v, "null") || !strcmp(v, "Null") || !strcmp(v, "NULL");
 }
 
+// A block scalar (`>` folded, `|` literal) without its leading and trailing whitespace: YAML
+// keeps the final newline ("train_data_path: >" would name "prefix\n.idx"). Owned copy.
+static char *block_trimmed_(const yaml_node_t *n) {
+    const char *v = (const char *)n->data.scalar.value;
+    v += strspn(v, " \t\r\n");
+    size_t len = strlen(v);
+    while (len && strchr(" \t\r\n", v[len - 1]))
+        len--;
+    char *s = kda_malloc(len + 1);
+    memcpy(s, v, len);
+    s[len] = 0;
+    return s;
+}
+
 static int yaml_apply_pair(KdaRunConfig *cfg, yaml_document_t *doc, yaml_node_pair_t *pair,
-                           const char *name, unsigned *seen, KdaError *err) {
+                           const char *name, unsigned *seen, Unknowns *unk, KdaError *err) {
     yaml_node_t *kn = yaml_document_get_node(doc, pair->key);
     yaml_node_t *vn = yaml_document_get_node(doc, pair->value);
     char where[600];
@@ -287,7 +473,13 @@ static int yaml_apply_pair(KdaRunConfig *cfg, yaml_document_t *doc, yaml_node_pa
     if (kn->type != YAML_SCALAR_NODE) return kda_fail(err, "%sexpected a plain key", where);
     const char *key = (const char *)kn->data.scalar.value;
     const RcKey *k = key_find(key);
-    if (!k) return unknown_key(where, key, err);
+    if (!k && is_noop_key(key)) return note_ignored_(cfg, key), 0;
+    if (!k) {
+        char line[32];
+        snprintf(line, sizeof line, "line %zu", kn->start_mark.line + 1);
+        unknowns_add_(unk, where, line, "key", key, "");
+        return 0;
+    }
     int idx = (int)(k - g_keys);
     if (seen[idx / 32] & (1u << (idx % 32)))
         return kda_fail(err, "%skey '%s' appears twice", where, k->name);
@@ -300,8 +492,15 @@ static int yaml_apply_pair(KdaRunConfig *cfg, yaml_document_t *doc, yaml_node_pa
         return kda_fail(err, "%skey '%s': expected a number, got null", where, k->name);
     }
     if (vn->type == YAML_SCALAR_NODE) {
+        yaml_scalar_style_t st = vn->data.scalar.style;
+        if (st == YAML_FOLDED_SCALAR_STYLE || st == YAML_LITERAL_SCALAR_STYLE) {
+            char *v = block_trimmed_(vn);
+            int rc = set_values(cfg, k, (const char *const *)&v, 1, 1, where, err);
+            free(v);
+            return rc;
+        }
         const char *v = (const char *)vn->data.scalar.value;
-        return set_values(cfg, k, &v, 1, where, err);
+        return set_values(cfg, k, &v, 1, 1, where, err);
     }
     if (vn->type == YAML_SEQUENCE_NODE && k->type == RC_LIST) {
         int n = (int)(vn->data.sequence.items.top - vn->data.sequence.items.start);
@@ -314,7 +513,7 @@ static int yaml_apply_pair(KdaRunConfig *cfg, yaml_document_t *doc, yaml_node_pa
             }
             vals[i] = (const char *)it->data.scalar.value;
         }
-        int rc = set_values(cfg, k, vals, n, where, err);
+        int rc = set_values(cfg, k, vals, n, 0, where, err);
         free(vals);
         return rc;
     }
@@ -341,9 +540,11 @@ int kda_run_config_parse(KdaRunConfig *cfg, const char *text, size_t n, const ch
         rc = kda_fail(err, "%s: expected a mapping of keys to values at the top level", name);
     } else if (root) {
         unsigned seen[(N_KEYS + 31) / 32] = {0};
+        Unknowns unk = {.n = 0};
         for (yaml_node_pair_t *p = root->data.mapping.pairs.start;
              rc == 0 && p < root->data.mapping.pairs.top; p++)
-            rc = yaml_apply_pair(cfg, &doc, p, name, seen, err);
+            rc = yaml_apply_pair(cfg, &doc, p, name, seen, &unk, err);
+        if (rc == 0 && unk.n) rc = unknowns_fail_(&unk, name, "key", err);
     }
     yaml_document_delete(&doc);
     yaml_parser_delete(&parser);
@@ -367,6 +568,7 @@ static int is_flag(const char *a) {
 }
 
 int kda_run_config_apply_args(KdaRunConfig *cfg, int argc, char **argv, KdaError *err) {
+    Unknowns unk = {.n = 0};
     for (int i = 0; i < argc;) {
         if (!is_flag(argv[i]))
             return kda_fail(err, "unexpected argument '%s' (flags are --key value)", argv[i]);
@@ -377,12 +579,19 @@ int kda_run_config_apply_args(KdaRunConfig *cfg, int argc, char **argv, KdaError
         const RcKey *k = key_find(key);
         char where[160];
         snprintf(where, sizeof where, "--%s: ", key);
-        if (!k)
-            return kda_fail(err, "unknown flag '--%s' (did you mean '--%s'?)", key,
-                            kda_run_config_suggest(key));
+        if (!k) { // collect it (no-op keys are noted), skip its value words
+            if (is_noop_key(key))
+                note_ignored_(cfg, key);
+            else
+                unknowns_add_(&unk, "", "", "flag", key, "--");
+            for (i++; !eq && i < argc && !is_flag(argv[i]); i++) {
+            }
+            if (eq) i++;
+            continue;
+        }
         if (eq) {
             const char *v = eq + 1;
-            if (set_values(cfg, k, &v, 1, where, err)) return -1;
+            if (set_values(cfg, k, &v, 1, 1, where, err)) return -1;
             i++;
             continue;
         }
@@ -390,10 +599,11 @@ int kda_run_config_apply_args(KdaRunConfig *cfg, int argc, char **argv, KdaError
         while (j < argc && !is_flag(argv[j]) && (k->type == RC_LIST || j == i + 1))
             j++;
         if (k->type != RC_LIST && j == i + 1) return kda_fail(err, "%smissing value", where);
-        if (set_values(cfg, k, (const char *const *)argv + i + 1, j - i - 1, where, err)) return -1;
+        if (set_values(cfg, k, (const char *const *)argv + i + 1, j - i - 1, 1, where, err))
+            return -1;
         i = j;
     }
-    return 0;
+    return unk.n ? unknowns_fail_(&unk, "", "flag", err) : 0;
 }
 
 int kda_run_config_from_cli(KdaRunConfig *cfg, int argc, char **argv, KdaError *err) {
@@ -419,6 +629,46 @@ int kda_run_config_from_cli(KdaRunConfig *cfg, int argc, char **argv, KdaError *
 // ---------------------------------------------------------------------------------------------
 // Validation
 
+// lr_warmup_fraction -> lr_warmup_iters (needs lr_decay_iters resolved).
+static int resolve_warmup_(KdaRunConfig *c, KdaError *err) {
+    if (!(c->lr_warmup_fraction >= 0 && c->lr_warmup_fraction <= 1))
+        return kda_fail(err, "lr_warmup_fraction must be in [0, 1] (got %g)",
+                        c->lr_warmup_fraction);
+    if (c->lr_warmup_fraction > 0) {
+        if (c->lr_warmup_iters > 0)
+            return kda_fail(err, "lr_warmup_fraction and lr_warmup_iters are both set (Megatron "
+                                 "allows only one)");
+        // Megatron keeps the fractional step count; our schedule counts whole updates
+        c->lr_warmup_iters = llround(c->lr_warmup_fraction * (double)c->lr_decay_iters);
+        c->lr_warmup_fraction = 0;
+    }
+    return 0;
+}
+
+// The Megatron/Primus keys kda.c checks rather than uses (run_config.h).
+static int validate_megatron_(const KdaRunConfig *c, KdaError *err) {
+    if (c->hidden_dropout != 0 || c->attention_dropout != 0)
+        return kda_fail(err,
+                        "hidden_dropout %g, attention_dropout %g: kda.c has no dropout (FLA's "
+                        "KDA has none; training-recipe.md §5); set both to 0",
+                        c->hidden_dropout, c->attention_dropout);
+    if (!(c->layernorm_epsilon >= 0))
+        return kda_fail(err, "layernorm_epsilon must be > 0 (or 0: the model's norm_eps)");
+    if ((c->no_load_optim || c->no_load_rng) && !c->finetune)
+        return kda_fail(err, "no_load_optim / no_load_rng without finetune: kda.c resumes a "
+                             "checkpoint completely; finetune: true starts from the weights of "
+                             "`load` only (fresh optimizer and RNG, iteration 0)");
+    if (c->finetune && !c->load)
+        return kda_fail(err,
+                        "finetune: true needs load: DIR (an HF model dir or a kda checkpoint)");
+    if (!c->bf16 && c->device && !strcmp(c->device, "cuda"))
+        return kda_fail(err, "bf16: false with device: cuda: kda.c's GPU path computes in bf16 "
+                             "(fp32 master weights); use device: cpu for fp32 compute");
+    if (!(c->exit_duration_in_mins >= 0))
+        return kda_fail(err, "exit_duration_in_mins must be >= 0 (0: no limit)");
+    return 0;
+}
+
 int kda_run_config_validate(KdaRunConfig *c, KdaError *err) {
     if (c->train_iters <= 0)
         return kda_fail(err, "train_iters must be > 0 (got %lld)", (long long)c->train_iters);
@@ -430,6 +680,7 @@ int kda_run_config_validate(KdaRunConfig *c, KdaError *err) {
     if (c->seq_length < 2)
         return kda_fail(err, "seq_length must be >= 2 (got %lld)", (long long)c->seq_length);
     if (c->lr_decay_iters == 0) c->lr_decay_iters = c->train_iters;
+    if (resolve_warmup_(c, err)) return -1;
     KdaLrSchedule s = {c->lr, c->min_lr, c->lr_warmup_iters, c->lr_decay_iters, KDA_LR_COSINE};
     if (kda_lr_style_parse(c->lr_decay_style ? c->lr_decay_style : "", &s.style, err)) return -1;
     if (kda_lr_schedule_check(&s, err)) return -1;
@@ -438,7 +689,10 @@ int kda_run_config_validate(KdaRunConfig *c, KdaError *err) {
     if (c->save_interval < 0 || c->eval_interval < 0 || c->eval_iters < 0 || c->log_interval < 0 ||
         c->keep_last < 0 || c->max_nan_steps < 0 || c->threads < 0)
         return kda_fail(err, "intervals, counts and threads must be >= 0");
-    if (!c->model) return kda_fail(err, "model (path of config.json) is not set");
+    if (!c->model && !(c->finetune && c->load))
+        return kda_fail(err, "model (path of config.json) is not set (or finetune: true with "
+                             "load: DIR takes it from DIR)");
+    if (validate_megatron_(c, err)) return -1;
     if (c->train_data_path.n == 0) return kda_fail(err, "train_data_path is not set");
     if (c->data_order && !strcmp(c->data_order, "fla") &&
         !(c->objective && !strcmp(c->objective, "fla")))
@@ -549,6 +803,9 @@ int kda_run_config_write(const KdaRunConfig *cfg, FILE *f) {
         case RC_INT:
             fprintf(f, " %lld\n", (long long)*(const int64_t *)p);
             break;
+        case RC_BOOL:
+            fprintf(f, " %s\n", *(const int64_t *)p ? "true" : "false");
+            break;
         case RC_FLOAT:
             fputc(' ', f);
             write_double(f, *(const double *)p);
@@ -592,4 +849,62 @@ int kda_run_config_write_atomic(const KdaRunConfig *cfg, const char *path, KdaEr
         return kda_fail(err, "%s: write failed", path);
     }
     return commit_atomic(f, tmp, path, err);
+}
+
+// ---------------------------------------------------------------------------------------------
+// Help and the finetune source
+
+static void print_default_(FILE *f, const RcKey *k, const KdaRunConfig *d) {
+    const void *p = (const char *)d + k->offset;
+    switch (k->type) {
+    case RC_INT:
+        fprintf(f, "%lld", (long long)*(const int64_t *)p);
+        break;
+    case RC_BOOL:
+        fputs(*(const int64_t *)p ? "true" : "false", f);
+        break;
+    case RC_FLOAT:
+        write_double(f, *(const double *)p);
+        break;
+    case RC_STR:
+        fputs(*(char *const *)p ? *(char *const *)p : "null", f);
+        break;
+    case RC_LIST:
+        fputs("[]", f);
+        break;
+    }
+}
+
+void kda_run_config_print_keys(FILE *f) {
+    static const char *const type_name[] = {"int", "float", "str", "list", "bool"};
+    KdaRunConfig d;
+    kda_run_config_defaults(&d);
+    for (int i = 0; i < N_KEYS; i++) {
+        const RcKey *k = &g_keys[i];
+        fprintf(f, "  %-26s %-5s ", k->name, k->choices ? "enum" : type_name[k->type]);
+        if (k->choices) fprintf(f, "%s, ", k->choices);
+        fputs("default ", f);
+        print_default_(f, k, &d);
+        fprintf(f, "\n      %s\n", k->help);
+    }
+    fprintf(f, "  %-26s no-op: selects Primus/FLA kernels (kda.c has one implementation)\n",
+            "spec, use_fla_*");
+    kda_run_config_free(&d);
+}
+
+int kda_run_config_init_dir(const KdaRunConfig *c, char *model_dir, size_t cap, KdaError *err) {
+    if (!c->finetune || !c->load) return 0;
+    char p[PATH_MAX];
+    path_join(p, sizeof p, c->load, "config.json");
+    if (path_exists(p)) { // an HF model dir (a kda iter_* checkpoint is one too)
+        snprintf(model_dir, cap, "%s", c->load);
+        return 1;
+    }
+    int got = kda_checkpoint_resolve(c->load, model_dir, cap, err);
+    if (got == 1)
+        return kda_fail(err,
+                        "load %s (finetune): neither an HF model dir (no config.json) nor a kda "
+                        "checkpoint (no `latest`)",
+                        c->load);
+    return got < 0 ? -1 : 1;
 }

@@ -73,14 +73,36 @@ typedef struct {
     char *device; // "cpu" | "cuda"
     int64_t threads;
     char *recompute_granularity; // "none" | "full" (per-block activation recompute, GPU only)
+    // Megatron/Primus keys (kda_run_config_validate checks or resolves them)
+    double layernorm_epsilon;          // 0: the model's norm_eps; else must equal it (trainer)
+    double hidden_dropout;             // must be 0 (kda.c has no dropout, like FLA)
+    double attention_dropout;          // must be 0
+    int64_t bf16;                      // bool: bf16 compute on the GPU (the CPU computes in fp32)
+    int64_t use_distributed_optimizer; // bool: shard the optimizer state over data-parallel ranks
+    int64_t finetune;                  // bool: `load` gives the starting weights only (= init-from)
+    int64_t no_load_optim;             // bool: with finetune (implied by it)
+    int64_t no_load_rng;               // bool: with finetune (implied by it)
+    double exit_duration_in_mins;      // > 0: save and stop after this much wall time
+    double lr_warmup_fraction; // > 0: lr_warmup_iters = fraction x lr_decay_iters (validate)
+    // Not keys: what parsing noted for the caller to report (owned lists).
+    KdaStrList ignored; // no-op keys that select Primus/FLA internals ("spec", "use_fla_*")
 } KdaRunConfig;
 
+// Megatron/Primus keys: layernorm_epsilon (0 = the model's norm_eps, else checked against it),
+// hidden_dropout / attention_dropout (must be 0), bf16, use_distributed_optimizer, finetune +
+// no_load_optim + no_load_rng + load (= --init-from: `load` is an HF dir or a kda checkpoint,
+// and when `model` is unset the model config comes from it), data_path (= train_data_path),
+// norm_epsilon (= layernorm_epsilon), exit_duration_in_mins, lr_warmup_fraction. Keys that
+// select Primus/FLA kernels (`spec`, `use_fla_*`) are accepted as no-ops and listed in
+// cfg->ignored. A list key given one scalar is split on whitespace (the blend "w1 p1 w2 p2");
+// folded and literal block scalars (`>`, `|`) lose their surrounding whitespace.
 // Every string of cfg is owned; free with kda_run_config_free (accepts a zeroed struct).
 void kda_run_config_defaults(KdaRunConfig *cfg);
 void kda_run_config_free(KdaRunConfig *cfg);
 
 // Applies the YAML file at path on top of cfg. Errors name the file, line and key:
-// unknown key (with the nearest valid name), wrong type, duplicate key, non-flat value.
+// unknown keys (all of them in one message, each with a suggestion: another stack's name for
+// it, else the nearest valid name), wrong type, duplicate key, non-flat value.
 // On error cfg may be partly updated.
 int kda_run_config_load(KdaRunConfig *cfg, const char *path, KdaError *err);
 // Same for YAML text in memory (name is used in messages).
@@ -98,7 +120,9 @@ int kda_run_config_apply_args(KdaRunConfig *cfg, int argc, char **argv, KdaError
 int kda_run_config_from_cli(KdaRunConfig *cfg, int argc, char **argv, KdaError *err);
 
 // Cross-field checks: train_iters > 0, global % micro == 0, seq_length >= 2, a valid schedule,
-// model and train_data_path set, intervals >= 0. Sets lr_decay_iters = train_iters when 0.
+// model (or finetune + load) and train_data_path set, intervals >= 0, dropout 0, no_load_*
+// only with finetune. Sets lr_decay_iters = train_iters when 0 and resolves lr_warmup_fraction
+// into lr_warmup_iters (rounded to whole iterations; the fraction is then reset to 0).
 int kda_run_config_validate(KdaRunConfig *cfg, KdaError *err);
 
 // Data paths of a list: a Megatron blend ("w1 p1 w2 p2", detected by a numeric first item)
@@ -113,7 +137,19 @@ int kda_run_config_blend(const KdaStrList *list, const char ***paths, double **w
 int kda_run_config_write(const KdaRunConfig *cfg, FILE *f);
 int kda_run_config_write_atomic(const KdaRunConfig *cfg, const char *path, KdaError *err);
 
-// The valid key closest to key by edit distance (dashes = underscores).
+// A suggestion for an unknown key: the key another stack's name maps to (HF Trainer, flame,
+// Megatron), else the valid key closest by edit distance when it is close (at most a third of
+// the name's length), else NULL. Dashes = underscores.
 const char *kda_run_config_suggest(const char *key);
+
+// Prints every key with its type, default and meaning (kda train --help), in table order.
+void kda_run_config_print_keys(FILE *f);
+
+// Where the run's starting weights come from: finetune + load, else NULL. *model_dir receives
+// the directory holding config.json + model.safetensors (load itself for an HF dir, or the
+// checkpoint `latest` names / the iter_* dir for a kda checkpoint); cap bytes.
+// Returns 1 with model_dir filled, 0 when the run does not start from loaded weights, -1 on
+// error (load missing, neither kind of directory).
+int kda_run_config_init_dir(const KdaRunConfig *cfg, char *model_dir, size_t cap, KdaError *err);
 
 #endif

@@ -168,6 +168,9 @@ typedef struct {
     int64_t win_iters, win_good, win_skipped, win_nan, last_log_iter;
     double last_norm, last_lr;
     float last_loss;
+    // starting weights: o->init_from, or `load` with finetune (NULL: own init)
+    const char *init;
+    char init_dir[PATH_MAX];
 } Run;
 
 static double peak_rss_mib(void) {
@@ -189,25 +192,36 @@ static void clear_bar(Run *r) {
     if (r->use_prog && r->prog.tty && r->prog.drawn) fprintf(stderr, "\r\033[K");
 }
 
+// The model config: `model`, else the directory the starting weights come from (finetune's
+// load, which is how the seed's YAML names its model). layernorm_epsilon is Megatron's name for
+// the eps the model's config.json already fixes; a different value is a config mistake (the
+// one that cost Primus its parity, training-recipe.md §5), not an override.
 static int load_model_config(Run *r, KdaError *err) {
-    if (kda_config_load(&r->cfg, r->rc->model, err)) return -1;
-    return kda_config_derive(&r->cfg, r->rc->model, err);
+    const char *model = r->rc->model ? r->rc->model : r->init;
+    if (kda_config_load(&r->cfg, model, err)) return -1;
+    double eps = r->rc->layernorm_epsilon;
+    if (eps > 0 && (float)eps != (float)r->cfg.norm_eps)
+        return kda_fail(err,
+                        "layernorm_epsilon %g (run config) differs from norm_eps %g of the model "
+                        "%s; kda.c uses the model's eps for every RMSNorm: make them equal",
+                        eps, r->cfg.norm_eps, model);
+    return kda_config_derive(&r->cfg, model, err);
 }
 
 // Model, parameters and backend: fresh init, or weights from o->init_from.
 static int setup_backend(Run *r, KdaError *err) {
     KdaModel m;
     if (kda_model_init(&m, &r->cfg, err)) return -1;
-    if (r->o->init_from) {
+    if (r->init) {
         KdaConfig ic;
         char diff[512];
-        if (kda_config_load(&ic, r->o->init_from, err)) goto fail;
+        if (kda_config_load(&ic, r->init, err)) goto fail;
         if (kda_config_diff(&ic, &r->cfg, diff, sizeof diff)) {
             kda_fail(err, "%s: model config differs from the run's model %s (init vs run): %s",
-                     r->o->init_from, r->rc->model, diff);
+                     r->init, r->rc->model ? r->rc->model : r->init, diff);
             goto fail;
         }
-        if (kda_model_read_weights(r->o->init_from, &r->cfg, &m.table, m.params, err)) goto fail;
+        if (kda_model_read_weights(r->init, &r->cfg, &m.table, m.params, err)) goto fail;
     } else {
         kda_params_init(&m.table, &r->cfg, m.params, (uint64_t)r->rc->seed);
     }
@@ -318,19 +332,20 @@ static void trim_metrics(const char *path, int64_t it) {
 
 static int setup_resume(Run *r, KdaError *err) {
     const KdaRunConfig *rc = r->rc;
-    const char *from = rc->load ? rc->load : rc->save;
+    const char *load = rc->finetune ? NULL : rc->load; // finetune's load is the init, not a resume
+    const char *from = load ? load : rc->save;
     char dir[PATH_MAX];
     if (!from) return 0;
     int got = kda_checkpoint_resolve(from, dir, sizeof dir, err);
     if (got < 0) {
-        if (!rc->load && !path_exists(from)) return 0; // a new save dir: fresh start
+        if (!load && !path_exists(from)) return 0; // a new save dir: fresh start
         return -1;
     }
     if (got == 1) {
-        if (rc->load) return kda_fail(err, "%s: no `latest` checkpoint to resume from", from);
+        if (load) return kda_fail(err, "%s: no `latest` checkpoint to resume from", from);
         return 0;
     }
-    if (r->o->init_from) kda_warn("resuming from %s: --init-from is ignored", dir);
+    if (r->init) kda_warn("resuming from %s: the starting weights of %s are ignored", dir, r->init);
     KdaTrainState st;
     float *p = r->be.host_params(r->be.ctx);
     if (kda_checkpoint_load(dir, &r->cfg, &r->table, p, r->be.host_optim(r->be.ctx), &st, err))
@@ -367,6 +382,10 @@ static int setup(Run *r, KdaError *err) {
                            err) ||
         kda_lr_schedule_check(&r->sched, err))
         return -1;
+    r->init = r->o->init_from;
+    int got = r->init ? 0 : kda_run_config_init_dir(rc, r->init_dir, sizeof r->init_dir, err);
+    if (got < 0) return -1;
+    if (got == 1) r->init = r->init_dir;
     if (load_model_config(r, err) || setup_backend(r, err) || setup_data(r, err)) return -1;
     r->tokens_per_iter = rc->global_batch_size * rc->seq_length;
     r->flops_tok = kda_model_flops_per_token(&r->cfg, rc->seq_length);
@@ -619,7 +638,9 @@ static int loop(Run *r, KdaTrainResult *res, KdaError *err) {
         }
         double el = now_seconds() - t1;
         progress_tick(r, it > it1 && el > 0 ? (double)((it - it1) * r->tokens_per_iter) / el : 0);
-        int stop = g_stop || (o->stop_after > 0 && it >= o->stop_after);
+        int out_of_time =
+            rc->exit_duration_in_mins > 0 && now_seconds() - t0 >= 60.0 * rc->exit_duration_in_mins;
+        int stop = g_stop || (o->stop_after > 0 && it >= o->stop_after) || out_of_time;
         if (last || stop || (rc->save_interval > 0 && it % rc->save_interval == 0)) {
             double tsave = now_seconds();
             if (save(r, res, err)) return -1;
@@ -629,7 +650,8 @@ static int loop(Run *r, KdaTrainResult *res, KdaError *err) {
             res->interrupted = 1;
             if (!o->quiet) {
                 clear_bar(r);
-                kda_info("stopped at iteration %lld on request", (long long)it);
+                kda_info("stopped at iteration %lld %s", (long long)it,
+                         out_of_time ? "(exit_duration_in_mins reached)" : "on request");
             }
             break;
         }
