@@ -1,5 +1,6 @@
 // test_cpu_ops.c - finite-difference gradient checks of the CPU ops outside the KDA core
-// (gemm, RMSNorm, gated RMSNorm, short conv + SiLU, SiLU, SwiGLU, embedding, cross-entropy).
+// (gemm, RMSNorm, gated RMSNorm, short conv + SiLU, SiLU, SwiGLU, embedding, cross-entropy),
+// and the cross-entropy's partition sum on a peaked 128k vocabulary vs float64.
 //
 // Method: a scalar loss J = Σ r ⊙ y with fixed random r, accumulated in double; the analytic
 // gradient comes from the op's backward with dy = r; the numeric one from central differences
@@ -350,6 +351,75 @@ KDA_TEST(cpu_xent_grad) {
     free(labels), free(c.n), free(c.W), free(c.nll), free(c.work), free(c.tg), free(logits);
     free(lse), free(nll1);
     free(dn), free(dW);
+}
+
+// Regression: the partition sum of a peaked distribution over a Llama-3-sized vocabulary
+// (128,256), as a trained model produces: a few dozen candidates within a few nats of the
+// maximum, ~128k tokens 10-25 nats below it. Each of those terms is e^-10..e^-25 of the largest
+// and below half an ulp of a float running sum near 1, so a float accumulator drops them all
+// and the logsumexp comes out low (it did: 2e-5..1e-4 per row, see docs/correctness.md).
+// The logits are exact in float (n and Wh on dyadic grids, D = 2 products of <= 19 bits), so
+// the float64 reference below sees the same logits and the only error left is xent_fwd's own.
+// Error budget per row: exp_nonpos_ <= 3e-7 relative per term (Taylor truncation 1.3e-7 + a
+// few float roundings), i.e. <= 3e-7 on the logsumexp; the double sum of <= 128k terms <= 1
+// each, < 1e-10; the float result nll <= 1.9e-6 / 2 (half an ulp at 16..32 nats). Bars: 2e-6
+// per row, 1e-5 for the sum over the 64 rows (the "sequence"); the roundings are unbiased, so
+// the sum's error grows like sqrt(64) times a row's, not 64 times.
+KDA_TEST(cpu_xent_peaked_vocab_exact) {
+    KdaRng rng;
+    rng_seed(&rng, 17);
+    const int64_t N = 64, D = 2, V = 128256, NP = 40; // NP candidate tokens
+    float *n = malloc((size_t)(N * D) * sizeof(float)),
+          *W = malloc((size_t)(V * D) * sizeof(float));
+    int32_t *tg = malloc((size_t)N * sizeof(int32_t)), peak[40];
+    for (int64_t v = 0; v < V; v++) { // bulk: N(0, 2) on a 1/1024 grid; no candidate share
+        float g = rng_normal(&rng, 0.0f, 2.0f);
+        g = g < -30 ? -30 : g > 30 ? 30 : g;
+        W[v * D] = roundf(g * 1024) / 1024, W[v * D + 1] = 0;
+    }
+    for (int64_t p = 0; p < NP; p++) { // candidates: a 1/64-grid share in [6, 10]
+        peak[p] = (int32_t)rng_below(&rng, (uint64_t)V);
+        W[peak[p] * D + 1] = (float)(384 + rng_below(&rng, 257)) / 64;
+    }
+    for (int64_t r = 0; r < N; r++) { // row r scales the candidates by s in [1, 2.5]
+        n[r * D] = 1, n[r * D + 1] = (float)(8 + rng_below(&rng, 13)) / 8;
+        tg[r] = r % 4 == 3 ? (int32_t)rng_below(&rng, (uint64_t)V) : peak[rng_below(&rng, NP)];
+    }
+    int64_t work_n = xent_work_floats(N, V);
+    float *work = malloc((size_t)work_n * sizeof(float)), *nll = malloc((size_t)N * sizeof(float));
+    float *lse = malloc((size_t)N * sizeof(float));
+    double sum = xent_fwd(nll, lse, NULL, n, W, tg, N, D, V, work, work_n);
+    double ref_sum = 0, worst = 0, worst_bulk = 0;
+    for (int64_t r = 0; r < N; r++) {
+        double mx = -INFINITY, s = 0, lt = 0;
+        for (int64_t v = 0; v < V; v++) {
+            double l = (double)n[r * D] * W[v * D] + (double)n[r * D + 1] * W[v * D + 1];
+            mx = l > mx ? l : mx;
+        }
+        for (int64_t v = 0; v < V; v++) {
+            double l = (double)n[r * D] * W[v * D] + (double)n[r * D + 1] * W[v * D + 1];
+            s += exp(l - mx);
+            if (v == tg[r]) lt = l;
+        }
+        double bulk = 0; // mass of the terms below half an ulp of 1 in float: what was dropped
+        for (int64_t v = 0; v < V; v++) {
+            double t = exp((double)W[v * D] + (double)n[r * D + 1] * W[v * D + 1] - mx);
+            bulk += t < 0x1p-24 ? t : 0;
+        }
+        worst_bulk = bulk / s > worst_bulk ? bulk / s : worst_bulk;
+        double ref = mx + log(s) - lt;
+        ref_sum += ref;
+        worst = fabs(nll[r] - ref) > worst ? fabs(nll[r] - ref) : worst;
+        CHECK_MSG(fabs(nll[r] - ref) <= 2e-6, "row %lld: nll %.9g vs float64 %.9g (%.3g)",
+                  (long long)r, (double)nll[r], ref, nll[r] - ref);
+        CHECK_NEAR(lse[r], mx + log(s), 2e-6);
+    }
+    CHECK_NEAR(sum, ref_sum, 1e-5);
+    CHECK(worst_bulk > 2e-4); // the fixture is peaked as intended: >= 0.02 % of the mass sits
+                              // in terms a float sum would drop
+    fprintf(stderr, "    xent peaked: worst row %.3g, sum %.3g, dropped-term mass up to %.3g\n",
+            worst, sum - ref_sum, worst_bulk);
+    free(n), free(W), free(tg), free(work), free(nll), free(lse);
 }
 
 // Regression: gemm_fwd with a bias and accumulate = 0 must overwrite y, even when y holds NaN
