@@ -429,3 +429,64 @@ KDA_TEST(trainer_nan_loss_stops_by_default) {
               "%s", err.msg);
     CHECK_EQ_INT(res.iteration, 3);
 }
+
+// kda train --profile on the CPU: every op of a step appears with the number of calls the model
+// makes (2 layers, 2 micro-batches of 4 x 16 tokens), and the rows fit inside the step's wall
+// time (the CPU times disjoint intervals of one thread, so Σ rows <= wall by construction).
+KDA_TEST(trainer_profile_cpu) {
+    const char *data = make_data();
+    char s[1024];
+    snprintf(s, sizeof s, "%s/prof", test_tmpdir());
+    KdaRunConfig rc;
+    KdaTrainResult res;
+    KdaError err;
+    CHECK(make_rc(&rc, data, s, "train_iters: 3\nsave_interval: 0\n") == 0);
+    KdaProf p;
+    memset(&p, 0, sizeof p);
+    KdaTrainOptions o = {.rc = &rc, .quiet = 1, .profile_iter = 2, .profile_out = &p};
+    CHECK_MSG(kda_train(&o, &res, &err) == 0, "%s", err.msg);
+    kda_run_config_free(&rc);
+    const int64_t L = 2, mb = 2; // layers (configs/tiny.json), micro-batches per iteration
+    const struct {
+        KdaOp op;
+        int64_t calls;
+    } want[] = {
+        {KDA_OP_EMBED_FWD, mb},
+        {KDA_OP_EMBED_BWD, mb},
+        {KDA_OP_NORM_FWD, (2 * L + 1) * mb}, // attn_norm, mlp_norm per layer + final norm
+        {KDA_OP_NORM_BWD, (2 * L + 1) * mb},
+        {KDA_OP_PROJ_FWD, 8 * L * mb},  // q k v f0 f1 b g0 g1
+        {KDA_OP_PROJ_BWD, 16 * L * mb}, // their dX and dW
+        {KDA_OP_CONV_FWD, 3 * L * mb},
+        {KDA_OP_CONV_BWD, 3 * L * mb},
+        {KDA_OP_L2NORM_FWD, 2 * L * mb},
+        {KDA_OP_L2NORM_BWD, 2 * L * mb},
+        {KDA_OP_GATE_FWD, 2 * L * mb}, // gate, beta
+        {KDA_OP_GATE_BWD, 2 * L * mb},
+        {KDA_OP_CORE_FWD, L * mb},
+        {KDA_OP_CORE_BWD, L * mb},
+        {KDA_OP_ONORM_FWD, L * mb},
+        {KDA_OP_ONORM_BWD, L * mb},
+        {KDA_OP_OPROJ_FWD, L * mb},
+        {KDA_OP_OPROJ_BWD, 2 * L * mb},
+        {KDA_OP_MLP_FWD, 3 * L * mb},
+        {KDA_OP_MLP_BWD, 6 * L * mb},
+        {KDA_OP_SWIGLU_FWD, L * mb},
+        {KDA_OP_SWIGLU_BWD, L * mb},
+        {KDA_OP_HEAD_FWD, mb},
+        {KDA_OP_HEAD_BWD, mb},
+        {KDA_OP_ZERO_GRADS, 1},
+        {KDA_OP_GRAD_NORM, 1},
+        {KDA_OP_ADAMW, 1},
+        {KDA_OP_CAST, 0}, // GPU only
+        {KDA_OP_SYNC, 0},
+    };
+    CHECK_EQ_INT(sizeof want / sizeof *want, KDA_OP_COUNT);
+    for (size_t i = 0; i < sizeof want / sizeof *want; i++)
+        CHECK_MSG(p.row[want[i].op].calls == want[i].calls, "%s: %lld calls, expected %lld",
+                  kda_prof_op_name(want[i].op), (long long)p.row[want[i].op].calls,
+                  (long long)want[i].calls);
+    double wall = kda_prof_wall_ms(&p), sum = kda_prof_sum_ms(&p);
+    CHECK(wall > 0 && sum > 0 && sum <= wall);
+    CHECK(p.row[KDA_OP_MLP_FWD].flops > 0 && p.row[KDA_OP_SWIGLU_FWD].bytes > 0);
+}

@@ -22,6 +22,10 @@
 #                    PARTS=kda KDA_BIN=build/kda KDA_ARGS="--device cpu --model configs/tiny.json"
 #                    VOCAB=256 SEQ=128 MBS="2 4")
 #   VOCAB=128256     ids of the random dataset are < VOCAB
+#   PROFILE=""       N: `kda train --profile N` (per-op table of iteration N, CUDA events) per
+#                    micro-batch, into $OUT/kda_profile_mbMB.md and the output; N = WARMUP keeps
+#                    the profiled step out of the timed window (it starts at iteration WARMUP's
+#                    log line)
 #
 # Order: the kda.c build (make build-gpu/kda, as bench/kda_kernel/device_run.sh builds) runs in
 # the background while FLA compiles its Triton kernels in its warm-up steps; fla_train.py waits
@@ -49,6 +53,7 @@ PARTS=${PARTS:-kda fla}
 KDA_BIN=${KDA_BIN:-}
 KDA_ARGS=${KDA_ARGS:-}
 VOCAB=${VOCAB:-128256}
+PROFILE=${PROFILE:-}
 export FLA_ONE_CONFIG=${FLA_ONE_CONFIG:-1}
 export TRITON_CACHE_AUTOTUNING=1 # keep autotune results on disk: a second run on a warm machine
 export PYTHONUNBUFFERED=1        # reuses them
@@ -120,8 +125,13 @@ if has kda && [ -x "$KDA_BIN" ]; then
         python3 $HERE/gpumem.py --out "$W/mem_mb$mb.json" --timeout "$(budget 200)" -- \
             "$KDA_BIN" train --config $HERE/bench_300M.yaml --micro_batch_size "$mb" \
             --global_batch_size "$mb" --seq_length "$SEQ" --train_iters $((WARMUP + STEPS)) \
-            --train_data_path "$W/random" --no-progress $KDA_ARGS > "$log" 2>&1
+            --train_data_path "$W/random" --no-progress ${PROFILE:+--profile "$PROFILE"} \
+            $KDA_ARGS > "$log" 2>&1
         rc=$?
+        if [ -n "$PROFILE" ]; then
+            sed -n '/^profile of iteration/,/step (wall)/p' "$log" > "$OUT/kda_profile_mb$mb.md"
+            cat "$OUT/kda_profile_mb$mb.md"
+        fi
         { echo "==== kda train mb $mb: rc=$rc"; cat "$log"; } >> "$OUT/kda_train.log"
         python3 $HERE/report.py kda-log "$log" --mb "$mb" --seq "$SEQ" --warmup "$WARMUP" \
             --mem "$W/mem_mb$mb.json" --rc $rc | tee -a "$RES" | cut -c1-200

@@ -86,6 +86,10 @@ static void be_changed(void *c) {
     }
 }
 
+static int be_profile(void *c, KdaProf *p, KdaError *err) {
+    return kda_cuda_model_profile(((CudaBe *)c)->dm, p, err);
+}
+
 static void be_destroy(void *c) {
     CudaBe *x = c;
     kda_cuda_model_free(x->dm);
@@ -123,7 +127,8 @@ int kda_backend_cuda_create(KdaBackend *be, KdaModel *model, const KdaAdamWConfi
                        .host_params = be_params,
                        .host_optim = be_optim,
                        .state_changed = be_changed,
-                       .destroy = be_destroy};
+                       .destroy = be_destroy,
+                       .profile = be_profile};
     return 0;
 }
 

@@ -70,6 +70,15 @@ extern "C" int kda_cuda_gemm_fwd(KdaCudaCtx *ctx, void *y, KdaDtype y_type, cons
                            y_type, out);
 }
 
+extern "C" int kda_cuda_gemm_residual(KdaCudaCtx *ctx, float *out, const float *res,
+                                      const kda_bf16 *x, const kda_bf16 *W, int64_t N, int64_t in,
+                                      int64_t out_f) {
+    if (out != res)
+        CUDA_CHECK(ctx, cudaMemcpyAsync(out, res, (size_t)(N * out_f) * sizeof(float),
+                                        cudaMemcpyDeviceToDevice, ctx->stream));
+    return kda_cuda_gemm_fwd(ctx, out, KDA_DT_F32, x, W, N, in, out_f, 1);
+}
+
 extern "C" int kda_cuda_gemm_bwd_dx(KdaCudaCtx *ctx, void *dx, KdaDtype dx_type, const kda_bf16 *dy,
                                     const kda_bf16 *W, int64_t N, int64_t in, int64_t out,
                                     int accumulate) {

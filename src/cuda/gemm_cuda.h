@@ -30,6 +30,11 @@ int kda_cuda_gemm_bwd_dx(KdaCudaCtx *ctx, void *dx, KdaDtype dx_type, const kda_
 int kda_cuda_gemm_bwd_dw(KdaCudaCtx *ctx, float *dW, const kda_bf16 *dy, const kda_bf16 *x,
                          int64_t N, int64_t in, int64_t out);
 
+// Residual Linear: out [N, out_f] fp32 = res [N, out_f] fp32 + x [N, in] · W [out_f, in]ᵀ
+// (o_proj / down_proj adding into the fp32 residual stream). out and res may be the same.
+int kda_cuda_gemm_residual(KdaCudaCtx *ctx, float *out, const float *res, const kda_bf16 *x,
+                           const kda_bf16 *W, int64_t N, int64_t in, int64_t out_f);
+
 // General column-major form (BLAS convention) the three above are built on:
 // D [m, n] (ld ldd, d_type) = alpha · op(A) · op(B) + beta · D, op(A) [m, k], op(B) [k, n],
 // A and B bf16; trans_* = 1 means the stored matrix is the transpose of op(·).

@@ -12,6 +12,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "core/prof.h"      // defines: KdaProf, kda_prof_add
 #include "cpu/kda_core.h"   // defines: KdaDims
 #include "cpu/ops.h"        // defines: xent_targets, XENT_IGNORE
 #include "model/model.h"    // defines: kda_model_dims, kda_model_check_batch
@@ -24,10 +25,21 @@
 #define ROW_ALIGN   128                 // elements: device rows start 256-byte aligned (bf16)
 #define L2NORM_EPS  1e-6f               // q/k L2 norm eps, fixed in FLA (§5.3 step 6)
 #define XENT_BUDGET ((size_t)256 << 20) // bytes of the bf16 logits chunk [N, chunk]
+// Profile floors (core/prof.h): the H200's measured bf16 GEMM rate (torch 8192^3) and device
+// copy rate (performance.md §2-3). Other GPUs get the same numbers: the floor column is then
+// only a yardstick.
+#define PROF_GEMM_FLOPS 767e12
+#define PROF_HBM_BYTES  4.14e12
+#define PROF_EVENTS0    4096 // events created when profiling starts (grown on demand)
 
 typedef kda_bf16 bf;
 
 // ---- activations ------------------------------------------------------------------------------
+
+typedef struct { // one timed op call: events ev[e0] .. ev[e0 + 1]
+    int op, e0;
+    double flops, bytes;
+} ProfRec;
 
 typedef struct {      // saved per block for backward
     float *h;         // [N, D] block input (residual stream)
@@ -92,6 +104,12 @@ struct KdaCudaModel {
     int recompute; // per-block activation recomputation (kda_cuda_model_set_recompute)
     int have_fwd;
     int clip_pending;
+    // per-op profile (kda_cuda_model_profile): events ev[0 .. n_ev) recorded in pairs
+    KdaProf *prof;
+    cudaEvent_t *ev;
+    int n_ev, cap_ev, open_ev; // open_ev: first event of the running op (-1: none)
+    ProfRec *rec;
+    int n_rec;
 };
 
 typedef struct {
@@ -301,6 +319,10 @@ void kda_cuda_model_free(KdaCudaModel *m) {
     kda_cuda_release(m->m2);
     kda_cuda_release(m->pb);
     kda_cuda_release(m->scal);
+    for (int i = 0; i < m->cap_ev; i++)
+        cudaEventDestroy(m->ev[i]);
+    free(m->ev);
+    free(m->rec);
     kda_tensors_free(&m->P);
     kda_tensors_free(&m->G);
     free(m->table.rows);
@@ -330,24 +352,107 @@ static const bf *W_(const KdaCudaModel *m, const float *master) {
         if ((call)) return -1;                                                                     \
     } while (0)
 
+// ---- per-op profile -----------------------------------------------------------------------------
+// TIMED(op, flops, bytes, call) runs call (an int-returning launcher) as one call of op: with a
+// profile running, CUDA events are recorded on the stream before and after it; the elapsed
+// times are added to m->prof by kda_cuda_model_profile(m, NULL). Without a profile it is TRY.
+
+static int prof_event_(KdaCudaModel *m, int *idx) {
+    if (m->n_ev == m->cap_ev) { // grow the pool (host-side cudaEventCreate; rare)
+        int cap = m->cap_ev ? 2 * m->cap_ev : PROF_EVENTS0;
+        cudaEvent_t *ev = realloc(m->ev, (size_t)cap * sizeof *ev);
+        ProfRec *rec = realloc(m->rec, (size_t)cap * sizeof *rec);
+        if (!ev || !rec) {
+            if (ev) m->ev = ev;
+            if (rec) m->rec = rec;
+            return kda_cuda_fail_at(&m->ctx, __FILE__, __LINE__, "profile", "out of host memory");
+        }
+        m->ev = ev, m->rec = rec;
+        for (int i = m->cap_ev; i < cap; i++)
+            CUDA_CHECK(&m->ctx, cudaEventCreate(&m->ev[m->cap_ev++]));
+    }
+    *idx = m->n_ev++;
+    CUDA_CHECK(&m->ctx, cudaEventRecord(m->ev[*idx], m->ctx.stream));
+    return 0;
+}
+
+static int prof_begin_(KdaCudaModel *m) {
+    if (!m->prof) return 0;
+    return prof_event_(m, &m->open_ev);
+}
+
+static int prof_end_(KdaCudaModel *m, KdaOp op, double flops, double bytes) {
+    if (!m->prof || m->open_ev < 0) return 0;
+    int e1;
+    if (prof_event_(m, &e1)) return -1;
+    m->rec[m->n_rec++] = (ProfRec){(int)op, m->open_ev, flops, bytes};
+    m->open_ev = -1;
+    (void)e1; // always open_ev + 1: nothing records events between a begin and its end
+    return 0;
+}
+
+#define TIMED(op, flops, bytes, ...)                                                               \
+    do {                                                                                           \
+        if (prof_begin_(m) || (__VA_ARGS__) || prof_end_(m, op, (double)(flops), (double)(bytes))) \
+            return -1;                                                                             \
+    } while (0)
+
+int kda_cuda_model_profile(KdaCudaModel *m, KdaProf *p, KdaError *err) {
+    if (kda_cuda_sync(&m->ctx)) return fail_(m, err);
+    if (p) {
+        if (p->flop_rate <= 0 && p->byte_rate <= 0) p->flop_rate = PROF_GEMM_FLOPS;
+        if (p->byte_rate <= 0) p->byte_rate = PROF_HBM_BYTES;
+        m->prof = p;
+        m->n_ev = m->n_rec = 0;
+        m->open_ev = -1;
+        kda_prof_mark_start(p);
+        return 0;
+    }
+    if (!m->prof) return 0;
+    kda_prof_mark_end(m->prof);
+    int rc = 0;
+    for (int i = 0; i < m->n_rec && !rc; i++) {
+        float ms = 0.0f;
+        cudaError_t e = cudaEventElapsedTime(&ms, m->ev[m->rec[i].e0], m->ev[m->rec[i].e0 + 1]);
+        if (e != cudaSuccess)
+            rc = kda_cuda_fail_at(&m->ctx, __FILE__, __LINE__, "cudaEventElapsedTime",
+                                  cudaGetErrorString(e));
+        else
+            kda_prof_add(m->prof, (KdaOp)m->rec[i].op, ms, m->rec[i].flops, m->rec[i].bytes);
+    }
+    m->prof = NULL;
+    m->n_ev = m->n_rec = 0;
+    return rc ? fail_(m, err) : 0;
+}
+
 static KdaDims dims_(const KdaCudaModel *m) {
     KdaDims d = kda_model_dims(&m->cfg, m->B, m->T);
     d.chunk = m->chunk; // the chunked form is exact for any chunk; the GPU's is not the CPU's 64
     return d;
 }
 
+// FLOPs and fewest bytes of y [N, out] = x [N, in] · Wᵀ, bf16 operands and output (profile).
+static double gemm_fl_(int64_t N, int64_t in, int64_t out) {
+    return 2.0 * (double)N * (double)in * (double)out;
+}
+static double gemm_by_(int64_t N, int64_t in, int64_t out) {
+    return 2.0 * ((double)N * (double)(in + out) + (double)in * (double)out);
+}
+
 // y [N, out] bf16 = x [N, in] bf16 · W[out, in]ᵀ (the bf16 copy of master W).
-static int lin_(KdaCudaModel *m, bf *y, const bf *x, const float *W, int64_t N, int64_t in,
-                int64_t out) {
-    return kda_cuda_gemm_fwd(&m->ctx, y, KDA_DT_BF16, x, W_(m, W), N, in, out, 0);
+static int lin_(KdaCudaModel *m, KdaOp op, bf *y, const bf *x, const float *W, int64_t N,
+                int64_t in, int64_t out) {
+    TIMED(op, gemm_fl_(N, in, out), gemm_by_(N, in, out),
+          kda_cuda_gemm_fwd(&m->ctx, y, KDA_DT_BF16, x, W_(m, W), N, in, out, 0));
+    return 0;
 }
 
 // residual_out [N, D] fp32 = residual_in + x · Wᵀ (fp32 GEMM output, beta = 1).
-static int residual_(KdaCudaModel *m, float *res_out, const float *res_in, const bf *x,
+static int residual_(KdaCudaModel *m, KdaOp op, float *res_out, const float *res_in, const bf *x,
                      const float *W, int64_t N, int64_t in, int64_t D) {
-    CUDA_CHECK(&m->ctx, cudaMemcpyAsync(res_out, res_in, F32(N * D), cudaMemcpyDeviceToDevice,
-                                        m->ctx.stream));
-    return kda_cuda_gemm_fwd(&m->ctx, res_out, KDA_DT_F32, x, W_(m, W), N, in, D, 1);
+    TIMED(op, gemm_fl_(N, in, D), gemm_by_(N, in, D) + 6.0 * (double)N * (double)D,
+          kda_cuda_gemm_residual(&m->ctx, res_out, res_in, x, W_(m, W), N, in, D));
+    return 0;
 }
 
 // One KDA sublayer + MLP: reads L->h, writes next [N, D] fp32.
@@ -360,33 +465,45 @@ static int block_fwd_(KdaCudaModel *m, const KdaLayerTensors *P, DevLayer *L, fl
     float eps = (float)c->norm_eps;
     KdaDims d = dims_(m);
 
-    TRY(kda_cuda_rmsnorm_fwd(x, L->xa, L->rstd_a, L->h, P->attn_norm, N, D, eps));
-    TRY(lin_(m, L->pq, L->xa, P->q_proj, N, D, HK));
-    TRY(lin_(m, L->pk, L->xa, P->k_proj, N, D, HK));
-    TRY(lin_(m, L->pv, L->xa, P->v_proj, N, D, HVV));
-    TRY(kda_cuda_conv_silu_fwd(x, L->qc, L->pq, P->q_conv, m->B, m->T, HK, Wc));
-    TRY(kda_cuda_l2norm_fwd(x, L->q, L->rq, L->qc, N * H, K, L2NORM_EPS));
-    TRY(kda_cuda_conv_silu_fwd(x, L->kc, L->pk, P->k_conv, m->B, m->T, HK, Wc));
-    TRY(kda_cuda_l2norm_fwd(x, L->k, L->rk, L->kc, N * H, K, L2NORM_EPS));
-    TRY(kda_cuda_conv_silu_fwd(x, L->v, L->pv, P->v_conv, m->B, m->T, HVV, Wc));
-    TRY(lin_(m, L->f0, L->xa, P->f_proj0, N, D, V));
-    TRY(lin_(m, L->f, L->f0, P->f_proj1, N, V, HVK));
-    TRY(kda_cuda_gate_cumsum_fwd(x, L->gcum, NULL, L->f, P->A_log, P->dt_bias, m->B, m->T, HV, K,
-                                 d.chunk));
-    TRY(lin_(m, L->b, L->xa, P->b_proj, N, D, HV));
-    TRY(kda_cuda_beta_fwd(x, L->beta, L->b, N * HV, c->allow_neg_eigval));
-    TRY(kda_cuda_chunk_fwd(x, L->o, NULL, L->q, L->k, L->v, L->gcum, L->beta, NULL, &d));
-    TRY(lin_(m, L->z0, L->xa, P->g_proj0, N, D, V));
-    TRY(lin_(m, L->z, L->z0, P->g_proj1, N, V, HVV));
-    TRY(kda_cuda_bias_add(x, L->z, P->g_proj1_bias, N, HVV));
-    TRY(kda_cuda_gnorm_fwd(x, L->on, L->rstd_o, L->o, L->z, P->o_norm, N * HV, V, eps));
-    TRY(residual_(m, L->h2, L->h, L->on, P->o_proj, N, HVV, D));
+    double ND = (double)N * (double)D;
+    TIMED(KDA_OP_NORM_FWD, 0, 6.0 * ND,
+          kda_cuda_rmsnorm_fwd(x, L->xa, L->rstd_a, L->h, P->attn_norm, N, D, eps));
+    TRY(lin_(m, KDA_OP_PROJ_FWD, L->pq, L->xa, P->q_proj, N, D, HK));
+    TRY(lin_(m, KDA_OP_PROJ_FWD, L->pk, L->xa, P->k_proj, N, D, HK));
+    TRY(lin_(m, KDA_OP_PROJ_FWD, L->pv, L->xa, P->v_proj, N, D, HVV));
+    TIMED(KDA_OP_CONV_FWD, 0, 4.0 * N * HK,
+          kda_cuda_conv_silu_fwd(x, L->qc, L->pq, P->q_conv, m->B, m->T, HK, Wc));
+    TIMED(KDA_OP_L2NORM_FWD, 0, 4.0 * N * HK,
+          kda_cuda_l2norm_fwd(x, L->q, L->rq, L->qc, N * H, K, L2NORM_EPS));
+    TIMED(KDA_OP_CONV_FWD, 0, 4.0 * N * HK,
+          kda_cuda_conv_silu_fwd(x, L->kc, L->pk, P->k_conv, m->B, m->T, HK, Wc));
+    TIMED(KDA_OP_L2NORM_FWD, 0, 4.0 * N * HK,
+          kda_cuda_l2norm_fwd(x, L->k, L->rk, L->kc, N * H, K, L2NORM_EPS));
+    TIMED(KDA_OP_CONV_FWD, 0, 4.0 * N * HVV,
+          kda_cuda_conv_silu_fwd(x, L->v, L->pv, P->v_conv, m->B, m->T, HVV, Wc));
+    TRY(lin_(m, KDA_OP_PROJ_FWD, L->f0, L->xa, P->f_proj0, N, D, V));
+    TRY(lin_(m, KDA_OP_PROJ_FWD, L->f, L->f0, P->f_proj1, N, V, HVK));
+    TIMED(KDA_OP_GATE_FWD, 0, 6.0 * N * HVK,
+          kda_cuda_gate_cumsum_fwd(x, L->gcum, NULL, L->f, P->A_log, P->dt_bias, m->B, m->T, HV, K,
+                                   d.chunk));
+    TRY(lin_(m, KDA_OP_PROJ_FWD, L->b, L->xa, P->b_proj, N, D, HV));
+    TIMED(KDA_OP_GATE_FWD, 0, 6.0 * N * HV,
+          kda_cuda_beta_fwd(x, L->beta, L->b, N * HV, c->allow_neg_eigval));
+    TIMED(KDA_OP_CORE_FWD, 0, 512.0 * N * HV,
+          kda_cuda_chunk_fwd(x, L->o, NULL, L->q, L->k, L->v, L->gcum, L->beta, NULL, &d));
+    TRY(lin_(m, KDA_OP_PROJ_FWD, L->z0, L->xa, P->g_proj0, N, D, V));
+    TRY(lin_(m, KDA_OP_PROJ_FWD, L->z, L->z0, P->g_proj1, N, V, HVV));
+    TIMED(KDA_OP_ONORM_FWD, 0, 4.0 * N * HVV, kda_cuda_bias_add(x, L->z, P->g_proj1_bias, N, HVV));
+    TIMED(KDA_OP_ONORM_FWD, 0, 6.0 * N * HVV,
+          kda_cuda_gnorm_fwd(x, L->on, L->rstd_o, L->o, L->z, P->o_norm, N * HV, V, eps));
+    TRY(residual_(m, KDA_OP_OPROJ_FWD, L->h2, L->h, L->on, P->o_proj, N, HVV, D));
 
-    TRY(kda_cuda_rmsnorm_fwd(x, L->xm, L->rstd_m, L->h2, P->mlp_norm, N, D, eps));
-    TRY(lin_(m, L->ga, L->xm, P->gate_proj, N, D, I));
-    TRY(lin_(m, L->up, L->xm, P->up_proj, N, D, I));
-    TRY(kda_cuda_swiglu_fwd(x, L->mm, L->ga, L->up, N * I));
-    TRY(residual_(m, next, L->h2, L->mm, P->down_proj, N, I, D));
+    TIMED(KDA_OP_NORM_FWD, 0, 6.0 * ND,
+          kda_cuda_rmsnorm_fwd(x, L->xm, L->rstd_m, L->h2, P->mlp_norm, N, D, eps));
+    TRY(lin_(m, KDA_OP_MLP_FWD, L->ga, L->xm, P->gate_proj, N, D, I));
+    TRY(lin_(m, KDA_OP_MLP_FWD, L->up, L->xm, P->up_proj, N, D, I));
+    TIMED(KDA_OP_SWIGLU_FWD, 0, 6.0 * N * I, kda_cuda_swiglu_fwd(x, L->mm, L->ga, L->up, N * I));
+    TRY(residual_(m, KDA_OP_MLP_FWD, next, L->h2, L->mm, P->down_proj, N, I, D));
     return 0;
 }
 
@@ -395,55 +512,72 @@ static int forward_dev_(KdaCudaModel *m) {
     const KdaConfig *c = &m->cfg;
     int64_t N = m->B * m->T, D = c->hidden_size, nl = c->num_hidden_layers;
     float *h0 = nl > 0 ? m->L[0].h : m->hL;
-    TRY(kda_cuda_embed_fwd(&m->ctx, h0, m->P.embed, m->ids, N, D));
+    double ND = (double)N * (double)D, NV = (double)N * (double)c->vocab_size;
+    TIMED(KDA_OP_EMBED_FWD, 0, 8.0 * ND, kda_cuda_embed_fwd(&m->ctx, h0, m->P.embed, m->ids, N, D));
     for (int64_t l = 0; l < nl; l++)
         TRY(block_fwd_(m, &m->P.layers[l], &m->L[l], l + 1 < nl ? m->L[l + 1].h : m->hL));
-    TRY(kda_cuda_rmsnorm_fwd(&m->ctx, m->nf, m->rstd_f, m->hL, m->P.final_norm, N, D,
-                             (float)c->norm_eps));
-    return kda_cuda_xent_fwd(&m->ctx, m->nll, m->lse, m->loss_sum, m->nf, W_(m, m->P.lm_head),
-                             m->targets, N, D, c->vocab_size, &m->xws);
+    TIMED(KDA_OP_NORM_FWD, 0, 6.0 * ND,
+          kda_cuda_rmsnorm_fwd(&m->ctx, m->nf, m->rstd_f, m->hL, m->P.final_norm, N, D,
+                               (float)c->norm_eps));
+    // legacy head: fp32 logits written and read once per vocabulary chunk
+    TIMED(KDA_OP_HEAD_FWD, gemm_fl_(N, D, c->vocab_size), gemm_by_(N, D, c->vocab_size) + 6.0 * NV,
+          kda_cuda_xent_fwd(&m->ctx, m->nll, m->lse, m->loss_sum, m->nf, W_(m, m->P.lm_head),
+                            m->targets, N, D, c->vocab_size, &m->xws));
+    return 0;
 }
 
-int kda_cuda_model_forward(KdaCudaModel *m, const int32_t *ids, const int32_t *labels, int64_t B,
-                           int64_t T, float *nll, float *loss, KdaError *err) {
-    const KdaConfig *c = &m->cfg;
+// ids [N] and tg [N] to the device. Pageable sources: the copies are staged before
+// cudaMemcpyAsync returns, so ids and tg may be reused at once; they are ordered on the stream
+// after the previous step's work.
+static int upload_(KdaCudaModel *m, const int32_t *ids, const int32_t *tg, int64_t N) {
+    CUDA_CHECK(&m->ctx, cudaMemcpyAsync(m->ids, ids, (size_t)N * sizeof(int32_t),
+                                        cudaMemcpyHostToDevice, m->ctx.stream));
+    CUDA_CHECK(&m->ctx, cudaMemcpyAsync(m->targets, tg, (size_t)N * sizeof(int32_t),
+                                        cudaMemcpyHostToDevice, m->ctx.stream));
+    return 0;
+}
+
+// Checks the batch, computes the shifted targets, grows the arena and uploads: the common start
+// of every forward. -1 with err set.
+static int start_forward_(KdaCudaModel *m, const int32_t *ids, const int32_t *labels, int64_t B,
+                          int64_t T, KdaError *err) {
     int64_t N = B * T;
     m->have_fwd = 0;
-    if (kda_model_check_batch(c, ids, &labels, B, T, err)) return -1;
+    if (kda_model_check_batch(&m->cfg, ids, &labels, B, T, err)) return -1;
     int32_t *tg = kda_malloc((size_t)N * sizeof(int32_t));
     m->n_valid = xent_targets(tg, labels, B, T);
     int rc = reserve_(m, N);
     if (!rc) {
         m->B = B, m->T = T;
-        // Pageable sources: the copies are staged before cudaMemcpyAsync returns, so ids and tg
-        // may be reused at once; they are ordered on the stream after the previous step's work.
-        cudaError_t e = cudaMemcpyAsync(m->ids, ids, (size_t)N * sizeof(int32_t),
-                                        cudaMemcpyHostToDevice, m->ctx.stream);
-        if (e == cudaSuccess)
-            e = cudaMemcpyAsync(m->targets, tg, (size_t)N * sizeof(int32_t), cudaMemcpyHostToDevice,
-                                m->ctx.stream);
-        if (e != cudaSuccess)
-            rc = kda_cuda_fail_at(&m->ctx, __FILE__, __LINE__, "cudaMemcpyAsync(ids)",
-                                  cudaGetErrorString(e));
+        rc = prof_begin_(m) || upload_(m, ids, tg, N) ||
+             prof_end_(m, KDA_OP_SYNC, 0, 8.0 * (double)N);
     }
-    if (!rc) rc = forward_dev_(m);
-    if (!rc && nll && kda_cuda_get_f32(&m->ctx, nll, m->nll, N)) rc = -1;
     free(tg);
+    return rc ? fail_(m, err) : 0;
+}
+
+int kda_cuda_model_forward(KdaCudaModel *m, const int32_t *ids, const int32_t *labels, int64_t B,
+                           int64_t T, float *nll, float *loss, KdaError *err) {
+    if (start_forward_(m, ids, labels, B, T, err)) return -1;
+    int rc = forward_dev_(m);
+    if (!rc && nll && kda_cuda_get_f32(&m->ctx, nll, m->nll, B * T)) rc = -1;
     if (rc) return fail_(m, err);
     m->have_fwd = 1;
     if (loss) return kda_cuda_model_loss(m, loss, err);
     return 0;
 }
 
+static int read_loss_(KdaCudaModel *m, double *s) {
+    CUDA_CHECK(&m->ctx,
+               cudaMemcpyAsync(s, m->loss_sum, sizeof *s, cudaMemcpyDeviceToHost, m->ctx.stream));
+    CUDA_CHECK(&m->ctx, cudaStreamSynchronize(m->ctx.stream));
+    return 0;
+}
+
 int kda_cuda_model_loss(KdaCudaModel *m, float *loss, KdaError *err) {
     double s = 0.0;
-    cudaError_t e =
-        cudaMemcpyAsync(&s, m->loss_sum, sizeof s, cudaMemcpyDeviceToHost, m->ctx.stream);
-    if (e == cudaSuccess) e = cudaStreamSynchronize(m->ctx.stream);
-    if (e != cudaSuccess) {
-        kda_cuda_fail_at(&m->ctx, __FILE__, __LINE__, "reading the loss", cudaGetErrorString(e));
+    if (prof_begin_(m) || read_loss_(m, &s) || prof_end_(m, KDA_OP_SYNC, 0, 8.0))
         return fail_(m, err);
-    }
     *loss = m->n_valid ? (float)(s / (double)m->n_valid) : 0.0f;
     return 0;
 }
@@ -451,14 +585,19 @@ int kda_cuda_model_loss(KdaCudaModel *m, float *loss, KdaError *err) {
 // ---- backward ---------------------------------------------------------------------------------
 
 // dx [N, in] (fp32 or bf16 per dt) (+)= dy [N, out] bf16 · W (bf16 copy of master W).
-static int dx_(KdaCudaModel *m, void *dx, KdaDtype dt, const bf *dy, const float *W, int64_t N,
-               int64_t in, int64_t out, int acc) {
-    return kda_cuda_gemm_bwd_dx(&m->ctx, dx, dt, dy, W_(m, W), N, in, out, acc);
+static int dx_(KdaCudaModel *m, KdaOp op, void *dx, KdaDtype dt, const bf *dy, const float *W,
+               int64_t N, int64_t in, int64_t out, int acc) {
+    double by = gemm_by_(N, in, out) + (dt == KDA_DT_F32 ? (acc ? 4.0 : 2.0) : 0.0) * N * in;
+    TIMED(op, gemm_fl_(N, in, out), by,
+          kda_cuda_gemm_bwd_dx(&m->ctx, dx, dt, dy, W_(m, W), N, in, out, acc));
+    return 0;
 }
-// dW [out, in] fp32 += dyᵀ · x.
-static int dw_(KdaCudaModel *m, float *dW, const bf *dy, const bf *x, int64_t N, int64_t in,
-               int64_t out) {
-    return kda_cuda_gemm_bwd_dw(&m->ctx, dW, dy, x, N, in, out);
+// dW [out, in] fp32 += dyᵀ · x (fp32 read-modify-write of dW: 8 bytes per weight).
+static int dw_(KdaCudaModel *m, KdaOp op, float *dW, const bf *dy, const bf *x, int64_t N,
+               int64_t in, int64_t out) {
+    TIMED(op, gemm_fl_(N, in, out), gemm_by_(N, in, out) + 6.0 * (double)in * (double)out,
+          kda_cuda_gemm_bwd_dw(&m->ctx, dW, dy, x, N, in, out));
+    return 0;
 }
 
 // m->dh holds dLoss/d(block output) on entry and dLoss/d(block input) on exit.
@@ -471,69 +610,92 @@ static int block_bwd_(KdaCudaModel *m, const KdaLayerTensors *P, KdaLayerTensors
     int64_t HVV = c->value_dim, I = c->intermediate_size, Wc = c->conv_size;
     KdaDims d = dims_(m);
 
+    double ND = (double)N * (double)D;
     // MLP: out = h2 + down(SwiGLU(gate(xm), up(xm)))
-    TRY(kda_cuda_f32_to_bf16(x, m->dhb, m->dh, N * D));
-    TRY(dx_(m, m->dI1, KDA_DT_BF16, m->dhb, P->down_proj, N, I, D, 0));
-    TRY(dw_(m, G->down_proj, m->dhb, L->mm, N, I, D));
-    TRY(kda_cuda_swiglu_bwd(x, m->dI1, m->dI2, m->dI1, L->ga, L->up, N * I));
-    TRY(dx_(m, m->dx, KDA_DT_F32, m->dI1, P->gate_proj, N, D, I, 0));
-    TRY(dx_(m, m->dx, KDA_DT_F32, m->dI2, P->up_proj, N, D, I, 1));
-    TRY(dw_(m, G->gate_proj, m->dI1, L->xm, N, D, I));
-    TRY(dw_(m, G->up_proj, m->dI2, L->xm, N, D, I));
-    TRY(kda_cuda_rmsnorm_bwd(x, m->dh, G->mlp_norm, m->dx, L->h2, P->mlp_norm, L->rstd_m, N, D, 1));
+    TIMED(KDA_OP_CAST, 0, 6.0 * ND, kda_cuda_f32_to_bf16(x, m->dhb, m->dh, N * D));
+    TRY(dx_(m, KDA_OP_MLP_BWD, m->dI1, KDA_DT_BF16, m->dhb, P->down_proj, N, I, D, 0));
+    TRY(dw_(m, KDA_OP_MLP_BWD, G->down_proj, m->dhb, L->mm, N, I, D));
+    TIMED(KDA_OP_SWIGLU_BWD, 0, 10.0 * N * I,
+          kda_cuda_swiglu_bwd(x, m->dI1, m->dI2, m->dI1, L->ga, L->up, N * I));
+    TRY(dx_(m, KDA_OP_MLP_BWD, m->dx, KDA_DT_F32, m->dI1, P->gate_proj, N, D, I, 0));
+    TRY(dx_(m, KDA_OP_MLP_BWD, m->dx, KDA_DT_F32, m->dI2, P->up_proj, N, D, I, 1));
+    TRY(dw_(m, KDA_OP_MLP_BWD, G->gate_proj, m->dI1, L->xm, N, D, I));
+    TRY(dw_(m, KDA_OP_MLP_BWD, G->up_proj, m->dI2, L->xm, N, D, I));
+    TIMED(
+        KDA_OP_NORM_BWD, 0, 16.0 * ND,
+        kda_cuda_rmsnorm_bwd(x, m->dh, G->mlp_norm, m->dx, L->h2, P->mlp_norm, L->rstd_m, N, D, 1));
 
     // KDA sublayer: h2 = h + o_proj(gnorm(o, z))
-    TRY(kda_cuda_f32_to_bf16(x, m->dhb, m->dh, N * D));
-    TRY(dx_(m, m->don, KDA_DT_BF16, m->dhb, P->o_proj, N, HVV, D, 0));
-    TRY(dw_(m, G->o_proj, m->dhb, L->on, N, HVV, D));
-    TRY(kda_cuda_gnorm_bwd(x, m->d_o, m->dz, G->o_norm, m->don, L->o, L->z, P->o_norm, L->rstd_o,
-                           N * HV, V));
-    TRY(kda_cuda_bias_bwd(x, G->g_proj1_bias, m->dz, N, HVV));
-    TRY(dw_(m, G->g_proj1, m->dz, L->z0, N, V, HVV));
-    TRY(dx_(m, m->dlow, KDA_DT_BF16, m->dz, P->g_proj1, N, V, HVV, 0));
-    TRY(dw_(m, G->g_proj0, m->dlow, L->xa, N, D, V));
-    TRY(dx_(m, m->dx, KDA_DT_F32, m->dlow, P->g_proj0, N, D, V, 0));
+    TIMED(KDA_OP_CAST, 0, 6.0 * ND, kda_cuda_f32_to_bf16(x, m->dhb, m->dh, N * D));
+    TRY(dx_(m, KDA_OP_OPROJ_BWD, m->don, KDA_DT_BF16, m->dhb, P->o_proj, N, HVV, D, 0));
+    TRY(dw_(m, KDA_OP_OPROJ_BWD, G->o_proj, m->dhb, L->on, N, HVV, D));
+    TIMED(KDA_OP_ONORM_BWD, 0, 10.0 * N * HVV,
+          kda_cuda_gnorm_bwd(x, m->d_o, m->dz, G->o_norm, m->don, L->o, L->z, P->o_norm, L->rstd_o,
+                             N * HV, V));
+    TIMED(KDA_OP_ONORM_BWD, 0, 2.0 * N * HVV, kda_cuda_bias_bwd(x, G->g_proj1_bias, m->dz, N, HVV));
+    TRY(dw_(m, KDA_OP_PROJ_BWD, G->g_proj1, m->dz, L->z0, N, V, HVV));
+    TRY(dx_(m, KDA_OP_PROJ_BWD, m->dlow, KDA_DT_BF16, m->dz, P->g_proj1, N, V, HVV, 0));
+    TRY(dw_(m, KDA_OP_PROJ_BWD, G->g_proj0, m->dlow, L->xa, N, D, V));
+    TRY(dx_(m, KDA_OP_PROJ_BWD, m->dx, KDA_DT_F32, m->dlow, P->g_proj0, N, D, V, 0));
 
-    TRY(kda_cuda_chunk_bwd(x, m->dq, m->dk, m->dv, m->dg, m->dbeta, NULL, m->d_o, NULL, L->q, L->k,
-                           L->v, L->gcum, L->beta, NULL, &d));
+    TIMED(KDA_OP_CORE_BWD, 0, 1024.0 * N * HV,
+          kda_cuda_chunk_bwd(x, m->dq, m->dk, m->dv, m->dg, m->dbeta, NULL, m->d_o, NULL, L->q,
+                             L->k, L->v, L->gcum, L->beta, NULL, &d));
 
-    TRY(kda_cuda_gate_cumsum_bwd(x, m->df, G->A_log, G->dt_bias, m->dg, L->f, P->A_log, P->dt_bias,
-                                 m->B, m->T, HV, K, d.chunk, 0));
-    TRY(dw_(m, G->f_proj1, m->df, L->f0, N, V, HVK));
-    TRY(dx_(m, m->dlow, KDA_DT_BF16, m->df, P->f_proj1, N, V, HVK, 0));
-    TRY(dw_(m, G->f_proj0, m->dlow, L->xa, N, D, V));
-    TRY(dx_(m, m->dx, KDA_DT_F32, m->dlow, P->f_proj0, N, D, V, 1));
+    TIMED(KDA_OP_GATE_BWD, 0, 8.0 * N * HVK,
+          kda_cuda_gate_cumsum_bwd(x, m->df, G->A_log, G->dt_bias, m->dg, L->f, P->A_log,
+                                   P->dt_bias, m->B, m->T, HV, K, d.chunk, 0));
+    TRY(dw_(m, KDA_OP_PROJ_BWD, G->f_proj1, m->df, L->f0, N, V, HVK));
+    TRY(dx_(m, KDA_OP_PROJ_BWD, m->dlow, KDA_DT_BF16, m->df, P->f_proj1, N, V, HVK, 0));
+    TRY(dw_(m, KDA_OP_PROJ_BWD, G->f_proj0, m->dlow, L->xa, N, D, V));
+    TRY(dx_(m, KDA_OP_PROJ_BWD, m->dx, KDA_DT_F32, m->dlow, P->f_proj0, N, D, V, 1));
 
-    TRY(kda_cuda_beta_bwd(x, m->db, m->dbeta, L->b, N * HV, c->allow_neg_eigval));
-    TRY(dw_(m, G->b_proj, m->db, L->xa, N, D, HV));
-    TRY(dx_(m, m->dx, KDA_DT_F32, m->db, P->b_proj, N, D, HV, 1));
+    TIMED(KDA_OP_GATE_BWD, 0, 8.0 * N * HV,
+          kda_cuda_beta_bwd(x, m->db, m->dbeta, L->b, N * HV, c->allow_neg_eigval));
+    TRY(dw_(m, KDA_OP_PROJ_BWD, G->b_proj, m->db, L->xa, N, D, HV));
+    TRY(dx_(m, KDA_OP_PROJ_BWD, m->dx, KDA_DT_F32, m->db, P->b_proj, N, D, HV, 1));
 
-    TRY(kda_cuda_l2norm_bwd(x, m->dt1, m->dq, L->qc, L->rq, N * H, K));
-    TRY(kda_cuda_conv_silu_bwd(x, m->dt2, G->q_conv, m->dt1, L->pq, P->q_conv, m->B, m->T, HK, Wc));
-    TRY(dw_(m, G->q_proj, m->dt2, L->xa, N, D, HK));
-    TRY(dx_(m, m->dx, KDA_DT_F32, m->dt2, P->q_proj, N, D, HK, 1));
+    TIMED(KDA_OP_L2NORM_BWD, 0, 8.0 * N * HK,
+          kda_cuda_l2norm_bwd(x, m->dt1, m->dq, L->qc, L->rq, N * H, K));
+    TIMED(
+        KDA_OP_CONV_BWD, 0, 6.0 * N * HK,
+        kda_cuda_conv_silu_bwd(x, m->dt2, G->q_conv, m->dt1, L->pq, P->q_conv, m->B, m->T, HK, Wc));
+    TRY(dw_(m, KDA_OP_PROJ_BWD, G->q_proj, m->dt2, L->xa, N, D, HK));
+    TRY(dx_(m, KDA_OP_PROJ_BWD, m->dx, KDA_DT_F32, m->dt2, P->q_proj, N, D, HK, 1));
 
-    TRY(kda_cuda_l2norm_bwd(x, m->dt1, m->dk, L->kc, L->rk, N * H, K));
-    TRY(kda_cuda_conv_silu_bwd(x, m->dt2, G->k_conv, m->dt1, L->pk, P->k_conv, m->B, m->T, HK, Wc));
-    TRY(dw_(m, G->k_proj, m->dt2, L->xa, N, D, HK));
-    TRY(dx_(m, m->dx, KDA_DT_F32, m->dt2, P->k_proj, N, D, HK, 1));
+    TIMED(KDA_OP_L2NORM_BWD, 0, 8.0 * N * HK,
+          kda_cuda_l2norm_bwd(x, m->dt1, m->dk, L->kc, L->rk, N * H, K));
+    TIMED(
+        KDA_OP_CONV_BWD, 0, 6.0 * N * HK,
+        kda_cuda_conv_silu_bwd(x, m->dt2, G->k_conv, m->dt1, L->pk, P->k_conv, m->B, m->T, HK, Wc));
+    TRY(dw_(m, KDA_OP_PROJ_BWD, G->k_proj, m->dt2, L->xa, N, D, HK));
+    TRY(dx_(m, KDA_OP_PROJ_BWD, m->dx, KDA_DT_F32, m->dt2, P->k_proj, N, D, HK, 1));
 
-    TRY(kda_cuda_conv_silu_bwd(x, m->dt2, G->v_conv, m->dv, L->pv, P->v_conv, m->B, m->T, HVV, Wc));
-    TRY(dw_(m, G->v_proj, m->dt2, L->xa, N, D, HVV));
-    TRY(dx_(m, m->dx, KDA_DT_F32, m->dt2, P->v_proj, N, D, HVV, 1));
+    TIMED(
+        KDA_OP_CONV_BWD, 0, 6.0 * N * HVV,
+        kda_cuda_conv_silu_bwd(x, m->dt2, G->v_conv, m->dv, L->pv, P->v_conv, m->B, m->T, HVV, Wc));
+    TRY(dw_(m, KDA_OP_PROJ_BWD, G->v_proj, m->dt2, L->xa, N, D, HVV));
+    TRY(dx_(m, KDA_OP_PROJ_BWD, m->dx, KDA_DT_F32, m->dt2, P->v_proj, N, D, HVV, 1));
 
-    return kda_cuda_rmsnorm_bwd(x, m->dh, G->attn_norm, m->dx, L->h, P->attn_norm, L->rstd_a, N, D,
-                                1);
+    TIMED(KDA_OP_NORM_BWD, 0, 16.0 * ND,
+          kda_cuda_rmsnorm_bwd(x, m->dh, G->attn_norm, m->dx, L->h, P->attn_norm, L->rstd_a, N, D,
+                               1));
+    return 0;
 }
 
 static int backward_dev_(KdaCudaModel *m) {
     const KdaConfig *c = &m->cfg;
     int64_t N = m->B * m->T, D = c->hidden_size;
     float scale = m->n_valid ? 1.0f / (float)m->n_valid : 0.0f;
-    TRY(kda_cuda_xent_bwd(&m->ctx, m->dx, m->G.lm_head, m->nf, W_(m, m->P.lm_head), m->targets,
-                          m->lse, N, D, c->vocab_size, scale, &m->xws));
-    TRY(kda_cuda_rmsnorm_bwd(&m->ctx, m->dh, m->G.final_norm, m->dx, m->hL, m->P.final_norm,
-                             m->rstd_f, N, D, 0));
+    double ND = (double)N * (double)D, NV = (double)N * (double)c->vocab_size;
+    // legacy head: logits recomputed (3 GEMMs), bf16 dlogits written once and read twice
+    TIMED(KDA_OP_HEAD_BWD, 3.0 * gemm_fl_(N, D, c->vocab_size),
+          3.0 * gemm_by_(N, D, c->vocab_size) + 8.0 * NV,
+          kda_cuda_xent_bwd(&m->ctx, m->dx, m->G.lm_head, m->nf, W_(m, m->P.lm_head), m->targets,
+                            m->lse, N, D, c->vocab_size, scale, &m->xws));
+    TIMED(KDA_OP_NORM_BWD, 0, 16.0 * ND,
+          kda_cuda_rmsnorm_bwd(&m->ctx, m->dh, m->G.final_norm, m->dx, m->hL, m->P.final_norm,
+                               m->rstd_f, N, D, 0));
     for (int64_t l = c->num_hidden_layers - 1; l >= 0; l--) {
         // recompute: the shared activations hold the last block's from the forward; every other
         // block re-runs its forward (same kernels, same inputs: the same bits) first
@@ -541,8 +703,10 @@ static int backward_dev_(KdaCudaModel *m) {
             TRY(block_fwd_(m, &m->P.layers[l], &m->L[l], m->L[l + 1].h));
         TRY(block_bwd_(m, &m->P.layers[l], &m->G.layers[l], &m->L[l]));
     }
-    return kda_cuda_embed_bwd(&m->ctx, m->G.embed, m->dh, m->ids, N, D, c->vocab_size,
-                              c->has_pad_token_id ? c->pad_token_id : -1);
+    TIMED(KDA_OP_EMBED_BWD, 0, 8.0 * ND,
+          kda_cuda_embed_bwd(&m->ctx, m->G.embed, m->dh, m->ids, N, D, c->vocab_size,
+                             c->has_pad_token_id ? c->pad_token_id : -1));
+    return 0;
 }
 
 int kda_cuda_model_set_recompute(KdaCudaModel *m, int on, KdaError *err) {
@@ -572,7 +736,9 @@ int kda_cuda_model_backward(KdaCudaModel *m, KdaError *err) {
 // ---- training state ---------------------------------------------------------------------------
 
 int kda_cuda_model_zero_grads(KdaCudaModel *m, KdaError *err) {
-    if (kda_cuda_zero(&m->ctx, m->g, F32(m->dtotal))) return fail_(m, err);
+    if (prof_begin_(m) || kda_cuda_zero(&m->ctx, m->g, F32(m->dtotal)) ||
+        prof_end_(m, KDA_OP_ZERO_GRADS, 0, (double)F32(m->dtotal)))
+        return fail_(m, err);
     m->clip_pending = 0;
     return 0;
 }
@@ -583,24 +749,31 @@ static int put_scalar_(KdaCudaModel *m, float *dev, float v) {
     return 0;
 }
 
+static int read_norm_(KdaCudaModel *m, double *norm) {
+    CUDA_CHECK(&m->ctx,
+               cudaMemcpyAsync(norm, m->norm, sizeof *norm, cudaMemcpyDeviceToHost, m->ctx.stream));
+    CUDA_CHECK(&m->ctx, cudaStreamSynchronize(m->ctx.stream));
+    return 0;
+}
+
+// Scale, norm and clip coefficient on the device, then the norm's read (a host sync).
+static int finish_dev_(KdaCudaModel *m, double scale, double max_norm, double *norm) {
+    double by = (double)F32(m->dtotal);
+    if (scale != 1.0) {
+        TIMED(KDA_OP_SYNC, 0, 4.0, put_scalar_(m, m->gscale, (float)scale));
+        TIMED(KDA_OP_GRAD_NORM, 0, 2.0 * by, kda_cuda_scale(&m->ctx, m->g, m->dtotal, m->gscale));
+    }
+    TIMED(KDA_OP_GRAD_NORM, 0, by, kda_cuda_grad_norm(&m->ctx, m->norm, m->g, m->dtotal));
+    if (max_norm > 0)
+        TIMED(KDA_OP_GRAD_NORM, 0, 0, kda_cuda_clip_coef(&m->ctx, m->coef, m->norm, max_norm));
+    TIMED(KDA_OP_SYNC, 0, 8.0, read_norm_(m, norm));
+    return 0;
+}
+
 double kda_cuda_model_finish_grads(KdaCudaModel *m, double scale, double max_norm, KdaError *err) {
     double norm = NAN;
     m->clip_pending = 0;
-    int rc = 0;
-    if (scale != 1.0)
-        rc = put_scalar_(m, m->gscale, (float)scale) ||
-             kda_cuda_scale(&m->ctx, m->g, m->dtotal, m->gscale);
-    if (!rc) rc = kda_cuda_grad_norm(&m->ctx, m->norm, m->g, m->dtotal);
-    if (!rc && max_norm > 0) rc = kda_cuda_clip_coef(&m->ctx, m->coef, m->norm, max_norm);
-    if (!rc) {
-        cudaError_t e =
-            cudaMemcpyAsync(&norm, m->norm, sizeof norm, cudaMemcpyDeviceToHost, m->ctx.stream);
-        if (e == cudaSuccess) e = cudaStreamSynchronize(m->ctx.stream);
-        if (e != cudaSuccess)
-            rc = kda_cuda_fail_at(&m->ctx, __FILE__, __LINE__, "reading the grad norm",
-                                  cudaGetErrorString(e));
-    }
-    if (rc) {
+    if (finish_dev_(m, scale, max_norm, &norm)) {
         fail_(m, err);
         return NAN;
     }
@@ -625,8 +798,11 @@ int kda_cuda_model_adamw(KdaCudaModel *m, const KdaAdamWConfig *c, int64_t step,
         int64_t a = m->dtab.rows[i].offset;
         int64_t b = j + 1 < n ? m->dtab.rows[j + 1].offset : m->dtotal;
         const KdaCudaAdamScalars *s = m->dtab.rows[i].weight_decay ? &sd : &sn;
-        if (kda_cuda_adamw(&m->ctx, m->p + a, m->pb + a, m->g + a, m->m1 + a, m->m2 + a, b - a, s,
-                           gs))
+        // fp32 p, g, m, v read; p, m, v written; bf16 copy written: 30 bytes per parameter
+        if (prof_begin_(m) ||
+            kda_cuda_adamw(&m->ctx, m->p + a, m->pb + a, m->g + a, m->m1 + a, m->m2 + a, b - a, s,
+                           gs) ||
+            prof_end_(m, KDA_OP_ADAMW, 0, 30.0 * (double)(b - a)))
             return fail_(m, err);
         i = j + 1;
     }

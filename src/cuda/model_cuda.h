@@ -30,6 +30,7 @@
 #include <stdint.h>
 
 #include "core/error.h"   // defines: KdaError
+#include "core/prof.h"    // defines: KdaProf
 #include "model/config.h" // defines: KdaConfig
 #include "model/params.h" // defines: KdaParamTable
 #include "train/optim.h"  // defines: KdaAdamWConfig
@@ -66,6 +67,14 @@ int kda_cuda_model_backward(KdaCudaModel *m, KdaError *err);
 // not change. Switching frees the activation arena; the next forward lays it out again.
 int kda_cuda_model_set_recompute(KdaCudaModel *m, int on, KdaError *err);
 
+// Per-op profile (core/prof.h, kda train --profile). p non-NULL: waits for the stream, sets p's
+// floor rates when unset (the H200's measured GEMM and copy rates), marks its start and from
+// then on records a CUDA event pair around every op the model queues (forward, backward, zero
+// grads, finish grads, AdamW, the ids upload and the loss / norm reads). p NULL: waits, marks
+// the end of the running profile, adds each op's event time to it and stops. p must live until
+// then. Costs two event records per op while on; nothing when off.
+int kda_cuda_model_profile(KdaCudaModel *m, KdaProf *p, KdaError *err);
+
 // ---- training state ------------------------------------------------------------------------
 int kda_cuda_model_zero_grads(KdaCudaModel *m, KdaError *err);
 // grads *= scale (skipped when scale == 1), returns the global L2 norm (waits; NaN on error with
@@ -92,7 +101,6 @@ int kda_cuda_model_put_moments(KdaCudaModel *m, const float *mom1, const float *
 // The model's config (derived fields filled) and device name, for logs.
 const KdaConfig *kda_cuda_model_config(const KdaCudaModel *m);
 const char *kda_cuda_model_device_name(const KdaCudaModel *m);
-
 
 // ---- inference (eval / generate) ---------------------------------------------------------------
 // Logits [n_vocab] fp32 host of position (b, t) of the last forward: that row of the final norm

@@ -8,6 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "core/prof.h"    // defines: KdaProf, kda_prof_begin, kda_prof_end
 #include "cpu/gemm.h"     // defines: gemm_fwd, gemm_bwd_dx, gemm_bwd_dw
 #include "cpu/kda_core.h" // defines: kda_{gate,beta,l2norm,chunk,recurrent}_{fwd,bwd}, KdaDims
 #include "cpu/kda_step.h" // defines: kda_recurrent_step, kda_matvec
@@ -72,6 +73,40 @@ static float *take_(Arena *a, int64_t n) {
 
 static int64_t max64_(int64_t a, int64_t b) {
     return a > b ? a : b;
+}
+
+// ---- profile (m->prof, kda train --profile)
+// ------------------------------------------------------- TIMED(op, flops, bytes, stmt...) runs
+// stmt as one call of op. Byte counts follow the GPU's storage dtypes (bf16 activations, fp32
+// residual stream; prof.h) so the CPU and GPU tables compare.
+#define TIMED(op, flops, bytes, ...)                                                               \
+    do {                                                                                           \
+        kda_prof_begin(m->prof, op);                                                               \
+        __VA_ARGS__;                                                                               \
+        kda_prof_end(m->prof, op, (double)(flops), (double)(bytes));                               \
+    } while (0)
+
+// FLOPs and fewest bytes of y [N, out] = x [N, in] · Wᵀ (bf16 operands and output).
+static double gemm_fl_(int64_t N, int64_t in, int64_t out) {
+    return 2.0 * (double)N * (double)in * (double)out;
+}
+static double gemm_by_(int64_t N, int64_t in, int64_t out) {
+    return 2.0 * ((double)N * (double)(in + out) + (double)in * (double)out);
+}
+
+static void lin_(KdaModel *m, KdaOp op, float *y, const float *x, const float *W, const float *bias,
+                 int64_t N, int64_t in, int64_t out, int acc) {
+    TIMED(op, gemm_fl_(N, in, out), gemm_by_(N, in, out), gemm_fwd(y, x, W, bias, N, in, out, acc));
+}
+static void lin_dx_(KdaModel *m, KdaOp op, float *dx, const float *dy, const float *W, int64_t N,
+                    int64_t in, int64_t out, int acc) {
+    TIMED(op, gemm_fl_(N, in, out), gemm_by_(N, in, out), gemm_bwd_dx(dx, dy, W, N, in, out, acc));
+}
+// The dW read-modify-write is fp32: 8 bytes per weight instead of 2.
+static void lin_dw_(KdaModel *m, KdaOp op, float *dW, float *dbias, const float *dy, const float *x,
+                    int64_t N, int64_t in, int64_t out) {
+    TIMED(op, gemm_fl_(N, in, out), gemm_by_(N, in, out) + 6.0 * (double)in * (double)out,
+          gemm_bwd_dw(dW, dbias, dy, x, N, in, out));
 }
 
 // Assigns every activation pointer for N tokens (a->base NULL: only counts).
@@ -223,36 +258,51 @@ static void block_fwd_(KdaModel *m, const KdaLayerTensors *P, LayerActs *L, floa
     KdaDims d = dims_(m);
     KdaGateOpts go = gate_opts_(c);
 
-    rmsnorm_fwd(L->xa, L->rstd_a, L->h, P->attn_norm, N, D, eps);
-    gemm_fwd(L->pq, L->xa, P->q_proj, NULL, N, D, HK, 0);
-    gemm_fwd(L->pk, L->xa, P->k_proj, NULL, N, D, HK, 0);
-    gemm_fwd(L->pv, L->xa, P->v_proj, NULL, N, D, HVV, 0);
-    short_conv_fwd_(m, A->qt, L->cq, L->pq, P->q_conv, HK);
-    kda_l2norm_fwd(L->q, L->rq, A->qt, N * H, K, L2NORM_EPS);
-    short_conv_fwd_(m, A->qt, L->ck, L->pk, P->k_conv, HK);
-    kda_l2norm_fwd(L->k, L->rk, A->qt, N * H, K, L2NORM_EPS);
-    short_conv_fwd_(m, L->v, L->cv, L->pv, P->v_conv, HVV);
-    gemm_fwd(L->f0, L->xa, P->f_proj0, NULL, N, D, V, 0);
-    gemm_fwd(L->f, L->f0, P->f_proj1, NULL, N, V, HVK, 0);
-    kda_gate_fwd(L->g, L->f, P->A_log, P->dt_bias, N, HV, K, &go);
-    gemm_fwd(L->b, L->xa, P->b_proj, NULL, N, D, HV, 0);
-    kda_beta_fwd(L->beta, L->b, N * HV, c->allow_neg_eigval);
-    if (m->core == KDA_CORE_RECURRENT)
-        kda_recurrent_fwd(L->o, state_out, L->q, L->k, L->v, L->g, L->beta, NULL, &d);
-    else
-        kda_chunk_fwd(L->o, state_out, L->q, L->k, L->v, L->g, L->beta, NULL, &d);
-    gemm_fwd(L->z0, L->xa, P->g_proj0, NULL, N, D, V, 0);
-    gemm_fwd(L->z, L->z0, P->g_proj1, P->g_proj1_bias, N, V, HVV, 0);
-    gnorm_fwd(L->on, L->rstd_o, L->o, L->z, P->o_norm, N * HV, V, eps);
-    memcpy(L->h2, L->h, (size_t)(N * D) * sizeof(float));
-    gemm_fwd(L->h2, L->on, P->o_proj, NULL, N, HVV, D, 1);
+    double ND = (double)N * (double)D;
+    TIMED(KDA_OP_NORM_FWD, 0, 6.0 * ND,
+          rmsnorm_fwd(L->xa, L->rstd_a, L->h, P->attn_norm, N, D, eps));
+    lin_(m, KDA_OP_PROJ_FWD, L->pq, L->xa, P->q_proj, NULL, N, D, HK, 0);
+    lin_(m, KDA_OP_PROJ_FWD, L->pk, L->xa, P->k_proj, NULL, N, D, HK, 0);
+    lin_(m, KDA_OP_PROJ_FWD, L->pv, L->xa, P->v_proj, NULL, N, D, HVV, 0);
+    TIMED(KDA_OP_CONV_FWD, 0, 4.0 * N * HK, short_conv_fwd_(m, A->qt, L->cq, L->pq, P->q_conv, HK));
+    TIMED(KDA_OP_L2NORM_FWD, 0, 4.0 * N * HK,
+          kda_l2norm_fwd(L->q, L->rq, A->qt, N * H, K, L2NORM_EPS));
+    TIMED(KDA_OP_CONV_FWD, 0, 4.0 * N * HK, short_conv_fwd_(m, A->qt, L->ck, L->pk, P->k_conv, HK));
+    TIMED(KDA_OP_L2NORM_FWD, 0, 4.0 * N * HK,
+          kda_l2norm_fwd(L->k, L->rk, A->qt, N * H, K, L2NORM_EPS));
+    TIMED(KDA_OP_CONV_FWD, 0, 4.0 * N * HVV,
+          short_conv_fwd_(m, L->v, L->cv, L->pv, P->v_conv, HVV));
+    lin_(m, KDA_OP_PROJ_FWD, L->f0, L->xa, P->f_proj0, NULL, N, D, V, 0);
+    lin_(m, KDA_OP_PROJ_FWD, L->f, L->f0, P->f_proj1, NULL, N, V, HVK, 0);
+    TIMED(KDA_OP_GATE_FWD, 0, 6.0 * N * HVK,
+          kda_gate_fwd(L->g, L->f, P->A_log, P->dt_bias, N, HV, K, &go));
+    lin_(m, KDA_OP_PROJ_FWD, L->b, L->xa, P->b_proj, NULL, N, D, HV, 0);
+    TIMED(KDA_OP_GATE_FWD, 0, 6.0 * N * HV,
+          kda_beta_fwd(L->beta, L->b, N * HV, c->allow_neg_eigval));
+    TIMED(KDA_OP_CORE_FWD, 0, 512.0 * N * HV, {
+        if (m->core == KDA_CORE_RECURRENT)
+            kda_recurrent_fwd(L->o, state_out, L->q, L->k, L->v, L->g, L->beta, NULL, &d);
+        else
+            kda_chunk_fwd(L->o, state_out, L->q, L->k, L->v, L->g, L->beta, NULL, &d);
+    });
+    lin_(m, KDA_OP_PROJ_FWD, L->z0, L->xa, P->g_proj0, NULL, N, D, V, 0);
+    lin_(m, KDA_OP_PROJ_FWD, L->z, L->z0, P->g_proj1, P->g_proj1_bias, N, V, HVV, 0);
+    TIMED(KDA_OP_ONORM_FWD, 0, 6.0 * N * HVV,
+          gnorm_fwd(L->on, L->rstd_o, L->o, L->z, P->o_norm, N * HV, V, eps));
+    TIMED(KDA_OP_OPROJ_FWD, gemm_fl_(N, HVV, D), gemm_by_(N, HVV, D) + 6.0 * ND, {
+        memcpy(L->h2, L->h, (size_t)(N * D) * sizeof(float));
+        gemm_fwd(L->h2, L->on, P->o_proj, NULL, N, HVV, D, 1);
+    });
 
-    rmsnorm_fwd(L->xm, L->rstd_m, L->h2, P->mlp_norm, N, D, eps);
-    gemm_fwd(L->ga, L->xm, P->gate_proj, NULL, N, D, I, 0);
-    gemm_fwd(L->up, L->xm, P->up_proj, NULL, N, D, I, 0);
-    swiglu_fwd(L->mm, L->ga, L->up, N * I);
-    memcpy(next, L->h2, (size_t)(N * D) * sizeof(float));
-    gemm_fwd(next, L->mm, P->down_proj, NULL, N, I, D, 1);
+    TIMED(KDA_OP_NORM_FWD, 0, 6.0 * ND,
+          rmsnorm_fwd(L->xm, L->rstd_m, L->h2, P->mlp_norm, N, D, eps));
+    lin_(m, KDA_OP_MLP_FWD, L->ga, L->xm, P->gate_proj, NULL, N, D, I, 0);
+    lin_(m, KDA_OP_MLP_FWD, L->up, L->xm, P->up_proj, NULL, N, D, I, 0);
+    TIMED(KDA_OP_SWIGLU_FWD, 0, 6.0 * N * I, swiglu_fwd(L->mm, L->ga, L->up, N * I));
+    TIMED(KDA_OP_MLP_FWD, gemm_fl_(N, I, D), gemm_by_(N, I, D) + 6.0 * ND, {
+        memcpy(next, L->h2, (size_t)(N * D) * sizeof(float));
+        gemm_fwd(next, L->mm, P->down_proj, NULL, N, I, D, 1);
+    });
 }
 
 static int check_ids_(const int32_t *x, int64_t n, int64_t T, int64_t vocab, int allow_ignore,
@@ -291,13 +341,18 @@ int kda_model_forward(KdaModel *m, const int32_t *ids, const int32_t *labels, in
     A->n_valid = xent_targets(A->targets, labels, B, T);
 
     int64_t nl = c->num_hidden_layers;
-    embed_fwd(nl > 0 ? A->layers[0].h : A->hL, m->w.embed, ids, N, D);
+    double ND = (double)N * (double)D, NV = (double)N * (double)vocab;
+    TIMED(KDA_OP_EMBED_FWD, 0, 8.0 * ND,
+          embed_fwd(nl > 0 ? A->layers[0].h : A->hL, m->w.embed, ids, N, D));
     for (int64_t l = 0; l < nl; l++)
         block_fwd_(m, &m->w.layers[l], &A->layers[l], l + 1 < nl ? A->layers[l + 1].h : A->hL,
                    NULL);
-    rmsnorm_fwd(A->nf, A->rstd_f, A->hL, m->w.final_norm, N, D, (float)c->norm_eps);
-    double sum = xent_fwd(nll, A->lse, logits, A->nf, m->w.lm_head, A->targets, N, D, vocab,
-                          A->xent_work, A->xent_work_n);
+    TIMED(KDA_OP_NORM_FWD, 0, 6.0 * ND,
+          rmsnorm_fwd(A->nf, A->rstd_f, A->hL, m->w.final_norm, N, D, (float)c->norm_eps));
+    double sum = 0.0;
+    TIMED(KDA_OP_HEAD_FWD, gemm_fl_(N, D, vocab), gemm_by_(N, D, vocab) + 2.0 * NV,
+          sum = xent_fwd(nll, A->lse, logits, A->nf, m->w.lm_head, A->targets, N, D, vocab,
+                         A->xent_work, A->xent_work_n));
     if (loss) *loss = A->n_valid ? (float)(sum / (double)A->n_valid) : 0.0f;
     m->have_fwd = 1;
     return 0;
@@ -325,57 +380,70 @@ static void block_bwd_(KdaModel *m, const KdaLayerTensors *P, KdaLayerTensors *G
     KdaDims d = dims_(m);
     KdaGateOpts go = gate_opts_(c);
 
+    double ND = (double)N * (double)D;
     // MLP: out = h2 + down(SwiGLU(gate(xm), up(xm)))
-    gemm_bwd_dx(A->dI1, A->dh, P->down_proj, N, I, D, 0);
-    gemm_bwd_dw(G->down_proj, NULL, A->dh, L->mm, N, I, D);
-    swiglu_bwd(A->dI1, A->dI2, A->dI1, L->ga, L->up, N * I);
-    gemm_bwd_dx(A->dx, A->dI1, P->gate_proj, N, D, I, 0);
-    gemm_bwd_dx(A->dx, A->dI2, P->up_proj, N, D, I, 1);
-    gemm_bwd_dw(G->gate_proj, NULL, A->dI1, L->xm, N, D, I);
-    gemm_bwd_dw(G->up_proj, NULL, A->dI2, L->xm, N, D, I);
-    rmsnorm_bwd(A->dh, G->mlp_norm, A->dx, L->h2, P->mlp_norm, L->rstd_m, N, D, 1);
+    lin_dx_(m, KDA_OP_MLP_BWD, A->dI1, A->dh, P->down_proj, N, I, D, 0);
+    lin_dw_(m, KDA_OP_MLP_BWD, G->down_proj, NULL, A->dh, L->mm, N, I, D);
+    TIMED(KDA_OP_SWIGLU_BWD, 0, 10.0 * N * I,
+          swiglu_bwd(A->dI1, A->dI2, A->dI1, L->ga, L->up, N * I));
+    lin_dx_(m, KDA_OP_MLP_BWD, A->dx, A->dI1, P->gate_proj, N, D, I, 0);
+    lin_dx_(m, KDA_OP_MLP_BWD, A->dx, A->dI2, P->up_proj, N, D, I, 1);
+    lin_dw_(m, KDA_OP_MLP_BWD, G->gate_proj, NULL, A->dI1, L->xm, N, D, I);
+    lin_dw_(m, KDA_OP_MLP_BWD, G->up_proj, NULL, A->dI2, L->xm, N, D, I);
+    TIMED(KDA_OP_NORM_BWD, 0, 16.0 * ND,
+          rmsnorm_bwd(A->dh, G->mlp_norm, A->dx, L->h2, P->mlp_norm, L->rstd_m, N, D, 1));
 
     // KDA sublayer: h2 = h + o_proj(gnorm(o, z))
-    gemm_bwd_dx(A->don, A->dh, P->o_proj, N, HVV, D, 0);
-    gemm_bwd_dw(G->o_proj, NULL, A->dh, L->on, N, HVV, D);
-    gnorm_bwd(A->d_o, A->dz, G->o_norm, A->don, L->o, L->z, P->o_norm, L->rstd_o, N * HV, V);
-    gemm_bwd_dw(G->g_proj1, G->g_proj1_bias, A->dz, L->z0, N, V, HVV);
-    gemm_bwd_dx(A->dlow, A->dz, P->g_proj1, N, V, HVV, 0);
-    gemm_bwd_dw(G->g_proj0, NULL, A->dlow, L->xa, N, D, V);
-    gemm_bwd_dx(A->dx, A->dlow, P->g_proj0, N, D, V, 0);
+    lin_dx_(m, KDA_OP_OPROJ_BWD, A->don, A->dh, P->o_proj, N, HVV, D, 0);
+    lin_dw_(m, KDA_OP_OPROJ_BWD, G->o_proj, NULL, A->dh, L->on, N, HVV, D);
+    TIMED(KDA_OP_ONORM_BWD, 0, 12.0 * N * HVV,
+          gnorm_bwd(A->d_o, A->dz, G->o_norm, A->don, L->o, L->z, P->o_norm, L->rstd_o, N * HV, V));
+    lin_dw_(m, KDA_OP_PROJ_BWD, G->g_proj1, G->g_proj1_bias, A->dz, L->z0, N, V, HVV);
+    lin_dx_(m, KDA_OP_PROJ_BWD, A->dlow, A->dz, P->g_proj1, N, V, HVV, 0);
+    lin_dw_(m, KDA_OP_PROJ_BWD, G->g_proj0, NULL, A->dlow, L->xa, N, D, V);
+    lin_dx_(m, KDA_OP_PROJ_BWD, A->dx, A->dlow, P->g_proj0, N, D, V, 0);
 
-    if (m->core == KDA_CORE_RECURRENT)
-        kda_recurrent_bwd(A->dq, A->dk, A->dv, A->dg, A->dbeta, NULL, A->d_o, NULL, L->q, L->k,
+    TIMED(KDA_OP_CORE_BWD, 0, 1024.0 * N * HV, {
+        if (m->core == KDA_CORE_RECURRENT)
+            kda_recurrent_bwd(A->dq, A->dk, A->dv, A->dg, A->dbeta, NULL, A->d_o, NULL, L->q, L->k,
+                              L->v, L->g, L->beta, NULL, &d);
+        else
+            kda_chunk_bwd(A->dq, A->dk, A->dv, A->dg, A->dbeta, NULL, A->d_o, NULL, L->q, L->k,
                           L->v, L->g, L->beta, NULL, &d);
-    else
-        kda_chunk_bwd(A->dq, A->dk, A->dv, A->dg, A->dbeta, NULL, A->d_o, NULL, L->q, L->k, L->v,
-                      L->g, L->beta, NULL, &d);
+    });
 
-    kda_gate_bwd(A->df, G->A_log, G->dt_bias, A->dg, L->f, P->A_log, P->dt_bias, N, HV, K, &go);
-    gemm_bwd_dw(G->f_proj1, NULL, A->df, L->f0, N, V, HVK);
-    gemm_bwd_dx(A->dlow, A->df, P->f_proj1, N, V, HVK, 0);
-    gemm_bwd_dw(G->f_proj0, NULL, A->dlow, L->xa, N, D, V);
-    gemm_bwd_dx(A->dx, A->dlow, P->f_proj0, N, D, V, 1);
+    TIMED(KDA_OP_GATE_BWD, 0, 8.0 * N * HVK,
+          kda_gate_bwd(A->df, G->A_log, G->dt_bias, A->dg, L->f, P->A_log, P->dt_bias, N, HV, K,
+                       &go));
+    lin_dw_(m, KDA_OP_PROJ_BWD, G->f_proj1, NULL, A->df, L->f0, N, V, HVK);
+    lin_dx_(m, KDA_OP_PROJ_BWD, A->dlow, A->df, P->f_proj1, N, V, HVK, 0);
+    lin_dw_(m, KDA_OP_PROJ_BWD, G->f_proj0, NULL, A->dlow, L->xa, N, D, V);
+    lin_dx_(m, KDA_OP_PROJ_BWD, A->dx, A->dlow, P->f_proj0, N, D, V, 1);
 
-    kda_beta_bwd(A->db, A->dbeta, L->b, N * HV, c->allow_neg_eigval);
-    gemm_bwd_dw(G->b_proj, NULL, A->db, L->xa, N, D, HV);
-    gemm_bwd_dx(A->dx, A->db, P->b_proj, N, D, HV, 1);
+    TIMED(KDA_OP_GATE_BWD, 0, 8.0 * N * HV,
+          kda_beta_bwd(A->db, A->dbeta, L->b, N * HV, c->allow_neg_eigval));
+    lin_dw_(m, KDA_OP_PROJ_BWD, G->b_proj, NULL, A->db, L->xa, N, D, HV);
+    lin_dx_(m, KDA_OP_PROJ_BWD, A->dx, A->db, P->b_proj, N, D, HV, 1);
 
-    kda_l2norm_bwd(A->dt1, A->dq, L->q, L->rq, N * H, K);
-    short_conv_bwd_(m, A->dt2, G->q_conv, A->dt1, L->pq, L->cq, P->q_conv, HK);
-    gemm_bwd_dw(G->q_proj, NULL, A->dt2, L->xa, N, D, HK);
-    gemm_bwd_dx(A->dx, A->dt2, P->q_proj, N, D, HK, 1);
+    TIMED(KDA_OP_L2NORM_BWD, 0, 8.0 * N * HK, kda_l2norm_bwd(A->dt1, A->dq, L->q, L->rq, N * H, K));
+    TIMED(KDA_OP_CONV_BWD, 0, 6.0 * N * HK,
+          short_conv_bwd_(m, A->dt2, G->q_conv, A->dt1, L->pq, L->cq, P->q_conv, HK));
+    lin_dw_(m, KDA_OP_PROJ_BWD, G->q_proj, NULL, A->dt2, L->xa, N, D, HK);
+    lin_dx_(m, KDA_OP_PROJ_BWD, A->dx, A->dt2, P->q_proj, N, D, HK, 1);
 
-    kda_l2norm_bwd(A->dt1, A->dk, L->k, L->rk, N * H, K);
-    short_conv_bwd_(m, A->dt2, G->k_conv, A->dt1, L->pk, L->ck, P->k_conv, HK);
-    gemm_bwd_dw(G->k_proj, NULL, A->dt2, L->xa, N, D, HK);
-    gemm_bwd_dx(A->dx, A->dt2, P->k_proj, N, D, HK, 1);
+    TIMED(KDA_OP_L2NORM_BWD, 0, 8.0 * N * HK, kda_l2norm_bwd(A->dt1, A->dk, L->k, L->rk, N * H, K));
+    TIMED(KDA_OP_CONV_BWD, 0, 6.0 * N * HK,
+          short_conv_bwd_(m, A->dt2, G->k_conv, A->dt1, L->pk, L->ck, P->k_conv, HK));
+    lin_dw_(m, KDA_OP_PROJ_BWD, G->k_proj, NULL, A->dt2, L->xa, N, D, HK);
+    lin_dx_(m, KDA_OP_PROJ_BWD, A->dx, A->dt2, P->k_proj, N, D, HK, 1);
 
-    short_conv_bwd_(m, A->dt2, G->v_conv, A->dv, L->pv, L->cv, P->v_conv, HVV);
-    gemm_bwd_dw(G->v_proj, NULL, A->dt2, L->xa, N, D, HVV);
-    gemm_bwd_dx(A->dx, A->dt2, P->v_proj, N, D, HVV, 1);
+    TIMED(KDA_OP_CONV_BWD, 0, 6.0 * N * HVV,
+          short_conv_bwd_(m, A->dt2, G->v_conv, A->dv, L->pv, L->cv, P->v_conv, HVV));
+    lin_dw_(m, KDA_OP_PROJ_BWD, G->v_proj, NULL, A->dt2, L->xa, N, D, HVV);
+    lin_dx_(m, KDA_OP_PROJ_BWD, A->dx, A->dt2, P->v_proj, N, D, HVV, 1);
 
-    rmsnorm_bwd(A->dh, G->attn_norm, A->dx, L->h, P->attn_norm, L->rstd_a, N, D, 1);
+    TIMED(KDA_OP_NORM_BWD, 0, 16.0 * ND,
+          rmsnorm_bwd(A->dh, G->attn_norm, A->dx, L->h, P->attn_norm, L->rstd_a, N, D, 1));
 }
 
 int kda_model_backward(KdaModel *m, float *grads, KdaError *err) {
@@ -387,12 +455,17 @@ int kda_model_backward(KdaModel *m, float *grads, KdaError *err) {
     kda_tensors_bind(&G, &m->table, grads);
 
     float scale = A->n_valid ? 1.0f / (float)A->n_valid : 0.0f;
-    xent_bwd(A->dx, G.lm_head, A->nf, m->w.lm_head, A->targets, A->lse, N, D, c->vocab_size, scale,
-             A->xent_work, A->xent_work_n);
-    rmsnorm_bwd(A->dh, G.final_norm, A->dx, A->hL, m->w.final_norm, A->rstd_f, N, D, 0);
+    double ND = (double)N * (double)D, NV = (double)N * (double)c->vocab_size;
+    TIMED(KDA_OP_HEAD_BWD, 3.0 * gemm_fl_(N, D, c->vocab_size),
+          3.0 * gemm_by_(N, D, c->vocab_size) + 4.0 * NV,
+          xent_bwd(A->dx, G.lm_head, A->nf, m->w.lm_head, A->targets, A->lse, N, D, c->vocab_size,
+                   scale, A->xent_work, A->xent_work_n));
+    TIMED(KDA_OP_NORM_BWD, 0, 16.0 * ND,
+          rmsnorm_bwd(A->dh, G.final_norm, A->dx, A->hL, m->w.final_norm, A->rstd_f, N, D, 0));
     for (int64_t l = c->num_hidden_layers - 1; l >= 0; l--)
         block_bwd_(m, &m->w.layers[l], &G.layers[l], &A->layers[l]);
-    embed_bwd(G.embed, A->dh, A->ids, N, D, c->has_pad_token_id ? c->pad_token_id : -1);
+    TIMED(KDA_OP_EMBED_BWD, 0, 8.0 * ND,
+          embed_bwd(G.embed, A->dh, A->ids, N, D, c->has_pad_token_id ? c->pad_token_id : -1));
 
     kda_tensors_free(&G);
     m->have_fwd = 0;

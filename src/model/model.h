@@ -18,6 +18,7 @@
 #include <stdint.h>
 
 #include "core/error.h"   // defines: KdaError
+#include "core/prof.h"    // defines: KdaProf
 #include "model/config.h" // defines: KdaConfig
 #include "model/params.h" // defines: KdaParamTable, KdaTensors
 #include "cpu/kda_core.h" // defines: KdaDims
@@ -39,6 +40,7 @@ typedef struct {
     int64_t cap_tokens;  // tokens the activations are sized for
     int64_t B, T;        // shape of the last forward (0 before)
     int have_fwd;        // 1 after a forward, until the next backward
+    KdaProf *prof;       // not owned; non-NULL: forward/backward time each op into it (prof.h)
 } KdaModel;
 
 // The KDA core's dims for a [B, T] batch of this config: H, HV, K, V from cfg, scale K^-1/2

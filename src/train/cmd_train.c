@@ -21,6 +21,8 @@ static void usage(FILE *f) {
                "--lr 1e-3\n"
                "                      (lists take several words: --train_data_path a b)\n"
                "  --init-from DIR     start from the weights of an HF model dir (fresh optimizer)\n"
+               "  --profile N         per-op time table of iteration N (CUDA events on the GPU,\n"
+               "                      host clock on the CPU; its rows add up to the step)\n"
                "  --no-progress       no progress bar\n"
                "  --quiet             no per-iteration log lines\n"
                "  --help              this help\n\n"
@@ -52,6 +54,7 @@ static void report_noops(const KdaRunConfig *rc) {
 int cmd_train(int argc, char **argv) {
     const char *init_from = NULL;
     int progress = 1, quiet = 0;
+    long long profile_iter = 0;
     char **rest = calloc((size_t)argc + 1, sizeof *rest);
     int n = 0;
     for (int i = 0; i < argc; i++) {
@@ -64,6 +67,13 @@ int cmd_train(int argc, char **argv) {
             init_from = argv[++i];
         } else if (!strncmp(argv[i], "--init-from=", 12)) {
             init_from = argv[i] + 12;
+        } else if (!strcmp(argv[i], "--profile")) {
+            char *end = NULL;
+            if (i + 1 < argc) profile_iter = strtoll(argv[i + 1], &end, 10);
+            if (i + 1 >= argc || !end || *end || profile_iter < 1)
+                kda_die("--profile needs an iteration number >= 1 (got '%s')",
+                        i + 1 < argc ? argv[i + 1] : "");
+            i++;
         } else if (!strcmp(argv[i], "--no-progress")) {
             progress = 0;
         } else if (!strcmp(argv[i], "--quiet")) {
@@ -95,7 +105,11 @@ int cmd_train(int argc, char **argv) {
         openblas_set_num_threads((int)rc.threads);
     }
     kda_train_install_signal_handlers();
-    KdaTrainOptions o = {.rc = &rc, .init_from = init_from, .progress = progress, .quiet = quiet};
+    KdaTrainOptions o = {.rc = &rc,
+                         .init_from = init_from,
+                         .progress = progress,
+                         .quiet = quiet,
+                         .profile_iter = profile_iter};
     KdaTrainResult res;
     int status = 0;
     if (kda_train(&o, &res, &err)) {

@@ -27,11 +27,15 @@ typedef struct {
     KdaModel m;
     float *grads; // [n] fp32
     KdaAdamW opt;
+    KdaProf *prof; // while profiling (also in m.prof)
 } CpuCtx;
 
 static void cpu_zero(void *c) {
     CpuCtx *x = c;
-    memset(x->grads, 0, (size_t)x->m.table.total_numel * sizeof(float));
+    int64_t n = x->m.table.total_numel;
+    kda_prof_begin(x->prof, KDA_OP_ZERO_GRADS);
+    memset(x->grads, 0, (size_t)n * sizeof(float));
+    kda_prof_end(x->prof, KDA_OP_ZERO_GRADS, 0, 4.0 * (double)n);
 }
 
 static int cpu_fwd_bwd(void *c, const int32_t *ids, int64_t B, int64_t T, int backward, float *loss,
@@ -45,13 +49,16 @@ static int cpu_fwd_bwd(void *c, const int32_t *ids, int64_t B, int64_t T, int ba
 static double cpu_finish(void *c, double scale, double max_norm) {
     CpuCtx *x = c;
     int64_t n = x->m.table.total_numel;
+    kda_prof_begin(x->prof, KDA_OP_GRAD_NORM);
     if (scale != 1.0) {
         float s = (float)scale;
         for (int64_t i = 0; i < n; i++)
             x->grads[i] *= s;
     }
-    if (max_norm > 0) return kda_grad_clip(x->grads, n, max_norm, NULL);
-    return kda_grad_norm(x->grads, n);
+    double norm =
+        max_norm > 0 ? kda_grad_clip(x->grads, n, max_norm, NULL) : kda_grad_norm(x->grads, n);
+    kda_prof_end(x->prof, KDA_OP_GRAD_NORM, 0, 4.0 * (double)n);
+    return norm;
 }
 
 static int cpu_params_finite(void *c) {
@@ -61,7 +68,23 @@ static int cpu_params_finite(void *c) {
 
 static void cpu_update(void *c, double lr) {
     CpuCtx *x = c;
+    kda_prof_begin(x->prof, KDA_OP_ADAMW);
     kda_adamw_step(&x->opt, &x->m.table, x->m.params, x->grads, lr);
+    kda_prof_end(x->prof, KDA_OP_ADAMW, 0, 16.0 * (double)x->m.table.total_numel);
+}
+
+// The CPU runs every op in order on the calling thread: start and end marks need no waiting.
+static int cpu_profile(void *c, KdaProf *p, KdaError *err) {
+    CpuCtx *x = c;
+    (void)err;
+    if (p) {
+        x->prof = x->m.prof = p;
+        kda_prof_mark_start(p);
+    } else {
+        kda_prof_mark_end(x->prof);
+        x->prof = x->m.prof = NULL;
+    }
+    return 0;
 }
 
 static float *cpu_params(void *c) {
@@ -104,7 +127,8 @@ int kda_backend_cpu_create(KdaBackend *be, KdaModel *model, const KdaAdamWConfig
                        .host_params = cpu_params,
                        .host_optim = cpu_optim,
                        .state_changed = cpu_changed,
-                       .destroy = cpu_destroy};
+                       .destroy = cpu_destroy,
+                       .profile = cpu_profile};
     return 0;
 }
 
@@ -601,6 +625,33 @@ static void progress_tick(Run *r, double tok_s) {
     progress_update(&r->prog, (double)r->st.iteration, extra);
 }
 
+// One iteration under the backend's per-op profile (kda train --profile N): the table goes to
+// stdout and, when asked, into o->profile_out.
+static int profiled_step(Run *r, KdaStepInfo *si, KdaError *err) {
+    KdaBackend *be = &r->be;
+    KdaProf prof;
+    kda_prof_reset(&prof, 0, 0);
+    if (!be->profile) {
+        kda_warn("--profile: the %s backend cannot profile; iteration %lld runs unprofiled",
+                 be->name, (long long)(r->st.iteration + 1));
+        return train_step(r, si, err);
+    }
+    if (be->profile(be->ctx, &prof, err)) return -1;
+    int rc = train_step(r, si, err);
+    if (be->profile(be->ctx, NULL, err) || rc) return -1;
+    char title[256];
+    double ms = kda_prof_wall_ms(&prof);
+    snprintf(title, sizeof title,
+             "profile of iteration %lld (%s, %lld x %lld x %lld tokens): %.1f ms, %.0f tokens/s",
+             (long long)si->iteration, be->name, (long long)r->n_micro,
+             (long long)r->rc->micro_batch_size, (long long)r->T, ms,
+             ms > 0 ? (double)r->tokens_per_iter / (ms / 1e3) : 0.0);
+    clear_bar(r);
+    kda_prof_print(&prof, title, stdout);
+    if (r->o->profile_out) *r->o->profile_out = prof;
+    return 0;
+}
+
 static int loop(Run *r, KdaTrainResult *res, KdaError *err) {
     const KdaRunConfig *rc = r->rc;
     const KdaTrainOptions *o = r->o;
@@ -610,7 +661,8 @@ static int loop(Run *r, KdaTrainResult *res, KdaError *err) {
     while (r->st.iteration < rc->train_iters) {
         KdaStepInfo si;
         double ts = now_seconds();
-        if (train_step(r, &si, err)) return -1;
+        int prof_now = o->profile_iter > 0 && r->st.iteration + 1 == o->profile_iter;
+        if (prof_now ? profiled_step(r, &si, err) : train_step(r, &si, err)) return -1;
         r->last_step_ms = 1000.0 * (now_seconds() - ts);
         if (o->on_step) o->on_step(o->user, &si);
         int64_t it = r->st.iteration;

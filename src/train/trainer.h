@@ -35,6 +35,7 @@
 #include <stdint.h>
 
 #include "core/error.h"
+#include "core/prof.h"
 #include "model/model.h"
 #include "train/optim.h"
 #include "train/run_config.h"
@@ -63,6 +64,11 @@ typedef struct KdaBackend {
     KdaAdamW *(*host_optim)(void *ctx); // m, v [n_params] fp32 and the step count
     void (*state_changed)(void *ctx);
     void (*destroy)(void *ctx);
+    // Per-op profile of the next calls (core/prof.h; NULL: not supported). p non-NULL: waits for
+    // queued work, then times every op into p and marks the step's start; p NULL: waits for the
+    // queued work, marks the end of the profile started last, adds the device timings to it and
+    // stops timing. -1 with err set on a device error.
+    int (*profile)(void *ctx, KdaProf *p, KdaError *err);
 } KdaBackend;
 
 // CPU backend over an initialized model (ownership of *model's contents moves into the
@@ -90,6 +96,10 @@ typedef struct {
     int (*poison)(void *user, int64_t iteration, int micro);
     void (*on_step)(void *user, const KdaStepInfo *s); // after every iteration (may be NULL)
     void *user;
+    // > 0: profile that iteration (kda train --profile N): the per-op table goes to stdout (and
+    // into *profile_out when non-NULL), whatever quiet says. Backends without profiling warn.
+    int64_t profile_iter;
+    KdaProf *profile_out;
 } KdaTrainOptions;
 
 typedef struct {
