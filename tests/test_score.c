@@ -61,6 +61,10 @@ KDA_TEST(score_matches_model_forward) {
         CHECK(json_get_num(&d.root, "loss", &l) == 0 && json_get_num(&d.root, "sum_nll", &s) == 0);
         CHECK_NEAR(l, loss, 1e-6 * loss); // same code path; only print rounding
         CHECK_NEAR(s, loss * (lens[i] - 1), 1e-5 * s);
+        double sum = 0.0; // printed with 17 digits: the double sum itself, not 9 digits of it
+        for (int64_t t = 0; t < lens[i]; t++)
+            sum += nll[t];
+        CHECK_MSG(s == sum, "sum_nll %.17g vs %.17g", s, sum);
         json_free(&d);
         line = nl + 1;
     }

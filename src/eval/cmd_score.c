@@ -5,6 +5,7 @@
 // errors name FILE:LINE. Output: one JSON line per scored input, in input order:
 //   {"tokens": n, "loss": mean NLL of tokens 2..n given their prefix (natural log),
 //    "sum_nll": the sum of those n-1 NLLs}
+// both printed with 17 significant digits (a 2048-token sum_nll of ~4000 needs 1e-5 nats).
 // Each sequence is one B=1 forward of the CPU fp32 model (chunked core unless --core
 // recurrent), or on the GPU (--device cuda, or auto with a GPU present: bf16 mixed precision,
 // chunked core; losses differ from the fp32 CPU ones at the ~1e-3 relative level); memory grows
@@ -87,7 +88,7 @@ int cmd_score(int argc, char **argv) {
         double sum = 0.0;
         for (int64_t t = 0; t < seqs[i].n; t++)
             sum += nll[t];
-        fprintf(out, "{\"tokens\": %lld, \"loss\": %.9g, \"sum_nll\": %.9g}\n",
+        fprintf(out, "{\"tokens\": %lld, \"loss\": %.17g, \"sum_nll\": %.17g}\n",
                 (long long)seqs[i].n, sum / (double)(seqs[i].n - 1), sum);
     }
     if (out != stdout && commit_atomic(out, tmp, output, &err)) kda_die("%s", err.msg);
