@@ -2,6 +2,7 @@
 #
 #   make [BUILD=dir] [KDA_CUDA=auto|0|1]   build (CUDA auto-detected from nvcc; 0 forces CPU)
 #   make test                              CPU test suite (what CI runs)
+#   make check-refs                        every `NAME.md §X.Y` citation resolves (docs/spec/)
 #   make test-gpu                          GPU test suite (on a machine with an NVIDIA GPU)
 #   make demo                              install deps, build, run the quick-start demo
 #   make fuzz                              build the libFuzzer targets (clang)
@@ -58,7 +59,7 @@ endif
 LIB_OBJ  := $(LIB_SRC:%.c=$(BUILD)/%.o) $(CU_OBJ)
 TEST_OBJ := $(TEST_SRC:%.c=$(BUILD)/%.o)
 
-.PHONY: all test test-gpu demo deps fuzz format clean
+.PHONY: all test test-gpu check-refs demo deps fuzz format clean
 all: $(BUILD)/kda $(BUILD)/kda_test
 
 $(BUILD)/%.o: %.c
@@ -86,6 +87,10 @@ test: all
 
 test-gpu: all
 	KDA_BIN=./$(BUILD)/kda ./$(BUILD)/kda_test gpu_
+
+check-refs:
+	python3 tools/check_spec_refs.py --self-test
+	python3 tools/check_spec_refs.py
 
 deps:
 	./tools/install-deps.sh

@@ -6,7 +6,7 @@
 //   golden_model_<x>_step loss, logits and every gradient of a whole model vs float64 (both
 //                         cores); model_a also vs FLA's training step
 //   golden_score          per-sequence NLL of a trained model vs FLA's and float64 scores
-//   golden_init42_loss    FLA's own init, loss of a batch vs float64 (and the §7 estimate)
+//   golden_init42_loss    FLA's own init, loss of a batch vs float64 (kda-model.md §7 estimate)
 //
 // Metric (FLA's, kda-model.md §6.6): rel_rms = RMS(ref - x) / (RMS(ref) + 1e-8), accumulated
 // in double. Every measured error is printed on one line ("golden ...") for the docs.

@@ -220,7 +220,7 @@ KDA_TEST(model_chunk_vs_recurrent) {
     }
 }
 
-// At FLA's init (std 0.02) logits are ~0, so the loss is ln(vocab) + O(std²·D) (§7).
+// At FLA's init (std 0.02) logits are ~0, so the loss is ln(vocab) + O(std²·D) (kda-model.md §7).
 KDA_TEST(model_init_loss) {
     KdaModel m;
     tiny_model_(&m, TINY_TIED, 0.02, 5);

@@ -89,7 +89,7 @@ KDA_TEST(model_config_defaults) {
     CHECK_EQ_INT(c.eos_token_id, 2);
     CHECK(c.use_short_conv && !c.tie_word_embeddings && !c.has_pad_token_id);
     CHECK_NEAR(c.norm_eps, 1e-6, 0);
-    // the 300M hidden_ratio rule (if intermediate_size were null) gives 2816 (§5.6)
+    // the 300M hidden_ratio rule (if intermediate_size were null) gives 2816 (kda-model.md §5.6)
     KdaConfig d = load(write_tmp("d.json", "{\"model_type\": \"kda\", \"hidden_size\": 1024, "
                                            "\"intermediate_size\": null, \"expand_v\": 0.5}"));
     CHECK_EQ_INT(d.intermediate_size, 2816);

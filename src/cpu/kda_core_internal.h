@@ -31,7 +31,7 @@ static inline size_t kda_beta_at(const KdaDims *d, int64_t b, int64_t t, int64_t
 static inline size_t kda_state_at(const KdaDims *d, int64_t b, int64_t j) {
     return ((size_t)b * d->HV + j) * d->K * d->V; // state [B, HV, K, V]
 }
-// q/k head read by value head j (§5.8 GVA: contiguous groups of HV/H value heads).
+// q/k head read by value head j (kda-model.md §5.8 GVA: contiguous groups of HV/H value heads).
 static inline int64_t kda_qk_head(const KdaDims *d, int64_t j) {
     return j / (d->HV / d->H);
 }

@@ -86,7 +86,7 @@ static int check_extras(const StModel *m, const KdaConfig *c, const KdaParamTabl
     return 0;
 }
 
-// A tied model's stored lm_head copy must equal the fp32 embedding bit for bit (§5.3).
+// A tied model's stored lm_head copy must equal the fp32 embedding bitwise (data-formats.md §5.3).
 // Compared in chunks so no second [n_vocab, D] buffer is needed.
 static int check_tied_copy(const StModel *m, const KdaParamTable *t, const float *flat,
                            KdaError *err) {

@@ -28,7 +28,7 @@ static const char *commas(int64_t x) {
 }
 
 // ---------------------------------------------------------------------------------------------
-// Parameter breakdown, summed from the table rows (so it also checks the table against §4)
+// Parameter breakdown, summed from the table rows (so it checks the table against kda-model.md §4)
 
 typedef struct {
     int64_t embed, head, final_norm, attn, mlp, block_norms;
