@@ -557,11 +557,6 @@ int kda_model_prefill(KdaModel *m, const int32_t *ids, int64_t T, KdaDecodeState
     reserve_(m, T);
     m->B = 1, m->T = T, m->have_fwd = 0;
     KdaActs *A = m->acts;
-    // gemm_fwd with a bias computes 0 * y + bias when overwriting, so NaN garbage left in the
-    // (malloc'ed, possibly recycled) arena leaked through g_proj1 into the logits now and then.
-    // Until gemm.c writes bias without reading y, clear the only biased output, z.
-    for (int64_t l = 0; l < L; l++)
-        memset(A->layers[l].z, 0, (size_t)(T * c->value_dim) * sizeof(float));
     embed_fwd(L > 0 ? A->layers[0].h : A->hL, m->w.embed, ids, T, D);
     for (int64_t l = 0; l < L; l++) {
         LayerActs *La = &A->layers[l];
