@@ -17,10 +17,11 @@ static const Command g_commands[] = {
     {"dataset-info", cmd_dataset_info, "summary and integrity check of a Megatron .bin/.idx"},
     {"encode", cmd_encode, "tokenize stdin text, print token ids as a JSON array"},
     {"decode", cmd_decode, "decode a JSON array of token ids from stdin to text"},
-    {"train", cmd_train, "train or resume a KDA model from a run config (CPU)"},
+    {"train", cmd_train, "train or resume a KDA model from a run config (CPU or CUDA)"},
     {"export", cmd_export, "export a training checkpoint as an HF model directory"},
     {"plot", cmd_plot, "SVG of loss and learning rate from a metrics.jsonl"},
-    {"generate", cmd_generate, "sample a continuation of a prompt (prefill + recurrent decode)"},
+    {"generate", cmd_generate,
+     "sample a continuation of a prompt (CPU: recurrent decode; GPU: re-runs the forward)"},
     {"eval", cmd_eval, "lm-eval-compatible multiple-choice benchmarks, perplexity, compare"},
 };
 

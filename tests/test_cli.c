@@ -111,6 +111,7 @@ KDA_TEST(cli_pipeline_tokenize_train_export_score_generate) {
         "%s", g_out);
     CHECK_MSG(strstr(g_out, "iteration        4/") && strstr(g_out, "validation loss"),
               "train log: %.400s", g_out);
+    CHECK_MSG(strstr(g_out, ": 1 micro-batches of 2 x 33 tokens"), "train banner: %.400s", g_out);
     char latest[600];
     snprintf(latest, sizeof latest, "%s/ckpt/iter_0000004/model.safetensors", d);
     CHECK(path_exists(latest));

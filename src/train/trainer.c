@@ -732,11 +732,11 @@ int kda_train(const KdaTrainOptions *o, KdaTrainResult *res, KdaError *err) {
             progress_update(&r.prog, (double)r.st.iteration, NULL);
         }
         if (!o->quiet)
-            kda_info("training %lld iterations from %lld: %lld x %lld micro-batches of %lld x %lld "
+            kda_info("training %lld iterations from %lld: %lld micro-batches of %lld x %lld "
                      "tokens, objective %s, data order %s, %.3g model FLOPs/token",
                      (long long)r.rc->train_iters, (long long)r.st.iteration, (long long)r.n_micro,
-                     (long long)r.rc->micro_batch_size, (long long)r.rc->micro_batch_size,
-                     (long long)r.T, r.rc->objective ? r.rc->objective : "megatron",
+                     (long long)r.rc->micro_batch_size, (long long)r.T,
+                     r.rc->objective ? r.rc->objective : "megatron",
                      r.rc->data_order ? r.rc->data_order : "megatron", r.flops_tok);
         rc = loop(&r, res, err);
         if (r.use_prog) progress_finish(&r.prog, (double)r.st.iteration, NULL);
