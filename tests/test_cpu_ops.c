@@ -8,6 +8,9 @@
 // rounds y to ~6e-8 relative, so with |J| ~ 10 the FD noise is ~1e-6·10/h ~ 1e-4, and the
 // truncation error of central differences is O(h²·|f'''|) ~ 1e-4 for these smooth ops; an
 // error in a formula (a missing factor or term) shows up at the 1e-1 level.
+// Direct checks of one forward entry against the same formula in double: 1e-5 absolute for
+// dot products of <= 32 fp32 products of O(1) values (rounding ~1e-6), 1e-6 for elementwise
+// maps of O(1) values (an ulp or two); "a second pass doubles" checks 1e-5 (one fp32 add).
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>

@@ -5,6 +5,14 @@
 //
 // Metric: rel_rms(a, ref) = RMS(a - ref) / (RMS(ref) + 1e-30), accumulated in double, as FLA's
 // assert_close uses (kda-model.md §6.6).
+//
+// Tolerances and the error each covers: chunked vs recurrent, FORM_TOL 2e-5 rel-RMS: fp32
+// rounding of two summation orders (see FORM_TOL below). Formula checks (gate, beta, L2 norm,
+// the one-token output) against the same formula in double: 1e-6 absolute for values of
+// magnitude <= ~3, 1e-6 (1 + |x|) otherwise (a few fp32 ulps), 1e-5 (1 + |sp|) for the gate,
+// whose exp(A_log) softplus reaches ~50 through expf/log1pf. Finite differences of the
+// elementwise gate map (h = 1e-2): 2e-3 (1 + |d|), i.e. central-difference truncation
+// h^2 f^(3) / 6 ~ 2e-5 plus fp32 noise ~6e-8 |g| / h ~ 2e-5; a wrong factor shows at >= 1e-1.
 #include <math.h>
 #include <omp.h>
 #include <stdlib.h>
