@@ -197,7 +197,7 @@ def train_model(torch, name, spec, train_ids, deadline):
         starts = torch.randint(0, len(data) - T, (B,), generator=g).tolist()
         ids = torch.stack([data[s:s + T] for s in starts]).cuda()
         with torch.autocast("cuda", dtype=torch.bfloat16):
-            loss = m(input_ids=ids, labels=ids).loss
+            loss = m(input_ids=ids, labels=ids, use_cache=False).loss
         opt.zero_grad(set_to_none=True)
         loss.backward()
         torch.nn.utils.clip_grad_norm_(m.parameters(), TRAIN["clip"])
@@ -255,10 +255,10 @@ def score_fla(torch, m, seqs, mode, counter):
         counter.take()
         if mode == "chunk":
             with torch.enable_grad():  # grad on: the layer runs chunk_kda for every T
-                logits = m(input_ids=ids).logits[0].detach()
+                logits = m(input_ids=ids, use_cache=False).logits[0].detach()
         else:
             with torch.no_grad():
-                logits = m(input_ids=ids).logits[0]
+                logits = m(input_ids=ids, use_cache=False).logits[0]
         c = counter.take()
         if c[mode] != n_layers or sum(c.values()) != n_layers:
             fail(f"T={len(s)}: wanted {n_layers} {mode} calls, the layers made {c}")
