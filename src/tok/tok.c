@@ -421,6 +421,131 @@ static void default_specials(KdaTokenizer *t, int has_bos, int has_eos) {
     }
 }
 
+// ----------------------------------------------------------------------------------------------
+// post_processor (HF tokenizers' processors, single-sequence form).
+
+static int post_push_(KdaTokenizer *t, int suffix, int64_t id, const char *what, KdaError *err) {
+    int *n = suffix ? &t->n_post_suffix : &t->n_post_prefix;
+    int32_t *dst = suffix ? t->post_suffix : t->post_prefix;
+    if (id < 0 || id >= t->nvocab)
+        return kda_fail(err, "post_processor: %s: id %lld is not in the vocabulary", what,
+                        (long long)id);
+    if (*n >= TOK_POST_MAX)
+        return kda_fail(err, "post_processor: more than %d special ids on one side", TOK_POST_MAX);
+    dst[(*n)++] = (int32_t)id;
+    return 0;
+}
+
+// TemplateProcessing: "single" is a list of {"SpecialToken": {"id": NAME}} and one
+// {"Sequence": {"id": "A"}}; special_tokens[NAME].ids are the ids NAME stands for.
+static int post_template_(KdaTokenizer *t, const JsonValue *pp, KdaError *err) {
+    const JsonValue *single = json_get(pp, "single"), *sp = json_get(pp, "special_tokens");
+    if (!single || single->type != JSON_ARRAY)
+        return kda_fail(err, "post_processor (TemplateProcessing).single: expected a list");
+    int seen_seq = 0;
+    for (size_t i = 0; i < single->len; i++) {
+        const JsonValue *it = &single->items[i], *seq = json_get(it, "Sequence");
+        const JsonValue *st = json_get(it, "SpecialToken");
+        if (seq) {
+            if (seen_seq++)
+                return kda_fail(err, "post_processor (TemplateProcessing).single: two sequences");
+            continue;
+        }
+        const char *name = st ? json_get_str(st, "id") : NULL;
+        const JsonValue *def = name ? json_get(sp, name) : NULL;
+        const JsonValue *ids = def ? json_get(def, "ids") : NULL;
+        if (!ids || ids->type != JSON_ARRAY)
+            return kda_fail(err,
+                            "post_processor (TemplateProcessing).single[%zu]: expected a "
+                            "Sequence or a SpecialToken defined in special_tokens with ids",
+                            i);
+        for (size_t k = 0; k < ids->len; k++) {
+            if (!ids->items[k].is_int)
+                return kda_fail(err, "post_processor: special_tokens.%s.ids: expected integers",
+                                name);
+            if (post_push_(t, seen_seq, ids->items[k].i, name, err)) return -1;
+        }
+    }
+    if (!seen_seq)
+        return kda_fail(err, "post_processor (TemplateProcessing).single: no $A sequence");
+    return 0;
+}
+
+// BertProcessing / RobertaProcessing: "cls": [token, id] before, "sep": [token, id] after.
+static int post_cls_sep_(KdaTokenizer *t, const JsonValue *pp, KdaError *err) {
+    const char *keys[2] = {"cls", "sep"};
+    for (int k = 0; k < 2; k++) {
+        const JsonValue *v = json_get(pp, keys[k]);
+        if (!v || v->type != JSON_ARRAY || v->len != 2 || !v->items[1].is_int)
+            return kda_fail(err, "post_processor.%s: expected [token, id]", keys[k]);
+        if (post_push_(t, k, v->items[1].i, keys[k], err)) return -1;
+    }
+    return 0;
+}
+
+static int post_parse_(KdaTokenizer *t, const JsonValue *pp, int depth, KdaError *err) {
+    if (!pp || pp->type == JSON_NULL) return 0;
+    const char *type = json_get_str(pp, "type");
+    if (!type) return kda_fail(err, "post_processor.type: expected a string");
+    size_t n = strlen(t->post_desc);
+    snprintf(t->post_desc + n, sizeof t->post_desc - n, "%s%s", n ? ", " : "", type);
+    if (!strcmp(type, "ByteLevel")) return 0; // offsets only, adds no ids
+    if (!strcmp(type, "TemplateProcessing")) return post_template_(t, pp, err);
+    if (!strcmp(type, "BertProcessing") || !strcmp(type, "RobertaProcessing"))
+        return post_cls_sep_(t, pp, err);
+    if (!strcmp(type, "Sequence") && depth < 4) {
+        const JsonValue *ps = json_get(pp, "processors");
+        if (!ps || ps->type != JSON_ARRAY)
+            return kda_fail(err, "post_processor (Sequence).processors: expected a list");
+        for (size_t i = 0; i < ps->len; i++)
+            if (post_parse_(t, &ps->items[i], depth + 1, err)) return -1;
+        return 0;
+    }
+    return kda_fail(err,
+                    "post_processor.type: '%s' is not supported (ByteLevel, TemplateProcessing, "
+                    "BertProcessing, RobertaProcessing, Sequence)",
+                    type);
+}
+
+// Fills t->post_* and a description like "TemplateProcessing [128000] $A".
+static int load_post_processor(KdaTokenizer *t, const JsonValue *pp, KdaError *err) {
+    t->post_desc[0] = 0;
+    if (post_parse_(t, pp, 0, err)) return -1;
+    if (!t->post_desc[0]) {
+        snprintf(t->post_desc, sizeof t->post_desc, "none");
+        return 0;
+    }
+    size_t n = strlen(t->post_desc);
+    for (int side = 0; side < 2; side++) {
+        const int32_t *ids = side ? t->post_suffix : t->post_prefix;
+        int cnt = side ? t->n_post_suffix : t->n_post_prefix;
+        if (side) n += (size_t)snprintf(t->post_desc + n, sizeof t->post_desc - n, " $A");
+        if (!cnt) continue;
+        n += (size_t)snprintf(t->post_desc + n, sizeof t->post_desc - n, " [");
+        for (int i = 0; i < cnt && n < sizeof t->post_desc; i++)
+            n += (size_t)snprintf(t->post_desc + n, sizeof t->post_desc - n, "%s%d", i ? " " : "",
+                                  (int)ids[i]);
+        if (n < sizeof t->post_desc)
+            n += (size_t)snprintf(t->post_desc + n, sizeof t->post_desc - n, "]");
+    }
+    if (!t->n_post_prefix && !t->n_post_suffix && n < sizeof t->post_desc)
+        snprintf(t->post_desc + n, sizeof t->post_desc - n, " (adds no ids)");
+    return 0;
+}
+
+const char *tok_post_processor(const KdaTokenizer *t, const int32_t **prefix, int *n_prefix,
+                               const int32_t **suffix, int *n_suffix) {
+    if (prefix) *prefix = t->post_prefix;
+    if (n_prefix) *n_prefix = t->n_post_prefix;
+    if (suffix) *suffix = t->post_suffix;
+    if (n_suffix) *n_suffix = t->n_post_suffix;
+    return t->post_desc[0] ? t->post_desc : "none";
+}
+
+int tok_post_adds_bos(const KdaTokenizer *t) {
+    return t->bos >= 0 && t->n_post_prefix > 0 && t->post_prefix[0] == t->bos;
+}
+
 static int load_hf_json(KdaTokenizer *t, const char *data, size_t n, KdaError *err) {
     JsonDoc doc;
     if (json_parse(&doc, data, n, err)) return -1;
@@ -443,6 +568,7 @@ static int load_hf_json(KdaTokenizer *t, const char *data, size_t n, KdaError *e
     if (!rc) rc = load_vocab_json(t, vocab, added, err);
     if (!rc) rc = load_merges_json(t, json_get(m, "merges"), err);
     if (!rc) rc = load_added_json(t, added, err);
+    if (!rc) rc = load_post_processor(t, json_get(root, "post_processor"), err);
     json_free(&doc);
     return rc;
 }

@@ -31,6 +31,10 @@ enum {
     TOK_SPECIALS = 4, // recognise *special* added tokens written literally in the text (HF's
                       // default behaviour); without it they are encoded as ordinary text.
                       // Non-special added tokens are always recognised (as in HF).
+    TOK_POST = 8,     // apply tokenizer.json's post_processor (HF add_special_tokens=True): the
+                      // ids its single-sequence template puts around the text (Llama 3.2: BOS
+                      // before). TOK_ADD_BOS / TOK_ADD_EOS then add an id only where the
+                      // template did not already put it (no duplicate BOS).
 };
 
 // Input format for tok_load_buffer.
@@ -96,5 +100,15 @@ const char *tok_id_to_token(const KdaTokenizer *t, int32_t id, size_t *len);
 const char *tok_token_bytes(const KdaTokenizer *t, int32_t id, size_t *len);
 // 1 if id is an added token marked special (BOS, EOS, <|eot_id|>, ...), else 0.
 int tok_is_special(const KdaTokenizer *t, int32_t id);
+
+// The post_processor of a tokenizer.json (tiktoken files have none): *prefix / *suffix point to
+// the ids TOK_POST adds before / after the text (owned by t; counts in *n_prefix, *n_suffix).
+// Supported: null, ByteLevel (adds nothing), TemplateProcessing (its "single" template),
+// BertProcessing / RobertaProcessing (cls ... sep), and Sequence of these. Returns a short
+// description for logs and results ("TemplateProcessing [128000] $A", "none").
+const char *tok_post_processor(const KdaTokenizer *t, const int32_t **prefix, int *n_prefix,
+                               const int32_t **suffix, int *n_suffix);
+// 1 when TOK_POST starts the ids with BOS (what lm-eval's HF backend then feeds the model).
+int tok_post_adds_bos(const KdaTokenizer *t);
 
 #endif

@@ -418,8 +418,12 @@ int tok_encode(const KdaTokenizer *t, const char *text, size_t n, int flags, Tok
         return kda_fail(err, "tokenizer has no EOS token (eos_token undefined)");
     Scratch *sc = scratch_get(t);
     const uint8_t *s = (const uint8_t *)text;
-    ids_reserve(out, 2);
-    if (flags & TOK_ADD_BOS) out->ids[out->n++] = t->bos;
+    int post = (flags & TOK_POST) != 0;
+    ids_reserve(out, 2 + TOK_POST_MAX);
+    if (post)
+        for (int k = 0; k < t->n_post_prefix; k++)
+            out->ids[out->n++] = t->post_prefix[k];
+    if ((flags & TOK_ADD_BOS) && !(post && tok_post_adds_bos(t))) out->ids[out->n++] = t->bos;
     unsigned mask = 1u | ((flags & TOK_SPECIALS) ? 2u : 0u);
     size_t seg = 0;
     for (size_t i = 0; i < n; i++) {
@@ -433,8 +437,12 @@ int tok_encode(const KdaTokenizer *t, const char *text, size_t n, int flags, Tok
         seg = i + 1;
     }
     encode_plain(t, sc, s + seg, n - seg, out);
-    ids_reserve(out, 1);
-    if (flags & TOK_ADD_EOS) out->ids[out->n++] = t->eos;
+    ids_reserve(out, 1 + TOK_POST_MAX);
+    if (post)
+        for (int k = 0; k < t->n_post_suffix; k++)
+            out->ids[out->n++] = t->post_suffix[k];
+    int eos_done = post && t->n_post_suffix && t->post_suffix[t->n_post_suffix - 1] == t->eos;
+    if ((flags & TOK_ADD_EOS) && !eos_done) out->ids[out->n++] = t->eos;
     return 0;
 }
 

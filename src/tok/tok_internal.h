@@ -44,6 +44,8 @@ typedef struct {
     const char *content; // points into the blob
 } TokAdded;
 
+#define TOK_POST_MAX 8 // special ids a post-processor may add on one side
+
 struct KdaTokenizer {
     uint64_t serial; // unique per load: invalidates per-thread caches of a freed tokenizer
     int32_t nvocab;  // 1 + largest id
@@ -62,6 +64,11 @@ struct KdaTokenizer {
     TokAdded *added; // sorted by content length, longest first
     int32_t nadded;
     uint8_t added_first[256]; // bit 1: a non-special added token starts with this byte; 2: special
+    // tokenizer.json post_processor for one sequence (HF add_special_tokens=True): these ids go
+    // before and after the encoded text (TemplateProcessing "single", Bert/Roberta cls/sep)
+    int32_t post_prefix[TOK_POST_MAX], post_suffix[TOK_POST_MAX];
+    int n_post_prefix, n_post_suffix;
+    char post_desc[96]; // e.g. "TemplateProcessing [128000] $A", "ByteLevel (adds none)", "none"
 };
 
 uint64_t tok_hash_bytes(const void *p, size_t n);
