@@ -130,6 +130,8 @@ void args_usage(const ArgTable *t, FILE *f) {
             snprintf(def, sizeof def, " (default: %lld)", (long long)*(int64_t *)s->ptr);
         else if (s->type == ARG_FLOAT)
             snprintf(def, sizeof def, " (default: %g)", *(double *)s->ptr);
+        else if (s->type == ARG_BOOL && *(int *)s->ptr < 0) // tri-state: neither flag given
+            snprintf(def, sizeof def, " (default: auto)");
         else if (s->type == ARG_BOOL && *(int *)s->ptr)
             snprintf(def, sizeof def, " (default: on)");
         fprintf(f, "  %-26s %s%s\n", left, s->help, def);

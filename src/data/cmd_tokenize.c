@@ -101,7 +101,7 @@ static void batch_free(Batch *b) {
 typedef struct {
     const char *tokenizer, *prefix, *json_key, *txt_docs;
     ArgList inputs;
-    int append_eod, bos, specials, skip_bad, quiet;
+    int append_eod, bos, specials, skip_bad, quiet, post;
     int64_t workers;
 } TokOpts;
 
@@ -120,7 +120,7 @@ static int tokenize_run(const TokOpts *o, KdaError *err) {
     double t0 = now_seconds(); // throughput excludes loading the tokenizer
     t_load = t0 - t_load;
     int flags = (o->bos ? TOK_ADD_BOS : 0) | (o->append_eod ? TOK_ADD_EOS : 0) |
-                (o->specials ? TOK_SPECIALS : 0);
+                (o->specials ? TOK_SPECIALS : 0) | (o->post ? TOK_POST : 0);
     if (o->append_eod && tok_eos_id(tok) < 0) {
         tok_free(tok);
         return kda_fail(err, "%s: tokenizer has no EOS id, needed for --append-eod", o->tokenizer);
@@ -201,8 +201,11 @@ static int tokenize_run(const TokOpts *o, KdaError *err) {
 }
 
 int cmd_tokenize(int argc, char **argv) {
-    TokOpts o = {
-        .json_key = "text", .txt_docs = "file", .specials = 1, .workers = omp_get_num_procs()};
+    TokOpts o = {.json_key = "text",
+                 .txt_docs = "file",
+                 .specials = 1,
+                 .post = 1,
+                 .workers = omp_get_num_procs()};
     const ArgSpec specs[] = {
         {"tokenizer", ARG_STR, &o.tokenizer, "tokenizer.json (or tiktoken tokenizer.model)", 1},
         {"input", ARG_STRS, &o.inputs,
@@ -213,7 +216,14 @@ int cmd_tokenize(int argc, char **argv) {
         {"json-key", ARG_STR, &o.json_key, "JSONL key / Parquet column holding the text", 0},
         {"append-eod", ARG_BOOL, &o.append_eod, "append the tokenizer's EOS id to each document",
          0},
-        {"bos", ARG_BOOL, &o.bos, "prepend the BOS id to each document", 0},
+        {"add-special-tokens", ARG_BOOL, &o.post,
+         "apply tokenizer.json's post_processor to each document, as HF tokenizer(text) and "
+         "Megatron's HuggingFaceTokenizer do (Llama 3.2: BOS before every document)",
+         0},
+        {"bos", ARG_BOOL, &o.bos,
+         "prepend the BOS id to each document (unless the "
+         "post_processor did)",
+         0},
         {"specials", ARG_BOOL, &o.specials,
          "recognise special tokens written in the text (HF "
          "default); --no-specials encodes them as text",

@@ -112,7 +112,7 @@ int cmd_eval(int argc, char **argv) {
     const char *model_dir = NULL, *tasks = NULL, *data = NULL, *output = NULL, *tok_path = NULL;
     const char *dump_path = NULL, *ppl = NULL, *core = "chunk", *device = "auto";
     int64_t limit = 0, batch_tokens = 0, max_length = 0, seq_length = 2048;
-    int bos = 1, share = 1;
+    int bos = -1, share = 1; // bos -1: as the tokenizer's post_processor says (lm-eval 0.4)
     ArgList cmp = {0};
     ArgSpec specs[] = {
         {"model", ARG_STR, &model_dir, "model directory (config.json + model.safetensors)", 0},
@@ -131,7 +131,9 @@ int cmd_eval(int argc, char **argv) {
         {"output", ARG_STR, &output, "results.json to write", 0},
         {"tokenizer", ARG_STR, &tok_path,
          "tokenizer.json (default: MODEL/tokenizer.json, else " DEFAULT_TOKENIZER ")", 0},
-        {"bos", ARG_BOOL, &bos, "prepend BOS to every request (--no-bos: lm-eval before PR #3347)",
+        {"bos", ARG_BOOL, &bos,
+         "BOS before every request; default: when the tokenizer's post_processor adds it, as "
+         "lm-eval 0.4's HF backend (add_special_tokens from the tokenizer); --no-bos: never",
          0},
         {"max-length", ARG_INT, &max_length, "left-truncation length (0 = max_position_embeddings)",
          0},
@@ -167,7 +169,7 @@ int cmd_eval(int argc, char **argv) {
     if (eval_device_open(&dev, device, &m, &err)) kda_die("%s", err.msg);
     if (dev.note[0]) kda_warn("--device auto: %s; using the CPU", dev.note);
     kda_info("device: %s%s", dev.name, dev.cuda ? ", bf16 mixed precision, batched forward" : "");
-    EvalSettings s = {.bos = bos,
+    EvalSettings s = {.bos = bos > 0,
                       .batch_tokens = batch_tokens ? batch_tokens
                                       : dev.cuda   ? 16384
                                                    : 8192,
@@ -183,6 +185,10 @@ int cmd_eval(int argc, char **argv) {
         return rc;
     }
     KdaTokenizer *tok = load_tokenizer_(tok_path, model_dir);
+    s.bos = eval_bos_policy(bos, tok, &s.bos_source);
+    kda_info("BOS %s (%s; post_processor: %s)", s.bos ? "on" : "off",
+             bos < 0 ? "from the tokenizer, as lm-eval 0.4's HF backend" : s.bos_source,
+             tok_post_processor(tok, NULL, NULL, NULL, NULL));
     char **names;
     int n_names;
     split_tasks_(tasks, &names, &n_names);
@@ -215,8 +221,8 @@ int cmd_eval(int argc, char **argv) {
         free(names[i]);
     }
     if (dump && commit_atomic(dump, tmp, dump_path, &err)) kda_die("%s", err.msg);
-    printf("kda eval: %s, 0-shot, bos=%s, max_length=%lld, device=%s\n\n", model_dir,
-           bos ? "on" : "off", (long long)s.max_length, dev.name);
+    printf("kda eval: %s, 0-shot, bos=%s (%s), max_length=%lld, device=%s\n\n", model_dir,
+           s.bos ? "on" : "off", s.bos_source, (long long)s.max_length, dev.name);
     eval_results_print(stdout, &res);
     if (output && eval_results_write(output, &res, &s, model_dir, &err)) kda_die("%s", err.msg);
     eval_results_free(&res);

@@ -119,7 +119,7 @@ int cmd_generate(int argc, char **argv) {
     const char *core = "chunk", *device = "auto";
     int64_t max_new = 64, top_k = 0, seed = 0;
     double temperature = 1.0, top_p = 1.0;
-    int bos = 1, ignore_eos = 0, echo = 1;
+    int bos = 0, post = 1, ignore_eos = 0, echo = 1;
     ArgSpec specs[] = {
         {"model", ARG_STR, &model_arg, "HF model directory, or a training save/iter_* directory",
          1},
@@ -129,7 +129,10 @@ int cmd_generate(int argc, char **argv) {
          "tokenizer.json / tokenizer.model (default: the "
          "model directory's, if any; none: print ids)",
          0},
-        {"bos", ARG_BOOL, &bos, "prepend BOS to a text prompt (tokenizer's, else config's)", 0},
+        {"add-special-tokens", ARG_BOOL, &post,
+         "encode a text prompt as HF tokenizer(prompt) does (post_processor: Llama 3.2's BOS)", 0},
+        {"bos", ARG_BOOL, &bos,
+         "prepend BOS to a text prompt unless already there (tokenizer's, else config's)", 0},
         {"max-new-tokens", ARG_INT, &max_new, "tokens to generate at most", 0},
         {"temperature", ARG_FLOAT, &temperature, "softmax temperature; 0 = greedy (argmax)", 0},
         {"top-k", ARG_INT, &top_k, "keep the k most likely tokens (0 = off)", 0},
@@ -192,13 +195,14 @@ int cmd_generate(int argc, char **argv) {
         else
             text = read_stdin_(&text_n);
         if (!tok) kda_die("a text prompt needs --tokenizer (%s has no tokenizer file)", dir);
+        if (tok_encode(tok, text, text_n, post ? TOK_POST : 0, &ids, &err)) kda_die("%s", err.msg);
         int32_t b = tok_bos_id(tok);
         if (bos && b < 0 && cfg.has_bos_token_id) b = (int32_t)cfg.bos_token_id;
-        if (bos && b >= 0) {
-            ids.ids = kda_malloc(sizeof(int32_t)), ids.cap = 1, ids.n = 1;
-            ids.ids[0] = b;
+        if (bos && b >= 0 && !(ids.n && ids.ids[0] == b)) {
+            ids.ids = kda_realloc(ids.ids, (ids.n + 1) * sizeof(int32_t));
+            memmove(ids.ids + 1, ids.ids, ids.n * sizeof(int32_t));
+            ids.ids[0] = b, ids.n++, ids.cap = ids.n;
         }
-        if (tok_encode(tok, text, text_n, 0, &ids, &err)) kda_die("%s", err.msg);
     }
     if (ids.n == 0) kda_die("the prompt is empty (no token ids; try --bos)");
     for (size_t i = 0; i < ids.n; i++)

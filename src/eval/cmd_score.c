@@ -1,8 +1,9 @@
 // cmd_score.c - `kda score`: per-sequence loss of token-id (or text) sequences under a model.
 //
-// Input: JSON lines, each {"ids": [int, ...]} or {"text": "..."} (text needs --tokenizer; no
-// BOS unless --bos). Blank lines are skipped. Every line is validated before any scoring;
-// errors name FILE:LINE. Output: one JSON line per scored input, in input order:
+// Input: JSON lines, each {"ids": [int, ...]} or {"text": "..."} (text needs --tokenizer and is
+// encoded as HF tokenizer(text) does: the post_processor's specials, e.g. Llama 3.2's BOS). Blank
+// lines are skipped. Every line is validated before any scoring; errors name FILE:LINE. Output: one
+// JSON line per scored input, in input order:
 //   {"tokens": n, "loss": mean NLL of tokens 2..n given their prefix (natural log),
 //    "sum_nll": the sum of those n-1 NLLs}
 // both printed with 17 significant digits (a 2048-token sum_nll of ~4000 needs 1e-5 nats).
@@ -28,13 +29,15 @@
 int cmd_score(int argc, char **argv) {
     const char *model_dir = NULL, *input = NULL, *output = "-", *tok_path = NULL, *core = "chunk";
     const char *device = "auto";
-    int bos = 0;
+    int bos = 0, post = 1;
     ArgSpec specs[] = {
         {"model", ARG_STR, &model_dir, "model directory (config.json + model.safetensors)", 1},
         {"input", ARG_STR, &input, "JSON lines: {\"ids\": [...]} or {\"text\": \"...\"}", 1},
         {"output", ARG_STR, &output, "output JSON lines file ('-' = stdout)", 0},
         {"tokenizer", ARG_STR, &tok_path, "tokenizer.json / tokenizer.model for \"text\" lines", 0},
-        {"bos", ARG_BOOL, &bos, "prepend BOS to \"text\" lines", 0},
+        {"add-special-tokens", ARG_BOOL, &post,
+         "\"text\" lines: apply the tokenizer's post_processor (HF add_special_tokens=True)", 0},
+        {"bos", ARG_BOOL, &bos, "prepend BOS to \"text\" lines (unless the post_processor did)", 0},
         {"core", ARG_STR, &core, "KDA core: chunk | recurrent", 0},
         {"device", ARG_STR, &device,
          "auto | cpu | cuda (GPU: bf16 mixed precision, chunked core; auto: the GPU when the "
@@ -69,7 +72,8 @@ int cmd_score(int argc, char **argv) {
 
     int64_t n_seq = 0, tmax = 0;
     ScoreSeq *seqs;
-    if (score_read_input(input, tok, bos, cfg.vocab_size, &seqs, &n_seq, &err))
+    if (score_read_input(input, tok, (bos ? TOK_ADD_BOS : 0) | (post ? TOK_POST : 0),
+                         cfg.vocab_size, &seqs, &n_seq, &err))
         kda_die("%s", err.msg);
     for (int64_t i = 0; i < n_seq; i++)
         tmax = seqs[i].n > tmax ? seqs[i].n : tmax;

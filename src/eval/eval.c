@@ -21,6 +21,11 @@ static int encode(const KdaTokenizer *tok, const char *s, size_t n, TokIds *out,
     return tok_encode(tok, s, n, TOK_SPECIALS, out, err);
 }
 
+int eval_bos_policy(int flag, const KdaTokenizer *tok, const char **source) {
+    *source = flag > 0 ? "--bos" : flag == 0 ? "--no-bos" : "tokenizer";
+    return flag >= 0 ? flag : tok_post_adds_bos(tok);
+}
+
 int eval_encode_request(const KdaTokenizer *tok, const EvalRequest *rq, int bos, int separate,
                         EvalTokens *out, KdaError *err) {
     memset(out, 0, sizeof *out);
@@ -444,13 +449,13 @@ int eval_results_write(const char *path, const EvalResults *r, const EvalSetting
     fprintf(f, "{\n  \"settings\": {\"model\": ");
     json_write_string(f, model_dir ? model_dir : "", model_dir ? strlen(model_dir) : 0);
     fprintf(f,
-            ", \"bos\": %s, \"max_length\": %lld, \"device\": \"%s\", \"precision\": \"%s\", "
-            "\"num_fewshot\": 0, \"emulates\": ",
-            s->bos ? "true" : "false", (long long)s->max_length, on_gpu ? "cuda" : "cpu",
+            ", \"bos\": %s, \"bos_source\": \"%s\", \"max_length\": %lld, \"device\": \"%s\", "
+            "\"precision\": \"%s\", \"num_fewshot\": 0, \"emulates\": ",
+            s->bos ? "true" : "false", s->bos_source ? s->bos_source : "unknown",
+            (long long)s->max_length, on_gpu ? "cuda" : "cpu",
             on_gpu ? "bf16 mixed (GPU)" : "fp32");
-    const char *em =
-        s->bos ? "lm-eval HF backend after PR #3347 (add_bos_token from the tokenizer: BOS)"
-               : "lm-eval HF backend before PR #3347 (add_special_tokens=False: no BOS)";
+    const char *em = "lm-eval 0.4 HF backend, 0-shot (BOS: the tokenizer's post_processor unless "
+                     "--bos / --no-bos)";
     json_write_string(f, em, strlen(em));
     fprintf(f, "},\n  \"results\": [\n");
     for (int i = 0; i < r->n; i++) {

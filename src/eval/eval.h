@@ -49,10 +49,11 @@ typedef int (*EvalForwardFn)(void *ctx, const int32_t *ids, const int32_t *label
                              int64_t T, float *nll, KdaError *err);
 
 typedef struct {
-    int bos;              // prepend the tokenizer's BOS id to every request
-    int64_t max_length;   // left truncation: at most max_length + 1 tokens per request
-    int64_t batch_tokens; // B*T budget of one batched forward (>= max_length + 1 is best)
-    int share_prefix;     // 1: prefill + decode engine; 0: batched full forward only
+    int bos;                // prepend the tokenizer's BOS id to every request
+    const char *bos_source; // why (results): "tokenizer", "--bos", "--no-bos" (NULL: unknown)
+    int64_t max_length;     // left truncation: at most max_length + 1 tokens per request
+    int64_t batch_tokens;   // B*T budget of one batched forward (>= max_length + 1 is best)
+    int share_prefix;       // 1: prefill + decode engine; 0: batched full forward only
     // NULL: batches run on the CPU model (kda_model_forward). Set (the GPU): every request goes
     // through the batched engine with this forward and share_prefix is ignored (the shared-prefix
     // engine needs the CPU decode step). Perplexity windows use it too.
@@ -70,6 +71,11 @@ typedef struct {
 // Tokenizes one request. separate = 1: OLMo rules. An empty context becomes [BOS] (or [EOS]
 // when the tokenizer has no BOS), as lm-eval's HF backend does. Errors when the continuation
 // has no tokens.
+// lm-eval 0.4's HF backend leaves special tokens to the tokenizer (add_special_tokens): BOS
+// when its post_processor adds it (Llama 3.2), none for GPT-2's. flag: -1 follow the tokenizer,
+// 0 never (--no-bos), 1 always (--bos). *source gets "tokenizer", "--bos" or "--no-bos".
+int eval_bos_policy(int flag, const KdaTokenizer *tok, const char **source);
+
 int eval_encode_request(const KdaTokenizer *tok, const EvalRequest *rq, int bos, int separate,
                         EvalTokens *out, KdaError *err);
 void eval_tokens_free(EvalTokens *t);

@@ -8,7 +8,7 @@
 #include "core/util.h" // defines: read_file
 
 // Fills *s from one JSON object; -1 with "what" (no file:line prefix) on error.
-static int parse_obj_(ScoreSeq *s, const JsonValue *root, const KdaTokenizer *tok, int bos,
+static int parse_obj_(ScoreSeq *s, const JsonValue *root, const KdaTokenizer *tok, int tok_flags,
                       int64_t vocab, KdaError *err) {
     if (root->type != JSON_OBJECT)
         return kda_fail(err, "expected an object {\"ids\": [...]} or {\"text\": \"...\"}");
@@ -31,7 +31,7 @@ static int parse_obj_(ScoreSeq *s, const JsonValue *root, const KdaTokenizer *to
         if (text->type != JSON_STRING) return kda_fail(err, "\"text\" must be a string");
         if (!tok) return kda_fail(err, "a \"text\" line needs --tokenizer (or give \"ids\")");
         TokIds out = {0};
-        if (tok_encode(tok, text->str, text->len, bos ? TOK_ADD_BOS : 0, &out, err)) return -1;
+        if (tok_encode(tok, text->str, text->len, tok_flags, &out, err)) return -1;
         s->ids = out.ids; // TokIds buffers come from kda_realloc: plain free() releases them
         s->n = (int64_t)out.n;
         for (int64_t i = 0; i < s->n; i++)
@@ -47,16 +47,16 @@ static int parse_obj_(ScoreSeq *s, const JsonValue *root, const KdaTokenizer *to
     return 0;
 }
 
-static int parse_line_(ScoreSeq *s, const char *line, size_t len, const KdaTokenizer *tok, int bos,
-                       int64_t vocab, KdaError *err) {
+static int parse_line_(ScoreSeq *s, const char *line, size_t len, const KdaTokenizer *tok,
+                       int tok_flags, int64_t vocab, KdaError *err) {
     JsonDoc doc;
     if (json_parse(&doc, line, len, err)) return -1;
-    int rc = parse_obj_(s, &doc.root, tok, bos, vocab, err);
+    int rc = parse_obj_(s, &doc.root, tok, tok_flags, vocab, err);
     json_free(&doc);
     return rc;
 }
 
-int score_read_input(const char *file, const KdaTokenizer *tok, int bos, int64_t vocab,
+int score_read_input(const char *file, const KdaTokenizer *tok, int tok_flags, int64_t vocab,
                      ScoreSeq **seqs_out, int64_t *n_out, KdaError *err) {
     size_t len;
     char *buf = read_file(file, &len, err);
@@ -78,7 +78,7 @@ int score_read_input(const char *file, const KdaTokenizer *tok, int bos, int64_t
         if (cnt == cap) seqs = kda_realloc(seqs, (size_t)(cap = cap ? 2 * cap : 64) * sizeof *seqs);
         memset(&seqs[cnt], 0, sizeof *seqs);
         KdaError e;
-        if (parse_line_(&seqs[cnt++], buf + a, b - a, tok, bos, vocab, &e)) {
+        if (parse_line_(&seqs[cnt++], buf + a, b - a, tok, tok_flags, vocab, &e)) {
             kda_fail(err, "%s:%lld: %s", file, (long long)lineno, e.msg);
             score_seqs_free(seqs, cnt);
             free(buf);

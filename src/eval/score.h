@@ -15,9 +15,10 @@ typedef struct {
 } ScoreSeq;
 
 // Reads every non-blank line of file. ids must be integers in [0, vocab); every sequence needs
-// >= 2 tokens. "text" lines are encoded with tok (error if tok is NULL), with BOS if bos.
-// On success *seqs (malloc'ed, *n entries) is owned by the caller (score_seqs_free).
-int score_read_input(const char *file, const KdaTokenizer *tok, int bos, int64_t vocab,
+// >= 2 tokens. "text" lines are encoded with tok (error if tok is NULL), with tok_encode flags
+// tok_flags (cmd_score: TOK_POST, HF's default). On success *seqs (malloc'ed, *n entries) is owned
+// by the caller (score_seqs_free).
+int score_read_input(const char *file, const KdaTokenizer *tok, int tok_flags, int64_t vocab,
                      ScoreSeq **seqs, int64_t *n, KdaError *err);
 void score_seqs_free(ScoreSeq *seqs, int64_t n);
 

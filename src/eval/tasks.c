@@ -516,7 +516,10 @@ static int build_race_from(const char *article, const JsonValue *probs, EvalDoc 
             for (int i = 0; i < 4; i++)
                 doc_set(d, i, ctx.p, opts->items[i].str);
         } else if (qn >= 6 && !memcmp(q + qn - 6, "  _  .", 6)) {
-            str_addz(&ctx, q + qn - 5), str_addz(&ctx, ans), str_addz(&ctx, "\n");
+            // lm-eval 0.4.13's race (v3.0): question[:-5] + answer, the question up to the
+            // blank, filled in (older versions took question[-5:], just " _  ." + answer; lm-eval
+            // issue #835)
+            str_add(&ctx, q, qn - 5), str_addz(&ctx, ans), str_addz(&ctx, "\n");
         } else {
             str_addz(&ctx, "Question: "), str_addz(&ctx, q), str_addz(&ctx, "\n");
             str_addz(&ctx, "Answer: "), str_addz(&ctx, ans), str_addz(&ctx, "\n");

@@ -34,10 +34,13 @@ static KdaTokenizer *load_or_die(const char *path) {
 
 int cmd_encode(int argc, char **argv) {
     const char *path = DEFAULT_TOKENIZER;
-    int bos = 0, eos = 0, specials = 0;
+    int bos = 0, eos = 0, specials = 0, post = 1;
     ArgSpec specs[] = {
         {"tokenizer", ARG_STR, &path, "tokenizer.json or tiktoken tokenizer.model", 0},
-        {"bos", ARG_BOOL, &bos, "prepend the BOS token", 0},
+        {"add-special-tokens", ARG_BOOL, &post,
+         "apply tokenizer.json's post_processor, as HF add_special_tokens=True (Llama 3.2: BOS)",
+         0},
+        {"bos", ARG_BOOL, &bos, "prepend the BOS token (unless the post_processor did)", 0},
         {"eos", ARG_BOOL, &eos, "append the EOS token", 0},
         {"specials", ARG_BOOL, &specials,
          "recognise special tokens written in the text (e.g. <|eot_id|>); off: plain text", 0},
@@ -50,7 +53,8 @@ int cmd_encode(int argc, char **argv) {
     char *text = read_stdin(&n);
     TokIds ids = {0};
     KdaError err;
-    int flags = (bos ? TOK_ADD_BOS : 0) | (eos ? TOK_ADD_EOS : 0) | (specials ? TOK_SPECIALS : 0);
+    int flags = (bos ? TOK_ADD_BOS : 0) | (eos ? TOK_ADD_EOS : 0) | (specials ? TOK_SPECIALS : 0) |
+                (post ? TOK_POST : 0);
     if (tok_encode(t, text, n, flags, &ids, &err)) kda_die("%s: %s", path, err.msg);
     putchar('[');
     for (size_t i = 0; i < ids.n; i++)
