@@ -56,11 +56,22 @@ ifeq ($(USE_CUDA),1)
   CU_OBJ    := $(CU_SRC:%.cu=$(BUILD)/%.o)
 endif
 
+# Build identification for `kda --version` (src/core/version.c is recompiled on every build,
+# so the commit is always the tree's). The archs are the -gencode targets above.
+KDA_COMMIT    := $(shell git describe --always --dirty 2>/dev/null || echo unknown)
+VERSION_FLAGS := -DKDA_COMMIT='"$(KDA_COMMIT)"'
+ifeq ($(USE_CUDA),1)
+  VERSION_FLAGS += -DKDA_CUDA_ARCHS='"sm_90a, sm_90"'
+endif
+
 LIB_OBJ  := $(LIB_SRC:%.c=$(BUILD)/%.o) $(CU_OBJ)
 TEST_OBJ := $(TEST_SRC:%.c=$(BUILD)/%.o)
 
-.PHONY: all test test-gpu check-refs demo deps fuzz format clean
+.PHONY: all test test-gpu check-refs demo deps fuzz format clean FORCE
 all: $(BUILD)/kda $(BUILD)/kda_test
+FORCE:
+$(BUILD)/src/core/version.o: CFLAGS += $(VERSION_FLAGS)
+$(BUILD)/src/core/version.o: FORCE
 
 $(BUILD)/%.o: %.c
 	@mkdir -p $(dir $@)

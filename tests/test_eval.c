@@ -504,7 +504,7 @@ KDA_TEST(eval_command_end_to_end) {
                     "--device", "cpu"};
     CHECK_EQ_INT(cmd_eval(14, argv), 0);
     EvalResults r;
-    CHECK(eval_results_read(out, &r, &err) == 0);
+    CHECK(eval_results_read(out, &r, NULL, 0, &err) == 0);
     CHECK_EQ_INT(r.n, 3); // piqa acc, acc_norm; race acc
     CHECK(!strcmp(r.m[0].task, "piqa") && !strcmp(r.m[1].metric, "acc_norm") && r.m[2].n == 2);
     for (int i = 0; i < r.n; i++)
@@ -532,7 +532,7 @@ KDA_TEST(eval_command_end_to_end) {
                      "cpu"};
     CHECK_EQ_INT(cmd_eval(15, argv2), 0);
     EvalResults r2;
-    CHECK(eval_results_read(out2, &r2, &err) == 0);
+    CHECK(eval_results_read(out2, &r2, NULL, 0, &err) == 0);
     CHECK(r2.n == 2 && r2.m[0].value == r.m[0].value); // engines agree on the decisions
     char *argv3[] = {"--compare", out, out2};
     CHECK_EQ_INT(cmd_eval(3, argv3), 0);

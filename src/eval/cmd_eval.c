@@ -58,14 +58,33 @@ static KdaTokenizer *load_tokenizer_(const char *flag, const char *model_dir) {
     return t;
 }
 
-static int compare_(const ArgList *files) {
-    if (files->n != 2) kda_die("--compare takes two results files, got %d", files->n);
+// --compare A B [--labels LA,LB]: files or result directories, lm-eval's or kda's.
+static int compare_(const ArgList *files, const char *labels) {
+    if (files->n != 2)
+        kda_die("--compare takes two results files or directories, got %d", files->n);
+    char la[64] = "A", lb[64] = "B";
+    if (labels) {
+        const char *c = strchr(labels, ',');
+        if (!c || strchr(c + 1, ','))
+            kda_die("--labels: expected two names separated by a comma, got '%s'", labels);
+        snprintf(la, sizeof la, "%.*s", (int)(c - labels), labels);
+        snprintf(lb, sizeof lb, "%s", c + 1);
+    }
     EvalResults a, b;
     KdaError err;
-    if (eval_results_read(files->items[0], &a, &err)) kda_die("%s", err.msg);
-    if (eval_results_read(files->items[1], &b, &err)) kda_die("%s", err.msg);
-    eval_results_compare(stdout, &a, &b, "A", "B");
-    printf("\nA = %s\nB = %s\n", files->items[0], files->items[1]);
+    char fa[PATH_MAX], fb[PATH_MAX];
+    if (eval_results_read(files->items[0], &a, fa, sizeof fa, &err)) kda_die("%s", err.msg);
+    if (eval_results_read(files->items[1], &b, fb, sizeof fb, &err)) kda_die("%s", err.msg);
+    eval_results_compare(stdout, &a, &b, la, lb);
+    printf("\n%s = %s (%s)\n%s = %s (%s)\n", la, fa, a.format, lb, fb, b.format);
+    char *buf;
+    size_t n;
+    FILE *m = open_memstream(&buf, &n);
+    int k = m ? eval_results_mismatches(m, &a, &b, la, lb) : 0;
+    if (m) fclose(m);
+    for (char *line = k ? strtok(buf, "\n") : NULL; line; line = strtok(NULL, "\n"))
+        kda_warn("not like for like: %s", line);
+    if (m) free(buf);
     eval_results_free(&a), eval_results_free(&b);
     return 0;
 }
@@ -114,6 +133,7 @@ int cmd_eval(int argc, char **argv) {
     int64_t limit = 0, batch_tokens = 0, max_length = 0, seq_length = 2048;
     int bos = -1, share = 1; // bos -1: as the tokenizer's post_processor says (lm-eval 0.4)
     ArgList cmp = {0};
+    const char *labels = NULL;
     ArgSpec specs[] = {
         {"model", ARG_STR, &model_dir, "model directory (config.json + model.safetensors)", 0},
         {"tasks", ARG_STR, &tasks,
@@ -146,7 +166,11 @@ int cmd_eval(int argc, char **argv) {
         {"perplexity", ARG_STR, &ppl, "PREFIX of a .bin/.idx: token-weighted NLL and perplexity",
          0},
         {"seq-length", ARG_INT, &seq_length, "perplexity window (predicted tokens per window)", 0},
-        {"compare", ARG_STRS, &cmp, "A.json B.json: print the Δ table (B − A)", 0},
+        {"compare", ARG_STRS, &cmp,
+         "A B: print the Δ table (B − A); each a results JSON (lm-eval's or kda's) or a directory "
+         "(its newest results*.json)",
+         0},
+        {"labels", ARG_STR, &labels, "names of the two --compare columns, e.g. FLA,kda", 0},
     };
     ArgTable table = {"kda eval", "lm-eval-compatible multiple-choice benchmarks and perplexity",
                       "Scoring follows lm-eval-harness's HF backend, 0-shot (docs/eval.md). "
@@ -154,7 +178,7 @@ int cmd_eval(int argc, char **argv) {
                       specs, (int)(sizeof specs / sizeof *specs)};
     if (args_parse_or_die(&table, argc, argv)) return 0;
     if (cmp.n) {
-        int rc = compare_(&cmp);
+        int rc = compare_(&cmp, labels);
         arglist_free(&cmp);
         return rc;
     }
@@ -177,7 +201,8 @@ int cmd_eval(int argc, char **argv) {
                       .max_length = max_length ? max_length : m.cfg.max_position_embeddings,
                       .forward = dev.cuda ? eval_device_forward : NULL,
                       .forward_ctx = &dev,
-                      .device = dev.cuda ? "cuda" : "cpu"};
+                      .device = dev.cuda ? "cuda" : "cpu",
+                      .limit = limit};
     if (ppl) {
         int rc = perplexity_(&m, &s, ppl, seq_length, limit);
         eval_device_close(&dev);

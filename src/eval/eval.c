@@ -309,7 +309,18 @@ static void res_add(EvalResults *r, const char *task, const char *metric, double
 
 void eval_results_free(EvalResults *r) {
     free(r->m);
+    free(r->tasks);
     memset(r, 0, sizeof *r);
+}
+
+static void res_add_task(EvalResults *r, const EvalTask *t) {
+    r->tasks = kda_realloc(r->tasks, (size_t)(r->n_tasks + 1) * sizeof *r->tasks);
+    EvalTaskInfo *ti = &r->tasks[r->n_tasks++];
+    memset(ti, 0, sizeof *ti);
+    snprintf(ti->task, sizeof ti->task, "%s", t->name);
+    snprintf(ti->split, sizeof ti->split, "%s", t->split);
+    ti->split_fallback = t->split_fallback;
+    ti->n_docs = t->n_docs;
 }
 
 static double mean(const double *x, int64_t n) {
@@ -414,6 +425,7 @@ int eval_run_task(KdaModel *m, const KdaTokenizer *tok, const EvalTask *t, const
                     dump_request(dump, t, d, i, &doc->req[i], &tk[p - ll + i], p[i]);
             p += doc->n_choices;
         }
+        res_add_task(res, t);
         if (t->n_subtasks > 0 && !strcmp(t->name, "mmlu")) {
             rc = mmlu_metrics(t, acc, res, err);
         } else {
@@ -429,108 +441,6 @@ int eval_run_task(KdaModel *m, const KdaTokenizer *tok, const EvalTask *t, const
         eval_tokens_free(&tk[k]);
     free(tk), free(ll), free(acc), free(accn);
     return rc;
-}
-
-// ---- results.json -----------------------------------------------------------------------------
-
-static void put_num(FILE *f, double x) {
-    if (isfinite(x))
-        fprintf(f, "%.10g", x);
-    else
-        fprintf(f, "null");
-}
-
-int eval_results_write(const char *path, const EvalResults *r, const EvalSettings *s,
-                       const char *model_dir, KdaError *err) {
-    char tmp[PATH_MAX];
-    FILE *f = open_atomic(path, tmp, err);
-    if (!f) return -1;
-    int on_gpu = s->device && !strcmp(s->device, "cuda");
-    fprintf(f, "{\n  \"settings\": {\"model\": ");
-    json_write_string(f, model_dir ? model_dir : "", model_dir ? strlen(model_dir) : 0);
-    fprintf(f,
-            ", \"bos\": %s, \"bos_source\": \"%s\", \"max_length\": %lld, \"device\": \"%s\", "
-            "\"precision\": \"%s\", \"num_fewshot\": 0, \"emulates\": ",
-            s->bos ? "true" : "false", s->bos_source ? s->bos_source : "unknown",
-            (long long)s->max_length, on_gpu ? "cuda" : "cpu",
-            on_gpu ? "bf16 mixed (GPU)" : "fp32");
-    const char *em = "lm-eval 0.4 HF backend, 0-shot (BOS: the tokenizer's post_processor unless "
-                     "--bos / --no-bos)";
-    json_write_string(f, em, strlen(em));
-    fprintf(f, "},\n  \"results\": [\n");
-    for (int i = 0; i < r->n; i++) {
-        const EvalMetric *e = &r->m[i];
-        fprintf(f, "    {\"task\": ");
-        json_write_string(f, e->task, strlen(e->task));
-        fprintf(f, ", \"metric\": ");
-        json_write_string(f, e->metric, strlen(e->metric));
-        fprintf(f, ", \"value\": "), put_num(f, e->value);
-        fprintf(f, ", \"stderr\": "), put_num(f, e->stderr);
-        fprintf(f, ", \"n\": %lld, \"random\": ", (long long)e->n), put_num(f, e->random / 100.0);
-        fprintf(f, "}%s\n", i + 1 < r->n ? "," : "");
-    }
-    fprintf(f, "  ]\n}\n");
-    return commit_atomic(f, tmp, path, err);
-}
-
-int eval_results_read(const char *path, EvalResults *r, KdaError *err) {
-    memset(r, 0, sizeof *r);
-    JsonDoc doc;
-    if (json_parse_file(&doc, path, err)) return -1;
-    const JsonValue *arr = json_get(&doc.root, "results");
-    if (!arr || arr->type != JSON_ARRAY)
-        return json_free(&doc), kda_fail(err, "%s: no \"results\" list", path);
-    for (size_t i = 0; i < arr->len; i++) {
-        const JsonValue *e = &arr->items[i];
-        const char *task = json_get_str(e, "task"), *metric = json_get_str(e, "metric");
-        double v, se = NAN, rnd = 0;
-        int64_t n = 0;
-        if (!task || !metric || json_get_num(e, "value", &v))
-            return json_free(&doc), eval_results_free(r),
-                   kda_fail(err, "%s: results[%zu]: needs task, metric and a numeric value", path,
-                            i);
-        json_get_num(e, "stderr", &se), json_get_int(e, "n", &n), json_get_num(e, "random", &rnd);
-        res_add(r, task, metric, v, se, n, rnd * 100.0);
-    }
-    json_free(&doc);
-    return 0;
-}
-
-static int shown(const EvalMetric *e) {
-    return strncmp(e->task, "mmlu_", 5) != 0;
-}
-
-void eval_results_print(FILE *f, const EvalResults *r) {
-    fprintf(f, "| task | metric | random | score ± stderr | n |\n|---|---|---:|---:|---:|\n");
-    for (int i = 0; i < r->n; i++) {
-        const EvalMetric *e = &r->m[i];
-        if (!shown(e)) continue;
-        fprintf(f, "| %s%s | %s | %.2f | %.2f ± %.2f | %lld |\n", e->task,
-                strcmp(e->task, "mmlu") ? "" : " (aggregate)", e->metric, e->random,
-                100.0 * e->value, isfinite(e->stderr) ? 100.0 * e->stderr : 0.0, (long long)e->n);
-    }
-}
-
-void eval_results_compare(FILE *f, const EvalResults *a, const EvalResults *b, const char *na,
-                          const char *nb) {
-    fprintf(f, "| task | metric | random | %s | %s | Δ (B − A) |\n|---|---|---:|---:|---:|---:|\n",
-            na, nb);
-    double sum = 0.0;
-    int k = 0;
-    for (int i = 0; i < a->n; i++) {
-        const EvalMetric *x = &a->m[i];
-        if (!shown(x)) continue;
-        for (int j = 0; j < b->n; j++) {
-            const EvalMetric *y = &b->m[j];
-            if (strcmp(x->task, y->task) || strcmp(x->metric, y->metric)) continue;
-            double d = 100.0 * (y->value - x->value);
-            fprintf(f, "| %s | %s | %.2f | %.2f | %.2f | %+.2f |\n", x->task, x->metric, x->random,
-                    100.0 * x->value, 100.0 * y->value, d);
-            sum += fabs(d), k++;
-            break;
-        }
-    }
-    fprintf(f, "| mean absolute difference | | | | | %.2f pp |\n", k ? sum / k : 0.0);
 }
 
 // ---- perplexity -------------------------------------------------------------------------------

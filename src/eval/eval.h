@@ -60,6 +60,7 @@ typedef struct {
     EvalForwardFn forward;
     void *forward_ctx;
     const char *device; // results.json "device" ("cpu" when NULL); "cuda" means bf16 precision
+    int64_t limit;      // --limit (results.json config.limit; 0 = none)
 } EvalSettings;
 
 typedef struct {
@@ -119,8 +120,21 @@ typedef struct {
 } EvalMetric;
 
 typedef struct {
+    char task[64];      // a task as run ("arc_easy", "mmlu")
+    char split[32];     // split read ("" for JSONL files and OLMo requests)
+    int split_fallback; // 1: lm-eval's split was missing, the other one was read
+    int64_t n_docs;     // documents evaluated
+} EvalTaskInfo;
+
+typedef struct {
     EvalMetric *m; // owned [n]
     int n;
+    EvalTaskInfo *tasks; // owned [n_tasks]: eval_run_task adds one per task
+    int n_tasks;
+    // What a results file says (eval_results_read); -1 when it does not say.
+    int bos;
+    int64_t limit;   // 0: no limit
+    char format[16]; // "lm-eval" (0.4 schema, kda's own included), "kda-legacy"
 } EvalResults;
 
 // Per-document correctness from the loglikelihoods of its n choices.
@@ -137,17 +151,33 @@ int eval_run_task(KdaModel *m, const KdaTokenizer *tok, const EvalTask *t, const
                   EvalResults *res, FILE *dump, EvalProgressFn progress, void *pctx, KdaError *err);
 void eval_results_free(EvalResults *r);
 
-// results.json: {"settings": {...}, "results": [{task, metric, value, stderr, n, random}]};
-// settings name the device and its precision (cpu: fp32; cuda: bf16 mixed).
+// ---- results files (results.c) ----------------------------------------------------------------
+
+// Writes lm-eval 0.4's results schema (results.<task>."acc,none", "acc_stderr,none",
+// "acc_norm,none", "acc_norm_stderr,none", alias; groups and group_subtasks for mmlu; configs,
+// versions, n-shot, higher_is_better, n-samples; config with model_args, device, dtype, limit,
+// bos, bos_source, max_length; date) plus kda's: task_splits (split used, fallback), kda_version,
+// kda_commit. Atomic (temp + rename).
 int eval_results_write(const char *path, const EvalResults *r, const EvalSettings *s,
                        const char *model_dir, KdaError *err);
-int eval_results_read(const char *path, EvalResults *r, KdaError *err);
-// Table like training-recipe.md §2.3: task | metric | random | score ± stderr (percent).
+// Reads lm-eval's results_*.json (any 0.4 version), kda's own (the same schema) and kda's
+// pre-0.2 file ({"results": [...]}). path may be a directory: the newest results*.json in it
+// or in its subdirectories (lm-eval's --output_path layout). *resolved (cap bytes, may be NULL)
+// gets the file read.
+int eval_results_read(const char *path, EvalResults *r, char *resolved, size_t cap, KdaError *err);
+// Table like training-recipe.md §2.3: task | metric | random | score ± stderr | n (percent);
+// a task whose split was a fallback is marked and explained under the table.
 void eval_results_print(FILE *f, const EvalResults *r);
 // Δ table (b - a, percentage points) of the (task, metric) pairs present in both, and the
-// mean absolute Δ.
+// mean absolute Δ; columns named name_a / name_b.
 void eval_results_compare(FILE *f, const EvalResults *a, const EvalResults *b, const char *name_a,
                           const char *name_b);
+// One line per difference that makes the comparison unfair: BOS, limit, the split of a task
+// (or that a file does not say). Returns the number of lines written to f.
+int eval_results_mismatches(FILE *f, const EvalResults *a, const EvalResults *b, const char *name_a,
+                            const char *name_b);
+// The lm-eval task version kda.c's template follows (results "versions"); 0 when unknown.
+double eval_task_version(const char *task);
 
 // Perplexity over the token stream of ds (sequences in order, back to back): non-overlapping
 // windows of seq_length + 1 tokens that overlap by one token (window w = tokens

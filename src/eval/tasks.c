@@ -864,7 +864,7 @@ static int load_arrow_dir(LoadCtx *c, const char *dir, KdaError *err) {
 
 // Finds <base>/<hf_path>/<split> for the task's paths and splits; 0 and *dir set, or -1.
 static int find_arrow_dir(const TaskDef *def, const char *data_dir, const char *sub, char *dir,
-                          size_t cap, char *split) {
+                          size_t cap, char *split, int *fallback) {
     const char *bases[2] = {"hf_datasets", ""};
     const char *splits[2] = {def->split, def->alt_split};
     for (int s = 0; s < 2; s++)
@@ -876,6 +876,7 @@ static int find_arrow_dir(const TaskDef *def, const char *data_dir, const char *
                 if (path_is_dir(tmp)) {
                     snprintf(dir, cap, "%s", tmp);
                     snprintf(split, 32, "%s", splits[s]);
+                    *fallback |= s == 1;
                     return 0;
                 }
             }
@@ -899,8 +900,8 @@ static int load_mmlu(EvalTask *t, const char *data_dir, int64_t limit, KdaError 
                 done = 1;
             }
         }
-        if (!done &&
-            find_arrow_dir(task_def("mmlu"), data_dir, subj, dir, sizeof dir, t->split) == 0) {
+        if (!done && find_arrow_dir(task_def("mmlu"), data_dir, subj, dir, sizeof dir, t->split,
+                                    &t->split_fallback) == 0) {
             r = load_arrow_dir(&c, dir, err);
             done = 1;
         }
@@ -944,7 +945,7 @@ int eval_task_load(EvalTask *t, const char *name, const char *data_dir, int64_t 
         r = load_mmlu(t, data_dir, limit, err);
     } else {
         char dir[PATH_MAX];
-        if (find_arrow_dir(def, data_dir, NULL, dir, sizeof dir, t->split))
+        if (find_arrow_dir(def, data_dir, NULL, dir, sizeof dir, t->split, &t->split_fallback))
             return eval_task_free(t),
                    kda_fail(err,
                             "%s: no data: neither %s/%s.jsonl[.gz] nor "

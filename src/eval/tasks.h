@@ -58,6 +58,7 @@ typedef struct {
     double random;         // chance accuracy in percent
     char source[PATH_MAX]; // file or folder read (the first one for mmlu)
     char split[32];        // split read ("" for JSONL / OLMo)
+    int split_fallback;    // 1: lm-eval's split is missing; split is the other one
     char primary[32];      // OLMo config primary_metric ("" otherwise)
     char **subtasks;       // [n_subtasks] owned names (mmlu subjects); NULL otherwise
     int n_subtasks;
