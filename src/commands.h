@@ -12,6 +12,7 @@ int cmd_decode(int argc, char **argv);       // src/tok/cmd_encode.c
 int cmd_train(int argc, char **argv);        // src/train/cmd_train.c
 int cmd_export(int argc, char **argv);       // src/train/cmd_export.c
 int cmd_plot(int argc, char **argv);         // src/train/cmd_plot.c
+int cmd_compare(int argc, char **argv);      // src/train/cmd_compare.c
 int cmd_generate(int argc, char **argv);     // src/eval/cmd_generate.c
 int cmd_eval(int argc, char **argv);         // src/eval/cmd_eval.c
 

@@ -20,6 +20,8 @@ static const Command g_commands[] = {
     {"train", cmd_train, "train or resume a KDA model from a run config (CPU or CUDA)"},
     {"export", cmd_export, "export a training checkpoint as an HF model directory"},
     {"plot", cmd_plot, "SVG of loss and learning rate from a metrics.jsonl"},
+    {"compare", cmd_compare,
+     "two runs' loss curves side by side (kda / HF trainer_state / Megatron)"},
     {"generate", cmd_generate,
      "sample a continuation of a prompt (CPU: recurrent decode; GPU: re-runs the forward)"},
     {"eval", cmd_eval, "lm-eval-compatible multiple-choice benchmarks, perplexity, compare"},

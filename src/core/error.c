@@ -26,6 +26,16 @@ void kda_die(const char *fmt, ...) {
     exit(1);
 }
 
+void kda_usage_die(const char *command, const char *fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    fputs("kda: error: ", stderr);
+    vfprintf(stderr, fmt, ap);
+    fprintf(stderr, " (%s --help)\n", command);
+    va_end(ap);
+    exit(2);
+}
+
 void kda_abort_at(const char *file, int line, const char *what) {
     fprintf(stderr, "kda: fatal: %s (%s:%d)\n", what, file, line);
     abort();

@@ -19,6 +19,11 @@ int kda_fail(KdaError *err, const char *fmt, ...) __attribute__((format(printf, 
 // Prints "kda: error: <msg>" to stderr and exits with status 1. CLI code only.
 void kda_die(const char *fmt, ...) __attribute__((format(printf, 1, 2), noreturn));
 
+// A usage error (bad flag, missing or malformed argument): "kda: error: <msg> (<command>
+// --help)" on stderr, exit status 2 (as getopt/argparse tools do). CLI code only.
+void kda_usage_die(const char *command, const char *fmt, ...)
+    __attribute__((format(printf, 2, 3), noreturn));
+
 // Aborts with file:line; used by the macros below.
 void kda_abort_at(const char *file, int line, const char *what) __attribute__((noreturn));
 
