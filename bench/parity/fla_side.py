@@ -240,6 +240,7 @@ def cmd_run(a):
         if not torch.equal(v, init_state[k]):
             fail(f"{k}: not restored after the warm-up")
     del opt, init_state
+    torch.cuda.empty_cache()  # kda.c trains on the same GPU meanwhile
     log("warm-up done (Triton kernels compiled), weights restored")
     # 3. kda.c's run
     wait_for(os.path.join(w, "kda.done"), a.wait_max)
