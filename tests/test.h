@@ -19,6 +19,8 @@ int kda_test_failed(void); // has the current test failed so far?
 const char *test_data(const char *rel);
 // A fresh empty temporary directory for the current test (removed after a passing run).
 const char *test_tmpdir(void);
+// 1 when files a and b both read and hold the same bytes, else 0 (a missing file is unequal).
+int test_files_equal(const char *a, const char *b);
 
 #define KDA_TEST(name)                                                                             \
     static void test_##name(void);                                                                 \

@@ -10,15 +10,6 @@
 #include "data/indexed.h"
 #include "test.h"
 
-static int files_equal(const char *a, const char *b) {
-    KdaError e;
-    size_t na, nb;
-    char *x = read_file(a, &na, &e), *y = read_file(b, &nb, &e);
-    int eq = x && y && na == nb && memcmp(x, y, na) == 0;
-    free(x), free(y);
-    return eq;
-}
-
 static int dir_entries(const char *dir) { // files in dir, excluding . and ..
     DIR *d = opendir(dir);
     int n = 0;
@@ -67,7 +58,7 @@ KDA_TEST(indexed_byte_exact_vs_reference) {
             const char *ext = k ? ".idx" : ".bin";
             snprintf(path, sizeof path, "%s%s", pairs[i][0], ext);
             snprintf(ref, sizeof ref, "%s%s", pairs[i][1], ext);
-            CHECK_MSG(files_equal(path, test_data(ref)), "%s differs from tests/data/%s", path,
+            CHECK_MSG(test_files_equal(path, test_data(ref)), "%s differs from tests/data/%s", path,
                       ref);
         }
     // Only the two published files remain: no temporaries.

@@ -326,16 +326,6 @@ static int run(KdaRunConfig *rc, Rec *rec, int64_t stop_after, KdaTrainResult *r
     return kda_train(&o, res, err);
 }
 
-static int files_equal(const char *a, const char *b) {
-    size_t na, nb;
-    KdaError err;
-    char *x = read_file(a, &na, &err), *y = read_file(b, &nb, &err);
-    int eq = x && y && na == nb && !memcmp(x, y, na);
-    free(x);
-    free(y);
-    return eq;
-}
-
 // 8 iterations x 8 samples = 64 samples over 36 train chunks: the order wraps at sample 36
 // (iteration 5), after the resume point (iteration 4). Straight 8 == 4 + stop/save + resume + 4:
 // every loss and grad norm bit-equal, final weights and moments byte-identical, and the
@@ -373,7 +363,7 @@ KDA_TEST(loader_fla_trainer_resume_bit_identical) {
     for (int k = 0; k < 2; k++) {
         snprintf(pa, sizeof pa, "%s/iter_0000008/%s", sa, files[k]);
         snprintf(pb, sizeof pb, "%s/iter_0000008/%s", sb, files[k]);
-        CHECK_MSG(files_equal(pa, pb), "%s differs after resume", files[k]);
+        CHECK_MSG(test_files_equal(pa, pb), "%s differs after resume", files[k]);
     }
     snprintf(pa, sizeof pa, "%s/iter_0000008/trainer_state.json", sa);
     size_t n;

@@ -64,6 +64,15 @@ static int by_file_then_order(const void *a, const void *b) {
     return c ? c : (x < y ? -1 : x > y);
 }
 
+int test_files_equal(const char *a, const char *b) {
+    KdaError e;
+    size_t na, nb;
+    char *x = read_file(a, &na, &e), *y = read_file(b, &nb, &e);
+    int eq = x && y && na == nb && memcmp(x, y, na) == 0;
+    free(x), free(y);
+    return eq;
+}
+
 // With no filter every test runs except the GPU suite (names "gpu_*"), which needs a device and
 // runs with `make test-gpu` (filter "gpu_").
 static int selected(const TestCase *t, int argc, char **argv) {

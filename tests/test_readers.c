@@ -271,15 +271,6 @@ static int run_tokenize(const char *input, const char *prefix, const char *worke
     return cmd_tokenize((int)(sizeof argv / sizeof *argv), argv);
 }
 
-static int files_equal(const char *a, const char *b) {
-    KdaError e;
-    size_t na, nb;
-    char *x = read_file(a, &na, &e), *y = read_file(b, &nb, &e);
-    int eq = x && y && na == nb && memcmp(x, y, na) == 0;
-    free(x), free(y);
-    return eq;
-}
-
 KDA_TEST(tokenize_end_to_end_workers_identical) {
     if (!path_exists(TOKENIZER)) {
         CHECK_MSG(0, "%s missing", TOKENIZER);
@@ -309,7 +300,8 @@ KDA_TEST(tokenize_end_to_end_workers_identical) {
     for (int k = 0; k < 2; k++) {
         snprintf(a, sizeof a, "%s%s", p1, k ? ".idx" : ".bin");
         snprintf(b, sizeof b, "%s%s", p3, k ? ".idx" : ".bin");
-        CHECK_MSG(files_equal(a, b), "%s differs between --workers 1 and 3", k ? ".idx" : ".bin");
+        CHECK_MSG(test_files_equal(a, b), "%s differs between --workers 1 and 3",
+                  k ? ".idx" : ".bin");
     }
     IndexedDataset ds;
     KdaError e;
