@@ -37,12 +37,22 @@ static void usage(FILE *f) {
 
 // Keys accepted without effect: one line each kind, so nothing is silently ignored.
 static void report_noops(const KdaRunConfig *rc) {
-    if (rc->ignored.n) {
+    int wandb = 0;
+    for (int i = 0; i < rc->ignored.n; i++)
+        wandb |= !strncmp(rc->ignored.items[i], "wandb_", 6);
+    if (wandb)
+        kda_warn("wandb_*: Weights & Biases is not supported (kda.c writes metrics.jsonl and, with "
+                 "tensorboard_dir, TensorBoard files). To upload a run:\n"
+                 "  pip install wandb && python3 -c \"import json, wandb; wandb.init(project='P')\n"
+                 "  [wandb.log(r, step=r['iteration']) for r in map(json.loads, "
+                 "open('SAVE/metrics.jsonl'))]\"");
+    if (rc->ignored.n > wandb) {
         char list[512];
         size_t k = 0;
         for (int i = 0; i < rc->ignored.n && k < sizeof list; i++)
-            k += (size_t)snprintf(list + k, sizeof list - k, "%s%s", i ? ", " : "",
-                                  rc->ignored.items[i]);
+            if (strncmp(rc->ignored.items[i], "wandb_", 6))
+                k += (size_t)snprintf(list + k, sizeof list - k, "%s%s", k ? ", " : "",
+                                      rc->ignored.items[i]);
         kda_info("ignored (they select Primus/FLA kernels; kda.c implements FLA's fused math "
                  "once): %s",
                  list);

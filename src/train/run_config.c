@@ -84,6 +84,8 @@ static const RcKey g_keys[] = {
        "save a checkpoint and stop after this many minutes (0: never)"),
     RC(lr_warmup_fraction, RC_FLOAT, NULL,
        "warmup as a fraction of lr_decay_iters (instead of lr_warmup_iters; 0: unset)"),
+    RC(tensorboard_dir, RC_STR, NULL,
+       "write TensorBoard scalars here at every log line (Megatron's tags: lm loss, ...)"),
 };
 #undef RC
 #define N_KEYS ((int)(sizeof g_keys / sizeof *g_keys))
@@ -117,7 +119,7 @@ static const RcKey *key_find(const char *name) {
 // Keys that select Primus's or FLA's kernels and code paths: kda.c has one implementation
 // (FLA's fused math, kda-model.md), so they are accepted and reported as no-ops. A "*" ends a
 // prefix.
-static const char *const g_noop_keys[] = {"spec", "use_fla_*"};
+static const char *const g_noop_keys[] = {"spec", "use_fla_*", "wandb_*"};
 
 static int is_noop_key(const char *name) {
     for (size_t i = 0; i < sizeof g_noop_keys / sizeof *g_noop_keys; i++) {

@@ -19,6 +19,7 @@
 #include "train/checkpoint.h"
 #include "train/loader.h"
 #include "train/schedule.h"
+#include "train/tfevents.h" // defines: KdaTfEvents, kda_tfevents_*
 
 // ---------------------------------------------------------------------------------------------
 // CPU backend
@@ -195,6 +196,7 @@ typedef struct {
     // starting weights: o->init_from, or `load` with finetune (NULL: own init)
     const char *init;
     char init_dir[PATH_MAX];
+    KdaTfEvents *tb; // tensorboard_dir's event file (NULL: none, or disabled after a failure)
 } Run;
 
 static double peak_rss_mib(void) {
@@ -430,6 +432,11 @@ static int setup(Run *r, KdaError *err) {
         r->metrics = fopen(p, "a");
         if (!r->metrics) return kda_fail(err, "%s: cannot open for appending", p);
     }
+    if (rc->tensorboard_dir) {
+        char p[PATH_MAX];
+        if (kda_tfevents_open(&r->tb, rc->tensorboard_dir, p, sizeof p, err)) return -1;
+        if (!r->o->quiet) kda_info("TensorBoard: %s", p);
+    }
     return kda_loader_start(r->train, r->st.consumed_train, rc->micro_batch_size, 4, err);
 }
 
@@ -451,8 +458,43 @@ static int evaluate(Run *r, double *out, KdaError *err) {
     return 0;
 }
 
+// Wall-clock Unix seconds (metrics.jsonl "time", TensorBoard wall_time).
+static double wall_seconds_(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+// One TensorBoard event per finite value, Megatron's tag names; a write failure warns once and
+// turns TensorBoard off (training goes on; metrics.jsonl is the record).
+static void tb_log_(Run *r, int64_t it, const char *const *tags, const double *v, int n) {
+    if (!r->tb) return;
+    KdaError e;
+    double t = wall_seconds_();
+    int rc = 0;
+    for (int i = 0; i < n && rc == 0; i++)
+        if (isfinite(v[i])) rc = kda_tfevents_scalar(r->tb, tags[i], it, t, (float)v[i], &e);
+    if (rc == 0) rc = kda_tfevents_flush(r->tb, &e);
+    if (rc) {
+        kda_warn("tensorboard_dir: %s; TensorBoard logging stops here", e.msg);
+        kda_tfevents_close(r->tb);
+        r->tb = NULL;
+    }
+}
+
+// A JSON number, or null for NaN/inf (JSON has no non-finite numbers).
+static void json_num_(FILE *f, double x) {
+    if (isfinite(x))
+        fprintf(f, "%.9g", x);
+    else
+        fputs("null", f);
+}
+
 static void log_eval(Run *r, double vl) {
     r->last_valid = vl;
+    const char *tags[2] = {"lm loss validation", "lm loss validation ppl"};
+    double v[2] = {vl, exp(vl < 700 ? vl : 700)};
+    tb_log_(r, r->st.iteration, tags, v, 2);
     if (!r->o->quiet) {
         clear_bar(r);
         printf(" validation loss at iteration %lld on validation set | lm loss value: %E | "
@@ -488,16 +530,28 @@ static void log_train(Run *r, int evaluated) {
     }
     if (r->metrics) {
         fprintf(r->metrics,
-                "{\"iteration\": %lld, \"consumed_samples\": %lld, \"lr\": %.9g, \"loss\": %.9g, "
-                "\"grad_norm\": %.9g, \"ms_per_iter\": %.3f, \"tokens_per_s\": %.1f, "
-                "\"skipped\": %lld, \"nan\": %lld",
-                (long long)it, (long long)r->st.consumed_train, lr, isfinite(loss) ? loss : -1.0,
-                isfinite(r->last_norm) ? r->last_norm : -1.0, ms, tok_s, (long long)r->win_skipped,
-                (long long)r->win_nan);
-        if (evaluated) fprintf(r->metrics, ", \"valid_loss\": %.9g", r->last_valid);
+                "{\"iteration\": %lld, \"time\": %.3f, \"consumed_samples\": %lld, \"lr\": %.9g, "
+                "\"loss\": ",
+                (long long)it, wall_seconds_(), (long long)r->st.consumed_train, lr);
+        json_num_(r->metrics, loss);
+        fputs(", \"grad_norm\": ", r->metrics);
+        json_num_(r->metrics, r->last_norm);
+        fprintf(r->metrics,
+                ", \"ms_per_iter\": %.3f, \"tokens_per_s\": %.1f, \"skipped\": %lld, "
+                "\"nan\": %lld",
+                ms, tok_s, (long long)r->win_skipped, (long long)r->win_nan);
+        if (evaluated)
+            fputs(", \"valid_loss\": ", r->metrics), json_num_(r->metrics, r->last_valid);
         fprintf(r->metrics, "}\n");
         fflush(r->metrics);
     }
+    const char *tags[6] = {"lm loss",    "learning-rate",  "grad-norm",
+                           "batch-size", "iteration-time", "throughput"};
+    double v[6] = {
+        loss,         lr,
+        r->last_norm, (double)rc->global_batch_size,
+        ms / 1000.0,  tok_s * r->mflops_tok / 1e12}; // Megatron's throughput: its FLOPs formula
+    tb_log_(r, it, tags, v, 6);
     r->win_t0 = now_seconds();
     r->win_loss = 0;
     r->win_iters = r->win_good = r->win_skipped = r->win_nan = 0;
@@ -749,6 +803,7 @@ int kda_train(const KdaTrainOptions *o, KdaTrainResult *res, KdaError *err) {
     res->last_loss = r.last_loss;
     res->last_valid_loss = r.last_valid;
     if (r.metrics) fclose(r.metrics);
+    kda_tfevents_close(r.tb);
     kda_loader_free(r.train);
     kda_loader_free(r.valid);
     free(r.eval_buf);
