@@ -3,6 +3,8 @@
 #include <string.h>
 
 #include "commands.h"
+#include "core/util.h"    // defines: str_closest
+#include "core/version.h" // defines: kda_version, kda_commit, kda_cuda_archs, kda_nccl
 
 typedef struct {
     const char *name;
@@ -28,9 +30,9 @@ static const Command g_commands[] = {
 };
 
 static void usage(FILE *f) {
-    fprintf(f,
-            "kda - pretraining stack for Kimi-Delta-Attention language models\n\n"
-            "usage: kda <command> [flags]    (kda <command> --help for its flags)\n\ncommands:\n");
+    fprintf(f, "kda - pretraining stack for Kimi-Delta-Attention language models\n\n"
+               "usage: kda <command> [flags]    (kda <command> --help for its flags)\n"
+               "       kda --version\n\ncommands:\n");
     for (size_t i = 0; i < sizeof g_commands / sizeof *g_commands; i++)
         fprintf(f, "  %-14s %s\n", g_commands[i].name, g_commands[i].summary);
 }
@@ -41,8 +43,21 @@ int main(int argc, char **argv) {
         usage(argc < 2 ? stderr : stdout);
         return argc < 2 ? 2 : 0;
     }
-    for (size_t i = 0; i < sizeof g_commands / sizeof *g_commands; i++)
+    if (!strcmp(argv[1], "--version") || !strcmp(argv[1], "version")) {
+        printf("kda %s (commit %s)\nCUDA architectures: %s\nNCCL: %s\n", kda_version(),
+               kda_commit(), kda_cuda_archs(), kda_nccl());
+        return 0;
+    }
+    const int n = (int)(sizeof g_commands / sizeof *g_commands);
+    const char *names[sizeof g_commands / sizeof *g_commands];
+    for (int i = 0; i < n; i++) {
         if (!strcmp(argv[1], g_commands[i].name)) return g_commands[i].run(argc - 2, argv + 2);
-    fprintf(stderr, "kda: error: unknown command '%s' (kda --help lists them)\n", argv[1]);
+        names[i] = g_commands[i].name;
+    }
+    const char *near = str_closest(argv[1], names, n);
+    if (near)
+        fprintf(stderr, "kda: error: unknown command '%s' (did you mean '%s'?)\n", argv[1], near);
+    else
+        fprintf(stderr, "kda: error: unknown command '%s' (kda --help lists them)\n", argv[1]);
     return 2;
 }

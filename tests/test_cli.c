@@ -57,7 +57,7 @@ KDA_TEST(cli_info_parameter_counts) {
 
 KDA_TEST(cli_errors_are_one_line) {
     CHECK(run_kda(g_out, sizeof g_out, "frobnicate") == 2 && strstr(g_out, "unknown command"));
-    CHECK(run_kda(g_out, sizeof g_out, "info --bogus 1") == 1 && strstr(g_out, "--bogus"));
+    CHECK(run_kda(g_out, sizeof g_out, "info --bogus 1") == 2 && strstr(g_out, "--bogus"));
     CHECK(run_kda(g_out, sizeof g_out, "score --model /nonexistent/dir --input x.jsonl") == 1);
     CHECK(strstr(g_out, "/nonexistent/dir") && strchr(g_out, '\n') == strrchr(g_out, '\n'));
 }

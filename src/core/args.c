@@ -7,6 +7,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "core/util.h" // defines: str_closest
+
 static const ArgSpec *find_spec(const ArgTable *t, const char *name, size_t n) {
     for (int i = 0; i < t->n_specs; i++)
         if (strlen(t->specs[i].name) == n && strncmp(t->specs[i].name, name, n) == 0)
@@ -82,7 +84,18 @@ int args_parse(const ArgTable *t, int argc, char **argv, KdaError *err) {
             s = NULL;
         }
         if (!s) {
-            rc = kda_fail(err, "%s: unknown flag '--%.*s' (see --help)", t->command, (int)n, name);
+            const char *names[64];
+            int k = 0;
+            for (; k < t->n_specs && k < 64; k++)
+                names[k] = t->specs[k].name;
+            char flag[128];
+            snprintf(flag, sizeof flag, "%.*s", (int)n, name);
+            const char *near = str_closest(flag, names, k);
+            if (near)
+                rc = kda_fail(err, "%s: unknown flag '--%s' (did you mean '--%s'?)", t->command,
+                              flag, near);
+            else
+                rc = kda_fail(err, "%s: unknown flag '--%s' (see --help)", t->command, flag);
             break;
         }
         seen[s - t->specs] = 1;
@@ -143,7 +156,10 @@ void args_usage(const ArgTable *t, FILE *f) {
 int args_parse_or_die(const ArgTable *t, int argc, char **argv) {
     KdaError err;
     int rc = args_parse(t, argc, argv, &err);
-    if (rc < 0) kda_die("%s", err.msg);
+    if (rc < 0) { // a usage error: exit status 2
+        fprintf(stderr, "kda: error: %s\n", err.msg);
+        exit(2);
+    }
     return rc;
 }
 

@@ -38,7 +38,9 @@ typedef struct {
 // usage to stdout and returns 1; on error returns -1 with one line naming the flag in err.
 int args_parse(const ArgTable *t, int argc, char **argv, KdaError *err);
 void args_usage(const ArgTable *t, FILE *f);
-// Convenience for commands: parse or print usage / die. Returns 0 to go on, 1 if help shown.
+// Convenience for commands: parse, or print usage. Returns 0 to go on, 1 if help was shown; a
+// usage error (unknown flag, with a "did you mean" when one is close; bad or missing value)
+// prints one line and exits with status 2.
 int args_parse_or_die(const ArgTable *t, int argc, char **argv);
 void arglist_free(ArgList *l);
 

@@ -284,3 +284,34 @@ const char *str_shown(const char *s, size_t n, size_t max, char *buf, size_t cap
     if (i < n && o + 4 <= cap) memcpy(buf + o, "...", 4);
     return buf;
 }
+
+int str_edit_distance(const char *a, const char *b) {
+    int la = (int)strlen(a), lb = (int)strlen(b);
+    if (la > 63) la = 63;
+    if (lb > 63) lb = 63;
+    int row[64];
+    for (int j = 0; j <= lb; j++)
+        row[j] = j;
+    for (int i = 1; i <= la; i++) {
+        int diag = row[0];
+        row[0] = i;
+        for (int j = 1; j <= lb; j++) {
+            char x = a[i - 1] == '-' ? '_' : a[i - 1], y = b[j - 1] == '-' ? '_' : b[j - 1];
+            int best = diag + (x != y);
+            if (row[j] + 1 < best) best = row[j] + 1;
+            if (row[j - 1] + 1 < best) best = row[j - 1] + 1;
+            diag = row[j];
+            row[j] = best;
+        }
+    }
+    return row[lb];
+}
+
+const char *str_closest(const char *s, const char *const *names, int n) {
+    int best = -1, best_d = 1 << 30, len = (int)strlen(s);
+    for (int i = 0; i < n; i++) {
+        int d = str_edit_distance(s, names[i]);
+        if (d < best_d) best_d = d, best = i;
+    }
+    return best >= 0 && best_d <= (len < 6 ? 2 : len / 3) ? names[best] : NULL;
+}

@@ -49,6 +49,12 @@ size_t utf8_lossy(const unsigned char *s, size_t n, unsigned char *out);
 // than overflow) and returns buf. Keeps values from files from breaking an error line.
 const char *str_shown(const char *s, size_t n, size_t max, char *buf, size_t cap);
 
+// Levenshtein distance of a and b (the first 63 bytes of each), '-' and '_' equal.
+int str_edit_distance(const char *a, const char *b);
+// The name of names[0..n) closest to s by str_edit_distance when it is close (at most a third
+// of s's length, at least 2 edits allowed), else NULL. For "did you mean" hints.
+const char *str_closest(const char *s, const char *const *names, int n);
+
 // bf16 <-> fp32 (round to nearest even; NaN stays NaN).
 static inline float bf16_to_f32(uint16_t h) {
     union {

@@ -25,6 +25,7 @@
 #include "model/model.h"      // defines: KdaModel
 #include "tok/tok.h"          // defines: KdaTokenizer, tok_*
 #include "train/checkpoint.h" // defines: kda_checkpoint_resolve
+#include "train/run_config.h" // defines: kda_run_config_load (a checkpoint's tokenizer)
 
 typedef struct {
     const KdaTokenizer *tok; // NULL: print ids
@@ -97,20 +98,29 @@ static void resolve_model_(const char *path, char *out, size_t cap) {
     if (rc == 1) snprintf(out, cap, "%s", path);
 }
 
+// --tokenizer, else MODEL/tokenizer.json or .model, else the `tokenizer` of a checkpoint's
+// run_config.yaml (a training checkpoint names the tokenizer its data was made with).
 static KdaTokenizer *load_tokenizer_(const char *flag, const char *model_dir) {
     char p[PATH_MAX];
     const char *path = flag;
+    KdaRunConfig rc;
+    kda_run_config_defaults(&rc);
     if (!path) {
+        KdaError e;
         if (path_exists(path_join(p, sizeof p, model_dir, "tokenizer.json")))
             path = p;
         else if (path_exists(path_join(p, sizeof p, model_dir, "tokenizer.model")))
             path = p;
+        else if (path_exists(path_join(p, sizeof p, model_dir, "run_config.yaml")) &&
+                 !kda_run_config_load(&rc, p, &e) && rc.tokenizer && path_exists(rc.tokenizer))
+            path = rc.tokenizer;
         else
-            return NULL;
+            return kda_run_config_free(&rc), NULL;
     }
     KdaTokenizer *t;
     KdaError err;
     if (tok_load(&t, path, &err)) kda_die("%s", err.msg);
+    kda_run_config_free(&rc);
     return t;
 }
 

@@ -89,7 +89,7 @@ int cmd_plot(int argc, char **argv) {
     ArgList inputs = {0};
     ArgSpec specs[] = {
         {"input", ARG_STRS, &inputs, "metrics.jsonl written by kda train (or give it first)", 0},
-        {"o", ARG_STR, &output, "SVG file to write", 0},
+        {"output", ARG_STR, &output, "SVG file to write (-o)", 0},
     };
     ArgTable t = {"kda plot", "plot loss (train, valid) and learning rate from metrics.jsonl",
                   "usage: kda plot metrics.jsonl -o loss.svg", specs, 2};
@@ -98,7 +98,7 @@ int cmd_plot(int argc, char **argv) {
     int ac = 0;
     for (int i = 0; i < argc; i++) {
         if (i == 0 && argv[0][0] != '-') av[ac++] = "--input";
-        av[ac++] = !strcmp(argv[i], "-o") ? "--o" : argv[i];
+        av[ac++] = !strcmp(argv[i], "-o") || !strcmp(argv[i], "--o") ? "--output" : argv[i];
     }
     if (args_parse_or_die(&t, ac, av)) return 0;
     if (inputs.n != 1) kda_die("give exactly one metrics.jsonl (kda plot --help)");

@@ -8,6 +8,8 @@
 #include "core/error.h"
 #include "core/log.h"
 #include "cuda/backend_cuda.h" // defines: kda_cuda_available
+#include "model/config.h"      // defines: kda_config_load, kda_config_derive
+#include "model/params.h"      // defines: kda_params_build (parameter count for --dry-run)
 #include "train/run_config.h"
 #include "train/trainer.h"
 
@@ -23,6 +25,9 @@ static void usage(FILE *f) {
                "  --init-from DIR     start from the weights of an HF model dir (fresh optimizer)\n"
                "  --profile N         per-op time table of iteration N (CUDA events on the GPU,\n"
                "                      host clock on the CPU; its rows add up to the step)\n"
+               "  --print-config      print the effective config (YAML) and exit\n"
+               "  --dry-run           print the effective config and the plan (batch, tokens,\n"
+               "                      memory) without training\n"
                "  --no-progress       no progress bar\n"
                "  --quiet             no per-iteration log lines\n"
                "  --help              this help\n\n"
@@ -61,9 +66,40 @@ static void report_noops(const KdaRunConfig *rc) {
         kda_info("use_distributed_optimizer: true: one process, nothing to shard");
 }
 
+// --dry-run: what the run would do, from the validated config (no data is read).
+static int print_plan_(const KdaRunConfig *rc, const char *init_from) {
+    char dir[4096];
+    KdaError err;
+    int got = init_from ? 0 : kda_run_config_init_dir(rc, dir, sizeof dir, &err);
+    if (got < 0) kda_die("%s", err.msg);
+    const char *model = rc->model ? rc->model : init_from ? init_from : dir;
+    KdaConfig cfg;
+    KdaParamTable t;
+    if (kda_config_load(&cfg, model, &err) || kda_config_derive(&cfg, model, &err) ||
+        kda_params_build(&t, &cfg, &err))
+        kda_die("%s", err.msg);
+    int64_t accum = rc->global_batch_size / rc->micro_batch_size;
+    double tokens = (double)rc->global_batch_size * (double)rc->seq_length;
+    printf("\n# plan\n# model: %s, %lld parameters%s\n", model, (long long)t.total_numel,
+           got == 1 || init_from ? " (weights from it: fresh optimizer, iteration 0)" : "");
+    printf("# world size 1 (%s), global batch %lld = micro %lld x %lld accumulation steps\n",
+           rc->device ? rc->device : "cpu", (long long)rc->global_batch_size,
+           (long long)rc->micro_batch_size, (long long)accum);
+    printf("# %.0f tokens per iteration, %lld iterations = %.4g tokens\n", tokens,
+           (long long)rc->train_iters, tokens * (double)rc->train_iters);
+    printf("# memory: %.2f GiB fixed (fp32 weights, gradients, Adam m and v: 16 B/parameter) + "
+           "activations (kda info --model %s --micro-batch %lld --seq-length %lld)\n",
+           16.0 * (double)t.total_numel / (1 << 30), model, (long long)rc->micro_batch_size,
+           (long long)rc->seq_length);
+    printf("# ETA: not estimated before running (the log line's ms/iter x %lld iterations)\n",
+           (long long)rc->train_iters);
+    kda_params_free(&t);
+    return 0;
+}
+
 int cmd_train(int argc, char **argv) {
     const char *init_from = NULL;
-    int progress = 1, quiet = 0;
+    int progress = 1, quiet = 0, print_config = 0, dry_run = 0;
     long long profile_iter = 0;
     char **rest = calloc((size_t)argc + 1, sizeof *rest);
     int n = 0;
@@ -84,6 +120,10 @@ int cmd_train(int argc, char **argv) {
                 kda_die("--profile needs an iteration number >= 1 (got '%s')",
                         i + 1 < argc ? argv[i + 1] : "");
             i++;
+        } else if (!strcmp(argv[i], "--print-config")) {
+            print_config = 1;
+        } else if (!strcmp(argv[i], "--dry-run")) {
+            dry_run = 1;
         } else if (!strcmp(argv[i], "--no-progress")) {
             progress = 0;
         } else if (!strcmp(argv[i], "--quiet")) {
@@ -95,14 +135,20 @@ int cmd_train(int argc, char **argv) {
     KdaRunConfig rc;
     KdaError err = {{0}};
     kda_run_config_defaults(&rc);
-    if (kda_run_config_from_cli(&rc, n, rest, &err)) kda_die("%s", err.msg);
+    if (kda_run_config_from_cli(&rc, n, rest, &err)) kda_usage_die("kda train", "%s", err.msg);
     free(rest);
     if (!rc.model && init_from) {
         const char *v[1] = {init_from};
         if (kda_run_config_set(&rc, "model", v, 1, &err)) kda_die("%s", err.msg);
     }
-    if (kda_run_config_validate(&rc, &err)) kda_die("%s", err.msg);
+    if (kda_run_config_validate(&rc, &err)) kda_usage_die("kda train", "%s", err.msg);
     report_noops(&rc);
+    if (print_config || dry_run) {
+        if (kda_run_config_write(&rc, stdout)) kda_die("stdout: write failed");
+        int rc2 = dry_run ? print_plan_(&rc, init_from) : 0;
+        kda_run_config_free(&rc);
+        return rc2;
+    }
 #ifdef KDA_HAVE_CUDA
     const char *no_cuda = "no CUDA device is visible";
 #else

@@ -130,28 +130,6 @@ static int is_noop_key(const char *name) {
     return 0;
 }
 
-static int edit_distance(const char *a, const char *b) {
-    int la = (int)strlen(a), lb = (int)strlen(b);
-    if (la > 63) la = 63;
-    if (lb > 63) lb = 63;
-    int row[64];
-    for (int j = 0; j <= lb; j++)
-        row[j] = j;
-    for (int i = 1; i <= la; i++) {
-        int diag = row[0];
-        row[0] = i;
-        for (int j = 1; j <= lb; j++) {
-            char x = a[i - 1] == '-' ? '_' : a[i - 1], y = b[j - 1] == '-' ? '_' : b[j - 1];
-            int best = diag + (x != y);
-            if (row[j] + 1 < best) best = row[j] + 1;
-            if (row[j - 1] + 1 < best) best = row[j - 1] + 1;
-            diag = row[j];
-            row[j] = best;
-        }
-    }
-    return row[lb];
-}
-
 // Names other stacks use for our keys (HF Trainer, FLA's flame, torchtitan, Megatron): an
 // exact alias beats edit distance ("learning_rate" is 11 edits from "lr"; Megatron's
 // "num_layers" is a model setting, which lives in config.json).
@@ -210,16 +188,10 @@ static const struct {
 const char *kda_run_config_suggest(const char *key) {
     for (size_t i = 0; i < sizeof g_aliases / sizeof *g_aliases; i++)
         if (key_eq(key, g_aliases[i].alias)) return g_aliases[i].key;
-    int best = 0, best_d = INT_MAX;
-    for (int k = 0; k < N_KEYS; k++) {
-        int d = edit_distance(key, g_keys[k].name);
-        if (d < best_d) {
-            best_d = d;
-            best = k;
-        }
-    }
-    int len = (int)strlen(key);
-    return best_d <= (len < 6 ? 2 : len / 3) ? g_keys[best].name : NULL;
+    const char *names[N_KEYS];
+    for (int k = 0; k < N_KEYS; k++)
+        names[k] = g_keys[k].name;
+    return str_closest(key, names, N_KEYS);
 }
 
 // ---------------------------------------------------------------------------------------------
