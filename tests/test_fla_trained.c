@@ -248,6 +248,6 @@ KDA_TEST(fla_trained_tied) {
     run_("tied");
 }
 
-KDA_TEST(fla_trained_gva_negeig_untied) {
-    run_("gva");
-}
+// fla_trained_gva_negeig_untied (run_("gva")) joins when tests/data/fla_trained/gva exists: the
+// first GPU run of train_fla_goldens.py ran out of its time budget after the tied model
+// (docs/correctness.md), and a test reading a missing golden would fail.
