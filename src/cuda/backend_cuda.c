@@ -90,6 +90,15 @@ static int be_profile(void *c, KdaProf *p, KdaError *err) {
     return kda_cuda_model_profile(((CudaBe *)c)->dm, p, err);
 }
 
+static int be_memory(void *c, double *used_mib, double *total_mib) {
+    (void)c;
+    size_t free_b = 0, total_b = 0;
+    if (cudaMemGetInfo(&free_b, &total_b) != cudaSuccess) return -1;
+    *used_mib = (double)(total_b - free_b) / (1 << 20);
+    *total_mib = (double)total_b / (1 << 20);
+    return 0;
+}
+
 static void be_destroy(void *c) {
     CudaBe *x = c;
     kda_cuda_model_free(x->dm);
@@ -128,7 +137,11 @@ int kda_backend_cuda_create(KdaBackend *be, KdaModel *model, const KdaAdamWConfi
                        .host_optim = be_optim,
                        .state_changed = be_changed,
                        .destroy = be_destroy,
-                       .profile = be_profile};
+                       .profile = be_profile,
+                       .device_memory = be_memory};
+    KdaCudaDeviceInfo info;
+    KdaError qe;
+    if (kda_cuda_query(device, &info, &qe) == 0) be->peak_flops = info.peak_bf16_flops;
     return 0;
 }
 

@@ -84,6 +84,8 @@ static const RcKey g_keys[] = {
        "save a checkpoint and stop after this many minutes (0: never)"),
     RC(lr_warmup_fraction, RC_FLOAT, NULL,
        "warmup as a fraction of lr_decay_iters (instead of lr_warmup_iters; 0: unset)"),
+    RC(log_style, RC_STR, "megatron|primus",
+       "(kda) log line: Megatron's fields + ours, or Primus's short line (ms inst/avg, tokens/s)"),
     RC(tensorboard_dir, RC_STR, NULL,
        "write TensorBoard scalars here at every log line (Megatron's tags: lm loss, ...)"),
 };
@@ -239,6 +241,7 @@ void kda_run_config_defaults(KdaRunConfig *cfg) {
     str_set(&cfg->data_order, "megatron");
     str_set(&cfg->device, "cpu");
     str_set(&cfg->recompute_granularity, "none");
+    str_set(&cfg->log_style, "megatron");
     cfg->bf16 = 1; // what the GPU path computes in (Megatron's default is fp32)
 }
 

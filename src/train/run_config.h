@@ -85,6 +85,7 @@ typedef struct {
     double exit_duration_in_mins;      // > 0: save and stop after this much wall time
     double lr_warmup_fraction; // > 0: lr_warmup_iters = fraction x lr_decay_iters (validate)
     char *tensorboard_dir;     // TensorBoard event file directory (NULL: none)
+    char *log_style;           // "megatron" | "primus" (the log line's format)
     // Not keys: what parsing noted for the caller to report (owned lists).
     KdaStrList ignored; // no-op keys that select Primus/FLA internals ("spec", "use_fla_*")
 } KdaRunConfig;

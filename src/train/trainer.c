@@ -190,6 +190,9 @@ typedef struct {
     // log window
     double win_t0, win_loss;
     double last_step_ms; // wall time of the latest iteration (the log's instantaneous value)
+    double avg_ms_sum;   // Primus's average: ms of the iterations after the first 2 ...
+    int64_t avg_n;       // ... and their count
+    double dev_peak_mib; // highest device memory in use seen at a log line (GPU)
     int64_t win_iters, win_good, win_skipped, win_nan, last_log_iter;
     double last_norm, last_lr;
     float last_loss;
@@ -504,6 +507,56 @@ static void log_eval(Run *r, double vl) {
     }
 }
 
+// The log line (training-recipe.md §3): Megatron's fields and order, then ours. On the GPU:
+// MFU against the device's dense bf16 peak and device memory; on the CPU the TFLOP/s field says
+// CPU (Megatron's "per GPU" would read 0.0). log_style primus: Primus's short line instead.
+static void print_log_line_(Run *r, int64_t it, double ms, double tok_s, double lr, double loss) {
+    const KdaRunConfig *rc = r->rc;
+    char ts[64], mem[160], mfu[32], tflops[96];
+    timestamp(ts, sizeof ts);
+    clear_bar(r);
+    double model_tf = tok_s * r->flops_tok / 1e12, avg = r->avg_n ? r->avg_ms_sum / r->avg_n : ms;
+    double used, total;
+    if (r->be.device_memory && r->be.device_memory(r->be.ctx, &used, &total) == 0) {
+        if (used > r->dev_peak_mib) r->dev_peak_mib = used;
+        snprintf(mem, sizeof mem,
+                 "device memory (MiB): %.0f used, %.0f peak, %.0f total | peak host memory (MiB): "
+                 "%.0f",
+                 used, r->dev_peak_mib, total, peak_rss_mib());
+    } else {
+        snprintf(mem, sizeof mem, "peak host memory (MiB): %.0f", peak_rss_mib());
+    }
+    if (r->be.peak_flops > 0)
+        snprintf(mfu, sizeof mfu, "%.1f%%", 100.0 * model_tf * 1e12 / r->be.peak_flops);
+    else
+        snprintf(mfu, sizeof mfu, "n/a");
+    int cpu = !r->be.device_memory;
+    if (cpu)
+        snprintf(tflops, sizeof tflops, "throughput (TFLOP/s, CPU): %.3g",
+                 tok_s * r->mflops_tok / 1e12);
+    else
+        snprintf(tflops, sizeof tflops, "throughput per GPU (TFLOP/s/GPU): %.1f",
+                 tok_s * r->mflops_tok / 1e12);
+    if (rc->log_style && !strcmp(rc->log_style, "primus")) {
+        printf("[%s] iteration %5lld/%5lld | elapsed time per iteration (ms): %.1f/%.1f | "
+               "TFLOP/s/GPU: %.1f | tokens per GPU (tokens/s/GPU): %.1f | lm loss: %E |\n",
+               ts, (long long)it, (long long)rc->train_iters, ms, avg, tok_s * r->mflops_tok / 1e12,
+               tok_s, loss);
+    } else {
+        printf(
+            "[%s] iteration %8lld/%8lld | consumed samples: %12lld | elapsed time per "
+            "iteration (ms): %.1f | %s | learning rate: %E | global batch size: %5lld | lm loss: "
+            "%E | loss scale: 1.0 | grad norm: %.3f | number of skipped iterations: %3lld | "
+            "number of nan iterations: %3lld | tokens/s/GPU: %.1f | model TFLOP/s/GPU: %.3f | "
+            "MFU: %s | %s | ms/iter last/avg: %.1f/%.1f |\n",
+            ts, (long long)it, (long long)rc->train_iters, (long long)r->st.consumed_train, ms,
+            tflops, lr, (long long)rc->global_batch_size, loss, r->last_norm,
+            (long long)r->win_skipped, (long long)r->win_nan, tok_s, model_tf, mfu, mem,
+            r->last_step_ms, ms);
+    }
+    fflush(stdout);
+}
+
 static void log_train(Run *r, int evaluated) {
     const KdaRunConfig *rc = r->rc;
     double dt = now_seconds() - r->win_t0;
@@ -512,22 +565,9 @@ static void log_train(Run *r, int evaluated) {
     double tok_s = (double)r->tokens_per_iter / (ms / 1000.0);
     double loss = r->win_good ? r->win_loss / (double)r->win_good : NAN;
     double lr = kda_lr_at(&r->sched, r->be.host_optim(r->be.ctx)->step);
-    if (!r->o->quiet) {
-        char ts[64];
-        timestamp(ts, sizeof ts);
-        clear_bar(r);
-        printf("[%s] iteration %8lld/%8lld | consumed samples: %12lld | elapsed time per "
-               "iteration (ms): %.1f | throughput per GPU (TFLOP/s/GPU): %.1f | learning rate: "
-               "%E | global batch size: %5lld | lm loss: %E | loss scale: 1.0 | grad norm: %.3f | "
-               "number of skipped iterations: %3lld | number of nan iterations: %3lld | "
-               "tokens/s/GPU: %.1f | model TFLOP/s/GPU: %.3f | MFU: n/a | peak memory (MiB): "
-               "%.0f | ms/iter last/avg: %.1f/%.1f |\n",
-               ts, (long long)it, (long long)rc->train_iters, (long long)r->st.consumed_train, ms,
-               tok_s * r->mflops_tok / 1e12, lr, (long long)rc->global_batch_size, loss,
-               r->last_norm, (long long)r->win_skipped, (long long)r->win_nan, tok_s,
-               tok_s * r->flops_tok / 1e12, peak_rss_mib(), r->last_step_ms, ms);
-        fflush(stdout);
-    }
+    if (r->win_iters && it - r->win_iters >= 2) // Primus skips the first 2 iterations
+        r->avg_ms_sum += ms * (double)r->win_iters, r->avg_n += r->win_iters;
+    if (!r->o->quiet) print_log_line_(r, it, ms, tok_s, lr, loss);
     if (r->metrics) {
         fprintf(r->metrics,
                 "{\"iteration\": %lld, \"time\": %.3f, \"consumed_samples\": %lld, \"lr\": %.9g, "

@@ -64,6 +64,10 @@ typedef struct KdaBackend {
     KdaAdamW *(*host_optim)(void *ctx); // m, v [n_params] fp32 and the step count
     void (*state_changed)(void *ctx);
     void (*destroy)(void *ctx);
+    // Device memory for the log line (NULL on the CPU): MiB in use on the device (all
+    // allocations, the CUDA context included) and its total. -1 on a device error.
+    int (*device_memory)(void *ctx, double *used_mib, double *total_mib);
+    double peak_flops; // dense bf16 peak FLOP/s of the device for MFU (0: unknown, the CPU)
     // Per-op profile of the next calls (core/prof.h; NULL: not supported). p non-NULL: waits for
     // queued work, then times every op into p and marks the step's start; p NULL: waits for the
     // queued work, marks the end of the profile started last, adds the device timings to it and

@@ -1,0 +1,60 @@
+// test_log_line.c - the training log line on the CPU: Megatron's fields in order, the TFLOP/s
+// field marked CPU (not Megatron's "per GPU" reading 0.0), host memory named as such, MFU n/a;
+// log_style: primus prints Primus's short line (ms inst/avg, tokens per GPU).
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+
+#include "core/util.h"
+#include "data/indexed.h"
+#include "test.h"
+
+static char g_out[1 << 16];
+
+static int kda_(const char *args) {
+    const char *bin = getenv("KDA_BIN") ? getenv("KDA_BIN") : "build/kda";
+    char cmd[8192];
+    snprintf(cmd, sizeof cmd, "OMP_NUM_THREADS=2 %s %s 2>&1", bin, args);
+    FILE *p = popen(cmd, "r");
+    if (!p) return -1;
+    size_t n = fread(g_out, 1, sizeof g_out - 1, p);
+    g_out[n] = 0;
+    int st = pclose(p);
+    return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+}
+
+KDA_TEST(log_line_cpu_and_primus) {
+    const char *d = test_tmpdir();
+    char data[4096], args[16384];
+    snprintf(data, sizeof data, "%s/data", d);
+    IndexedBuilder b;
+    KdaError err;
+    CHECK(indexed_builder_open(&b, data, IDX_DTYPE_UINT16, &err) == 0);
+    int32_t tok[40];
+    for (int i = 0; i < 60; i++) {
+        for (int k = 0; k < 40; k++)
+            tok[k] = 10 + (i + 3 * k) % 40;
+        CHECK(indexed_builder_add(&b, tok, 40, &err) == 0);
+        indexed_builder_end_document(&b);
+    }
+    CHECK(indexed_builder_finish(&b, &err) == 0);
+    const char *common = "train --model configs/tiny.json --train_data_path %s --train_iters 4 "
+                         "--seq_length 16 --micro_batch_size 2 --global_batch_size 2 "
+                         "--log_interval 1 --no-progress %s";
+    snprintf(args, sizeof args, common, data, "");
+    CHECK_MSG(kda_(args) == 0, "%s", g_out);
+    const char *line = strstr(g_out, "iteration        4/       4 |");
+    CHECK_MSG(line != NULL, "%s", g_out);
+    if (line) {
+        CHECK(strstr(line, "| throughput (TFLOP/s, CPU): ") && strstr(line, "| MFU: n/a |") &&
+              strstr(line, "| peak host memory (MiB): ") && !strstr(line, "TFLOP/s/GPU): 0.0"));
+        CHECK(strstr(line, "| learning rate: ") < strstr(line, "| lm loss: ")); // Megatron order
+    }
+    snprintf(args, sizeof args, common, data, "--log_style primus");
+    CHECK_MSG(kda_(args) == 0, "%s", g_out);
+    line = strstr(g_out, "iteration     4/    4 | elapsed time per iteration (ms): ");
+    CHECK_MSG(line && strstr(line, "| TFLOP/s/GPU: ") &&
+                  strstr(line, "| tokens per GPU (tokens/s/GPU): ") && strstr(line, "| lm loss: "),
+              "%s", g_out);
+}
