@@ -200,20 +200,63 @@ static int tokenize_run(const TokOpts *o, KdaError *err) {
     return rc;
 }
 
+// Megatron's preprocess_data.py habits: --tokenizer-type HuggingFaceTokenizer --tokenizer-model
+// DIR, a tokenizer directory, --json-keys, PREFIX_<key>_document names. Fills o->tokenizer and
+// o->prefix (path/prefix buffers of PATH_MAX); usage errors exit 2.
+static void megatron_habits_(TokOpts *o, const char *tok_type, const char *tok_model,
+                             const ArgList *json_keys, int megatron_names, char *path,
+                             char *prefix) {
+    if (tok_type && strcmp(tok_type, "HuggingFaceTokenizer"))
+        kda_usage_die("kda tokenize",
+                      "--tokenizer-type %s: kda reads HF tokenizer.json and tiktoken files; use "
+                      "HuggingFaceTokenizer with --tokenizer-model DIR",
+                      tok_type);
+    if (o->tokenizer && tok_model && strcmp(o->tokenizer, tok_model))
+        kda_usage_die("kda tokenize", "--tokenizer and --tokenizer-model name different files");
+    const char *t = o->tokenizer ? o->tokenizer : tok_model;
+    if (!t) kda_usage_die("kda tokenize", "missing --tokenizer (or --tokenizer-model DIR)");
+    snprintf(path, PATH_MAX, "%s", t);
+    if (path_is_dir(t)) { // an HF tokenizer directory, as Megatron's --tokenizer-model takes
+        path_join(path, PATH_MAX, t, "tokenizer.json");
+        if (!path_exists(path)) path_join(path, PATH_MAX, t, "tokenizer.model");
+    }
+    o->tokenizer = path;
+    if (json_keys->n > 1)
+        kda_usage_die("kda tokenize", "--json-keys: one key per run (got %d)", json_keys->n);
+    if (json_keys->n == 1) o->json_key = json_keys->items[0];
+    if (megatron_names) { // preprocess_data.py: {output_prefix}_{key}_document.bin/.idx
+        snprintf(prefix, PATH_MAX, "%s_%s_document", o->prefix, o->json_key);
+        o->prefix = prefix;
+    }
+}
+
 int cmd_tokenize(int argc, char **argv) {
+    const char *tok_type = NULL, *tok_model = NULL;
+    ArgList json_keys = {0};
+    int megatron_names = 0;
+    char tok_path[PATH_MAX], prefix[PATH_MAX];
     TokOpts o = {.json_key = "text",
                  .txt_docs = "file",
                  .specials = 1,
                  .post = 1,
                  .workers = omp_get_num_procs()};
     const ArgSpec specs[] = {
-        {"tokenizer", ARG_STR, &o.tokenizer, "tokenizer.json (or tiktoken tokenizer.model)", 1},
+        {"tokenizer", ARG_STR, &o.tokenizer,
+         "tokenizer.json, tiktoken tokenizer.model, or a directory holding one", 0},
+        {"tokenizer-model", ARG_STR, &tok_model, "Megatron's name for --tokenizer (an HF dir)", 0},
+        {"tokenizer-type", ARG_STR, &tok_type, "Megatron's; HuggingFaceTokenizer (the only one)",
+         0},
         {"input", ARG_STRS, &o.inputs,
          "files, directories (recursive) or globs: .jsonl/.json/"
          ".ndjson/.txt (+.gz/.zst), .parquet",
          1},
         {"output-prefix", ARG_STR, &o.prefix, "writes PREFIX.bin and PREFIX.idx", 1},
         {"json-key", ARG_STR, &o.json_key, "JSONL key / Parquet column holding the text", 0},
+        {"json-keys", ARG_STRS, &json_keys, "Megatron's name for --json-key (one key)", 0},
+        {"megatron-names", ARG_BOOL, &megatron_names,
+         "write PREFIX_<key>_document.bin/.idx as Megatron's preprocess_data.py does "
+         "(PREFIX_text_document)",
+         0},
         {"append-eod", ARG_BOOL, &o.append_eod, "append the tokenizer's EOS id to each document",
          0},
         {"add-special-tokens", ARG_BOOL, &o.post,
@@ -242,6 +285,7 @@ int cmd_tokenize(int argc, char **argv) {
                         specs, (int)(sizeof specs / sizeof *specs)};
     int h = args_parse_or_die(&t, argc, argv);
     if (h) return 0;
+    megatron_habits_(&o, tok_type, tok_model, &json_keys, megatron_names, tok_path, prefix);
     if (o.workers < 1 || o.workers > 1024) {
         fprintf(stderr, "kda: error: --workers %lld: expected 1..1024\n", (long long)o.workers);
         arglist_free(&o.inputs);
@@ -263,6 +307,7 @@ int cmd_tokenize(int argc, char **argv) {
     sigaction(SIGINT, &old_int, NULL);
     sigaction(SIGTERM, &old_term, NULL);
     arglist_free(&o.inputs);
+    arglist_free(&json_keys);
     if (rc != 0) {
         fprintf(stderr, "kda: error: %s\n", err.msg);
         fprintf(stderr, "kda: no output written (%s.idx not created)\n", o.prefix);
