@@ -67,7 +67,7 @@ endif
 LIB_OBJ  := $(LIB_SRC:%.c=$(BUILD)/%.o) $(CU_OBJ)
 TEST_OBJ := $(TEST_SRC:%.c=$(BUILD)/%.o)
 
-.PHONY: all test test-gpu check-refs demo deps fuzz format clean FORCE
+.PHONY: all test test-gpu check-refs demo deps deps-check fuzz format clean FORCE
 all: $(BUILD)/kda $(BUILD)/kda_test
 FORCE:
 $(BUILD)/src/core/version.o: CFLAGS += $(VERSION_FLAGS)
@@ -93,6 +93,14 @@ $(BUILD)/kda: $(BUILD)/src/main.o $(BUILD)/libkda.a
 $(BUILD)/kda_test: $(TEST_OBJ) $(BUILD)/libkda.a
 	$(CC) $(LDFLAGS) -o $@ $^ $(LDLIBS)
 
+# A fresh machine: one line naming what is missing instead of a wall of compiler errors
+# (checked before any object is compiled: an order-only prerequisite).
+$(LIB_OBJ) $(TEST_OBJ) $(BUILD)/src/main.o: | deps-check
+deps-check:
+	@printf '#include <yaml.h>\n#include <zstd.h>\n#include <zlib.h>\n#include <snappy-c.h>\n#include <cblas.h>\n' | \
+	  $(CC) $(filter -I%,$(CFLAGS)) -E -x c - >/dev/null 2>&1 || \
+	  { echo "kda: build dependencies missing (libyaml, zstd, zlib, snappy, OpenBLAS headers): run 'make deps'"; exit 1; }
+
 test: all
 	OMP_NUM_THREADS=$${OMP_NUM_THREADS:-2} KDA_BIN=./$(BUILD)/kda ./$(BUILD)/kda_test $(TESTS)
 
@@ -107,7 +115,7 @@ deps:
 	./tools/install-deps.sh
 
 demo: deps
-	$(MAKE) all
+	$(MAKE) -j$$(nproc) all
 	./tools/demo.sh
 
 # libFuzzer targets: one per parser, each fuzz/fuzz_<name>.c, linked against a sanitized build

@@ -125,6 +125,15 @@ KDA_TEST(cli_pipeline_tokenize_train_export_score_generate) {
     CHECK(path_exists(p));
     snprintf(p, sizeof p, "%s/hf/tokenizer.json", d);
     CHECK(path_exists(p));
+    // generation_config.json: the tokenizer's BOS/EOS, no made-up transformers_version
+    snprintf(p, sizeof p, "%s/hf/generation_config.json", d);
+    size_t gn;
+    KdaError ge;
+    char *gc = read_file(p, &gn, &ge);
+    CHECK_MSG(gc && strstr(gc, "\"bos_token_id\": 128000") &&
+                  strstr(gc, "\"eos_token_id\": 128001") && !strstr(gc, "transformers_version"),
+              "%s", gc ? gc : ge.msg);
+    free(gc);
 
     snprintf(p, sizeof p, "%s/score.jsonl", d);
     f = fopen(p, "w");

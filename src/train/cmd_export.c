@@ -112,15 +112,27 @@ static void export_tokenizer(const char *out, const char *tok_path) {
     tok_free(t);
 }
 
-static void export_generation_config(const char *out, const KdaConfig *c) {
+// generation_config.json: the special ids generate() needs, taken from the tokenizer that is
+// exported with the model (its BOS/EOS), else from config.json; greedy by default as HF's own
+// default is. No transformers_version: kda.c is not transformers, and HF fills it in on load.
+static void export_generation_config(const char *out, const KdaConfig *c, const char *tok_path) {
+    int64_t bos = c->has_bos_token_id ? c->bos_token_id : -1;
+    int64_t eos = c->has_eos_token_id ? c->eos_token_id : -1;
+    KdaTokenizer *t = NULL;
+    KdaError err;
+    if (tok_path && tok_load(&t, tok_path, &err) == 0) {
+        if (tok_bos_id(t) >= 0) bos = tok_bos_id(t);
+        if (tok_eos_id(t) >= 0) eos = tok_eos_id(t);
+        tok_free(t);
+    }
     char *buf;
     size_t n;
     FILE *f = open_memstream(&buf, &n);
     fputs("{\n  \"_from_model_config\": true,\n", f);
-    if (c->has_bos_token_id) fprintf(f, "  \"bos_token_id\": %lld,\n", (long long)c->bos_token_id);
-    if (c->has_eos_token_id) fprintf(f, "  \"eos_token_id\": %lld,\n", (long long)c->eos_token_id);
+    if (bos >= 0) fprintf(f, "  \"bos_token_id\": %lld,\n", (long long)bos);
+    if (eos >= 0) fprintf(f, "  \"eos_token_id\": %lld,\n", (long long)eos);
     if (c->has_pad_token_id) fprintf(f, "  \"pad_token_id\": %lld,\n", (long long)c->pad_token_id);
-    fputs("  \"transformers_version\": \"4.53.0\"\n}\n", f);
+    fputs("  \"do_sample\": false\n}\n", f);
     fclose(f);
     write_text(out, "generation_config.json", buf, n);
 }
@@ -163,7 +175,7 @@ int cmd_export(int argc, char **argv) {
         !kda_run_config_load(&rc, p, &err) && rc.tokenizer)
         tokenizer = rc.tokenizer;
     if (kda_model_save_dir(output, &cfg, &tab, flat, dt, &err)) kda_die("%s", err.msg);
-    export_generation_config(output, &cfg);
+    export_generation_config(output, &cfg, tokenizer);
     if (tokenizer)
         export_tokenizer(output, tokenizer);
     else
