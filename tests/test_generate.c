@@ -12,26 +12,14 @@
 #include "eval/generate.h"
 #include "model/model.h"
 #include "test.h"
+#include "tiny_model.h"
 
-typedef enum { G_TIED, G_GVA_NEG, G_NO_CONV, G_BOUNDED } GenKind;
-
-// Tiny configs covering every structural option (the same ones test_model.c uses).
-static void gen_model_(KdaModel *m, GenKind kind, uint64_t seed) {
-    KdaConfig c;
-    kda_config_defaults(&c);
-    c.hidden_size = 32, c.num_hidden_layers = 2, c.num_heads = 2, c.head_dim = 8;
-    c.expand_v = 1.0, c.intermediate_size_raw = 48, c.vocab_size = 50, c.conv_size = 4;
-    c.tie_word_embeddings = 1;
-    if (kind == G_GVA_NEG) {
-        c.tie_word_embeddings = 0, c.num_v_heads_raw = 4, c.expand_v = 2.0;
-        c.allow_neg_eigval = 1;
-    }
-    if (kind == G_NO_CONV) c.use_short_conv = 0;
-    if (kind == G_BOUNDED) c.has_lower_bound = 1, c.lower_bound = -5.0;
+// The tiny configs of tiny_model.h (the ones test_model.c uses).
+static void gen_model_(KdaModel *m, TinyKind kind, uint64_t seed) {
+    KdaConfig c = tiny_config(kind);
     // A large init std (0.2) so that logits spread widely and the state carries real signal.
     c.initializer_range = 0.2;
     KdaError err;
-    KDA_ASSERT(kda_config_derive(&c, "tiny", &err) == 0);
     KDA_ASSERT(kda_model_init(m, &c, &err) == 0);
     kda_params_init(&m->table, &m->cfg, m->params, seed);
     KdaRng r;
@@ -39,13 +27,6 @@ static void gen_model_(KdaModel *m, GenKind kind, uint64_t seed) {
     for (int64_t l = 0; l < c.num_hidden_layers; l++)
         for (int64_t i = 0; i < m->cfg.value_dim; i++)
             m->w.layers[l].g_proj1_bias[i] = rng_normal(&r, 0.0f, 0.5f);
-}
-
-static void random_ids_(int32_t *ids, int64_t n, int64_t vocab, uint64_t seed) {
-    KdaRng r;
-    rng_seed(&r, seed);
-    for (int64_t i = 0; i < n; i++)
-        ids[i] = (int32_t)rng_below(&r, (uint64_t)vocab);
 }
 
 // max |a - b| / max(max |b|, 1e-3) over one row of logits.
@@ -62,13 +43,13 @@ static double rel_err_(const float *a, const float *b, int64_t n) {
 // match the full (chunked) forward. Tolerance 1e-4 relative: the two paths differ only in fp32
 // summation order (chunked WY form vs per-token recurrence, batched vs single-row GEMMs,
 // vocabulary-chunked head), which measures ~1e-6 here.
-static void prefill_decode_case_(GenKind kind, const char *name, int64_t P, KdaCoreMode core) {
+static void prefill_decode_case_(TinyKind kind, const char *name, int64_t P, KdaCoreMode core) {
     KdaModel m;
     gen_model_(&m, kind, 11 + (uint64_t)kind);
     m.core = core;
     int64_t T = P + 6, nv = m.cfg.vocab_size;
     int32_t *ids = kda_malloc((size_t)T * sizeof(int32_t));
-    random_ids_(ids, T, nv, 100 + (uint64_t)P);
+    tiny_random_ids(ids, T, nv, 100 + (uint64_t)P);
     float *ref = kda_malloc((size_t)(T * nv) * sizeof(float));
     float *lg = kda_malloc((size_t)nv * sizeof(float));
     KdaError err;
@@ -96,32 +77,32 @@ static const int64_t k_prompt_lens[] = {1, 5, 64, 70}; // < W-1, > W-1, one chun
 
 KDA_TEST(gen_prefill_decode_tied) {
     for (int i = 0; i < 4; i++)
-        prefill_decode_case_(G_TIED, "tied", k_prompt_lens[i], KDA_CORE_CHUNK);
+        prefill_decode_case_(TINY_TIED, "tied", k_prompt_lens[i], KDA_CORE_CHUNK);
 }
 KDA_TEST(gen_prefill_decode_gva_negeig_untied) {
     for (int i = 0; i < 4; i++)
-        prefill_decode_case_(G_GVA_NEG, "gva", k_prompt_lens[i], KDA_CORE_CHUNK);
+        prefill_decode_case_(TINY_GVA_NEG, "gva", k_prompt_lens[i], KDA_CORE_CHUNK);
 }
 KDA_TEST(gen_prefill_decode_no_conv) {
     for (int i = 0; i < 4; i++)
-        prefill_decode_case_(G_NO_CONV, "noconv", k_prompt_lens[i], KDA_CORE_CHUNK);
+        prefill_decode_case_(TINY_NO_CONV, "noconv", k_prompt_lens[i], KDA_CORE_CHUNK);
 }
 KDA_TEST(gen_prefill_decode_bounded_gate) {
     for (int i = 0; i < 4; i++)
-        prefill_decode_case_(G_BOUNDED, "bounded", k_prompt_lens[i], KDA_CORE_CHUNK);
+        prefill_decode_case_(TINY_BOUNDED, "bounded", k_prompt_lens[i], KDA_CORE_CHUNK);
 }
 KDA_TEST(gen_prefill_recurrent_core) {
-    prefill_decode_case_(G_GVA_NEG, "gva-recurrent", 70, KDA_CORE_RECURRENT);
+    prefill_decode_case_(TINY_GVA_NEG, "gva-recurrent", 70, KDA_CORE_RECURRENT);
 }
 
 // The decode state after a prefill of P tokens equals the one after prefill(1) + P-1 steps
 // (state and conv tails are what decoding continues from).
 KDA_TEST(gen_prefill_state_matches_stepping) {
     KdaModel m;
-    gen_model_(&m, G_TIED, 5);
+    gen_model_(&m, TINY_TIED, 5);
     int64_t P = 9, nv = m.cfg.vocab_size;
     int32_t ids[9];
-    random_ids_(ids, P, nv, 77);
+    tiny_random_ids(ids, P, nv, 77);
     float *lg = kda_malloc((size_t)nv * sizeof(float));
     KdaDecodeState a, b;
     kda_decode_state_init(&a, &m.cfg);
@@ -147,7 +128,7 @@ KDA_TEST(gen_prefill_state_matches_stepping) {
 
 KDA_TEST(gen_errors) {
     KdaModel m;
-    gen_model_(&m, G_TIED, 3);
+    gen_model_(&m, TINY_TIED, 3);
     KdaDecodeState st;
     kda_decode_state_init(&st, &m.cfg);
     float lg[50];
@@ -179,10 +160,10 @@ static const KdaSampleOpts k_greedy = {0.0, 0, 1.0};
 
 KDA_TEST(gen_greedy_equals_full_forward_argmax) {
     KdaModel m;
-    gen_model_(&m, G_GVA_NEG, 21);
+    gen_model_(&m, TINY_GVA_NEG, 21);
     int64_t P = 7, N = 20, nv = m.cfg.vocab_size;
     int32_t seq[27], out[20];
-    random_ids_(seq, P, nv, 9);
+    tiny_random_ids(seq, P, nv, 9);
     CHECK_EQ_INT(gen_(&m, seq, P, k_greedy, N, 0, NULL, 0, out, NULL), N);
     float *lg = kda_malloc((size_t)((P + N) * nv) * sizeof(float));
     KdaError err;
@@ -199,7 +180,7 @@ KDA_TEST(gen_greedy_equals_full_forward_argmax) {
 
 KDA_TEST(gen_sampling_seeded_and_limits) {
     KdaModel m;
-    gen_model_(&m, G_TIED, 31);
+    gen_model_(&m, TINY_TIED, 31);
     int32_t prompt[3] = {1, 2, 3}, a[16], b[16], c[16], g[16];
     KdaSampleOpts so = {1.0, 10, 0.9};
     gen_(&m, prompt, 3, so, 16, 42, NULL, 0, a, NULL);
@@ -223,7 +204,7 @@ KDA_TEST(gen_sampling_seeded_and_limits) {
 
 KDA_TEST(gen_eos_stops) {
     KdaModel m;
-    gen_model_(&m, G_BOUNDED, 41);
+    gen_model_(&m, TINY_BOUNDED, 41);
     int32_t prompt[2] = {4, 5}, g[12], o[12];
     gen_(&m, prompt, 2, k_greedy, 12, 0, NULL, 0, g, NULL);
     int32_t eos = g[4];

@@ -16,30 +16,12 @@
 #include "core/rng.h"
 #include "model/model.h"
 #include "test.h"
-
-typedef enum { TINY_TIED, TINY_GVA_NEG, TINY_NO_CONV, TINY_BOUNDED } TinyKind;
-
-static KdaConfig tiny_config_(TinyKind kind) {
-    KdaConfig c;
-    kda_config_defaults(&c);
-    c.hidden_size = 32, c.num_hidden_layers = 2, c.num_heads = 2, c.head_dim = 8;
-    c.expand_v = 1.0, c.intermediate_size_raw = 48, c.vocab_size = 50, c.conv_size = 4;
-    c.tie_word_embeddings = 1;
-    if (kind == TINY_GVA_NEG) {
-        c.tie_word_embeddings = 0, c.num_v_heads_raw = 4, c.expand_v = 2.0;
-        c.allow_neg_eigval = 1;
-    }
-    if (kind == TINY_NO_CONV) c.use_short_conv = 0;
-    if (kind == TINY_BOUNDED) c.has_lower_bound = 1, c.lower_bound = -5.0;
-    KdaError err;
-    KDA_ASSERT(kda_config_derive(&c, "tiny", &err) == 0);
-    return c;
-}
+#include "tiny_model.h"
 
 // Model with FLA's init rules at a larger std (0.2) so that gradients are well above the fp32
 // noise of a finite difference, and g_proj bias non-zero.
 static void tiny_model_(KdaModel *m, TinyKind kind, double init_std, uint64_t seed) {
-    KdaConfig c = tiny_config_(kind);
+    KdaConfig c = tiny_config(kind);
     c.initializer_range = init_std;
     KdaError err;
     KDA_ASSERT(kda_model_init(m, &c, &err) == 0);
@@ -67,11 +49,8 @@ static void condition_convs_(KdaModel *m, uint64_t seed) {
 }
 
 static int32_t *random_ids_(int64_t n, int64_t vocab, uint64_t seed) {
-    KdaRng r;
-    rng_seed(&r, seed);
     int32_t *ids = malloc((size_t)n * sizeof(int32_t));
-    for (int64_t i = 0; i < n; i++)
-        ids[i] = (int32_t)rng_below(&r, (uint64_t)vocab);
+    tiny_random_ids(ids, n, vocab, seed);
     return ids;
 }
 

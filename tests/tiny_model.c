@@ -1,0 +1,29 @@
+// tiny_model.c - tiny model configs and random ids for the CPU model tests (tiny_model.h).
+#include "tiny_model.h"
+
+#include "core/error.h" // defines: KDA_ASSERT
+#include "core/rng.h"   // defines: KdaRng, rng_seed, rng_below
+
+KdaConfig tiny_config(TinyKind kind) {
+    KdaConfig c;
+    kda_config_defaults(&c);
+    c.hidden_size = 32, c.num_hidden_layers = 2, c.num_heads = 2, c.head_dim = 8;
+    c.expand_v = 1.0, c.intermediate_size_raw = 48, c.vocab_size = 50, c.conv_size = 4;
+    c.tie_word_embeddings = 1;
+    if (kind == TINY_GVA_NEG) {
+        c.tie_word_embeddings = 0, c.num_v_heads_raw = 4, c.expand_v = 2.0;
+        c.allow_neg_eigval = 1;
+    }
+    if (kind == TINY_NO_CONV) c.use_short_conv = 0;
+    if (kind == TINY_BOUNDED) c.has_lower_bound = 1, c.lower_bound = -5.0;
+    KdaError err;
+    KDA_ASSERT(kda_config_derive(&c, "tiny", &err) == 0);
+    return c;
+}
+
+void tiny_random_ids(int32_t *ids, int64_t n, int64_t vocab, uint64_t seed) {
+    KdaRng r;
+    rng_seed(&r, seed);
+    for (int64_t i = 0; i < n; i++)
+        ids[i] = (int32_t)rng_below(&r, (uint64_t)vocab);
+}

@@ -1,0 +1,24 @@
+// tiny_model.h - the tiny KDA configs the CPU model tests build in code (test_model.c,
+// test_generate.c), one per structural option, and random token ids: one definition, so the
+// model and generation tests cover the same shapes.
+//
+// Every kind: D 32, L 2, H 2, K 8, I 48, vocab 50, conv 4, FLA's other defaults.
+//   TINY_TIED     HV = H, V = 8, tied head
+//   TINY_GVA_NEG  untied, HV 4 > H (grouped values), V 16, allow_neg_eigval (β = 2σ(b))
+//   TINY_NO_CONV  as TIED, use_short_conv false
+//   TINY_BOUNDED  as TIED, lower_bound -5 (the bounded gate)
+#ifndef KDA_TESTS_TINY_MODEL_H
+#define KDA_TESTS_TINY_MODEL_H
+
+#include <stdint.h>
+
+#include "model/config.h" // defines: KdaConfig
+
+typedef enum { TINY_TIED, TINY_GVA_NEG, TINY_NO_CONV, TINY_BOUNDED } TinyKind;
+
+// The derived config of kind (aborts through KDA_ASSERT if it does not derive: a test bug).
+KdaConfig tiny_config(TinyKind kind);
+// ids [n] int32, uniform in [0, vocab), from a generator seeded with seed (overwrites ids).
+void tiny_random_ids(int32_t *ids, int64_t n, int64_t vocab, uint64_t seed);
+
+#endif
