@@ -142,14 +142,26 @@ static int32_t *random_ids_(int64_t n, int64_t vocab, uint64_t seed) {
 
 // One GPU training step's numbers: zeroed gradients, forward (per-token NLL and mean loss),
 // backward, gradients copied to grads [total_numel] in the table's dense layout.
+// gpu_step_: forward + backward (the legacy head); gpu_step_fused_: the fused classifier
+// (kda_cuda_model_forward_backward) with a logits budget of 128 rows (several token chunks and a
+// partial last one at B·T = 200).
 static int gpu_step_(KdaCudaModel *dm, const int32_t *ids, int64_t B, int64_t T, float *nll,
                      float *loss, float *grads, KdaError *err) {
     return kda_cuda_model_zero_grads(dm, err) ||
            kda_cuda_model_forward(dm, ids, NULL, B, T, nll, loss, err) ||
            kda_cuda_model_backward(dm, err) || kda_cuda_model_get_grads(dm, grads, err);
 }
+static int gpu_step_fused_(KdaCudaModel *dm, const int32_t *ids, int64_t B, int64_t T, float *nll,
+                           float *loss, float *grads, KdaError *err) {
+    const KdaConfig *c = kda_cuda_model_config(dm);
+    size_t budget = (size_t)128 * (size_t)kda_cuda_cls_ld(c->vocab_size) * 2;
+    return kda_cuda_model_set_cls_budget(dm, budget, err) || kda_cuda_model_zero_grads(dm, err) ||
+           kda_cuda_model_forward_backward(dm, ids, NULL, B, T, nll, loss, err) ||
+           kda_cuda_model_get_grads(dm, grads, err);
+}
 
-static void compare_step_(KdaModel *m, const int32_t *ids, int64_t B, int64_t T, const char *what) {
+static void compare_step_(KdaModel *m, const int32_t *ids, int64_t B, int64_t T, const char *what,
+                          int fused) {
     KdaError err = {{0}};
     int64_t n = m->table.total_numel, N = B * T;
     float *gc = kda_calloc((size_t)n, sizeof(float)), *gg = kda_calloc((size_t)n, sizeof(float));
@@ -160,7 +172,7 @@ static void compare_step_(KdaModel *m, const int32_t *ids, int64_t B, int64_t T,
     CHECK(kda_model_backward(m, gc, &err) == 0);
     KdaCudaModel *dm = NULL;
     int rc = kda_cuda_model_create(&dm, &m->cfg, &m->table, m->params, 0, &err);
-    if (!rc) rc = gpu_step_(dm, ids, B, T, ng, &lg, gg, &err);
+    if (!rc) rc = (fused ? gpu_step_fused_ : gpu_step_)(dm, ids, B, T, ng, &lg, gg, &err);
     CHECK_MSG(rc == 0, "%s", err.msg);
     if (!rc) {
         double le = fabs((double)lg - lc) / fabs((double)lc);
@@ -192,7 +204,10 @@ KDA_TEST(gpu_model_a_loss_and_grads) {
     memset(&m, 0, sizeof m);
     int64_t B = 0, T = 0;
     int32_t *ids = golden_ids_("golden/model_a_step.safetensors", &B, &T);
-    if (ids && !load_golden_(&m, "golden/model_a")) compare_step_(&m, ids, B, T, "model_a(tied)");
+    if (ids && !load_golden_(&m, "golden/model_a")) {
+        compare_step_(&m, ids, B, T, "model_a(tied)", 0);
+        compare_step_(&m, ids, B, T, "model_a(tied, fused classifier)", 1);
+    }
     free(ids);
     kda_model_free(&m);
 }
@@ -203,7 +218,8 @@ KDA_TEST(gpu_model_untied_loss_and_grads) {
     tiny_untied_(&m, 0.05, 11);
     int64_t B = 2, T = 100; // a partial last chunk of the core (100 = 64 + 36)
     int32_t *ids = random_ids_(B * T, m.cfg.vocab_size, 12);
-    compare_step_(&m, ids, B, T, "tiny(untied)");
+    compare_step_(&m, ids, B, T, "tiny(untied)", 0);
+    compare_step_(&m, ids, B, T, "tiny(untied, fused classifier)", 1);
     free(ids);
     kda_model_free(&m);
 }
@@ -246,10 +262,12 @@ KDA_TEST(gpu_model_recompute_bit_identical) {
     kda_model_free(&m);
 }
 
-// ---- fused cross-entropy over several vocabulary chunks --------------------------------------
+// ---- fused cross-entropy: vocabulary chunks (legacy) and token chunks (fused classifier) -------
 
-KDA_TEST(gpu_model_xent_chunks) {
-    if (!have_gpu_()) return;
+// fused = 0: kda_cuda_xent_fwd + _bwd over vocabulary chunks of 128 (128, 128, 44 columns);
+// fused = 1: kda_cuda_cls_fused over token chunks of 16 rows (16, 16, 1), its loss-only mode
+// first (dn NULL: nll, lse and the loss sum the same bits as the training mode's).
+static void xent_case_(int fused) {
     KdaCudaCtx ctx;
     KdaError err = {{0}};
     CHECK_MSG(kda_cuda_init(&ctx, 0, &err) == 0, "%s", err.msg);
@@ -283,15 +301,32 @@ KDA_TEST(gpu_model_xent_chunks) {
     double *dsum = kda_cuda_alloc(&ctx, 8);
     KdaCudaXentWs ws = {kda_cuda_alloc(&ctx, kda_cuda_xent_logits_bytes(N, CH)),
                         kda_cuda_alloc(&ctx, kda_cuda_xent_stat_bytes(N)), CH};
-    KDA_ASSERT(dn16 && dW16 && dtg && dnll && dlse && ddn && ddW && dsum && ws.logits && ws.stat);
+    const int64_t ROWS = 16;
+    KdaCudaClsWs cws = {kda_cuda_alloc(&ctx, kda_cuda_cls_bytes(ROWS, NV)), ROWS,
+                        kda_cuda_cls_ld(NV)};
+    float *nll_lo = kda_malloc((size_t)N * 4), *lse_lo = kda_malloc((size_t)N * 4);
+    double sum_lo = NAN;
+    KDA_ASSERT(dn16 && dW16 && dtg && dnll && dlse && ddn && ddW && dsum && ws.logits && ws.stat &&
+               cws.logits);
+    float scale = 1.0f / (float)nvalid;
     int rc = kda_cuda_put_bf16(&ctx, dn16, n, N * D) || kda_cuda_put_bf16(&ctx, dW16, W, NV * D) ||
              kda_cuda_put_bytes(&ctx, dtg, tg, (size_t)N * 4) ||
              kda_cuda_zero(&ctx, ddW, (size_t)(NV * D) * 4) ||
              kda_cuda_poison(&ctx, ddn, (size_t)(N * D) * 4) ||
-             kda_cuda_xent_fwd(&ctx, dnll, dlse, dsum, dn16, dW16, dtg, N, D, NV, &ws) ||
-             kda_cuda_xent_bwd(&ctx, ddn, ddW, dn16, dW16, dtg, dlse, N, D, NV,
-                               1.0f / (float)nvalid, &ws) ||
-             kda_cuda_sync(&ctx);
+             kda_cuda_poison(&ctx, dnll, (size_t)N * 4) ||
+             kda_cuda_poison(&ctx, dlse, (size_t)N * 4);
+    if (!rc && !fused)
+        rc = kda_cuda_xent_fwd(&ctx, dnll, dlse, dsum, dn16, dW16, dtg, N, D, NV, &ws) ||
+             kda_cuda_xent_bwd(&ctx, ddn, ddW, dn16, dW16, dtg, dlse, N, D, NV, scale, &ws);
+    if (!rc && fused)
+        rc = kda_cuda_cls_fused(&ctx, dnll, dlse, dsum, NULL, NULL, dn16, dW16, dtg, N, D, NV,
+                                scale, &cws) ||
+             kda_cuda_get_f32(&ctx, nll_lo, dnll, N) || kda_cuda_get_f32(&ctx, lse_lo, dlse, N) ||
+             cudaMemcpy(&sum_lo, dsum, 8, cudaMemcpyDeviceToHost) != cudaSuccess ||
+             kda_cuda_poison(&ctx, dnll, (size_t)N * 4) ||
+             kda_cuda_cls_fused(&ctx, dnll, dlse, dsum, ddn, ddW, dn16, dW16, dtg, N, D, NV, scale,
+                                &cws);
+    if (!rc) rc = kda_cuda_sync(&ctx);
     CHECK_MSG(rc == 0, "%s", ctx.err.msg);
     if (!rc) {
         float *nll_g = kda_malloc((size_t)N * 4), *lse_g = kda_malloc((size_t)N * 4);
@@ -316,19 +351,31 @@ KDA_TEST(gpu_model_xent_chunks) {
             if (!(fabs(nll_g[i] - nll_c[i]) <= worst)) worst = fabs(nll_g[i] - nll_c[i]);
         }
         CHECK_NEAR(sum_g, sum_c, tol_sum);
+        if (fused) { // loss-only mode: the same row kernel without the dlogits pass
+            CHECK(!memcmp(nll_lo, nll_g, (size_t)N * 4) && !memcmp(lse_lo, lse_g, (size_t)N * 4));
+            CHECK(sum_lo == sum_g);
+        }
         double e_dn = rel_rms_(dn_g, dn_c, N * D), e_dw = rel_rms_(dW_g, dW_c, NV * D);
         CHECK_MSG(e_dn <= TOL_XENT_GRAD, "dn rel-RMS %.3g", e_dn);
         CHECK_MSG(e_dw <= TOL_XENT_GRAD, "dW rel-RMS %.3g", e_dw);
-        printf("    xent 3 chunks: max |nll diff| %.2e, loss sum %.6f vs %.6f, dn %.2e, dW %.2e\n",
-               worst, sum_g, sum_c, e_dn, e_dw);
+        printf("    %s, 3 chunks: max |nll diff| %.2e, loss sum %.6f vs %.6f, dn %.2e, dW %.2e\n",
+               fused ? "fused classifier" : "xent", worst, sum_g, sum_c, e_dn, e_dw);
         free(nll_g), free(lse_g), free(dn_g), free(dW_g);
     }
-    void *bufs[] = {dn16, dW16, dtg, dnll, dlse, ddn, ddW, dsum, ws.logits, ws.stat};
+    void *bufs[] = {dn16, dW16, dtg, dnll, dlse, ddn, ddW, dsum, ws.logits, ws.stat, cws.logits};
     for (size_t i = 0; i < sizeof bufs / sizeof *bufs; i++)
         kda_cuda_release(bufs[i]);
     kda_cuda_free(&ctx);
     free(n), free(W), free(labels), free(work), free(lg_c), free(nll_c), free(lse_c), free(dn_c),
-        free(dW_c);
+        free(dW_c), free(nll_lo), free(lse_lo);
+}
+
+KDA_TEST(gpu_model_xent_chunks) {
+    if (have_gpu_()) xent_case_(0);
+}
+
+KDA_TEST(gpu_model_cls_fused) {
+    if (have_gpu_()) xent_case_(1);
 }
 
 // ---- AdamW + scaling + clipping vs the CPU optimizer on the same gradients -------------------
@@ -554,6 +601,82 @@ KDA_TEST(gpu_model_train_200_steps_tiny_config) {
 }
 
 // ---- errors ------------------------------------------------------------------------------------
+
+// The per-op profile on the GPU (kda_cuda_model_profile): one training step of the tiny untied
+// model (2 layers, fused classifier in 2 token chunks): every op appears with the model's number
+// of calls, every row's time is finite and >= 0, and the rows fit inside the wall time (disjoint
+// event intervals on one stream, all inside the host's start and end marks).
+KDA_TEST(gpu_model_profile) {
+    if (!have_gpu_()) return;
+    KdaModel m;
+    tiny_untied_(&m, 0.05, 21);
+    int64_t B = 2, T = 100, L = 2;
+    int32_t *ids = random_ids_(B * T, m.cfg.vocab_size, 22);
+    KdaError err = {{0}};
+    KdaCudaModel *dm = NULL;
+    KdaProf p;
+    kda_prof_reset(&p, 0, 0);
+    KdaAdamWConfig oc = {0.9, 0.95, 1e-8, 0.01};
+    float loss = NAN;
+    size_t budget = (size_t)128 * (size_t)kda_cuda_cls_ld(m.cfg.vocab_size) * 2; // 2 chunks
+    int rc = kda_cuda_model_create(&dm, &m.cfg, &m.table, m.params, 0, &err) ||
+             kda_cuda_model_set_cls_budget(dm, budget, &err) ||
+             kda_cuda_model_profile(dm, &p, &err) || kda_cuda_model_zero_grads(dm, &err) ||
+             kda_cuda_model_forward_backward(dm, ids, NULL, B, T, NULL, &loss, &err) ||
+             !isfinite(kda_cuda_model_finish_grads(dm, 1.0, 1.0, &err)) ||
+             kda_cuda_model_adamw(dm, &oc, 1, 1e-3, &err) || kda_cuda_model_profile(dm, NULL, &err);
+    CHECK_MSG(rc == 0, "%s", err.msg);
+    if (!rc) {
+        const struct {
+            KdaOp op;
+            int64_t calls;
+        } want[] = {
+            {KDA_OP_EMBED_FWD, 1},
+            {KDA_OP_EMBED_BWD, 1},
+            {KDA_OP_NORM_FWD, 2 * L + 1},
+            {KDA_OP_NORM_BWD, 2 * L + 1},
+            {KDA_OP_PROJ_FWD, 8 * L},
+            {KDA_OP_PROJ_BWD, 16 * L},
+            {KDA_OP_CONV_FWD, 3 * L},
+            {KDA_OP_CONV_BWD, 3 * L},
+            {KDA_OP_L2NORM_FWD, 2 * L},
+            {KDA_OP_L2NORM_BWD, 2 * L},
+            {KDA_OP_GATE_FWD, 2 * L},
+            {KDA_OP_GATE_BWD, 2 * L},
+            {KDA_OP_CORE_FWD, L},
+            {KDA_OP_CORE_BWD, L},
+            {KDA_OP_ONORM_FWD, 2 * L}, // bias + gated norm
+            {KDA_OP_ONORM_BWD, 2 * L},
+            {KDA_OP_OPROJ_FWD, L},
+            {KDA_OP_OPROJ_BWD, 2 * L},
+            {KDA_OP_MLP_FWD, 3 * L},
+            {KDA_OP_MLP_BWD, 6 * L},
+            {KDA_OP_SWIGLU_FWD, L},
+            {KDA_OP_SWIGLU_BWD, L},
+            {KDA_OP_HEAD_FWD, 2 + 1}, // 2 token chunks + the loss sum
+            {KDA_OP_HEAD_BWD, 2},
+            {KDA_OP_CAST, 2 * L},
+            {KDA_OP_ZERO_GRADS, 1},
+            {KDA_OP_GRAD_NORM, 2}, // norm, clip coefficient
+            {KDA_OP_SYNC, 3},      // ids upload, loss read, norm read
+        };
+        for (size_t i = 0; i < sizeof want / sizeof *want; i++)
+            CHECK_MSG(p.row[want[i].op].calls == want[i].calls, "%s: %lld calls, expected %lld",
+                      kda_prof_op_name(want[i].op), (long long)p.row[want[i].op].calls,
+                      (long long)want[i].calls);
+        CHECK(p.row[KDA_OP_ADAMW].calls >= 1);
+        for (int i = 0; i < KDA_OP_COUNT; i++)
+            CHECK_MSG(isfinite(p.row[i].ms) && p.row[i].ms >= 0, "%s: %g ms",
+                      kda_prof_op_name((KdaOp)i), p.row[i].ms);
+        double wall = kda_prof_wall_ms(&p), sum = kda_prof_sum_ms(&p);
+        CHECK_MSG(sum > 0 && sum <= wall, "sum %.3f ms, wall %.3f ms", sum, wall);
+        CHECK(p.flop_rate > 0 && p.byte_rate > 0 && p.row[KDA_OP_MLP_FWD].floor_ms > 0);
+        kda_prof_print(&p, "    gpu profile, tiny untied model, 200 tokens", stdout);
+    }
+    kda_cuda_model_free(dm);
+    free(ids);
+    kda_model_free(&m);
+}
 
 KDA_TEST(gpu_model_errors) {
     if (!have_gpu_()) return;

@@ -17,6 +17,7 @@ typedef struct {
     KdaAdamW opt;     // host mirror: config, step, m and v staging
     KdaError pending; // an error from update(), reported by the next forward_backward
     int has_pending;
+    int fused_cls; // training steps use kda_cuda_model_forward_backward (KDA_CLASSIFIER)
 } CudaBe;
 
 static void be_zero(void *c) {
@@ -33,8 +34,12 @@ static int be_fwd_bwd(void *c, const int32_t *ids, int64_t B, int64_t T, int bac
         *err = x->pending;
         return -1;
     }
-    if (kda_cuda_model_forward(x->dm, ids, NULL, B, T, NULL, NULL, err)) return -1;
-    if (backward && kda_cuda_model_backward(x->dm, err)) return -1;
+    if (backward && x->fused_cls) {
+        if (kda_cuda_model_forward_backward(x->dm, ids, NULL, B, T, NULL, NULL, err)) return -1;
+    } else {
+        if (kda_cuda_model_forward(x->dm, ids, NULL, B, T, NULL, NULL, err)) return -1;
+        if (backward && kda_cuda_model_backward(x->dm, err)) return -1;
+    }
     return kda_cuda_model_loss(x->dm, loss, err); // read after the backward is queued
 }
 
@@ -111,15 +116,33 @@ int kda_cuda_available(void) {
     return kda_cuda_device_count() > 0;
 }
 
+// KDA_CLASSIFIER: "fused" (default) or "legacy" (vocabulary chunks, logits recomputed in the
+// backward: the path before the fused classifier, kept to measure against and to fall back to).
+static int classifier_mode_(int *fused, KdaError *err) {
+    const char *v = getenv("KDA_CLASSIFIER");
+    *fused = 1;
+    if (!v || !*v || !strcmp(v, "fused")) return 0;
+    if (!strcmp(v, "legacy")) {
+        *fused = 0;
+        return 0;
+    }
+    return kda_fail(err, "KDA_CLASSIFIER=%.32s: expected fused or legacy", v);
+}
+
 int kda_backend_cuda_create(KdaBackend *be, KdaModel *model, const KdaAdamWConfig *ocfg, int device,
                             KdaError *err) {
     memset(be, 0, sizeof *be);
+    int fused = 1;
+    if (classifier_mode_(&fused, err)) return -1;
     CudaBe *x = kda_calloc(1, sizeof *x);
+    x->fused_cls = fused;
     if (kda_adamw_init(&x->opt, model->table.total_numel, ocfg, err)) {
         free(x);
         return -1;
     }
-    if (kda_cuda_model_create(&x->dm, &model->cfg, &model->table, model->params, device, err)) {
+    if (kda_cuda_model_create(&x->dm, &model->cfg, &model->table, model->params, device, err) ||
+        (!fused && kda_cuda_model_set_cls_budget(x->dm, 0, err))) { // legacy: its memory as before
+        kda_cuda_model_free(x->dm);
         kda_adamw_free(&x->opt);
         free(x);
         return -1;

@@ -25,6 +25,7 @@
 #define ROW_ALIGN   128                 // elements: device rows start 256-byte aligned (bf16)
 #define L2NORM_EPS  1e-6f               // q/k L2 norm eps, fixed in FLA (§5.3 step 6)
 #define XENT_BUDGET ((size_t)256 << 20) // bytes of the bf16 logits chunk [N, chunk]
+#define CLS_BUDGET  ((size_t)2 << 30)   // bytes of the fused classifier's bf16 logits [rows, ld]
 // Profile floors (core/prof.h): the H200's measured bf16 GEMM rate (torch 8192^3) and device
 // copy rate (performance.md §2-3). Other GPUs get the same numbers: the floor column is then
 // only a yardstick.
@@ -84,11 +85,12 @@ struct KdaCudaModel {
     int32_t *ids, *targets; // [N]
     float *lse, *nll;       // [N]
     KdaCudaXentWs xws;
-    float *dh, *dx;          // [N, D] fp32
-    bf *dhb;                 // [N, D] bf16 copy of dh (GEMM operand)
-    bf *dI1, *dI2;           // [N, I]
-    float *dq, *dk;          // [N, HK]
-    bf *dt1, *dt2;           // [N, max(HK, HVV)]
+    KdaCudaClsWs cls; // fused classifier; its logits share xws.logits's bytes (never both live)
+    float *dh, *dx;   // [N, D] fp32
+    bf *dhb;          // [N, D] bf16 copy of dh (GEMM operand)
+    bf *dI1, *dI2;    // [N, I]
+    float *dq, *dk;   // [N, HK]
+    bf *dt1, *dt2;    // [N, max(HK, HVV)]
     bf *dv, *d_o, *dz, *don; // [N, HVV]
     float *dg;               // [N, HVK]
     bf *df;                  // [N, HVK]
@@ -102,6 +104,7 @@ struct KdaCudaModel {
     int64_t B, T, n_valid;
     int64_t chunk; // the KDA core's chunk (kda_fast_chunk: 32 for K = 32, V = 64); gcum uses it too
     int recompute; // per-block activation recomputation (kda_cuda_model_set_recompute)
+    size_t cls_budget; // bytes of the fused classifier's logits chunk (0: no workspace for it)
     int have_fwd;
     int clip_pending;
     // per-op profile (kda_cuda_model_profile): events ev[0 .. n_ev) recorded in pairs
@@ -161,7 +164,12 @@ static void layout_(KdaCudaModel *m, int64_t N, Arena *a) {
     m->targets = take_(a, (size_t)N * sizeof(int32_t));
     m->lse = take_(a, F32(N)), m->nll = take_(a, F32(N));
     m->xws.chunk = kda_cuda_xent_chunk(N, c->vocab_size, XENT_BUDGET);
-    m->xws.logits = take_(a, kda_cuda_xent_logits_bytes(N, m->xws.chunk));
+    m->cls.rows = kda_cuda_cls_rows(N, c->vocab_size, m->cls_budget);
+    m->cls.ld = kda_cuda_cls_ld(c->vocab_size);
+    size_t lb = kda_cuda_xent_logits_bytes(N, m->xws.chunk);
+    size_t cb = m->cls_budget ? kda_cuda_cls_bytes(m->cls.rows, c->vocab_size) : 0;
+    m->xws.logits = take_(a, lb > cb ? lb : cb);
+    m->cls.logits = m->xws.logits;
     m->xws.stat = take_(a, kda_cuda_xent_stat_bytes(N));
     m->dh = take_(a, F32(N * D)), m->dx = take_(a, F32(N * D)), m->dhb = take_(a, BF(N * D));
     m->dI1 = take_(a, BF(N * I)), m->dI2 = take_(a, BF(N * I));
@@ -270,6 +278,7 @@ int kda_cuda_model_create(KdaCudaModel **out, const KdaConfig *cfg, const KdaPar
     }
     m->ctx_ok = 1;
     m->chunk = kda_fast_chunk(cfg->head_dim, cfg->head_v_dim, m->ctx.info.smem_per_block_optin);
+    m->cls_budget = CLS_BUDGET;
     m->cfg = *cfg;
     copy_table_(&m->table, t);
     copy_table_(&m->dtab, t);
@@ -507,18 +516,27 @@ static int block_fwd_(KdaCudaModel *m, const KdaLayerTensors *P, DevLayer *L, fl
     return 0;
 }
 
-// Queues the whole forward (ids/targets already on the device).
-static int forward_dev_(KdaCudaModel *m) {
+// Queues embedding, blocks and final norm (ids/targets already on the device).
+static int trunk_fwd_(KdaCudaModel *m) {
     const KdaConfig *c = &m->cfg;
     int64_t N = m->B * m->T, D = c->hidden_size, nl = c->num_hidden_layers;
     float *h0 = nl > 0 ? m->L[0].h : m->hL;
-    double ND = (double)N * (double)D, NV = (double)N * (double)c->vocab_size;
+    double ND = (double)N * (double)D;
     TIMED(KDA_OP_EMBED_FWD, 0, 8.0 * ND, kda_cuda_embed_fwd(&m->ctx, h0, m->P.embed, m->ids, N, D));
     for (int64_t l = 0; l < nl; l++)
         TRY(block_fwd_(m, &m->P.layers[l], &m->L[l], l + 1 < nl ? m->L[l + 1].h : m->hL));
     TIMED(KDA_OP_NORM_FWD, 0, 6.0 * ND,
           kda_cuda_rmsnorm_fwd(&m->ctx, m->nf, m->rstd_f, m->hL, m->P.final_norm, N, D,
                                (float)c->norm_eps));
+    return 0;
+}
+
+// Queues the whole forward with the legacy head (loss only).
+static int forward_dev_(KdaCudaModel *m) {
+    const KdaConfig *c = &m->cfg;
+    int64_t N = m->B * m->T, D = c->hidden_size;
+    double NV = (double)N * (double)c->vocab_size;
+    TRY(trunk_fwd_(m));
     // legacy head: fp32 logits written and read once per vocabulary chunk
     TIMED(KDA_OP_HEAD_FWD, gemm_fl_(N, D, c->vocab_size), gemm_by_(N, D, c->vocab_size) + 6.0 * NV,
           kda_cuda_xent_fwd(&m->ctx, m->nll, m->lse, m->loss_sum, m->nf, W_(m, m->P.lm_head),
@@ -683,16 +701,49 @@ static int block_bwd_(KdaCudaModel *m, const KdaLayerTensors *P, KdaLayerTensors
     return 0;
 }
 
-static int backward_dev_(KdaCudaModel *m) {
+// The legacy head's backward: logits recomputed per vocabulary chunk, dn into m->dx.
+static int head_bwd_legacy_(KdaCudaModel *m) {
     const KdaConfig *c = &m->cfg;
     int64_t N = m->B * m->T, D = c->hidden_size;
     float scale = m->n_valid ? 1.0f / (float)m->n_valid : 0.0f;
-    double ND = (double)N * (double)D, NV = (double)N * (double)c->vocab_size;
-    // legacy head: logits recomputed (3 GEMMs), bf16 dlogits written once and read twice
+    double NV = (double)N * (double)c->vocab_size;
+    // logits recomputed (3 GEMMs), bf16 dlogits written once and read twice
     TIMED(KDA_OP_HEAD_BWD, 3.0 * gemm_fl_(N, D, c->vocab_size),
           3.0 * gemm_by_(N, D, c->vocab_size) + 8.0 * NV,
           kda_cuda_xent_bwd(&m->ctx, m->dx, m->G.lm_head, m->nf, W_(m, m->P.lm_head), m->targets,
                             m->lse, N, D, c->vocab_size, scale, &m->xws));
+    return 0;
+}
+
+// The fused classifier (xent_cuda.h) on the final-norm output: loss, dn into m->dx and the
+// head's gradient, logits computed once per token chunk. Profile rows: fwd = each chunk's logits
+// GEMM + row kernel (bf16 logits written, read twice, dlogits written) and the loss sum, bwd =
+// each chunk's dX and dW GEMMs (dlogits read twice, dW fp32 read-modify-write per chunk).
+static int head_fused_(KdaCudaModel *m) {
+    const KdaConfig *c = &m->cfg;
+    int64_t N = m->B * m->T, D = c->hidden_size, Vv = c->vocab_size;
+    float scale = m->n_valid ? 1.0f / (float)m->n_valid : 0.0f;
+    const bf *Wh = W_(m, m->P.lm_head);
+    for (int64_t r0 = 0; r0 < N; r0 += m->cls.rows) {
+        int64_t nr = N - r0 < m->cls.rows ? N - r0 : m->cls.rows;
+        double NV = (double)nr * (double)Vv;
+        TIMED(KDA_OP_HEAD_FWD, gemm_fl_(nr, D, Vv), gemm_by_(nr, D, Vv) + 6.0 * NV,
+              kda_cuda_cls_chunk_fwd(&m->ctx, m->nll, m->lse, m->nf, Wh, m->targets, N, D, Vv,
+                                     scale, 1, r0, &m->cls));
+        TIMED(
+            KDA_OP_HEAD_BWD, 2.0 * gemm_fl_(nr, D, Vv),
+            2.0 * gemm_by_(nr, D, Vv) + 6.0 * (double)Vv * (double)D,
+            kda_cuda_cls_chunk_bwd(&m->ctx, m->dx, m->G.lm_head, m->nf, Wh, N, D, Vv, r0, &m->cls));
+    }
+    TIMED(KDA_OP_HEAD_FWD, 0, 4.0 * N, kda_cuda_cls_loss_sum(&m->ctx, m->loss_sum, m->nll, N));
+    return 0;
+}
+
+// Everything of the backward after the head (dLoss/d final-norm output in m->dx).
+static int trunk_bwd_(KdaCudaModel *m) {
+    const KdaConfig *c = &m->cfg;
+    int64_t N = m->B * m->T, D = c->hidden_size;
+    double ND = (double)N * (double)D;
     TIMED(KDA_OP_NORM_BWD, 0, 16.0 * ND,
           kda_cuda_rmsnorm_bwd(&m->ctx, m->dh, m->G.final_norm, m->dx, m->hL, m->P.final_norm,
                                m->rstd_f, N, D, 0));
@@ -729,7 +780,35 @@ int kda_cuda_model_backward(KdaCudaModel *m, KdaError *err) {
                         "needs the fast KDA kernels, which do not fit these head dims",
                         (long long)m->cfg.num_v_heads, (long long)m->cfg.num_heads);
     m->have_fwd = 0;
-    if (backward_dev_(m)) return fail_(m, err);
+    if (head_bwd_legacy_(m) || trunk_bwd_(m)) return fail_(m, err);
+    return 0;
+}
+
+int kda_cuda_model_forward_backward(KdaCudaModel *m, const int32_t *ids, const int32_t *labels,
+                                    int64_t B, int64_t T, float *nll, float *loss, KdaError *err) {
+    if (m->cfg.num_v_heads != m->cfg.num_heads && m->chunk == 64)
+        return kda_fail(err,
+                        "CUDA model: backward with num_v_heads %lld != num_heads %lld (GVA) "
+                        "needs the fast KDA kernels, which do not fit these head dims",
+                        (long long)m->cfg.num_v_heads, (long long)m->cfg.num_heads);
+    if (!m->cls_budget)
+        return kda_fail(err, "CUDA model: the fused classifier has no workspace (budget 0)");
+    if (start_forward_(m, ids, labels, B, T, err)) return -1;
+    int rc = trunk_fwd_(m) || head_fused_(m) || trunk_bwd_(m);
+    if (!rc && nll && kda_cuda_get_f32(&m->ctx, nll, m->nll, B * T)) rc = -1;
+    if (rc) return fail_(m, err);
+    if (loss) return kda_cuda_model_loss(m, loss, err);
+    return 0;
+}
+
+int kda_cuda_model_set_cls_budget(KdaCudaModel *m, size_t bytes, KdaError *err) {
+    if (bytes == m->cls_budget) return 0;
+    if (kda_cuda_sync(&m->ctx)) return fail_(m, err);
+    kda_cuda_release(m->arena); // the next forward lays the arena out again
+    m->arena = NULL;
+    m->cap_tokens = 0;
+    m->have_fwd = 0;
+    m->cls_budget = bytes;
     return 0;
 }
 

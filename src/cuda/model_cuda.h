@@ -58,6 +58,19 @@ int kda_cuda_model_loss(KdaCudaModel *m, float *loss, KdaError *err);
 // preceding forward, or when HV != H.
 int kda_cuda_model_backward(KdaCudaModel *m, KdaError *err);
 
+// Forward AND backward of one batch with the fused classifier (xent_cuda.h
+// kda_cuda_cls_fused): the same result as kda_cuda_model_forward + kda_cuda_model_backward
+// (gradients ACCUMULATE; nll / loss as there), but the head's logits are computed once per token
+// chunk in bf16 and turned into dlogits in place (no logits recompute, no fp32 logits). The
+// loss then comes from bf16 logits (the legacy forward's are fp32): the difference is bf16
+// rounding noise, xent_cuda.h. Eval and scoring keep kda_cuda_model_forward.
+int kda_cuda_model_forward_backward(KdaCudaModel *m, const int32_t *ids, const int32_t *labels,
+                                    int64_t B, int64_t T, float *nll, float *loss, KdaError *err);
+// Bytes of the fused classifier's logits chunk (default 2 GiB: 4 chunks of 8192 tokens at
+// B·T = 32768 and a 128,256 vocabulary; chunks share the legacy head's workspace). 0 drops the
+// workspace (forward_backward then fails). Frees the activation arena like set_recompute.
+int kda_cuda_model_set_cls_budget(KdaCudaModel *m, size_t bytes, KdaError *err);
+
 // Per-block activation recomputation (off by default): keep only each block's input [N, D] fp32
 // per layer and one block's other activations (shared by all blocks); the backward re-runs each
 // block's forward (except the last's, still in place) just before that block's backward. Costs

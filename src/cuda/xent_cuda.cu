@@ -1,5 +1,8 @@
-// xent_cuda.cu - fused LM head + cross-entropy over vocabulary chunks; see xent_cuda.h.
+// xent_cuda.cu - fused LM head + cross-entropy: the legacy form over vocabulary chunks and the
+// fused classifier over token chunks (its row kernel also runs on the host); see xent_cuda.h.
 #include <math.h>
+#include <stdlib.h>
+#include <string.h>
 
 #include "cuda/cuda_internal.h" // defines: bf2f, f2bf, grid_for, CEIL_DIV, KDA_CUDA_REQUIRE
 #include "cuda/gemm_cuda.h"     // defines: kda_cuda_gemm_fwd, kda_cuda_gemm_bwd_dx, _dw
@@ -108,6 +111,186 @@ __global__ void dlogits_k(kda_bf16 *lg, const int32_t *tg, const float *lse, int
     }
 }
 
+// ---- fused classifier: the row kernel --------------------------------------------------------
+// One block of CLS_THREADS threads per token row. The body is written as __host__ __device__
+// pieces split at the barriers, so kda_cuda_cls_rows_host runs the same arithmetic (logical
+// threads one after another, the same reduction tree).
+
+#define CLS_THREADS 512 // a power of two (the tree)
+
+__host__ __device__ inline float cls_bf2f(kda_bf16 h) {
+    unsigned u = (unsigned)h << 16;
+#ifdef __CUDA_ARCH__
+    return __uint_as_float(u);
+#else
+    float f;
+    memcpy(&f, &u, sizeof f);
+    return f;
+#endif
+}
+__host__ __device__ inline kda_bf16 cls_f2bf(float f) { // round to nearest even, NaN stays NaN
+    unsigned u;
+#ifdef __CUDA_ARCH__
+    u = __float_as_uint(f);
+#else
+    memcpy(&u, &f, sizeof u);
+#endif
+    if ((u & 0x7fffffffu) > 0x7f800000u) return (kda_bf16)((u >> 16) | 0x40u);
+    u += 0x7fffu + ((u >> 16) & 1u);
+    return (kda_bf16)(u >> 16);
+}
+// e^x for the dlogits (bf16 out): ex2.approx on the device (relative error ~2^-21).
+__host__ __device__ inline float cls_fast_exp(float x) {
+#ifdef __CUDA_ARCH__
+    return __expf(x);
+#else
+    return expf(x);
+#endif
+}
+
+// Elements 8g .. 8g+7 of a row (those < V) into x; returns how many.
+__host__ __device__ inline int cls_load8(const kda_bf16 *row, int64_t g, int64_t V, float *x) {
+    int64_t j0 = 8 * g;
+    if (j0 + 8 <= V) {
+        uint4 q;
+#ifdef __CUDA_ARCH__
+        q = *reinterpret_cast<const uint4 *>(row + j0); // 16-byte aligned: ld % 64 == 0
+#else
+        memcpy(&q, row + j0, sizeof q);
+#endif
+        unsigned w[4] = {q.x, q.y, q.z, q.w};
+        for (int i = 0; i < 4; i++) {
+            x[2 * i] = cls_bf2f((kda_bf16)(w[i] & 0xffffu));
+            x[2 * i + 1] = cls_bf2f((kda_bf16)(w[i] >> 16));
+        }
+        return 8;
+    }
+    int n = (int)(V - j0);
+    for (int i = 0; i < n; i++)
+        x[i] = cls_bf2f(row[j0 + i]);
+    return n;
+}
+
+__host__ __device__ inline void cls_store8(kda_bf16 *row, int64_t g, int n, const kda_bf16 *y) {
+    int64_t j0 = 8 * g;
+    if (n == 8) {
+        uint4 q;
+        q.x = (unsigned)y[0] | ((unsigned)y[1] << 16),
+        q.y = (unsigned)y[2] | ((unsigned)y[3] << 16);
+        q.z = (unsigned)y[4] | ((unsigned)y[5] << 16),
+        q.w = (unsigned)y[6] | ((unsigned)y[7] << 16);
+#ifdef __CUDA_ARCH__
+        *reinterpret_cast<uint4 *>(row + j0) = q;
+#else
+        memcpy(row + j0, &q, sizeof q);
+#endif
+        return;
+    }
+    for (int i = 0; i < n; i++)
+        row[j0 + i] = y[i];
+}
+
+// Phase 1: this thread's exact running max *m (of its elements; -inf if none) and the double sum
+// *s of the fp32 terms e^(x - m), over groups g = tid, tid + nth, ...
+__host__ __device__ inline void cls_partial(const kda_bf16 *row, int64_t V, int tid, int nth,
+                                            float *m_out, double *s_out) {
+    float m = -INFINITY;
+    double s = 0.0;
+    int64_t ng = (V + 7) / 8;
+    for (int64_t g = tid; g < ng; g += nth) {
+        float x[8];
+        int n = cls_load8(row, g, V, x);
+        for (int i = 0; i < n; i++) {
+            if (x[i] > m) { // a new max: rescale in double (rare: ~log(#elements) times)
+                s = (m == -INFINITY ? 0.0 : s * exp((double)(m - x[i]))) + 1.0;
+                m = x[i];
+            } else {
+                s += (double)expf(x[i] - m); // x NaN: s becomes NaN
+            }
+        }
+    }
+    *m_out = m;
+    *s_out = s;
+}
+
+// One level of the fixed reduction trees (threads tid < w combine tid and tid + w).
+__host__ __device__ inline void cls_max_step(float *sh, int tid, int w) {
+    sh[tid] = fmaxf(sh[tid], sh[tid + w]);
+}
+__host__ __device__ inline void cls_sum_step(double *sh, int tid, int w) {
+    sh[tid] += sh[tid + w];
+}
+// This thread's partial rescaled to the row max M (0 for a thread without elements).
+__host__ __device__ inline double cls_rescale(float m, double s, float M) {
+    return m == -INFINITY ? 0.0 : s * exp((double)(m - M));
+}
+
+// Row results from M and S: lse and nll (0 on ignored rows; t >= 0 is the target column).
+__host__ __device__ inline void cls_finish(const kda_bf16 *row, float M, double S, int32_t t,
+                                           float *nll, float *lse) {
+    double l = (double)M + log(S);
+    *lse = (float)l;
+    *nll = t >= 0 ? (float)(l - (double)cls_bf2f(row[t])) : 0.0f;
+}
+
+// Phase 3: dlogits = (e^(x - lse) - [j == t]) · scale over this thread's groups, in place; zeros
+// on an ignored row (t < 0).
+__host__ __device__ inline void cls_grad(kda_bf16 *row, int64_t V, int tid, int nth, float lse,
+                                         int32_t t, float scale) {
+    int64_t ng = (V + 7) / 8;
+    for (int64_t g = tid; g < ng; g += nth) {
+        float x[8];
+        kda_bf16 y[8];
+        int n = cls_load8(row, g, V, x);
+        for (int i = 0; i < n; i++) {
+            int64_t j = 8 * g + i;
+            float d = t >= 0 ? (cls_fast_exp(x[i] - lse) - (j == t ? 1.0f : 0.0f)) * scale : 0.0f;
+            y[i] = cls_f2bf(d);
+        }
+        cls_store8(row, g, n, y);
+    }
+}
+
+// Block r: row r of lg [rows, ld]. Writes nll[r], lse[r]; grad != 0: dlogits in place.
+__global__ void __launch_bounds__(CLS_THREADS)
+    cls_row_k(kda_bf16 *lg, float *nll, float *lse, const int32_t *tg, int64_t V, int64_t ld,
+              float scale, int grad) {
+    __shared__ float shm[CLS_THREADS];
+    __shared__ double shs[CLS_THREADS];
+    int tid = (int)threadIdx.x;
+    int64_t r = blockIdx.x;
+    kda_bf16 *row = lg + r * ld;
+    float m;
+    double s;
+    cls_partial(row, V, tid, CLS_THREADS, &m, &s);
+    shm[tid] = m;
+    __syncthreads();
+    for (int w = CLS_THREADS / 2; w > 0; w >>= 1) {
+        if (tid < w) cls_max_step(shm, tid, w);
+        __syncthreads();
+    }
+    float M = shm[0];
+    shs[tid] = cls_rescale(m, s, M);
+    __syncthreads();
+    for (int w = CLS_THREADS / 2; w > 0; w >>= 1) {
+        if (tid < w) cls_sum_step(shs, tid, w);
+        __syncthreads();
+    }
+    double S = shs[0];
+    int32_t t = tg[r];
+    float l;
+    if (tid == 0) {
+        float nl;
+        cls_finish(row, M, S, t, &nl, &l);
+        nll[r] = nl;
+        lse[r] = l;
+    }
+    if (!grad) return;
+    l = (float)((double)M + log(S)); // every thread: the same value as cls_finish's
+    __syncthreads();                 // the target's logit is read before anyone overwrites it
+    cls_grad(row, V, tid, CLS_THREADS, l, t, scale);
+}
+
 } // namespace
 
 extern "C" {
@@ -169,6 +352,112 @@ int kda_cuda_xent_bwd(KdaCudaCtx *ctx, float *dn, float *dWh, const kda_bf16 *n,
         if (kda_cuda_gemm_bwd_dw(ctx, dWh + v0 * D, ws->logits, n, N, D, w)) return -1;
     }
     return 0;
+}
+
+// ---- fused classifier ---------------------------------------------------------------------------
+
+int64_t kda_cuda_cls_ld(int64_t n_vocab) {
+    return CEIL_DIV(n_vocab, (int64_t)64) * 64;
+}
+
+int64_t kda_cuda_cls_rows(int64_t N, int64_t n_vocab, size_t budget_bytes) {
+    if (N <= 0) return 1;
+    size_t row_bytes = (size_t)kda_cuda_cls_ld(n_vocab) * sizeof(kda_bf16);
+    int64_t fit = (int64_t)(budget_bytes / row_bytes); // rows the budget holds
+    if (fit >= N) return N;
+    fit = fit / 128 * 128;
+    if (fit < 128) fit = 128 < N ? 128 : N;
+    int64_t chunks = CEIL_DIV(N, fit);
+    int64_t rows = CEIL_DIV(CEIL_DIV(N, chunks), (int64_t)128) * 128; // even chunks, 128-aligned
+    return rows < fit ? rows : fit;
+}
+
+size_t kda_cuda_cls_bytes(int64_t rows, int64_t n_vocab) {
+    return (size_t)rows * (size_t)kda_cuda_cls_ld(n_vocab) * sizeof(kda_bf16);
+}
+
+int kda_cuda_cls_chunk_fwd(KdaCudaCtx *ctx, float *nll, float *lse, const kda_bf16 *n,
+                           const kda_bf16 *Wh, const int32_t *targets, int64_t N, int64_t D,
+                           int64_t n_vocab, float scale, int grad, int64_t r0,
+                           const KdaCudaClsWs *ws) {
+    KDA_CUDA_REQUIRE(ctx, N > 0 && D > 0 && n_vocab > 0 && ws && ws->rows > 0);
+    KDA_CUDA_REQUIRE(ctx, ws->ld >= n_vocab && ws->ld % 64 == 0 && r0 >= 0 && r0 < N);
+    int64_t nr = N - r0 < ws->rows ? N - r0 : ws->rows;
+    // logitsᵀ [V, nr] (column-major, ld) = Whᵀ · xᵀ: row-major logits [nr, V] with stride ld
+    if (kda_cuda_matmul(ctx, 1, 0, n_vocab, nr, D, 1.0f, Wh, D, n + r0 * D, D, 0.0f, ws->logits,
+                        KDA_DT_BF16, ws->ld))
+        return -1;
+    cls_row_k<<<(unsigned)nr, CLS_THREADS, 0, ctx->stream>>>(
+        ws->logits, nll + r0, lse + r0, targets + r0, n_vocab, ws->ld, scale, grad);
+    CUDA_CHECK_LAUNCH(ctx);
+    return 0;
+}
+
+int kda_cuda_cls_chunk_bwd(KdaCudaCtx *ctx, float *dn, float *dWh, const kda_bf16 *n,
+                           const kda_bf16 *Wh, int64_t N, int64_t D, int64_t n_vocab, int64_t r0,
+                           const KdaCudaClsWs *ws) {
+    KDA_CUDA_REQUIRE(ctx, N > 0 && D > 0 && n_vocab > 0 && ws && ws->rows > 0 && r0 >= 0 && r0 < N);
+    int64_t nr = N - r0 < ws->rows ? N - r0 : ws->rows;
+    // dnᵀ [D, nr] = Wh_cm [D, V] · dlogitsᵀ [V, nr]
+    if (kda_cuda_matmul(ctx, 0, 0, D, nr, n_vocab, 1.0f, Wh, D, ws->logits, ws->ld, 0.0f,
+                        dn + r0 * D, KDA_DT_F32, D))
+        return -1;
+    // dWhᵀ [D, V] += x_cm [D, nr] · dlogits [nr, V]
+    return kda_cuda_matmul(ctx, 0, 1, D, n_vocab, nr, 1.0f, n + r0 * D, D, ws->logits, ws->ld, 1.0f,
+                           dWh, KDA_DT_F32, D);
+}
+
+int kda_cuda_cls_loss_sum(KdaCudaCtx *ctx, double *loss_sum, const float *nll, int64_t N) {
+    KDA_CUDA_REQUIRE(ctx, N > 0);
+    sum_k<<<1, 256, 0, ctx->stream>>>(loss_sum, nll, N);
+    CUDA_CHECK_LAUNCH(ctx);
+    return 0;
+}
+
+int kda_cuda_cls_fused(KdaCudaCtx *ctx, float *nll, float *lse, double *loss_sum, float *dn,
+                       float *dWh, const kda_bf16 *n, const kda_bf16 *Wh, const int32_t *targets,
+                       int64_t N, int64_t D, int64_t n_vocab, float scale, const KdaCudaClsWs *ws) {
+    KDA_CUDA_REQUIRE(ctx, ws && ws->rows > 0 && (!dn || dWh));
+    for (int64_t r0 = 0; r0 < N; r0 += ws->rows)
+        if (kda_cuda_cls_chunk_fwd(ctx, nll, lse, n, Wh, targets, N, D, n_vocab, scale, dn != NULL,
+                                   r0, ws) ||
+            (dn && kda_cuda_cls_chunk_bwd(ctx, dn, dWh, n, Wh, N, D, n_vocab, r0, ws)))
+            return -1;
+    return kda_cuda_cls_loss_sum(ctx, loss_sum, nll, N);
+}
+
+void kda_cuda_cls_rows_host(kda_bf16 *logits, float *nll, float *lse, const int32_t *targets,
+                            int64_t rows, int64_t n_vocab, int64_t ld, float scale, int grad,
+                            int nthreads) {
+    int nth = nthreads;
+    float *pm = (float *)kda_malloc((size_t)nth * sizeof(float));
+    double *ps = (double *)kda_malloc((size_t)nth * sizeof(double));
+    float *shm = (float *)kda_malloc((size_t)nth * sizeof(float));
+    double *shs = (double *)kda_malloc((size_t)nth * sizeof(double));
+    for (int64_t r = 0; r < rows; r++) {
+        kda_bf16 *row = logits + r * ld;
+        for (int tid = 0; tid < nth; tid++) {
+            cls_partial(row, n_vocab, tid, nth, &pm[tid], &ps[tid]);
+            shm[tid] = pm[tid];
+        }
+        for (int w = nth / 2; w > 0; w >>= 1)
+            for (int tid = 0; tid < w; tid++)
+                cls_max_step(shm, tid, w);
+        float M = shm[0];
+        for (int tid = 0; tid < nth; tid++)
+            shs[tid] = cls_rescale(pm[tid], ps[tid], M);
+        for (int w = nth / 2; w > 0; w >>= 1)
+            for (int tid = 0; tid < w; tid++)
+                cls_sum_step(shs, tid, w);
+        double S = shs[0];
+        float l;
+        cls_finish(row, M, S, targets[r], &nll[r], &l);
+        lse[r] = l;
+        if (grad)
+            for (int tid = 0; tid < nth; tid++)
+                cls_grad(row, n_vocab, tid, nth, (float)((double)M + log(S)), targets[r], scale);
+    }
+    free(pm), free(ps), free(shm), free(shs);
 }
 
 } // extern "C"

@@ -50,8 +50,76 @@ int kda_cuda_xent_bwd(KdaCudaCtx *ctx, float *dn, float *dWh, const kda_bf16 *n,
                       const int32_t *targets, const float *lse, int64_t N, int64_t D,
                       int64_t n_vocab, float scale, const KdaCudaXentWs *ws);
 
+// ---- fused classifier over TOKEN chunks (llm.c's fused classifier / a fused linear CE) -------
+// For each chunk of `rows` tokens: one GEMM writes the chunk's bf16 logits [rows, n_vocab] (row
+// stride ld), one row kernel (a block per token) computes the row's logsumexp and NLL and, in
+// training mode, overwrites the logits IN PLACE with dlogits = (softmax - onehot(target)) ·
+// scale (bf16; 0 on ignored rows); then dn_chunk = dlogits · Wh (fp32, overwritten) and
+// dWh += dlogitsᵀ · n_chunk (fp32 accumulate). Logits are never recomputed and never stored in
+// fp32. Loss-only mode (dn NULL): no dlogits, no dX/dW GEMMs.
+//
+// Numerics of the row kernel, on the bf16 logits x_j (the GEMM's fp32 sums rounded once):
+// each thread keeps an exact running max m_t (a bf16 value) and a double sum of the fp32 terms
+// e^(x_j - m_t) (rescaled by e^(m_old - m_new) in double when its max grows); the block takes
+// the exact max M of the m_t, rescales each partial by e^(m_t - M) in double and adds them in a
+// fixed tree in double. The partition sum S is then within ~2 fp32 roundings (~2.4e-7
+// relative) of the exact Σ e^(x_j - M) whatever the vocabulary size, lse = M + log S, and
+// nll = lse - x_target, so |Δnll| <~ 3e-7 + 1 fp32 ulp of lse against exact arithmetic on the
+// same bf16 logits. Against fp32 logits (the legacy forward) each logit also carries its bf16
+// rounding (<= 2^-9 relative): unbiased, it averages out of the mean loss, and the target's
+// rounding enters lse and x_target alike when the target dominates the softmax (trained-like,
+// peaked rows).
+typedef struct {
+    kda_bf16 *logits; // [rows, ld] bf16 device workspace
+    int64_t rows;     // tokens per chunk (>= 1)
+    int64_t ld;       // row stride (elements): n_vocab rounded up to a multiple of 64
+} KdaCudaClsWs;
+
+int64_t kda_cuda_cls_ld(int64_t n_vocab);
+// Tokens per chunk for N rows: the fewest chunks whose [rows, ld] bf16 logits fit
+// budget_bytes, rows rounded up to a multiple of 128 (at most N; at least 1).
+int64_t kda_cuda_cls_rows(int64_t N, int64_t n_vocab, size_t budget_bytes);
+size_t kda_cuda_cls_bytes(int64_t rows, int64_t n_vocab);
+
+// n [N, D] bf16 (final-norm output), Wh [n_vocab, D] bf16, targets [N] (negative: ignored).
+// nll [N], lse [N] fp32 written; loss_sum (device double) = Σ nll in a fixed order.
+// dn non-NULL (training): dn [N, D] fp32 OVERWRITTEN with dLoss/dn, dWh [n_vocab, D] fp32
+// ACCUMULATES, scale = 1 / N_valid (times any outer factor). dn NULL: loss only (dWh unused).
+// ws->logits must be 256-byte aligned; n and Wh should be (cuBLASLt).
+int kda_cuda_cls_fused(KdaCudaCtx *ctx, float *nll, float *lse, double *loss_sum, float *dn,
+                       float *dWh, const kda_bf16 *n, const kda_bf16 *Wh, const int32_t *targets,
+                       int64_t N, int64_t D, int64_t n_vocab, float scale, const KdaCudaClsWs *ws);
+
+// The pieces of kda_cuda_cls_fused, for callers that time them apart (the model's profile):
+// chunk_fwd = the logits GEMM + row kernel of the chunk of rows [r0, r0 + ws->rows) ∩ [0, N)
+// (grad != 0: dlogits in place), chunk_bwd = that chunk's dX (overwrite) and dW (accumulate)
+// GEMMs on the dlogits chunk_fwd left, loss_sum = Σ nll [N] into the device double.
+int kda_cuda_cls_chunk_fwd(KdaCudaCtx *ctx, float *nll, float *lse, const kda_bf16 *n,
+                           const kda_bf16 *Wh, const int32_t *targets, int64_t N, int64_t D,
+                           int64_t n_vocab, float scale, int grad, int64_t r0,
+                           const KdaCudaClsWs *ws);
+int kda_cuda_cls_chunk_bwd(KdaCudaCtx *ctx, float *dn, float *dWh, const kda_bf16 *n,
+                           const kda_bf16 *Wh, int64_t N, int64_t D, int64_t n_vocab, int64_t r0,
+                           const KdaCudaClsWs *ws);
+int kda_cuda_cls_loss_sum(KdaCudaCtx *ctx, double *loss_sum, const float *nll, int64_t N);
+
 #ifdef __cplusplus
 }
 #endif
 #endif // KDA_HAVE_CUDA
+
+// Host emulation of the fused classifier's row kernel (CPU suite; present in CUDA builds): the
+// same body, `nthreads` logical threads per row run one after another, the same reduction tree.
+// logits [rows, ld] bf16 bits, in place as on the device when grad != 0.
+#ifdef KDA_HAVE_CUDA
+#ifdef __cplusplus
+extern "C" {
+#endif
+void kda_cuda_cls_rows_host(kda_bf16 *logits, float *nll, float *lse, const int32_t *targets,
+                            int64_t rows, int64_t n_vocab, int64_t ld, float scale, int grad,
+                            int nthreads);
+#ifdef __cplusplus
+}
+#endif
+#endif
 #endif

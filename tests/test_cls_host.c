@@ -1,0 +1,148 @@
+// test_cls_host.c - the fused classifier's row kernel (src/cuda/xent_cuda.cu cls_row_k) run on
+// the HOST (kda_cuda_cls_rows_host: the same body, logical threads one after another, the same
+// reduction tree) against the CPU cross-entropy (cpu/ops.h xent_fwd / xent_bwd) on trained-like
+// peaked logits. Runs in the CPU suite of every CUDA build (CI has nvcc, no GPU); the kernel on a
+// device is test_gpu_model.c's gpu_model_cls_fused.
+//
+// The CPU xent gets the same logits exactly: n = the bf16 logits as fp32 and Wh = the identity
+// [V, V], so its GEMM reproduces them bit for bit (x·1 + 0s) and its dn = dlogits · I is the
+// fp32 dlogits.
+// Tolerances: nll and lse 2e-6 · max(1, |lse|) absolute (the row kernel's partition sum is
+// exact to ~2 fp32 roundings, the CPU's is summed in double; their difference is a few fp32 ulps
+// of lse); dlogits stored in bf16: |d - ref| <= 2^-8 |ref| + 1e-6 · scale (bf16 rounding of each
+// element plus the fp32 exponential). A wrong max, a dropped tail group or a wrong target gives
+// errors of order 1.
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "test.h"
+
+#ifdef KDA_HAVE_CUDA
+
+#include "core/rng.h"       // defines: KdaRng, rng_normal, rng_below
+#include "core/util.h"      // defines: bf16_to_f32, f32_to_bf16
+#include "cpu/ops.h"        // defines: xent_fwd, xent_bwd, xent_work_floats, XENT_IGNORE
+#include "cuda/xent_cuda.h" // defines: kda_cuda_cls_rows_host, kda_cuda_cls_ld
+
+// Trained-like logits of row r: N(0, 2) background, the target +14, three distractors +8; row 1
+// is flat (N(0, 0.5)), row 2 sits at large magnitudes (+40), row 3 is ignored.
+static void make_logits_(kda_bf16 *lg, int32_t *tg, int64_t rows, int64_t V, int64_t ld,
+                         uint64_t seed) {
+    KdaRng r;
+    rng_seed(&r, seed);
+    for (int64_t i = 0; i < rows; i++) {
+        int32_t t = (int32_t)rng_below(&r, (uint64_t)V);
+        tg[i] = i == 3 ? XENT_IGNORE : t;
+        for (int64_t j = 0; j < ld; j++) {
+            float x = rng_normal(&r, 0.0f, i == 1 ? 0.5f : 2.0f) + (i == 2 ? 40.0f : 0.0f);
+            lg[i * ld + j] = f32_to_bf16(j < V ? x : NAN); // padding columns must never be read
+        }
+        if (i == 1) continue;
+        lg[i * ld + t] = f32_to_bf16(bf16_to_f32(lg[i * ld + t]) + 14.0f);
+        for (int k = 0; k < 3; k++) {
+            int64_t j = (int64_t)rng_below(&r, (uint64_t)V);
+            lg[i * ld + j] = f32_to_bf16(bf16_to_f32(lg[i * ld + j]) + 8.0f);
+        }
+    }
+}
+
+KDA_TEST(cls_host_matches_cpu_xent) {
+    const int64_t V = 1003, ld = kda_cuda_cls_ld(V), rows = 6; // 1003 = 125 groups of 8 + 3
+    CHECK_EQ_INT(ld, 1024);
+    kda_bf16 *lg = malloc((size_t)(rows * ld) * sizeof *lg);
+    int32_t tg[6];
+    make_logits_(lg, tg, rows, V, ld, 3);
+    // CPU reference: n = logits, Wh = I
+    float *n = malloc((size_t)(rows * V) * 4), *W = calloc((size_t)(V * V), 4);
+    for (int64_t i = 0; i < rows; i++)
+        for (int64_t j = 0; j < V; j++)
+            n[i * V + j] = bf16_to_f32(lg[i * ld + j]);
+    for (int64_t j = 0; j < V; j++)
+        W[j * V + j] = 1.0f;
+    int64_t wf = xent_work_floats(rows, V), nvalid = rows - 1;
+    float scale = 1.0f / (float)nvalid;
+    float *work = malloc((size_t)wf * 4), nll_c[6], lse_c[6];
+    float *dn_c = malloc((size_t)(rows * V) * 4), *dW_c = calloc((size_t)(V * V), 4);
+    xent_fwd(nll_c, lse_c, NULL, n, W, tg, rows, V, V, work, wf);
+    xent_bwd(dn_c, dW_c, n, W, tg, lse_c, rows, V, V, scale, work, wf);
+    const int threads[] = {1, 64, 512};
+    for (size_t k = 0; k < sizeof threads / sizeof *threads; k++) {
+        kda_bf16 *g = malloc((size_t)(rows * ld) * sizeof *g);
+        memcpy(g, lg, (size_t)(rows * ld) * sizeof *g);
+        float nll[6], lse[6], nll0[6], lse0[6];
+        // loss only: logits untouched
+        kda_cuda_cls_rows_host(g, nll0, lse0, tg, rows, V, ld, scale, 0, threads[k]);
+        CHECK(!memcmp(g, lg, (size_t)(rows * ld) * sizeof *g));
+        kda_cuda_cls_rows_host(g, nll, lse, tg, rows, V, ld, scale, 1, threads[k]);
+        double worst = 0, worst_d = 0;
+        for (int64_t i = 0; i < rows; i++) {
+            double tol = 2e-6 * fmax(1.0, fabs(lse_c[i]));
+            CHECK_NEAR(lse[i], lse_c[i], tol);
+            CHECK_NEAR(nll[i], nll_c[i], tol);
+            CHECK(nll[i] == nll0[i] && lse[i] == lse0[i]);
+            worst = fmax(worst, fabs(nll[i] - nll_c[i]));
+            for (int64_t j = 0; j < V; j++) {
+                double d = bf16_to_f32(g[i * ld + j]), ref = dn_c[i * V + j];
+                double e = fabs(d - ref);
+                if (!(e <= fabs(ref) / 256.0 + 1e-6 * scale)) {
+                    CHECK_MSG(0, "threads %d row %lld col %lld: dlogit %.9g vs %.9g", threads[k],
+                              (long long)i, (long long)j, d, ref);
+                    break;
+                }
+                worst_d = fmax(worst_d, e / (fabs(ref) + 1e-30));
+            }
+            for (int64_t j = V; j < ld; j++) // padding untouched
+                CHECK(isnan(bf16_to_f32(g[i * ld + j])));
+        }
+        CHECK(nll[3] == 0.0f && dn_c[3 * V] == 0.0f && g[3 * ld] == 0);
+        printf("    %3d threads: max |nll diff| %.2e, max rel dlogit diff %.2e\n", threads[k],
+               worst, worst_d);
+        free(g);
+    }
+    free(lg), free(n), free(W), free(work), free(dn_c), free(dW_c);
+}
+
+// The partition sum stays exact at the real vocabulary (128,256): lse against a double sum over
+// the same bf16 logits within 1e-6 relative, for 512 threads (the device's) and one thread (one
+// long sequential sum: the case whose fp32 error would grow with the vocabulary).
+KDA_TEST(cls_host_exact_at_full_vocab) {
+    const int64_t V = 128256, ld = kda_cuda_cls_ld(V), rows = 3;
+    kda_bf16 *lg = malloc((size_t)(rows * ld) * sizeof *lg);
+    int32_t tg[3];
+    make_logits_(lg, tg, rows, V, ld, 9);
+    for (int th = 1; th <= 512; th *= 512) {
+        kda_bf16 *g = malloc((size_t)(rows * ld) * sizeof *g);
+        memcpy(g, lg, (size_t)(rows * ld) * sizeof *g);
+        float nll[3], lse[3];
+        kda_cuda_cls_rows_host(g, nll, lse, tg, rows, V, ld, 1.0f, 0, th);
+        for (int64_t i = 0; i < rows; i++) {
+            double M = -INFINITY, S = 0.0;
+            for (int64_t j = 0; j < V; j++)
+                M = fmax(M, bf16_to_f32(lg[i * ld + j]));
+            for (int64_t j = 0; j < V; j++)
+                S += exp((double)bf16_to_f32(lg[i * ld + j]) - M);
+            double l = M + log(S);
+            CHECK_NEAR(lse[i], l, 1e-6 * fmax(1.0, fabs(l)));
+            CHECK_NEAR(nll[i], l - bf16_to_f32(lg[i * ld + tg[i]]), 1e-6 * fmax(1.0, fabs(l)));
+            if (th == 512)
+                printf("    row %lld: lse %.7f vs exact %.7f\n", (long long)i, lse[i], l);
+        }
+        free(g);
+    }
+    free(lg);
+}
+
+// Chunk rows: all rows when they fit, else even 128-aligned chunks within the budget.
+KDA_TEST(cls_rows_choice) {
+    int64_t ld = kda_cuda_cls_ld(128256);
+    CHECK_EQ_INT(ld, 128256);
+    CHECK_EQ_INT(kda_cuda_cls_rows(100, 300, (size_t)1 << 30), 100);
+    int64_t r = kda_cuda_cls_rows(32768, 128256, (size_t)2 << 30);
+    CHECK_EQ_INT(r, 8192); // 4 chunks of 8192 tokens, 2.1 GB of bf16 logits each
+    CHECK(kda_cuda_cls_bytes(r, 128256) <= ((size_t)2 << 30));
+    CHECK_EQ_INT(kda_cuda_cls_rows(1000, 128256, 1), 128); // budget below one row: 128 rows
+}
+
+#endif // KDA_HAVE_CUDA
