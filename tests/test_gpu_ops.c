@@ -246,6 +246,61 @@ KDA_TEST(gpu_gemm) {
     gemm_case_(&r, 2048, 1024, 1024);
 }
 
+// GEMM plans cached per shape (gemm_cuda.cu, the default) against a context with KDA_GEMM_PLAN=0
+// behaviour (plan_off: descriptors and heuristic afresh per call; residual by copy + in-place
+// beta = 1): the heuristic sees the same descriptors, so it picks the same algorithm and the
+// outputs must be bit-identical, calls repeated and shapes interleaved (cache hits and misses);
+// the residual form with C != D (no copy), C == D and the copy path agree bit for bit too.
+KDA_TEST(gpu_gemm_plan_cache) {
+    if (!gpu_()) return;
+    KdaCudaCtx off;
+    KdaError err = {{0}};
+    if (kda_cuda_init(&off, 0, &err)) {
+        CHECK_MSG(0, "%s", err.msg);
+        return;
+    }
+    off.plan_off = 1;
+    int saved = g_ctx.plan_off;
+    g_ctx.plan_off = 0;
+    KdaRng r;
+    rng_seed(&r, 107);
+    const int64_t shapes[][3] = {
+        {2048, 1024, 1024}, {63, 1024, 96}, {2048, 1024, 1024}, {65, 96, 8}};
+    for (int rep = 0; rep < 2; rep++)
+        for (size_t s = 0; s < sizeof shapes / sizeof *shapes; s++) {
+            int64_t N = shapes[s][0], in = shapes[s][1], out = shapes[s][2];
+            float *x = bf16r_(randn_(&r, N * in, 1.0f), N * in);
+            float *W = bf16r_(randn_(&r, out * in, 0.05f), out * in);
+            float *res = randn_(&r, N * out, 1.0f);
+            kda_bf16 *dx = dev_bf16_(x, N * in), *dW = dev_bf16_(W, out * in);
+            float *dres = dev_f32_(res, N * out), *y1 = dev_f32_(res, N * out);
+            float *y2 = dalloc_((size_t)(N * out) * 4), *y3 = dalloc_((size_t)(N * out) * 4);
+            kda_bf16 *b1 = dalloc_((size_t)(N * out) * 2), *b2 = dalloc_((size_t)(N * out) * 2);
+            ok_(kda_cuda_gemm_fwd(&g_ctx, b1, KDA_DT_BF16, dx, dW, N, in, out, 0));
+            ok_(kda_cuda_gemm_residual(&g_ctx, y1, y1, dx, dW, N, in, out));   // C == D
+            ok_(kda_cuda_gemm_residual(&g_ctx, y2, dres, dx, dW, N, in, out)); // C != D
+            ok_(kda_cuda_sync(&g_ctx));
+            CHECK(kda_cuda_gemm_fwd(&off, b2, KDA_DT_BF16, dx, dW, N, in, out, 0) == 0);
+            CHECK(kda_cuda_gemm_residual(&off, y3, dres, dx, dW, N, in, out) == 0); // copy path
+            CHECK(kda_cuda_sync(&off) == 0);
+            float *h1 = get_f32_(y1, N * out), *h2 = get_f32_(y2, N * out);
+            float *h3 = get_f32_(y3, N * out);
+            float *c1 = get_bf16_(b1, N * out), *c2 = get_bf16_(b2, N * out);
+            CHECK_MSG(!memcmp(h1, h2, (size_t)(N * out) * 4) &&
+                          !memcmp(h1, h3, (size_t)(N * out) * 4),
+                      "residual %lldx%lldx%lld: C == D, C != D and the copy path differ",
+                      (long long)N, (long long)in, (long long)out);
+            CHECK_MSG(!memcmp(c1, c2, (size_t)(N * out) * 4),
+                      "gemm %lldx%lldx%lld: cached plan "
+                      "and a fresh one differ",
+                      (long long)N, (long long)in, (long long)out);
+            free(x), free(W), free(res), free(h1), free(h2), free(h3), free(c1), free(c2);
+            dfree_all_();
+        }
+    g_ctx.plan_off = saved;
+    kda_cuda_free(&off);
+}
+
 KDA_TEST(gpu_rmsnorm) {
     if (!gpu_()) return;
     KdaRng r;

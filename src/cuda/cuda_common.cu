@@ -90,10 +90,15 @@ int kda_cuda_init(KdaCudaCtx *ctx, int device, KdaError *err) {
         return kda_fail(err, "cuda: cublasLtCreate: %s", cublasGetStatusString(s));
     }
     ctx->lt_handle = h;
+    const char *plan = getenv("KDA_GEMM_PLAN");
+    ctx->plan_off = plan && !strcmp(plan, "0");
     return 0;
 }
 
+void kda_cuda_gemm_plans_free(KdaCudaCtx *ctx); // gemm_cuda.cu
+
 void kda_cuda_free(KdaCudaCtx *ctx) {
+    kda_cuda_gemm_plans_free(ctx);
     if (ctx->lt_handle) cublasLtDestroy((cublasLtHandle_t)ctx->lt_handle);
     if (ctx->stream) cudaStreamSynchronize(ctx->stream);
     cudaFree(ctx->lt_ws);
@@ -105,6 +110,26 @@ void kda_cuda_free(KdaCudaCtx *ctx) {
 int kda_cuda_sync(KdaCudaCtx *ctx) {
     CUDA_CHECK(ctx, cudaStreamSynchronize(ctx->stream));
     CUDA_CHECK(ctx, cudaGetLastError());
+    return 0;
+}
+
+int kda_cuda_smem_limit(KdaCudaCtx *ctx, const void *fn, size_t bytes) {
+    int n = ctx->n_smem_set;
+    for (int i = 0; i < n; i++)
+        if (ctx->smem_set[i].fn == fn) {
+            if (ctx->smem_set[i].bytes >= bytes) return 0;
+            CUDA_CHECK(ctx, cudaFuncSetAttribute(fn, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                                 (int)bytes));
+            ctx->smem_set[i].bytes = bytes;
+            return 0;
+        }
+    CUDA_CHECK(ctx,
+               cudaFuncSetAttribute(fn, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)bytes));
+    if (n < (int)(sizeof ctx->smem_set / sizeof ctx->smem_set[0])) { // full: set every launch
+        ctx->smem_set[n].fn = fn;
+        ctx->smem_set[n].bytes = bytes;
+        ctx->n_smem_set = n + 1;
+    }
     return 0;
 }
 

@@ -51,6 +51,19 @@ typedef struct {
     KdaCudaDeviceInfo info;
     KdaError err; // first failure since the last kda_cuda_clear_error
     int failed;
+    // cuBLASLt plans (descriptors, layouts, heuristic choice) cached per GEMM shape
+    // (gemm_cuda.cu); NULL until the first GEMM. plan_off: KDA_GEMM_PLAN=0 at init: no cache,
+    // every call builds and queries afresh, and residual GEMMs copy the residual first (the path
+    // before the cache, kept to measure against).
+    void *lt_plans;
+    int plan_off;
+    // kernels whose dynamic shared-memory limit was raised on this device, and to what
+    // (kda_cuda_smem_limit): cudaFuncSetAttribute once per kernel instead of per launch
+    struct {
+        const void *fn;
+        size_t bytes;
+    } smem_set[32];
+    int n_smem_set;
 } KdaCudaCtx;
 
 // Records "file:line: what: reason" in ctx->err (keeps the first) and returns -1.
@@ -79,6 +92,11 @@ int kda_cuda_sync(KdaCudaCtx *ctx);  // waits for ctx->stream; reports asynchron
 // Number of visible devices (0 when there is no driver or device; never fails).
 int kda_cuda_device_count(void);
 int kda_cuda_query(int device, KdaCudaDeviceInfo *info, KdaError *err);
+
+// Raises kernel fn's dynamic shared-memory limit to at least `bytes` on ctx's device
+// (cudaFuncSetAttribute), skipping the call when an earlier one on this context already set as
+// much. Returns 0 or -1 (ctx->err).
+int kda_cuda_smem_limit(KdaCudaCtx *ctx, const void *fn, size_t bytes);
 
 // Scratch of at least `bytes` on the device for one launcher call (ctx->ws; grows, which
 // synchronizes the stream; never shrinks). Returns NULL with ctx->err set on failure.

@@ -5,7 +5,9 @@
 //   y = x·Wᵀ   ->  yᵀ [out, N] = op_T(W_cm [in, out]) · X_cm [in, N]
 //   dx = dy·W  ->  dxᵀ [in, N] = W_cm [in, out] · dY_cm [out, N]
 //   dW = dyᵀx  ->  dWᵀ [in, out] = X_cm [in, N] · op_T(dY_cm [out, N])
-#include "cuda/gemm_cuda.h"     // defines: kda_cuda_gemm_*, kda_cuda_matmul
+#include "cuda/gemm_cuda.h" // defines: kda_cuda_gemm_*, kda_cuda_matmul
+#include <new>              // std::nothrow
+
 #include "cuda/cuda_internal.h" // defines: CUBLAS_CHECK, KDA_CUDA_REQUIRE
 
 namespace {
@@ -14,38 +16,53 @@ struct LtDescs {
     cublasLtMatmulDesc_t op = nullptr;
     cublasLtMatrixLayout_t a = nullptr, b = nullptr, d = nullptr;
     cublasLtMatmulPreference_t pref = nullptr;
-    ~LtDescs() {
+    cublasLtMatmulAlgo_t algo;
+    void release() {
         if (pref) cublasLtMatmulPreferenceDestroy(pref);
         if (d) cublasLtMatrixLayoutDestroy(d);
         if (b) cublasLtMatrixLayoutDestroy(b);
         if (a) cublasLtMatrixLayoutDestroy(a);
         if (op) cublasLtMatmulDescDestroy(op);
+        pref = nullptr, d = b = a = nullptr, op = nullptr;
     }
 };
 
-} // namespace
+// What a plan depends on: the heuristic sees the descriptors only (not alpha, beta or the
+// pointers; cuBLASLt assumes 256-byte aligned pointers by default, cached or not).
+struct PlanKey {
+    int64_t m, n, k, lda, ldb, ldd;
+    int ta, tb, dt;
+    bool operator==(const PlanKey &o) const {
+        return m == o.m && n == o.n && k == o.k && lda == o.lda && ldb == o.ldb && ldd == o.ldd &&
+               ta == o.ta && tb == o.tb && dt == o.dt;
+    }
+};
 
-extern "C" int kda_cuda_matmul(KdaCudaCtx *ctx, int trans_a, int trans_b, int64_t m, int64_t n,
-                               int64_t k, float alpha, const kda_bf16 *A, int64_t lda,
-                               const kda_bf16 *B, int64_t ldb, float beta, void *D, KdaDtype d_type,
-                               int64_t ldd) {
-    KDA_CUDA_REQUIRE(ctx, m > 0 && n > 0 && k > 0);
-    KDA_CUDA_REQUIRE(ctx, lda >= (trans_a ? k : m) && ldb >= (trans_b ? n : k) && ldd >= m);
-    LtDescs s;
-    cublasOperation_t ta = trans_a ? CUBLAS_OP_T : CUBLAS_OP_N;
-    cublasOperation_t tb = trans_b ? CUBLAS_OP_T : CUBLAS_OP_N;
-    cudaDataType_t dt = d_type == KDA_DT_BF16 ? CUDA_R_16BF : CUDA_R_32F;
+// The context's plan cache: one entry per GEMM shape of the model (~60 for the KDA LM, several
+// B·T shapes included), linear search. Full: calls build an uncached plan.
+#define PLAN_CAP 512
+struct PlanCache {
+    PlanKey key[PLAN_CAP];
+    LtDescs plan[PLAN_CAP];
+    int n = 0;
+};
+
+// Builds descriptors, layouts and the heuristic's first algorithm for key into s.
+int build_plan(KdaCudaCtx *ctx, const PlanKey &q, LtDescs &s) {
+    cublasOperation_t ta = q.ta ? CUBLAS_OP_T : CUBLAS_OP_N;
+    cublasOperation_t tb = q.tb ? CUBLAS_OP_T : CUBLAS_OP_N;
+    cudaDataType_t dt = q.dt == KDA_DT_BF16 ? CUDA_R_16BF : CUDA_R_32F;
     CUBLAS_CHECK(ctx, cublasLtMatmulDescCreate(&s.op, CUBLAS_COMPUTE_32F, CUDA_R_32F));
     CUBLAS_CHECK(ctx,
                  cublasLtMatmulDescSetAttribute(s.op, CUBLASLT_MATMUL_DESC_TRANSA, &ta, sizeof ta));
     CUBLAS_CHECK(ctx,
                  cublasLtMatmulDescSetAttribute(s.op, CUBLASLT_MATMUL_DESC_TRANSB, &tb, sizeof tb));
     // Stored shapes (column-major): A is m x k, or k x m when transposed; likewise B.
-    CUBLAS_CHECK(
-        ctx, cublasLtMatrixLayoutCreate(&s.a, CUDA_R_16BF, trans_a ? k : m, trans_a ? m : k, lda));
-    CUBLAS_CHECK(
-        ctx, cublasLtMatrixLayoutCreate(&s.b, CUDA_R_16BF, trans_b ? n : k, trans_b ? k : n, ldb));
-    CUBLAS_CHECK(ctx, cublasLtMatrixLayoutCreate(&s.d, dt, m, n, ldd));
+    CUBLAS_CHECK(ctx, cublasLtMatrixLayoutCreate(&s.a, CUDA_R_16BF, q.ta ? q.k : q.m,
+                                                 q.ta ? q.m : q.k, q.lda));
+    CUBLAS_CHECK(ctx, cublasLtMatrixLayoutCreate(&s.b, CUDA_R_16BF, q.tb ? q.n : q.k,
+                                                 q.tb ? q.k : q.n, q.ldb));
+    CUBLAS_CHECK(ctx, cublasLtMatrixLayoutCreate(&s.d, dt, q.m, q.n, q.ldd));
     CUBLAS_CHECK(ctx, cublasLtMatmulPreferenceCreate(&s.pref));
     size_t ws = ctx->lt_ws_size;
     CUBLAS_CHECK(ctx, cublasLtMatmulPreferenceSetAttribute(
@@ -58,9 +75,72 @@ extern "C" int kda_cuda_matmul(KdaCudaCtx *ctx, int trans_a, int trans_b, int64_
     if (found < 1)
         return kda_cuda_fail_at(ctx, __FILE__, __LINE__, "cublasLtMatmulAlgoGetHeuristic",
                                 "no algorithm for this shape");
-    CUBLAS_CHECK(ctx, cublasLtMatmul(lt, s.op, &alpha, A, s.a, B, s.b, &beta, D, s.d, D, s.d,
-                                     &h.algo, ctx->lt_ws, ctx->lt_ws_size, ctx->stream));
+    s.algo = h.algo;
     return 0;
+}
+
+// D = alpha · op(A) · op(B) + beta · C (C and D share D's layout; C may be D).
+int matmul_cd(KdaCudaCtx *ctx, int trans_a, int trans_b, int64_t m, int64_t n, int64_t k,
+              float alpha, const kda_bf16 *A, int64_t lda, const kda_bf16 *B, int64_t ldb,
+              float beta, const void *C, void *D, KdaDtype d_type, int64_t ldd) {
+    KDA_CUDA_REQUIRE(ctx, m > 0 && n > 0 && k > 0);
+    KDA_CUDA_REQUIRE(ctx, lda >= (trans_a ? k : m) && ldb >= (trans_b ? n : k) && ldd >= m);
+    PlanKey q = {m, n, k, lda, ldb, ldd, trans_a != 0, trans_b != 0, (int)d_type};
+    cublasLtHandle_t lt = (cublasLtHandle_t)ctx->lt_handle;
+    PlanCache *pc = (PlanCache *)ctx->lt_plans;
+    if (!ctx->plan_off && !pc) {
+        pc = new (std::nothrow) PlanCache();
+        ctx->lt_plans = pc; // NULL on failure: uncached
+    }
+    const LtDescs *use = nullptr;
+    LtDescs local;
+    if (pc && !ctx->plan_off) {
+        for (int i = 0; i < pc->n && !use; i++)
+            if (pc->key[i] == q) use = &pc->plan[i];
+        if (!use && pc->n < PLAN_CAP) {
+            LtDescs &s = pc->plan[pc->n];
+            if (build_plan(ctx, q, s)) {
+                s.release();
+                return -1;
+            }
+            pc->key[pc->n++] = q;
+            use = &s;
+        }
+    }
+    if (!use) {
+        if (build_plan(ctx, q, local)) {
+            local.release();
+            return -1;
+        }
+        use = &local;
+    }
+    cublasStatus_t st =
+        cublasLtMatmul(lt, use->op, &alpha, A, use->a, B, use->b, &beta, C, use->d, D, use->d,
+                       &use->algo, ctx->lt_ws, ctx->lt_ws_size, ctx->stream);
+    local.release();
+    if (st != CUBLAS_STATUS_SUCCESS)
+        return kda_cuda_fail_at(ctx, __FILE__, __LINE__, "cublasLtMatmul",
+                                cublasGetStatusString(st));
+    return 0;
+}
+
+} // namespace
+
+extern "C" void kda_cuda_gemm_plans_free(KdaCudaCtx *ctx) {
+    PlanCache *pc = (PlanCache *)ctx->lt_plans;
+    if (!pc) return;
+    for (int i = 0; i < pc->n; i++)
+        pc->plan[i].release();
+    delete pc;
+    ctx->lt_plans = nullptr;
+}
+
+extern "C" int kda_cuda_matmul(KdaCudaCtx *ctx, int trans_a, int trans_b, int64_t m, int64_t n,
+                               int64_t k, float alpha, const kda_bf16 *A, int64_t lda,
+                               const kda_bf16 *B, int64_t ldb, float beta, void *D, KdaDtype d_type,
+                               int64_t ldd) {
+    return matmul_cd(ctx, trans_a, trans_b, m, n, k, alpha, A, lda, B, ldb, beta, D, D, d_type,
+                     ldd);
 }
 
 extern "C" int kda_cuda_gemm_fwd(KdaCudaCtx *ctx, void *y, KdaDtype y_type, const kda_bf16 *x,
@@ -73,10 +153,15 @@ extern "C" int kda_cuda_gemm_fwd(KdaCudaCtx *ctx, void *y, KdaDtype y_type, cons
 extern "C" int kda_cuda_gemm_residual(KdaCudaCtx *ctx, float *out, const float *res,
                                       const kda_bf16 *x, const kda_bf16 *W, int64_t N, int64_t in,
                                       int64_t out_f) {
-    if (out != res)
-        CUDA_CHECK(ctx, cudaMemcpyAsync(out, res, (size_t)(N * out_f) * sizeof(float),
-                                        cudaMemcpyDeviceToDevice, ctx->stream));
-    return kda_cuda_gemm_fwd(ctx, out, KDA_DT_F32, x, W, N, in, out_f, 1);
+    if (ctx->plan_off) { // KDA_GEMM_PLAN=0: the copy + in-place beta = 1 GEMM of before
+        if (out != res)
+            CUDA_CHECK(ctx, cudaMemcpyAsync(out, res, (size_t)(N * out_f) * sizeof(float),
+                                            cudaMemcpyDeviceToDevice, ctx->stream));
+        return kda_cuda_gemm_fwd(ctx, out, KDA_DT_F32, x, W, N, in, out_f, 1);
+    }
+    // C = res, D = out: cuBLASLt's epilogue adds the residual while writing (no copy pass)
+    return matmul_cd(ctx, 1, 0, out_f, N, in, 1.0f, W, in, x, in, 1.0f, res, out, KDA_DT_F32,
+                     out_f);
 }
 
 extern "C" int kda_cuda_gemm_bwd_dx(KdaCudaCtx *ctx, void *dx, KdaDtype dx_type, const kda_bf16 *dy,

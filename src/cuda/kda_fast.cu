@@ -697,8 +697,11 @@ size_t max_smem_bytes(const FastArgs &a) {
 }
 
 int set_smem(KdaCudaCtx *ctx, const void *fn, size_t bytes) {
-    CUDA_CHECK(ctx,
-               cudaFuncSetAttribute(fn, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)bytes));
+    if (ctx->plan_off) // KDA_GEMM_PLAN=0: the per-launch attribute call of before
+        CUDA_CHECK(
+            ctx, cudaFuncSetAttribute(fn, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)bytes));
+    else if (kda_cuda_smem_limit(ctx, fn, bytes))
+        return -1;
     return 0;
 }
 
