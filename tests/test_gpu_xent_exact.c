@@ -1,0 +1,110 @@
+// test_gpu_xent_exact.c - the GPU fused LM head + cross-entropy (src/cuda/xent_cuda.h) on a peaked
+// distribution over a Llama-3-sized vocabulary, against float64 (make test-gpu; needs a device).
+//
+// The twin of tests/test_cpu_ops.c cpu_xent_peaked_vocab_exact: 64 rows, V = 128,256, a few dozen
+// candidates within a few nats of each row's maximum and ~128k tokens 10-25 nats below it, as a
+// trained model produces. Inputs sit on coarse dyadic grids (n: 1 and s in [1, 2.5] on 1/8; Wh:
+// bulk N(0, 2) clipped to [-16, 16] on 1/8, candidates in [6, 10] on 1/16), so every operand is
+// exact in bf16 and every logit exact in the GEMM's fp32 accumulator: the float64 reference sees
+// the GPU's own logits, and what remains is the kernel's partition sum and its float outputs.
+// Error budget per row: the exp of each term (expf, ~2 ulps), the lse and the NLL rounded to
+// float (half an ulp each at 16..32 nats: 9.5e-7 each): <= 3e-6 with an exact partition sum; sum
+// over the 64 rows: 1e-5 (the roundings are unbiased). A float partition sum drops every term
+// below half an ulp of its running sum: on the CPU that made the logsumexp low by up to 2e-4.
+// The GPU kernel of 2026-12-01 sums each lane's strided columns in float and merges lanes by a
+// shuffle tree and chunks sequentially in float: fewer terms are lost per sum than on the CPU
+// (about 1/32), not none; this test measures how many.
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "test.h"
+
+#ifdef KDA_HAVE_CUDA
+
+#include "core/error.h"       // defines: kda_malloc
+#include "core/rng.h"         // defines: KdaRng, rng_normal, rng_below
+#include "cuda/cuda_common.h" // defines: KdaCudaCtx, kda_cuda_*
+#include "cuda/xent_cuda.h"   // defines: kda_cuda_xent_fwd, KdaCudaXentWs
+
+#define ROW_TOL 3e-6
+#define SUM_TOL 1e-5
+
+KDA_TEST(gpu_xent_peaked_vocab_exact) {
+    int ok = kda_cuda_device_count() > 0;
+    CHECK_MSG(ok, "no usable CUDA device (GPU tests need one)");
+    if (!ok) return;
+    KdaCudaCtx ctx;
+    KdaError err = {{0}};
+    CHECK_MSG(kda_cuda_init(&ctx, 0, &err) == 0, "%s", err.msg);
+    if (err.msg[0]) return;
+    const int64_t N = 64, D = 8, V = 128256, NP = 40, CH = 16384; // D: 2 used, 6 zero columns
+    KdaRng rng;
+    rng_seed(&rng, 17);
+    float *n = kda_calloc((size_t)(N * D), sizeof(float)), *W = kda_calloc((size_t)(V * D), 4);
+    int32_t *tg = kda_malloc((size_t)N * sizeof(int32_t)), peak[40];
+    for (int64_t v = 0; v < V; v++) {
+        float g = rng_normal(&rng, 0.0f, 2.0f);
+        g = g < -16 ? -16 : g > 16 ? 16 : g;
+        W[v * D] = roundf(g * 8) / 8;
+    }
+    for (int64_t p = 0; p < NP; p++) {
+        peak[p] = (int32_t)rng_below(&rng, (uint64_t)V);
+        W[peak[p] * D + 1] = (float)(96 + rng_below(&rng, 65)) / 16;
+    }
+    for (int64_t r = 0; r < N; r++) {
+        n[r * D] = 1, n[r * D + 1] = (float)(8 + rng_below(&rng, 13)) / 8;
+        tg[r] = r % 4 == 3 ? (int32_t)rng_below(&rng, (uint64_t)V) : peak[rng_below(&rng, NP)];
+    }
+    kda_bf16 *dn = kda_cuda_alloc(&ctx, (size_t)(N * D) * 2),
+             *dW = kda_cuda_alloc(&ctx, (size_t)(V * D) * 2);
+    int32_t *dtg = kda_cuda_alloc(&ctx, (size_t)N * 4);
+    float *dnll = kda_cuda_alloc(&ctx, (size_t)N * 4), *dlse = kda_cuda_alloc(&ctx, (size_t)N * 4);
+    double *dsum = kda_cuda_alloc(&ctx, 8);
+    KdaCudaXentWs ws = {kda_cuda_alloc(&ctx, kda_cuda_xent_logits_bytes(N, CH)),
+                        kda_cuda_alloc(&ctx, kda_cuda_xent_stat_bytes(N)), CH};
+    KDA_ASSERT(dn && dW && dtg && dnll && dlse && dsum && ws.logits && ws.stat);
+    int rc = kda_cuda_put_bf16(&ctx, dn, n, N * D) || kda_cuda_put_bf16(&ctx, dW, W, V * D) ||
+             kda_cuda_put_bytes(&ctx, dtg, tg, (size_t)N * 4) ||
+             kda_cuda_poison(&ctx, dnll, (size_t)N * 4) ||
+             kda_cuda_xent_fwd(&ctx, dnll, dlse, dsum, dn, dW, dtg, N, D, V, &ws) ||
+             kda_cuda_sync(&ctx);
+    CHECK_MSG(rc == 0, "%s", ctx.err.msg);
+    float *nll = kda_malloc((size_t)N * 4), *lse = kda_malloc((size_t)N * 4);
+    double sum = NAN;
+    if (!rc) {
+        CHECK(kda_cuda_get_f32(&ctx, nll, dnll, N) == 0);
+        CHECK(kda_cuda_get_f32(&ctx, lse, dlse, N) == 0);
+        CHECK(cudaMemcpy(&sum, dsum, 8, cudaMemcpyDeviceToHost) == cudaSuccess);
+        double ref_sum = 0, worst = 0;
+        for (int64_t r = 0; r < N; r++) {
+            double mx = -INFINITY, s = 0, lt = 0;
+            for (int64_t v = 0; v < V; v++) {
+                double l = (double)W[v * D] + (double)n[r * D + 1] * W[v * D + 1];
+                mx = l > mx ? l : mx;
+            }
+            for (int64_t v = 0; v < V; v++) {
+                double l = (double)W[v * D] + (double)n[r * D + 1] * W[v * D + 1];
+                s += exp(l - mx);
+                if (v == tg[r]) lt = l;
+            }
+            double ref = mx + log(s) - lt;
+            ref_sum += ref;
+            worst = fabs(nll[r] - ref) > worst ? fabs(nll[r] - ref) : worst;
+            CHECK_MSG(fabs(nll[r] - ref) <= ROW_TOL, "row %lld: nll %.9g vs float64 %.9g (%.3g)",
+                      (long long)r, (double)nll[r], ref, nll[r] - ref);
+            CHECK_NEAR(lse[r], mx + log(s), ROW_TOL);
+        }
+        CHECK_NEAR(sum, ref_sum, SUM_TOL);
+        printf("    gpu xent peaked: worst row %.3g, sum %.3g (bars %g, %g)\n", worst,
+               sum - ref_sum, ROW_TOL, SUM_TOL);
+    }
+    void *bufs[] = {dn, dW, dtg, dnll, dlse, dsum, ws.logits, ws.stat};
+    for (size_t i = 0; i < sizeof bufs / sizeof *bufs; i++)
+        kda_cuda_release(bufs[i]);
+    kda_cuda_free(&ctx);
+    free(n), free(W), free(tg), free(nll), free(lse);
+}
+
+#endif // KDA_HAVE_CUDA
