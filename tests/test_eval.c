@@ -479,6 +479,32 @@ KDA_TEST(eval_perplexity_windows) {
     kda_model_free(&m);
 }
 
+// --dump-requests names each mmlu request's subject (its lm-eval task, mmlu_<subject>).
+KDA_TEST(eval_dump_labels_mmlu_subjects) {
+    KdaModel m;
+    tiny_(&m);
+    char dir[512], model[1024], dump[1024];
+    snprintf(dir, sizeof dir, "%s", test_tmpdir());
+    snprintf(model, sizeof model, "%s/model", dir);
+    KdaError err;
+    CHECK(kda_model_save_dir(model, &m.cfg, &m.table, m.params, KDA_DTYPE_F32, &err) == 0);
+    write_(dir, "mmlu.jsonl",
+           "{\"question\": \"q\", \"subject\": \"anatomy\", \"choices\": [\"1\", \"2\", \"3\", "
+           "\"4\"], \"answer\": 0}\n{\"question\": \"r\", \"subject\": \"virology\", \"choices\": "
+           "[\"a\", \"b\", \"c\", \"d\"], \"answer\": 1}\n");
+    snprintf(dump, sizeof dump, "%s/requests.jsonl", dir);
+    char *argv[] = {"--model",     model,     "--tasks",         "mmlu", "--data",   dir,
+                    "--tokenizer", TOKENIZER, "--dump-requests", dump,   "--device", "cpu"};
+    CHECK_EQ_INT(cmd_eval(12, argv), 0);
+    size_t n;
+    char *d = read_file(dump, &n, &err);
+    CHECK_MSG(d && strstr(d, "{\"task\": \"mmlu\", \"subtask\": \"mmlu_anatomy\", \"doc\": 0") &&
+                  strstr(d, "\"subtask\": \"mmlu_virology\", \"doc\": 1"),
+              "%s", d ? d : err.msg);
+    free(d);
+    kda_model_free(&m);
+}
+
 KDA_TEST(eval_command_end_to_end) {
     KdaModel m;
     tiny_(&m);

@@ -13,12 +13,13 @@
 #include <string.h>
 
 #include "commands.h"
-#include "core/args.h"    // defines: ArgSpec, ArgTable, args_parse_or_die
-#include "core/log.h"     // defines: Progress, kda_info, human_count
-#include "core/util.h"    // defines: now_seconds
-#include "data/indexed.h" // defines: IndexedBuilder, IndexedDataset
-#include "data/readers.h" // defines: DocReader, docreader_expand
-#include "tok/tok.h"      // defines: KdaTokenizer, tok_encode
+#include "core/args.h"         // defines: ArgSpec, ArgTable, args_parse_or_die
+#include "core/log.h"          // defines: Progress, kda_info, human_count
+#include "core/util.h"         // defines: now_seconds
+#include "data/import_arrow.h" // defines: kda_import_arrow, kda_arrow_input
+#include "data/indexed.h"      // defines: IndexedBuilder, IndexedDataset
+#include "data/readers.h"      // defines: DocReader, docreader_expand
+#include "tok/tok.h"           // defines: KdaTokenizer, tok_encode
 
 // ---- tokenize ---------------------------------------------------------------------------------
 
@@ -204,7 +205,7 @@ static int tokenize_run(const TokOpts *o, KdaError *err) {
 // DIR, a tokenizer directory, --json-keys, PREFIX_<key>_document names. Fills o->tokenizer and
 // o->prefix (path/prefix buffers of PATH_MAX); usage errors exit 2.
 static void megatron_habits_(TokOpts *o, const char *tok_type, const char *tok_model,
-                             const ArgList *json_keys, int megatron_names, char *path,
+                             const ArgList *json_keys, int megatron_names, int arrow, char *path,
                              char *prefix) {
     if (tok_type && strcmp(tok_type, "HuggingFaceTokenizer"))
         kda_usage_die("kda tokenize",
@@ -214,13 +215,14 @@ static void megatron_habits_(TokOpts *o, const char *tok_type, const char *tok_m
     if (o->tokenizer && tok_model && strcmp(o->tokenizer, tok_model))
         kda_usage_die("kda tokenize", "--tokenizer and --tokenizer-model name different files");
     const char *t = o->tokenizer ? o->tokenizer : tok_model;
-    if (!t) kda_usage_die("kda tokenize", "missing --tokenizer (or --tokenizer-model DIR)");
-    snprintf(path, PATH_MAX, "%s", t);
+    if (!t && !arrow)
+        kda_usage_die("kda tokenize", "missing --tokenizer (or --tokenizer-model DIR)");
+    snprintf(path, PATH_MAX, "%s", t ? t : "");
     if (path_is_dir(t)) { // an HF tokenizer directory, as Megatron's --tokenizer-model takes
         path_join(path, PATH_MAX, t, "tokenizer.json");
         if (!path_exists(path)) path_join(path, PATH_MAX, t, "tokenizer.model");
     }
-    o->tokenizer = path;
+    o->tokenizer = t ? path : NULL;
     if (json_keys->n > 1)
         kda_usage_die("kda tokenize", "--json-keys: one key per run (got %d)", json_keys->n);
     if (json_keys->n == 1) o->json_key = json_keys->items[0];
@@ -230,8 +232,41 @@ static void megatron_habits_(TokOpts *o, const char *tok_type, const char *tok_m
     }
 }
 
+// HF datasets Arrow inputs (save_to_disk dirs, .arrow shards): --json-key input_ids copies the
+// ids, a string column is tokenized (import_arrow.h).
+static int import_arrow_(const TokOpts *o, int64_t vocab_size) {
+    KdaError err;
+    KdaTokenizer *tok = NULL;
+    if (o->tokenizer && tok_load(&tok, o->tokenizer, &err)) {
+        fprintf(stderr, "kda: error: %s\n", err.msg);
+        return 1;
+    }
+    KdaArrowImport opt = {.column = o->json_key,
+                          .tok = tok,
+                          .tok_flags = (o->bos ? TOK_ADD_BOS : 0) |
+                                       (o->append_eod ? TOK_ADD_EOS : 0) |
+                                       (o->specials ? TOK_SPECIALS : 0) | (o->post ? TOK_POST : 0),
+                          .vocab_size = vocab_size > 0 ? vocab_size
+                                        : tok          ? tok_vocab_size(tok)
+                                                       : 0};
+    int64_t docs, tokens;
+    int rc = kda_import_arrow(o->inputs.items, o->inputs.n, &opt, o->prefix, &docs, &tokens, &err);
+    tok_free(tok);
+    if (rc) {
+        fprintf(stderr, "kda: error: %s\nkda: no output written (%s.idx not created)\n", err.msg,
+                o->prefix);
+        return 1;
+    }
+    if (!o->quiet)
+        kda_info("%s.bin/.idx: %lld documents, %lld tokens from column '%s'%s", o->prefix,
+                 (long long)docs, (long long)tokens, o->json_key,
+                 tok ? " (tokenized)" : " (ids copied)");
+    return 0;
+}
+
 int cmd_tokenize(int argc, char **argv) {
     const char *tok_type = NULL, *tok_model = NULL;
+    int64_t vocab_size = 0;
     ArgList json_keys = {0};
     int megatron_names = 0;
     char tok_path[PATH_MAX], prefix[PATH_MAX];
@@ -248,11 +283,16 @@ int cmd_tokenize(int argc, char **argv) {
          0},
         {"input", ARG_STRS, &o.inputs,
          "files, directories (recursive) or globs: .jsonl/.json/"
-         ".ndjson/.txt (+.gz/.zst), .parquet",
+         ".ndjson/.txt (+.gz/.zst), .parquet; or HF datasets .arrow shards / save_to_disk "
+         "dirs (--json-key input_ids: ids copied, no tokenizer)",
          1},
         {"output-prefix", ARG_STR, &o.prefix, "writes PREFIX.bin and PREFIX.idx", 1},
         {"json-key", ARG_STR, &o.json_key, "JSONL key / Parquet column holding the text", 0},
         {"json-keys", ARG_STRS, &json_keys, "Megatron's name for --json-key (one key)", 0},
+        {"vocab-size", ARG_INT, &vocab_size,
+         "Arrow input_ids: ids must be below it (default: the tokenizer's, else the largest id "
+         "+ 1); it sets the dtype",
+         0},
         {"megatron-names", ARG_BOOL, &megatron_names,
          "write PREFIX_<key>_document.bin/.idx as Megatron's preprocess_data.py does "
          "(PREFIX_text_document)",
@@ -285,7 +325,15 @@ int cmd_tokenize(int argc, char **argv) {
                         specs, (int)(sizeof specs / sizeof *specs)};
     int h = args_parse_or_die(&t, argc, argv);
     if (h) return 0;
-    megatron_habits_(&o, tok_type, tok_model, &json_keys, megatron_names, tok_path, prefix);
+    int arrow = o.inputs.n > 0;
+    for (int i = 0; i < o.inputs.n; i++)
+        arrow &= kda_arrow_input(o.inputs.items[i]);
+    megatron_habits_(&o, tok_type, tok_model, &json_keys, megatron_names, arrow, tok_path, prefix);
+    if (arrow) {
+        int rc = import_arrow_(&o, vocab_size);
+        arglist_free(&o.inputs), arglist_free(&json_keys);
+        return rc;
+    }
     if (o.workers < 1 || o.workers > 1024) {
         fprintf(stderr, "kda: error: --workers %lld: expected 1..1024\n", (long long)o.workers);
         arglist_free(&o.inputs);

@@ -372,6 +372,12 @@ static void dump_request(FILE *f, const EvalTask *t, int64_t doc, int idx, const
                          const EvalTokens *tk, double ll) {
     fprintf(f, "{\"task\": ");
     json_write_string(f, t->name, strlen(t->name));
+    if (t->n_subtasks > 0) { // mmlu: the subject's lm-eval task name, as its results key
+        char sub[160];
+        snprintf(sub, sizeof sub, "%s_%s", t->name, t->subtasks[t->docs[doc].subtask]);
+        fprintf(f, ", \"subtask\": ");
+        json_write_string(f, sub, strlen(sub));
+    }
     fprintf(f, ", \"doc\": %lld, \"idx\": %d, \"gold\": %d, \"context\": ", (long long)doc, idx,
             t->docs[doc].gold);
     json_write_string(f, rq->context, strlen(rq->context));
