@@ -157,3 +157,19 @@ KDA_TEST(cli_pipeline_tokenize_train_export_score_generate) {
         "%s", g_out);
     CHECK_MSG(strstr(g_out, "Call me") && strstr(g_out, "5 new tokens"), "generate: %s", g_out);
 }
+
+// kda score --output the --input file is refused before anything is written (issue 15,
+// finding 13: the input used to be overwritten); the input is left as it was.
+KDA_TEST(cli_score_output_is_input) {
+    char in[1024];
+    snprintf(in, sizeof in, "%s/in.jsonl", test_tmpdir());
+    KdaError err;
+    CHECK(write_file_atomic(in, "{\"ids\": [1, 2]}\n", 16, &err) == 0);
+    CHECK(run_kda(g_out, sizeof g_out, "score --model nowhere --input %s --output %s", in, in) ==
+          1);
+    CHECK_MSG(strstr(g_out, "is the --input file"), "%s", g_out);
+    size_t n;
+    char *s = read_file(in, &n, &err);
+    CHECK(s && n == 16);
+    free(s);
+}

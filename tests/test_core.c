@@ -1,4 +1,5 @@
 // test_core.c - tests of src/core: JSON parser, UTF-8 and half-float helpers, args, rng.
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -151,4 +152,13 @@ KDA_TEST(core_str_shown) {
     char small[10];
     str_shown("\n\n\n\n\n\n\n\n", 8, 40, small, sizeof small); // stops early, stays terminated
     CHECK(strlen(small) < sizeof small && strchr(small, '\n') == NULL);
+}
+
+// Non-finite numbers become JSON null (issue 15, finding 4: "-nan" and "nan" were written).
+KDA_TEST(json_fmt_num_nonfinite_null) {
+    char b[32];
+    CHECK(!strcmp(json_fmt_num(b, sizeof b, 1.5, 9), "1.5"));
+    CHECK(!strcmp(json_fmt_num(b, sizeof b, -NAN, 9), "null"));
+    CHECK(!strcmp(json_fmt_num(b, sizeof b, INFINITY, 9), "null"));
+    CHECK(!strcmp(json_fmt_num(b, sizeof b, -INFINITY, 17), "null"));
 }

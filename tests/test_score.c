@@ -44,15 +44,24 @@ KDA_TEST(score_matches_model_forward) {
     char *txt = read_file(out, &n, &err);
     CHECK(txt != NULL);
     if (!txt) return;
-    int32_t ids[2][5] = {{1, 2, 3, 4, 5}, {7, 7}};
-    int64_t lens[2] = {5, 2};
+    // output line i is input line i: the blank line 2 gives a 0-token record with null losses
+    // (issue 15, finding 13: blank lines used to be dropped, shifting the numbering)
+    int32_t ids[3][5] = {{1, 2, 3, 4, 5}, {0}, {7, 7}};
+    int64_t lens[3] = {5, 0, 2};
     char *line = txt;
-    for (int i = 0; i < 2; i++) {
+    for (int i = 0; i < 3; i++) {
         char *nl = strchr(line, '\n');
         CHECK(nl != NULL);
         if (!nl) break;
         JsonDoc d;
         CHECK(json_parse(&d, line, (size_t)(nl - line), &err) == 0);
+        if (lens[i] == 0) {
+            const JsonValue *l = json_get(&d.root, "loss");
+            CHECK_MSG(l && l->type == JSON_NULL, "%.*s", (int)(nl - line), line);
+            json_free(&d);
+            line = nl + 1;
+            continue;
+        }
         float loss, nll[5];
         CHECK(kda_model_forward(&m, ids[i], NULL, 1, lens[i], nll, NULL, &loss, &err) == 0);
         int64_t tokens;
@@ -99,6 +108,40 @@ KDA_TEST(score_rejects_bad_lines) {
     int64_t n = 0;
     KdaError err;
     CHECK(score_read_input(in, NULL, 0, 50, &seqs, &n, &err) == 0);
-    CHECK(n == 1 && seqs[0].n == 3 && seqs[0].ids[1] == 49);
+    CHECK(n == 2 && seqs[0].n == 3 && seqs[0].ids[1] == 49 && seqs[1].n == 0);
     score_seqs_free(seqs, n);
+}
+
+// A model whose weights are NaN scores NaN: the output says null (valid JSON), not "nan"
+// (issue 15, finding 4).
+KDA_TEST(score_nonfinite_is_null) {
+    char dir[1024], in[1024], out[1024];
+    KdaModel m;
+    snprintf(dir, sizeof dir, "%s/model", test_tmpdir());
+    KdaConfig c;
+    kda_config_defaults(&c);
+    c.hidden_size = 32, c.num_hidden_layers = 2, c.num_heads = 2, c.head_dim = 8;
+    c.expand_v = 1.0, c.intermediate_size_raw = 48, c.vocab_size = 50, c.tie_word_embeddings = 1;
+    KdaError err;
+    CHECK(kda_config_derive(&c, "tiny", &err) == 0);
+    CHECK(kda_model_init(&m, &c, &err) == 0);
+    for (int64_t i = 0; i < m.table.total_numel; i++)
+        m.params[i] = NAN;
+    CHECK(kda_model_save_dir(dir, &m.cfg, &m.table, m.params, KDA_DTYPE_F32, &err) == 0);
+    kda_model_free(&m);
+    snprintf(in, sizeof in, "%s/in.jsonl", test_tmpdir());
+    snprintf(out, sizeof out, "%s/out.jsonl", test_tmpdir());
+    write_text_(in, "{\"ids\": [1, 2, 3]}\n");
+    char *argv[] = {"--model", dir, "--input", in, "--output", out, "--device", "cpu"};
+    CHECK_EQ_INT(cmd_score(8, argv), 0);
+    size_t n;
+    char *txt = read_file(out, &n, &err);
+    JsonDoc d;
+    CHECK_MSG(txt && json_parse(&d, txt, n, &err) == 0, "%s", txt ? txt : err.msg);
+    if (!kda_test_failed()) {
+        const JsonValue *l = json_get(&d.root, "loss");
+        CHECK(l && l->type == JSON_NULL);
+        json_free(&d);
+    }
+    free(txt);
 }

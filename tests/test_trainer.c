@@ -7,7 +7,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
+#include "core/json.h"
 #include "core/util.h"
 #include "data/indexed.h"
 #include "io/model_io.h"
@@ -491,4 +493,55 @@ KDA_TEST(trainer_profile_cpu) {
     double wall = kda_prof_wall_ms(&p), sum = kda_prof_sum_ms(&p);
     CHECK(wall > 0 && sum > 0 && sum <= wall);
     CHECK(p.row[KDA_OP_MLP_FWD].flops > 0 && p.row[KDA_OP_SWIGLU_FWD].bytes > 0);
+}
+
+// Every metrics.jsonl line of a run is valid JSON, and a skipped (NaN) step logs its loss and
+// grad norm as null, not as a real-looking -1 (issue 15, finding 4).
+KDA_TEST(trainer_metrics_nan_is_null) {
+    const char *data = make_data();
+    char s[1024], p[PATH_MAX];
+    snprintf(s, sizeof s, "%s/m", test_tmpdir());
+    KdaRunConfig rc;
+    Rec r = {0};
+    r.poison_from = 1;
+    r.poison_to = 1;
+    KdaTrainResult res;
+    KdaError err;
+    CHECK(make_rc(&rc, data, s, "train_iters: 3\nmax_nan_steps: 3\nlog_interval: 1\n") == 0);
+    CHECK_MSG(run(&rc, &r, 0, &res, &err) == 0, "%s", err.msg);
+    kda_run_config_free(&rc);
+    size_t n;
+    char *txt = read_file(path_join(p, sizeof p, s, "metrics.jsonl"), &n, &err);
+    CHECK(txt != NULL);
+    int lines = 0;
+    for (char *line = txt, *nl; txt && (nl = strchr(line, '\n')); line = nl + 1, lines++) {
+        JsonDoc d;
+        CHECK_MSG(json_parse(&d, line, (size_t)(nl - line), &err) == 0, "%.*s: %s",
+                  (int)(nl - line), line, err.msg);
+        if (lines == 0) {
+            const JsonValue *l = json_get(&d.root, "loss"), *g = json_get(&d.root, "grad_norm");
+            CHECK(l && l->type == JSON_NULL && g && g->type == JSON_NULL);
+        }
+        if (!kda_test_failed()) json_free(&d);
+    }
+    CHECK_EQ_INT(lines, 3);
+    free(txt);
+}
+
+// A metrics.jsonl write that fails (here: the file is /dev/full, ENOSPC) is an error naming the
+// file, not a silent loss with exit status 0 (issue 15, finding 3).
+KDA_TEST(trainer_metrics_write_error) {
+    const char *data = make_data();
+    char s[1024], p[PATH_MAX];
+    snprintf(s, sizeof s, "%s/full", test_tmpdir());
+    KdaError err;
+    CHECK(mkdir_p(s, &err) == 0);
+    CHECK(symlink("/dev/full", path_join(p, sizeof p, s, "metrics.jsonl")) == 0);
+    KdaRunConfig rc;
+    Rec r = {0};
+    KdaTrainResult res;
+    CHECK(make_rc(&rc, data, s, "train_iters: 3\nlog_interval: 1\n") == 0);
+    CHECK(run(&rc, &r, 0, &res, &err) == -1);
+    kda_run_config_free(&rc);
+    CHECK_MSG(strstr(err.msg, "metrics.jsonl") && strstr(err.msg, "write failed"), "%s", err.msg);
 }

@@ -436,6 +436,14 @@ const char *json_type_name(JsonType t) {
     return (unsigned)t < sizeof names / sizeof *names ? names[t] : "?";
 }
 
+const char *json_fmt_num(char *buf, size_t cap, double v, int digits) {
+    if (isfinite(v))
+        snprintf(buf, cap, "%.*g", digits, v);
+    else
+        snprintf(buf, cap, "null");
+    return buf;
+}
+
 void json_write_string(FILE *f, const char *s, size_t n) {
     fputc('"', f);
     for (size_t i = 0; i < n; i++) {

@@ -59,6 +59,9 @@ int json_get_bool(const JsonValue *obj, const char *key, int *out);
 const char *json_get_str(const JsonValue *obj, const char *key); // NULL if absent/not string
 const char *json_type_name(JsonType t);
 
+// Formats v as a JSON number with `digits` significant digits (%.*g), or "null" when v is
+// NaN or inf (JSON has no literal for them). Returns buf (cap >= 32 advised).
+const char *json_fmt_num(char *buf, size_t cap, double v, int digits);
 // Writes s[0..n) as a JSON string literal (quotes included), escaping as needed.
 void json_write_string(FILE *f, const char *s, size_t n);
 

@@ -249,6 +249,7 @@ int cmd_eval(int argc, char **argv) {
     printf("kda eval: %s, 0-shot, bos=%s (%s), max_length=%lld, device=%s\n\n", model_dir,
            s.bos ? "on" : "off", s.bos_source, (long long)s.max_length, dev.name);
     eval_results_print(stdout, &res);
+    if (fflush(stdout) || ferror(stdout)) kda_die("writing stdout failed");
     if (output && eval_results_write(output, &res, &s, model_dir, &err)) kda_die("%s", err.msg);
     eval_results_free(&res);
     free(ts), free(names);

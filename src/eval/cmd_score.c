@@ -1,9 +1,10 @@
 // cmd_score.c - `kda score`: per-sequence loss of token-id (or text) sequences under a model.
 //
 // Input: JSON lines, each {"ids": [int, ...]} or {"text": "..."} (text needs --tokenizer and is
-// encoded as HF tokenizer(text) does: the post_processor's specials, e.g. Llama 3.2's BOS). Blank
-// lines are skipped. Every line is validated before any scoring; errors name FILE:LINE. Output: one
-// JSON line per scored input, in input order:
+// encoded as HF tokenizer(text) does: the post_processor's specials, e.g. Llama 3.2's BOS). A
+// blank line gives {"tokens": 0, "loss": null, "sum_nll": null}, so that output line i is input
+// line i; non-finite losses are written as null. Every line is validated before any scoring;
+// errors name FILE:LINE. Output: one JSON line per input line, in order:
 //   {"tokens": n, "loss": mean NLL of tokens 2..n given their prefix (natural log),
 //    "sum_nll": the sum of those n-1 NLLs}
 // both printed with 17 significant digits (a 2048-token sum_nll of ~4000 needs 1e-5 nats).
@@ -15,9 +16,11 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 #include "commands.h"
 #include "core/args.h"   // defines: ArgSpec, ArgTable, args_parse_or_die
+#include "core/json.h"   // defines: json_fmt_num
 #include "core/util.h"   // defines: open_atomic, commit_atomic
 #include "core/log.h"    // defines: kda_info, kda_warn
 #include "eval/device.h" // defines: EvalDevice, eval_device_open, eval_device_forward
@@ -25,6 +28,12 @@
 #include "io/model_io.h" // defines: kda_model_load_dir
 #include "model/model.h" // defines: KdaModel, kda_model_forward
 #include "tok/tok.h"     // defines: KdaTokenizer, tok_load, tok_encode
+
+// Do a and b name the same existing file (device and inode)?
+static int same_file(const char *a, const char *b) {
+    struct stat x, y;
+    return !stat(a, &x) && !stat(b, &y) && x.st_dev == y.st_dev && x.st_ino == y.st_ino;
+}
 
 int cmd_score(int argc, char **argv) {
     const char *model_dir = NULL, *input = NULL, *output = "-", *tok_path = NULL, *core = "chunk";
@@ -52,6 +61,9 @@ int cmd_score(int argc, char **argv) {
     if (args_parse_or_die(&table, argc, argv)) return 0;
     if (strcmp(core, "chunk") && strcmp(core, "recurrent"))
         kda_die("--core must be chunk or recurrent, got '%s'", core);
+    if (strcmp(output, "-") && same_file(output, input))
+        kda_die("--output %s is the --input file (it would be overwritten); give another path",
+                output);
     KdaError err;
     int pick;
     if (eval_device_pick(device, &pick, &err)) kda_die("%s", err.msg);
@@ -83,6 +95,10 @@ int cmd_score(int argc, char **argv) {
     if (strcmp(output, "-") && !(out = open_atomic(output, tmp, &err))) kda_die("%s", err.msg);
     float *nll = kda_malloc((size_t)(tmax > 0 ? tmax : 1) * sizeof(float));
     for (int64_t i = 0; i < n_seq; i++) {
+        if (seqs[i].n == 0) {
+            fprintf(out, "{\"tokens\": 0, \"loss\": null, \"sum_nll\": null}\n");
+            continue;
+        }
         int rc;
         if (dev.cuda)
             rc = eval_device_forward(&dev, seqs[i].ids, seqs[i].ids, 1, seqs[i].n, nll, &err);
@@ -92,8 +108,10 @@ int cmd_score(int argc, char **argv) {
         double sum = 0.0;
         for (int64_t t = 0; t < seqs[i].n; t++)
             sum += nll[t];
-        fprintf(out, "{\"tokens\": %lld, \"loss\": %.17g, \"sum_nll\": %.17g}\n",
-                (long long)seqs[i].n, sum / (double)(seqs[i].n - 1), sum);
+        char jl[32], js[32];
+        fprintf(out, "{\"tokens\": %lld, \"loss\": %s, \"sum_nll\": %s}\n", (long long)seqs[i].n,
+                json_fmt_num(jl, sizeof jl, sum / (double)(seqs[i].n - 1), 17),
+                json_fmt_num(js, sizeof js, sum, 17));
     }
     if (out != stdout && commit_atomic(out, tmp, output, &err)) kda_die("%s", err.msg);
     if (out == stdout && fflush(stdout)) kda_die("writing stdout failed");

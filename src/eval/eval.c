@@ -389,8 +389,9 @@ static void dump_request(FILE *f, const EvalTask *t, int64_t doc, int idx, const
     fprintf(f, "], \"cont_ids\": [");
     for (int64_t i = 0; i < tk->n_cont; i++)
         fprintf(f, "%s%d", i ? ", " : "", tk->ids[tk->n_ctx + i]);
-    fprintf(f, "], \"norm_len\": %lld, \"ll\": %.10g}\n", (long long)t->docs[doc].norm_len[idx],
-            ll);
+    char jl[32]; // a non-finite log-likelihood is written as null (valid JSON)
+    fprintf(f, "], \"norm_len\": %lld, \"ll\": %s}\n", (long long)t->docs[doc].norm_len[idx],
+            json_fmt_num(jl, sizeof jl, ll, 10));
 }
 
 int eval_run_task(KdaModel *m, const KdaTokenizer *tok, const EvalTask *t, const EvalSettings *s,

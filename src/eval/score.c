@@ -74,9 +74,12 @@ int score_read_input(const char *file, const KdaTokenizer *tok, int tok_flags, i
         while (b > a && (buf[b - 1] == ' ' || buf[b - 1] == '\t' || buf[b - 1] == '\r'))
             b--;
         pos = end + 1;
-        if (b == a) continue; // blank line
         if (cnt == cap) seqs = kda_realloc(seqs, (size_t)(cap = cap ? 2 * cap : 64) * sizeof *seqs);
         memset(&seqs[cnt], 0, sizeof *seqs);
+        if (b == a) { // blank line: an empty entry, so that output line i is input line i
+            cnt++;
+            continue;
+        }
         KdaError e;
         if (parse_line_(&seqs[cnt++], buf + a, b - a, tok, tok_flags, vocab, &e)) {
             kda_fail(err, "%s:%lld: %s", file, (long long)lineno, e.msg);

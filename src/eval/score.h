@@ -10,14 +10,15 @@
 #include "tok/tok.h"    // defines: KdaTokenizer
 
 typedef struct {
-    int32_t *ids; // [n] int32, owned
-    int64_t n;
+    int32_t *ids; // [n] int32, owned (NULL for a blank line)
+    int64_t n;    // 0 for a blank line
 } ScoreSeq;
 
-// Reads every non-blank line of file. ids must be integers in [0, vocab); every sequence needs
-// >= 2 tokens. "text" lines are encoded with tok (error if tok is NULL), with tok_encode flags
-// tok_flags (cmd_score: TOK_POST, HF's default). On success *seqs (malloc'ed, *n entries) is owned
-// by the caller (score_seqs_free).
+// Reads every line of file; a blank line gives an entry with n = 0 and ids NULL (so entry i is
+// line i + 1). ids must be integers in [0, vocab); every sequence needs >= 2 tokens. "text"
+// lines are encoded with tok (error if tok is NULL), with tok_encode flags tok_flags
+// (cmd_score: TOK_POST, HF's default). On success *seqs (malloc'ed, *n entries) is owned by the
+// caller (score_seqs_free).
 int score_read_input(const char *file, const KdaTokenizer *tok, int tok_flags, int64_t vocab,
                      ScoreSeq **seqs, int64_t *n, KdaError *err);
 void score_seqs_free(ScoreSeq *seqs, int64_t n);

@@ -1,12 +1,14 @@
 // trainer.c - the training loop and the CPU backend (contract in trainer.h).
 #include "train/trainer.h"
 
+#include <errno.h>
 #include <math.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/resource.h>
+#include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -184,6 +186,7 @@ typedef struct {
     char resumed_from[PATH_MAX]; // checkpoint dir resumed from ("" for a fresh run)
     char last_good[PATH_MAX];    // newest finite checkpoint written or resumed from ("": none)
     FILE *metrics;
+    char metrics_path[PATH_MAX];
     Progress prog;
     int use_prog;
     double last_valid;
@@ -333,11 +336,13 @@ static int setup_data(Run *r, KdaError *err) {
 }
 
 // Keeps only metrics lines with iteration <= it (resume), atomically.
-static void trim_metrics(const char *path, int64_t it) {
+static int trim_metrics(const char *path, int64_t it, KdaError *err) {
+    struct stat sb;
+    if (stat(path, &sb) || !S_ISREG(sb.st_mode)) return 0; // none yet, or a pipe: append only
     size_t n;
     KdaError e;
-    char *s = read_file(path, &n, &e);
-    if (!s) return;
+    char *s = read_file(path, &n, err);
+    if (!s) return -1;
     char *out = kda_malloc(n + 1);
     size_t k = 0;
     for (char *line = s; *line;) {
@@ -354,9 +359,10 @@ static void trim_metrics(const char *path, int64_t it) {
         }
         line += len;
     }
-    write_file_atomic(path, out, k, &e);
+    int rc = write_file_atomic(path, out, k, err);
     free(out);
     free(s);
+    return rc;
 }
 
 static int setup_resume(Run *r, KdaError *err) {
@@ -428,12 +434,13 @@ static int setup(Run *r, KdaError *err) {
     }
     if (setup_resume(r, err)) return -1;
     if (rc->save) {
-        char p[PATH_MAX];
         if (mkdir_p(rc->save, err)) return -1;
-        path_join(p, sizeof p, rc->save, "metrics.jsonl");
-        trim_metrics(p, r->start_iteration);
-        r->metrics = fopen(p, "a");
-        if (!r->metrics) return kda_fail(err, "%s: cannot open for appending", p);
+        path_join(r->metrics_path, sizeof r->metrics_path, rc->save, "metrics.jsonl");
+        if (trim_metrics(r->metrics_path, r->start_iteration, err)) return -1;
+        r->metrics = fopen(r->metrics_path, "a");
+        if (!r->metrics)
+            return kda_fail(err, "%s: cannot open for appending: %s", r->metrics_path,
+                            strerror(errno));
     }
     if (rc->tensorboard_dir) {
         char p[PATH_MAX];
@@ -487,10 +494,8 @@ static void tb_log_(Run *r, int64_t it, const char *const *tags, const double *v
 
 // A JSON number, or null for NaN/inf (JSON has no non-finite numbers).
 static void json_num_(FILE *f, double x) {
-    if (isfinite(x))
-        fprintf(f, "%.9g", x);
-    else
-        fputs("null", f);
+    char b[32];
+    fputs(json_fmt_num(b, sizeof b, x, 9), f);
 }
 
 static void log_eval(Run *r, double vl) {
@@ -557,7 +562,15 @@ static void print_log_line_(Run *r, int64_t it, double ms, double tok_s, double 
     fflush(stdout);
 }
 
-static void log_train(Run *r, int evaluated) {
+// Every metrics record and log line is flushed and checked: a failed write (a full disk) stops
+// the run with an error instead of losing lines silently (docs/reliability.md).
+static int check_flush(FILE *f, const char *what, KdaError *err) {
+    if (fflush(f) == 0 && !ferror(f)) return 0;
+    return kda_fail(err, "%s: write failed: %s", what, strerror(errno));
+}
+
+static int log_train(Run *r, int evaluated, KdaError *err) {
+
     const KdaRunConfig *rc = r->rc;
     double dt = now_seconds() - r->win_t0;
     int64_t it = r->st.iteration;
@@ -567,7 +580,10 @@ static void log_train(Run *r, int evaluated) {
     double lr = kda_lr_at(&r->sched, r->be.host_optim(r->be.ctx)->step);
     if (r->win_iters && it - r->win_iters >= 2) // Primus skips the first 2 iterations
         r->avg_ms_sum += ms * (double)r->win_iters, r->avg_n += r->win_iters;
-    if (!r->o->quiet) print_log_line_(r, it, ms, tok_s, lr, loss);
+    if (!r->o->quiet) {
+        print_log_line_(r, it, ms, tok_s, lr, loss);
+        if (check_flush(stdout, "stdout (the training log)", err)) return -1;
+    }
     if (r->metrics) {
         fprintf(r->metrics,
                 "{\"iteration\": %lld, \"time\": %.3f, \"consumed_samples\": %lld, \"lr\": %.9g, "
@@ -583,7 +599,7 @@ static void log_train(Run *r, int evaluated) {
         if (evaluated)
             fputs(", \"valid_loss\": ", r->metrics), json_num_(r->metrics, r->last_valid);
         fprintf(r->metrics, "}\n");
-        fflush(r->metrics);
+        if (check_flush(r->metrics, r->metrics_path, err)) return -1;
     }
     const char *tags[6] = {"lm loss",    "learning-rate",  "grad-norm",
                            "batch-size", "iteration-time", "throughput"};
@@ -596,6 +612,7 @@ static void log_train(Run *r, int evaluated) {
     r->win_loss = 0;
     r->win_iters = r->win_good = r->win_skipped = r->win_nan = 0;
     r->last_log_iter = it;
+    return 0;
 }
 
 static int save(Run *r, KdaTrainResult *res, KdaError *err) {
@@ -773,14 +790,16 @@ static int loop(Run *r, KdaTrainResult *res, KdaError *err) {
             log_eval(r, vl);
             evaluated = 1;
         }
-        if (it == 1 || (rc->log_interval > 0 && it % rc->log_interval == 0) || last)
-            log_train(r, evaluated);
-        else if (evaluated && r->metrics) {
+        if (it == 1 || (rc->log_interval > 0 && it % rc->log_interval == 0) || last) {
+            if (log_train(r, evaluated, err)) return -1;
+        } else if (evaluated && r->metrics) {
+            char jv[32];
             fprintf(r->metrics,
                     "{\"iteration\": %lld, \"consumed_samples\": %lld, "
-                    "\"valid_loss\": %.9g}\n",
-                    (long long)it, (long long)r->st.consumed_train, r->last_valid);
-            fflush(r->metrics);
+                    "\"valid_loss\": %s}\n",
+                    (long long)it, (long long)r->st.consumed_train,
+                    json_fmt_num(jv, sizeof jv, r->last_valid, 9));
+            if (check_flush(r->metrics, r->metrics_path, err)) return -1;
         }
         double el = now_seconds() - t1;
         progress_tick(r, it > it1 && el > 0 ? (double)((it - it1) * r->tokens_per_iter) / el : 0);
@@ -842,7 +861,8 @@ int kda_train(const KdaTrainOptions *o, KdaTrainResult *res, KdaError *err) {
     res->skipped_iters = r.st.skipped_iters;
     res->last_loss = r.last_loss;
     res->last_valid_loss = r.last_valid;
-    if (r.metrics) fclose(r.metrics);
+    if (r.metrics && fclose(r.metrics) && !rc)
+        rc = kda_fail(err, "%s: write failed: %s", r.metrics_path, strerror(errno));
     kda_tfevents_close(r.tb);
     kda_loader_free(r.train);
     kda_loader_free(r.valid);
