@@ -340,3 +340,49 @@ KDA_TEST(checkpoint_export_round_trip) {
     kda_params_free(&t);
     ck_free(&a);
 }
+
+// Runs `$KDA_BIN export ARGS` (a child process: kda export exits on error), output in msg.
+static int export_cli(const char *args, char *msg, size_t cap) {
+    const char *bin = getenv("KDA_BIN");
+    char cmd[8192];
+    snprintf(cmd, sizeof cmd, "OMP_NUM_THREADS=1 %s export %s 2>&1", bin ? bin : "build/kda", args);
+    FILE *f = popen(cmd, "r");
+    if (!f) return -1;
+    size_t n = fread(msg, 1, cap - 1, f);
+    msg[n] = 0;
+    int st = pclose(f);
+    return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+}
+
+// kda export into a training checkpoint (or a save dir) is refused and leaves its fp32
+// weights untouched; into a non-empty dir it is refused unless --overwrite, which replaces
+// the whole directory (no stale files). Issue 15, finding 5: the checkpoint's fp32 weights
+// were replaced by bf16 ones.
+KDA_TEST(checkpoint_export_refuses_unsafe_output) {
+    char save[1024], ck[1100], out[1024], p[PATH_MAX], msg[4096];
+    snprintf(save, sizeof save, "%s/save", test_tmpdir());
+    snprintf(ck, sizeof ck, "%s/iter_0000004", save);
+    snprintf(out, sizeof out, "%s/hf", test_tmpdir());
+    KdaError err;
+    Ck a;
+    CHECK(ck_make(&a, 4) == 0);
+    CHECK(ck_save(save, &a, 0, &err) == 0);
+    char args[4096];
+    snprintf(args, sizeof args, "--checkpoint %s --output %s --overwrite", save, ck);
+    CHECK_EQ_INT(export_cli(args, msg, sizeof msg), 1);
+    CHECK_MSG(strstr(msg, "checkpoint"), "%s", msg);
+    snprintf(args, sizeof args, "--checkpoint %s --output %s --overwrite", save, save);
+    CHECK_EQ_INT(export_cli(args, msg, sizeof msg), 1);
+    CHECK(ck_matches(save, &a)); // fp32 weights intact
+    CHECK(mkdir_p(out, &err) == 0);
+    CHECK(write_file_atomic(path_join(p, sizeof p, out, "stale.bin"), "x", 1, &err) == 0);
+    snprintf(args, sizeof args, "--checkpoint %s --output %s", save, out);
+    CHECK_EQ_INT(export_cli(args, msg, sizeof msg), 1);
+    CHECK_MSG(strstr(msg, "not empty") && strstr(msg, "--overwrite"), "%s", msg);
+    snprintf(args, sizeof args, "--checkpoint %s --output %s --overwrite", save, out);
+    CHECK_EQ_INT(export_cli(args, msg, sizeof msg), 0);
+    CHECK(!path_exists(p)); // the stale file went with the old directory
+    CHECK(path_exists(path_join(p, sizeof p, out, "model.safetensors")));
+    CHECK_EQ_INT(count_entries(test_tmpdir(), "hf."), 0); // no temp dirs left
+    ck_free(&a);
+}

@@ -1,6 +1,7 @@
 // util.c - file, path, time and UTF-8 helpers.
 #include "core/util.h"
 
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
@@ -116,6 +117,34 @@ int mkdir_p(const char *path, KdaError *err) {
 int path_exists(const char *path) {
     struct stat st;
     return stat(path, &st) == 0;
+}
+
+void rmdir_flat(const char *dir) {
+    DIR *d = opendir(dir);
+    if (d) {
+        struct dirent *e;
+        char p[PATH_MAX];
+        while ((e = readdir(d)))
+            if (strcmp(e->d_name, ".") && strcmp(e->d_name, ".."))
+                unlink(path_join(p, sizeof p, dir, e->d_name));
+        closedir(d);
+    }
+    rmdir(dir);
+}
+
+int dir_count_entries(const char *dir) {
+    DIR *d = opendir(dir);
+    if (!d) return -1;
+    int n = 0;
+    struct dirent *e;
+    while ((e = readdir(d)))
+        n += strcmp(e->d_name, ".") && strcmp(e->d_name, "..");
+    closedir(d);
+    return n;
+}
+
+int rename_exchange(const char *a, const char *b) {
+    return renameat2(AT_FDCWD, a, AT_FDCWD, b, RENAME_EXCHANGE);
 }
 
 int path_is_dir(const char *path) {

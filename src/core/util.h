@@ -26,6 +26,14 @@ int mkdir_p(const char *path, KdaError *err); // like `mkdir -p`
 int fsync_dir_of(const char *path);           // fsync the directory holding path
 int path_exists(const char *path);
 int path_is_dir(const char *path);
+// Removes a directory holding plain files only (one level: a checkpoint or HF model dir).
+// Best effort: errors are ignored (what cannot be removed stays).
+void rmdir_flat(const char *dir);
+// Number of entries of directory dir other than . and .. (-1 if it cannot be opened).
+int dir_count_entries(const char *dir);
+// Atomically swaps two existing paths (renameat2 RENAME_EXCHANGE). -1 with errno set when the
+// file system or kernel does not support it (EINVAL, ENOSYS): the caller falls back.
+int rename_exchange(const char *a, const char *b);
 // Joins dir and name with one '/', into out (size cap). Returns out.
 char *path_join(char *out, size_t cap, const char *dir, const char *name);
 

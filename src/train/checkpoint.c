@@ -83,20 +83,6 @@ int kda_config_diff(const KdaConfig *a, const KdaConfig *b, char *out, size_t ca
 // ---------------------------------------------------------------------------------------------
 // Directory helpers
 
-// Removes a directory of plain files (one level, what a checkpoint is). Errors are ignored.
-static void remove_flat_dir(const char *dir) {
-    DIR *d = opendir(dir);
-    if (d) {
-        struct dirent *e;
-        char p[PATH_MAX];
-        while ((e = readdir(d)))
-            if (strcmp(e->d_name, ".") && strcmp(e->d_name, ".."))
-                unlink(path_join(p, sizeof p, dir, e->d_name));
-        closedir(d);
-    }
-    rmdir(dir);
-}
-
 static int fsync_path(const char *path) {
     int fd = open(path, O_RDONLY);
     if (fd < 0) return -1;
@@ -192,7 +178,7 @@ static void rotate(const char *save, int64_t keep_last, int64_t written, int64_t
         if (kept++ < keep_last || its[i] == written || its[i] == latest || its[i] == resumed)
             continue;
         snprintf(name, sizeof name, "iter_%07lld", (long long)its[i]);
-        remove_flat_dir(path_join(p, sizeof p, save, name));
+        rmdir_flat(path_join(p, sizeof p, save, name));
     }
     free(its);
 }
@@ -205,7 +191,7 @@ static void remove_stale_temps(const char *save) {
     char p[PATH_MAX];
     while ((e = readdir(d)))
         if (!strncmp(e->d_name, ".tmp-iter_", 10))
-            remove_flat_dir(path_join(p, sizeof p, save, e->d_name));
+            rmdir_flat(path_join(p, sizeof p, save, e->d_name));
     closedir(d);
 }
 
@@ -320,23 +306,23 @@ int kda_checkpoint_save(const char *save, const KdaTrainState *st, const KdaConf
     path_join(fin, sizeof fin, save, name);
     if (mkdir(tmp, 0755) != 0) return kda_fail(err, "%s: cannot create: %s", tmp, strerror(errno));
     if (write_all(tmp, st, cfg, t, params, opt, rc, err)) {
-        remove_flat_dir(tmp);
+        rmdir_flat(tmp);
         return -1;
     }
     // An existing iter_ dir of the same iteration (a re-run) is moved aside, then deleted.
     old[0] = 0;
     if (path_exists(fin)) {
         snprintf(old, sizeof old, "%s/.tmp-old-%s", save, name);
-        remove_flat_dir(old);
+        rmdir_flat(old);
         if (rename(fin, old) != 0) {
             int e = errno;
-            remove_flat_dir(tmp);
+            rmdir_flat(tmp);
             return kda_fail(err, "%s: cannot replace: %s", fin, strerror(e));
         }
     }
     if (rename(tmp, fin) != 0) {
         int e = errno;
-        remove_flat_dir(tmp);
+        rmdir_flat(tmp);
         return kda_fail(err, "%s: cannot rename from %s: %s", fin, tmp, strerror(e));
     }
     fsync_path(save);
@@ -344,7 +330,7 @@ int kda_checkpoint_save(const char *save, const KdaTrainState *st, const KdaConf
     char line[40];
     int n = snprintf(line, sizeof line, "%s\n", name);
     if (write_file_atomic(path_join(p, sizeof p, save, "latest"), line, (size_t)n, err)) return -1;
-    if (old[0]) remove_flat_dir(old);
+    if (old[0]) rmdir_flat(old);
     rotate(save, keep_last, st->iteration, iter_in_dir(resumed_from, save));
     if (out_dir) snprintf(out_dir, PATH_MAX, "%s", fin);
     return 0;

@@ -2,11 +2,18 @@
 // [--tokenizer tokenizer.json]`: a training checkpoint -> an HF model directory for FLA's
 // KDAForCausalLM (data-formats.md §5.1): config.json, model.safetensors, tokenizer.json,
 // tokenizer_config.json, special_tokens_map.json (§7.7), generation_config.json.
+//
+// Safety (docs/reliability.md): everything is written into OUTPUT.tmp.PID and published as a
+// whole at the end. OUTPUT must be new or an empty directory; a non-empty one is replaced only
+// with --overwrite (the old directory is swapped out and removed, so no stale files remain);
+// a training checkpoint or save directory is never an output, --overwrite or not.
 #include <dirent.h>
+#include <errno.h>
 #include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "commands.h"
 #include "core/args.h"
@@ -137,8 +144,51 @@ static void export_generation_config(const char *out, const KdaConfig *c, const 
     write_text(out, "generation_config.json", buf, n);
 }
 
+// Is dir a training checkpoint or a save directory (never an export target)?
+static int is_training_dir(const char *dir) {
+    const char *marks[] = {"trainer_state.json", "optimizer.safetensors", "latest"};
+    char p[PATH_MAX];
+    for (int i = 0; i < 3; i++)
+        if (path_exists(path_join(p, sizeof p, dir, marks[i]))) return 1;
+    return 0;
+}
+
+// Dies unless output may be written (see the file head); runs before any work.
+static void check_output(const char *output, int overwrite) {
+    if (!path_exists(output)) return;
+    if (!path_is_dir(output)) kda_die("--output %s: exists and is not a directory", output);
+    if (is_training_dir(output))
+        kda_die("--output %s is a training checkpoint or save directory; export to a new "
+                "directory (its fp32 weights and optimizer state would be replaced)",
+                output);
+    if (dir_count_entries(output) > 0 && !overwrite)
+        kda_die("--output %s is not empty; give a new directory, or --overwrite to replace it "
+                "as a whole",
+                output);
+}
+
+// Publishes the finished temp dir as output: a rename when output is new or empty, else an
+// exchange with the old directory (which is then removed); dies on failure.
+static void publish(const char *tmp, const char *output) {
+    if (path_is_dir(output) && dir_count_entries(output) == 0) rmdir(output);
+    if (!path_exists(output)) {
+        if (rename(tmp, output))
+            kda_die("%s: cannot rename from %s: %s", output, tmp, strerror(errno));
+    } else if (rename_exchange(tmp, output) == 0) {
+        rmdir_flat(tmp); // now the old directory
+    } else {
+        char old[PATH_MAX];
+        snprintf(old, sizeof old, "%s.old.%ld", output, (long)getpid());
+        if (rename(output, old) || rename(tmp, output))
+            kda_die("%s: cannot replace with %s: %s", output, tmp, strerror(errno));
+        rmdir_flat(old);
+    }
+    fsync_dir_of(output);
+}
+
 int cmd_export(int argc, char **argv) {
     const char *ckpt = NULL, *output = NULL, *dtype = "bf16", *tokenizer = NULL;
+    int overwrite = 0;
     ArgSpec specs[] = {
         {"checkpoint", ARG_STR, &ckpt, "checkpoint iter_* dir, or a save dir (follows `latest`)",
          1},
@@ -146,6 +196,8 @@ int cmd_export(int argc, char **argv) {
         {"dtype", ARG_STR, &dtype, "weights dtype: bf16 or fp32", 0},
         {"tokenizer", ARG_STR, &tokenizer,
          "tokenizer.json to include (default: the run config's `tokenizer`, if any)", 0},
+        {"overwrite", ARG_BOOL, &overwrite,
+         "replace a non-empty --output directory as a whole (never a checkpoint)", 0},
     };
     ArgTable t = {"kda export", "export a training checkpoint as an HF model directory (FLA names)",
                   "Writes config.json, model.safetensors, generation_config.json and, with a "
@@ -160,8 +212,11 @@ int cmd_export(int argc, char **argv) {
         dt = KDA_DTYPE_F32;
     else
         kda_die("--dtype: expected bf16 or fp32, got \"%s\"", dtype);
+    check_output(output, overwrite);
     KdaError err;
-    char dir[PATH_MAX], p[PATH_MAX];
+    char dir[PATH_MAX], p[PATH_MAX], tmp[PATH_MAX];
+    snprintf(tmp, sizeof tmp, "%s.tmp.%ld", output, (long)getpid());
+    rmdir_flat(tmp); // a leftover of an earlier process with our pid
     int r = kda_checkpoint_resolve(ckpt, dir, sizeof dir, &err);
     if (r < 0) kda_die("%s", err.msg);
     if (r == 1) kda_die("%s: no `latest` checkpoint and no trainer_state.json", ckpt);
@@ -174,12 +229,13 @@ int cmd_export(int argc, char **argv) {
     if (!tokenizer && path_exists(path_join(p, sizeof p, dir, "run_config.yaml")) &&
         !kda_run_config_load(&rc, p, &err) && rc.tokenizer)
         tokenizer = rc.tokenizer;
-    if (kda_model_save_dir(output, &cfg, &tab, flat, dt, &err)) kda_die("%s", err.msg);
-    export_generation_config(output, &cfg, tokenizer);
+    if (kda_model_save_dir(tmp, &cfg, &tab, flat, dt, &err)) kda_die("%s", err.msg);
+    export_generation_config(tmp, &cfg, tokenizer);
     if (tokenizer)
-        export_tokenizer(output, tokenizer);
+        export_tokenizer(tmp, tokenizer);
     else
         kda_warn("no tokenizer given: %s has no tokenizer files", output);
+    publish(tmp, output);
     kda_info("exported %s -> %s (%s, %lld parameters)", dir, output,
              dt == KDA_DTYPE_BF16 ? "bf16" : "fp32", (long long)tab.total_numel);
     kda_run_config_free(&rc);
