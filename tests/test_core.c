@@ -162,3 +162,28 @@ KDA_TEST(json_fmt_num_nonfinite_null) {
     CHECK(!strcmp(json_fmt_num(b, sizeof b, INFINITY, 9), "null"));
     CHECK(!strcmp(json_fmt_num(b, sizeof b, -INFINITY, 17), "null"));
 }
+
+// Duplicate object keys are an error (issue 15, finding 6: the first one won here while Python
+// keeps the last, so kda and FLA could read different models from one config.json). Small
+// objects report the key's position; large ones (the sorted check) name the key too.
+KDA_TEST(json_rejects_duplicate_keys) {
+    JsonDoc d;
+    KdaError e;
+    const char *s = "{\"a\": 1,\n \"allow_neg_eigval\": true, \"allow_neg_eigval\": false}";
+    CHECK(json_parse(&d, s, strlen(s), &e) != 0);
+    CHECK_MSG(strstr(e.msg, "duplicate key \"allow_neg_eigval\"") && strstr(e.msg, "line 2"), "%s",
+              e.msg);
+    s = "{\"x\": {\"k\": 1}, \"y\": {\"k\": 2}, \"a\\u0000b\": 1, \"a\": 2}"; // nested, NUL
+    CHECK_MSG(json_parse(&d, s, strlen(s), &e) == 0, "%s", e.msg);
+    json_free(&d);
+    char big[40000];
+    int n = snprintf(big, sizeof big, "{");
+    for (int i = 0; i < 2000; i++)
+        n += snprintf(big + n, sizeof big - (size_t)n, "\"k%d\": %d, ", i, i);
+    snprintf(big + n, sizeof big - (size_t)n, "\"k1234\": 0}");
+    CHECK(json_parse(&d, big, strlen(big), &e) != 0);
+    CHECK_MSG(strstr(e.msg, "duplicate key \"k1234\""), "%s", e.msg);
+    big[n - 2] = '}', big[n - 1] = 0; // the same object without the duplicate parses
+    CHECK_MSG(json_parse(&d, big, strlen(big), &e) == 0, "%s", e.msg);
+    json_free(&d);
+}

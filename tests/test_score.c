@@ -145,3 +145,29 @@ KDA_TEST(score_nonfinite_is_null) {
     }
     free(txt);
 }
+
+// A score line with "ids" twice is an error naming FILE:LINE, not "first wins" (issue 15,
+// finding 6); so is a config.json with a key twice (kda and FLA must read the same model).
+KDA_TEST(score_and_config_reject_duplicate_keys) {
+    char in[1024];
+    snprintf(in, sizeof in, "%s/dup.jsonl", test_tmpdir());
+    write_text_(in, "{\"ids\": [1, 2]}\n{\"ids\": [1, 2], \"ids\": [3, 4]}\n");
+    ScoreSeq *seqs = NULL;
+    int64_t n = 0;
+    KdaError err = {{0}};
+    CHECK_EQ_INT(score_read_input(in, NULL, 0, 50, &seqs, &n, &err), -1);
+    CHECK_MSG(strstr(err.msg, ":2: ") && strstr(err.msg, "duplicate key \"ids\""), "%s", err.msg);
+    size_t len;
+    char *cfg = read_file("configs/tiny.json", &len, &err), p[1024];
+    CHECK(cfg && cfg[0] == '{');
+    if (!cfg) return;
+    snprintf(p, sizeof p, "%s/config.json", test_tmpdir());
+    char *dup = kda_malloc(len + 64);
+    snprintf(dup, len + 64, "{\"allow_neg_eigval\": true, %s", cfg + 1);
+    write_text_(p, dup);
+    KdaConfig c;
+    CHECK(kda_config_load(&c, p, &err) == -1);
+    CHECK_MSG(strstr(err.msg, p) && strstr(err.msg, "duplicate key"), "%s", err.msg);
+    free(dup);
+    free(cfg);
+}

@@ -280,6 +280,53 @@ static int parse_array(Parser *p, JsonValue *v) {
     return 0;
 }
 
+// Duplicate keys are an error (docs/reliability.md): parsers disagree on which one wins (Python
+// keeps the last), so a file with one could mean different things to kda and to FLA.
+#define DUP_LINEAR_MAX 32 // up to this many members: compare each new key with the earlier ones
+
+static int key_eq(const char *a, size_t na, const char *b, size_t nb) {
+    return na == nb && !memcmp(a, b, na);
+}
+
+static int dup_error(Parser *p, const char *key, size_t klen) {
+    char shown[96], what[160];
+    str_shown(key, klen, 64, shown, sizeof shown);
+    snprintf(what, sizeof what, "duplicate key \"%s\" in an object", shown);
+    return perr(p, what);
+}
+
+// Is key a repeat of one of the members base.. already on the stack (small objects only)?
+static int dup_linear(const Parser *p, size_t base, const char *key, size_t klen) {
+    for (size_t i = base; i < p->sp; i++)
+        if (key_eq(p->kstack[i], p->klstack[i], key, klen)) return 1;
+    return 0;
+}
+
+typedef struct {
+    const char *k;
+    size_t n;
+} KeyRef;
+
+static int cmp_keyref(const void *x, const void *y) {
+    const KeyRef *a = x, *b = y;
+    if (a->n != b->n) return a->n < b->n ? -1 : 1;
+    return memcmp(a->k, b->k, a->n);
+}
+
+// Large objects (a tokenizer vocabulary): sort the keys once, compare neighbours. O(n log n).
+static int dup_sorted(Parser *p, size_t base) {
+    size_t n = p->sp - base;
+    KeyRef *r = kda_malloc(n * sizeof *r);
+    for (size_t i = 0; i < n; i++)
+        r[i] = (KeyRef){p->kstack[base + i], p->klstack[base + i]};
+    qsort(r, n, sizeof *r, cmp_keyref);
+    int rc = 0;
+    for (size_t i = 1; i < n && !rc; i++)
+        if (!cmp_keyref(&r[i - 1], &r[i])) rc = dup_error(p, r[i].k, r[i].n);
+    free(r);
+    return rc;
+}
+
 static int parse_object(Parser *p, JsonValue *v) {
     size_t base = p->sp;
     p->s++;
@@ -296,6 +343,8 @@ static int parse_object(Parser *p, JsonValue *v) {
         const char *key;
         size_t klen;
         if (parse_string(p, &key, &klen)) return -1;
+        if (p->sp - base < DUP_LINEAR_MAX && dup_linear(p, base, key, klen))
+            return dup_error(p, key, klen);
         skip_ws(p);
         if (p->s >= p->end || *p->s != ':') return perr(p, "expected ':' after object key");
         p->s++;
@@ -314,6 +363,7 @@ static int parse_object(Parser *p, JsonValue *v) {
         }
         return perr(p, "expected ',' or '}' in object");
     }
+    if (p->sp - base > DUP_LINEAR_MAX && dup_sorted(p, base)) return -1;
     close_container(p, v, base, 1);
     return 0;
 }

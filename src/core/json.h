@@ -3,7 +3,8 @@
 // One JsonDoc owns every node and string of a parse (arena allocation; json_free releases all).
 // Strings are decoded to UTF-8 and NUL-terminated; `len` holds the byte length (a string may
 // contain "\u0000"). Numbers keep a double and, when the literal is an integer that fits,
-// an exact int64. Nesting deeper than JSON_MAX_DEPTH is rejected (fuzz safety).
+// an exact int64. Nesting deeper than JSON_MAX_DEPTH is rejected (fuzz safety). A key that
+// appears twice in one object is an error (parsers disagree on which one wins).
 #ifndef KDA_JSON_H
 #define KDA_JSON_H
 
