@@ -289,3 +289,41 @@ KDA_TEST(seed_yaml_exit_duration) {
     CHECK(res.interrupted && res.iteration == 1 && res.checkpoint[0]);
     kda_run_config_free(&rc);
 }
+
+// Primus's whole experiment file (the seed's run, verbatim): the Megatron keys under
+// modules.pre_trainer.overrides apply; parallelism and runtime knobs with kda.c's values are
+// accepted and listed; a value kda.c cannot honour is an error.
+KDA_TEST(seed_yaml_primus_experiment_file) {
+    KdaRunConfig rc;
+    KdaError err;
+    kda_run_config_defaults(&rc);
+    int r = kda_run_config_load(&rc, test_data("run_config/primus_kda_300M_pretrain.yaml"), &err);
+    CHECK_MSG(r == 0, "%s", err.msg);
+    CHECK(rc.train_iters == 4768 && rc.micro_batch_size == 128 && rc.layernorm_epsilon == 1e-6);
+    CHECK(rc.save && !strcmp(rc.save, "./output/zebra_llama_300M_kda_pure-pretrain"));
+    int has_tp = 0, has_wg = 0, has_model = 0, has_wandb = 0;
+    for (int i = 0; i < rc.ignored.n; i++) {
+        has_tp |= !strcmp(rc.ignored.items[i], "tensor_model_parallel_size");
+        has_wg |= !strcmp(rc.ignored.items[i], "work_group");
+        has_model |= !strncmp(rc.ignored.items[i], "modules.pre_trainer.model", 25);
+        has_wandb |= !strcmp(rc.ignored.items[i], "wandb_project");
+    }
+    CHECK(has_tp && has_wg && has_model && has_wandb);
+    const char *v[] = {"configs/tiny.json"}, *d[] = {"data/x"};
+    CHECK(kda_run_config_set(&rc, "model", v, 1, &err) == 0);
+    CHECK(kda_run_config_set(&rc, "train_data_path", d, 1, &err) == 0);
+    CHECK_MSG(kda_run_config_validate(&rc, &err) == 0, "%s", err.msg);
+    kda_run_config_free(&rc);
+    const char *bad =
+        "modules:\n  pre_trainer:\n    overrides:\n      tensor_model_parallel_size: 2\n";
+    kda_run_config_defaults(&rc);
+    CHECK(kda_run_config_parse(&rc, bad, strlen(bad), "p.yaml", &err) == -1);
+    CHECK_MSG(strstr(err.msg, "p.yaml:4: key 'tensor_model_parallel_size': kda.c supports only 1"),
+              "%s", err.msg);
+    kda_run_config_free(&rc);
+    const char *nope = "modules:\n  post_trainer: {}\n";
+    kda_run_config_defaults(&rc);
+    CHECK(kda_run_config_parse(&rc, nope, strlen(nope), "p.yaml", &err) == -1 &&
+          strstr(err.msg, "modules.pre_trainer.overrides"));
+    kda_run_config_free(&rc);
+}

@@ -48,9 +48,9 @@ static void report_noops(const KdaRunConfig *rc) {
     if (wandb)
         kda_warn("wandb_*: Weights & Biases is not supported (kda.c writes metrics.jsonl and, with "
                  "tensorboard_dir, TensorBoard files). To upload a run:\n"
-                 "  pip install wandb && python3 -c \"import json, wandb; wandb.init(project='P')\n"
-                 "  [wandb.log(r, step=r['iteration']) for r in map(json.loads, "
-                 "open('SAVE/metrics.jsonl'))]\"");
+                 "  pip install wandb\n"
+                 "  python3 -c \"import json, wandb; wandb.init(project='P'); [wandb.log(r, "
+                 "step=r['iteration']) for r in map(json.loads, open('SAVE/metrics.jsonl'))]\"");
     if (rc->ignored.n > wandb) {
         char list[512];
         size_t k = 0;
@@ -58,8 +58,8 @@ static void report_noops(const KdaRunConfig *rc) {
             if (strncmp(rc->ignored.items[i], "wandb_", 6))
                 k += (size_t)snprintf(list + k, sizeof list - k, "%s%s", k ? ", " : "",
                                       rc->ignored.items[i]);
-        kda_info("ignored (they select Primus/FLA kernels; kda.c implements FLA's fused math "
-                 "once): %s",
+        kda_info("ignored (Primus/FLA/Megatron internals kda.c has no counterpart for; it "
+                 "implements FLA's fused math once): %s",
                  list);
     }
     if (rc->use_distributed_optimizer)

@@ -123,6 +123,87 @@ static const RcKey *key_find(const char *name) {
 // prefix.
 static const char *const g_noop_keys[] = {"spec", "use_fla_*", "wandb_*"};
 
+// Megatron/Primus keys for things kda.c does not have (parallelism, data loader, profiling,
+// kernel switches): accepted when their value is what kda.c does anyway (need != NULL: that
+// value; numbers compare as numbers, booleans as YAML 1.1 booleans), or any value when need is
+// NULL; listed in cfg->ignored. Another value is an error naming what kda.c does.
+static const struct {
+    const char *key, *need, *why;
+} g_megatron_fixed[] = {
+    {"tensor_model_parallel_size", "1", "no tensor parallelism"},
+    {"pipeline_model_parallel_size", "1", "no pipeline parallelism"},
+    {"expert_model_parallel_size", "1", "no experts"},
+    {"context_parallel_size", "1", "no context parallelism"},
+    {"hybrid_attention_ratio", "0", "pure KDA: no softmax-attention layers"},
+    {"eod_mask_loss", "false", "every target counts (FLA's objective has no EOD mask)"},
+    {"use_torch_fsdp2", "false", "no FSDP"},
+    {"create_attention_mask_in_dataloader", "false", "no attention mask (linear attention)"},
+    {"stderr_sink_level", NULL, NULL},
+    {"num_workers", NULL, NULL},
+    {"profile", NULL, NULL},
+    {"use_pytorch_profiler", NULL, NULL},
+    {"log_avg_skip_iterations", NULL, NULL},
+    {"log_avg_reset_interval", NULL, NULL},
+    {"check_for_nan_in_loss_and_grad", NULL, NULL},
+    {"barrier_with_L1_time", NULL, NULL},
+    {"max_position_embeddings", NULL, NULL},
+    {"original_max_position_embeddings", NULL, NULL},
+    {"no_persist_layer_norm", NULL, NULL},
+    {"tokenizer_type", NULL, NULL},
+    {"tokenizer_model", NULL, NULL},
+    {"overlap_grad_reduce", NULL, NULL},
+    {"overlap_param_gather", NULL, NULL},
+    {"gradient_accumulation_fusion", NULL, NULL},
+    {"ddp_average_in_collective", NULL, NULL},
+    {"mock_data", NULL, NULL},
+    {"test_data_path", NULL, NULL},
+    {"auto_continue_train", NULL, NULL},
+    {"disable_last_saving", NULL, NULL},
+    {"ckpt_format", NULL, NULL},
+    {"enable_primus_turbo", NULL, NULL},
+    {"use_turbo_attention", NULL, NULL},
+};
+
+static int yaml_bool_(const char *v, int *b) {
+    static const char *const yes[] = {"true", "True", "TRUE", "yes", "on"};
+    static const char *const no[] = {"false", "False", "FALSE", "no", "off"};
+    for (int i = 0; i < 5; i++) {
+        if (!strcmp(v, yes[i])) return *b = 1, 1;
+        if (!strcmp(v, no[i])) return *b = 0, 1;
+    }
+    return 0;
+}
+
+// v (NULL: a YAML null) is what `need` says.
+static int value_is_(const char *v, const char *need) {
+    if (!v) return !strcmp(need, "false") || !strcmp(need, "0");
+    char *e1, *e2;
+    double a = strtod(v, &e1), b = strtod(need, &e2);
+    if (e1 != v && !*e1 && e2 != need && !*e2) return a == b;
+    int x, y;
+    if (yaml_bool_(v, &x) && yaml_bool_(need, &y)) return x == y;
+    return !strcmp(v, need);
+}
+
+static void note_ignored_(KdaRunConfig *cfg, const char *key);
+static const char *shown_(const char *v, char *buf, size_t cap);
+
+// 1: not such a key; 0: accepted (noted); -1: a value kda.c cannot honour (err set).
+static int megatron_fixed_(KdaRunConfig *cfg, const char *key, const char *v, const char *where,
+                           KdaError *err) {
+    for (size_t i = 0; i < sizeof g_megatron_fixed / sizeof *g_megatron_fixed; i++) {
+        if (!key_eq(g_megatron_fixed[i].key, key)) continue;
+        const char *need = g_megatron_fixed[i].need;
+        char sv[300];
+        if (need && !value_is_(v, need))
+            return kda_fail(err, "%skey '%s': kda.c supports only %s (%s), got '%s'", where, key,
+                            need, g_megatron_fixed[i].why, v ? shown_(v, sv, sizeof sv) : "null");
+        note_ignored_(cfg, key);
+        return 0;
+    }
+    return 1;
+}
+
 static int is_noop_key(const char *name) {
     for (size_t i = 0; i < sizeof g_noop_keys / sizeof *g_noop_keys; i++) {
         const char *p = g_noop_keys[i];
@@ -451,6 +532,11 @@ static int yaml_apply_pair(KdaRunConfig *cfg, yaml_document_t *doc, yaml_node_pa
     const char *key = (const char *)kn->data.scalar.value;
     const RcKey *k = key_find(key);
     if (!k && is_noop_key(key)) return note_ignored_(cfg, key), 0;
+    if (!k && (vn->type == YAML_SCALAR_NODE || yaml_is_null(vn))) {
+        int r = megatron_fixed_(
+            cfg, key, yaml_is_null(vn) ? NULL : (const char *)vn->data.scalar.value, where, err);
+        if (r <= 0) return r;
+    }
     if (!k) {
         char line[32];
         snprintf(line, sizeof line, "line %zu", kn->start_mark.line + 1);
@@ -499,6 +585,51 @@ static int yaml_apply_pair(KdaRunConfig *cfg, yaml_document_t *doc, yaml_node_pa
                                        : "a single value, not a list or mapping");
 }
 
+// The value of key in mapping m, or NULL.
+static yaml_node_t *map_get_(yaml_document_t *doc, const yaml_node_t *m, const char *key) {
+    if (!m || m->type != YAML_MAPPING_NODE) return NULL;
+    for (yaml_node_pair_t *p = m->data.mapping.pairs.start; p < m->data.mapping.pairs.top; p++) {
+        yaml_node_t *k = yaml_document_get_node(doc, p->key);
+        if (k->type == YAML_SCALAR_NODE && !strcmp((const char *)k->data.scalar.value, key))
+            return yaml_document_get_node(doc, p->value);
+    }
+    return NULL;
+}
+
+// Primus's experiment file: work_group/user_name/exp_name/workspace and
+// modules.pre_trainer.{framework, config, model, overrides}; the Megatron keys are the
+// overrides. Returns the overrides mapping (NULL with err set when the shape is not Primus's).
+// The experiment's own keys are noted in cfg->ignored; its model YAML is Primus's, not a
+// config.json, so `model` (or finetune + load) has to be given separately.
+static yaml_node_t *primus_overrides_(KdaRunConfig *cfg, yaml_document_t *doc, yaml_node_t *root,
+                                      const char *name, KdaError *err) {
+    yaml_node_t *pre = map_get_(doc, map_get_(doc, root, "modules"), "pre_trainer");
+    yaml_node_t *ov = map_get_(doc, pre, "overrides"), *fw = map_get_(doc, pre, "framework");
+    if (!ov || ov->type != YAML_MAPPING_NODE) {
+        kda_fail(err, "%s: modules: expected Primus's modules.pre_trainer.overrides mapping", name);
+        return NULL;
+    }
+    if (fw && fw->type == YAML_SCALAR_NODE &&
+        strcmp((const char *)fw->data.scalar.value, "megatron")) {
+        char sv[300];
+        kda_fail(err, "%s: modules.pre_trainer.framework: expected megatron, got '%s'", name,
+                 shown_((const char *)fw->data.scalar.value, sv, sizeof sv));
+        return NULL;
+    }
+    for (yaml_node_pair_t *p = root->data.mapping.pairs.start; p < root->data.mapping.pairs.top;
+         p++) {
+        yaml_node_t *k = yaml_document_get_node(doc, p->key);
+        if (k->type == YAML_SCALAR_NODE && strcmp((const char *)k->data.scalar.value, "modules"))
+            note_ignored_(cfg, (const char *)k->data.scalar.value);
+    }
+    const char *sub[2] = {"config", "model"};
+    for (int i = 0; i < 2; i++)
+        if (map_get_(doc, pre, sub[i]))
+            note_ignored_(cfg, i ? "modules.pre_trainer.model (a Primus model YAML)"
+                                 : "modules.pre_trainer.config");
+    return ov;
+}
+
 int kda_run_config_parse(KdaRunConfig *cfg, const char *text, size_t n, const char *name,
                          KdaError *err) {
     yaml_parser_t parser;
@@ -515,6 +646,9 @@ int kda_run_config_parse(KdaRunConfig *cfg, const char *text, size_t n, const ch
     yaml_node_t *root = yaml_document_get_root_node(&doc);
     if (root && root->type != YAML_MAPPING_NODE) {
         rc = kda_fail(err, "%s: expected a mapping of keys to values at the top level", name);
+    } else if (root && map_get_(&doc, root, "modules") &&
+               !(root = primus_overrides_(cfg, &doc, root, name, err))) {
+        rc = -1;
     } else if (root) {
         unsigned seen[(N_KEYS + 31) / 32] = {0};
         Unknowns unk = {.n = 0};
