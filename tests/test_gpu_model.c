@@ -262,6 +262,55 @@ KDA_TEST(gpu_model_recompute_bit_identical) {
     kda_model_free(&m);
 }
 
+// M0 of the KDA core (kda_fast.h): the forward's kept h and Δ replace the backward's state
+// recompute; the kept values are the recompute's bit for bit, so loss and gradients must be
+// bit-identical with KDA_CORE_KEEP=0 (recompute), with keeping on, and with keeping plus
+// per-block recompute (one shared set of kept states). Three layers, fused classifier.
+KDA_TEST(gpu_model_core_keep_bit_identical) {
+    if (!have_gpu_()) return;
+    KdaModel m;
+    tiny_untied_(&m, 0.05, 71);
+    KdaError err = {{0}};
+    KdaConfig c3 = m.cfg;
+    kda_model_free(&m);
+    c3.num_hidden_layers = 3;
+    KDA_ASSERT(kda_model_init(&m, &c3, &err) == 0);
+    kda_params_init(&m.table, &m.cfg, m.params, 71);
+    int64_t B = 2, T = 100, n = m.table.total_numel;
+    int32_t *ids = random_ids_(B * T, m.cfg.vocab_size, 72);
+    float *g[3], loss[3] = {0, 0, 0};
+    for (int pass = 0; pass < 3; pass++)
+        g[pass] = kda_malloc((size_t)n * 4);
+    int rc = 0;
+    for (int pass = 0; pass < 3 && !rc; pass++) {
+        if (pass == 0) setenv("KDA_CORE_KEEP", "0", 1);
+        KdaCudaModel *dm = NULL;
+        rc = kda_cuda_model_create(&dm, &m.cfg, &m.table, m.params, 0, &err);
+        unsetenv("KDA_CORE_KEEP");
+        if (!rc) rc = kda_cuda_model_set_recompute(dm, pass == 2, &err);
+        if (!rc) rc = gpu_step_fused_(dm, ids, B, T, NULL, &loss[pass], g[pass], &err);
+        kda_cuda_model_free(dm);
+    }
+    CHECK_MSG(rc == 0, "%s", err.msg);
+    if (!rc) {
+        for (int pass = 1; pass < 3; pass++) {
+            CHECK_MSG(loss[pass] == loss[0], "pass %d: loss %.9g vs %.9g (recompute)", pass,
+                      loss[pass], loss[0]);
+            int64_t diff = 0;
+            for (int64_t i = 0; i < n; i++)
+                diff += memcmp(&g[pass][i], &g[0][i], sizeof(float)) != 0;
+            CHECK_MSG(diff == 0, "pass %d: %lld of %lld gradient elements differ", pass,
+                      (long long)diff, (long long)n);
+        }
+        printf("    kept KDA states: loss %.6f, gradients bit-identical to the recompute\n",
+               loss[0]);
+    }
+    for (int pass = 0; pass < 3; pass++)
+        free(g[pass]);
+    free(ids);
+    kda_model_free(&m);
+}
+
 // ---- fused cross-entropy: vocabulary chunks (legacy) and token chunks (fused classifier) -------
 
 // fused = 0: kda_cuda_xent_fwd + _bwd over vocabulary chunks of 128 (128, 128, 44 columns);

@@ -141,6 +141,56 @@ KDA_TEST(kda_fast_host_bwd) {
     sweep_(1, 302);
 }
 
+// M0 (kda_fast_fwd_keep / kda_fast_bwd_kept): the forward's kept h and Δ replace the backward's
+// state recompute, so every backward output must be bit-identical to the recomputing backward's,
+// and the kept forward's o and final state bit-identical to the plain forward's.
+static void check_kept_(const FastCase *f) {
+    const KdaCase *c = &f->c;
+    int64_t nqk = c->nqk, nv = c->nv, ng = c->ng, nb = c->nb, ns = c->ns;
+    size_t nk = kda_fast_keep_floats(&c->d);
+    float *keep = malloc(nk * 4);
+    memset(keep, 0xff, nk * 4); // NaN: every kept value must be written by the forward
+    kda_bf16 *o0 = malloc((size_t)nv * 2), *o1 = malloc((size_t)nv * 2);
+    float *fs0 = malloc((size_t)ns * 4), *fs1 = malloc((size_t)ns * 4);
+    kda_fast_fwd_host(o0, fs0, f->qb, f->kb, f->vb, c->gcum, c->beta, c->S0, &c->d);
+    kda_fast_fwd_keep_host(o1, fs1, f->qb, f->kb, f->vb, c->gcum, c->beta, c->S0, &c->d, keep);
+    CHECK(!memcmp(o0, o1, (size_t)nv * 2) && !memcmp(fs0, fs1, (size_t)ns * 4));
+    float *g[2][5];
+    kda_bf16 *dv[2];
+    for (int k = 0; k < 2; k++) {
+        g[k][0] = malloc((size_t)nqk * 4), g[k][1] = malloc((size_t)nqk * 4);
+        g[k][2] = malloc((size_t)ng * 4), g[k][3] = malloc((size_t)nb * 4);
+        g[k][4] = malloc((size_t)ns * 4), dv[k] = malloc((size_t)nv * 2);
+        kda_fast_bwd_kept_host(g[k][0], g[k][1], dv[k], g[k][2], g[k][3], g[k][4], f->dOb, c->dST,
+                               f->qb, f->kb, f->vb, c->gcum, c->beta, c->S0, &c->d,
+                               k ? keep : NULL);
+    }
+    CHECK_MSG(
+        !memcmp(g[0][0], g[1][0], (size_t)nqk * 4) && !memcmp(g[0][1], g[1][1], (size_t)nqk * 4) &&
+            !memcmp(g[0][2], g[1][2], (size_t)ng * 4) &&
+            !memcmp(g[0][3], g[1][3], (size_t)nb * 4) &&
+            !memcmp(g[0][4], g[1][4], (size_t)ns * 4) && !memcmp(dv[0], dv[1], (size_t)nv * 2),
+        "kept-state backward differs from the recomputing one");
+    for (int k = 0; k < 2; k++) {
+        for (int i = 0; i < 5; i++)
+            free(g[k][i]);
+        free(dv[k]);
+    }
+    free(keep), free(o0), free(o1), free(fs0), free(fs1);
+}
+
+KDA_TEST(kda_fast_host_kept_state) {
+    KdaRng r;
+    rng_seed(&r, 303);
+    for (size_t i = 0; i < sizeof SHAPES / sizeof SHAPES[0]; i++) {
+        const Shape *s = &SHAPES[i];
+        FastCase c;
+        case_make_(&c, &r, s->B, s->T, s->H, s->HV, s->K, s->V, s->C, s->state);
+        check_kept_(&c);
+        case_free_(&c);
+    }
+}
+
 // The chunk the GPU picks: 32 for the models' heads on an H200-class 227 KB of shared memory,
 // smaller for wide heads, 64 (the fallback kernels) when nothing fits.
 KDA_TEST(kda_fast_chunk_choice) {

@@ -747,11 +747,20 @@ extern "C" int kda_fast_supported(const KdaDims *d, size_t smem_optin) {
 }
 
 namespace {
+// keep (M0): h and Δ go to keep (h first, kda_fast_keep_floats) instead of the scratch, for a
+// backward that reads them instead of recomputing them.
+void keep_carve(FastArgs &a, float *keep) {
+    size_t ch = (size_t)a.B * a.HV * a.NT;
+    a.h = keep;
+    a.D = keep + ch * a.K * a.V;
+}
+
 int fast_fwd(KdaCudaCtx *ctx, cudaEvent_t **ev, kda_bf16 *o, float *final_state, const kda_bf16 *q,
              const kda_bf16 *k, const kda_bf16 *v, const float *gcum, const float *beta,
-             const float *init_state, const KdaDims *d) {
+             const float *init_state, const KdaDims *d, float *keep) {
     FastArgs a;
     if (prepare(ctx, a, d)) return -1;
+    if (keep) keep_carve(a, keep);
     a.q = q, a.k = k, a.v = v, a.gcum = gcum, a.beta = beta, a.init_state = init_state;
     a.o = o, a.final_state = final_state;
     int64_t chunks = (int64_t)a.B * a.HV * a.NT, tiles = (int64_t)a.B * a.HV * (a.V / a.Vt);
@@ -765,16 +774,17 @@ int fast_fwd(KdaCudaCtx *ctx, cudaEvent_t **ev, kda_bf16 *o, float *final_state,
 int fast_bwd(KdaCudaCtx *ctx, cudaEvent_t **ev, float *dq, float *dk, kda_bf16 *dv, float *dg,
              float *dbeta, float *dinit_state, const kda_bf16 *d_o, const float *dfinal_state,
              const kda_bf16 *q, const kda_bf16 *k, const kda_bf16 *v, const float *gcum,
-             const float *beta, const float *init_state, const KdaDims *d) {
+             const float *beta, const float *init_state, const KdaDims *d, const float *kept) {
     FastArgs a;
     if (prepare(ctx, a, d)) return -1;
+    if (kept) keep_carve(a, (float *)kept); // read only: the state pass that writes them is skipped
     a.q = q, a.k = k, a.v = v, a.dO = d_o, a.gcum = gcum, a.beta = beta;
     a.init_state = init_state, a.dfinal = dfinal_state;
     a.dv = dv, a.dg = dg, a.dbeta = dbeta, a.dinit = dinit_state;
     if (a.HV == a.H) a.dq = dq, a.dk = dk;
     int64_t chunks = (int64_t)a.B * a.HV * a.NT, tiles = (int64_t)a.B * a.HV * (a.V / a.Vt);
     if (launch(ctx, ev, intra_k, chunks, intra_floats(a.C, a.K, a.V, true), a, true) ||
-        launch(ctx, ev, state_k, tiles, state_floats(a.C, a.K, a.Vt), a) ||
+        (!kept && launch(ctx, ev, state_k, tiles, state_floats(a.C, a.K, a.Vt), a)) ||
         launch(ctx, ev, state_bwd_k, tiles, state_floats(a.C, a.K, a.Vt), a) ||
         launch(ctx, ev, bwd_k, chunks, bwd_floats(a.C, a.K, a.V, a.Vt), a))
         return -1;
@@ -812,7 +822,31 @@ __global__ void profile_fill_k(kda_bf16 *q, kda_bf16 *k, kda_bf16 *v, kda_bf16 *
 extern "C" int kda_fast_fwd(KdaCudaCtx *ctx, kda_bf16 *o, float *final_state, const kda_bf16 *q,
                             const kda_bf16 *k, const kda_bf16 *v, const float *gcum,
                             const float *beta, const float *init_state, const KdaDims *d) {
-    return fast_fwd(ctx, NULL, o, final_state, q, k, v, gcum, beta, init_state, d);
+    return fast_fwd(ctx, NULL, o, final_state, q, k, v, gcum, beta, init_state, d, NULL);
+}
+
+extern "C" size_t kda_fast_keep_floats(const KdaDims *d) {
+    FastArgs a = make_args(d);
+    size_t ch = (size_t)a.B * a.HV * a.NT;
+    return ch * ((size_t)a.K * a.V + (size_t)a.C * a.V);
+}
+
+extern "C" int kda_fast_fwd_keep(KdaCudaCtx *ctx, kda_bf16 *o, float *final_state,
+                                 const kda_bf16 *q, const kda_bf16 *k, const kda_bf16 *v,
+                                 const float *gcum, const float *beta, const float *init_state,
+                                 const KdaDims *d, float *keep) {
+    KDA_CUDA_REQUIRE(ctx, keep != NULL);
+    return fast_fwd(ctx, NULL, o, final_state, q, k, v, gcum, beta, init_state, d, keep);
+}
+
+extern "C" int kda_fast_bwd_kept(KdaCudaCtx *ctx, float *dq, float *dk, kda_bf16 *dv, float *dg,
+                                 float *dbeta, float *dinit_state, const kda_bf16 *d_o,
+                                 const float *dfinal_state, const kda_bf16 *q, const kda_bf16 *k,
+                                 const kda_bf16 *v, const float *gcum, const float *beta,
+                                 const float *init_state, const KdaDims *d, const float *kept) {
+    KDA_CUDA_REQUIRE(ctx, kept != NULL);
+    return fast_bwd(ctx, NULL, dq, dk, dv, dg, dbeta, dinit_state, d_o, dfinal_state, q, k, v, gcum,
+                    beta, init_state, d, kept);
 }
 
 extern "C" int kda_fast_bwd(KdaCudaCtx *ctx, float *dq, float *dk, kda_bf16 *dv, float *dg,
@@ -821,7 +855,7 @@ extern "C" int kda_fast_bwd(KdaCudaCtx *ctx, float *dq, float *dk, kda_bf16 *dv,
                             const kda_bf16 *v, const float *gcum, const float *beta,
                             const float *init_state, const KdaDims *d) {
     return fast_bwd(ctx, NULL, dq, dk, dv, dg, dbeta, dinit_state, d_o, dfinal_state, q, k, v, gcum,
-                    beta, init_state, d);
+                    beta, init_state, d, NULL);
 }
 
 extern "C" int kda_fast_profile(KdaCudaCtx *ctx, const KdaDims *d, int reps, float ms[8]) {
@@ -845,9 +879,9 @@ extern "C" int kda_fast_profile(KdaCudaCtx *ctx, const KdaDims *d, int reps, flo
     for (int r = 0; r < reps && rc == 0; r++) {
         cudaEvent_t *e = ev;
         if (cudaEventRecord(*e++, ctx->stream) != cudaSuccess ||
-            fast_fwd(ctx, &e, o, NULL, q, k, v, gcum, beta, NULL, d) ||
-            fast_bwd(ctx, &e, dq, dk, dv, dg, dbeta, NULL, dO, NULL, q, k, v, gcum, beta, NULL,
-                     d) ||
+            fast_fwd(ctx, &e, o, NULL, q, k, v, gcum, beta, NULL, d, NULL) ||
+            fast_bwd(ctx, &e, dq, dk, dv, dg, dbeta, NULL, dO, NULL, q, k, v, gcum, beta, NULL, d,
+                     NULL) ||
             kda_cuda_sync(ctx)) {
             rc = -1;
             break;
@@ -890,9 +924,17 @@ void host_end(HostRun *r) {
 extern "C" void kda_fast_fwd_host(kda_bf16 *o, float *final_state, const kda_bf16 *q,
                                   const kda_bf16 *k, const kda_bf16 *v, const float *gcum,
                                   const float *beta, const float *init_state, const KdaDims *d) {
+    kda_fast_fwd_keep_host(o, final_state, q, k, v, gcum, beta, init_state, d, NULL);
+}
+
+extern "C" void kda_fast_fwd_keep_host(kda_bf16 *o, float *final_state, const kda_bf16 *q,
+                                       const kda_bf16 *k, const kda_bf16 *v, const float *gcum,
+                                       const float *beta, const float *init_state, const KdaDims *d,
+                                       float *keep) {
     HostRun r;
     host_begin(&r, d);
     FastArgs &a = r.a;
+    if (keep) keep_carve(a, keep);
     a.q = q, a.k = k, a.v = v, a.gcum = gcum, a.beta = beta, a.init_state = init_state;
     a.o = o, a.final_state = final_state;
     for (int64_t b = 0; b < r.chunks; b++)
@@ -909,16 +951,27 @@ extern "C" void kda_fast_bwd_host(float *dq, float *dk, kda_bf16 *dv, float *dg,
                                   const float *dfinal_state, const kda_bf16 *q, const kda_bf16 *k,
                                   const kda_bf16 *v, const float *gcum, const float *beta,
                                   const float *init_state, const KdaDims *d) {
+    kda_fast_bwd_kept_host(dq, dk, dv, dg, dbeta, dinit_state, d_o, dfinal_state, q, k, v, gcum,
+                           beta, init_state, d, NULL);
+}
+
+extern "C" void kda_fast_bwd_kept_host(float *dq, float *dk, kda_bf16 *dv, float *dg, float *dbeta,
+                                       float *dinit_state, const kda_bf16 *d_o,
+                                       const float *dfinal_state, const kda_bf16 *q,
+                                       const kda_bf16 *k, const kda_bf16 *v, const float *gcum,
+                                       const float *beta, const float *init_state, const KdaDims *d,
+                                       const float *kept) {
     HostRun r;
     host_begin(&r, d);
     FastArgs &a = r.a;
+    if (kept) keep_carve(a, (float *)kept);
     a.q = q, a.k = k, a.v = v, a.dO = d_o, a.gcum = gcum, a.beta = beta;
     a.init_state = init_state, a.dfinal = dfinal_state;
     a.dv = dv, a.dg = dg, a.dbeta = dbeta, a.dinit = dinit_state;
     if (a.HV == a.H) a.dq = dq, a.dk = dk;
     for (int64_t b = 0; b < r.chunks; b++)
         intra_body(a, b, r.sm, true);
-    for (int64_t b = 0; b < r.tiles; b++)
+    for (int64_t b = 0; b < r.tiles && !kept; b++)
         state_body(a, b, r.sm);
     for (int64_t b = 0; b < r.tiles; b++)
         state_bwd_body(a, b, r.sm);

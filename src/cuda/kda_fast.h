@@ -55,6 +55,22 @@ int kda_fast_bwd(KdaCudaCtx *ctx, float *dq, float *dk, kda_bf16 *dv, float *dg,
                  const kda_bf16 *q, const kda_bf16 *k, const kda_bf16 *v, const float *gcum,
                  const float *beta, const float *init_state, const KdaDims *d);
 
+// M0 of the tensor-core plan: the forward keeps its chunk-start states h [B·HV·NT, K, V] and
+// Δ [B·HV·NT, C, V] (fp32, NT = ceil(T / chunk)) in a caller buffer `keep` of
+// kda_fast_keep_floats(d) floats (h first), and the backward reads them instead of recomputing
+// them (its state pass is skipped: ~10 % of forward + backward at the 300M shape). The kept
+// values are those the recompute would produce, bit for bit (the same intra kernel computes the
+// w, u, kg both use). kept must hold the forward's values for the same inputs and dims.
+size_t kda_fast_keep_floats(const KdaDims *d);
+int kda_fast_fwd_keep(KdaCudaCtx *ctx, kda_bf16 *o, float *final_state, const kda_bf16 *q,
+                      const kda_bf16 *k, const kda_bf16 *v, const float *gcum, const float *beta,
+                      const float *init_state, const KdaDims *d, float *keep);
+int kda_fast_bwd_kept(KdaCudaCtx *ctx, float *dq, float *dk, kda_bf16 *dv, float *dg, float *dbeta,
+                      float *dinit_state, const kda_bf16 *d_o, const float *dfinal_state,
+                      const kda_bf16 *q, const kda_bf16 *k, const kda_bf16 *v, const float *gcum,
+                      const float *beta, const float *init_state, const KdaDims *d,
+                      const float *kept);
+
 // Per-kernel timing for benchmarks: runs forward + backward `reps` times on internal
 // pseudo-random inputs of dims d and stores each launch's minimum milliseconds in ms: intra,
 // state, output (forward); intra, state, reverse state, main backward, GVA sum (backward).
@@ -68,6 +84,15 @@ void kda_fast_bwd_host(float *dq, float *dk, kda_bf16 *dv, float *dg, float *dbe
                        float *dinit_state, const kda_bf16 *d_o, const float *dfinal_state,
                        const kda_bf16 *q, const kda_bf16 *k, const kda_bf16 *v, const float *gcum,
                        const float *beta, const float *init_state, const KdaDims *d);
+// The M0 forms on the host (keep / kept NULL: the plain forms above).
+void kda_fast_fwd_keep_host(kda_bf16 *o, float *final_state, const kda_bf16 *q, const kda_bf16 *k,
+                            const kda_bf16 *v, const float *gcum, const float *beta,
+                            const float *init_state, const KdaDims *d, float *keep);
+void kda_fast_bwd_kept_host(float *dq, float *dk, kda_bf16 *dv, float *dg, float *dbeta,
+                            float *dinit_state, const kda_bf16 *d_o, const float *dfinal_state,
+                            const kda_bf16 *q, const kda_bf16 *k, const kda_bf16 *v,
+                            const float *gcum, const float *beta, const float *init_state,
+                            const KdaDims *d, const float *kept);
 
 #ifdef __cplusplus
 }

@@ -62,6 +62,7 @@ typedef struct {      // saved per block for backward
     bf *xm;           // [N, D] mlp_norm output
     float *rstd_m;    // [N]
     bf *ga, *up, *mm; // [N, I] gate_proj, up_proj, SwiGLU product
+    float *keep;      // the KDA core's kept h and Δ (kda_fast_keep_floats) or NULL (recompute)
 } DevLayer;
 
 struct KdaCudaModel {
@@ -105,6 +106,9 @@ struct KdaCudaModel {
     int64_t chunk; // the KDA core's chunk (kda_fast_chunk: 32 for K = 32, V = 64); gcum uses it too
     int recompute; // per-block activation recomputation (kda_cuda_model_set_recompute)
     size_t cls_budget; // bytes of the fused classifier's logits chunk (0: no workspace for it)
+    int core_keep;     // keep the KDA core's forward h and Δ for the backward (KDA_CORE_KEEP)
+    float *keep;       // [keep_cap] floats: per layer (one layer's with recompute) kept h and Δ
+    size_t keep_cap;
     int have_fwd;
     int clip_pending;
     // per-op profile (kda_cuda_model_profile): events ev[0 .. n_ev) recorded in pairs
@@ -279,6 +283,8 @@ int kda_cuda_model_create(KdaCudaModel **out, const KdaConfig *cfg, const KdaPar
     m->ctx_ok = 1;
     m->chunk = kda_fast_chunk(cfg->head_dim, cfg->head_v_dim, m->ctx.info.smem_per_block_optin);
     m->cls_budget = CLS_BUDGET;
+    const char *keep = getenv("KDA_CORE_KEEP"); // "0": the backward recomputes h and Δ
+    m->core_keep = !(keep && !strcmp(keep, "0"));
     m->cfg = *cfg;
     copy_table_(&m->table, t);
     copy_table_(&m->dtab, t);
@@ -328,6 +334,7 @@ void kda_cuda_model_free(KdaCudaModel *m) {
     kda_cuda_release(m->m2);
     kda_cuda_release(m->pb);
     kda_cuda_release(m->scal);
+    kda_cuda_release(m->keep);
     for (int i = 0; i < m->cap_ev; i++)
         cudaEventDestroy(m->ev[i]);
     free(m->ev);
@@ -498,8 +505,13 @@ static int block_fwd_(KdaCudaModel *m, const KdaLayerTensors *P, DevLayer *L, fl
     TRY(lin_(m, KDA_OP_PROJ_FWD, L->b, L->xa, P->b_proj, N, D, HV));
     TIMED(KDA_OP_GATE_FWD, 0, 6.0 * N * HV,
           kda_cuda_beta_fwd(x, L->beta, L->b, N * HV, c->allow_neg_eigval));
-    TIMED(KDA_OP_CORE_FWD, 0, 512.0 * N * HV,
-          kda_cuda_chunk_fwd(x, L->o, NULL, L->q, L->k, L->v, L->gcum, L->beta, NULL, &d));
+    if (L->keep) // M0: h and Δ kept for the backward
+        TIMED(KDA_OP_CORE_FWD, 0, 512.0 * N * HV,
+              kda_fast_fwd_keep(x, L->o, NULL, L->q, L->k, L->v, L->gcum, L->beta, NULL, &d,
+                                L->keep));
+    else
+        TIMED(KDA_OP_CORE_FWD, 0, 512.0 * N * HV,
+              kda_cuda_chunk_fwd(x, L->o, NULL, L->q, L->k, L->v, L->gcum, L->beta, NULL, &d));
     TRY(lin_(m, KDA_OP_PROJ_FWD, L->z0, L->xa, P->g_proj0, N, D, V));
     TRY(lin_(m, KDA_OP_PROJ_FWD, L->z, L->z0, P->g_proj1, N, V, HVV));
     TIMED(KDA_OP_ONORM_FWD, 0, 4.0 * N * HVV, kda_cuda_bias_add(x, L->z, P->g_proj1_bias, N, HVV));
@@ -544,6 +556,26 @@ static int forward_dev_(KdaCudaModel *m) {
     return 0;
 }
 
+// The KDA core's kept h and Δ (kda_fast.h M0) for this (B, T): a buffer of one set per layer
+// (one shared set with recompute: each block's forward re-runs just before its backward),
+// grown on demand (cudaFree synchronizes); L[l].keep set, or NULL when off or the fast kernels
+// do not take these dims.
+static int keep_reserve_(KdaCudaModel *m) {
+    KdaDims d = dims_(m);
+    int64_t nl = m->cfg.num_hidden_layers;
+    int on = m->core_keep && kda_fast_supported(&d, m->ctx.info.smem_per_block_optin);
+    size_t per = on ? kda_fast_keep_floats(&d) : 0, sets = m->recompute ? 1 : (size_t)nl;
+    if (on && m->keep_cap < per * sets) {
+        kda_cuda_release(m->keep);
+        m->keep_cap = 0;
+        if (!(m->keep = kda_cuda_alloc(&m->ctx, F32(per * sets)))) return -1;
+        m->keep_cap = per * sets;
+    }
+    for (int64_t l = 0; l < nl; l++)
+        m->L[l].keep = on ? m->keep + (m->recompute ? 0 : (size_t)l * per) : NULL;
+    return 0;
+}
+
 // ids [N] and tg [N] to the device. Pageable sources: the copies are staged before
 // cudaMemcpyAsync returns, so ids and tg may be reused at once; they are ordered on the stream
 // after the previous step's work.
@@ -567,7 +599,7 @@ static int start_forward_(KdaCudaModel *m, const int32_t *ids, const int32_t *la
     int rc = reserve_(m, N);
     if (!rc) {
         m->B = B, m->T = T;
-        rc = prof_begin_(m) || upload_(m, ids, tg, N) ||
+        rc = keep_reserve_(m) || prof_begin_(m) || upload_(m, ids, tg, N) ||
              prof_end_(m, KDA_OP_SYNC, 0, 8.0 * (double)N);
     }
     free(tg);
@@ -656,9 +688,14 @@ static int block_bwd_(KdaCudaModel *m, const KdaLayerTensors *P, KdaLayerTensors
     TRY(dw_(m, KDA_OP_PROJ_BWD, G->g_proj0, m->dlow, L->xa, N, D, V));
     TRY(dx_(m, KDA_OP_PROJ_BWD, m->dx, KDA_DT_F32, m->dlow, P->g_proj0, N, D, V, 0));
 
-    TIMED(KDA_OP_CORE_BWD, 0, 1024.0 * N * HV,
-          kda_cuda_chunk_bwd(x, m->dq, m->dk, m->dv, m->dg, m->dbeta, NULL, m->d_o, NULL, L->q,
-                             L->k, L->v, L->gcum, L->beta, NULL, &d));
+    if (L->keep)
+        TIMED(KDA_OP_CORE_BWD, 0, 1024.0 * N * HV,
+              kda_fast_bwd_kept(x, m->dq, m->dk, m->dv, m->dg, m->dbeta, NULL, m->d_o, NULL, L->q,
+                                L->k, L->v, L->gcum, L->beta, NULL, &d, L->keep));
+    else
+        TIMED(KDA_OP_CORE_BWD, 0, 1024.0 * N * HV,
+              kda_cuda_chunk_bwd(x, m->dq, m->dk, m->dv, m->dg, m->dbeta, NULL, m->d_o, NULL, L->q,
+                                 L->k, L->v, L->gcum, L->beta, NULL, &d));
 
     TIMED(KDA_OP_GATE_BWD, 0, 8.0 * N * HVK,
           kda_cuda_gate_cumsum_bwd(x, m->df, G->A_log, G->dt_bias, m->dg, L->f, P->A_log,
@@ -765,8 +802,11 @@ int kda_cuda_model_set_recompute(KdaCudaModel *m, int on, KdaError *err) {
     if (on == m->recompute) return 0;
     if (kda_cuda_sync(&m->ctx)) return fail_(m, err);
     kda_cuda_release(m->arena); // the next forward lays the arena out again
+    kda_cuda_release(m->keep);  // and sizes the kept KDA states for one layer or all
     m->arena = NULL;
+    m->keep = NULL;
     m->cap_tokens = 0;
+    m->keep_cap = 0;
     m->have_fwd = 0;
     m->recompute = on;
     return 0;
