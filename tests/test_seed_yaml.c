@@ -241,6 +241,16 @@ KDA_TEST(seed_yaml_unknown_keys_all_at_once) {
                   strstr(e.msg, "'--norm_eps' (did you mean '--layernorm_epsilon'?)"),
               "%s", e.msg);
     kda_run_config_free(&c);
+    // --key=value of an unknown flag does not swallow the next flag; Megatron-fixed keys on the
+    // command line are checked like in YAML
+    kda_run_config_defaults(&c);
+    char *argv2[] = {"--bogus=1", "--lr", "0.5", "--tensor_model_parallel_size", "1"};
+    CHECK(kda_run_config_apply_args(&c, 5, argv2, &e) == -1);
+    CHECK_MSG(!strstr(e.msg, "unknown flags") && strstr(e.msg, "'--bogus'") && c.lr == 0.5, "%s",
+              e.msg);
+    char *argv3[] = {"--tensor_model_parallel_size", "2"};
+    CHECK(kda_run_config_apply_args(&c, 2, argv3, &e) == -1 && strstr(e.msg, "supports only 1"));
+    kda_run_config_free(&c);
     // the misleading suggestions the issue found are gone: Megatron names map by alias
     CHECK(!strcmp(kda_run_config_suggest("tokenizer_model"), "tokenizer"));
     CHECK(!strcmp(kda_run_config_suggest("train-samples"), "train_iters"));

@@ -690,14 +690,16 @@ int kda_run_config_apply_args(KdaRunConfig *cfg, int argc, char **argv, KdaError
         const RcKey *k = key_find(key);
         char where[160];
         snprintf(where, sizeof where, "--%s: ", key);
-        if (!k) { // collect it (no-op keys are noted), skip its value words
-            if (is_noop_key(key))
-                note_ignored_(cfg, key);
-            else
-                unknowns_add_(&unk, "", "", "flag", key, "--");
+        if (!k) { // no-op and Megatron-fixed keys are noted, others collected; skip the values
+            const char *val = eq                                      ? eq + 1
+                              : i + 1 < argc && !is_flag(argv[i + 1]) ? argv[i + 1]
+                                                                      : NULL;
+            int r = is_noop_key(key) ? (note_ignored_(cfg, key), 0)
+                                     : megatron_fixed_(cfg, key, val, where, err);
+            if (r < 0) return -1;
+            if (r == 1) unknowns_add_(&unk, "", "", "flag", key, "--");
             for (i++; !eq && i < argc && !is_flag(argv[i]); i++) {
             }
-            if (eq) i++;
             continue;
         }
         if (eq) {
