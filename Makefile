@@ -64,7 +64,33 @@ ifeq ($(USE_CUDA),1)
   VERSION_FLAGS += -DKDA_CUDA_ARCHS='"sm_90a, sm_90"'
 endif
 
-LIB_OBJ  := $(LIB_SRC:%.c=$(BUILD)/%.o) $(CU_OBJ)
+# Gloo (Debian libgloo-dev): the collective engine of CPU ranks (src/dist/gloo_shim.cc, the one
+# C++ host file). KDA_GLOO=0 builds without it (then a world size > 1 on CPU is an error).
+KDA_GLOO ?= $(if $(wildcard /usr/include/gloo/transport/tcp/device.h),1,0)
+ifeq ($(KDA_GLOO),1)
+  CXX      ?= g++
+  CFLAGS   += -DKDA_HAVE_GLOO=1
+  CC_OBJ   := $(BUILD)/src/dist/gloo_shim.o
+  LDLIBS   += -lgloo -lstdc++
+endif
+
+# NCCL (GPU ranks): NCCL_HOME, else the CUDA toolkit, else the PyPI wheel (nvidia-nccl-cu*) of a
+# Python next to the toolkit. Without it a GPU world size > 1 is an error.
+ifeq ($(USE_CUDA),1)
+  NCCL_PROBE := $(NCCL_HOME) $(CUDA_HOME) \
+                $(patsubst %/include/nccl.h,%,$(wildcard /opt/torch/.venv/lib/python3*/site-packages/nvidia/nccl/include/nccl.h)) \
+                $(patsubst %/include/nccl.h,%,$(wildcard /usr/local/lib/python3*/dist-packages/nvidia/nccl/include/nccl.h))
+  NCCL_DIR   := $(firstword $(foreach d,$(NCCL_PROBE),$(if $(wildcard $(d)/include/nccl.h),$(d))))
+  NCCL_LIB   := $(firstword $(wildcard $(NCCL_DIR)/lib64/libnccl.so $(NCCL_DIR)/lib/libnccl.so \
+                  $(NCCL_DIR)/lib64/libnccl.so.2 $(NCCL_DIR)/lib/libnccl.so.2))
+  ifneq ($(NCCL_LIB),)
+    CFLAGS  += -DKDA_HAVE_NCCL=1 -I$(NCCL_DIR)/include
+    NVFLAGS += -DKDA_HAVE_NCCL=1
+    LDLIBS  += $(NCCL_LIB) -Wl,-rpath,$(dir $(NCCL_LIB))
+  endif
+endif
+
+LIB_OBJ  := $(LIB_SRC:%.c=$(BUILD)/%.o) $(CU_OBJ) $(CC_OBJ)
 TEST_OBJ := $(TEST_SRC:%.c=$(BUILD)/%.o)
 
 .PHONY: all test test-gpu check-refs demo deps deps-check fuzz format clean FORCE
@@ -76,6 +102,10 @@ $(BUILD)/src/core/version.o: FORCE
 $(BUILD)/%.o: %.c
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) -c $< -o $@
+
+$(BUILD)/%.o: %.cc
+	@mkdir -p $(dir $@)
+	$(CXX) -std=c++17 $(OPT) -g -Wall -Wextra -Werror -Isrc -MMD -MP -c $< -o $@
 
 $(BUILD)/%.o: %.cu
 	@mkdir -p $(dir $@)
@@ -142,4 +172,4 @@ format:
 clean:
 	rm -rf $(BUILD)
 
--include $(LIB_OBJ:.o=.d) $(TEST_OBJ:.o=.d) $(BUILD)/src/main.d $(FUZZ_OBJ:.o=.d)
+-include $(LIB_OBJ:.o=.d) $(CC_OBJ:.o=.d) $(TEST_OBJ:.o=.d) $(BUILD)/src/main.d $(FUZZ_OBJ:.o=.d)
