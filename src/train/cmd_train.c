@@ -1,8 +1,10 @@
 // cmd_train.c - `kda train --config X.yaml [--any_key value ...] [--init-from HF_DIR]`.
+#include <limits.h>
 #include <omp.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "commands.h"
 #include "core/error.h"
@@ -10,38 +12,45 @@
 #include "cuda/backend_cuda.h" // defines: kda_cuda_available
 #include "model/config.h"      // defines: kda_config_load, kda_config_derive
 #include "model/params.h"      // defines: kda_params_build (parameter count for --dry-run)
+#include "dist/dist.h"         // defines: KdaDist, kda_dist_env_read, kda_dist_open
+#include "dist/launch.h"       // defines: kda_launch_take_nproc, kda_launch_local
 #include "train/run_config.h"
 #include "train/trainer.h"
 
 void openblas_set_num_threads(int n); // OpenBLAS (cblas.h pulls in more than needed)
 
 static void usage(FILE *f) {
-    fprintf(f, "usage: kda train --config RUN.yaml [--KEY VALUE ...] [--init-from HF_DIR]\n"
-               "train (or resume) a KDA model on the CPU\n\n"
-               "  --config PATH       run config (YAML, Megatron key names; configs/*.yaml)\n"
-               "  --KEY VALUE         override any run-config key, e.g. --train_iters 100 "
-               "--lr 1e-3\n"
-               "                      (lists take several words: --train_data_path a b)\n"
-               "  --init-from DIR     start from the weights of an HF model dir (fresh optimizer)\n"
-               "  --profile N         per-op time table of iteration N (CUDA events on the GPU,\n"
-               "                      host clock on the CPU; its rows add up to the step)\n"
-               "  --print-config      print the effective config (YAML) and exit\n"
-               "  --dry-run           print the effective config and the plan (batch, tokens,\n"
-               "                      memory) without training\n"
-               "  --no-progress       no progress bar\n"
-               "  --quiet             no per-iteration log lines\n"
-               "  --help              this help\n\n"
-               "Resumes from `load`, or from `save` when it holds a `latest` checkpoint. SIGINT/\n"
-               "SIGTERM: finish the step, save, exit 0 (a second signal exits at once).\n"
-               "The effective config is saved with every checkpoint (run_config.yaml).\n"
-               "Megatron/Primus YAML works as is: finetune: true + load: DIR starts from DIR's\n"
-               "weights (HF dir or kda checkpoint; its config.json when `model` is unset).\n\n"
-               "Keys (YAML or --KEY VALUE; dashes = underscores):\n");
+    fprintf(f,
+            "usage: kda train --config RUN.yaml [--KEY VALUE ...] [--init-from HF_DIR]\n"
+            "train (or resume) a KDA model on the CPU\n\n"
+            "  --config PATH       run config (YAML, Megatron key names; configs/*.yaml)\n"
+            "  --KEY VALUE         override any run-config key, e.g. --train_iters 100 "
+            "--lr 1e-3\n"
+            "                      (lists take several words: --train_data_path a b)\n"
+            "  --init-from DIR     start from the weights of an HF model dir (fresh optimizer)\n"
+            "  --profile N         per-op time table of iteration N (CUDA events on the GPU,\n"
+            "                      host clock on the CPU; its rows add up to the step)\n"
+            "  --print-config      print the effective config (YAML) and exit\n"
+            "  --dry-run           print the effective config and the plan (batch, tokens,\n"
+            "                      memory) without training\n"
+            "  --nproc-per-node N  start N local ranks (data parallel; as torchrun's standalone\n"
+            "                      mode); signals to this launcher go to every rank\n"
+            "  --no-progress       no progress bar\n"
+            "  --quiet             no per-iteration log lines\n"
+            "  --help              this help\n\n"
+            "Resumes from `load`, or from `save` when it holds a `latest` checkpoint. SIGINT/\n"
+            "SIGTERM: finish the step, save, exit 0 (a second signal exits at once).\n"
+            "The effective config is saved with every checkpoint (run_config.yaml).\n"
+            "Several ranks: launched by torchrun, srun (Slurm), mpirun or --nproc-per-node;\n"
+            "see README \"Multi-GPU and clusters\".\n"
+            "Megatron/Primus YAML works as is: finetune: true + load: DIR starts from DIR's\n"
+            "weights (HF dir or kda checkpoint; its config.json when `model` is unset).\n\n"
+            "Keys (YAML or --KEY VALUE; dashes = underscores):\n");
     kda_run_config_print_keys(f);
 }
 
 // Keys accepted without effect: one line each kind, so nothing is silently ignored.
-static void report_noops(const KdaRunConfig *rc) {
+static void report_noops(const KdaRunConfig *rc, const KdaDist *dist) {
     int wandb = 0;
     for (int i = 0; i < rc->ignored.n; i++)
         wandb |= !strncmp(rc->ignored.items[i], "wandb_", 6);
@@ -62,7 +71,7 @@ static void report_noops(const KdaRunConfig *rc) {
                  "implements FLA's fused math once): %s",
                  list);
     }
-    if (rc->use_distributed_optimizer)
+    if (rc->use_distributed_optimizer && !dist)
         kda_info("use_distributed_optimizer: true: one process, nothing to shard");
 }
 
@@ -97,8 +106,46 @@ static int print_plan_(const KdaRunConfig *rc, const char *init_from) {
     return 0;
 }
 
+// --nproc-per-node N: this program again, N times, as ranks of one local world.
+static int launch_ranks(int nproc, int argc, char **argv) {
+    char exe[PATH_MAX];
+    ssize_t k = readlink("/proc/self/exe", exe, sizeof exe - 1);
+    if (k <= 0) kda_die("--nproc-per-node: cannot find this program (/proc/self/exe)");
+    exe[k] = 0;
+    char **av = calloc((size_t)argc + 3, sizeof *av);
+    if (!av) kda_die("out of memory");
+    av[0] = exe;
+    av[1] = "train";
+    for (int i = 0; i < argc; i++)
+        av[i + 2] = argv[i];
+    KdaError err = {{0}};
+    int st = kda_launch_local(nproc, exe, av, 90.0, &err);
+    free(av);
+    if (st < 0) kda_die("%s", err.msg);
+    return st;
+}
+
+// The communicator of a launched rank (NULL for a plain single process). GPU ranks use NCCL
+// even alone (the code path of 8), CPU ranks Gloo; world > 1 without an engine is an error.
+static KdaDist *join_world(const KdaRunConfig *rc, int cuda, int *device) {
+    KdaDistEnv env;
+    KdaError err = {{0}};
+    if (kda_dist_env_read(&env, NULL, &err)) kda_die("%s", err.msg);
+    *device = cuda ? env.local_rank : 0;
+    if (env.world == 1 && (!cuda || !strcmp(env.launcher, "none"))) return NULL;
+    KdaDist *d = NULL;
+    if (kda_dist_open(&d, &env, cuda ? KDA_DIST_NCCL : KDA_DIST_HOST, *device,
+                      rc->distributed_timeout_minutes * 60.0, &err))
+        kda_die("%s", err.msg);
+    return d;
+}
+
 int cmd_train(int argc, char **argv) {
     const char *init_from = NULL;
+    KdaError lerr = {{0}};
+    int nproc = kda_launch_take_nproc(&argc, argv, &lerr);
+    if (nproc < 0) kda_die("%s", lerr.msg);
+    if (nproc > 0) return launch_ranks(nproc, argc, argv);
     int progress = 1, quiet = 0, print_config = 0, dry_run = 0;
     long long profile_iter = 0;
     char **rest = calloc((size_t)argc + 1, sizeof *rest);
@@ -142,7 +189,6 @@ int cmd_train(int argc, char **argv) {
         if (kda_run_config_set(&rc, "model", v, 1, &err)) kda_die("%s", err.msg);
     }
     if (kda_run_config_validate(&rc, &err)) kda_usage_die("kda train", "%s", err.msg);
-    report_noops(&rc);
     if (print_config || dry_run) {
         if (kda_run_config_write(&rc, stdout)) kda_die("stdout: write failed");
         int rc2 = dry_run ? print_plan_(&rc, init_from) : 0;
@@ -160,18 +206,23 @@ int cmd_train(int argc, char **argv) {
         omp_set_num_threads((int)rc.threads);
         openblas_set_num_threads((int)rc.threads);
     }
+    int device = 0;
+    KdaDist *dist = join_world(&rc, rc.device && !strcmp(rc.device, "cuda"), &device);
+    if (!dist || kda_dist_rank(dist) == 0) report_noops(&rc, dist);
     kda_train_install_signal_handlers();
     KdaTrainOptions o = {.rc = &rc,
                          .init_from = init_from,
                          .progress = progress,
                          .quiet = quiet,
-                         .profile_iter = profile_iter};
+                         .profile_iter = profile_iter,
+                         .dist = dist,
+                         .device = device};
     KdaTrainResult res;
     int status = 0;
     if (kda_train(&o, &res, &err)) {
         fprintf(stderr, "kda: error: %s\n", err.msg);
         status = 1;
-    } else {
+    } else if (!dist || kda_dist_rank(dist) == 0) {
         char a[32], b[32];
         kda_info("%s at iteration %lld (%lld samples) in %s, %s tokens/s; last loss %.4f%s%s",
                  res.interrupted ? "stopped" : "done", (long long)res.iteration,
@@ -182,6 +233,7 @@ int cmd_train(int argc, char **argv) {
             kda_warn("%lld iterations had a non-finite loss or grad norm and were skipped",
                      (long long)res.nan_iters);
     }
+    kda_dist_close(dist);
     kda_run_config_free(&rc);
     return status;
 }

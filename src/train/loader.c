@@ -31,7 +31,7 @@ typedef struct {
     pthread_cond_t cv;
     int32_t **bufs; // [depth + 1] row buffers of B * T ids
     int depth;
-    int64_t first, B, n_prod, n_cons;
+    int64_t first, B, stride, n_prod, n_cons; // batch k starts at first + k * stride
     KdaError err;
 } Prefetch;
 
@@ -353,7 +353,8 @@ static void *prefetch_main(void *arg) {
         int64_t k = p->n_prod;
         pthread_mutex_unlock(&p->mu);
         KdaError e = {{0}};
-        int rc = kda_loader_read(l, p->first + k * p->B, p->B, p->bufs[k % (p->depth + 1)], &e);
+        int rc =
+            kda_loader_read(l, p->first + k * p->stride, p->B, p->bufs[k % (p->depth + 1)], &e);
         pthread_mutex_lock(&p->mu);
         if (rc) {
             p->failed = 1;
@@ -368,12 +369,18 @@ static void *prefetch_main(void *arg) {
 }
 
 int kda_loader_start(KdaLoader *l, int64_t first, int64_t B, int depth, KdaError *err) {
+    return kda_loader_start_strided(l, first, B, B, depth, err);
+}
+
+int kda_loader_start_strided(KdaLoader *l, int64_t first, int64_t B, int64_t stride, int depth,
+                             KdaError *err) {
     prefetch_stop(l);
     Prefetch *p = &l->pf;
     if (depth < 1) depth = 1;
     p->depth = depth;
     p->first = first;
     p->B = B;
+    p->stride = stride;
     p->n_prod = p->n_cons = 0;
     p->stop = p->failed = 0;
     p->bufs = kda_malloc((size_t)(depth + 1) * sizeof(int32_t *));

@@ -95,5 +95,10 @@ int kda_loader_read(KdaLoader *l, int64_t first, int64_t B, int32_t *ids, KdaErr
 // from a new position. Errors of the reader thread are returned by kda_loader_next.
 int kda_loader_start(KdaLoader *l, int64_t first, int64_t B, int depth, KdaError *err);
 const int32_t *kda_loader_next(KdaLoader *l, KdaError *err);
+// The same with batches `stride` samples apart: batch k = samples [first + k * stride,
+// first + k * stride + B). Data parallelism: rank r of D reads first = cursor + r * B,
+// stride = D * B, its slice of the one global order.
+int kda_loader_start_strided(KdaLoader *l, int64_t first, int64_t B, int64_t stride, int depth,
+                             KdaError *err);
 
 #endif

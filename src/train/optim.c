@@ -47,30 +47,42 @@ static AdamScalars adam_scalars(const KdaAdamWConfig *c, int64_t step, double lr
     };
 }
 
+// One contiguous run of elements of one row: p, g, m, v [n] fp32.
+static inline void adam_span_(const AdamScalars *s, float decay, float *p, const float *g,
+                              float *mr, float *vr, int64_t n) {
+#pragma omp for simd schedule(static) nowait
+    for (int64_t i = 0; i < n; i++) {
+        float pi = p[i] - decay * p[i];
+        float gi = g[i];
+        float mi = s->b1 * mr[i] + s->one_m_b1 * gi;
+        float vi = s->b2 * vr[i] + s->one_m_b2 * gi * gi;
+        float denom = sqrtf(vi) / s->bc2_sqrt + s->eps;
+        p[i] = pi - s->step_size * mi / denom;
+        mr[i] = mi;
+        vr[i] = vi;
+    }
+}
+
 void kda_adamw_step(KdaAdamW *o, const KdaParamTable *t, float *params, const float *grads,
                     double lr) {
     KDA_ASSERT(t->total_numel == o->n);
+    kda_adamw_step_range(o, t, params, grads, lr, 0);
+}
+
+void kda_adamw_step_range(KdaAdamW *o, const KdaParamTable *t, float *params, const float *grads,
+                          double lr, int64_t lo) {
+    const int64_t hi = lo + o->n;
+    KDA_ASSERT(lo >= 0 && hi <= t->total_numel);
     o->step++;
     const AdamScalars s = adam_scalars(&o->cfg, o->step, lr);
-    float *m = o->m, *v = o->v;
 #pragma omp parallel
     for (int r = 0; r < t->n; r++) {
         const KdaParamInfo *row = &t->rows[r];
-        const float decay = row->weight_decay ? s.decay : 0.0f;
-        float *p = params + row->offset;
-        const float *g = grads + row->offset;
-        float *mr = m + row->offset, *vr = v + row->offset;
-#pragma omp for simd schedule(static) nowait
-        for (int64_t i = 0; i < row->numel; i++) {
-            float pi = p[i] - decay * p[i];
-            float gi = g[i];
-            float mi = s.b1 * mr[i] + s.one_m_b1 * gi;
-            float vi = s.b2 * vr[i] + s.one_m_b2 * gi * gi;
-            float denom = sqrtf(vi) / s.bc2_sqrt + s.eps;
-            p[i] = pi - s.step_size * mi / denom;
-            mr[i] = mi;
-            vr[i] = vi;
-        }
+        int64_t a = row->offset > lo ? row->offset : lo;
+        int64_t b = row->offset + row->numel < hi ? row->offset + row->numel : hi;
+        if (a >= b) continue;
+        adam_span_(&s, row->weight_decay ? s.decay : 0.0f, params + a, grads + a, o->m + (a - lo),
+                   o->v + (a - lo), b - a);
     }
 }
 

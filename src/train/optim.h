@@ -40,6 +40,13 @@ void kda_adamw_free(KdaAdamW *o); // accepts a zeroed struct
 void kda_adamw_step(KdaAdamW *o, const KdaParamTable *t, float *params, const float *grads,
                     double lr);
 
+// ZeRO-1: the same update for the elements [lo, lo + o->n) of the flat layout only; o holds the
+// moments of that range (o->m[i] belongs to element lo + i), params and grads are full-size
+// ([t->total_numel] fp32; only the range is read or written). Per element the arithmetic is
+// kda_adamw_step's, so the shards of N ranks together give the same bits as one full update.
+void kda_adamw_step_range(KdaAdamW *o, const KdaParamTable *t, float *params, const float *grads,
+                          double lr, int64_t lo);
+
 // Global L2 norm of g ([n] fp32), accumulated in double. Non-finite if any element is.
 double kda_grad_norm(const float *g, int64_t n);
 // torch clip_grad_norm_: coef = max_norm / (norm + 1e-6); when coef < 1, g *= coef.

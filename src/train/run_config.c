@@ -75,7 +75,9 @@ static const RcKey g_keys[] = {
     RC(attention_dropout, RC_FLOAT, NULL, "must be 0"),
     RC(bf16, RC_BOOL, NULL, "bf16 compute with fp32 master weights (GPU; the CPU is fp32)"),
     RC(use_distributed_optimizer, RC_BOOL, NULL,
-       "shard the optimizer state over data-parallel ranks"),
+       "ZeRO-1: shard the AdamW moments over data-parallel ranks (CPU ranks)"),
+    RC(distributed_timeout_minutes, RC_FLOAT, NULL,
+       "rendezvous and collective timeout of a multi-rank run (a hung rank fails all)"),
     RC(finetune, RC_BOOL, NULL,
        "load only the weights of `load` (HF dir or kda checkpoint): fresh optimizer, iteration 0"),
     RC(no_load_optim, RC_BOOL, NULL, "with finetune (which implies it)"),
@@ -324,6 +326,7 @@ void kda_run_config_defaults(KdaRunConfig *cfg) {
     str_set(&cfg->recompute_granularity, "none");
     str_set(&cfg->log_style, "megatron");
     cfg->bf16 = 1; // what the GPU path computes in (Megatron's default is fp32)
+    cfg->distributed_timeout_minutes = 10; // Megatron's default
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -802,6 +805,8 @@ int kda_run_config_validate(KdaRunConfig *c, KdaError *err) {
     if (c->save_interval < 0 || c->eval_interval < 0 || c->eval_iters < 0 || c->log_interval < 0 ||
         c->keep_last < 0 || c->max_nan_steps < 0 || c->threads < 0)
         return kda_fail(err, "intervals, counts and threads must be >= 0");
+    if (!(c->distributed_timeout_minutes > 0))
+        return kda_fail(err, "distributed_timeout_minutes must be > 0");
     if (!c->model && !(c->finetune && c->load))
         return kda_fail(err, "model (path of config.json) is not set (or finetune: true with "
                              "load: DIR takes it from DIR)");

@@ -74,18 +74,19 @@ typedef struct {
     int64_t threads;
     char *recompute_granularity; // "none" | "full" (per-block activation recompute, GPU only)
     // Megatron/Primus keys (kda_run_config_validate checks or resolves them)
-    double layernorm_epsilon;          // 0: the model's norm_eps; else must equal it (trainer)
-    double hidden_dropout;             // must be 0 (kda.c has no dropout, like FLA)
-    double attention_dropout;          // must be 0
-    int64_t bf16;                      // bool: bf16 compute on the GPU (the CPU computes in fp32)
-    int64_t use_distributed_optimizer; // bool: shard the optimizer state over data-parallel ranks
-    int64_t finetune;                  // bool: `load` gives the starting weights only (= init-from)
-    int64_t no_load_optim;             // bool: with finetune (implied by it)
-    int64_t no_load_rng;               // bool: with finetune (implied by it)
-    double exit_duration_in_mins;      // > 0: save and stop after this much wall time
-    double lr_warmup_fraction; // > 0: lr_warmup_iters = fraction x lr_decay_iters (validate)
-    char *tensorboard_dir;     // TensorBoard event file directory (NULL: none)
-    char *log_style;           // "megatron" | "primus" (the log line's format)
+    double layernorm_epsilon;           // 0: the model's norm_eps; else must equal it (trainer)
+    double hidden_dropout;              // must be 0 (kda.c has no dropout, like FLA)
+    double attention_dropout;           // must be 0
+    int64_t bf16;                       // bool: bf16 compute on the GPU (the CPU computes in fp32)
+    int64_t use_distributed_optimizer;  // bool: ZeRO-1 over the data-parallel ranks (dist.h)
+    double distributed_timeout_minutes; // > 0: rendezvous and collective timeout (default 10)
+    int64_t finetune;             // bool: `load` gives the starting weights only (= init-from)
+    int64_t no_load_optim;        // bool: with finetune (implied by it)
+    int64_t no_load_rng;          // bool: with finetune (implied by it)
+    double exit_duration_in_mins; // > 0: save and stop after this much wall time
+    double lr_warmup_fraction;    // > 0: lr_warmup_iters = fraction x lr_decay_iters (validate)
+    char *tensorboard_dir;        // TensorBoard event file directory (NULL: none)
+    char *log_style;              // "megatron" | "primus" (the log line's format)
     // Not keys: what parsing noted for the caller to report (owned lists).
     KdaStrList ignored; // no-op keys that select Primus/FLA internals ("spec", "use_fla_*")
 } KdaRunConfig;

@@ -18,6 +18,7 @@
 #include "core/util.h"
 #include "io/model_io.h"
 #include "cuda/backend_cuda.h" // defines: kda_backend_cuda_create (device: cuda)
+#include "dist/dist.h"         // defines: KdaDist, kda_dist_* (data parallelism)
 #include "train/checkpoint.h"
 #include "train/loader.h"
 #include "train/schedule.h"
@@ -28,9 +29,16 @@
 
 typedef struct {
     KdaModel m;
-    float *grads; // [n] fp32
-    KdaAdamW opt;
-    KdaProf *prof; // while profiling (also in m.prof)
+    float *grads;   // [n] fp32, the step's accumulated gradient
+    float *scratch; // [n] fp32, one micro-batch's gradient (2nd and later micro-batches)
+    int fresh;      // grads are zero: the next backward may accumulate into them directly
+    KdaAdamW opt;   // moments: [n], or with ZeRO-1 [hi - lo] of elements [lo, hi)
+    KdaProf *prof;  // while profiling (also in m.prof)
+    // Data parallelism (dist NULL: one process).
+    KdaDist *dist;
+    int zero1;
+    int64_t lo, hi, chunk; // this rank's ZeRO-1 shard; chunk = ceil(n / world)
+    KdaAdamW view;         // ZeRO-1: full-size host view for checkpoints (m, v NULL when idle)
 } CpuCtx;
 
 static void cpu_zero(void *c) {
@@ -39,14 +47,29 @@ static void cpu_zero(void *c) {
     kda_prof_begin(x->prof, KDA_OP_ZERO_GRADS);
     memset(x->grads, 0, (size_t)n * sizeof(float));
     kda_prof_end(x->prof, KDA_OP_ZERO_GRADS, 0, 4.0 * (double)n);
+    x->fresh = 1;
 }
 
+// Each micro-batch's gradient is computed alone and then added (g = g0, then g += gk), so the
+// step's gradient is a plain sum of per-micro-batch gradients, in micro-batch order: two ranks
+// of one micro-batch each then sum to the same bits as one rank of two (fp32 a + b == b + a).
 static int cpu_fwd_bwd(void *c, const int32_t *ids, int64_t B, int64_t T, int backward, float *loss,
                        KdaError *err) {
     CpuCtx *x = c;
     if (kda_model_forward(&x->m, ids, NULL, B, T, NULL, NULL, loss, err)) return -1;
     if (!backward) return 0;
-    return kda_model_backward(&x->m, x->grads, err);
+    if (x->fresh) {
+        x->fresh = 0;
+        return kda_model_backward(&x->m, x->grads, err);
+    }
+    int64_t n = x->m.table.total_numel;
+    if (!x->scratch) x->scratch = kda_malloc((size_t)n * sizeof(float));
+    memset(x->scratch, 0, (size_t)n * sizeof(float));
+    if (kda_model_backward(&x->m, x->scratch, err)) return -1;
+#pragma omp parallel for simd schedule(static)
+    for (int64_t i = 0; i < n; i++)
+        x->grads[i] += x->scratch[i];
+    return 0;
 }
 
 static double cpu_finish(void *c, double scale, double max_norm) {
@@ -72,7 +95,10 @@ static int cpu_params_finite(void *c) {
 static void cpu_update(void *c, double lr) {
     CpuCtx *x = c;
     kda_prof_begin(x->prof, KDA_OP_ADAMW);
-    kda_adamw_step(&x->opt, &x->m.table, x->m.params, x->grads, lr);
+    if (x->zero1)
+        kda_adamw_step_range(&x->opt, &x->m.table, x->m.params, x->grads, lr, x->lo);
+    else
+        kda_adamw_step(&x->opt, &x->m.table, x->m.params, x->grads, lr);
     kda_prof_end(x->prof, KDA_OP_ADAMW, 0, 16.0 * (double)x->m.table.total_numel);
 }
 
@@ -94,17 +120,94 @@ static float *cpu_params(void *c) {
     return ((CpuCtx *)c)->m.params;
 }
 static KdaAdamW *cpu_optim(void *c) {
-    return &((CpuCtx *)c)->opt;
+    CpuCtx *x = c;
+    if (!x->zero1) return &x->opt;
+    if (!x->view.m) x->view.step = x->opt.step; // an active view (resume) owns the step
+    return &x->view;
 }
+// ZeRO-1: the shard takes its part of the full view (a resume, or after a checkpoint), and the
+// view's full-size moments are released.
 static void cpu_changed(void *c) {
-    (void)c;
+    CpuCtx *x = c;
+    if (!x->zero1 || !x->view.m) return;
+    memcpy(x->opt.m, x->view.m + x->lo, (size_t)(x->hi - x->lo) * sizeof(float));
+    memcpy(x->opt.v, x->view.v + x->lo, (size_t)(x->hi - x->lo) * sizeof(float));
+    x->opt.step = x->view.step;
+    free(x->view.m);
+    free(x->view.v);
+    x->view.m = x->view.v = NULL;
+}
+
+static int cpu_set_dist(void *c, KdaDist *d, int zero1, KdaError *err) {
+    CpuCtx *x = c;
+    int64_t n = x->m.table.total_numel;
+    int w = kda_dist_world(d), r = kda_dist_rank(d);
+    x->dist = d;
+    x->zero1 = zero1;
+    if (!zero1) return 0;
+    x->chunk = (n + w - 1) / w;
+    x->lo = r * x->chunk < n ? r * x->chunk : n;
+    x->hi = x->lo + x->chunk < n ? x->lo + x->chunk : n;
+    KdaAdamWConfig cfg = x->opt.cfg;
+    kda_adamw_free(&x->opt);
+    if (kda_adamw_init(&x->opt, x->hi > x->lo ? x->hi - x->lo : 1, &cfg, err)) return -1;
+    if (x->hi == x->lo) x->opt.n = 0; // more ranks than elements: an empty shard
+    x->view = (KdaAdamW){.cfg = cfg, .n = n};
+    return 0;
+}
+
+// Sums the gradient over the ranks. Gloo's all-reduce gives every rank the same bits, so the
+// norm, the clip and the skip decisions that follow agree everywhere.
+static int cpu_reduce_grads(void *c, KdaError *err) {
+    CpuCtx *x = c;
+    return kda_dist_allreduce(x->dist, x->grads, x->m.table.total_numel, KDA_DIST_F32, KDA_DIST_SUM,
+                              err);
+}
+
+// all-gather of one [n] fp32 buffer whose rank r holds elements [r * chunk, (r + 1) * chunk)
+// (the last shard shorter): src [n] -> dst [n] (may alias).
+static int cpu_gather_(CpuCtx *x, const float *src_shard, float *dst, KdaError *err) {
+    int64_t n = x->m.table.total_numel;
+    int w = kda_dist_world(x->dist);
+    float *in = kda_calloc((size_t)x->chunk, sizeof(float));
+    float *all = kda_malloc((size_t)(x->chunk * w) * sizeof(float));
+    memcpy(in, src_shard, (size_t)(x->hi - x->lo) * sizeof(float));
+    int rc = kda_dist_allgather(x->dist, in, all, x->chunk, err);
+    if (!rc) memcpy(dst, all, (size_t)n * sizeof(float));
+    free(in);
+    free(all);
+    return rc;
+}
+
+// ZeRO-1: every rank updated only its shard of the parameters; all-gather them.
+static int cpu_sync_params(void *c, KdaError *err) {
+    CpuCtx *x = c;
+    if (!x->zero1) return 0;
+    return cpu_gather_(x, x->m.params + x->lo, x->m.params, err);
+}
+
+// ZeRO-1: the full moments into the view (collective), for a checkpoint or a resume.
+static int cpu_gather_optim(void *c, KdaError *err) {
+    CpuCtx *x = c;
+    if (!x->zero1) return 0;
+    int64_t n = x->m.table.total_numel;
+    if (!x->view.m) {
+        x->view.m = kda_calloc((size_t)n, sizeof(float));
+        x->view.v = kda_calloc((size_t)n, sizeof(float));
+    }
+    x->view.step = x->opt.step;
+    if (cpu_gather_(x, x->opt.m, x->view.m, err)) return -1;
+    return cpu_gather_(x, x->opt.v, x->view.v, err);
 }
 
 static void cpu_destroy(void *c) {
     CpuCtx *x = c;
     kda_model_free(&x->m);
     kda_adamw_free(&x->opt);
+    free(x->view.m);
+    free(x->view.v);
     free(x->grads);
+    free(x->scratch);
     free(x);
 }
 
@@ -130,6 +233,10 @@ int kda_backend_cpu_create(KdaBackend *be, KdaModel *model, const KdaAdamWConfig
                        .host_params = cpu_params,
                        .host_optim = cpu_optim,
                        .state_changed = cpu_changed,
+                       .set_dist = cpu_set_dist,
+                       .reduce_grads = cpu_reduce_grads,
+                       .sync_params = cpu_sync_params,
+                       .gather_optim = cpu_gather_optim,
                        .destroy = cpu_destroy,
                        .profile = cpu_profile};
     return 0;
@@ -203,6 +310,13 @@ typedef struct {
     const char *init;
     char init_dir[PATH_MAX];
     KdaTfEvents *tb; // tensorboard_dir's event file (NULL: none, or disabled after a failure)
+    // data parallelism
+    KdaDist *dist; // NULL: one process
+    int rank, world, zero1;
+    int quiet;            // o->quiet, or a rank other than 0
+    int stop_all;         // some rank asked to stop (reduced with the step's loss)
+    int time_up;          // exit_duration_in_mins passed here (joins the next stop reduction)
+    float *loaded_params; // the host view a resume loaded into (backend-owned)
 } Run;
 
 static double peak_rss_mib(void) {
@@ -262,13 +376,18 @@ static int setup_backend(Run *r, KdaError *err) {
                          r->rc->weight_decay};
     int recompute = r->rc->recompute_granularity && !strcmp(r->rc->recompute_granularity, "full");
     if (r->rc->device && !strcmp(r->rc->device, "cuda")) {
-        if (kda_backend_cuda_create(&r->be, &m, &oc, 0, err)) goto fail;
+        if (kda_backend_cuda_create(&r->be, &m, &oc, r->o->device, err)) goto fail;
         if (recompute && kda_backend_cuda_set_recompute(&r->be, 1, err)) goto fail;
     } else {
         if (kda_backend_cpu_create(&r->be, &m, &oc, err)) goto fail;
         if (recompute)
             kda_warn("recompute_granularity: full has no effect with device: cpu (the CPU "
                      "backend keeps every activation)");
+    }
+    if (r->dist) {
+        if (!r->be.set_dist)
+            return kda_fail(err, "the %s backend has no data-parallel support yet", r->be.name);
+        if (r->be.set_dist(r->be.ctx, r->dist, r->zero1, err)) return -1;
     }
     return 0;
 fail:
@@ -297,7 +416,7 @@ static int open_loader(KdaLoader **out, const KdaRunConfig *rc, const KdaStrList
         .n_vocab = n_vocab,
         .order =
             rc->data_order && !strcmp(rc->data_order, "fla") ? KDA_ORDER_FLA : KDA_ORDER_MEGATRON,
-        .dp = 1, // data-parallel ranks: one until multi-GPU training
+        .dp = 1, // the one global order; data-parallel ranks read their slices of it
         .micro_batch = rc->micro_batch_size};
     int rc2 = kda_loader_open(out, &s, err);
     free(paths);
@@ -317,7 +436,7 @@ static int setup_data(Run *r, KdaError *err) {
         return -1;
     r->T = kda_loader_row_tokens(r->train);
     int64_t n_chunks = kda_loader_n_chunks(r->train);
-    if (n_chunks > 0 && !r->o->quiet)
+    if (n_chunks > 0 && !r->quiet)
         kda_info("FLA data order: %lld chunks; %lld samples needed%s", (long long)n_chunks,
                  (long long)(rc->train_iters * gbs),
                  rc->train_iters * gbs > kda_loader_n_samples(r->train)
@@ -365,7 +484,7 @@ static int trim_metrics(const char *path, int64_t it, KdaError *err) {
     return rc;
 }
 
-static int setup_resume(Run *r, KdaError *err) {
+static int resume_local(Run *r, KdaError *err) {
     const KdaRunConfig *rc = r->rc;
     const char *load = rc->finetune ? NULL : rc->load; // finetune's load is the init, not a resume
     const char *from = load ? load : rc->save;
@@ -385,7 +504,8 @@ static int setup_resume(Run *r, KdaError *err) {
     float *p = r->be.host_params(r->be.ctx);
     if (kda_checkpoint_load(dir, &r->cfg, &r->table, p, r->be.host_optim(r->be.ctx), &st, err))
         return -1;
-    r->be.state_changed(r->be.ctx);
+    r->loaded_params = p;
+    if (!r->dist) r->be.state_changed(r->be.ctx); // else setup_resume, after the broadcast
     if (st.train_fingerprint != r->st.train_fingerprint)
         kda_warn("%s: the training data differs from the checkpoint's:\n  was: %s\n  now: %s", dir,
                  st.train_desc, r->st.train_desc);
@@ -397,10 +517,43 @@ static int setup_resume(Run *r, KdaError *err) {
     r->start_iteration = st.iteration;
     snprintf(r->resumed_from, sizeof r->resumed_from, "%s", dir);
     snprintf(r->last_good, sizeof r->last_good, "%s", dir);
-    if (!r->o->quiet)
+    if (!r->quiet)
         kda_info("resumed from %s: iteration %lld, %lld samples consumed, optimizer step %lld", dir,
                  (long long)st.iteration, (long long)st.consumed_train,
                  (long long)r->be.host_optim(r->be.ctx)->step);
+    return 0;
+}
+
+// Resume on rank 0, then the same state everywhere: rank 0's outcome, parameters (identical
+// replicas even for a fresh start), and after a resume the moments, step and trainer state.
+static int setup_resume(Run *r, KdaError *err) {
+    if (!r->dist) return resume_local(r, err);
+    KdaBackend *be = &r->be;
+    if (be->gather_optim && be->gather_optim(be->ctx, err)) return -1;
+    int64_t hdr[2] = {0, 0}; // rank 0's status, start iteration
+    KdaError e0 = {{0}};
+    if (r->rank == 0) {
+        hdr[0] = resume_local(r, &e0) ? 1 : 0;
+        hdr[1] = r->start_iteration;
+    }
+    if (kda_dist_broadcast(r->dist, hdr, sizeof hdr, 0, err)) return -1;
+    if (hdr[0]) {
+        if (r->rank == 0) *err = e0;
+        return r->rank == 0 ? -1 : kda_fail(err, "rank 0 could not resume (its log says why)");
+    }
+    // Rank 0 after a resume holds the checkpoint in the host views already: asking host_params
+    // again would fetch a GPU backend's stale device copy over it.
+    KdaAdamW *opt = be->host_optim(be->ctx);
+    float *p = r->rank == 0 && hdr[1] > 0 ? r->loaded_params : be->host_params(be->ctx);
+    size_t n = (size_t)be->n_params * sizeof(float);
+    if (kda_dist_broadcast(r->dist, p, n, 0, err)) return -1;
+    if (hdr[1] > 0 && (kda_dist_broadcast(r->dist, opt->m, n, 0, err) ||
+                       kda_dist_broadcast(r->dist, opt->v, n, 0, err) ||
+                       kda_dist_broadcast(r->dist, &opt->step, sizeof opt->step, 0, err) ||
+                       kda_dist_broadcast(r->dist, &r->st, sizeof r->st, 0, err)))
+        return -1;
+    r->start_iteration = hdr[1];
+    be->state_changed(be->ctx);
     return 0;
 }
 
@@ -409,7 +562,13 @@ static int setup(Run *r, KdaError *err) {
     if (rc->micro_batch_size < 1 || rc->global_batch_size % rc->micro_batch_size)
         return kda_fail(err, "global_batch_size %lld must be a multiple of micro_batch_size %lld",
                         (long long)rc->global_batch_size, (long long)rc->micro_batch_size);
-    r->n_micro = rc->global_batch_size / rc->micro_batch_size;
+    if (rc->global_batch_size % (rc->micro_batch_size * r->world))
+        return kda_fail(err,
+                        "global_batch_size %lld must be a multiple of micro_batch_size x "
+                        "data-parallel ranks = %lld x %d",
+                        (long long)rc->global_batch_size, (long long)rc->micro_batch_size,
+                        r->world);
+    r->n_micro = rc->global_batch_size / (rc->micro_batch_size * r->world); // per rank
     r->sched =
         (KdaLrSchedule){rc->lr, rc->min_lr, rc->lr_warmup_iters,
                         rc->lr_decay_iters ? rc->lr_decay_iters : rc->train_iters, KDA_LR_COSINE};
@@ -433,7 +592,7 @@ static int setup(Run *r, KdaError *err) {
         r->st.valid_fingerprint = kda_loader_fingerprint(r->valid);
     }
     if (setup_resume(r, err)) return -1;
-    if (rc->save) {
+    if (rc->save && r->rank == 0) { // rank 0 alone logs
         if (mkdir_p(rc->save, err)) return -1;
         path_join(r->metrics_path, sizeof r->metrics_path, rc->save, "metrics.jsonl");
         if (trim_metrics(r->metrics_path, r->start_iteration, err)) return -1;
@@ -442,12 +601,14 @@ static int setup(Run *r, KdaError *err) {
             return kda_fail(err, "%s: cannot open for appending: %s", r->metrics_path,
                             strerror(errno));
     }
-    if (rc->tensorboard_dir) {
+    if (rc->tensorboard_dir && r->rank == 0) {
         char p[PATH_MAX];
         if (kda_tfevents_open(&r->tb, rc->tensorboard_dir, p, sizeof p, err)) return -1;
-        if (!r->o->quiet) kda_info("TensorBoard: %s", p);
+        if (!r->quiet) kda_info("TensorBoard: %s", p);
     }
-    return kda_loader_start(r->train, r->st.consumed_train, rc->micro_batch_size, 4, err);
+    int64_t mbs = rc->micro_batch_size;
+    return kda_loader_start_strided(r->train, r->st.consumed_train + r->rank * mbs, mbs,
+                                    mbs * r->world, 4, err);
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -457,14 +618,16 @@ static int evaluate(Run *r, double *out, KdaError *err) {
     const KdaRunConfig *rc = r->rc;
     int64_t mbs = rc->micro_batch_size, n = rc->eval_iters * r->n_micro;
     double sum = 0;
-    for (int64_t k = 0; k < n; k++) {
-        if (kda_loader_read(r->valid, r->st.consumed_valid, mbs, r->eval_buf, err)) return -1;
+    for (int64_t k = 0; k < n; k++) { // this rank's slice, as in training
+        if (kda_loader_read(r->valid, r->st.consumed_valid + r->rank * mbs, mbs, r->eval_buf, err))
+            return -1;
         float l;
         if (r->be.forward_backward(r->be.ctx, r->eval_buf, mbs, r->T, 0, &l, err)) return -1;
         sum += l;
-        r->st.consumed_valid += mbs;
+        r->st.consumed_valid += mbs * r->world;
     }
-    *out = sum / (double)n;
+    if (r->dist && kda_dist_allreduce(r->dist, &sum, 1, KDA_DIST_F64, KDA_DIST_SUM, err)) return -1;
+    *out = sum / (double)(n * r->world);
     return 0;
 }
 
@@ -503,7 +666,7 @@ static void log_eval(Run *r, double vl) {
     const char *tags[2] = {"lm loss validation", "lm loss validation ppl"};
     double v[2] = {vl, exp(vl < 700 ? vl : 700)};
     tb_log_(r, r->st.iteration, tags, v, 2);
-    if (!r->o->quiet) {
+    if (!r->quiet) {
         clear_bar(r);
         printf(" validation loss at iteration %lld on validation set | lm loss value: %E | "
                "lm loss PPL: %E |\n",
@@ -535,6 +698,10 @@ static void print_log_line_(Run *r, int64_t it, double ms, double tok_s, double 
         snprintf(mfu, sizeof mfu, "%.1f%%", 100.0 * model_tf * 1e12 / r->be.peak_flops);
     else
         snprintf(mfu, sizeof mfu, "n/a");
+    char ranks[96] = ""; // data parallel: the rank count and the total rate
+    if (r->world > 1)
+        snprintf(ranks, sizeof ranks, " ranks: %d | tokens/s total: %.1f |", r->world,
+                 tok_s * r->world);
     int cpu = !r->be.device_memory;
     if (cpu)
         snprintf(tflops, sizeof tflops, "throughput (TFLOP/s, CPU): %.3g",
@@ -553,11 +720,11 @@ static void print_log_line_(Run *r, int64_t it, double ms, double tok_s, double 
             "iteration (ms): %.1f | %s | learning rate: %E | global batch size: %5lld | lm loss: "
             "%E | loss scale: 1.0 | grad norm: %.3f | number of skipped iterations: %3lld | "
             "number of nan iterations: %3lld | tokens/s/GPU: %.1f | model TFLOP/s/GPU: %.3f | "
-            "MFU: %s | %s | ms/iter last/avg: %.1f/%.1f |\n",
+            "MFU: %s | %s | ms/iter last/avg: %.1f/%.1f |%s\n",
             ts, (long long)it, (long long)rc->train_iters, (long long)r->st.consumed_train, ms,
             tflops, lr, (long long)rc->global_batch_size, loss, r->last_norm,
             (long long)r->win_skipped, (long long)r->win_nan, tok_s, model_tf, mfu, mem,
-            r->last_step_ms, ms);
+            r->last_step_ms, ms, ranks);
     }
     fflush(stdout);
 }
@@ -575,12 +742,13 @@ static int log_train(Run *r, int evaluated, KdaError *err) {
     double dt = now_seconds() - r->win_t0;
     int64_t it = r->st.iteration;
     double ms = 1000.0 * dt / (double)(r->win_iters ? r->win_iters : 1);
-    double tok_s = (double)r->tokens_per_iter / (ms / 1000.0);
+    double tok_s_all = (double)r->tokens_per_iter / (ms / 1000.0);
+    double tok_s = tok_s_all / r->world; // per GPU (rank)
     double loss = r->win_good ? r->win_loss / (double)r->win_good : NAN;
     double lr = kda_lr_at(&r->sched, r->be.host_optim(r->be.ctx)->step);
     if (r->win_iters && it - r->win_iters >= 2) // Primus skips the first 2 iterations
         r->avg_ms_sum += ms * (double)r->win_iters, r->avg_n += r->win_iters;
-    if (!r->o->quiet) {
+    if (!r->quiet) {
         print_log_line_(r, it, ms, tok_s, lr, loss);
         if (check_flush(stdout, "stdout (the training log)", err)) return -1;
     }
@@ -595,9 +763,11 @@ static int log_train(Run *r, int evaluated, KdaError *err) {
         fprintf(r->metrics,
                 ", \"ms_per_iter\": %.3f, \"tokens_per_s\": %.1f, \"skipped\": %lld, "
                 "\"nan\": %lld",
-                ms, tok_s, (long long)r->win_skipped, (long long)r->win_nan);
+                ms, tok_s_all, (long long)r->win_skipped, (long long)r->win_nan);
         if (evaluated)
             fputs(", \"valid_loss\": ", r->metrics), json_num_(r->metrics, r->last_valid);
+        if (r->world > 1)
+            fprintf(r->metrics, ", \"ranks\": %d, \"tokens_per_s_per_gpu\": %.1f", r->world, tok_s);
         fprintf(r->metrics, "}\n");
         if (check_flush(r->metrics, r->metrics_path, err)) return -1;
     }
@@ -615,16 +785,35 @@ static int log_train(Run *r, int evaluated, KdaError *err) {
     return 0;
 }
 
+// Rank 0 writes the checkpoint (ZeRO-1 moments gathered first); no rank returns before it is
+// complete and `latest` names it, and a failure on rank 0 fails every rank.
 static int save(Run *r, KdaTrainResult *res, KdaError *err) {
     if (!r->rc->save || r->st.iteration == r->start_iteration) return 0;
     char dir[PATH_MAX];
-    const KdaAdamW *opt = r->be.host_optim(r->be.ctx);
-    if (kda_checkpoint_save(r->rc->save, &r->st, &r->cfg, &r->table, r->be.host_params(r->be.ctx),
-                            opt, r->rc, r->rc->keep_last, r->resumed_from, dir, err))
-        return -1;
+    KdaBackend *be = &r->be;
+    if (r->dist && be->gather_optim && be->gather_optim(be->ctx, err)) return -1;
+    int64_t bad = 0;
+    if (r->rank == 0) {
+        const KdaAdamW *opt = be->host_optim(be->ctx);
+        bad = kda_checkpoint_save(r->rc->save, &r->st, &r->cfg, &r->table, be->host_params(be->ctx),
+                                  opt, r->rc, r->rc->keep_last, r->resumed_from, dir, err) != 0;
+    } else {
+        char name[32];
+        snprintf(name, sizeof name, "iter_%07lld", (long long)r->st.iteration);
+        path_join(dir, sizeof dir, r->rc->save, name);
+    }
+    if (r->zero1) be->state_changed(be->ctx); // releases the gathered moments
+    if (r->dist) {
+        KdaError e;
+        double b = (double)bad;
+        if (kda_dist_allreduce(r->dist, &b, 1, KDA_DIST_F64, KDA_DIST_MAX, r->rank ? err : &e))
+            return -1;
+        if (b > 0 && r->rank) return kda_fail(err, "rank 0 could not write the checkpoint");
+    }
+    if (bad) return -1;
     snprintf(res->checkpoint, sizeof res->checkpoint, "%s", dir);
     snprintf(r->last_good, sizeof r->last_good, "%s", dir);
-    if (!r->o->quiet) {
+    if (!r->quiet) {
         clear_bar(r);
         kda_info("saved checkpoint %s (iteration %lld)", dir, (long long)r->st.iteration);
     }
@@ -677,26 +866,38 @@ static int nan_policy(Run *r, const KdaStepInfo *si, KdaError *err) {
 static int train_step(Run *r, KdaStepInfo *si, KdaError *err) {
     const KdaRunConfig *rc = r->rc;
     KdaBackend *be = &r->be;
+    if (r->dist && kda_dist_mark_progress(r->dist, r->st.iteration + 1, err)) return -1;
     be->zero_grads(be->ctx);
     double sum = 0;
     for (int k = 0; k < r->n_micro; k++) {
         const int32_t *ids = kda_loader_next(r->train, err);
         if (!ids) return -1;
+        if (k == r->n_micro - 1 && r->dist && be->begin_reduce) be->begin_reduce(be->ctx);
         float l;
         if (be->forward_backward(be->ctx, ids, rc->micro_batch_size, r->T, 1, &l, err)) return -1;
-        if (r->o->poison && r->o->poison(r->o->user, r->st.iteration + 1, k)) l = NAN;
+        int global_k = k * r->world + r->rank; // the micro-batch's place in the global batch
+        if (r->o->poison && r->o->poison(r->o->user, r->st.iteration + 1, global_k)) l = NAN;
         sum += l;
     }
+    // One all-reduce for the loss sum and the stop request: every rank decides alike.
+    double red[2] = {sum, g_stop || r->time_up ? 1.0 : 0.0};
+    if (r->dist && kda_dist_allreduce(r->dist, red, 2, KDA_DIST_F64, KDA_DIST_SUM, err)) return -1;
+    r->stop_all = red[1] > 0;
+    int64_t n_all = r->n_micro * r->world;
     si->iteration = r->st.iteration + 1;
-    si->loss = (float)(sum / (double)r->n_micro);
+    si->loss = (float)(red[0] / (double)n_all);
     si->grad_norm = NAN;
     si->lr = 0;
     si->skipped = 1;
+    // Always in data parallel (a GPU backend may have started it during the backward); a
+    // non-finite loss then skips the update on every rank alike.
+    if (r->dist && be->reduce_grads(be->ctx, err)) return -1;
     if (isfinite(si->loss)) {
-        si->grad_norm = be->finish_grads(be->ctx, 1.0 / (double)r->n_micro, rc->clip_grad);
+        si->grad_norm = be->finish_grads(be->ctx, 1.0 / (double)n_all, rc->clip_grad);
         if (isfinite(si->grad_norm)) {
             si->lr = kda_lr_for_update(&r->sched, be->host_optim(be->ctx)->step + 1);
             be->update(be->ctx, si->lr);
+            if (r->zero1 && be->sync_params(be->ctx, err)) return -1;
             si->skipped = 0;
             if (check_weights(r, si, err)) return -1;
         }
@@ -710,7 +911,7 @@ static int train_step(Run *r, KdaStepInfo *si, KdaError *err) {
         r->st.consecutive_nan++;
         r->win_skipped++;
         r->win_nan++;
-        if (!r->o->quiet) {
+        if (!r->quiet) {
             clear_bar(r);
             kda_warn("iteration %lld: non-finite %s, update skipped (%lld consecutive, %lld total)",
                      (long long)si->iteration, isfinite(si->loss) ? "grad norm" : "loss",
@@ -805,7 +1006,10 @@ static int loop(Run *r, KdaTrainResult *res, KdaError *err) {
         progress_tick(r, it > it1 && el > 0 ? (double)((it - it1) * r->tokens_per_iter) / el : 0);
         int out_of_time =
             rc->exit_duration_in_mins > 0 && now_seconds() - t0 >= 60.0 * rc->exit_duration_in_mins;
-        int stop = g_stop || (o->stop_after > 0 && it >= o->stop_after) || out_of_time;
+        // ranks agree through the step's reduction: this rank's clock joins the next one
+        r->time_up = out_of_time;
+        int stop = (r->dist ? r->stop_all : g_stop || out_of_time) ||
+                   (o->stop_after > 0 && it >= o->stop_after);
         if (last || stop || (rc->save_interval > 0 && it % rc->save_interval == 0)) {
             double tsave = now_seconds();
             if (save(r, res, err)) return -1;
@@ -813,7 +1017,7 @@ static int loop(Run *r, KdaTrainResult *res, KdaError *err) {
         }
         if (stop && !last) {
             res->interrupted = 1;
-            if (!o->quiet) {
+            if (!r->quiet) {
                 clear_bar(r);
                 kda_info("stopped at iteration %lld %s", (long long)it,
                          out_of_time ? "(exit_duration_in_mins reached)" : "on request");
@@ -837,20 +1041,32 @@ int kda_train(const KdaTrainOptions *o, KdaTrainResult *res, KdaError *err) {
     r.rc = o->rc;
     r.last_valid = NAN;
     r.last_norm = NAN;
+    r.dist = o->dist;
+    r.world = o->dist ? kda_dist_world(o->dist) : 1;
+    r.rank = o->dist ? kda_dist_rank(o->dist) : 0;
+    r.zero1 = o->dist && o->rc->use_distributed_optimizer;
+    r.quiet = o->quiet || r.rank != 0;
     int rc = setup(&r, err);
     if (!rc) {
-        r.use_prog = o->progress && isatty(STDERR_FILENO);
+        r.use_prog = o->progress && isatty(STDERR_FILENO) && r.rank == 0;
         if (r.use_prog) {
             progress_init(&r.prog, "train", (double)r.rc->train_iters, "it");
             progress_update(&r.prog, (double)r.st.iteration, NULL);
         }
-        if (!o->quiet)
+        if (!r.quiet)
             kda_info("training %lld iterations from %lld: %lld micro-batches of %lld x %lld "
                      "tokens, objective %s, data order %s, %.3g model FLOPs/token",
                      (long long)r.rc->train_iters, (long long)r.st.iteration, (long long)r.n_micro,
                      (long long)r.rc->micro_batch_size, (long long)r.T,
                      r.rc->objective ? r.rc->objective : "megatron",
                      r.rc->data_order ? r.rc->data_order : "megatron", r.flops_tok);
+        if (!r.quiet && r.dist)
+            kda_info("data parallel over %d ranks (%s): %lld micro-batches per rank per "
+                     "iteration, global batch %lld = %lld x %lld x %d%s",
+                     r.world, kda_dist_engine(r.dist), (long long)r.n_micro,
+                     (long long)r.rc->global_batch_size, (long long)r.rc->micro_batch_size,
+                     (long long)r.n_micro, r.world,
+                     r.zero1 ? ", ZeRO-1 (distributed optimizer)" : "");
         rc = loop(&r, res, err);
         if (r.use_prog) progress_finish(&r.prog, (double)r.st.iteration, NULL);
     }

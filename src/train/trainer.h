@@ -24,6 +24,17 @@
 // iteration finish, then a checkpoint is saved (when rc->save is set) and kda_train returns 0
 // with result.interrupted = 1; a second signal exits the process at once (status 130).
 //
+// Data parallelism (o->dist, D ranks; Megatron's semantics): global_batch_size = micro_batch_size
+// x n_micro x D, so each rank runs n_micro = global / (micro x D) micro-batches per iteration.
+// Rank r reads, of the one global sample order, the micro-batches at cursor + k x D x micro +
+// r x micro (k = 0 .. n_micro - 1): the union per iteration is the same samples a single process
+// reads, whatever D, in either data_order. The loss sum, the stop request and the fp32 gradient
+// are summed over the ranks before anything is decided, so the logged loss, the grad norm, the
+// NaN skip and the clip factor are the same on every rank. Rank 0 alone resumes (then broadcasts
+// parameters, moments and the trainer state), writes checkpoints (the single-process format:
+// ZeRO-1 moments are gathered first) and logs; every rank leaves save() only after rank 0's
+// checkpoint is complete. A signal to any rank stops all of them after the same iteration.
+//
 // Outputs: one Megatron log line (training-recipe.md §3.1 fields and order, then ours) to
 // stdout at iteration 1 and every log_interval; a validation line every eval_interval (and at
 // the end); SAVE/metrics.jsonl (one JSON object per log/eval; on resume lines past the resumed
@@ -36,6 +47,7 @@
 
 #include "core/error.h"
 #include "core/prof.h"
+#include "dist/dist.h" // defines: KdaDist
 #include "model/model.h"
 #include "train/optim.h"
 #include "train/run_config.h"
@@ -63,6 +75,21 @@ typedef struct KdaBackend {
     float *(*host_params)(void *ctx);   // [n_params] fp32, layout of the parameter table
     KdaAdamW *(*host_optim)(void *ctx); // m, v [n_params] fp32 and the step count
     void (*state_changed)(void *ctx);
+    // Data parallelism (all NULL: the backend serves one process only). set_dist joins the
+    // communicator (borrowed); zero1 = ZeRO-1: this rank keeps the moments of its 1/N shard.
+    // The other three are collective (every rank calls them in the same order):
+    //   reduce_grads: sums the accumulated gradient over the ranks (every rank: same bits);
+    //   sync_params: after update with ZeRO-1, all-gathers the updated parameter shards;
+    //   gather_optim: with ZeRO-1, gathers the full moments into host_optim() (checkpoint save
+    //     and resume; state_changed releases them again).
+    //   begin_reduce (optional, not collective): called before the step's last micro-batch, so
+    //     the backend may start reducing each layer's gradient as the backward completes it;
+    //     reduce_grads then finishes what it started (always called once per step).
+    int (*set_dist)(void *ctx, KdaDist *d, int zero1, KdaError *err);
+    void (*begin_reduce)(void *ctx);
+    int (*reduce_grads)(void *ctx, KdaError *err);
+    int (*sync_params)(void *ctx, KdaError *err);
+    int (*gather_optim)(void *ctx, KdaError *err);
     void (*destroy)(void *ctx);
     // Device memory for the log line (NULL on the CPU): MiB in use on the device (all
     // allocations, the CUDA context included) and its total. -1 on a device error.
@@ -104,6 +131,10 @@ typedef struct {
     // into *profile_out when non-NULL), whatever quiet says. Backends without profiling warn.
     int64_t profile_iter;
     KdaProf *profile_out;
+    // Data parallelism: the communicator of this rank (borrowed; NULL = one process). Every rank
+    // runs kda_train with the same run config; see "Data parallelism" above.
+    KdaDist *dist;
+    int device; // CUDA device of this rank (device: cuda)
 } KdaTrainOptions;
 
 typedef struct {

@@ -1,0 +1,532 @@
+// test_dist_train.c - data-parallel training end to end on CPU ranks (Gloo): `kda train`
+// processes launched the torchrun, Slurm, mpirun and --nproc-per-node ways against one-process
+// runs of the same global batch (losses, grad norms, final weights), ZeRO-1 on vs off, resume
+// across world sizes, a killed rank, SIGTERM to one rank, and two network namespaces as two nodes.
+// Model configs/tiny.json, seq_length 16, a synthetic dataset; one thread per rank.
+//
+// Equalities and why:
+//   2 ranks x 1 micro-batch vs 1 rank x 2: bit-exact. Each micro-batch's gradient is computed
+//     alone and added (trainer.c), Gloo's 2-rank all-reduce is one fp32 a + b, and a + b == b + a.
+//   3 ranks vs 1 rank x 3: the ring all-reduce adds the three gradients in a rank-dependent order
+//     per chunk ((g1 + g2) + g0 vs (g0 + g1) + g2), a difference of ~1 ulp of the gradient; after
+//     6 AdamW steps losses agree to 1e-5 relative and weights to 1e-5 absolute (|w| ~ 0.02-1:
+//     Adam's steps are ~lr = 3e-3, so 1e-5 is a few hundred times the fp32 rounding of a step
+//     and far below one step).
+//   ZeRO-1 vs plain data parallel: bit-exact (the shards update with the same element-wise
+//     arithmetic from the same all-reduced gradient; the all-gather copies bits).
+#include <dirent.h>
+#include <errno.h>
+#include <limits.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "core/util.h"
+#include "data/indexed.h"
+#include "dist_test_util.h"
+#include "io/model_io.h"
+#include "model/config.h"
+#include "model/params.h"
+#include "test.h"
+
+static const char *kda_bin_(void) {
+    const char *b = getenv("KDA_BIN");
+    return b ? b : "./build/kda";
+}
+
+// 200 documents of 20..59 tokens, token k of document d = 10 + (d + 5k) % 37.
+static int make_data_(char *prefix, size_t cap) {
+    snprintf(prefix, cap, "%s/data", test_tmpdir());
+    IndexedBuilder b;
+    KdaError err;
+    if (indexed_builder_open(&b, prefix, IDX_DTYPE_UINT16, &err)) return -1;
+    int32_t tok[64];
+    for (int d = 0; d < 200; d++) {
+        int n = 20 + (d * 7) % 40;
+        for (int k = 0; k < n; k++)
+            tok[k] = 10 + (d + 5 * k) % 37;
+        if (indexed_builder_add(&b, tok, n, &err)) return -1;
+        indexed_builder_end_document(&b);
+    }
+    return indexed_builder_finish(&b, &err) ? -1 : 0;
+}
+
+// SAVE-independent run config at dir/name.yaml for a global batch gbs of micro-batches of 2.
+static const char *make_cfg_(const char *name, const char *data, int gbs, int iters,
+                             const char *extra) {
+    static char path[PATH_MAX];
+    snprintf(path, sizeof path, "%s/%s.yaml", test_tmpdir(), name);
+    FILE *f = fopen(path, "w");
+    if (!f) return NULL;
+    fprintf(f,
+            "model: configs/tiny.json\ntrain_data_path: [%s]\nsplit: \"90,10,0\"\n"
+            "seq_length: 16\ntrain_iters: %d\nlr_decay_iters: 6\nglobal_batch_size: %d\n"
+            "micro_batch_size: 2\nlr: 3.0e-3\nmin_lr: 3.0e-4\nlr_warmup_iters: 1\n"
+            "log_interval: 1\nseed: 11\nthreads: 1\nclip_grad: 0.5\n%s",
+            data, iters, gbs, extra ? extra : "");
+    return fclose(f) ? NULL : path;
+}
+
+typedef enum { L_SINGLE, L_TORCHRUN, L_SLURM, L_MPIRUN } Launcher;
+
+static void clear_launch_env_(void) {
+    const char *v[] = {"RANK",
+                       "WORLD_SIZE",
+                       "LOCAL_RANK",
+                       "LOCAL_WORLD_SIZE",
+                       "MASTER_ADDR",
+                       "MASTER_PORT",
+                       "SLURM_PROCID",
+                       "SLURM_NTASKS",
+                       "SLURM_LOCALID",
+                       "SLURM_NTASKS_PER_NODE",
+                       "SLURM_JOB_NODELIST",
+                       "SLURM_NODELIST",
+                       "OMPI_COMM_WORLD_RANK",
+                       "OMPI_COMM_WORLD_SIZE",
+                       "OMPI_COMM_WORLD_LOCAL_RANK",
+                       "OMPI_COMM_WORLD_LOCAL_SIZE"};
+    for (size_t i = 0; i < sizeof v / sizeof *v; i++)
+        unsetenv(v[i]);
+}
+
+static void setenv_int_(const char *k, int v) {
+    char b[16];
+    snprintf(b, sizeof b, "%d", v);
+    setenv(k, b, 1);
+}
+
+// Starts rank r of world (launched the `how` way) of `kda train --config cfg --save save ARGS`;
+// its stdout+stderr go to log. netns: run inside that network namespace (ip netns exec).
+static pid_t spawn_rank_(Launcher how, int r, int world, int local_world, const char *master,
+                         int port, const char *cfg, const char *save, const char *args,
+                         const char *log, const char *netns) {
+    fflush(stdout); // a child must not inherit (and flush again) buffered output
+    fflush(stderr);
+    pid_t pid = fork();
+    if (pid != 0) return pid;
+    clear_launch_env_();
+    setenv("OMP_NUM_THREADS", "1", 1);
+    int lr = r % local_world;
+    if (how == L_TORCHRUN) {
+        setenv_int_("RANK", r);
+        setenv_int_("WORLD_SIZE", world);
+        setenv_int_("LOCAL_RANK", lr);
+        setenv_int_("LOCAL_WORLD_SIZE", local_world);
+        setenv("MASTER_ADDR", master, 1);
+        setenv_int_("MASTER_PORT", port);
+    } else if (how == L_SLURM) {
+        setenv_int_("SLURM_PROCID", r);
+        setenv_int_("SLURM_NTASKS", world);
+        setenv_int_("SLURM_LOCALID", lr);
+        setenv_int_("SLURM_NTASKS_PER_NODE", local_world);
+        setenv("SLURM_JOB_NODELIST", master, 1); // the first host is rank 0's
+        setenv_int_("MASTER_PORT", port);
+    } else if (how == L_MPIRUN) {
+        setenv_int_("OMPI_COMM_WORLD_RANK", r);
+        setenv_int_("OMPI_COMM_WORLD_SIZE", world);
+        setenv_int_("OMPI_COMM_WORLD_LOCAL_RANK", lr);
+        setenv_int_("OMPI_COMM_WORLD_LOCAL_SIZE", local_world);
+        setenv_int_("MASTER_PORT", port);
+    }
+    if (!freopen(log, "w", stdout) || dup2(fileno(stdout), 2) < 0) _exit(120);
+    char full[8192];
+    snprintf(full, sizeof full, "exec %s%s%s%s train --config %s --save %s --no-progress %s",
+             netns ? "ip netns exec " : "", netns ? netns : "", netns ? " " : "", kda_bin_(), cfg,
+             save, args ? args : "");
+    execl("/bin/sh", "sh", "-c", full, (char *)NULL);
+    _exit(127);
+}
+
+static int g_quiet_failures; // a test that expects failing ranks: no log dump
+
+// Runs a world to completion (limit_s): returns the number of failed ranks.
+static int run_world_(Launcher how, int world, const char *cfg, const char *save, const char *args,
+                      double limit_s) {
+    int port = dist_test_free_port();
+    pid_t pids[8] = {0};
+    for (int r = 0; r < world; r++) {
+        char log[PATH_MAX + 32];
+        snprintf(log, sizeof log, "%s.rank%d.log", save, r);
+        pids[r] = spawn_rank_(how, r, world, world, "127.0.0.1", port, cfg, save, args, log, NULL);
+    }
+    int late;
+    int failed = dist_test_wait(pids, world, limit_s, &late);
+    if (failed && !g_quiet_failures) {
+        for (int r = 0; r < world; r++) {
+            char log[PATH_MAX + 32];
+            snprintf(log, sizeof log, "%s.rank%d.log", save, r);
+            size_t n;
+            KdaError e;
+            char *s = read_file(log, &n, &e);
+            fprintf(stderr, "    --- %s rank %d ---\n%s\n", save, r, s ? s : "(no log)");
+            free(s);
+        }
+    }
+    return failed + late;
+}
+
+typedef struct {
+    double loss[64], norm[64];
+    int n;
+} Curve;
+
+// Losses and grad norms of SAVE/metrics.jsonl (one line per iteration: log_interval 1).
+static int read_curve_(const char *save, Curve *c) {
+    char p[PATH_MAX];
+    snprintf(p, sizeof p, "%s/metrics.jsonl", save);
+    size_t n;
+    KdaError e;
+    char *s = read_file(p, &n, &e);
+    if (!s) return -1;
+    c->n = 0;
+    for (char *l = s; l && *l && c->n < 64;) {
+        char *a = strstr(l, "\"loss\": "), *b = strstr(l, "\"grad_norm\": ");
+        char *nl = strchr(l, '\n');
+        if (a && b && (!nl || a < nl)) {
+            c->loss[c->n] = strtod(a + 8, NULL);
+            c->norm[c->n] = strtod(b + 13, NULL);
+            c->n++;
+        }
+        l = nl ? nl + 1 : NULL;
+    }
+    free(s);
+    return 0;
+}
+
+// The final weights of SAVE (through `latest`): [n] fp32, caller frees.
+static float *read_weights_(const char *save, int64_t *n) {
+    char p[PATH_MAX], dir[PATH_MAX];
+    snprintf(p, sizeof p, "%s/latest", save);
+    size_t k;
+    KdaError e;
+    char *l = read_file(p, &k, &e);
+    if (!l) return NULL;
+    l[strcspn(l, "\n")] = 0;
+    snprintf(dir, sizeof dir, "%s/%s", save, l);
+    free(l);
+    KdaConfig cfg;
+    KdaParamTable t;
+    if (kda_config_load(&cfg, "configs/tiny.json", &e) ||
+        kda_config_derive(&cfg, "configs/tiny.json", &e) || kda_params_build(&t, &cfg, &e))
+        return NULL;
+    float *w = calloc((size_t)t.total_numel, sizeof(float));
+    *n = t.total_numel;
+    if (kda_model_read_weights(dir, &cfg, &t, w, &e)) {
+        fprintf(stderr, "    %s\n", e.msg);
+        free(w);
+        w = NULL;
+    }
+    kda_params_free(&t);
+    return w;
+}
+
+// Compares two runs: losses and norms (relative tol) and final weights (absolute tol); tol 0 =
+// bit-exact. Prints the largest differences.
+static void check_same_(const char *a, const char *b, double tol_rel, double tol_abs) {
+    Curve ca, cb;
+    CHECK(read_curve_(a, &ca) == 0 && read_curve_(b, &cb) == 0);
+    CHECK_MSG(ca.n == cb.n && ca.n > 0, "%s: %d iterations, %s: %d", a, ca.n, b, cb.n);
+    double dl = 0, dn = 0, dw = 0;
+    for (int i = 0; i < ca.n && i < cb.n; i++) {
+        double x = fabs(ca.loss[i] - cb.loss[i]) / fabs(ca.loss[i]);
+        double y = fabs(ca.norm[i] - cb.norm[i]) / fabs(ca.norm[i]);
+        dl = x > dl ? x : dl;
+        dn = y > dn ? y : dn;
+    }
+    int64_t na = 0, nb = 0;
+    float *wa = read_weights_(a, &na), *wb = read_weights_(b, &nb);
+    CHECK(wa && wb && na == nb);
+    int differ = 0;
+    for (int64_t i = 0; wa && wb && i < na && na == nb; i++) {
+        double d = fabs((double)wa[i] - (double)wb[i]);
+        dw = d > dw ? d : dw;
+        differ += wa[i] != wb[i];
+    }
+    printf("    %s vs %s: max rel diff loss %.3g, grad norm %.3g; weights max abs %.3g (%d of %lld "
+           "differ)\n",
+           strrchr(a, '/') + 1, strrchr(b, '/') + 1, dl, dn, dw, differ, (long long)na);
+    if (tol_rel == 0 && tol_abs == 0) {
+        CHECK_MSG(dl == 0 && dn == 0 && differ == 0, "not bit-exact");
+    } else {
+        CHECK(dl <= tol_rel && dn <= tol_rel && dw <= tol_abs);
+    }
+    free(wa);
+    free(wb);
+}
+
+static char g_data[PATH_MAX];
+
+static const char *save_dir_(const char *name) {
+    static char p[4][PATH_MAX];
+    static int k;
+    k = (k + 1) % 4;
+    snprintf(p[k], sizeof p[k], "%s/%s", test_tmpdir(), name);
+    return p[k];
+}
+
+KDA_TEST(dp_two_ranks_bit_exact_torchrun_mpirun_nproc) {
+    CHECK(make_data_(g_data, sizeof g_data) == 0);
+    const char *cfg = make_cfg_("gbs4", g_data, 4, 6, NULL);
+    char one[PATH_MAX], tr[PATH_MAX], mpi[PATH_MAX], np[PATH_MAX];
+    snprintf(one, sizeof one, "%s", save_dir_("one"));
+    snprintf(tr, sizeof tr, "%s", save_dir_("torchrun2"));
+    snprintf(mpi, sizeof mpi, "%s", save_dir_("mpirun2"));
+    snprintf(np, sizeof np, "%s", save_dir_("nproc2"));
+    CHECK(run_world_(L_SINGLE, 1, cfg, one, NULL, 120) == 0);
+    CHECK(run_world_(L_TORCHRUN, 2, cfg, tr, NULL, 120) == 0);
+    check_same_(one, tr, 0, 0);
+    CHECK(run_world_(L_MPIRUN, 2, cfg, mpi, NULL, 120) == 0);
+    check_same_(one, mpi, 0, 0);
+    CHECK(run_world_(L_SINGLE, 1, cfg, np, "--nproc-per-node 2", 120) == 0);
+    check_same_(one, np, 0, 0);
+    // rank 0 alone logs, with the rank count in the startup summary and tokens/s total
+    size_t n;
+    KdaError e;
+    char log[PATH_MAX + 32];
+    snprintf(log, sizeof log, "%s.rank0.log", tr);
+    char *s = read_file(log, &n, &e);
+    CHECK(s && strstr(s, "data parallel over 2 ranks (gloo)") && strstr(s, "tokens/s total"));
+    free(s);
+    snprintf(log, sizeof log, "%s.rank1.log", tr);
+    s = read_file(log, &n, &e);
+    CHECK(s && !strstr(s, "iteration"));
+    free(s);
+}
+
+KDA_TEST(dp_three_ranks_slurm_zero1_and_resume) {
+    CHECK(make_data_(g_data, sizeof g_data) == 0);
+    const char *c6 = make_cfg_("gbs6", g_data, 6, 6, NULL);
+    char one[PATH_MAX], sl[PATH_MAX];
+    snprintf(one, sizeof one, "%s", save_dir_("one6"));
+    snprintf(sl, sizeof sl, "%s", save_dir_("slurm3"));
+    CHECK(run_world_(L_SINGLE, 1, c6, one, NULL, 120) == 0);
+    CHECK(run_world_(L_SLURM, 3, c6, sl, NULL, 120) == 0);
+    check_same_(one, sl, 1e-5, 1e-5);
+    // ZeRO-1 over 3 ranks: the same bits as plain data parallel over 3
+    char z[PATH_MAX];
+    snprintf(z, sizeof z, "%s", save_dir_("zero3"));
+    CHECK(run_world_(L_TORCHRUN, 3, c6, z, "--use_distributed_optimizer true", 120) == 0);
+    check_same_(sl, z, 0, 0);
+    // resume 1 -> 3 (ZeRO-1): 3 iterations alone, 3 more on 3 ranks; the 1-rank trajectory
+    char r13[PATH_MAX];
+    snprintf(r13, sizeof r13, "%s", save_dir_("resume13"));
+    CHECK(run_world_(L_SINGLE, 1, c6, r13, "--train_iters 3", 120) == 0);
+    CHECK(run_world_(L_TORCHRUN, 3, c6, r13, "--use_distributed_optimizer true", 120) == 0);
+    check_same_(one, r13, 1e-5, 1e-5);
+}
+
+KDA_TEST(dp_zero1_resume_two_to_one) {
+    CHECK(make_data_(g_data, sizeof g_data) == 0);
+    const char *cfg = make_cfg_("gbs4", g_data, 4, 6, NULL);
+    char one[PATH_MAX], z[PATH_MAX], r21[PATH_MAX];
+    snprintf(one, sizeof one, "%s", save_dir_("one"));
+    snprintf(z, sizeof z, "%s", save_dir_("zero2"));
+    snprintf(r21, sizeof r21, "%s", save_dir_("resume21"));
+    CHECK(run_world_(L_SINGLE, 1, cfg, one, NULL, 120) == 0);
+    CHECK(run_world_(L_TORCHRUN, 2, cfg, z, "--use_distributed_optimizer true", 120) == 0);
+    check_same_(one, z, 0, 0);
+    // 3 iterations on 2 ZeRO-1 ranks (moments gathered into the one-process format), 3 on 1
+    CHECK(run_world_(L_TORCHRUN, 2, cfg, r21, "--use_distributed_optimizer true --train_iters 3",
+                     120) == 0);
+    CHECK(run_world_(L_SINGLE, 1, cfg, r21, NULL, 120) == 0);
+    check_same_(one, r21, 0, 0);
+}
+
+KDA_TEST(dp_batch_not_divisible_is_an_error) {
+    CHECK(make_data_(g_data, sizeof g_data) == 0);
+    const char *cfg = make_cfg_("gbs4", g_data, 4, 6, NULL);
+    const char *s = save_dir_("bad3");
+    g_quiet_failures = 1;
+    CHECK(run_world_(L_TORCHRUN, 3, cfg, s, NULL, 60) == 3);
+    g_quiet_failures = 0;
+    char log[PATH_MAX + 32];
+    snprintf(log, sizeof log, "%s.rank0.log", s);
+    size_t n;
+    KdaError e;
+    char *t = read_file(log, &n, &e);
+    CHECK(t && strstr(t, "micro_batch_size x data-parallel ranks = 2 x 3"));
+    free(t);
+}
+
+// ---------------------------------------------------------------------------------------------
+// Faults and signals
+
+// Lines of SAVE/metrics.jsonl (0 when missing): how far rank 0 has come.
+static int metrics_lines_(const char *save) {
+    char p[PATH_MAX];
+    snprintf(p, sizeof p, "%s/metrics.jsonl", save);
+    size_t n;
+    KdaError e;
+    char *s = read_file(p, &n, &e);
+    int k = 0;
+    for (size_t i = 0; s && i < n; i++)
+        k += s[i] == '\n';
+    free(s);
+    return k;
+}
+
+// Waits (at most limit_s) until rank 0 logged `lines` iterations.
+static int wait_progress_(const char *save, int lines, double limit_s) {
+    double t_end = now_seconds() + limit_s;
+    while (metrics_lines_(save) < lines) {
+        if (now_seconds() > t_end) return -1;
+        struct timespec ts = {0, 20 * 1000 * 1000};
+        nanosleep(&ts, NULL);
+    }
+    return 0;
+}
+
+static char *rank_log_(const char *save, int r) {
+    char log[PATH_MAX + 32];
+    snprintf(log, sizeof log, "%s.rank%d.log", save, r);
+    size_t n;
+    KdaError e;
+    return read_file(log, &n, &e);
+}
+
+KDA_TEST(dp_killed_rank_fails_the_others_naming_it) {
+    CHECK(make_data_(g_data, sizeof g_data) == 0);
+    const char *cfg = make_cfg_("long", g_data, 6, 100000, "save_interval: 0\n");
+    const char *save = save_dir_("killed");
+    int port = dist_test_free_port();
+    pid_t pids[3];
+    for (int r = 0; r < 3; r++) {
+        char log[PATH_MAX + 32];
+        snprintf(log, sizeof log, "%s.rank%d.log", save, r);
+        pids[r] = spawn_rank_(L_TORCHRUN, r, 3, 3, "127.0.0.1", port, cfg, save, NULL, log, NULL);
+    }
+    CHECK(wait_progress_(save, 3, 60) == 0);
+    kill(pids[1], SIGKILL);
+    double t0 = now_seconds();
+    int late, st[3];
+    dist_test_wait_status(pids, 3, 60, &late, st);
+    double dt = now_seconds() - t0;
+    CHECK_MSG(!late, "ranks still running 60 s after rank 1 was killed");
+    CHECK(st[1] == 128 + SIGKILL && st[0] != 0 && st[2] != 0);
+    for (int r = 0; r < 3; r += 2) {
+        char *s = rank_log_(save, r);
+        CHECK_MSG(s && strstr(s, "rank 1 is gone"), "rank %d: %s", r, s ? s : "(no log)");
+        free(s);
+    }
+    printf("    SIGKILL of rank 1 of 3: ranks 0 and 2 exited %d and %d naming it after %.2f s\n",
+           st[0], st[2], dt);
+}
+
+// SIGTERM to one rank (or to the --nproc-per-node launcher): every rank finishes the same
+// iteration, one checkpoint is written, all exit 0.
+static void check_sigterm_(const char *save, int world, pid_t *pids, int target) {
+    CHECK(wait_progress_(save, 3, 60) == 0);
+    kill(pids[target], SIGTERM);
+    int late, st[8];
+    dist_test_wait_status(pids, world, 60, &late, st);
+    CHECK(!late);
+    for (int r = 0; r < world; r++)
+        CHECK_MSG(st[r] == 0, "process %d exited %d", r, st[r]);
+    char p[PATH_MAX];
+    snprintf(p, sizeof p, "%s/latest", save);
+    size_t n;
+    KdaError e;
+    char *l = read_file(p, &n, &e);
+    CHECK_MSG(l && !strncmp(l, "iter_", 5), "no latest checkpoint");
+    int it = l ? atoi(l + 5) : 0;
+    free(l);
+    CHECK(it >= 3 && it < 100000);
+    char *s = rank_log_(save, 0);
+    char want[64];
+    snprintf(want, sizeof want, "stopped at iteration %d on request", it);
+    CHECK_MSG(s && strstr(s, want), "rank 0 log: %s", s ? s : "(none)");
+    free(s);
+}
+
+KDA_TEST(dp_sigterm_to_one_rank_or_the_launcher_stops_all) {
+    CHECK(make_data_(g_data, sizeof g_data) == 0);
+    const char *cfg = make_cfg_("long", g_data, 4, 100000, NULL);
+    char save[PATH_MAX];
+    snprintf(save, sizeof save, "%s", save_dir_("sigterm"));
+    int port = dist_test_free_port();
+    pid_t pids[2];
+    for (int r = 0; r < 2; r++) {
+        char log[PATH_MAX + 32];
+        snprintf(log, sizeof log, "%s.rank%d.log", save, r);
+        pids[r] = spawn_rank_(L_TORCHRUN, r, 2, 2, "127.0.0.1", port, cfg, save, NULL, log, NULL);
+    }
+    check_sigterm_(save, 2, pids, 1);
+    // the launcher: its SIGTERM goes to both ranks
+    snprintf(save, sizeof save, "%s", save_dir_("sigterm_launcher"));
+    char log[PATH_MAX + 32];
+    snprintf(log, sizeof log, "%s.rank0.log", save);
+    pid_t lp = spawn_rank_(L_SINGLE, 0, 1, 1, "", 0, cfg, save, "--nproc-per-node 2", log, NULL);
+    check_sigterm_(save, 1, &lp, 0);
+}
+
+// ---------------------------------------------------------------------------------------------
+// Two nodes: two network namespaces joined by a veth pair, 2 ranks in each, Slurm-style env
+// with the first host of the node list = node A's veth address (root only).
+
+static int sh_(const char *cmd) {
+    char full[1200];
+    snprintf(full, sizeof full, "%s >/dev/null 2>&1", cmd);
+    return system(full);
+}
+
+KDA_TEST(dp_two_nodes_in_network_namespaces) {
+    if (geteuid() != 0) {
+        printf("    skipped: needs root for ip netns (CI runs as root)\n");
+        return;
+    }
+    char na[32], nb[32], va[16], vb[16], cmd[1024];
+    int id = (int)(getpid() % 100000);
+    snprintf(na, sizeof na, "kdaA%d", id);
+    snprintf(nb, sizeof nb, "kdaB%d", id);
+    snprintf(va, sizeof va, "kva%d", id);
+    snprintf(vb, sizeof vb, "kvb%d", id);
+    snprintf(cmd, sizeof cmd, "ip netns add %s && ip netns add %s", na, nb);
+    if (sh_(cmd)) {
+        printf("    skipped: ip netns add failed (no permission for network namespaces)\n");
+        snprintf(cmd, sizeof cmd, "ip netns del %s; ip netns del %s", na, nb);
+        sh_(cmd);
+        return;
+    }
+    snprintf(cmd, sizeof cmd,
+             "ip link add %s type veth peer name %s && ip link set %s netns %s && "
+             "ip link set %s netns %s && ip -n %s addr add 10.213.0.1/24 dev %s && "
+             "ip -n %s addr add 10.213.0.2/24 dev %s && ip -n %s link set %s up && "
+             "ip -n %s link set %s up && ip -n %s link set lo up && ip -n %s link set lo up",
+             va, vb, va, na, vb, nb, na, va, nb, vb, na, va, nb, vb, na, nb);
+    int ok = sh_(cmd) == 0;
+    CHECK_MSG(ok, "setting up the veth pair failed");
+    if (ok) {
+        CHECK(make_data_(g_data, sizeof g_data) == 0);
+        const char *cfg = make_cfg_("gbs8", g_data, 8, 4, NULL);
+        char one[PATH_MAX], two[PATH_MAX];
+        snprintf(one, sizeof one, "%s", save_dir_("one8"));
+        snprintf(two, sizeof two, "%s", save_dir_("netns4"));
+        CHECK(run_world_(L_SINGLE, 1, cfg, one, NULL, 120) == 0);
+        pid_t pids[4];
+        int port = 29641;
+        for (int r = 0; r < 4; r++) {
+            char log[PATH_MAX + 32];
+            snprintf(log, sizeof log, "%s.rank%d.log", two, r);
+            pids[r] = spawn_rank_(L_SLURM, r, 4, 2, "10.213.0.1,10.213.0.2", port, cfg, two, NULL,
+                                  log, r < 2 ? na : nb);
+        }
+        int late;
+        int failed = dist_test_wait(pids, 4, 120, &late);
+        CHECK(failed == 0 && !late);
+        for (int r = 0; failed && r < 4; r++) {
+            char *s = rank_log_(two, r);
+            fprintf(stderr, "    --- rank %d ---\n%s\n", r, s ? s : "(no log)");
+            free(s);
+        }
+        // 4 ranks: ring-order sums, the 3-rank tolerance and reason (file head)
+        check_same_(one, two, 1e-5, 1e-5);
+    }
+    snprintf(cmd, sizeof cmd, "ip netns del %s; ip netns del %s", na, nb);
+    sh_(cmd);
+}
