@@ -8,8 +8,11 @@
 
 #ifdef KDA_HAVE_CUDA
 
+#include <cuda_runtime_api.h>
+
 #include "cuda/cuda_common.h" // defines: kda_cuda_device_count
 #include "cuda/model_cuda.h"  // defines: KdaCudaModel, kda_cuda_model_*
+#include "dist/dist.h"        // defines: KdaDist, kda_dist_dev_*
 
 typedef struct {
     KdaModel host;    // config, table and the host parameter buffer (checkpoint staging)
@@ -18,6 +21,17 @@ typedef struct {
     KdaError pending; // an error from update(), reported by the next forward_backward
     int has_pending;
     int fused_cls; // training steps use kda_cuda_model_forward_backward (KDA_CLASSIFIER)
+    // Data parallelism: the gradient all-reduce runs on comm, one NCCL call per layer as soon as
+    // that layer's backward is done (the last micro-batch only), last layer first; what no layer
+    // owns (embedding / tied head, final norm) follows the whole backward.
+    KdaDist *dist;
+    cudaStream_t comm;
+    cudaEvent_t ev;
+    int armed;                    // the current backward is the step's last: reduce while it runs
+    int64_t *layer_lo, *layer_hi; // [L] device ranges of each layer (lo -1: not contiguous)
+    int *layer_done;              // [L] queued for reduction in this step
+    KdaError dist_err;            // an error inside the layer hook, reported by reduce_grads
+    int has_dist_err;
 } CudaBe;
 
 static void be_zero(void *c) {
@@ -104,8 +118,101 @@ static int be_memory(void *c, double *used_mib, double *total_mib) {
     return 0;
 }
 
+// ---- data parallelism ----------------------------------------------------------------------
+
+// Queues the all-reduce of device elements [lo, hi) on comm after the model stream's current
+// point (the event).
+static int reduce_range_(CudaBe *x, int64_t lo, int64_t hi, KdaError *err) {
+    float *g;
+    int64_t n;
+    void *stream;
+    kda_cuda_model_grad_view(x->dm, &g, &n, &stream);
+    if (hi <= lo) return 0;
+    cudaError_t e = cudaEventRecord(x->ev, (cudaStream_t)stream);
+    if (e == cudaSuccess) e = cudaStreamWaitEvent(x->comm, x->ev, 0);
+    if (e != cudaSuccess)
+        return kda_fail(err, "gradient all-reduce: ordering the streams: %s",
+                        cudaGetErrorString(e));
+    return kda_dist_dev_allreduce(x->dist, g + lo, hi - lo, x->comm, err);
+}
+
+// After block l's backward is queued: its layer's gradient is final when the stream gets there
+// (in the step's last micro-batch), so reduce it now, overlapping the blocks still to come.
+static void layer_done_(void *c, int64_t l) {
+    CudaBe *x = c;
+    if (!x->armed || x->has_dist_err || x->layer_lo[l] < 0) return;
+    if (reduce_range_(x, x->layer_lo[l], x->layer_hi[l], &x->dist_err))
+        x->has_dist_err = 1;
+    else
+        x->layer_done[l] = 1;
+}
+
+static int be_set_dist(void *c, KdaDist *d, int zero1, KdaError *err) {
+    CudaBe *x = c;
+    if (zero1)
+        return kda_fail(err, "use_distributed_optimizer: ZeRO-1 is implemented for CPU ranks only "
+                             "so far; set it to false on GPU ranks");
+    int64_t L = x->host.cfg.num_hidden_layers;
+    x->layer_lo = kda_calloc((size_t)L, sizeof(int64_t));
+    x->layer_hi = kda_calloc((size_t)L, sizeof(int64_t));
+    x->layer_done = kda_calloc((size_t)L, sizeof(int));
+    for (int64_t l = 0; l < L; l++)
+        if (kda_cuda_model_layer_range(x->dm, l, &x->layer_lo[l], &x->layer_hi[l]))
+            x->layer_lo[l] = -1;
+    cudaError_t e = cudaStreamCreateWithFlags(&x->comm, cudaStreamNonBlocking);
+    if (e == cudaSuccess) e = cudaEventCreateWithFlags(&x->ev, cudaEventDisableTiming);
+    if (e != cudaSuccess)
+        return kda_fail(err, "data parallel: creating the comm stream: %s", cudaGetErrorString(e));
+    x->dist = d;
+    kda_dist_set_stream(d, x->comm); // the loss all-reduce queues behind the gradients'
+    kda_cuda_model_set_layer_hook(x->dm, layer_done_, x);
+    return 0;
+}
+
+// The trainer's last micro-batch is about to run: arm the per-layer reduction.
+static void be_begin_reduce(void *c) {
+    CudaBe *x = c;
+    memset(x->layer_done, 0, (size_t)x->host.cfg.num_hidden_layers * sizeof(int));
+    x->armed = 1;
+}
+
+// Finishes the step's reduction: every device range no layer hook reduced (the embedding and
+// tied head, the final norm, layers that were not contiguous), then waits for comm, polling
+// NCCL's errors (a dead or hung peer fails here within the timeout).
+static int be_reduce_grads(void *c, KdaError *err) {
+    CudaBe *x = c;
+    float *g;
+    int64_t n, L = x->host.cfg.num_hidden_layers;
+    void *stream;
+    kda_cuda_model_grad_view(x->dm, &g, &n, &stream);
+    if (!x->armed) be_begin_reduce(c);
+    x->armed = 0;
+    if (x->has_dist_err) {
+        x->has_dist_err = 0;
+        *err = x->dist_err;
+        return -1;
+    }
+    int64_t at = 0; // gaps between the reduced layer ranges, in offset order
+    for (;;) {
+        int64_t next = n, next_hi = n;
+        for (int64_t l = 0; l < L; l++)
+            if (x->layer_done[l] && x->layer_lo[l] >= at && x->layer_lo[l] < next)
+                next = x->layer_lo[l], next_hi = x->layer_hi[l];
+        if (reduce_range_(x, at, next, err)) return -1;
+        if (next >= n) break;
+        at = next_hi;
+    }
+    return kda_dist_dev_wait(x->dist, x->comm, err);
+}
+
 static void be_destroy(void *c) {
     CudaBe *x = c;
+    if (x->dist) kda_dist_set_stream(x->dist, NULL);
+    if (x->comm) cudaStreamDestroy(x->comm);
+    if (x->ev) cudaEventDestroy(x->ev);
+    free(x->layer_lo);
+    free(x->layer_hi);
+    free(x->layer_done);
     kda_cuda_model_free(x->dm);
     kda_model_free(&x->host);
     kda_adamw_free(&x->opt);
@@ -159,6 +266,9 @@ int kda_backend_cuda_create(KdaBackend *be, KdaModel *model, const KdaAdamWConfi
                        .host_params = be_params,
                        .host_optim = be_optim,
                        .state_changed = be_changed,
+                       .set_dist = be_set_dist,
+                       .begin_reduce = be_begin_reduce,
+                       .reduce_grads = be_reduce_grads,
                        .destroy = be_destroy,
                        .profile = be_profile,
                        .device_memory = be_memory};

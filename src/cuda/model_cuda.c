@@ -76,6 +76,8 @@ struct KdaCudaModel {
     bf *pb;                 // [dtotal] bf16 working copy
     KdaTensors P, G;        // device views of p and g
     float *stage;           // [dtotal] host staging for dense <-> device layout
+    void (*layer_hook)(void *user, int64_t layer); // data parallelism (may be NULL)
+    void *layer_user;
     // activations (one device arena, sized for cap_tokens)
     void *arena;
     int64_t cap_tokens;
@@ -790,6 +792,7 @@ static int trunk_bwd_(KdaCudaModel *m) {
         if (m->recompute && l + 1 < c->num_hidden_layers)
             TRY(block_fwd_(m, &m->P.layers[l], &m->L[l], m->L[l + 1].h));
         TRY(block_bwd_(m, &m->P.layers[l], &m->G.layers[l], &m->L[l]));
+        if (m->layer_hook) m->layer_hook(m->layer_user, l);
     }
     TIMED(KDA_OP_EMBED_BWD, 0, 8.0 * ND,
           kda_cuda_embed_bwd(&m->ctx, m->G.embed, m->dh, m->ids, N, D, c->vocab_size,
@@ -850,6 +853,39 @@ int kda_cuda_model_set_cls_budget(KdaCudaModel *m, size_t bytes, KdaError *err) 
     m->have_fwd = 0;
     m->cls_budget = bytes;
     return 0;
+}
+
+// ---- data parallelism --------------------------------------------------------------------------
+
+void kda_cuda_model_grad_view(KdaCudaModel *m, float **d_g, int64_t *n, void **stream) {
+    *d_g = m->g;
+    *n = m->dtotal;
+    *stream = m->ctx.stream;
+}
+
+int kda_cuda_model_layer_range(const KdaCudaModel *m, int64_t layer, int64_t *lo, int64_t *hi) {
+    int64_t a = -1, b = -1;
+    for (int i = 0; i < m->dtab.n; i++) {
+        const KdaParamInfo *r = &m->dtab.rows[i];
+        if (r->layer != layer) continue;
+        int64_t end = (r->offset + r->numel + ROW_ALIGN - 1) / ROW_ALIGN * ROW_ALIGN; // + padding
+        a = a < 0 || r->offset < a ? r->offset : a;
+        b = end > b ? end : b;
+    }
+    if (a < 0) return -1;
+    for (int i = 0; i < m->dtab.n; i++) {
+        const KdaParamInfo *r = &m->dtab.rows[i];
+        if (r->layer != layer && r->offset < b && r->offset + r->numel > a) return -1;
+    }
+    *lo = a;
+    *hi = b < m->dtotal ? b : m->dtotal;
+    return 0;
+}
+
+void kda_cuda_model_set_layer_hook(KdaCudaModel *m, void (*fn)(void *user, int64_t layer),
+                                   void *user) {
+    m->layer_hook = fn;
+    m->layer_user = user;
 }
 
 // ---- training state ---------------------------------------------------------------------------

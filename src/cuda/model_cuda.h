@@ -111,6 +111,20 @@ int kda_cuda_model_get_moments(KdaCudaModel *m, float *mom1, float *mom2, KdaErr
 int kda_cuda_model_put_moments(KdaCudaModel *m, const float *mom1, const float *mom2,
                                KdaError *err);
 
+// ---- data parallelism ----------------------------------------------------------------------
+// The device gradient buffer g [*n = dtotal] fp32 (device layout, padding zero) and the model's
+// stream (a cudaStream_t), for the gradient all-reduce of backend_cuda.c.
+void kda_cuda_model_grad_view(KdaCudaModel *m, float **d_g, int64_t *n, void **stream);
+// The device range [*lo, *hi) of layer `layer`'s rows (their padding included); -1 when other
+// rows lie inside it (then the layer cannot be reduced on its own).
+int kda_cuda_model_layer_range(const KdaCudaModel *m, int64_t layer, int64_t *lo, int64_t *hi);
+// fn(user, l) is called on the host right after block l's backward is queued on the model's
+// stream (l = L-1 down to 0): an event recorded then completes when l's weight gradients do.
+// NULL: none. The embedding (and a tied LM head) and the final norm are finished only when the
+// whole backward is.
+void kda_cuda_model_set_layer_hook(KdaCudaModel *m, void (*fn)(void *user, int64_t layer),
+                                   void *user);
+
 // The model's config (derived fields filled) and device name, for logs.
 const KdaConfig *kda_cuda_model_config(const KdaCudaModel *m);
 const char *kda_cuda_model_device_name(const KdaCudaModel *m);
