@@ -102,10 +102,11 @@ static void setenv_int_(const char *k, int v) {
 }
 
 // Starts rank r of world (launched the `how` way) of `kda train --config cfg --save save ARGS`;
-// its stdout+stderr go to log. netns: run inside that network namespace (ip netns exec).
+// its stdout+stderr go to log. wrap: a command prefix ("ip netns exec NS", "mpirun -np 2") or
+// NULL.
 static pid_t spawn_rank_(Launcher how, int r, int world, int local_world, const char *master,
                          int port, const char *cfg, const char *save, const char *args,
-                         const char *log, const char *netns) {
+                         const char *log, const char *wrap) {
     fflush(stdout); // a child must not inherit (and flush again) buffered output
     fflush(stderr);
     pid_t pid = fork();
@@ -136,9 +137,8 @@ static pid_t spawn_rank_(Launcher how, int r, int world, int local_world, const 
     }
     if (!freopen(log, "w", stdout) || dup2(fileno(stdout), 2) < 0) _exit(120);
     char full[8192];
-    snprintf(full, sizeof full, "exec %s%s%s%s train --config %s --save %s --no-progress %s",
-             netns ? "ip netns exec " : "", netns ? netns : "", netns ? " " : "", kda_bin_(), cfg,
-             save, args ? args : "");
+    snprintf(full, sizeof full, "exec %s%s%s train --config %s --save %s --no-progress %s",
+             wrap ? wrap : "", wrap ? " " : "", kda_bin_(), cfg, save, args ? args : "");
     execl("/bin/sh", "sh", "-c", full, (char *)NULL);
     _exit(127);
 }
@@ -172,8 +172,8 @@ static int run_world_(Launcher how, int world, const char *cfg, const char *save
 }
 
 typedef struct {
-    double loss[64], norm[64];
-    int n;
+    double loss[64], norm[64], valid[64];
+    int n, n_valid;
 } Curve;
 
 // Losses and grad norms of SAVE/metrics.jsonl (one line per iteration: log_interval 1).
@@ -184,10 +184,12 @@ static int read_curve_(const char *save, Curve *c) {
     KdaError e;
     char *s = read_file(p, &n, &e);
     if (!s) return -1;
-    c->n = 0;
-    for (char *l = s; l && *l && c->n < 64;) {
+    c->n = c->n_valid = 0;
+    for (char *l = s; l && *l && c->n < 64 && c->n_valid < 64;) {
         char *a = strstr(l, "\"loss\": "), *b = strstr(l, "\"grad_norm\": ");
+        char *v = strstr(l, "\"valid_loss\": ");
         char *nl = strchr(l, '\n');
+        if (v && (!nl || v < nl)) c->valid[c->n_valid++] = strtod(v + 14, NULL);
         if (a && b && (!nl || a < nl)) {
             c->loss[c->n] = strtod(a + 8, NULL);
             c->norm[c->n] = strtod(b + 13, NULL);
@@ -232,7 +234,12 @@ static void check_same_(const char *a, const char *b, double tol_rel, double tol
     Curve ca, cb;
     CHECK(read_curve_(a, &ca) == 0 && read_curve_(b, &cb) == 0);
     CHECK_MSG(ca.n == cb.n && ca.n > 0, "%s: %d iterations, %s: %d", a, ca.n, b, cb.n);
+    CHECK(ca.n_valid == cb.n_valid);
     double dl = 0, dn = 0, dw = 0;
+    for (int i = 0; i < ca.n_valid && i < cb.n_valid; i++) {
+        double x = fabs(ca.valid[i] - cb.valid[i]) / fabs(ca.valid[i]);
+        dl = x > dl ? x : dl; // validation losses count as losses
+    }
     for (int i = 0; i < ca.n && i < cb.n; i++) {
         double x = fabs(ca.loss[i] - cb.loss[i]) / fabs(ca.loss[i]);
         double y = fabs(ca.norm[i] - cb.norm[i]) / fabs(ca.norm[i]);
@@ -249,8 +256,8 @@ static void check_same_(const char *a, const char *b, double tol_rel, double tol
         differ += wa[i] != wb[i];
     }
     printf("    %s vs %s: max rel diff loss %.3g, grad norm %.3g; weights max abs %.3g (%d of %lld "
-           "differ)\n",
-           strrchr(a, '/') + 1, strrchr(b, '/') + 1, dl, dn, dw, differ, (long long)na);
+           "differ); %d validations\n",
+           strrchr(a, '/') + 1, strrchr(b, '/') + 1, dl, dn, dw, differ, (long long)na, ca.n_valid);
     if (tol_rel == 0 && tol_abs == 0) {
         CHECK_MSG(dl == 0 && dn == 0 && differ == 0, "not bit-exact");
     } else {
@@ -272,7 +279,8 @@ static const char *save_dir_(const char *name) {
 
 KDA_TEST(dp_two_ranks_bit_exact_torchrun_mpirun_nproc) {
     CHECK(make_data_(g_data, sizeof g_data) == 0);
-    const char *cfg = make_cfg_("gbs4", g_data, 4, 6, NULL);
+    // with validation: every rank evaluates its slice, the sums are all-reduced
+    const char *cfg = make_cfg_("gbs4v", g_data, 4, 6, "eval_interval: 3\neval_iters: 2\n");
     char one[PATH_MAX], tr[PATH_MAX], mpi[PATH_MAX], np[PATH_MAX];
     snprintf(one, sizeof one, "%s", save_dir_("one"));
     snprintf(tr, sizeof tr, "%s", save_dir_("torchrun2"));
@@ -285,6 +293,23 @@ KDA_TEST(dp_two_ranks_bit_exact_torchrun_mpirun_nproc) {
     check_same_(one, mpi, 0, 0);
     CHECK(run_world_(L_SINGLE, 1, cfg, np, "--nproc-per-node 2", 120) == 0);
     check_same_(one, np, 0, 0);
+    // the real mpirun (Open MPI's openmpi-bin; CI installs it), when present
+    if (system("command -v mpirun > /dev/null 2>&1") == 0) {
+        char real[PATH_MAX], wrap[160], log[PATH_MAX + 32];
+        snprintf(real, sizeof real, "%s", save_dir_("mpirun_real2"));
+        snprintf(log, sizeof log, "%s.rank0.log", real);
+        snprintf(wrap, sizeof wrap,
+                 "mpirun -np 2 --oversubscribe --allow-run-as-root -x OMP_NUM_THREADS=1 "
+                 "-x MASTER_PORT=%d",
+                 dist_test_free_port());
+        pid_t p = spawn_rank_(L_SINGLE, 0, 1, 1, "", 0, cfg, real, NULL, log, wrap);
+        int late, st;
+        dist_test_wait_status(&p, 1, 120, &late, &st);
+        CHECK_MSG(st == 0 && !late, "mpirun exited %d", st);
+        check_same_(one, real, 0, 0);
+    } else {
+        printf("    mpirun: skipped (no mpirun; install openmpi-bin)\n");
+    }
     // rank 0 alone logs, with the rank count in the startup summary and tokens/s total
     size_t n;
     KdaError e;
@@ -297,6 +322,18 @@ KDA_TEST(dp_two_ranks_bit_exact_torchrun_mpirun_nproc) {
     s = read_file(log, &n, &e);
     CHECK(s && !strstr(s, "iteration"));
     free(s);
+}
+
+// FLA's data order: the ranks read slices of the one global chunk order.
+KDA_TEST(dp_two_ranks_fla_data_order_bit_exact) {
+    CHECK(make_data_(g_data, sizeof g_data) == 0);
+    const char *cfg = make_cfg_("fla4", g_data, 4, 6, "objective: fla\ndata_order: fla\n");
+    char one[PATH_MAX], two[PATH_MAX];
+    snprintf(one, sizeof one, "%s", save_dir_("one_fla"));
+    snprintf(two, sizeof two, "%s", save_dir_("two_fla"));
+    CHECK(run_world_(L_SINGLE, 1, cfg, one, NULL, 120) == 0);
+    CHECK(run_world_(L_TORCHRUN, 2, cfg, two, NULL, 120) == 0);
+    check_same_(one, two, 0, 0);
 }
 
 KDA_TEST(dp_three_ranks_slurm_zero1_and_resume) {
@@ -390,10 +427,12 @@ static char *rank_log_(const char *save, int r) {
     return read_file(log, &n, &e);
 }
 
-KDA_TEST(dp_killed_rank_fails_the_others_naming_it) {
-    CHECK(make_data_(g_data, sizeof g_data) == 0);
+// SIGKILL of rank `victim` of 3 mid-run: the other two exit non-zero naming it (rank 0 is also
+// the rendezvous host: its death is named as that).
+static void kill_one_(int victim) {
     const char *cfg = make_cfg_("long", g_data, 6, 100000, "save_interval: 0\n");
-    const char *save = save_dir_("killed");
+    char save[PATH_MAX];
+    snprintf(save, sizeof save, "%s/killed%d", test_tmpdir(), victim);
     int port = dist_test_free_port();
     pid_t pids[3];
     for (int r = 0; r < 3; r++) {
@@ -402,20 +441,39 @@ KDA_TEST(dp_killed_rank_fails_the_others_naming_it) {
         pids[r] = spawn_rank_(L_TORCHRUN, r, 3, 3, "127.0.0.1", port, cfg, save, NULL, log, NULL);
     }
     CHECK(wait_progress_(save, 3, 60) == 0);
-    kill(pids[1], SIGKILL);
+    kill(pids[victim], SIGKILL);
     double t0 = now_seconds();
     int late, st[3];
     dist_test_wait_status(pids, 3, 60, &late, st);
     double dt = now_seconds() - t0;
-    CHECK_MSG(!late, "ranks still running 60 s after rank 1 was killed");
-    CHECK(st[1] == 128 + SIGKILL && st[0] != 0 && st[2] != 0);
-    for (int r = 0; r < 3; r += 2) {
+    CHECK_MSG(!late, "ranks still running 60 s after rank %d was killed", victim);
+    char want[64];
+    if (victim)
+        snprintf(want, sizeof want, "rank %d is gone", victim);
+    else
+        snprintf(want, sizeof want, "rank 0 (the rendezvous at 127.0.0.1:%d) is gone", port);
+    for (int r = 0; r < 3; r++) {
+        if (r == victim) {
+            CHECK(st[r] == 128 + SIGKILL);
+            continue;
+        }
+        CHECK(st[r] != 0);
         char *s = rank_log_(save, r);
-        CHECK_MSG(s && strstr(s, "rank 1 is gone"), "rank %d: %s", r, s ? s : "(no log)");
+        // rank 0's death shows in a collective ("the rendezvous at ... is gone") or in the
+        // rendezvous call itself ("lost the connection to rank 0 ... exited or was killed")
+        int named = s && (strstr(s, want) || (!victim && strstr(s, "connection to rank 0") &&
+                                              strstr(s, "exited or was killed")));
+        CHECK_MSG(named, "rank %d: %s", r, s ? s : "(no log)");
         free(s);
     }
-    printf("    SIGKILL of rank 1 of 3: ranks 0 and 2 exited %d and %d naming it after %.2f s\n",
-           st[0], st[2], dt);
+    printf("    SIGKILL of rank %d of 3: the other two exited non-zero naming it after %.2f s\n",
+           victim, dt);
+}
+
+KDA_TEST(dp_killed_rank_fails_the_others_naming_it) {
+    CHECK(make_data_(g_data, sizeof g_data) == 0);
+    kill_one_(1);
+    kill_one_(0);
 }
 
 // SIGTERM to one rank (or to the --nproc-per-node launcher): every rank finishes the same
@@ -513,8 +571,10 @@ KDA_TEST(dp_two_nodes_in_network_namespaces) {
         for (int r = 0; r < 4; r++) {
             char log[PATH_MAX + 32];
             snprintf(log, sizeof log, "%s.rank%d.log", two, r);
+            char wrap[64];
+            snprintf(wrap, sizeof wrap, "ip netns exec %s", r < 2 ? na : nb);
             pids[r] = spawn_rank_(L_SLURM, r, 4, 2, "10.213.0.1,10.213.0.2", port, cfg, two, NULL,
-                                  log, r < 2 ? na : nb);
+                                  log, wrap);
         }
         int late;
         int failed = dist_test_wait(pids, 4, 120, &late);

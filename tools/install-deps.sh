@@ -2,7 +2,7 @@
 # install-deps.sh - installs the Debian packages kda.c builds against, when missing.
 # Why each one is needed: docs/dependencies.md.
 set -euo pipefail
-pkgs=(build-essential pkg-config libopenblas-dev libopenblas-openmp-dev zlib1g-dev libzstd-dev libsnappy-dev libyaml-dev python3 libgloo-dev iproute2)
+pkgs=(build-essential pkg-config libopenblas-dev libopenblas-openmp-dev zlib1g-dev libzstd-dev libsnappy-dev libyaml-dev python3 libgloo-dev iproute2 openmpi-bin)
 missing=()
 for p in "${pkgs[@]}"; do
     dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

@@ -3,6 +3,7 @@
 #include "dist/dist.h"
 
 #include <ctype.h>
+#include <signal.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -195,12 +196,26 @@ static void behind_(KdaDist *d, char *out, size_t cap) {
 
 // Appends to err which ranks are gone, from the rendezvous' view. The server may see a killed
 // peer's connection close a moment after the engine did, so look for up to ~3 s.
+// Ranks in state `letter` of the status string st, as "2" or "0, 2" in out; returns the count.
+static int ranks_in_(const char *st, int world, char letter, char *out, size_t cap) {
+    size_t k = 0;
+    int n = 0;
+    out[0] = 0;
+    for (int r = 0; r < world && st[r] && k + 16 < cap; r++)
+        if (st[r] == letter) k += (size_t)snprintf(out + k, cap - k, "%s%d", n++ ? ", " : "", r);
+    return n;
+}
+
+// Rewrites err (a failed collective) to name the cause, from the rendezvous' view: ranks whose
+// connection closed without a goodbye (killed, crashed) first; the server may see that a moment
+// after the engine did, so look for ~3 s. Ranks that left with a goodbye failed on their own
+// first (often because of the dead one). Else the progress marks name a hung rank.
 __attribute__((unused)) static int explain_(KdaDist *d, KdaError *err) {
     char what[sizeof err->msg];
     snprintf(what, sizeof what, "%s", err->msg);
     d->failed = 1;
     if (!d->store) return -1;
-    char st[4096];
+    char st[4096], list[1024];
     KdaError e;
     for (int tries = 0; tries < 30; tries++) {
         if (kda_store_status(d->store, st, sizeof st, 5.0, &e))
@@ -208,20 +223,17 @@ __attribute__((unused)) static int explain_(KdaDist *d, KdaError *err) {
                             "rank %d: %s; rank 0 (the rendezvous at %s:%d) is gone: it exited, "
                             "crashed or was killed",
                             d->env.rank, what, d->env.master_addr, d->env.master_port);
-        char gone[1024];
-        size_t k = 0;
-        int n = 0;
-        for (int r = 0; r < d->env.world && st[r] && k + 16 < sizeof gone; r++)
-            if (st[r] == KDA_STORE_DIED || st[r] == KDA_STORE_LEFT) {
-                k += (size_t)snprintf(gone + k, sizeof gone - k, "%s%d", n ? ", " : "", r);
-                n++;
-            }
+        int n = ranks_in_(st, d->env.world, KDA_STORE_DIED, list, sizeof list);
         if (n)
             return kda_fail(err, "rank %d: %s; rank%s %s %s gone (exited, crashed or was killed)",
-                            d->env.rank, what, n > 1 ? "s" : "", gone, n > 1 ? "are" : "is");
+                            d->env.rank, what, n > 1 ? "s" : "", list, n > 1 ? "are" : "is");
         struct timespec ts = {0, 100 * 1000 * 1000};
         nanosleep(&ts, NULL);
     }
+    int n = ranks_in_(st, d->env.world, KDA_STORE_LEFT, list, sizeof list);
+    if (n)
+        return kda_fail(err, "rank %d: %s; rank%s %s left early (failed first: see %s log)",
+                        d->env.rank, what, n > 1 ? "s" : "", list, n > 1 ? "their" : "its");
     char behind[512];
     behind_(d, behind, sizeof behind);
     return kda_fail(err,
@@ -486,6 +498,9 @@ int kda_dist_open(KdaDist **out, const KdaDistEnv *env, KdaDistKind kind, int de
     if (kind == KDA_DIST_NCCL) return engine_missing_(env, kind, err);
     (void)device;
 #endif
+    // A write to a dead peer's socket (Gloo's writev) must fail with EPIPE, not kill this rank
+    // with SIGPIPE before it can say which rank is gone.
+    signal(SIGPIPE, SIG_IGN);
     KdaDist *d = kda_calloc(1, sizeof *d);
     d->env = *env;
     d->kind = kind;
@@ -525,7 +540,8 @@ void kda_dist_close(KdaDist *d) {
 #ifdef KDA_HAVE_NCCL
     nccl_close_(d);
 #endif
-    kda_store_close(d->store, d->failed ? 0.5 : 10.0);
+    // rank 0 serves the others' fault queries a little longer after a failure
+    kda_store_close(d->store, d->failed ? 5.0 : 10.0);
     free(d);
 }
 

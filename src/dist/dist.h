@@ -57,7 +57,8 @@ int kda_slurm_first_host(const char *nodelist, char *out, size_t cap, KdaError *
 
 typedef struct KdaDist KdaDist;
 
-// Joins the world of env (world >= 1) on engine kind. device: the CUDA device (NCCL). Fails with
+// Joins the world of env (world >= 1) on engine kind. Sets SIGPIPE to be ignored in this
+// process (a peer's death must surface as an error, not kill the rank). device: the CUDA device (NCCL). Fails with
 // one clear line when this build has no engine of that kind (world > 1 is never run alone).
 int kda_dist_open(KdaDist **out, const KdaDistEnv *env, KdaDistKind kind, int device,
                   double timeout_s, KdaError *err);
