@@ -590,3 +590,22 @@ KDA_TEST(dp_two_nodes_in_network_namespaces) {
     snprintf(cmd, sizeof cmd, "ip netns del %s; ip netns del %s", na, nb);
     sh_(cmd);
 }
+
+// --dry-run under a launcher shows the world and the per-rank accumulation (no rendezvous).
+KDA_TEST(dp_dry_run_shows_the_world) {
+    static char out[1 << 16];
+    char cmd[1024];
+    snprintf(cmd, sizeof cmd,
+             "RANK=3 WORLD_SIZE=8 LOCAL_RANK=3 LOCAL_WORLD_SIZE=8 MASTER_ADDR=127.0.0.1 "
+             "%s train --config configs/train_kda_300M.yaml --dry-run 2>&1",
+             kda_bin_());
+    FILE *p = popen(cmd, "r");
+    CHECK(p != NULL);
+    size_t n = p ? fread(out, 1, sizeof out - 1, p) : 0;
+    out[n] = 0;
+    CHECK(p && pclose(p) == 0);
+    CHECK_MSG(strstr(out,
+                     "world size 8 (cuda, launcher torchrun), global batch 1024 = micro 16 x 8 "
+                     "accumulation steps x 8 ranks"),
+              "%s", out);
+}

@@ -87,13 +87,21 @@ static int print_plan_(const KdaRunConfig *rc, const char *init_from) {
     if (kda_config_load(&cfg, model, &err) || kda_config_derive(&cfg, model, &err) ||
         kda_params_build(&t, &cfg, &err))
         kda_die("%s", err.msg);
-    int64_t accum = rc->global_batch_size / rc->micro_batch_size;
+    KdaDistEnv env; // the launcher's world (a plain run: 1)
+    if (kda_dist_env_read(&env, NULL, &err)) kda_die("%s", err.msg);
+    int64_t accum = rc->global_batch_size / (rc->micro_batch_size * env.world);
+    if (rc->global_batch_size % (rc->micro_batch_size * env.world))
+        kda_die("global_batch_size %lld must be a multiple of micro_batch_size x data-parallel "
+                "ranks = %lld x %d",
+                (long long)rc->global_batch_size, (long long)rc->micro_batch_size, env.world);
     double tokens = (double)rc->global_batch_size * (double)rc->seq_length;
     printf("\n# plan\n# model: %s, %lld parameters%s\n", model, (long long)t.total_numel,
            got == 1 || init_from ? " (weights from it: fresh optimizer, iteration 0)" : "");
-    printf("# world size 1 (%s), global batch %lld = micro %lld x %lld accumulation steps\n",
-           rc->device ? rc->device : "cpu", (long long)rc->global_batch_size,
-           (long long)rc->micro_batch_size, (long long)accum);
+    printf("# world size %d (%s, launcher %s), global batch %lld = micro %lld x %lld "
+           "accumulation steps x %d ranks\n",
+           env.world, rc->device ? rc->device : "cpu", env.launcher,
+           (long long)rc->global_batch_size, (long long)rc->micro_batch_size, (long long)accum,
+           env.world);
     printf("# %.0f tokens per iteration, %lld iterations = %.4g tokens\n", tokens,
            (long long)rc->train_iters, tokens * (double)rc->train_iters);
     printf("# memory: %.2f GiB fixed (fp32 weights, gradients, Adam m and v: 16 B/parameter) + "
