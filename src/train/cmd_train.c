@@ -22,7 +22,7 @@ void openblas_set_num_threads(int n); // OpenBLAS (cblas.h pulls in more than ne
 static void usage(FILE *f) {
     fprintf(f,
             "usage: kda train --config RUN.yaml [--KEY VALUE ...] [--init-from HF_DIR]\n"
-            "train (or resume) a KDA model on the CPU\n\n"
+            "train (or resume) a KDA model on the CPU or GPUs (device: cpu | cuda)\n\n"
             "  --config PATH       run config (YAML, Megatron key names; configs/*.yaml)\n"
             "  --KEY VALUE         override any run-config key, e.g. --train_iters 100 "
             "--lr 1e-3\n"
