@@ -24,7 +24,7 @@ import re
 import sys
 
 LINE = re.compile(r"^\[(?P<ts>[0-9-]+ [0-9:.]+)\] iteration\s+(?P<it>\d+)/\s*(?P<n>\d+) \|"
-                  r".*?\| lm loss: (?P<loss>\S+) \|.*?peak memory \(MiB\): (?P<rss>[0-9.]+) \|"
+                  r".*?\| lm loss: (?P<loss>\S+) \|.*?peak (?:host )?memory \(MiB\): (?P<rss>[0-9.]+) \|"
                   r".*?ms/iter last/avg: (?P<last>[0-9.]+)/(?P<avg>[0-9.]+) \|")
 
 
