@@ -1,8 +1,10 @@
 // test_indexed.c - Megatron indexed dataset: round trip, byte-exact files against the Python
 // reference writer (tools/reference/make_indexed_fixture.py), Primus variant, corrupt indexes.
 #include <dirent.h>
+#include <limits.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include "core/rng.h"
@@ -240,4 +242,55 @@ KDA_TEST(indexed_corrupt_index_errors) {
     CHECK(indexed_open(&ds, prefix, &e) != 0);
     CHECK_MSG(strstr(e.msg, "27 bytes, but the index describes 28 bytes") != NULL, "%s", e.msg);
     free(g), free(b);
+}
+
+// indexed_builder_open checks the output up front (issue 15, finding 13: a PREFIX.bin that is
+// a directory failed only after the whole corpus was tokenized) and removes the temporaries of
+// dead writers (finding 11: PREFIX.bin.tmp.PID of killed runs were never removed); a live
+// writer's temporaries are kept.
+KDA_TEST(indexed_builder_checks_output_and_stale_temps) {
+    char prefix[PATH_MAX], p[PATH_MAX + 64];
+    snprintf(prefix, sizeof prefix, "%s/out", test_tmpdir());
+    snprintf(p, sizeof p, "%s.bin", prefix);
+    KdaError e;
+    CHECK(mkdir_p(p, &e) == 0);
+    IndexedBuilder b;
+    CHECK(indexed_builder_open(&b, prefix, IDX_DTYPE_UINT16, &e) == -1);
+    CHECK_MSG(strstr(e.msg, "out.bin") && strstr(e.msg, "directory"), "%s", e.msg);
+    rmdir(p);
+    pid_t dead = fork();
+    if (dead == 0) _exit(0);
+    waitpid(dead, NULL, 0);
+    char stale[PATH_MAX + 64], live[PATH_MAX + 64];
+    snprintf(stale, sizeof stale, "%s.bin.tmp.%ld", prefix, (long)dead);
+    snprintf(live, sizeof live, "%s.idx.tmp.%ld", prefix, (long)getppid());
+    CHECK(write_file_atomic(stale, "x", 1, &e) == 0 && write_file_atomic(live, "x", 1, &e) == 0);
+    CHECK_MSG(indexed_builder_open(&b, prefix, IDX_DTYPE_UINT16, &e) == 0, "%s", e.msg);
+    CHECK(!path_exists(stale));
+    CHECK(path_exists(live));
+    indexed_builder_abort(&b);
+    unlink(live);
+}
+
+// The old .idx is moved aside, not unlinked, before the new pair is published, and put back
+// when the new .bin cannot be published (issue 15, finding 11: it was unlinked first, so a
+// failure there lost the old dataset's index). The failure is forced by a non-empty directory
+// appearing at PREFIX.bin after the builder opened.
+KDA_TEST(indexed_publish_keeps_old_index_on_failure) {
+    char prefix[PATH_MAX], p[PATH_MAX + 64], q[PATH_MAX + 64];
+    snprintf(prefix, sizeof prefix, "%s/pair", test_tmpdir());
+    KdaError e;
+    IndexedBuilder b;
+    int32_t tok[3] = {1, 2, 3};
+    CHECK(indexed_builder_open(&b, prefix, IDX_DTYPE_UINT16, &e) == 0);
+    CHECK(indexed_builder_add(&b, tok, 3, &e) == 0);
+    CHECK(indexed_builder_finish(&b, &e) == 0);
+    CHECK(indexed_builder_open(&b, prefix, IDX_DTYPE_UINT16, &e) == 0);
+    CHECK(indexed_builder_add(&b, tok, 2, &e) == 0);
+    snprintf(p, sizeof p, "%s.bin", prefix);
+    snprintf(q, sizeof q, "%s.bin/x", prefix);
+    CHECK(unlink(p) == 0 && mkdir_p(p, &e) == 0 && write_file_atomic(q, "x", 1, &e) == 0);
+    CHECK(indexed_builder_finish(&b, &e) == -1);
+    snprintf(p, sizeof p, "%s.idx", prefix);
+    CHECK_MSG(path_exists(p), "the old index was lost: %s", e.msg);
 }

@@ -95,7 +95,7 @@ KDA_TEST(readers_jsonl_plain_gz_zst) {
     put_gz(tmp("b.jsonl.gz"), k_jsonl, n, 3);
     put_zst(tmp("c.jsonl.zst"), k_jsonl, n);
     const char *want = "one|two \xc3\xa9 \xff raw||last, no newline|"; // invalid byte kept
-    DocReaderOptions o = {"text", 0, 0};
+    DocReaderOptions o = {"text", 0, 0, 0};
     char out[4096];
     KdaError e;
     DocReaderStats st;
@@ -143,7 +143,7 @@ KDA_TEST(readers_expand_errors_and_order) {
     put(tmp("d/a/1.txt"), "a1", 2);
     put(tmp("d/c.txt"), "c", 1);
     const char *dir[] = {tmp("d")};
-    DocReaderOptions o = {"text", 0, 0};
+    DocReaderOptions o = {"text", 0, 0, 0};
     char out[256];
     CHECK(read_all(dir, 1, &o, out, sizeof out, NULL, &e) == 0);
     CHECK_MSG(strcmp(out, "a1|a2|b1|c|") == 0, "%s", out);
@@ -153,7 +153,7 @@ KDA_TEST(readers_txt_file_and_lines) {
     const char txt[] = "line one\r\nline two\n\nline four";
     put(tmp("t.txt"), txt, sizeof txt - 1);
     put_gz(tmp("t2.txt.gz"), txt, sizeof txt - 1, 1);
-    DocReaderOptions o = {"text", 1, 0};
+    DocReaderOptions o = {"text", 1, 0, 0};
     char out[256];
     KdaError e;
     const char *in[] = {tmp("t.txt"), tmp("t2.txt.gz")};
@@ -185,7 +185,7 @@ KDA_TEST(readers_long_lines) {
     const char *in[] = {tmp("big.jsonl")};
     KDA_ASSERT(docreader_expand(in, 1, &paths, &np, &e) == 0);
     DocReader *r;
-    DocReaderOptions o = {"text", 0, 0};
+    DocReaderOptions o = {"text", 0, 0, 0};
     KDA_ASSERT(docreader_open(&r, paths, np, &o, &e) == 0);
     const char *s;
     size_t len;
@@ -205,7 +205,7 @@ KDA_TEST(readers_bad_records) {
     snprintf(bad_path, sizeof bad_path, "%s", tmp("bad.jsonl")); // tmp() buffers rotate
     put(bad_path, bad, sizeof bad - 1);
     const char *in[] = {bad_path};
-    DocReaderOptions o = {"text", 0, 0};
+    DocReaderOptions o = {"text", 0, 0, 0};
     char out[256], want[1200];
     KdaError e;
     CHECK(read_all(in, 1, &o, out, sizeof out, NULL, &e) != 0);
@@ -247,7 +247,7 @@ KDA_TEST(readers_bad_records) {
 
 KDA_TEST(readers_parquet_input) {
     const char *in[] = {test_data("parquet/snappy_dict_groups.parquet")};
-    DocReaderOptions o = {"text", 0, 0};
+    DocReaderOptions o = {"text", 0, 0, 0};
     char out[1024];
     KdaError e;
     DocReaderStats st;
@@ -354,4 +354,40 @@ KDA_TEST(tokenize_failed_run_leaves_no_index) {
     CHECK_EQ_INT(ds.idx.n_docs, 2);
     indexed_close(&ds);
     CHECK_EQ_INT(count_prefix(test_tmpdir(), "out"), 2);
+}
+
+// A record longer than max_record_bytes is an error naming FILE:LINE and the limit, before the
+// buffer grows past it (issue 15, finding 7: one 4 GiB line drove tokenize to 4.4 GB RSS and
+// SIGABRT). A whole-file .txt document is bounded the same way.
+KDA_TEST(readers_record_size_limit) {
+    size_t big = 3u << 20;
+    char *data = kda_malloc(big + 64);
+    size_t n = (size_t)sprintf(data, "{\"text\":\"ok\"}\n{\"text\":\"");
+    memset(data + n, 'a', big), n += big;
+    n += (size_t)sprintf(data + n, "\"}\n");
+    put(tmp("huge.jsonl"), data, n);
+    put(tmp("huge.txt"), data, n);
+    free(data);
+    const char *names[2] = {"huge.jsonl", "huge.txt"};
+    for (int k = 0; k < 2; k++) {
+        char **paths;
+        int np;
+        KdaError e;
+        const char *in[] = {tmp(names[k])};
+        KDA_ASSERT(docreader_expand(in, 1, &paths, &np, &e) == 0);
+        DocReader *r;
+        DocReaderOptions o = {"text", 0, 0, 2u << 20};
+        KDA_ASSERT(docreader_open(&r, paths, np, &o, &e) == 0);
+        const char *s;
+        size_t len;
+        int rc;
+        while ((rc = docreader_next(r, &s, &len, &e)) == 1)
+            ;
+        CHECK_EQ_INT(rc, -1);
+        CHECK_MSG(strstr(e.msg, names[k]) && strstr(e.msg, "2097152") &&
+                      (k == 1 || strstr(e.msg, ":2:")),
+                  "%s", e.msg);
+        docreader_close(r);
+        docreader_free_paths(paths, np);
+    }
 }

@@ -104,6 +104,7 @@ typedef struct {
     ArgList inputs;
     int append_eod, bos, specials, skip_bad, quiet, post;
     int64_t workers;
+    int64_t max_record_mb; // longest input record (line / .txt document), MiB
 } TokOpts;
 
 static void progress_extra(char *buf, size_t cap, const TokCounts *c, double el) {
@@ -136,7 +137,8 @@ static int tokenize_run(const TokOpts *o, KdaError *err) {
         tok_free(tok);
         return -1;
     }
-    DocReaderOptions ro = {o->json_key, !strcmp(o->txt_docs, "lines"), o->skip_bad};
+    DocReaderOptions ro = {o->json_key, !strcmp(o->txt_docs, "lines"), o->skip_bad,
+                           (size_t)o->max_record_mb << 20};
     DocReader *rd = NULL;
     IndexedBuilder bld;
     memset(&bld, 0, sizeof bld);
@@ -274,7 +276,8 @@ int cmd_tokenize(int argc, char **argv) {
                  .txt_docs = "file",
                  .specials = 1,
                  .post = 1,
-                 .workers = omp_get_num_procs()};
+                 .workers = omp_get_num_procs(),
+                 .max_record_mb = (int64_t)(DOCREADER_MAX_RECORD >> 20)};
     const ArgSpec specs[] = {
         {"tokenizer", ARG_STR, &o.tokenizer,
          "tokenizer.json, tiktoken tokenizer.model, or a directory holding one", 0},
@@ -317,6 +320,9 @@ int cmd_tokenize(int argc, char **argv) {
          "records without the key",
          0},
         {"txt-docs", ARG_STR, &o.txt_docs, "file: one document per .txt file; lines: per line", 0},
+        {"max-record-mb", ARG_INT, &o.max_record_mb,
+         "longest input record (a JSONL line, a .txt document) in MiB; longer ones are an error",
+         0},
         {"quiet", ARG_BOOL, &o.quiet, "no progress or summary", 0},
     };
     const ArgTable t = {"kda tokenize", "tokenize text corpora into a Megatron indexed dataset",
@@ -336,6 +342,12 @@ int cmd_tokenize(int argc, char **argv) {
     }
     if (o.workers < 1 || o.workers > 1024) {
         fprintf(stderr, "kda: error: --workers %lld: expected 1..1024\n", (long long)o.workers);
+        arglist_free(&o.inputs);
+        return 2;
+    }
+    if (o.max_record_mb < 1 || o.max_record_mb > 65536) {
+        fprintf(stderr, "kda: error: --max-record-mb %lld: expected 1..65536\n",
+                (long long)o.max_record_mb);
         arglist_free(&o.inputs);
         return 2;
     }

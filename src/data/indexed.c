@@ -1,8 +1,12 @@
 // indexed.c - Megatron indexed dataset reader (mmap + full validation) and builder.
 #include "data/indexed.h"
 
+#include <dirent.h>
 #include <errno.h>
+#include <limits.h>
+#include <signal.h>
 #include <stdarg.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <fcntl.h>
 #include <string.h>
@@ -264,6 +268,35 @@ int64_t indexed_read_tokens(const IndexedDataset *ds, int64_t seq, int64_t start
 
 // ---- builder ----------------------------------------------------------------------------------
 
+// Removes PATH.tmp.PID files (open_atomic's temporaries) whose writer process is gone (kill(pid,
+// 0) says ESRCH): a killed tokenize left them. Live writers' files are kept. The pid test is
+// local: a writer on another host sharing the directory is not seen (docs/reliability.md).
+static void remove_dead_temps(const char *path) {
+    char dir[PATH_MAX], pre[PATH_MAX], p[PATH_MAX];
+    snprintf(dir, sizeof dir, "%s", path);
+    char *slash = strrchr(dir, '/');
+    const char *base = slash ? slash + 1 : path;
+    snprintf(pre, sizeof pre, "%s.tmp.", base);
+    if (slash == dir)
+        dir[1] = 0;
+    else if (slash)
+        *slash = 0;
+    else
+        snprintf(dir, sizeof dir, ".");
+    DIR *d = opendir(dir);
+    struct dirent *e;
+    size_t np = strlen(pre);
+    while (d && (e = readdir(d))) {
+        if (strncmp(e->d_name, pre, np)) continue;
+        char *end;
+        long pid = strtol(e->d_name + np, &end, 10);
+        if (*end || end == e->d_name + np || pid <= 0 || pid == (long)getpid()) continue;
+        if (kill((pid_t)pid, 0) != 0 && errno == ESRCH)
+            unlink(path_join(p, sizeof p, dir, e->d_name));
+    }
+    if (d) closedir(d);
+}
+
 int indexed_builder_open(IndexedBuilder *b, const char *prefix, int dtype, KdaError *err) {
     memset(b, 0, sizeof *b);
     if (indexed_itemsize(dtype) == 0 || dtype == IDX_DTYPE_FLOAT32 || dtype == IDX_DTYPE_FLOAT64)
@@ -271,6 +304,11 @@ int indexed_builder_open(IndexedBuilder *b, const char *prefix, int dtype, KdaEr
     if (snprintf(b->bin_path, PATH_MAX, "%s.bin", prefix) >= PATH_MAX - 32 ||
         snprintf(b->idx_path, PATH_MAX, "%s.idx", prefix) >= PATH_MAX - 32)
         return kda_fail(err, "%s: output prefix too long", prefix);
+    if (path_is_dir(b->bin_path) || path_is_dir(b->idx_path))
+        return kda_fail(err, "%s: is a directory (the output prefix must name files)",
+                        path_is_dir(b->bin_path) ? b->bin_path : b->idx_path);
+    remove_dead_temps(b->bin_path);
+    remove_dead_temps(b->idx_path);
     b->dtype = dtype;
     b->itemsize = indexed_itemsize(dtype);
     b->bin = open_atomic(b->bin_path, b->bin_tmp, err);
@@ -393,19 +431,30 @@ int indexed_builder_finish(IndexedBuilder *b, KdaError *err) {
         abort_atomic(fi, b->idx_tmp);
         fi = NULL;
     }
-    // Old index first, so that no crash point leaves an old .idx next to a new .bin.
-    if (rc == 0 && unlink(b->idx_path) != 0 && errno != ENOENT) {
-        rc = kda_fail(err, "%s: cannot remove the old index: %s", b->idx_path, strerror(errno));
-        abort_atomic(fi, b->idx_tmp);
-        fi = NULL;
+    // The old index is moved aside (not unlinked) first, so that no crash point leaves an old
+    // .idx next to a new .bin, and a failure before the new .bin is in place puts it back.
+    char old[PATH_MAX + 8];
+    snprintf(old, sizeof old, "%s.old", b->idx_path);
+    int moved = 0;
+    if (rc == 0) {
+        moved = rename(b->idx_path, old) == 0;
+        if (!moved && errno != ENOENT) {
+            rc = kda_fail(err, "%s: cannot move the old index aside: %s", b->idx_path,
+                          strerror(errno));
+            abort_atomic(fi, b->idx_tmp);
+            fi = NULL;
+        }
     }
     if (rc == 0) {
         rc = commit_atomic(b->bin, b->bin_tmp, b->bin_path, err);
         b->bin = NULL;
-        if (rc != 0)
+        if (rc != 0) {
             abort_atomic(fi, b->idx_tmp);
-        else
+            if (moved) rename(old, b->idx_path); // the old .bin is still in place
+        } else {
             rc = commit_atomic(fi, b->idx_tmp, b->idx_path, err);
+            if (rc == 0 && moved) unlink(old);
+        }
     } else {
         abort_atomic(b->bin, b->bin_tmp);
         b->bin = NULL;

@@ -343,6 +343,20 @@ static int open_next_file(DocReader *r, KdaError *err) {
     return 1;
 }
 
+// Doubles the buffer, unless the record in it would exceed the limit (then an error naming the
+// file, the line being read and the limit: no unbounded allocation on a hostile input).
+static int grow(DocReader *r, KdaError *err) {
+    size_t max = r->opt.max_record ? r->opt.max_record : DOCREADER_MAX_RECORD;
+    if (r->cap >= max)
+        return kda_fail(err,
+                        "%s:%lld: record longer than the limit of %zu bytes (kda tokenize "
+                        "--max-record-mb raises it)",
+                        r->paths[r->cur], (long long)r->line + 1, max);
+    r->cap = 2 * r->cap < max ? 2 * r->cap : max;
+    r->buf = kda_realloc(r->buf, r->cap);
+    return 0;
+}
+
 // Reads more decoded bytes after r->end, compacting or growing the buffer as needed.
 static int fill(DocReader *r, KdaError *err) {
     if (r->pos > 0 && r->pos == r->end) r->pos = r->end = 0;
@@ -350,9 +364,8 @@ static int fill(DocReader *r, KdaError *err) {
         if (r->pos > 0) {
             memmove(r->buf, r->buf + r->pos, r->end - r->pos);
             r->end -= r->pos, r->pos = 0;
-        } else {
-            r->cap *= 2;
-            r->buf = kda_realloc(r->buf, r->cap);
+        } else if (grow(r, err)) {
+            return -1;
         }
     }
     size_t got;
@@ -369,10 +382,7 @@ static int next_line(DocReader *r, char **line, size_t *len, KdaError *err) {
         unsigned char *nl = memchr(r->buf + scanned, '\n', r->end - scanned);
         if (nl || (r->eof && r->end > r->pos)) {
             size_t stop = nl ? (size_t)(nl - r->buf) : r->end;
-            if (!nl && stop == r->cap) { // room for the terminating NUL
-                r->cap *= 2;
-                r->buf = kda_realloc(r->buf, r->cap);
-            }
+            if (!nl && stop == r->cap && grow(r, err)) return -1; // room for the NUL
             *line = (char *)r->buf + r->pos;
             *len = stop - r->pos;
             r->buf[stop] = 0;
@@ -460,10 +470,7 @@ static int next_txt(DocReader *r, const char **text, size_t *len, KdaError *err)
     }
     if (r->line > 0) return 0; // the one document of this file was returned
     while (!r->eof) {
-        if (r->end == r->cap) {
-            r->cap *= 2;
-            r->buf = kda_realloc(r->buf, r->cap);
-        }
+        if (r->end == r->cap && grow(r, err)) return -1;
         if (fill(r, err) != 0) return -1;
     }
     r->line = 1;

@@ -24,7 +24,11 @@ typedef struct {
     int txt_lines;        // .txt: 1 = one document per line (newline and a trailing \r
                           // removed), 0 = one document per file
     int skip_bad;         // count and skip malformed / keyless records instead of failing
+    size_t max_record;    // longest record (JSONL/txt line, whole .txt document) in bytes;
+                          // 0 = DOCREADER_MAX_RECORD. Longer: an error naming FILE:LINE
 } DocReaderOptions;
+
+#define DOCREADER_MAX_RECORD ((size_t)256 << 20) // 256 MiB: far above any real document
 
 typedef struct {
     int64_t docs;        // documents returned
