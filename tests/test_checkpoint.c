@@ -386,3 +386,34 @@ KDA_TEST(checkpoint_export_refuses_unsafe_output) {
     CHECK_EQ_INT(count_entries(test_tmpdir(), "hf."), 0); // no temp dirs left
     ck_free(&a);
 }
+
+// One writer per save dir (issue 15, finding 8: two trainers on one dir deleted each other's
+// .tmp-iter_* and crashed). A second lock fails naming the holder's pid and host; after the
+// unlock it succeeds. A save removes the temp dirs of dead writers and keeps a live one's.
+KDA_TEST(checkpoint_save_dir_lock) {
+    char save[1024], host[256], want[300];
+    snprintf(save, sizeof save, "%s/save", test_tmpdir());
+    KdaError err;
+    KdaSaveLock a, b;
+    CHECK_MSG(kda_save_lock(&a, save, &err) == 0, "%s", err.msg);
+    CHECK(kda_save_lock(&b, save, &err) == -1);
+    gethostname(host, sizeof host);
+    snprintf(want, sizeof want, "pid %ld on %s", (long)getpid(), host);
+    CHECK_MSG(strstr(err.msg, want) && strstr(err.msg, save), "%s", err.msg);
+    kda_save_unlock(&a);
+    CHECK_MSG(kda_save_lock(&b, save, &err) == 0, "%s", err.msg);
+    pid_t dead = fork();
+    if (dead == 0) _exit(0);
+    waitpid(dead, NULL, 0);
+    char stale[PATH_MAX], live[PATH_MAX];
+    snprintf(stale, sizeof stale, "%s/.tmp-iter_0000009.%ld", save, (long)dead);
+    snprintf(live, sizeof live, "%s/.tmp-iter_0000009.%ld", save, (long)getppid());
+    CHECK(mkdir_p(stale, &err) == 0 && mkdir_p(live, &err) == 0);
+    Ck c;
+    CHECK(ck_make(&c, 3) == 0);
+    CHECK(ck_save(save, &c, 0, &err) == 0);
+    CHECK(!path_exists(stale) && path_exists(live));
+    rmdir(live);
+    kda_save_unlock(&b);
+    ck_free(&c);
+}

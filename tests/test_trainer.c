@@ -545,3 +545,25 @@ KDA_TEST(trainer_metrics_write_error) {
     kda_run_config_free(&rc);
     CHECK_MSG(strstr(err.msg, "metrics.jsonl") && strstr(err.msg, "write failed"), "%s", err.msg);
 }
+
+// A second trainer on a save dir that another holds stops at once with the holder's pid
+// (issue 15, finding 8), and writes nothing there.
+KDA_TEST(trainer_save_dir_locked) {
+    const char *data = make_data();
+    char s[1024], want[64];
+    snprintf(s, sizeof s, "%s/lk", test_tmpdir());
+    KdaSaveLock l;
+    KdaError err;
+    CHECK(kda_save_lock(&l, s, &err) == 0);
+    KdaRunConfig rc;
+    Rec r = {0};
+    KdaTrainResult res;
+    CHECK(make_rc(&rc, data, s, "train_iters: 3\n") == 0);
+    CHECK(run(&rc, &r, 0, &res, &err) == -1);
+    snprintf(want, sizeof want, "pid %ld", (long)getpid());
+    CHECK_MSG(strstr(err.msg, "in use") && strstr(err.msg, want), "%s", err.msg);
+    CHECK_EQ_INT(r.n, 0);
+    kda_save_unlock(&l);
+    CHECK_MSG(run(&rc, &r, 0, &res, &err) == 0, "%s", err.msg);
+    kda_run_config_free(&rc);
+}

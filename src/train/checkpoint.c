@@ -9,6 +9,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <signal.h>
+#include <sys/file.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -183,16 +185,71 @@ static void rotate(const char *save, int64_t keep_last, int64_t written, int64_t
     free(its);
 }
 
-// Removes stale .tmp-iter_* directories (a killed save).
+// Is the writer of temp dir name (".tmp-iter_NNNNNNN.PID", or an old ".tmp-iter_NNNNNNN" /
+// ".tmp-old-..." without a pid) gone? Pids are local: kill(pid, 0) fails with ESRCH.
+static int writer_gone(const char *name) {
+    const char *dot = strrchr(name, '.');
+    if (!dot || dot == name) return 1;
+    char *end;
+    long pid = strtol(dot + 1, &end, 10);
+    if (*end || end == dot + 1 || pid <= 0) return 1; // no pid: written before pids were used
+    if (pid == (long)getpid()) return 1;              // ours: a failed earlier save
+    return kill((pid_t)pid, 0) != 0 && errno == ESRCH;
+}
+
+// Removes the .tmp-* directories of saves whose writer is gone (a killed save).
 static void remove_stale_temps(const char *save) {
     DIR *d = opendir(save);
     if (!d) return;
     struct dirent *e;
     char p[PATH_MAX];
     while ((e = readdir(d)))
-        if (!strncmp(e->d_name, ".tmp-iter_", 10))
+        if (!strncmp(e->d_name, ".tmp-", 5) && writer_gone(e->d_name))
             rmdir_flat(path_join(p, sizeof p, save, e->d_name));
     closedir(d);
+}
+
+// ---------------------------------------------------------------------------------------------
+// The save-dir lock
+
+int kda_save_lock(KdaSaveLock *l, const char *save, KdaError *err) {
+    char p[PATH_MAX], host[256] = "?";
+    l->fd = -1;
+    if (mkdir_p(save, err)) return -1;
+    path_join(p, sizeof p, save, ".lock");
+    int fd = open(p, O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+    if (fd < 0) return kda_fail(err, "%s: cannot open the lock file: %s", p, strerror(errno));
+    if (flock(fd, LOCK_EX | LOCK_NB) != 0) {
+        int e = errno;
+        char who[300] = "";
+        ssize_t n = pread(fd, who, sizeof who - 1, 0);
+        who[n > 0 ? n : 0] = 0;
+        who[strcspn(who, "\n")] = 0;
+        long pid = 0;
+        char h[256] = "?";
+        close(fd);
+        if (e != EWOULDBLOCK) return kda_fail(err, "%s: flock failed: %s", p, strerror(e));
+        if (sscanf(who, "%ld %255s", &pid, h) != 2) snprintf(h, sizeof h, "?");
+        return kda_fail(err,
+                        "%s is in use by another writer (pid %ld on %s holds %s); wait for it to "
+                        "finish, stop it, or use another save dir",
+                        save, pid, h, p);
+    }
+    gethostname(host, sizeof host - 1);
+    char line[320];
+    int n = snprintf(line, sizeof line, "%ld %s\n", (long)getpid(), host);
+    if (ftruncate(fd, 0) != 0 || pwrite(fd, line, (size_t)n, 0) != n) {
+        int e = errno;
+        close(fd);
+        return kda_fail(err, "%s: cannot write the lock file: %s", p, strerror(e));
+    }
+    l->fd = fd;
+    return 0;
+}
+
+void kda_save_unlock(KdaSaveLock *l) {
+    if (l->fd >= 0) close(l->fd); // closing the descriptor releases the flock
+    l->fd = -1;
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -302,7 +359,7 @@ int kda_checkpoint_save(const char *save, const KdaTrainState *st, const KdaConf
     if (mkdir_p(save, err)) return -1;
     remove_stale_temps(save);
     snprintf(name, sizeof name, "iter_%07lld", (long long)st->iteration);
-    snprintf(tmp, sizeof tmp, "%s/.tmp-%s", save, name);
+    snprintf(tmp, sizeof tmp, "%s/.tmp-%s.%ld", save, name, (long)getpid());
     path_join(fin, sizeof fin, save, name);
     if (mkdir(tmp, 0755) != 0) return kda_fail(err, "%s: cannot create: %s", tmp, strerror(errno));
     if (write_all(tmp, st, cfg, t, params, opt, rc, err)) {
@@ -312,7 +369,7 @@ int kda_checkpoint_save(const char *save, const KdaTrainState *st, const KdaConf
     // An existing iter_ dir of the same iteration (a re-run) is moved aside, then deleted.
     old[0] = 0;
     if (path_exists(fin)) {
-        snprintf(old, sizeof old, "%s/.tmp-old-%s", save, name);
+        snprintf(old, sizeof old, "%s/.tmp-old-%s.%ld", save, name, (long)getpid());
         rmdir_flat(old);
         if (rename(fin, old) != 0) {
             int e = errno;

@@ -11,11 +11,16 @@
 //   run_config.yaml        the effective run config
 // SAVE/latest holds "iter_NNNNNNN\n" and is replaced atomically after the directory is complete.
 //
-// Atomicity: files are written (each fsync'ed) into SAVE/.tmp-iter_NNNNNNN, the temp directory
+// Atomicity: files are written (each fsync'ed) into SAVE/.tmp-iter_NNNNNNN.PID, the temp directory
 // is fsync'ed and renamed to iter_NNNNNNN, SAVE is fsync'ed, then `latest` is written. A crash
-// (even SIGKILL) at any point leaves `latest` naming the previous complete checkpoint; stale
-// .tmp-iter_* directories are removed by the next save. On any error the temp directory is
-// removed and -1 returned (no partial checkpoint is ever visible under an iter_ name).
+// (even SIGKILL) at any point leaves `latest` naming the previous complete checkpoint; the
+// .tmp-iter_* directories of writers that are gone (pid not alive on this host) are removed by
+// the next save, a live writer's never.
+//
+// One writer per save dir: kda_save_lock takes an advisory flock on SAVE/.lock (which holds
+// "PID HOST") for the writer's lifetime (the trainer holds it for the whole run). On any error the
+// temp directory is removed and -1 returned (no partial checkpoint is ever visible under an iter_
+// name).
 #ifndef KDA_CHECKPOINT_H
 #define KDA_CHECKPOINT_H
 
@@ -42,6 +47,16 @@ typedef struct {
     char valid_desc[2048];
     uint64_t valid_fingerprint;
 } KdaTrainState;
+
+typedef struct {
+    int fd; // SAVE/.lock, flock'ed (-1: not held)
+} KdaSaveLock;
+
+// Creates save if needed and locks it (non-blocking). Fails when another process holds it:
+// "SAVE is in use by another writer (pid P on HOST, ...)". The lock goes with the process
+// (also on a crash); kda_save_unlock releases it early and accepts an unheld lock.
+int kda_save_lock(KdaSaveLock *l, const char *save, KdaError *err);
+void kda_save_unlock(KdaSaveLock *l);
 
 // Test hook: when set, called at named stages of a save ("model", "optimizer", "state",
 // "before_rename", "before_latest"); a nonzero return makes the save fail there (simulated

@@ -294,6 +294,7 @@ typedef struct {
     char last_good[PATH_MAX];    // newest finite checkpoint written or resumed from ("": none)
     FILE *metrics;
     char metrics_path[PATH_MAX];
+    KdaSaveLock lock; // on rc->save for the whole run: one writer per save dir
     Progress prog;
     int use_prog;
     double last_valid;
@@ -559,6 +560,7 @@ static int setup_resume(Run *r, KdaError *err) {
 
 static int setup(Run *r, KdaError *err) {
     const KdaRunConfig *rc = r->rc;
+    if (rc->save && r->rank == 0 && kda_save_lock(&r->lock, rc->save, err)) return -1;
     if (rc->micro_batch_size < 1 || rc->global_batch_size % rc->micro_batch_size)
         return kda_fail(err, "global_batch_size %lld must be a multiple of micro_batch_size %lld",
                         (long long)rc->global_batch_size, (long long)rc->micro_batch_size);
@@ -1046,6 +1048,7 @@ int kda_train(const KdaTrainOptions *o, KdaTrainResult *res, KdaError *err) {
     r.rank = o->dist ? kda_dist_rank(o->dist) : 0;
     r.zero1 = o->dist && o->rc->use_distributed_optimizer;
     r.quiet = o->quiet || r.rank != 0;
+    r.lock.fd = -1;
     int rc = setup(&r, err);
     if (!rc) {
         r.use_prog = o->progress && isatty(STDERR_FILENO) && r.rank == 0;
@@ -1080,6 +1083,7 @@ int kda_train(const KdaTrainOptions *o, KdaTrainResult *res, KdaError *err) {
     if (r.metrics && fclose(r.metrics) && !rc)
         rc = kda_fail(err, "%s: write failed: %s", r.metrics_path, strerror(errno));
     kda_tfevents_close(r.tb);
+    kda_save_unlock(&r.lock);
     kda_loader_free(r.train);
     kda_loader_free(r.valid);
     free(r.eval_buf);
