@@ -433,3 +433,21 @@ KDA_TEST(cpu_gemm_bias_overwrites_garbage) {
     gemm_fwd(y, x, W, b, 2, 3, 2, 0);
     CHECK(y[0] == 1.5f && y[1] == 1.0f && y[2] == 4.5f && y[3] == 4.0f);
 }
+
+// A NaN logit gives a NaN loss (it must propagate: the trainer's NaN policy depends on it)
+// without undefined behaviour in the fast exp (issue 15, finding 10: UBSan reported a left
+// shift of a negative value on NaN input; the sanitizer suite runs with halt_on_error).
+KDA_TEST(cpu_xent_nan_logit_propagates) {
+    const int64_t N = 2, D = 2, V = 300;
+    float n[4] = {1, 0.5f, -1, 2}, *W = malloc((size_t)(V * D) * sizeof(float));
+    for (int64_t i = 0; i < V * D; i++)
+        W[i] = (float)((i * 37) % 11) / 11.0f - 0.5f;
+    W[5 * D] = NAN;
+    int32_t tg[2] = {1, 7};
+    int64_t wn = xent_work_floats(N, V);
+    float *work = malloc((size_t)wn * sizeof(float)), nll[2], lse[2];
+    double sum = xent_fwd(nll, lse, NULL, n, W, tg, N, D, V, work, wn);
+    CHECK(isnan(sum) && isnan(nll[0]));
+    free(W);
+    free(work);
+}

@@ -207,7 +207,8 @@ KDA_TEST(model_config_errors_stay_on_one_line) {
     CHECK_MSG(!strchr(e.msg, '\n') && strstr(e.msg, "key 'attn_mode'") &&
                   strstr(e.msg, "got \"a\\nb\""),
               "%s", e.msg);
-    const char *bad = "{\"model_type\": \"kda\\t\\u0001xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx\"}";
+    const char *bad =
+        "{\"model_type\": \"kda\\t\\u0001xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx\"}";
     JsonDoc d;
     CHECK(json_parse(&d, bad, strlen(bad), &e) == 0);
     CHECK(kda_config_from_json(&c, &d.root, "t.json", &e) == -1);
@@ -407,4 +408,19 @@ KDA_TEST(model_params_init_deterministic) {
     kda_params_free(&t);
     kda_params_free(&tu);
     free(a), free(b), free(cu);
+}
+
+// Absurd sizes fail validation naming the key and the limit, before anything is allocated
+// (issue 15, finding 9: dims 1e9, head_dim 2^31 and vocab 4e9 aborted with "out of memory",
+// and params.c overflowed a signed product under UBSan).
+KDA_TEST(model_config_size_bounds) {
+#define KDA "{\"model_type\": \"kda\", "
+    expect_error(KDA "\"hidden_size\": 1000000000}", "key 'hidden_size': 1000000000 exceeds");
+    expect_error(KDA "\"head_dim\": 2147483648}", "key 'head_dim': 2147483648 exceeds");
+    expect_error(KDA "\"vocab_size\": 4000000000}", "key 'vocab_size': 4000000000 exceeds");
+    expect_error(KDA "\"num_hidden_layers\": 100000000}", "key 'num_hidden_layers'");
+    expect_error(KDA "\"intermediate_size\": 1000000000}", "key 'intermediate_size'");
+    expect_error(KDA "\"num_heads\": 1, \"num_v_heads\": 4000000}", "key 'num_v_heads'");
+    expect_error(KDA "\"hidden_size\": 65536, \"vocab_size\": 2000000000}", "parameters");
+#undef KDA
 }

@@ -215,3 +215,29 @@ KDA_TEST(run_config_suggests_aliases) {
     CHECK(!strcmp(kda_run_config_suggest("max-grad-norm"), "clip_grad"));
     CHECK(!strcmp(kda_run_config_suggest("train_iter"), "train_iters")); // edit distance still
 }
+
+// Absurd sizes fail validation naming the key and the limit instead of allocating terabytes
+// (issue 15, finding 9: train_iters 1e12 asked for 2.17 TB of sample index and INT64_MAX
+// wrapped; micro_batch 1e5 and eval_iters 1e8 aborted).
+KDA_TEST(run_config_size_bounds) {
+    const char *cases[][2] = {
+        {"train_iters: 1000000000000\n", "train_iters"},
+        {"train_iters: 9223372036854775807\n", "train_iters"},
+        {"train_iters: 10\nmicro_batch_size: 100000\nglobal_batch_size: 100000\n",
+         "micro_batch_size"},
+        {"train_iters: 10\nglobal_batch_size: 8\neval_iters: 100000000\neval_interval: 1\n",
+         "eval_iters"},
+        {"global_batch_size: 4194304\nmicro_batch_size: 1\ntrain_iters: 1000\n", "samples"},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
+        KdaRunConfig c;
+        KdaError e;
+        char y[512];
+        snprintf(y, sizeof y, "model: m.json\ntrain_data_path: d\n%s", cases[i][0]);
+        CHECK(parse_str(&c, y, &e) == 0);
+        CHECK_MSG(kda_run_config_validate(&c, &e) == -1 && strstr(e.msg, cases[i][1]) &&
+                      strstr(e.msg, "limit"),
+                  "case %zu: %s", i, e.msg);
+        kda_run_config_free(&c);
+    }
+}

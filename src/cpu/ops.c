@@ -229,7 +229,8 @@ static inline float exp_nonpos_(float x) {
     union {
         int32_t i;
         float f;
-    } two_n = {.i = ((int32_t)n + 127) << 23};
+    } two_n = {.i = (int32_t)((uint32_t)((int32_t)(n == n ? n : 0) + 127) << 23)};
+    // (NaN x: the scale is 1 and p carries the NaN; a select, so the loop still vectorizes)
     return x <= -87.0f ? 0.0f : p * two_n.f;
 }
 

@@ -4,13 +4,15 @@
 // the key) and lenient about keys we don't (HF base-config keys; a warning lists them).
 #include "model/config.h"
 
+#include <limits.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "core/log.h"  // defines: kda_warn
-#include "core/util.h" // defines: open_atomic, commit_atomic, path_is_dir, path_join
+#include "core/log.h"     // defines: kda_warn
+#include "core/util.h"    // defines: open_atomic, commit_atomic, path_is_dir, path_join
+#include "model/params.h" // defines: kda_params_count
 
 // ---------------------------------------------------------------------------------------------
 // Defaults (FLA KDAConfig constructor, kda-model.md §1.1)
@@ -335,6 +337,41 @@ static int64_t round_up(int64_t x, int64_t m) {
     return (x + m - 1) / m * m;
 }
 
+// Upper bounds of the sizes (docs/reliability.md): far above any real model, low enough that
+// every product the parameter table and the model form fits int64 (hidden * key_dim <= 2^41,
+// times layers <= 2^53) and an absurd file fails here, before any allocation.
+#define MAX_HIDDEN       ((int64_t)1 << 17)
+#define MAX_HEADS        ((int64_t)1 << 12)
+#define MAX_HEAD_DIM     ((int64_t)1 << 12)
+#define MAX_LAYERS       ((int64_t)1 << 12)
+#define MAX_INTERMEDIATE ((int64_t)1 << 20)
+#define MAX_VOCAB        ((int64_t)INT32_MAX) // token ids are int32
+#define MAX_CONV         ((int64_t)1 << 10)
+#define MAX_PARAMS       ((int64_t)1 << 38) // 275e9 parameters, 1 TiB of fp32 weights
+
+static int check_max_(const char *src, const char *key, int64_t v, int64_t max, KdaError *err) {
+    if (v <= max) return 0;
+    return kda_fail(err, "%s: key '%s': %lld exceeds the limit %lld", src, key, (long long)v,
+                    (long long)max);
+}
+
+static int check_sizes_(const KdaConfig *c, const char *src, KdaError *err) {
+    if (check_max_(src, "hidden_size", c->hidden_size, MAX_HIDDEN, err) ||
+        check_max_(src, "num_heads", c->num_heads, MAX_HEADS, err) ||
+        check_max_(src, "num_v_heads", c->num_v_heads_raw, MAX_HEADS, err) ||
+        check_max_(src, "head_dim", c->head_dim, MAX_HEAD_DIM, err) ||
+        check_max_(src, "num_hidden_layers", c->num_hidden_layers, MAX_LAYERS, err) ||
+        check_max_(src, "intermediate_size", c->intermediate_size_raw, MAX_INTERMEDIATE, err) ||
+        check_max_(src, "vocab_size", c->vocab_size, MAX_VOCAB, err) ||
+        check_max_(src, "conv_size", c->conv_size, MAX_CONV, err) ||
+        check_max_(src, "hidden_ratio", c->hidden_ratio, MAX_HEADS, err))
+        return -1;
+    if (!(c->expand_v <= (double)MAX_HEAD_DIM))
+        return kda_fail(err, "%s: key 'expand_v': %g exceeds the limit %lld", src, c->expand_v,
+                        (long long)MAX_HEAD_DIM);
+    return 0;
+}
+
 int kda_config_derive(KdaConfig *c, const char *src, KdaError *err) {
     char sv[200]; // a string value as shown in a message
     if (strcmp(c->attn_mode, "chunk") != 0 && strcmp(c->attn_mode, "fused_recurrent") != 0)
@@ -357,6 +394,7 @@ int kda_config_derive(KdaConfig *c, const char *src, KdaError *err) {
                         c->initializer_range);
     if (!(c->expand_v > 0))
         return kda_fail(err, "%s: key 'expand_v': expected > 0, got %g", src, c->expand_v);
+    if (check_sizes_(c, src, err)) return -1;
 
     c->num_v_heads = c->num_v_heads_raw > 0 ? c->num_v_heads_raw : c->num_heads;
     if (c->num_v_heads % c->num_heads != 0)
@@ -391,6 +429,13 @@ int kda_config_derive(KdaConfig *c, const char *src, KdaError *err) {
     c->key_dim = c->num_heads * c->head_dim;
     c->value_dim = c->num_v_heads * c->head_v_dim;
     c->gate_dim = c->num_v_heads * c->head_dim;
+    int64_t np = kda_params_count(c);
+    if (np > MAX_PARAMS)
+        return kda_fail(err,
+                        "%s: the model has %lld parameters (vocab_size %lld x hidden_size %lld "
+                        "...), above the limit %lld",
+                        src, (long long)np, (long long)c->vocab_size, (long long)c->hidden_size,
+                        (long long)MAX_PARAMS);
     return 0;
 }
 

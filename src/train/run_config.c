@@ -785,6 +785,49 @@ static int validate_megatron_(const KdaRunConfig *c, KdaError *err) {
     return 0;
 }
 
+// Size bounds (docs/reliability.md): far above any real run, low enough that the sample
+// indexes, batches and the products below fit int64 and memory; checked before any
+// allocation, in an order where each product is bounded by the checks before it.
+#define MAX_ITERS      ((int64_t)1 << 31)
+#define MAX_BATCH      ((int64_t)1 << 24) // global_batch_size
+#define MAX_MICRO      ((int64_t)1 << 14) // micro_batch_size
+#define MAX_SEQ        ((int64_t)1 << 22) // seq_length
+#define MAX_MICRO_TOKS ((int64_t)1 << 24) // micro_batch_size * seq_length
+#define MAX_SAMPLES    ((int64_t)1 << 31) // samples drawn by training or by all evaluations
+
+static int over_(const char *key, int64_t v, int64_t max, KdaError *err) {
+    if (v <= max) return 0;
+    return kda_fail(err, "%s: %lld exceeds the limit %lld", key, (long long)v, (long long)max);
+}
+
+static int validate_sizes_(const KdaRunConfig *c, KdaError *err) {
+    if (over_("train_iters", c->train_iters, MAX_ITERS, err) ||
+        over_("global_batch_size", c->global_batch_size, MAX_BATCH, err) ||
+        over_("micro_batch_size", c->micro_batch_size, MAX_MICRO, err) ||
+        over_("seq_length", c->seq_length, MAX_SEQ, err) ||
+        over_("eval_iters", c->eval_iters, MAX_ITERS, err) ||
+        over_("micro_batch_size * seq_length", c->micro_batch_size * c->seq_length, MAX_MICRO_TOKS,
+              err))
+        return -1;
+    int64_t train = c->train_iters * c->global_batch_size; // <= 2^55
+    if (train > MAX_SAMPLES)
+        return kda_fail(err,
+                        "train_iters %lld x global_batch_size %lld = %lld samples exceeds the "
+                        "limit %lld",
+                        (long long)c->train_iters, (long long)c->global_batch_size,
+                        (long long)train, (long long)MAX_SAMPLES);
+    if (c->eval_interval > 0 && c->eval_iters > 0) {
+        int64_t n_evals = c->train_iters / c->eval_interval + 1; // <= 2^31 + 1
+        if (c->eval_iters > MAX_SAMPLES / c->global_batch_size / n_evals)
+            return kda_fail(err,
+                            "eval_iters %lld x global_batch_size %lld x %lld evaluations exceeds "
+                            "the limit of %lld validation samples",
+                            (long long)c->eval_iters, (long long)c->global_batch_size,
+                            (long long)n_evals, (long long)MAX_SAMPLES);
+    }
+    return 0;
+}
+
 int kda_run_config_validate(KdaRunConfig *c, KdaError *err) {
     if (c->train_iters <= 0)
         return kda_fail(err, "train_iters must be > 0 (got %lld)", (long long)c->train_iters);
@@ -795,6 +838,9 @@ int kda_run_config_validate(KdaRunConfig *c, KdaError *err) {
             (long long)c->global_batch_size, (long long)c->micro_batch_size);
     if (c->seq_length < 2)
         return kda_fail(err, "seq_length must be >= 2 (got %lld)", (long long)c->seq_length);
+    if (c->eval_iters < 0 || c->eval_interval < 0)
+        return kda_fail(err, "intervals, counts and threads must be >= 0");
+    if (validate_sizes_(c, err)) return -1;
     if (c->lr_decay_iters == 0) c->lr_decay_iters = c->train_iters;
     if (resolve_warmup_(c, err)) return -1;
     KdaLrSchedule s = {c->lr, c->min_lr, c->lr_warmup_iters, c->lr_decay_iters, KDA_LR_COSINE};
