@@ -8,6 +8,7 @@
 #   make fuzz                              build the libFuzzer targets (clang)
 #   make format                            clang-format every source file
 #   make test SAN=address,undefined        the suite under sanitizers (own BUILD dir advised)
+#   make test-san                          ASan + UBSan + LSan suite in build-asan (CI runs it)
 #   EXTRA_CFLAGS / EXTRA_LDFLAGS           appended to the compile / link lines
 
 BUILD    ?= build
@@ -93,7 +94,7 @@ endif
 LIB_OBJ  := $(LIB_SRC:%.c=$(BUILD)/%.o) $(CU_OBJ) $(CC_OBJ)
 TEST_OBJ := $(TEST_SRC:%.c=$(BUILD)/%.o)
 
-.PHONY: all test test-gpu check-refs demo deps deps-check fuzz format clean FORCE
+.PHONY: all test test-san test-gpu check-refs demo deps deps-check fuzz format clean FORCE
 all: $(BUILD)/kda $(BUILD)/kda_test
 FORCE:
 $(BUILD)/src/core/version.o: CFLAGS += $(VERSION_FLAGS)
@@ -133,6 +134,14 @@ deps-check:
 
 test: all
 	OMP_NUM_THREADS=$${OMP_NUM_THREADS:-2} KDA_BIN=./$(BUILD)/kda ./$(BUILD)/kda_test $(TESTS)
+
+# The CPU suite under AddressSanitizer, UndefinedBehaviorSanitizer and LeakSanitizer, in its own
+# build dir; any UBSan finding fails the run (halt_on_error), a leak fails the process that has
+# it (the test binary, or a `kda` child of the CLI tests). docs/reliability.md: ~9 min on 2 cores.
+SAN_BUILD ?= build-asan
+test-san:
+	UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1 ASAN_OPTIONS=detect_leaks=1 \
+	  $(MAKE) test BUILD=$(SAN_BUILD) OPT=-O1 SAN=address,undefined KDA_CUDA=0
 
 test-gpu: all
 	KDA_BIN=./$(BUILD)/kda ./$(BUILD)/kda_test gpu_

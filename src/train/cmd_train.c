@@ -189,7 +189,7 @@ int cmd_train(int argc, char **argv) {
     }
     KdaRunConfig rc;
     KdaError err = {{0}};
-    kda_run_config_defaults(&rc);
+    // kda_run_config_from_cli starts from the defaults itself (applying them here leaked them)
     if (kda_run_config_from_cli(&rc, n, rest, &err)) kda_usage_die("kda train", "%s", err.msg);
     free(rest);
     if (!rc.model && init_from) {

@@ -247,8 +247,17 @@ static int parse_event_(Cur c, KdaTfScalar *s, int *has) {
     return 0;
 }
 
+static int read_events_(const char *path, KdaTfScalar **out, int64_t *n_out, KdaError *err);
+
 int kda_tfevents_read(const char *path, KdaTfScalar **out, int64_t *n_out, KdaError *err) {
     *out = NULL, *n_out = 0;
+    if (read_events_(path, out, n_out, err) == 0) return 0;
+    free(*out); // an error leaves nothing for the caller to free
+    *out = NULL, *n_out = 0;
+    return -1;
+}
+
+static int read_events_(const char *path, KdaTfScalar **out, int64_t *n_out, KdaError *err) {
     size_t n;
     char *buf = read_file(path, &n, err);
     if (!buf) return -1;
