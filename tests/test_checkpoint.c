@@ -96,7 +96,7 @@ static int ck_matches(const char *save, Ck *c) {
     if (kda_checkpoint_resolve(save, dir, sizeof dir, &err) != 0) return 0;
     Ck l;
     if (ck_make(&l, 1000)) return 0; // different contents, same shapes
-    int ok = kda_checkpoint_load(dir, &c->cfg, &c->t, l.p, &l.opt, &l.st, &err) == 0;
+    int ok = kda_checkpoint_load(dir, &c->cfg, &c->t, l.p, &l.opt, &l.st, 1, &err) == 0;
     if (!ok) fprintf(stderr, "load: %s\n", err.msg);
     size_t n = (size_t)c->t.total_numel * sizeof(float);
     ok = ok && !memcmp(l.p, c->p, n) && !memcmp(l.opt.m, c->opt.m, n) &&
@@ -416,4 +416,61 @@ KDA_TEST(checkpoint_save_dir_lock) {
     rmdir(live);
     kda_save_unlock(&b);
     ck_free(&c);
+}
+
+// Replaces the first occurrence of from by to (same length) in file path.
+static int edit_file(const char *path, const char *from, const char *to) {
+    size_t n;
+    KdaError err;
+    char *s = read_file(path, &n, &err);
+    char *at = s ? strstr(s, from) : NULL;
+    if (at) memcpy(at, to, strlen(to));
+    int rc = at ? write_file_atomic(path, s, n, &err) : -1;
+    free(s);
+    return rc;
+}
+
+// Loads save/iter_0000003 into fresh buffers (verify: check the checksums).
+static int ck_load3(const char *save, int verify, KdaError *err) {
+    char dir[PATH_MAX];
+    snprintf(dir, sizeof dir, "%s/iter_0000003", save);
+    Ck l;
+    if (ck_make(&l, 1000)) return -2;
+    int rc = kda_checkpoint_load(dir, &l.cfg, &l.t, l.p, &l.opt, &l.st, verify, err);
+    ck_free(&l);
+    return rc;
+}
+
+// Checkpoint contents are validated (issue 15, finding 12): a negative consumed-samples count is
+// an error naming the field (it was an assertion abort later), and the recorded checksums catch
+// an edited iteration and a flipped weight bit (accepted silently before); verify 0 skips them.
+KDA_TEST(checkpoint_contents_validated) {
+    char save[1024], p[PATH_MAX];
+    snprintf(save, sizeof save, "%s/save", test_tmpdir());
+    KdaError err;
+    Ck a;
+    CHECK(ck_make(&a, 3) == 0);
+    CHECK(ck_save(save, &a, 0, &err) == 0);
+    CHECK_MSG(ck_load3(save, 1, &err) == 0, "%s", err.msg);
+    snprintf(p, sizeof p, "%s/iter_0000003/trainer_state.json", save);
+    CHECK(edit_file(p, "\"consumed_train_samples\": 48,", "\"consumed_train_samples\": -5,") == 0);
+    CHECK(ck_load3(save, 1, &err) == -1);
+    CHECK_MSG(strstr(err.msg, "consumed_train_samples") && strstr(err.msg, "-5"), "%s", err.msg);
+    CHECK(edit_file(p, "\"consumed_train_samples\": -5,", "\"consumed_train_samples\": 48,") == 0);
+    CHECK(edit_file(p, "\"iteration\": 3,", "\"iteration\": 4,") == 0);
+    CHECK(ck_load3(save, 1, &err) == -1);
+    CHECK_MSG(strstr(err.msg, "checksum") && strstr(err.msg, "trainer_state.json"), "%s", err.msg);
+    CHECK(edit_file(p, "\"iteration\": 4,", "\"iteration\": 3,") == 0);
+    snprintf(p, sizeof p, "%s/iter_0000003/model.safetensors", save);
+    size_t n;
+    char *w = read_file(p, &n, &err);
+    CHECK(w != NULL);
+    if (!w) return;
+    w[n - 7] ^= 0x10; // a bit of the last tensor's data
+    CHECK(write_file_atomic(p, w, n, &err) == 0);
+    free(w);
+    CHECK(ck_load3(save, 1, &err) == -1);
+    CHECK_MSG(strstr(err.msg, "checksum") && strstr(err.msg, "weights"), "%s", err.msg);
+    CHECK_MSG(ck_load3(save, 0, &err) == 0, "%s", err.msg);
+    ck_free(&a);
 }

@@ -567,3 +567,26 @@ KDA_TEST(trainer_save_dir_locked) {
     CHECK_MSG(run(&rc, &r, 0, &res, &err) == 0, "%s", err.msg);
     kda_run_config_free(&rc);
 }
+
+// A damaged `latest` (truncated optimizer file) fails the resume with a message naming the
+// previous checkpoint to load instead (issue 15, finding 12: no hint that one existed).
+KDA_TEST(trainer_damaged_latest_names_older) {
+    const char *data = make_data();
+    char s[1024], p[PATH_MAX];
+    snprintf(s, sizeof s, "%s/dmg", test_tmpdir());
+    KdaRunConfig rc;
+    Rec r = {0};
+    KdaTrainResult res;
+    KdaError err;
+    CHECK(make_rc(&rc, data, s, "train_iters: 4\nsave_interval: 2\n") == 0);
+    CHECK_MSG(run(&rc, &r, 0, &res, &err) == 0, "%s", err.msg);
+    kda_run_config_free(&rc);
+    snprintf(p, sizeof p, "%s/iter_0000004/optimizer.safetensors", s);
+    CHECK(truncate(p, 1000) == 0);
+    CHECK(make_rc(&rc, data, s, "train_iters: 6\nsave_interval: 2\n") == 0);
+    CHECK(run(&rc, &r, 0, &res, &err) == -1);
+    kda_run_config_free(&rc);
+    CHECK_MSG(strstr(err.msg, "optimizer.safetensors") && strstr(err.msg, "--load") &&
+                  strstr(err.msg, "iter_0000002"),
+              "%s", err.msg);
+}

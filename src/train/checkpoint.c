@@ -30,6 +30,46 @@ static int hook(const char *stage, KdaError *err) {
 }
 
 // ---------------------------------------------------------------------------------------------
+// Checksums (docs/reliability.md): a 64-bit multiply-xorshift hash over 8-byte words, computed
+// from the in-memory buffers at save and from the loaded buffers at load. Not cryptographic:
+// it catches damage (a flipped bit, a truncated or edited file), not an attacker.
+
+static uint64_t hash_bytes(uint64_t h, const void *data, size_t n) {
+    const unsigned char *p = data;
+    for (; n >= 8; p += 8, n -= 8) {
+        uint64_t w;
+        memcpy(&w, p, 8);
+        h = (h ^ w) * 0x9e3779b97f4a7c15ull;
+        h ^= h >> 29;
+    }
+    for (; n; p++, n--)
+        h = (h ^ *p) * 0x100000001b3ull;
+    return h;
+}
+
+static uint64_t hash_weights(const KdaParamTable *t, const float *params) {
+    return hash_bytes(0x6b64615f77ull, params, (size_t)t->total_numel * sizeof(float));
+}
+
+static uint64_t hash_optimizer(const KdaParamTable *t, const KdaAdamW *opt) {
+    size_t nb = (size_t)t->total_numel * sizeof(float);
+    uint64_t h = hash_bytes(0x6b64615f6full, opt->m, nb);
+    h = hash_bytes(h, opt->v, nb);
+    return hash_bytes(h, &opt->step, sizeof opt->step);
+}
+
+// Every number of the trainer state (the descriptions are informative and rewritten on resume).
+static uint64_t hash_state(const KdaTrainState *st) {
+    int64_t f[7] = {st->iteration, st->consumed_train,  st->consumed_valid, st->skipped_iters,
+                    st->nan_iters, st->consecutive_nan, st->rng.has_spare};
+    uint64_t h = hash_bytes(0x6b64615f73ull, f, sizeof f);
+    h = hash_bytes(h, st->rng.s, sizeof st->rng.s);
+    h = hash_bytes(h, &st->rng.spare, sizeof st->rng.spare);
+    h = hash_bytes(h, &st->train_fingerprint, sizeof st->train_fingerprint);
+    return hash_bytes(h, &st->valid_fingerprint, sizeof st->valid_fingerprint);
+}
+
+// ---------------------------------------------------------------------------------------------
 // Config comparison
 
 int kda_config_diff(const KdaConfig *a, const KdaConfig *b, char *out, size_t cap) {
@@ -278,7 +318,13 @@ static void put_u64(FILE *f, const char *key, uint64_t v, const char *sep) {
     fprintf(f, "  \"%s\": \"%016" PRIx64 "\"%s\n", key, v, sep);
 }
 
-static int save_state(const char *path, const KdaTrainState *st, KdaError *err) {
+typedef struct {
+    uint64_t weights, optimizer, state;
+    int present; // loaded state only: the file carries checksums (older ones do not)
+} Checksums;
+
+static int save_state(const char *path, const KdaTrainState *st, const Checksums *ck,
+                      KdaError *err) {
     char *buf = NULL;
     size_t n = 0;
     FILE *f = open_memstream(&buf, &n);
@@ -307,7 +353,10 @@ static int save_state(const char *path, const KdaTrainState *st, KdaError *err) 
     fprintf(f, "  \"valid_data\": ");
     json_write_string(f, st->valid_desc, strlen(st->valid_desc));
     fprintf(f, ",\n");
-    put_u64(f, "valid_data_fingerprint", st->valid_fingerprint, "");
+    put_u64(f, "valid_data_fingerprint", st->valid_fingerprint, ",");
+    put_u64(f, "checksum_weights", ck->weights, ",");
+    put_u64(f, "checksum_optimizer", ck->optimizer, ",");
+    put_u64(f, "checksum_state", ck->state, "");
     fprintf(f, "}\n");
     fclose(f);
     int rc = write_file_atomic(path, buf, n, err);
@@ -341,7 +390,8 @@ static int write_all(const char *tmp, const KdaTrainState *st, const KdaConfig *
     if (save_optimizer(path_join(p, sizeof p, tmp, "optimizer.safetensors"), t, opt, err) ||
         hook("optimizer", err))
         return -1;
-    if (save_state(path_join(p, sizeof p, tmp, "trainer_state.json"), st, err) ||
+    Checksums ck = {hash_weights(t, params), hash_optimizer(t, opt), hash_state(st), 1};
+    if (save_state(path_join(p, sizeof p, tmp, "trainer_state.json"), st, &ck, err) ||
         hook("state", err))
         return -1;
     if (rc && kda_run_config_write_atomic(rc, path_join(p, sizeof p, tmp, "run_config.yaml"), err))
@@ -418,9 +468,40 @@ int kda_checkpoint_resolve(const char *path, char *out, size_t cap, KdaError *er
     }
     path_join(out, cap, path, s);
     free(s);
-    if (!path_exists(path_join(p, sizeof p, out, "trainer_state.json")))
+    if (!path_exists(path_join(p, sizeof p, out, "trainer_state.json"))) {
+        char older[PATH_MAX];
+        if (kda_checkpoint_older(out, older, sizeof older))
+            return kda_fail(err,
+                            "%s: `latest` names %s, which has no trainer_state.json; the previous "
+                            "checkpoint is %s (resume from it with --load %s)",
+                            path, out, older, older);
         return kda_fail(err, "%s: `latest` names %s, which has no trainer_state.json", path, out);
+    }
     return 0;
+}
+
+int kda_checkpoint_older(const char *dir, char *out, size_t cap) {
+    char save[PATH_MAX];
+    snprintf(save, sizeof save, "%s", dir);
+    size_t n = strlen(save);
+    while (n > 1 && save[n - 1] == '/')
+        save[--n] = 0;
+    char *slash = strrchr(save, '/');
+    int64_t it;
+    if (!parse_iter_name(slash ? slash + 1 : save, &it)) return 0;
+    if (slash)
+        *slash = 0;
+    else
+        snprintf(save, sizeof save, ".");
+    int64_t m, *its = list_iters(save, &m);
+    int found = 0;
+    for (int64_t i = m - 1; i >= 0 && !found; i--)
+        if (its[i] < it) {
+            snprintf(out, cap, "%s/iter_%07lld", save, (long long)its[i]);
+            found = 1;
+        }
+    free(its);
+    return found;
 }
 
 static int load_optimizer(const char *path, const KdaParamTable *t, KdaAdamW *opt, KdaError *err) {
@@ -465,7 +546,27 @@ static int get_hex(const JsonValue *v, uint64_t *out) {
     return 0;
 }
 
-static int load_state(const char *path, KdaTrainState *st, KdaError *err) {
+// Ranges of the trainer-state counters (a hand-edited or damaged file fails here, naming the
+// field, instead of tripping an assertion later).
+static int check_state(const char *path, const KdaTrainState *st, KdaError *err) {
+    struct {
+        const char *key;
+        int64_t v, max;
+    } f[] = {{"iteration", st->iteration, INT64_MAX},
+             {"consumed_train_samples", st->consumed_train, INT64_MAX},
+             {"consumed_valid_samples", st->consumed_valid, INT64_MAX},
+             {"skipped_iterations", st->skipped_iters, st->iteration},
+             {"nan_iterations", st->nan_iters, st->iteration},
+             {"consecutive_nan_iterations", st->consecutive_nan, st->iteration},
+             {"rng_has_spare", st->rng.has_spare, 1}};
+    for (size_t i = 0; i < sizeof f / sizeof *f; i++)
+        if (f[i].v < 0 || f[i].v > f[i].max)
+            return kda_fail(err, "%s: %s = %lld (expected 0..%lld)", path, f[i].key,
+                            (long long)f[i].v, (long long)f[i].max);
+    return 0;
+}
+
+static int load_state(const char *path, KdaTrainState *st, Checksums *ck, KdaError *err) {
     JsonDoc doc;
     if (json_parse_file(&doc, path, err)) return -1;
     const JsonValue *r = &doc.root;
@@ -497,6 +598,11 @@ static int load_state(const char *path, KdaTrainState *st, KdaError *err) {
         st->rng.spare = sp.d;
         snprintf(st->train_desc, sizeof st->train_desc, "%s", td);
         snprintf(st->valid_desc, sizeof st->valid_desc, "%s", vd);
+        ck->present = json_get(r, "checksum_weights") != NULL;
+        if (ck->present)
+            bad = get_hex(json_get(r, "checksum_weights"), &ck->weights) ||
+                  get_hex(json_get(r, "checksum_optimizer"), &ck->optimizer) ||
+                  get_hex(json_get(r, "checksum_state"), &ck->state);
     }
     json_free(&doc);
     if (bad)
@@ -504,11 +610,29 @@ static int load_state(const char *path, KdaTrainState *st, KdaError *err) {
                         "%s: not a format-%d trainer state (a field is missing or has the "
                         "wrong type)",
                         path, STATE_FORMAT);
-    return 0;
+    return check_state(path, st, err);
+}
+
+// Compares the loaded buffers and state with the checksums recorded at save.
+static int verify(const char *dir, const Checksums *ck, const KdaParamTable *t, const float *params,
+                  const KdaAdamW *opt, const KdaTrainState *st, KdaError *err) {
+    const char *what = NULL;
+    if (hash_weights(t, params) != ck->weights)
+        what = "weights (model.safetensors)";
+    else if (hash_optimizer(t, opt) != ck->optimizer)
+        what = "optimizer moments (optimizer.safetensors)";
+    else if (hash_state(st) != ck->state)
+        what = "trainer state (trainer_state.json)";
+    if (!what) return 0;
+    return kda_fail(err,
+                    "%s: the %s do not match the checksum recorded at save: the checkpoint is "
+                    "damaged or was edited (--no-verify-checksums loads it anyway)",
+                    dir, what);
 }
 
 int kda_checkpoint_load(const char *dir, const KdaConfig *cfg, const KdaParamTable *t,
-                        float *params, KdaAdamW *opt, KdaTrainState *st, KdaError *err) {
+                        float *params, KdaAdamW *opt, KdaTrainState *st, int verify_checksums,
+                        KdaError *err) {
     char p[PATH_MAX], diff[512];
     KdaConfig ck;
     if (kda_config_load(&ck, path_join(p, sizeof p, dir, "config.json"), err)) return -1;
@@ -518,5 +642,8 @@ int kda_checkpoint_load(const char *dir, const KdaConfig *cfg, const KdaParamTab
     if (kda_model_read_weights(dir, cfg, t, params, err)) return -1;
     if (load_optimizer(path_join(p, sizeof p, dir, "optimizer.safetensors"), t, opt, err))
         return -1;
-    return load_state(path_join(p, sizeof p, dir, "trainer_state.json"), st, err);
+    Checksums sums = {0};
+    if (load_state(path_join(p, sizeof p, dir, "trainer_state.json"), st, &sums, err)) return -1;
+    if (verify_checksums && sums.present) return verify(dir, &sums, t, params, opt, st, err);
+    return 0;
 }

@@ -7,7 +7,8 @@
 //   optimizer.safetensors  fp32 "<param>.exp_avg" and "<param>.exp_avg_sq" for every row of
 //                          the parameter table; __metadata__ "step" = updates applied
 //   trainer_state.json     iteration, consumed samples (train, valid), skipped/nan counters,
-//                          RNG state, data descriptions and fingerprints, format version
+//                          RNG state, data descriptions and fingerprints, format version, and
+//                          checksums of the weights, the optimizer state and these numbers
 //   run_config.yaml        the effective run config
 // SAVE/latest holds "iter_NNNNNNN\n" and is replaced atomically after the directory is complete.
 //
@@ -83,9 +84,17 @@ int kda_checkpoint_resolve(const char *path, char *out, size_t cap, KdaError *er
 // Loads a checkpoint directory into caller buffers. cfg is the run's model config: a different
 // model config fails with "model config differs from the checkpoint: <key> is X there, Y here".
 // params [t->total_numel] fp32; opt must be initialized for t->total_numel elements (its
-// moments and step are overwritten); st receives the trainer state.
+// moments and step are overwritten); st receives the trainer state. The state's counters are
+// range-checked (error naming the field); with verify_checksums the weights, moments and state
+// are compared with the checksums trainer_state.json recorded at save (checkpoints written
+// before checksums existed have none and load unchecked).
 int kda_checkpoint_load(const char *dir, const KdaConfig *cfg, const KdaParamTable *t,
-                        float *params, KdaAdamW *opt, KdaTrainState *st, KdaError *err);
+                        float *params, KdaAdamW *opt, KdaTrainState *st, int verify_checksums,
+                        KdaError *err);
+
+// When dir is SAVE/iter_N, writes the newest SAVE/iter_M with M < N into out and returns 1 (the
+// checkpoint to fall back to when dir is damaged), else returns 0.
+int kda_checkpoint_older(const char *dir, char *out, size_t cap);
 
 // First FLA config key whose value differs between a and b; writes "key: A vs B" into out
 // (cap bytes) and returns 1, or returns 0 when the configs are the same model.

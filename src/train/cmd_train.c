@@ -36,6 +36,7 @@ static void usage(FILE *f) {
             "  --nproc-per-node N  start N local ranks (data parallel; as torchrun's standalone\n"
             "                      mode); signals to this launcher go to every rank\n"
             "  --no-progress       no progress bar\n"
+            "  --no-verify-checksums  resume without checking the checkpoint's checksums\n"
             "  --quiet             no per-iteration log lines\n"
             "  --help              this help\n\n"
             "Resumes from `load`, or from `save` when it holds a `latest` checkpoint. SIGINT/\n"
@@ -154,7 +155,7 @@ int cmd_train(int argc, char **argv) {
     int nproc = kda_launch_take_nproc(&argc, argv, &lerr);
     if (nproc < 0) kda_die("%s", lerr.msg);
     if (nproc > 0) return launch_ranks(nproc, argc, argv);
-    int progress = 1, quiet = 0, print_config = 0, dry_run = 0;
+    int progress = 1, quiet = 0, print_config = 0, dry_run = 0, no_verify = 0;
     long long profile_iter = 0;
     char **rest = calloc((size_t)argc + 1, sizeof *rest);
     int n = 0;
@@ -181,6 +182,8 @@ int cmd_train(int argc, char **argv) {
             dry_run = 1;
         } else if (!strcmp(argv[i], "--no-progress")) {
             progress = 0;
+        } else if (!strcmp(argv[i], "--no-verify-checksums")) {
+            no_verify = 1;
         } else if (!strcmp(argv[i], "--quiet")) {
             quiet = 1;
         } else {
@@ -219,6 +222,7 @@ int cmd_train(int argc, char **argv) {
     if (!dist || kda_dist_rank(dist) == 0) report_noops(&rc, dist);
     kda_train_install_signal_handlers();
     KdaTrainOptions o = {.rc = &rc,
+                         .no_verify_checksums = no_verify,
                          .init_from = init_from,
                          .progress = progress,
                          .quiet = quiet,

@@ -485,6 +485,16 @@ static int trim_metrics(const char *path, int64_t it, KdaError *err) {
     return rc;
 }
 
+// A checkpoint that fails to load: the message names the newest older one in the same save dir
+// to resume from instead (docs/reliability.md).
+static int older_hint(const char *dir, KdaError *err) {
+    char older[PATH_MAX], msg[sizeof err->msg];
+    if (!kda_checkpoint_older(dir, older, sizeof older)) return -1;
+    snprintf(msg, sizeof msg, "%s", err->msg);
+    return kda_fail(err, "%s; the previous checkpoint is %s (resume from it with --load %s)", msg,
+                    older, older);
+}
+
 static int resume_local(Run *r, KdaError *err) {
     const KdaRunConfig *rc = r->rc;
     const char *load = rc->finetune ? NULL : rc->load; // finetune's load is the init, not a resume
@@ -503,8 +513,9 @@ static int resume_local(Run *r, KdaError *err) {
     if (r->init) kda_warn("resuming from %s: the starting weights of %s are ignored", dir, r->init);
     KdaTrainState st;
     float *p = r->be.host_params(r->be.ctx);
-    if (kda_checkpoint_load(dir, &r->cfg, &r->table, p, r->be.host_optim(r->be.ctx), &st, err))
-        return -1;
+    if (kda_checkpoint_load(dir, &r->cfg, &r->table, p, r->be.host_optim(r->be.ctx), &st,
+                            !r->o->no_verify_checksums, err))
+        return older_hint(dir, err);
     r->loaded_params = p;
     if (!r->dist) r->be.state_changed(r->be.ctx); // else setup_resume, after the broadcast
     if (st.train_fingerprint != r->st.train_fingerprint)

@@ -118,11 +118,12 @@ typedef struct {
 } KdaStepInfo;
 
 typedef struct {
-    const KdaRunConfig *rc; // validated (kda_run_config_validate)
-    const char *init_from;  // HF model dir whose weights start a fresh run (NULL: own init)
-    int progress;           // 1: progress bar when stderr is a TTY; 0: never
-    int quiet;              // 1: no log lines on stdout (tests)
-    int64_t stop_after;     // > 0: stop as on a signal after this iteration (tests)
+    const KdaRunConfig *rc;  // validated (kda_run_config_validate)
+    const char *init_from;   // HF model dir whose weights start a fresh run (NULL: own init)
+    int progress;            // 1: progress bar when stderr is a TTY; 0: never
+    int quiet;               // 1: no log lines on stdout (tests)
+    int64_t stop_after;      // > 0: stop as on a signal after this iteration (tests)
+    int no_verify_checksums; // 1: resume without comparing the checkpoint's checksums
     // Test hook: nonzero makes that micro-batch's loss NaN (the step is then skipped).
     int (*poison)(void *user, int64_t iteration, int micro);
     void (*on_step)(void *user, const KdaStepInfo *s); // after every iteration (may be NULL)
