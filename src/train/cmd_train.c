@@ -40,7 +40,7 @@ static void usage(FILE *f) {
             "  --quiet             no per-iteration log lines\n"
             "  --help              this help\n\n"
             "Resumes from `load`, or from `save` when it holds a `latest` checkpoint. SIGINT/\n"
-            "SIGTERM: finish the step, save, exit 0 (a second signal exits at once).\n"
+            "SIGTERM/SIGHUP: finish the step, save, exit 0 (a second signal exits at once).\n"
             "The effective config is saved with every checkpoint (run_config.yaml).\n"
             "Several ranks: launched by torchrun, srun (Slurm), mpirun or --nproc-per-node;\n"
             "see README \"Multi-GPU and clusters\".\n"
@@ -234,7 +234,13 @@ int cmd_train(int argc, char **argv) {
     if (kda_train(&o, &res, &err)) {
         fprintf(stderr, "kda: error: %s\n", err.msg);
         status = 1;
-    } else if (!dist || kda_dist_rank(dist) == 0) {
+    } else if (dist && kda_dist_rank(dist) != 0) {
+        // ranks other than 0 print no summary
+    } else if (res.iteration == res.start_iteration && !res.interrupted) {
+        kda_info("nothing to train: the run is already at iteration %lld (train_iters %lld); "
+                 "raise train_iters to continue",
+                 (long long)res.iteration, (long long)rc.train_iters);
+    } else {
         char a[32], b[32];
         kda_info("%s at iteration %lld (%lld samples) in %s, %s tokens/s; last loss %.4f%s%s",
                  res.interrupted ? "stopped" : "done", (long long)res.iteration,

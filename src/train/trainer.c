@@ -266,6 +266,7 @@ void kda_train_install_signal_handlers(void) {
     sa.sa_flags = SA_RESTART;
     sigaction(SIGINT, &sa, NULL);
     sigaction(SIGTERM, &sa, NULL);
+    sigaction(SIGHUP, &sa, NULL); // a closed terminal or ssh session: save like SIGTERM
 }
 void kda_train_request_stop(void) {
     g_stop = 1;

@@ -20,9 +20,9 @@
 // count). A different model config fails naming the key; a different data description only
 // warns. No checkpoint is written for an iteration that was just loaded.
 //
-// Signals (after kda_train_install_signal_handlers): the first SIGINT/SIGTERM lets the current
-// iteration finish, then a checkpoint is saved (when rc->save is set) and kda_train returns 0
-// with result.interrupted = 1; a second signal exits the process at once (status 130).
+// Signals (after kda_train_install_signal_handlers): the first SIGINT/SIGTERM/SIGHUP lets the
+// current iteration finish, then a checkpoint is saved (when rc->save is set) and kda_train returns
+// 0 with result.interrupted = 1; a second signal exits the process at once (status 130).
 //
 // Data parallelism (o->dist, D ranks; Megatron's semantics): global_batch_size = micro_batch_size
 // x n_micro x D, so each rank runs n_micro = global / (micro x D) micro-batches per iteration.
@@ -156,7 +156,7 @@ typedef struct {
 // max_nan_steps consecutive NaN iterations) with the message in err.
 int kda_train(const KdaTrainOptions *o, KdaTrainResult *res, KdaError *err);
 
-void kda_train_install_signal_handlers(void); // SIGINT, SIGTERM (see above)
+void kda_train_install_signal_handlers(void); // SIGINT, SIGTERM, SIGHUP (see above)
 void kda_train_request_stop(void);            // what the first signal does
 void kda_train_clear_stop(void);              // tests: reset the stop flag
 
