@@ -34,6 +34,17 @@
 #include "model/params.h"
 #include "test.h"
 
+// CPU ranks need Gloo: a build without it (make KDA_GLOO=0) skips these tests, saying so.
+#ifdef KDA_HAVE_GLOO
+#define NEED_GLOO() ((void)0)
+#else
+#define NEED_GLOO()                                                                                \
+    do {                                                                                           \
+        printf("    skipped: this build has no Gloo (CPU ranks)\n");                               \
+        return;                                                                                    \
+    } while (0)
+#endif
+
 static const char *kda_bin_(void) {
     const char *b = getenv("KDA_BIN");
     return b ? b : "./build/kda";
@@ -278,6 +289,7 @@ static const char *save_dir_(const char *name) {
 }
 
 KDA_TEST(dp_two_ranks_bit_exact_torchrun_mpirun_nproc) {
+    NEED_GLOO();
     CHECK(make_data_(g_data, sizeof g_data) == 0);
     // with validation: every rank evaluates its slice, the sums are all-reduced
     const char *cfg = make_cfg_("gbs4v", g_data, 4, 6, "eval_interval: 3\neval_iters: 2\n");
@@ -326,6 +338,7 @@ KDA_TEST(dp_two_ranks_bit_exact_torchrun_mpirun_nproc) {
 
 // FLA's data order: the ranks read slices of the one global chunk order.
 KDA_TEST(dp_two_ranks_fla_data_order_bit_exact) {
+    NEED_GLOO();
     CHECK(make_data_(g_data, sizeof g_data) == 0);
     const char *cfg = make_cfg_("fla4", g_data, 4, 6, "objective: fla\ndata_order: fla\n");
     char one[PATH_MAX], two[PATH_MAX];
@@ -337,6 +350,7 @@ KDA_TEST(dp_two_ranks_fla_data_order_bit_exact) {
 }
 
 KDA_TEST(dp_three_ranks_slurm_zero1_and_resume) {
+    NEED_GLOO();
     CHECK(make_data_(g_data, sizeof g_data) == 0);
     const char *c6 = make_cfg_("gbs6", g_data, 6, 6, NULL);
     char one[PATH_MAX], sl[PATH_MAX];
@@ -359,6 +373,7 @@ KDA_TEST(dp_three_ranks_slurm_zero1_and_resume) {
 }
 
 KDA_TEST(dp_zero1_resume_two_to_one) {
+    NEED_GLOO();
     CHECK(make_data_(g_data, sizeof g_data) == 0);
     const char *cfg = make_cfg_("gbs4", g_data, 4, 6, NULL);
     char one[PATH_MAX], z[PATH_MAX], r21[PATH_MAX];
@@ -376,6 +391,7 @@ KDA_TEST(dp_zero1_resume_two_to_one) {
 }
 
 KDA_TEST(dp_batch_not_divisible_is_an_error) {
+    NEED_GLOO();
     CHECK(make_data_(g_data, sizeof g_data) == 0);
     const char *cfg = make_cfg_("gbs4", g_data, 4, 6, NULL);
     const char *s = save_dir_("bad3");
@@ -471,6 +487,7 @@ static void kill_one_(int victim) {
 }
 
 KDA_TEST(dp_killed_rank_fails_the_others_naming_it) {
+    NEED_GLOO();
     CHECK(make_data_(g_data, sizeof g_data) == 0);
     kill_one_(1);
     kill_one_(0);
@@ -503,6 +520,7 @@ static void check_sigterm_(const char *save, int world, pid_t *pids, int target)
 }
 
 KDA_TEST(dp_sigterm_to_one_rank_or_the_launcher_stops_all) {
+    NEED_GLOO();
     CHECK(make_data_(g_data, sizeof g_data) == 0);
     const char *cfg = make_cfg_("long", g_data, 4, 100000, NULL);
     char save[PATH_MAX];
@@ -534,6 +552,7 @@ static int sh_(const char *cmd) {
 }
 
 KDA_TEST(dp_two_nodes_in_network_namespaces) {
+    NEED_GLOO();
     if (geteuid() != 0) {
         printf("    skipped: needs root for ip netns (CI runs as root)\n");
         return;
