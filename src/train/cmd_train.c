@@ -155,6 +155,9 @@ int cmd_train(int argc, char **argv) {
     int nproc = kda_launch_take_nproc(&argc, argv, &lerr);
     if (nproc < 0) kda_die("%s", lerr.msg);
     if (nproc > 0) return launch_ranks(nproc, argc, argv);
+    // First thing a rank does: a SIGINT/SIGTERM/SIGHUP during start-up (config, data, rendezvous)
+    // then stops the run after its first iteration with a checkpoint instead of killing it.
+    kda_train_install_signal_handlers();
     int progress = 1, quiet = 0, print_config = 0, dry_run = 0, no_verify = 0;
     long long profile_iter = 0;
     char **rest = calloc((size_t)argc + 1, sizeof *rest);
@@ -220,7 +223,6 @@ int cmd_train(int argc, char **argv) {
     int device = 0;
     KdaDist *dist = join_world(&rc, rc.device && !strcmp(rc.device, "cuda"), &device);
     if (!dist || kda_dist_rank(dist) == 0) report_noops(&rc, dist);
-    kda_train_install_signal_handlers();
     KdaTrainOptions o = {.rc = &rc,
                          .no_verify_checksums = no_verify,
                          .init_from = init_from,
