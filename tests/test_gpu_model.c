@@ -676,6 +676,9 @@ KDA_TEST(gpu_model_profile) {
              kda_cuda_model_adamw(dm, &oc, 1, 1e-3, &err) || kda_cuda_model_profile(dm, NULL, &err);
     CHECK_MSG(rc == 0, "%s", err.msg);
     if (!rc) {
+        // fused input projection: fwd = its GEMM, its copy-out, f1, g1; bwd = g1 and f1's dX and
+        // dW, six copies into the fused dY, its dW and dX
+        int fz = kda_cuda_model_inproj(dm);
         const struct {
             KdaOp op;
             int64_t calls;
@@ -684,8 +687,8 @@ KDA_TEST(gpu_model_profile) {
             {KDA_OP_EMBED_BWD, 1},
             {KDA_OP_NORM_FWD, 2 * L + 1},
             {KDA_OP_NORM_BWD, 2 * L + 1},
-            {KDA_OP_PROJ_FWD, 8 * L},
-            {KDA_OP_PROJ_BWD, 16 * L},
+            {KDA_OP_PROJ_FWD, (fz ? 4 : 8) * L},
+            {KDA_OP_PROJ_BWD, (fz ? 12 : 16) * L},
             {KDA_OP_CONV_FWD, 3 * L},
             {KDA_OP_CONV_BWD, 3 * L},
             {KDA_OP_L2NORM_FWD, 2 * L},

@@ -2,8 +2,8 @@
 # device_perf.sh - the performance work's check on one GPU in ONE device call (<= 9 min): build
 # kda.c (build-gpu), run the GPU tests of the code it touches, then `kda train --profile` and the
 # training throughput of KDA-300M (kda.c only: run.sh PARTS=kda) before/after in the same call:
-# the switched-off path (KDA_CLASSIFIER=legacy, KDA_GEMM_PLAN=0) at micro-batch 16, then the
-# default path at micro-batch 16/32/64. Prints the mb-16 profile tables and the tokens/s last.
+# the switched-off path (KDA_CLASSIFIER=legacy KDA_GEMM_PLAN=0 KDA_INPROJ=0 KDA_CORE_KEEP=0: the
+# code before this work) at micro-batch 16, then the default path at micro-batch 16/32/64. Prints the mb-16 profile tables and the tokens/s last.
 #
 # Usage (repository root, on the GPU machine; carry .devdeps and .whl):
 #   bash bench/train_throughput/device_perf.sh
@@ -52,12 +52,12 @@ run_kda() { # DIR MBS [ENV=VALUE...]: run.sh for kda.c with the profile of itera
     echo "run.sh $* MBS='$mbs': rc=$?"
 }
 if [ "${SKIP_BEFORE:-0}" != 1 ] && [ "$(left)" -gt 200 ]; then
-    run_kda "$OUT/before" 16 KDA_CLASSIFIER=legacy KDA_GEMM_PLAN=0
+    run_kda "$OUT/before" 16 KDA_CLASSIFIER=legacy KDA_GEMM_PLAN=0 KDA_INPROJ=0 KDA_CORE_KEEP=0
 fi
 [ "$(left)" -gt 60 ] && run_kda "$OUT/after" "$MBS"
 
 {
-    echo "## before (KDA_CLASSIFIER=legacy KDA_GEMM_PLAN=0), mb 16"
+    echo "## before (KDA_CLASSIFIER=legacy KDA_GEMM_PLAN=0 KDA_INPROJ=0 KDA_CORE_KEEP=0), mb 16"
     cat "$OUT/before/kda_profile_mb16.md" 2> /dev/null
     echo
     echo "## after (defaults), mb 16"

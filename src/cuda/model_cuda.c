@@ -109,6 +109,9 @@ struct KdaCudaModel {
     int recompute; // per-block activation recomputation (kda_cuda_model_set_recompute)
     size_t cls_budget; // bytes of the fused classifier's logits chunk (0: no workspace for it)
     int core_keep;     // keep the KDA core's forward h and Δ for the backward (KDA_CORE_KEEP)
+    int inproj;        // q|k|v|f0|g0|b back to back on the device: one input GEMM (KDA_INPROJ)
+    int *dorder;       // [table.n] row indices by device offset
+    bf *inb;           // [N, INPROJ width] bf16: the fused input GEMM's output, then its dY
     float *keep;       // [keep_cap] floats: per layer (one layer's with recompute) kept h and Δ
     size_t keep_cap;
     int have_fwd;
@@ -139,6 +142,11 @@ static int64_t max64_(int64_t a, int64_t b) {
     return a > b ? a : b;
 }
 
+// Output width of the fused input GEMM: q | k | v | f_proj.0 | g_proj.0 | b_proj.
+static int64_t inproj_width_(const KdaConfig *c) {
+    return 2 * c->key_dim + c->value_dim + 2 * c->head_v_dim + c->num_v_heads;
+}
+
 // Assigns every activation pointer for N tokens (a->base NULL: only counts bytes).
 static void layout_(KdaCudaModel *m, int64_t N, Arena *a) {
     const KdaConfig *c = &m->cfg;
@@ -165,6 +173,7 @@ static void layout_(KdaCudaModel *m, int64_t N, Arena *a) {
         L->h2 = take_(a, F32(N * D)), L->xm = take_(a, BF(N * D)), L->rstd_m = take_(a, F32(N));
         L->ga = take_(a, BF(N * I)), L->up = take_(a, BF(N * I)), L->mm = take_(a, BF(N * I));
     }
+    m->inb = m->inproj ? take_(a, BF(N * inproj_width_(c))) : NULL;
     m->hL = take_(a, F32(N * D)), m->nf = take_(a, BF(N * D)), m->rstd_f = take_(a, F32(N));
     m->ids = take_(a, (size_t)N * sizeof(int32_t)),
     m->targets = take_(a, (size_t)N * sizeof(int32_t));
@@ -269,6 +278,59 @@ static int get_(KdaCudaModel *m, float *dense, const float *dev) {
     return 0;
 }
 
+static int64_t align_(int64_t n) {
+    return (n + ROW_ALIGN - 1) / ROW_ALIGN * ROW_ALIGN;
+}
+
+// Rows of block `layer` by field, in the fused input projection's order.
+static const size_t INPROJ_FIELDS[KDA_INPROJ_PARTS] = {
+    offsetof(KdaLayerTensors, q_proj),  offsetof(KdaLayerTensors, k_proj),
+    offsetof(KdaLayerTensors, v_proj),  offsetof(KdaLayerTensors, f_proj0),
+    offsetof(KdaLayerTensors, g_proj0), offsetof(KdaLayerTensors, b_proj)};
+
+static int find_row_(const KdaParamTable *t, int layer, size_t field) {
+    for (int i = 0; i < t->n; i++)
+        if (t->rows[i].layer == layer && t->rows[i].field == field) return i;
+    return -1;
+}
+
+int64_t kda_cuda_device_offsets(KdaParamTable *dst, const KdaParamTable *t, int inproj,
+                                int *fused) {
+    char *done = kda_calloc((size_t)(t->n > 0 ? t->n : 1), 1);
+    int all = inproj && t->n > 0, any_layer = 0;
+    int64_t off = 0;
+    for (int i = 0; i < t->n; i++) {
+        if (done[i]) continue;
+        const KdaParamInfo *r = &t->rows[i];
+        int idx[KDA_INPROJ_PARTS], ok = inproj && r->layer >= 0 && r->field == INPROJ_FIELDS[0];
+        for (int p = 0; ok && p < KDA_INPROJ_PARTS; p++) {
+            idx[p] = find_row_(t, r->layer, INPROJ_FIELDS[p]);
+            // back to back needs no padding between the parts: all but the last aligned
+            ok = idx[p] >= 0 && !done[idx[p]] &&
+                 (p == KDA_INPROJ_PARTS - 1 || t->rows[idx[p]].numel % ROW_ALIGN == 0);
+        }
+        if (r->layer >= 0 && r->field == INPROJ_FIELDS[0]) {
+            any_layer = 1;
+            if (!ok) all = 0;
+        }
+        if (!ok) {
+            dst->rows[i].offset = off;
+            off += align_(r->numel);
+            done[i] = 1;
+            continue;
+        }
+        for (int p = 0; p < KDA_INPROJ_PARTS; p++) {
+            dst->rows[idx[p]].offset = off;
+            off +=
+                p == KDA_INPROJ_PARTS - 1 ? align_(t->rows[idx[p]].numel) : t->rows[idx[p]].numel;
+            done[idx[p]] = 1;
+        }
+    }
+    free(done);
+    *fused = all && any_layer;
+    return off;
+}
+
 int kda_cuda_model_create(KdaCudaModel **out, const KdaConfig *cfg, const KdaParamTable *t,
                           const float *params, int device, KdaError *err) {
     *out = NULL;
@@ -290,13 +352,21 @@ int kda_cuda_model_create(KdaCudaModel **out, const KdaConfig *cfg, const KdaPar
     m->cfg = *cfg;
     copy_table_(&m->table, t);
     copy_table_(&m->dtab, t);
-    int64_t off = 0;
-    for (int i = 0; i < t->n; i++) {
-        m->dtab.rows[i].offset = off;
-        off += (t->rows[i].numel + ROW_ALIGN - 1) / ROW_ALIGN * ROW_ALIGN;
-    }
+    const char *inproj = getenv("KDA_INPROJ"); // "0": six separate input GEMMs per layer
+    int64_t off =
+        kda_cuda_device_offsets(&m->dtab, t, !(inproj && !strcmp(inproj, "0")), &m->inproj);
     m->dtotal = off > 0 ? off : ROW_ALIGN;
     m->dtab.total_numel = m->dtotal;
+    m->dorder = kda_malloc((size_t)(t->n > 0 ? t->n : 1) * sizeof *m->dorder);
+    for (int i = 0; i < t->n; i++) // rows in device order (AdamW walks runs of them)
+        m->dorder[i] = i;
+    for (int i = 1; i < t->n; i++)
+        for (int j = i;
+             j > 0 && m->dtab.rows[m->dorder[j - 1]].offset > m->dtab.rows[m->dorder[j]].offset;
+             j--) {
+            int x = m->dorder[j];
+            m->dorder[j] = m->dorder[j - 1], m->dorder[j - 1] = x;
+        }
     m->L =
         kda_calloc((size_t)(cfg->num_hidden_layers > 0 ? cfg->num_hidden_layers : 1), sizeof *m->L);
     m->stage = kda_calloc((size_t)m->dtotal, sizeof(float));
@@ -345,10 +415,15 @@ void kda_cuda_model_free(KdaCudaModel *m) {
     kda_tensors_free(&m->G);
     free(m->table.rows);
     free(m->dtab.rows);
+    free(m->dorder);
     free(m->L);
     free(m->stage);
     if (m->ctx_ok) kda_cuda_free(&m->ctx);
     free(m);
+}
+
+int kda_cuda_model_inproj(const KdaCudaModel *m) {
+    return m->inproj;
 }
 
 const KdaConfig *kda_cuda_model_config(const KdaCudaModel *m) {
@@ -473,6 +548,48 @@ static int residual_(KdaCudaModel *m, KdaOp op, float *res_out, const float *res
     return 0;
 }
 
+// Columns [col, col + w) of the fused input buffer m->inb [N, width] <-> a contiguous [N, w]
+// (cudaMemcpy2DAsync: one strided copy; to_inb = 1 writes the buffer).
+static int inb_cols_(KdaCudaModel *m, bf *x, int64_t col, int64_t w, int to_inb) {
+    int64_t N = m->B * m->T, W = inproj_width_(&m->cfg);
+    size_t wp = BF(W), xp = BF(w);
+    if (to_inb)
+        CUDA_CHECK(&m->ctx, cudaMemcpy2DAsync(m->inb + col, wp, x, xp, xp, (size_t)N,
+                                              cudaMemcpyDeviceToDevice, m->ctx.stream));
+    else
+        CUDA_CHECK(&m->ctx, cudaMemcpy2DAsync(x, xp, m->inb + col, wp, xp, (size_t)N,
+                                              cudaMemcpyDeviceToDevice, m->ctx.stream));
+    return 0;
+}
+
+// Column offsets of the parts in the fused input buffer (kda_cuda_device_offsets' order).
+typedef struct {
+    int64_t q, k, v, f0, g0, b, width;
+} InCols;
+static InCols in_cols_(const KdaConfig *c) {
+    InCols o;
+    o.q = 0, o.k = c->key_dim, o.v = 2 * c->key_dim, o.f0 = o.v + c->value_dim;
+    o.g0 = o.f0 + c->head_v_dim, o.b = o.g0 + c->head_v_dim, o.width = o.b + c->num_v_heads;
+    return o;
+}
+
+// The fused input projection's forward: one GEMM xa [N, D] -> inb [N, width] with the block's
+// stacked weights (they start at q_proj), then its six parts copied out to the saved
+// activations (the backward reads them contiguous).
+static int inproj_fwd_(KdaCudaModel *m, const KdaLayerTensors *P, DevLayer *L) {
+    const KdaConfig *c = &m->cfg;
+    int64_t N = m->B * m->T, D = c->hidden_size;
+    InCols o = in_cols_(c);
+    TRY(lin_(m, KDA_OP_PROJ_FWD, m->inb, L->xa, P->q_proj, N, D, o.width));
+    TIMED(KDA_OP_PROJ_FWD, 0, 4.0 * N * o.width,
+          inb_cols_(m, L->pq, o.q, c->key_dim, 0) || inb_cols_(m, L->pk, o.k, c->key_dim, 0) ||
+              inb_cols_(m, L->pv, o.v, c->value_dim, 0) ||
+              inb_cols_(m, L->f0, o.f0, c->head_v_dim, 0) ||
+              inb_cols_(m, L->z0, o.g0, c->head_v_dim, 0) ||
+              inb_cols_(m, L->b, o.b, c->num_v_heads, 0));
+    return 0;
+}
+
 // One KDA sublayer + MLP: reads L->h, writes next [N, D] fp32.
 static int block_fwd_(KdaCudaModel *m, const KdaLayerTensors *P, DevLayer *L, float *next) {
     const KdaConfig *c = &m->cfg;
@@ -486,9 +603,13 @@ static int block_fwd_(KdaCudaModel *m, const KdaLayerTensors *P, DevLayer *L, fl
     double ND = (double)N * (double)D;
     TIMED(KDA_OP_NORM_FWD, 0, 6.0 * ND,
           kda_cuda_rmsnorm_fwd(x, L->xa, L->rstd_a, L->h, P->attn_norm, N, D, eps));
-    TRY(lin_(m, KDA_OP_PROJ_FWD, L->pq, L->xa, P->q_proj, N, D, HK));
-    TRY(lin_(m, KDA_OP_PROJ_FWD, L->pk, L->xa, P->k_proj, N, D, HK));
-    TRY(lin_(m, KDA_OP_PROJ_FWD, L->pv, L->xa, P->v_proj, N, D, HVV));
+    if (m->inproj) {
+        TRY(inproj_fwd_(m, P, L));
+    } else {
+        TRY(lin_(m, KDA_OP_PROJ_FWD, L->pq, L->xa, P->q_proj, N, D, HK));
+        TRY(lin_(m, KDA_OP_PROJ_FWD, L->pk, L->xa, P->k_proj, N, D, HK));
+        TRY(lin_(m, KDA_OP_PROJ_FWD, L->pv, L->xa, P->v_proj, N, D, HVV));
+    }
     TIMED(KDA_OP_CONV_FWD, 0, 4.0 * N * HK,
           kda_cuda_conv_silu_fwd(x, L->qc, L->pq, P->q_conv, m->B, m->T, HK, Wc));
     TIMED(KDA_OP_L2NORM_FWD, 0, 4.0 * N * HK,
@@ -499,12 +620,12 @@ static int block_fwd_(KdaCudaModel *m, const KdaLayerTensors *P, DevLayer *L, fl
           kda_cuda_l2norm_fwd(x, L->k, L->rk, L->kc, N * H, K, L2NORM_EPS));
     TIMED(KDA_OP_CONV_FWD, 0, 4.0 * N * HVV,
           kda_cuda_conv_silu_fwd(x, L->v, L->pv, P->v_conv, m->B, m->T, HVV, Wc));
-    TRY(lin_(m, KDA_OP_PROJ_FWD, L->f0, L->xa, P->f_proj0, N, D, V));
+    if (!m->inproj) TRY(lin_(m, KDA_OP_PROJ_FWD, L->f0, L->xa, P->f_proj0, N, D, V));
     TRY(lin_(m, KDA_OP_PROJ_FWD, L->f, L->f0, P->f_proj1, N, V, HVK));
     TIMED(KDA_OP_GATE_FWD, 0, 6.0 * N * HVK,
           kda_cuda_gate_cumsum_fwd(x, L->gcum, NULL, L->f, P->A_log, P->dt_bias, m->B, m->T, HV, K,
                                    d.chunk));
-    TRY(lin_(m, KDA_OP_PROJ_FWD, L->b, L->xa, P->b_proj, N, D, HV));
+    if (!m->inproj) TRY(lin_(m, KDA_OP_PROJ_FWD, L->b, L->xa, P->b_proj, N, D, HV));
     TIMED(KDA_OP_GATE_FWD, 0, 6.0 * N * HV,
           kda_cuda_beta_fwd(x, L->beta, L->b, N * HV, c->allow_neg_eigval));
     if (L->keep) // M0: h and Δ kept for the backward
@@ -514,7 +635,7 @@ static int block_fwd_(KdaCudaModel *m, const KdaLayerTensors *P, DevLayer *L, fl
     else
         TIMED(KDA_OP_CORE_FWD, 0, 512.0 * N * HV,
               kda_cuda_chunk_fwd(x, L->o, NULL, L->q, L->k, L->v, L->gcum, L->beta, NULL, &d));
-    TRY(lin_(m, KDA_OP_PROJ_FWD, L->z0, L->xa, P->g_proj0, N, D, V));
+    if (!m->inproj) TRY(lin_(m, KDA_OP_PROJ_FWD, L->z0, L->xa, P->g_proj0, N, D, V));
     TRY(lin_(m, KDA_OP_PROJ_FWD, L->z, L->z0, P->g_proj1, N, V, HVV));
     TIMED(KDA_OP_ONORM_FWD, 0, 4.0 * N * HVV, kda_cuda_bias_add(x, L->z, P->g_proj1_bias, N, HVV));
     TIMED(KDA_OP_ONORM_FWD, 0, 6.0 * N * HVV,
@@ -685,10 +806,18 @@ static int block_bwd_(KdaCudaModel *m, const KdaLayerTensors *P, KdaLayerTensors
           kda_cuda_gnorm_bwd(x, m->d_o, m->dz, G->o_norm, m->don, L->o, L->z, P->o_norm, L->rstd_o,
                              N * HV, V));
     TIMED(KDA_OP_ONORM_BWD, 0, 2.0 * N * HVV, kda_cuda_bias_bwd(x, G->g_proj1_bias, m->dz, N, HVV));
+    // With the fused input projection (m->inproj) each part's dY goes into its columns of m->inb
+    // and one dX GEMM (overwriting dx) and one dW GEMM follow at the end of the sublayer.
+    InCols ic = in_cols_(c);
+    double cb = 4.0 * (double)N; // bytes per column of a strided copy (bf16 read + write)
     TRY(dw_(m, KDA_OP_PROJ_BWD, G->g_proj1, m->dz, L->z0, N, V, HVV));
     TRY(dx_(m, KDA_OP_PROJ_BWD, m->dlow, KDA_DT_BF16, m->dz, P->g_proj1, N, V, HVV, 0));
-    TRY(dw_(m, KDA_OP_PROJ_BWD, G->g_proj0, m->dlow, L->xa, N, D, V));
-    TRY(dx_(m, KDA_OP_PROJ_BWD, m->dx, KDA_DT_F32, m->dlow, P->g_proj0, N, D, V, 0));
+    if (m->inproj) {
+        TIMED(KDA_OP_PROJ_BWD, 0, cb * V, inb_cols_(m, m->dlow, ic.g0, V, 1));
+    } else {
+        TRY(dw_(m, KDA_OP_PROJ_BWD, G->g_proj0, m->dlow, L->xa, N, D, V));
+        TRY(dx_(m, KDA_OP_PROJ_BWD, m->dx, KDA_DT_F32, m->dlow, P->g_proj0, N, D, V, 0));
+    }
 
     if (L->keep)
         TIMED(KDA_OP_CORE_BWD, 0, 1024.0 * N * HV,
@@ -704,35 +833,60 @@ static int block_bwd_(KdaCudaModel *m, const KdaLayerTensors *P, KdaLayerTensors
                                    P->dt_bias, m->B, m->T, HV, K, d.chunk, 0));
     TRY(dw_(m, KDA_OP_PROJ_BWD, G->f_proj1, m->df, L->f0, N, V, HVK));
     TRY(dx_(m, KDA_OP_PROJ_BWD, m->dlow, KDA_DT_BF16, m->df, P->f_proj1, N, V, HVK, 0));
-    TRY(dw_(m, KDA_OP_PROJ_BWD, G->f_proj0, m->dlow, L->xa, N, D, V));
-    TRY(dx_(m, KDA_OP_PROJ_BWD, m->dx, KDA_DT_F32, m->dlow, P->f_proj0, N, D, V, 1));
+    if (m->inproj) {
+        TIMED(KDA_OP_PROJ_BWD, 0, cb * V, inb_cols_(m, m->dlow, ic.f0, V, 1));
+    } else {
+        TRY(dw_(m, KDA_OP_PROJ_BWD, G->f_proj0, m->dlow, L->xa, N, D, V));
+        TRY(dx_(m, KDA_OP_PROJ_BWD, m->dx, KDA_DT_F32, m->dlow, P->f_proj0, N, D, V, 1));
+    }
 
     TIMED(KDA_OP_GATE_BWD, 0, 8.0 * N * HV,
           kda_cuda_beta_bwd(x, m->db, m->dbeta, L->b, N * HV, c->allow_neg_eigval));
-    TRY(dw_(m, KDA_OP_PROJ_BWD, G->b_proj, m->db, L->xa, N, D, HV));
-    TRY(dx_(m, KDA_OP_PROJ_BWD, m->dx, KDA_DT_F32, m->db, P->b_proj, N, D, HV, 1));
+    if (m->inproj) {
+        TIMED(KDA_OP_PROJ_BWD, 0, cb * HV, inb_cols_(m, m->db, ic.b, HV, 1));
+    } else {
+        TRY(dw_(m, KDA_OP_PROJ_BWD, G->b_proj, m->db, L->xa, N, D, HV));
+        TRY(dx_(m, KDA_OP_PROJ_BWD, m->dx, KDA_DT_F32, m->db, P->b_proj, N, D, HV, 1));
+    }
 
     TIMED(KDA_OP_L2NORM_BWD, 0, 8.0 * N * HK,
           kda_cuda_l2norm_bwd(x, m->dt1, m->dq, L->qc, L->rq, N * H, K));
     TIMED(
         KDA_OP_CONV_BWD, 0, 6.0 * N * HK,
         kda_cuda_conv_silu_bwd(x, m->dt2, G->q_conv, m->dt1, L->pq, P->q_conv, m->B, m->T, HK, Wc));
-    TRY(dw_(m, KDA_OP_PROJ_BWD, G->q_proj, m->dt2, L->xa, N, D, HK));
-    TRY(dx_(m, KDA_OP_PROJ_BWD, m->dx, KDA_DT_F32, m->dt2, P->q_proj, N, D, HK, 1));
+    if (m->inproj) {
+        TIMED(KDA_OP_PROJ_BWD, 0, cb * HK, inb_cols_(m, m->dt2, ic.q, HK, 1));
+    } else {
+        TRY(dw_(m, KDA_OP_PROJ_BWD, G->q_proj, m->dt2, L->xa, N, D, HK));
+        TRY(dx_(m, KDA_OP_PROJ_BWD, m->dx, KDA_DT_F32, m->dt2, P->q_proj, N, D, HK, 1));
+    }
 
     TIMED(KDA_OP_L2NORM_BWD, 0, 8.0 * N * HK,
           kda_cuda_l2norm_bwd(x, m->dt1, m->dk, L->kc, L->rk, N * H, K));
     TIMED(
         KDA_OP_CONV_BWD, 0, 6.0 * N * HK,
         kda_cuda_conv_silu_bwd(x, m->dt2, G->k_conv, m->dt1, L->pk, P->k_conv, m->B, m->T, HK, Wc));
-    TRY(dw_(m, KDA_OP_PROJ_BWD, G->k_proj, m->dt2, L->xa, N, D, HK));
-    TRY(dx_(m, KDA_OP_PROJ_BWD, m->dx, KDA_DT_F32, m->dt2, P->k_proj, N, D, HK, 1));
+    if (m->inproj) {
+        TIMED(KDA_OP_PROJ_BWD, 0, cb * HK, inb_cols_(m, m->dt2, ic.k, HK, 1));
+    } else {
+        TRY(dw_(m, KDA_OP_PROJ_BWD, G->k_proj, m->dt2, L->xa, N, D, HK));
+        TRY(dx_(m, KDA_OP_PROJ_BWD, m->dx, KDA_DT_F32, m->dt2, P->k_proj, N, D, HK, 1));
+    }
 
     TIMED(
         KDA_OP_CONV_BWD, 0, 6.0 * N * HVV,
         kda_cuda_conv_silu_bwd(x, m->dt2, G->v_conv, m->dv, L->pv, P->v_conv, m->B, m->T, HVV, Wc));
-    TRY(dw_(m, KDA_OP_PROJ_BWD, G->v_proj, m->dt2, L->xa, N, D, HVV));
-    TRY(dx_(m, KDA_OP_PROJ_BWD, m->dx, KDA_DT_F32, m->dt2, P->v_proj, N, D, HVV, 1));
+    if (m->inproj) {
+        TIMED(KDA_OP_PROJ_BWD, 0, cb * HVV, inb_cols_(m, m->dt2, ic.v, HVV, 1));
+    } else {
+        TRY(dw_(m, KDA_OP_PROJ_BWD, G->v_proj, m->dt2, L->xa, N, D, HVV));
+        TRY(dx_(m, KDA_OP_PROJ_BWD, m->dx, KDA_DT_F32, m->dt2, P->v_proj, N, D, HVV, 1));
+    }
+
+    if (m->inproj) { // the six parts' weight gradients and dx in one GEMM each
+        TRY(dw_(m, KDA_OP_PROJ_BWD, G->q_proj, m->inb, L->xa, N, D, ic.width));
+        TRY(dx_(m, KDA_OP_PROJ_BWD, m->dx, KDA_DT_F32, m->inb, P->q_proj, N, D, ic.width, 0));
+    }
 
     TIMED(KDA_OP_NORM_BWD, 0, 16.0 * ND,
           kda_cuda_rmsnorm_bwd(x, m->dh, G->attn_norm, m->dx, L->h, P->attn_norm, L->rstd_a, N, D,
@@ -945,14 +1099,17 @@ int kda_cuda_model_adamw(KdaCudaModel *m, const KdaAdamWConfig *c, int64_t step,
     m->clip_pending = 0;
     // One launch per run of consecutive rows with the same decay flag, over the device rows
     // (padding included: zero grads and moments keep zero parameters at zero).
+    // Rows in device order (dorder): the fused input projection moves rows out of table order.
+    const KdaParamInfo *R = m->dtab.rows;
+    const int *o = m->dorder;
     int i = 0, n = m->dtab.n;
     while (i < n) {
         int j = i;
-        while (j + 1 < n && m->dtab.rows[j + 1].weight_decay == m->dtab.rows[i].weight_decay)
+        while (j + 1 < n && R[o[j + 1]].weight_decay == R[o[i]].weight_decay)
             j++;
-        int64_t a = m->dtab.rows[i].offset;
-        int64_t b = j + 1 < n ? m->dtab.rows[j + 1].offset : m->dtotal;
-        const KdaCudaAdamScalars *s = m->dtab.rows[i].weight_decay ? &sd : &sn;
+        int64_t a = R[o[i]].offset;
+        int64_t b = j + 1 < n ? R[o[j + 1]].offset : m->dtotal;
+        const KdaCudaAdamScalars *s = R[o[i]].weight_decay ? &sd : &sn;
         // fp32 p, g, m, v read; p, m, v written; bf16 copy written: 30 bytes per parameter
         if (prof_begin_(m) ||
             kda_cuda_adamw(&m->ctx, m->p + a, m->pb + a, m->g + a, m->m1 + a, m->m2 + a, b - a, s,

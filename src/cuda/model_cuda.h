@@ -39,6 +39,15 @@
 
 typedef struct KdaCudaModel KdaCudaModel;
 
+// Device layout (the five parameter-sized buffers): dst's row offsets for table t, every row
+// starting on a 128-element boundary; inproj != 0 puts each block's q_proj, k_proj, v_proj,
+// f_proj.0, g_proj.0, b_proj weights back to back in that order (one [HK + HK + HVV + V + V + HV,
+// D] matrix for the fused input GEMM) wherever no padding would fall between them (each of the
+// first five a multiple of 128 elements). *fused = 1 when every block got that. Returns the
+// elements of the layout. Host only (no device needed); checkpoints never see this layout.
+#define KDA_INPROJ_PARTS 6
+int64_t kda_cuda_device_offsets(KdaParamTable *dst, const KdaParamTable *t, int inproj, int *fused);
+
 // Device `device`'s context, the five parameter-sized buffers (grads and moments zero) and a
 // copy of cfg and table; params [t->total_numel] fp32 host, dense table layout.
 int kda_cuda_model_create(KdaCudaModel **out, const KdaConfig *cfg, const KdaParamTable *t,
@@ -124,6 +133,10 @@ int kda_cuda_model_layer_range(const KdaCudaModel *m, int64_t layer, int64_t *lo
 // whole backward is.
 void kda_cuda_model_set_layer_hook(KdaCudaModel *m, void (*fn)(void *user, int64_t layer),
                                    void *user);
+
+// 1 when the blocks run the fused input projection (kda_cuda_device_offsets; off with the
+// environment KDA_INPROJ=0 at create, or when the sizes do not allow it).
+int kda_cuda_model_inproj(const KdaCudaModel *m);
 
 // The model's config (derived fields filled) and device name, for logs.
 const KdaConfig *kda_cuda_model_config(const KdaCudaModel *m);
