@@ -3,13 +3,14 @@
 # kda.c (build-gpu), run the GPU tests of the code it touches, then `kda train --profile` and the
 # training throughput of KDA-300M (kda.c only: run.sh PARTS=kda) before/after in the same call:
 # the switched-off path (KDA_CLASSIFIER=legacy KDA_GEMM_PLAN=0 KDA_INPROJ=0 KDA_CORE_KEEP=0: the
-# code before this work) at micro-batch 16, then the default path at micro-batch 16/32/64. Prints the mb-16 profile tables and the tokens/s last.
+# code before this work) at micro-batch 16, then the default path at micro-batch 16/32/64.
+# Prints the mb-16 profile tables and the tokens/s last.
 #
 # Usage (repository root, on the GPU machine; carry .devdeps and .whl):
 #   bash bench/train_throughput/device_perf.sh
-# Environment: KDA_LIMIT=540 (seconds for the whole script), TESTS="gpu_model gpu_eval gpu_ops"
-# (kda_test filters), MBS="16 32 64", SKIP_TESTS=1 (skip the tests), SKIP_BEFORE=1 (skip the
-# switched-off run).
+# Environment: KDA_LIMIT=540 (seconds for the whole script), TESTS="gpu_model gpu_eval gpu_ops
+# gpu_kda_fast_small gpu_xent" (kda_test filters), MBS="16 32 64", SKIP_TESTS=1 (skip the tests),
+# SKIP_BEFORE=1 (skip the switched-off run).
 # Output under $OUT: build.log, gpu_tests.log, before/ and after/ (run.sh's outputs, the
 # profiles kda_profile_mbN.md among them), summary.md (what is printed last).
 set -u
@@ -17,7 +18,7 @@ START=$(date +%s)
 LIMIT=${KDA_LIMIT:-540}
 left() { echo $((LIMIT - ($(date +%s) - START))); }
 OUT=${OUT:-/tmp/kda-out}
-TESTS=${TESTS:-gpu_model gpu_eval gpu_ops}
+TESTS=${TESTS:-gpu_model gpu_eval gpu_ops gpu_kda_fast_small gpu_xent}
 MBS=${MBS:-16 32 64}
 HERE=bench/train_throughput
 mkdir -p "$OUT/before" "$OUT/after"
