@@ -220,7 +220,7 @@ static void megatron_habits_(TokOpts *o, const char *tok_type, const char *tok_m
     if (!t && !arrow)
         kda_usage_die("kda tokenize", "missing --tokenizer (or --tokenizer-model DIR)");
     snprintf(path, PATH_MAX, "%s", t ? t : "");
-    if (path_is_dir(t)) { // an HF tokenizer directory, as Megatron's --tokenizer-model takes
+    if (t && path_is_dir(t)) { // an HF tokenizer directory, as Megatron's --tokenizer-model takes
         path_join(path, PATH_MAX, t, "tokenizer.json");
         if (!path_exists(path)) path_join(path, PATH_MAX, t, "tokenizer.model");
     }
