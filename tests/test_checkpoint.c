@@ -292,6 +292,42 @@ KDA_TEST(checkpoint_sigkill_mid_save) {
     }
 }
 
+// Re-saving the iteration `latest` names (a rerun of the same steps), SIGKILLed right after the
+// old directory was displaced: `latest` still names a complete checkpoint, old or new (issue
+// 15, finding 11: the old directory was renamed away first, leaving `latest` on a missing dir).
+KDA_TEST(checkpoint_resave_same_iteration_killed) {
+    char save[1024];
+    snprintf(save, sizeof save, "%s/save", test_tmpdir());
+    KdaError err;
+    Ck a, b;
+    CHECK(ck_make(&a, 1) == 0 && ck_make(&b, 2) == 0);
+    b.st.iteration = a.st.iteration; // the same iteration, other contents
+    CHECK(ck_save(save, &a, 0, &err) == 0);
+    int fds[2];
+    CHECK(pipe(fds) == 0);
+    fflush(NULL);
+    pid_t pid = fork();
+    if (pid == 0) {
+        close(fds[0]);
+        g_pipe_w = fds[1];
+        g_kill_stage = "replacing";
+        kda_checkpoint_test_hook = block_at_stage;
+        ck_save(save, &b, 0, &err);
+        _exit(2);
+    }
+    close(fds[1]);
+    char c = 0;
+    CHECK(read(fds[0], &c, 1) == 1 && c == 1);
+    kill(pid, SIGKILL);
+    waitpid(pid, NULL, 0);
+    close(fds[0]);
+    CHECK_MSG(ck_matches(save, &b) || ck_matches(save, &a), "latest names no loadable checkpoint");
+    CHECK(ck_save(save, &b, 0, &err) == 0 && ck_matches(save, &b)); // and a rerun completes
+    CHECK_EQ_INT(count_entries(save, ".tmp"), 0);
+    ck_free(&a);
+    ck_free(&b);
+}
+
 KDA_TEST(checkpoint_resolve_and_config_diff) {
     char save[1024], p[PATH_MAX], out[PATH_MAX];
     KdaError err;

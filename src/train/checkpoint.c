@@ -416,18 +416,26 @@ int kda_checkpoint_save(const char *save, const KdaTrainState *st, const KdaConf
         rmdir_flat(tmp);
         return -1;
     }
-    // An existing iter_ dir of the same iteration (a re-run) is moved aside, then deleted.
+    // An existing iter_ dir of the same iteration (a re-run) is swapped with the new one in one
+    // step (renameat2 RENAME_EXCHANGE: fin is never missing), then deleted from the temp name.
+    // Where the file system cannot exchange, it is moved aside first (a short window in which
+    // fin is missing; the resume then names the previous checkpoint).
     old[0] = 0;
     if (path_exists(fin)) {
-        snprintf(old, sizeof old, "%s/.tmp-old-%s.%ld", save, name, (long)getpid());
-        rmdir_flat(old);
-        if (rename(fin, old) != 0) {
-            int e = errno;
-            rmdir_flat(tmp);
-            return kda_fail(err, "%s: cannot replace: %s", fin, strerror(e));
+        if (rename_exchange(tmp, fin) == 0) {
+            snprintf(old, sizeof old, "%s", tmp); // now the old directory
+        } else {
+            snprintf(old, sizeof old, "%s/.tmp-old-%s.%ld", save, name, (long)getpid());
+            rmdir_flat(old);
+            if (rename(fin, old) != 0) {
+                int e = errno;
+                rmdir_flat(tmp);
+                return kda_fail(err, "%s: cannot replace: %s", fin, strerror(e));
+            }
         }
     }
-    if (rename(tmp, fin) != 0) {
+    if (hook("replacing", err)) return -1;
+    if (strcmp(old, tmp) && rename(tmp, fin) != 0) {
         int e = errno;
         rmdir_flat(tmp);
         return kda_fail(err, "%s: cannot rename from %s: %s", fin, tmp, strerror(e));
