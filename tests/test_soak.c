@@ -99,6 +99,12 @@ static int soak_phase(const char *yaml, const char *save, const char *log, const
             sleep_ms(5);
             exited = waitpid(pid, &status, WNOHANG) == pid;
         }
+        // the SIGHUP goes to a trainer that is surely past start-up (it saved once), so that it
+        // tests the clean stop and not a signal racing the exec and the handler set-up
+        for (int w = 0; kills == 0 && w < 2000 && !exited && soak_latest(save) == 0; w++) {
+            sleep_ms(5);
+            exited = waitpid(pid, &status, WNOHANG) == pid;
+        }
         if (!exited && kills < max_kills) {
             sleep_ms(40 + (int)rng_below(rng, 261));
             exited = waitpid(pid, &status, WNOHANG) == pid;
