@@ -191,7 +191,11 @@ __host__ __device__ inline void cls_store8(kda_bf16 *row, int64_t g, int n, cons
 }
 
 // Phase 1: this thread's exact running max *m (of its elements; -inf if none) and the double sum
-// *s of the fp32 terms e^(x - m), over groups g = tid, tid + nth, ...
+// *s of the fp32 terms e^(x - m), over groups g = tid, tid + nth, ... A group of 8 first takes
+// its own max (a rescale of s in double when it raises m: rare), then adds its 8 terms in fp32
+// (each <= 1: the group sum is within 7 fp32 roundings, ~4e-7 relative) and the group sum to s
+// in double: one double add per group keeps the dependent chain short, and the error still does
+// not grow with the number of groups.
 __host__ __device__ inline void cls_partial(const kda_bf16 *row, int64_t V, int tid, int nth,
                                             float *m_out, double *s_out) {
     float m = -INFINITY;
@@ -200,14 +204,17 @@ __host__ __device__ inline void cls_partial(const kda_bf16 *row, int64_t V, int 
     for (int64_t g = tid; g < ng; g += nth) {
         float x[8];
         int n = cls_load8(row, g, V, x);
-        for (int i = 0; i < n; i++) {
-            if (x[i] > m) { // a new max: rescale in double (rare: ~log(#elements) times)
-                s = (m == -INFINITY ? 0.0 : s * exp((double)(m - x[i]))) + 1.0;
-                m = x[i];
-            } else {
-                s += (double)expf(x[i] - m); // x NaN: s becomes NaN
-            }
+        float gm = x[0];
+        for (int i = 1; i < n; i++)
+            gm = fmaxf(gm, x[i]);
+        if (gm > m) { // a new max (gm NaN: never; the NaN reaches s through its term below)
+            if (m != -INFINITY) s *= exp((double)(m - gm));
+            m = gm;
         }
+        float gs = 0.0f;
+        for (int i = 0; i < n; i++)
+            gs += expf(x[i] - m); // x NaN: gs and then s become NaN
+        s += (double)gs;
     }
     *m_out = m;
     *s_out = s;
