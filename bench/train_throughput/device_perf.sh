@@ -8,7 +8,8 @@
 #
 # Usage (repository root, on the GPU machine; carry .devdeps and .whl):
 #   bash bench/train_throughput/device_perf.sh
-# Environment: KDA_LIMIT=540 (seconds for the whole script), TESTS="gpu_model gpu_eval gpu_ops
+# The tests run with KDA_INPROJ=1 (the opt-in fused input projection, not yet run on a GPU; the
+# default path passed on 2026-12-01). Environment: KDA_LIMIT=540 (seconds for the whole script), TESTS="gpu_model gpu_eval gpu_ops
 # gpu_kda_fast_small gpu_xent" (kda_test filters), MBS="16 32 64", SKIP_TESTS=1 (skip the tests),
 # SKIP_BEFORE=1 (skip the switched-off run).
 # Output under $OUT: build.log, gpu_tests.log, before/ and after/ (run.sh's outputs, the
@@ -38,7 +39,7 @@ echo "build ok in $(($(date +%s) - t0)) s"
 if [ "${SKIP_TESTS:-0}" != 1 ]; then
     t0=$(date +%s)
     # shellcheck disable=SC2086 # TESTS: several filters
-    timeout "$(($(left) > 400 ? 200 : 100))" "$KDA_GPU_BUILD/kda_test" $TESTS \
+    KDA_INPROJ=1 timeout "$(($(left) > 400 ? 200 : 100))" "$KDA_GPU_BUILD/kda_test" $TESTS \
         > "$OUT/gpu_tests.log" 2>&1
     echo "gpu tests ($TESTS): rc=$? in $(($(date +%s) - t0)) s: $(tail -1 "$OUT/gpu_tests.log")"
     grep -E '^FAIL|^    tests/' "$OUT/gpu_tests.log" | head -20
@@ -55,7 +56,7 @@ run_kda() { # DIR MBS [ENV=VALUE...]: run.sh for kda.c with the profile of itera
 if [ "${SKIP_BEFORE:-0}" != 1 ] && [ "$(left)" -gt 200 ]; then
     run_kda "$OUT/before" 16 KDA_CLASSIFIER=legacy KDA_GEMM_PLAN=0 KDA_INPROJ=0 KDA_CORE_KEEP=0
 fi
-[ "$(left)" -gt 60 ] && run_kda "$OUT/after" "$MBS"
+[ "$(left)" -gt 60 ] && run_kda "$OUT/after" "$MBS" KDA_INPROJ=1 # opt-in until measured
 
 {
     echo "## before (KDA_CLASSIFIER=legacy KDA_GEMM_PLAN=0 KDA_INPROJ=0 KDA_CORE_KEEP=0), mb 16"

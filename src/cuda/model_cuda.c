@@ -352,9 +352,10 @@ int kda_cuda_model_create(KdaCudaModel **out, const KdaConfig *cfg, const KdaPar
     m->cfg = *cfg;
     copy_table_(&m->table, t);
     copy_table_(&m->dtab, t);
-    const char *inproj = getenv("KDA_INPROJ"); // "0": six separate input GEMMs per layer
-    int64_t off =
-        kda_cuda_device_offsets(&m->dtab, t, !(inproj && !strcmp(inproj, "0")), &m->inproj);
+    // Opt-in until it has run on a GPU (written without one, 2026-12-01): "1" fuses the six
+    // input GEMMs per layer into one; unset or anything else keeps the measured six.
+    const char *inproj = getenv("KDA_INPROJ");
+    int64_t off = kda_cuda_device_offsets(&m->dtab, t, inproj && !strcmp(inproj, "1"), &m->inproj);
     m->dtotal = off > 0 ? off : ROW_ALIGN;
     m->dtab.total_numel = m->dtotal;
     m->dorder = kda_malloc((size_t)(t->n > 0 ? t->n : 1) * sizeof *m->dorder);

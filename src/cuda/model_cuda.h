@@ -134,8 +134,9 @@ int kda_cuda_model_layer_range(const KdaCudaModel *m, int64_t layer, int64_t *lo
 void kda_cuda_model_set_layer_hook(KdaCudaModel *m, void (*fn)(void *user, int64_t layer),
                                    void *user);
 
-// 1 when the blocks run the fused input projection (kda_cuda_device_offsets; off with the
-// environment KDA_INPROJ=0 at create, or when the sizes do not allow it).
+// 1 when the blocks run the fused input projection (kda_cuda_device_offsets; opt-in with the
+// environment KDA_INPROJ=1 at create until it has been measured on a GPU; 0 when the sizes do
+// not allow it).
 int kda_cuda_model_inproj(const KdaCudaModel *m);
 
 // The model's config (derived fields filled) and device name, for logs.
