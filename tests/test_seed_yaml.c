@@ -81,7 +81,7 @@ static int seed_rc_(KdaRunConfig *rc, const char *load, const char *save, KdaErr
                     "2",
                     "--save",
                     (char *)save};
-    kda_run_config_defaults(rc);
+    // kda_run_config_from_cli starts from the defaults (applying them here too leaked them)
     if (kda_run_config_from_cli(rc, (int)(sizeof argv / sizeof *argv), argv, err)) return -1;
     return kda_run_config_validate(rc, err);
 }
