@@ -173,3 +173,14 @@ KDA_TEST(cli_score_output_is_input) {
     CHECK(s && n == 16);
     free(s);
 }
+
+// kda generate validates its flags before loading anything (issue 15, finding 13: --prompt-ids
+// "1,,2" was read as [1, 2] and --top-k -5 accepted).
+KDA_TEST(cli_generate_rejects_bad_flags) {
+    CHECK(run_kda(g_out, sizeof g_out, "generate --model nowhere --prompt-ids 1,,2") == 1);
+    CHECK_MSG(strstr(g_out, "--prompt-ids") && strstr(g_out, "empty"), "%s", g_out);
+    CHECK(run_kda(g_out, sizeof g_out, "generate --model nowhere --prompt-ids '[1, 2,]'") == 1);
+    CHECK(run_kda(g_out, sizeof g_out, "generate --model nowhere --prompt-ids 1,2 --top-k -5") ==
+          1);
+    CHECK_MSG(strstr(g_out, "--top-k"), "%s", g_out);
+}

@@ -252,6 +252,12 @@ KDA_TEST(split_bounds_match_megatron) {
     double split[3];
     CHECK(kda_split_parse("1,2,3,4", split, &e) == -1);
     CHECK(kda_split_parse("0,0", split, &e) == -1);
+    // a sign or any other character is not a separator (issue 15, finding 13: "-1,2,0" read as
+    // 1,2,0); Megatron's separators ',' and '/' (and blanks) are
+    CHECK(kda_split_parse("-1,2,0", split, &e) == -1 && strstr(e.msg, "'-'"));
+    CHECK(kda_split_parse("98x1,1", split, &e) == -1);
+    CHECK(kda_split_parse("98/1/1", split, &e) == 0 && split[0] == 0.98);
+    CHECK(kda_split_parse(" 969, 30, 1 ", split, &e) == 0);
     CHECK(kda_split_parse("1.2.3", split, &e) == -1);
 }
 

@@ -59,11 +59,20 @@ static int32_t *parse_ids_(const char *s, int64_t *n) {
     int32_t *ids = kda_malloc((size_t)cap * sizeof(int32_t));
     *n = 0;
     const char *p = s;
+    int commas = 0; // separators since the last id: one comma at most, none before the first
     for (;;) {
         while (*p == ' ' || *p == '\t' || *p == '\n' || *p == '\r' || *p == ',' || *p == '[' ||
-               *p == ']')
+               *p == ']') {
+            commas += *p == ',';
+            if (commas > 1 || (*p == ',' && *n == 0))
+                kda_die("--prompt-ids: an empty id between commas in \"%.40s\"", s);
             p++;
-        if (!*p) break;
+        }
+        if (!*p) {
+            if (commas) kda_die("--prompt-ids: an empty id after the last comma in \"%.40s\"", s);
+            break;
+        }
+        commas = 0;
         char *end;
         long v = strtol(p, &end, 10);
         if (end == p || v < 0 || v > INT32_MAX)
@@ -170,6 +179,8 @@ int cmd_generate(int argc, char **argv) {
     if (top_p <= 0.0 || top_p > 1.0) kda_die("--top-p must be in (0, 1], got %g", top_p);
     if (temperature < 0.0) kda_die("--temperature must be >= 0, got %g", temperature);
     if (prompt && prompt_ids) kda_die("give --prompt or --prompt-ids, not both");
+    if (top_k < 0) kda_die("--top-k must be >= 0 (0 = off), got %lld", (long long)top_k);
+    if (prompt_ids) free(parse_ids_(prompt_ids, &(int64_t){0})); // bad ids fail before loading
 
     KdaError err;
     int pick;

@@ -184,10 +184,15 @@ int kda_split_parse(const char *s, double split[3], KdaError *err) {
     int n = 0;
     double v[3] = {0, 0, 0};
     for (const char *p = s; *p;) {
-        if (!((*p >= '0' && *p <= '9') || *p == '.')) {
+        if (*p == ',' || *p == '/' || *p == ' ' || *p == '\t') { // Megatron's separators
             p++;
             continue;
         }
+        if (!((*p >= '0' && *p <= '9') || *p == '.'))
+            return kda_fail(err,
+                            "split \"%s\": '%c' is not part of a weight (expected up to 3 "
+                            "non-negative numbers separated by ',' or '/')",
+                            s, *p);
         const char *start = p;
         while ((*p >= '0' && *p <= '9') || *p == '.')
             p++;
