@@ -142,6 +142,13 @@ static KdaDist *join_world(const KdaRunConfig *rc, int cuda, int *device) {
     if (kda_dist_env_read(&env, NULL, &err)) kda_die("%s", err.msg);
     *device = cuda ? env.local_rank : 0;
     if (env.world == 1 && (!cuda || !strcmp(env.launcher, "none"))) return NULL;
+    // The batch split is checked before joining (the trainer checks it again), so that every rank
+    // fails alike with this message: after joining, the first rank to exit made the others report
+    // a lost peer instead (seen under load in dp_batch_not_divisible_is_an_error).
+    if (rc->micro_batch_size > 0 && rc->global_batch_size % (rc->micro_batch_size * env.world))
+        kda_die("global_batch_size %lld must be a multiple of micro_batch_size x data-parallel "
+                "ranks = %lld x %d",
+                (long long)rc->global_batch_size, (long long)rc->micro_batch_size, env.world);
     KdaDist *d = NULL;
     if (kda_dist_open(&d, &env, cuda ? KDA_DIST_NCCL : KDA_DIST_HOST, *device,
                       rc->distributed_timeout_minutes * 60.0, &err))
