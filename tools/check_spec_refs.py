@@ -11,7 +11,8 @@
 #   docs/PATH.md                          the file must exist (path from the repository root)
 #   a bare §X.Y (or "section X.Y")        cites the spec document named last before it on the
 #                                         same line; else, inside a spec document, that document
-#                                         itself; else the one cited last earlier in the file
+#                                         itself (any Markdown file with numbered headings);
+#                                         else the one cited last earlier in the file
 # Output: one line per broken reference, "path:line: reference: why"; exit 1 if any.
 # Usage: check_spec_refs.py [ROOT]      (default: the repository holding this script)
 #        check_spec_refs.py --self-test (plants good and broken references in a temporary tree)
@@ -35,7 +36,8 @@ SPEC_STEMS = "kda-model|data-formats|training-recipe|performance|engineering-not
 # a Markdown file name (with any folders), or a spec document's stem without ".md"
 DOC = rf"(?<![\w/.-])((?:[\w.-]+/)*[\w.-]+\.md|(?:{SPEC_STEMS})(?![\w.-]))"
 # a document name, optional closing backtick, then § or "section" and a number
-DOC_SEC = re.compile(DOC + r"`?\s*(?:§\s*|section\s+)" + SEC)
+# (a Markdown link [text](NAME.md) before the § counts too)
+DOC_SEC = re.compile(DOC + r"(?:`|\))?\s*(?:§\s*|section\s+)" + SEC)
 DOC_ANCHOR = re.compile(DOC + r"#([\w-]+)")
 DOCS_PATH = re.compile(r"(?<![\w/.-])(docs/(?:[\w.-]+/)*[\w.-]+\.md)")
 ANY_DOC = re.compile(DOC)
@@ -45,9 +47,12 @@ BARE_SEC = re.compile(r"(?:§\s*|\bsection\s+)" + SEC)
 def headings(path):
     """Section numbers and GitHub anchor slugs of a Markdown file."""
     numbers, slugs = set(), set()
+    fenced = False  # inside a ``` block a "# ..." line is code, not a heading
     with open(path, encoding="utf-8") as f:
         for line in f:
-            m = re.match(r"#{1,6}\s+(.*?)\s*$", line)
+            if line.lstrip().startswith("```"):
+                fenced = not fenced
+            m = None if fenced else re.match(r"#{1,6}\s+(.*?)\s*$", line)
             if not m:
                 continue
             title = m.group(1)
@@ -71,6 +76,8 @@ class Checker:
             name += ".md"
         if "/" in name:
             cands = [name, os.path.join("docs", os.path.basename(name))]
+        elif name.endswith(".md") and os.path.isfile(os.path.join(self.root, name)):
+            cands = [name]
         else:
             cands = [os.path.join(d, name) for d in DOC_DIRS]
         for c in cands:
@@ -115,7 +122,8 @@ class Checker:
                 lines = f.read().split("\n")
         except (UnicodeDecodeError, OSError):
             return
-        own = os.path.basename(rel) if self.is_spec_doc(rel) else None
+        # A bare § inside a Markdown file with numbered headings cites that file itself.
+        own = rel if rel.endswith(".md") and self.heads(rel)[0] else None
         current = None  # the document a bare § cites
         for i, line in enumerate(lines, 1):
             where = f"{rel}:{i}"
@@ -135,7 +143,11 @@ class Checker:
             # a §, or a spec document named without one, is the one a bare § after it on the
             # same line cites, and (outside the spec documents) on the lines below.
             cited = {m.start(): m for m in DOC_SEC.finditer(line)}
-            names = [m for m in ANY_DOC.finditer(line) if m.start() in cited or self.spec(m.group(1))]
+            names = [
+                m
+                for m in ANY_DOC.finditer(line)
+                if m.start() in cited or (m.group(1).endswith(".md") and self.spec(m.group(1)))
+            ]
             line_doc, pos = None, 0
             for m in names:
                 if m.start() < pos:
