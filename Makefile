@@ -1,7 +1,7 @@
 # kda.c - build, test and demo. `make` builds build/kda; `make test` runs the CPU suite.
 #
 #   make [BUILD=dir] [KDA_CUDA=auto|0|1]   build (CUDA auto-detected from nvcc; 0 forces CPU)
-#   make test                              CPU test suite (what CI runs)
+#   make test                              check-refs, then the CPU test suite (what CI runs)
 #   make check-refs                        every `NAME.md §X.Y` citation resolves (docs/spec/)
 #   make test-gpu                          GPU test suite (on a machine with an NVIDIA GPU)
 #   make demo                              install deps, build, run the quick-start demo
@@ -132,7 +132,7 @@ deps-check:
 	  $(CC) $(filter -I%,$(CFLAGS)) -E -x c - >/dev/null 2>&1 || \
 	  { echo "kda: build dependencies missing (libyaml, zstd, zlib, snappy, OpenBLAS headers): run 'make deps'"; exit 1; }
 
-test: all
+test: all check-refs
 	OMP_NUM_THREADS=$${OMP_NUM_THREADS:-2} KDA_BIN=./$(BUILD)/kda ./$(BUILD)/kda_test $(TESTS)
 
 # The CPU suite under AddressSanitizer, UndefinedBehaviorSanitizer and LeakSanitizer, in its own

@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 # check_spec_refs.py - every `NAME.md §X.Y` citation in the tree names a document and a section
-# that exist; `make check-refs` runs it.
+# that exist; `make check-refs` runs it and `make test` runs that first.
 #
 # What counts as a reference (in src/, tests/, tools/, bench/, fuzz/, docs/, README.md):
 #   NAME.md §X.Y | NAME.md section X.Y   the document must exist (docs/spec/NAME.md, then
