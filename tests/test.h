@@ -21,6 +21,10 @@ const char *test_data(const char *rel);
 const char *test_tmpdir(void);
 // 1 when files a and b both read and hold the same bytes, else 0 (a missing file is unequal).
 int test_files_equal(const char *a, const char *b);
+// Runs `ENV $KDA_BIN ARGS 2>&1` (KDA_BIN defaults to build/kda; env may be NULL) through the
+// shell, the output NUL-terminated into out (truncated to cap - 1 bytes). Returns the exit
+// status, -1 if the command could not run or did not exit normally.
+int test_run_kda(char *out, size_t cap, const char *env, const char *args);
 
 #define KDA_TEST(name)                                                                             \
     static void test_##name(void);                                                                 \

@@ -12,15 +12,7 @@
 static char g_out[1 << 14];
 
 static int kda_(const char *args) {
-    const char *bin = getenv("KDA_BIN") ? getenv("KDA_BIN") : "build/kda";
-    char cmd[8192];
-    snprintf(cmd, sizeof cmd, "%s %s 2>&1", bin, args);
-    FILE *p = popen(cmd, "r");
-    if (!p) return -1;
-    size_t n = fread(g_out, 1, sizeof g_out - 1, p);
-    g_out[n] = 0;
-    int st = pclose(p);
-    return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+    return test_run_kda(g_out, sizeof g_out, NULL, args);
 }
 
 KDA_TEST(cli_megatron_tokenize_habits) {

@@ -4,6 +4,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include "core/util.h"
@@ -62,6 +63,21 @@ static int by_file_then_order(const void *a, const void *b) {
     const TestCase *x = a, *y = b;
     int c = strcmp(x->file, y->file);
     return c ? c : (x < y ? -1 : x > y);
+}
+
+int test_run_kda(char *out, size_t cap, const char *env, const char *args) {
+    const char *bin = getenv("KDA_BIN") ? getenv("KDA_BIN") : "build/kda";
+    size_t len = (env ? strlen(env) : 0) + strlen(bin) + strlen(args) + 16;
+    char *cmd = malloc(len);
+    if (!cmd) return -1;
+    snprintf(cmd, len, "%s%s%s %s 2>&1", env ? env : "", env ? " " : "", bin, args);
+    FILE *p = popen(cmd, "r");
+    free(cmd);
+    if (!p) return -1;
+    size_t n = fread(out, 1, cap - 1, p);
+    out[n] = 0;
+    int st = pclose(p);
+    return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
 }
 
 int test_files_equal(const char *a, const char *b) {
