@@ -37,7 +37,10 @@ ifneq ($(OPENBLAS_OMP),)
   LDLIBS := -L$(dir $(OPENBLAS_OMP)) -Wl,-rpath,$(dir $(OPENBLAS_OMP)) $(LDLIBS)
 endif
 
-LIB_SRC  := $(sort $(wildcard src/*/*.c))
+# src/cli/main.c is the `kda` binary's main(): linked into build/kda, kept out of libkda.a (the
+# commands, src/cli/cmd_*.c, stay in the library: the tests call them).
+MAIN_SRC := src/cli/main.c
+LIB_SRC  := $(filter-out $(MAIN_SRC),$(sort $(wildcard src/*/*.c)))
 TEST_SRC := $(sort $(wildcard tests/*.c))
 CU_SRC   := $(sort $(wildcard src/cuda/*.cu))
 
@@ -118,7 +121,7 @@ $(BUILD)/libkda.a: $(LIB_OBJ)
 	@rm -f $@
 	ar rcs $@ $^
 
-$(BUILD)/kda: $(BUILD)/src/main.o $(BUILD)/libkda.a
+$(BUILD)/kda: $(BUILD)/src/cli/main.o $(BUILD)/libkda.a
 	$(CC) $(LDFLAGS) -o $@ $^ $(LDLIBS)
 
 $(BUILD)/kda_test: $(TEST_OBJ) $(BUILD)/libkda.a
@@ -126,7 +129,7 @@ $(BUILD)/kda_test: $(TEST_OBJ) $(BUILD)/libkda.a
 
 # A fresh machine: one line naming what is missing instead of a wall of compiler errors
 # (checked before any object is compiled: an order-only prerequisite).
-$(LIB_OBJ) $(TEST_OBJ) $(BUILD)/src/main.o: | deps-check
+$(LIB_OBJ) $(TEST_OBJ) $(BUILD)/src/cli/main.o: | deps-check
 deps-check:
 	@printf '#include <yaml.h>\n#include <zstd.h>\n#include <zlib.h>\n#include <snappy-c.h>\n#include <cblas.h>\n' | \
 	  $(CC) $(filter -I%,$(CFLAGS)) -E -x c - >/dev/null 2>&1 || \
@@ -181,4 +184,4 @@ format:
 clean:
 	rm -rf $(BUILD)
 
--include $(LIB_OBJ:.o=.d) $(CC_OBJ:.o=.d) $(TEST_OBJ:.o=.d) $(BUILD)/src/main.d $(FUZZ_OBJ:.o=.d)
+-include $(LIB_OBJ:.o=.d) $(CC_OBJ:.o=.d) $(TEST_OBJ:.o=.d) $(BUILD)/src/cli/main.d $(FUZZ_OBJ:.o=.d)

@@ -9,7 +9,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-#include "commands.h"
+#include "cli/commands.h"
 #include "core/rng.h"
 #include "core/util.h"
 #include "io/model_io.h"

@@ -9,7 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "commands.h"
+#include "cli/commands.h"
 #include "core/json.h"
 #include "core/rng.h"
 #include "core/util.h"

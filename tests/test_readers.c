@@ -7,7 +7,7 @@
 #include <zlib.h>
 #include <zstd.h>
 
-#include "commands.h"
+#include "cli/commands.h"
 #include "core/util.h"
 #include "data/indexed.h"
 #include "data/readers.h"

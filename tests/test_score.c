@@ -4,7 +4,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "commands.h"
+#include "cli/commands.h"
 #include "core/json.h"
 #include "core/util.h"
 #include "eval/score.h"

@@ -2,9 +2,9 @@
 # include_graph.py - the room-to-room #include graph of src/, drawn on floors, with every include
 # that runs upward (to a higher floor) or sideways (to another room on the same floor).
 #
-# Rooms are the folders of src/ (src/main.c and src/commands.h form the room "cli"). Floors are
-# the layering docs/architecture.md declares (FLOORS below): a room may include rooms on lower
-# floors only. The report is Markdown, so a session can paste it before and after a move.
+# Rooms are the folders of src/ (a file directly in src/, if any, counts as the room "cli").
+# Floors are the layering docs/architecture.md declares (FLOORS below): a room may include rooms
+# on lower floors only. The report is Markdown, so a session can paste it before and after a move.
 # Usage: include_graph.py [--root DIR] [--check]
 #   --check  exit 1 when any include runs upward (for the day the tree has none)
 # Plain python3, standard library only.
@@ -27,7 +27,8 @@ INCLUDE = re.compile(r'^\s*#\s*include\s+"([^"]+)"')
 
 
 def room_of(rel):
-    """Room of a path under src/: its first folder, or cli for src/main.c and src/commands.h."""
+    """Room of a path under src/: its first folder (src/cli/ is the room cli), or cli for a file
+    directly in src/."""
     parts = rel.split("/")
     return "cli" if len(parts) == 2 else parts[1]
 

@@ -6,7 +6,7 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "commands.h"
+#include "cli/commands.h"
 #include "core/error.h"
 #include "core/log.h"
 #include "cuda/backend_cuda.h" // defines: kda_cuda_available

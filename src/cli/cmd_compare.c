@@ -8,7 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "commands.h"
+#include "cli/commands.h"
 #include "core/args.h"
 #include "core/error.h"
 #include "core/log.h"

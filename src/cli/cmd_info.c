@@ -3,7 +3,7 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "commands.h"
+#include "cli/commands.h"
 #include "core/args.h"      // defines: ArgSpec, ArgTable, args_parse_or_die
 #include "core/util.h"      // defines: path_is_dir, path_join, path_exists
 #include "io/safetensors.h" // defines: StModel, st_model_open

@@ -3,7 +3,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 
-#include "commands.h"
+#include "cli/commands.h"
 #include "core/args.h" // defines: ArgSpec, ArgTable, args_parse_or_die
 #include "core/json.h" // defines: JsonDoc, json_parse
 #include "core/util.h" // defines: utf8_lossy

@@ -15,7 +15,7 @@
 
 #include <limits.h>
 
-#include "commands.h"
+#include "cli/commands.h"
 #include "core/args.h"        // defines: ArgSpec, ArgTable, args_parse_or_die
 #include "core/util.h"        // defines: path_join, path_exists
 #include "core/log.h"         // defines: kda_info, kda_warn

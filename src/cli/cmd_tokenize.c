@@ -12,7 +12,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "commands.h"
+#include "cli/commands.h"
 #include "core/args.h"         // defines: ArgSpec, ArgTable, args_parse_or_die
 #include "core/log.h"          // defines: Progress, kda_info, human_count
 #include "core/util.h"         // defines: now_seconds

@@ -18,7 +18,7 @@
 #include <string.h>
 #include <sys/stat.h>
 
-#include "commands.h"
+#include "cli/commands.h"
 #include "core/args.h"   // defines: ArgSpec, ArgTable, args_parse_or_die
 #include "core/json.h"   // defines: json_fmt_num
 #include "core/util.h"   // defines: open_atomic, commit_atomic

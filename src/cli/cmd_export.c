@@ -15,7 +15,7 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "commands.h"
+#include "cli/commands.h"
 #include "core/args.h"
 #include "core/error.h"
 #include "core/json.h"

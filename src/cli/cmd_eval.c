@@ -15,7 +15,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "commands.h"
+#include "cli/commands.h"
 #include "core/args.h"    // defines: ArgSpec, ArgTable, ArgList, args_parse_or_die
 #include "core/log.h"     // defines: Progress, progress_*, kda_info, kda_warn
 #include "core/util.h"    // defines: path_exists, path_join, now_seconds, open_atomic

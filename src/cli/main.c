@@ -2,7 +2,7 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "commands.h"
+#include "cli/commands.h"
 #include "core/util.h"    // defines: str_closest
 #include "core/version.h" // defines: kda_version, kda_commit, kda_cuda_archs, kda_nccl
 
