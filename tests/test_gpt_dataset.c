@@ -6,8 +6,8 @@
 
 #include "core/util.h"
 #include "test.h"
-#include "train/gpt_dataset.h"
-#include "train/mt19937.h"
+#include "data/gpt_dataset.h"
+#include "data/mt19937.h"
 
 // ---- golden file: lines "name v0 v1 ...", '#' comments --------------------------------------
 

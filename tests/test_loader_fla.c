@@ -16,8 +16,8 @@
 #include "model/model.h"
 #include "model/params.h"
 #include "test.h"
-#include "train/gpt_dataset.h"
-#include "train/loader.h"
+#include "data/gpt_dataset.h"
+#include "data/loader.h"
 #include "train/run_config.h"
 #include "train/trainer.h"
 

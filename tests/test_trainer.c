@@ -15,7 +15,7 @@
 #include "io/model_io.h"
 #include "test.h"
 #include "train/checkpoint.h"
-#include "train/loader.h"
+#include "data/loader.h"
 #include "train/run_config.h"
 #include "train/trainer.h"
 

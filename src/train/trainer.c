@@ -20,7 +20,7 @@
 #include "cuda/backend_cuda.h" // defines: kda_backend_cuda_create (device: cuda)
 #include "dist/dist.h"         // defines: KdaDist, kda_dist_* (data parallelism)
 #include "train/checkpoint.h"
-#include "train/loader.h"
+#include "data/loader.h"
 #include "train/schedule.h"
 #include "train/tfevents.h" // defines: KdaTfEvents, kda_tfevents_*
 

@@ -1,11 +1,11 @@
 // gpt_dataset.c - Megatron GPTDataset indices, splits, blending, FLA order; see gpt_dataset.h.
-#include "train/gpt_dataset.h" // defines: KdaGptIndex, KdaSpan, KdaFlaOrder, kda_gpt_*, ...
+#include "data/gpt_dataset.h" // defines: KdaGptIndex, KdaSpan, KdaFlaOrder, kda_gpt_*, ...
 
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "train/mt19937.h" // defines: KdaMt19937, mt19937_seed, mt19937_shuffle_*
+#include "data/mt19937.h" // defines: KdaMt19937, mt19937_seed, mt19937_shuffle_*
 
 // ---------------------------------------------------------------------------------------------
 // Epoch count and the separate-last-epoch rule (data-formats.md §2.1)

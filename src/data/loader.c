@@ -1,6 +1,6 @@
 // loader.c - datasets, split ranges, GPTDataset indices, blending, the FLA chunk order,
 // micro-batch reading and the prefetch thread (contract in loader.h).
-#include "train/loader.h"
+#include "data/loader.h"
 
 #include <pthread.h>
 #include <stdio.h>
@@ -8,7 +8,7 @@
 #include <string.h>
 
 #include "data/indexed.h"
-#include "train/gpt_dataset.h"
+#include "data/gpt_dataset.h"
 
 typedef struct {
     char *prefix;

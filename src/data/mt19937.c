@@ -1,5 +1,5 @@
 // mt19937.c - numpy legacy RandomState (MT19937 + interval draws + shuffle); see mt19937.h.
-#include "train/mt19937.h" // defines: KdaMt19937, mt19937_*
+#include "data/mt19937.h" // defines: KdaMt19937, mt19937_*
 
 #define MT_M        397
 #define MT_UPPER    0x80000000u
