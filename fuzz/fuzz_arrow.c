@@ -7,7 +7,7 @@
 #include <string.h>
 
 #include "core/json.h"
-#include "eval/arrow.h"
+#include "data/arrow.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     // Copy so that ASan sees reads past the end of exactly `size` bytes.

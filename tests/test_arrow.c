@@ -6,7 +6,7 @@
 
 #include "core/json.h"
 #include "core/util.h"
-#include "eval/arrow.h"
+#include "data/arrow.h"
 #include "test.h"
 
 // Structural JSON equality (numbers compared exactly as doubles; object keys in order).

@@ -8,7 +8,7 @@
 
 #include "core/util.h"    // defines: path_join, path_is_dir
 #include "data/indexed.h" // defines: IndexedBuilder, indexed_dtype_for_vocab
-#include "eval/arrow.h"   // defines: ArrowTable, arrow_load_file
+#include "data/arrow.h"   // defines: ArrowTable, arrow_load_file
 
 static int ends_with_(const char *s, const char *suf) {
     size_t a = strlen(s), b = strlen(suf);

@@ -10,7 +10,7 @@
 #include <zlib.h>
 
 #include "core/util.h"  // defines: utf8_decode, utf8_encode, path_join, path_exists
-#include "eval/arrow.h" // defines: ArrowTable, arrow_load_file, arrow_row_json
+#include "data/arrow.h" // defines: ArrowTable, arrow_load_file, arrow_row_json
 
 // ---- growable string --------------------------------------------------------------------------
 

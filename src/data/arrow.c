@@ -1,6 +1,6 @@
 // arrow.c - Arrow IPC stream/file reader: flatbuffer metadata (Message, Schema, Field,
 // RecordBatch), buffer validation, rows rendered as JSON (see arrow.h).
-#include "eval/arrow.h"
+#include "data/arrow.h"
 
 #include <math.h>
 #include <stdint.h>

@@ -18,8 +18,8 @@
 // Arrow and JSON-lines data: struct -> object, list -> array, utf8 -> string, ints -> integer,
 // floats -> number (NaN/Inf -> null), null slots -> null, binary -> string (invalid UTF-8
 // replaced by U+FFFD).
-#ifndef KDA_EVAL_ARROW_H
-#define KDA_EVAL_ARROW_H
+#ifndef KDA_DATA_ARROW_H
+#define KDA_DATA_ARROW_H
 
 #include <stddef.h>
 #include <stdint.h>
