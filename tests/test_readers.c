@@ -10,6 +10,7 @@
 #include "cli/commands.h"
 #include "core/util.h"
 #include "data/indexed.h"
+#include "data/jsonl.h"
 #include "data/readers.h"
 #include "test.h"
 #include "tok/tok.h"
@@ -119,6 +120,50 @@ KDA_TEST(readers_jsonl_plain_gz_zst) {
     const char *g[] = {pat};
     CHECK_MSG(read_all(g, 1, &o, out, sizeof out, &st, &e) == 0, "%s", e.msg);
     CHECK_EQ_INT(st.n_files, 3);
+}
+
+typedef struct {
+    int64_t lines[8];
+    int n, stop_at; // stop_at: return 1 (stop) on that row count; 0 = never
+} RowLog;
+
+static int log_row(void *ctx, const JsonValue *row, int64_t line, KdaError *err) {
+    RowLog *l = ctx;
+    if (!json_get_str(row, "k")) return kda_fail(err, "row %lld: no k", (long long)line);
+    l->lines[l->n++] = line;
+    return l->n == l->stop_at;
+}
+
+// jsonl_for_each (eval task files): blank lines by Python's isspace (an ideographic space
+// U+3000 line too) are skipped but counted, gzip is read, an early stop is no error, and every
+// error names label, file and line.
+KDA_TEST(readers_jsonl_rows_callback) {
+    const char text[] = "{\"k\": \"a\"}\n\n \xe3\x80\x80\t\n{\"k\": \"b\"}\n{\"k\": \"c\"}";
+    put(tmp("r.jsonl"), text, sizeof text - 1);
+    put_gz(tmp("r.jsonl.gz"), text, sizeof text - 1, 2);
+    KdaError e;
+    for (int gz = 0; gz < 2; gz++) {
+        RowLog l = {.stop_at = 0};
+        CHECK_MSG(jsonl_for_each("t", tmp(gz ? "r.jsonl.gz" : "r.jsonl"), log_row, &l, &e) == 0,
+                  "%s", e.msg);
+        CHECK_EQ_INT(l.n, 3);
+        CHECK_EQ_INT(l.lines[0], 1);
+        CHECK_EQ_INT(l.lines[1], 4);
+        CHECK_EQ_INT(l.lines[2], 5);
+    }
+    RowLog l = {.stop_at = 2};
+    CHECK_EQ_INT(jsonl_for_each("t", tmp("r.jsonl"), log_row, &l, &e), 0);
+    CHECK_EQ_INT(l.n, 2);
+    put(tmp("bad.jsonl"), "{\"k\": \"a\"}\n{\"k\": \n", 18);
+    l = (RowLog){.stop_at = 0};
+    CHECK_EQ_INT(jsonl_for_each("t", tmp("bad.jsonl"), log_row, &l, &e), -1);
+    CHECK_MSG(strstr(e.msg, "t: ") == e.msg && strstr(e.msg, "bad.jsonl:2: malformed JSON"), "%s",
+              e.msg);
+    put(tmp("nok.jsonl"), "{\"j\": 1}\n", 9);
+    CHECK_EQ_INT(jsonl_for_each("t", tmp("nok.jsonl"), log_row, &l, &e), -1);
+    CHECK_MSG(strcmp(e.msg, "row 1: no k") == 0, "%s", e.msg);
+    CHECK_EQ_INT(jsonl_for_each("t", tmp("missing.jsonl"), log_row, &l, &e), -1);
+    CHECK_MSG(strstr(e.msg, "missing.jsonl: cannot open") != NULL, "%s", e.msg);
 }
 
 KDA_TEST(readers_expand_errors_and_order) {

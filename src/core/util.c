@@ -247,6 +247,18 @@ size_t utf8_decode(const unsigned char *s, uint32_t *cp) {
     return 4;
 }
 
+size_t utf8_next_lenient(const char *s, size_t n, size_t i, uint32_t *cp) {
+    size_t k = utf8_valid_prefix((const unsigned char *)s + i, n - i > 4 ? 4 : n - i);
+    if (!k) return *cp = (unsigned char)s[i], 1; // not valid UTF-8: one byte, never a space
+    return utf8_decode((const unsigned char *)s + i, cp);
+}
+
+int py_isspace(uint32_t c) {
+    return (c >= 0x09 && c <= 0x0D) || (c >= 0x1C && c <= 0x20) || c == 0x85 || c == 0xA0 ||
+           c == 0x1680 || (c >= 0x2000 && c <= 0x200A) || c == 0x2028 || c == 0x2029 ||
+           c == 0x202F || c == 0x205F || c == 0x3000;
+}
+
 size_t utf8_encode(uint32_t cp, unsigned char *o) {
     if (cp < 0x80) return o[0] = (unsigned char)cp, 1;
     if (cp < 0x800) {

@@ -46,6 +46,12 @@ size_t utf8_valid_prefix(const unsigned char *s, size_t n);
 size_t utf8_decode(const unsigned char *s, uint32_t *cp);
 // Encodes cp (< 0x110000) into out (4 bytes room); returns the byte count.
 size_t utf8_encode(uint32_t cp, unsigned char *out);
+// The code point at s[i] of s[0..n) (i < n) into *cp; returns its byte length. A byte that does
+// not start valid UTF-8 is returned as itself (cp = the byte value, length 1).
+size_t utf8_next_lenient(const char *s, size_t n, size_t i, uint32_t *cp);
+// 1 if cp is whitespace by Python's str.isspace (ASCII 0x09-0x0D, 0x1C-0x20, and the Unicode
+// spaces NEL, NBSP, U+1680, U+2000-U+200A, U+2028, U+2029, U+202F, U+205F, U+3000).
+int py_isspace(uint32_t cp);
 
 // Replaces every maximal invalid subsequence of s[0..n) with U+FFFD, the rule of Rust's
 // String::from_utf8_lossy (what HF tokenizers' ByteLevel decoder applies) and of the Unicode

@@ -7,10 +7,10 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <zlib.h>
 
-#include "core/util.h"  // defines: utf8_decode, utf8_encode, path_join, path_exists
+#include "core/util.h"  // defines: utf8_next_lenient, py_isspace, utf8_encode, path_join
 #include "data/arrow.h" // defines: ArrowTable, arrow_load_file, arrow_row_json
+#include "data/jsonl.h" // defines: jsonl_for_each
 
 // ---- growable string --------------------------------------------------------------------------
 
@@ -44,23 +44,11 @@ static char *str_take(Str *s) {
 
 // ---- Python str semantics ---------------------------------------------------------------------
 
-static int py_isspace(uint32_t c) {
-    return (c >= 0x09 && c <= 0x0D) || (c >= 0x1C && c <= 0x20) || c == 0x85 || c == 0xA0 ||
-           c == 0x1680 || (c >= 0x2000 && c <= 0x200A) || c == 0x2028 || c == 0x2029 ||
-           c == 0x202F || c == 0x205F || c == 0x3000;
-}
-
-static size_t next_cp(const char *s, size_t n, size_t i, uint32_t *cp) {
-    size_t k = utf8_valid_prefix((const unsigned char *)s + i, n - i > 4 ? 4 : n - i);
-    if (!k) return *cp = (unsigned char)s[i], 1; // not valid UTF-8: one byte, never a space
-    return utf8_decode((const unsigned char *)s + i, cp);
-}
-
 size_t eval_py_rstrip(const char *s, size_t n) {
     size_t end = 0, i = 0;
     while (i < n) {
         uint32_t cp;
-        size_t k = next_cp(s, n, i, &cp);
+        size_t k = utf8_next_lenient(s, n, i, &cp);
         i += k;
         if (!py_isspace(cp)) end = i;
     }
@@ -71,7 +59,7 @@ size_t eval_py_lstrip(const char *s, size_t n) {
     size_t i = 0;
     while (i < n) {
         uint32_t cp;
-        size_t k = next_cp(s, n, i, &cp);
+        size_t k = utf8_next_lenient(s, n, i, &cp);
         if (!py_isspace(cp)) break;
         i += k;
     }
@@ -82,7 +70,7 @@ int64_t eval_py_len(const char *s, size_t n) {
     int64_t len = 0;
     for (size_t i = 0; i < n; len++) {
         uint32_t cp;
-        i += next_cp(s, n, i, &cp);
+        i += utf8_next_lenient(s, n, i, &cp);
     }
     return len;
 }
@@ -124,7 +112,7 @@ char *eval_py_capitalize(const char *s) {
     size_t n = strlen(s);
     for (size_t i = 0; i < n;) {
         uint32_t cp;
-        size_t k = next_cp(s, n, i, &cp);
+        size_t k = utf8_next_lenient(s, n, i, &cp);
         if (k == 1 && cp >= 0x80)
             str_add(&o, s + i, 1); // invalid byte: keep
         else
@@ -720,55 +708,6 @@ static int subtask_index(EvalTask *t, const char *name) {
     return t->n_subtasks++;
 }
 
-// Reads a whole (optionally gzip-compressed) file.
-static char *read_gz(const char *task, const char *path, size_t *n, KdaError *err) {
-    gzFile f = gzopen(path, "rb");
-    if (!f) return kda_fail(err, "%s: %s: cannot open", task, path), NULL;
-    Str s = {0};
-    char buf[65536];
-    int k;
-    while ((k = gzread(f, buf, sizeof buf)) > 0)
-        str_add(&s, buf, (size_t)k);
-    int bad = k < 0;
-    gzclose(f);
-    if (bad)
-        return free(s.p), kda_fail(err, "%s: %s: read or decompression error", task, path), NULL;
-    *n = s.n;
-    return str_take(&s);
-}
-
-// Calls fn for each non-blank line (1-based numbers) until it returns nonzero. Errors of its
-// own (unreadable file, malformed JSON) start with the task name, as fn's do.
-typedef int (*LineFn)(void *ctx, const JsonValue *row, int64_t line, KdaError *err);
-
-static int for_each_jsonl(const char *task, const char *path, LineFn fn, void *ctx, KdaError *err) {
-    size_t n;
-    char *text = read_gz(task, path, &n, err);
-    if (!text) return -1;
-    int64_t line = 0;
-    int r = 0;
-    for (char *p = text; p < text + n && r == 0;) {
-        char *nl = memchr(p, '\n', (size_t)(text + n - p));
-        size_t len = nl ? (size_t)(nl - p) : (size_t)(text + n - p);
-        line++;
-        if (eval_py_rstrip(p, len) > 0) {
-            JsonDoc doc;
-            KdaError e2;
-            if (json_parse(&doc, p, len, &e2)) {
-                kda_fail(err, "%s: %s:%lld: malformed JSON: %s", task, path, (long long)line,
-                         e2.msg);
-                r = -1;
-                break;
-            }
-            r = fn(ctx, &doc.root, line, err);
-            json_free(&doc);
-        }
-        p += len + 1;
-    }
-    free(text);
-    return r < 0 ? -1 : 0;
-}
-
 typedef struct {
     EvalTask *t;
     const char *path;
@@ -816,7 +755,7 @@ int eval_task_load_jsonl(EvalTask *t, const char *name, const char *path, int64_
     task_init(t, name);
     snprintf(t->source, sizeof t->source, "%s", path);
     LoadCtx c = {.t = t, .path = path, .limit = limit};
-    int r = for_each_jsonl(name, path, add_row, &c, err);
+    int r = jsonl_for_each(name, path, add_row, &c, err);
     free(c.counts);
     if (r) return eval_task_free(t), -1;
     if (t->n_docs == 0) return eval_task_free(t), kda_fail(err, "%s: %s: no documents", name, path);
@@ -896,7 +835,7 @@ static int load_mmlu(EvalTask *t, const char *data_dir, int64_t limit, KdaError 
             snprintf(path, sizeof path, "%s/mmlu/%s%s", data_dir, subj, ext[e]);
             if (path_exists(path)) {
                 c.path = path;
-                r = for_each_jsonl(t->name, path, add_row, &c, err);
+                r = jsonl_for_each(t->name, path, add_row, &c, err);
                 done = 1;
             }
         }
@@ -1037,7 +976,7 @@ int eval_task_load_olmo(EvalTask *t, const char *name, const char *dir, int64_t 
     OlmoCtx c = {.t = t, .path = path, .limit = limit, .cur_doc = -1};
     if (!path_exists(path))
         return eval_task_free(t), kda_fail(err, "%s: %s: no such file", name, path);
-    if (for_each_jsonl(name, path, olmo_line, &c, err)) return eval_task_free(t), -1;
+    if (jsonl_for_each(name, path, olmo_line, &c, err)) return eval_task_free(t), -1;
     for (int64_t i = 0; i < t->n_docs; i++)
         if (t->docs[i].gold < 0 || t->docs[i].gold >= t->docs[i].n_choices) {
             int g = t->docs[i].gold, n = t->docs[i].n_choices;
