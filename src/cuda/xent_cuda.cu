@@ -202,7 +202,8 @@ __host__ __device__ inline void cls_partial(const kda_bf16 *row, int64_t V, int 
     double s = 0.0;
     int64_t ng = (V + 7) / 8;
     for (int64_t g = tid; g < ng; g += nth) {
-        float x[8];
+        float x[8] = {0}; // cls_load8 fills n >= 1 of them; zeroed for the host compiler's
+                          // maybe-uninitialized analysis (g++ on the GPU machine, -Werror)
         int n = cls_load8(row, g, V, x);
         float gm = x[0];
         for (int i = 1; i < n; i++)
