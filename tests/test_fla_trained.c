@@ -7,14 +7,17 @@
 //   C vs float64, per-sequence mean NLL (the `kda score` "loss"): 1e-5, the bar. Covers
 //     fp32 rounding of the model body and head: ~1e-6 per token, random in sign (score_model
 //     measured <= 8.5e-7 at T = 2, <= 1.2e-7 for T >= 17).
-//   C vs float64, per-token NLL: 1e-5 (the same ~1e-6 per token, worst token of 3,553).
+//   C vs float64, per-token NLL: 2e-5 (the same ~1e-6 per token; the worst token of the 3,553
+//     measured 1e-5 on gva's chunk core (allow_neg_eigval: beta up to 2 makes the fp32
+//     triangular solve less contractive; its recurrent core 3.2e-6; tied 5.4e-6 / 3.0e-6).
 //   C vs float64, sum_nll: 7.5e-6 sqrt(T - 1): five times the sqrt(T) growth of a per-token
 //     error of 1.5e-6 (score_model: 1.5e-5..2.9e-5 at T = 257..2048). A systematic per-token
 //     bias above ~2e-7 fails it at T = 2048, so the old float partition sum (-6e-5 per token on
 //     a 128k vocabulary) would.
 //   C vs FLA fp32 fused_recurrent: mean 1e-5, sum 1e-5 sqrt(T - 1) (both sides fp32, random).
-//   C vs FLA chunk: mean 5e-4: chunk_kda's intra-chunk tl.dot runs TF32 (10-bit mantissa);
-//     FLA 0.5.2's chunk path was <= 6.2e-5 from float64 on score_model.
+//   C vs FLA chunk: mean 1e-3: chunk_kda's intra-chunk tl.dot runs TF32 (10-bit mantissa);
+//     FLA 0.5.2's chunk path was <= 6.2e-5 from float64 on score_model; on gva FLA 0.6.0's
+//     chunk path itself is 5.96e-4 from float64 at T = 2 (run.json), so 5e-4 would test FLA.
 //   Eval engines (shared-prefix, batched at budgets of 1, 100 and 8192 tokens) vs each other and
 //     vs float64 on the natural continuation: 1e-5 per request (<= 9 tokens of ~1e-6 each).
 #include <math.h>
@@ -32,10 +35,10 @@
 
 #define N_SEQ      8
 #define MEAN_TOL   1e-5
-#define TOKEN_TOL  1e-5
+#define TOKEN_TOL  2e-5
 #define F64_SUM_K  7.5e-6 // sum_nll tolerance vs float64: F64_SUM_K sqrt(T - 1)
 #define FLA_SUM_K  1e-5   // vs FLA fp32 recurrent: FLA_SUM_K sqrt(T - 1)
-#define CHUNK_TOL  5e-4
+#define CHUNK_TOL  1e-3
 #define ENGINE_TOL 1e-5
 
 // One line of scores.jsonl: the ids and, per source, the per-token NLL and its sum.
@@ -248,6 +251,8 @@ KDA_TEST(fla_trained_tied) {
     run_("tied");
 }
 
-// fla_trained_gva_negeig_untied (run_("gva")) joins when tests/data/fla_trained/gva exists: the
-// first GPU run of train_fla_goldens.py ran out of its time budget after the tied model
-// (docs/correctness.md), and a test reading a missing golden would fail.
+// GVA (num_v_heads 4 over 2 q/k heads), allow_neg_eigval (beta in (0, 2)), untied LM head: the
+// second FLA-trained golden (train_fla_goldens.py --models gva, GPU run of 2026-12-01 23:04 UTC).
+KDA_TEST(fla_trained_gva_negeig_untied) {
+    run_("gva");
+}
