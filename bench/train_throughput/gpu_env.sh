@@ -7,7 +7,8 @@
 #
 #   source bench/train_throughput/gpu_env.sh
 #   kda_gpu_env                  # -> 0, or 1 with a message when deps.tgz cannot be unpacked
-#   kda_gpu_build LOG TARGET...  # make -j BUILD=$KDA_GPU_BUILD TARGET... > LOG 2>&1
+#   kda_gpu_build LOG TARGET...  # make -j BUILD=$KDA_GPU_BUILD CUDA_ARCHS=90a TARGET... > LOG 2>&1
+#                                #    (KDA_CUDA_ARCHS overrides; sm_90a only: half the nvcc time)
 # KDA_GPU_BUILD (default build-gpu) names the build directory; targets are given with it.
 #   kda_fla_env                  # -> 0 when torch and fla.ops.kda import (installing .whl/*.whl
 #                                #    into /tmp/site, on PYTHONPATH, if needed)
@@ -37,14 +38,14 @@ kda_gpu_build() { # LOG TARGET...
     shift
     local cc
     cc=$(command -v cc || command -v gcc || echo cc)
-    make -j"$(nproc)" CC="$cc" BUILD="$KDA_GPU_BUILD" KDA_CUDA=1 "$@" > "$log" 2>&1 && return 0
+    make -j"$(nproc)" CC="$cc" BUILD="$KDA_GPU_BUILD" KDA_CUDA=1 CUDA_ARCHS="${KDA_CUDA_ARCHS:-90a}" "$@" > "$log" 2>&1 && return 0
     # This machine's host compiler may warn where the dev machine's does not (2026-12-01: g++
     # maybe-uninitialized in xent_cuda.cu cost a whole device call): say so loudly, then build
     # with warnings as warnings so the call still measures something.
     echo "gpu_env: the -Werror build FAILED; its errors (fix them on the dev machine):" >&2
     grep -E 'error' "$log" | head -10 >&2
     mv "$log" "$log.werror"
-    make -j"$(nproc)" CC="$cc" BUILD="$KDA_GPU_BUILD" KDA_CUDA=1 WERROR= "$@" > "$log" 2>&1
+    make -j"$(nproc)" CC="$cc" BUILD="$KDA_GPU_BUILD" KDA_CUDA=1 CUDA_ARCHS="${KDA_CUDA_ARCHS:-90a}" WERROR= "$@" > "$log" 2>&1
 }
 
 kda_fla_env() {
