@@ -145,6 +145,121 @@ KDA_TEST(model_config_round_trip) {
     json_free(&d);
 }
 
+// config.json as kda_config_save wrote it before the key table
+// (tests/data/model_config/*_written*): the writer's key order, number formats and nulls stay byte
+// for byte what they were.
+static void expect_written(const KdaConfig *c, const char *dtype, const char *golden) {
+    char path[4096];
+    KdaError e;
+    path_join(path, sizeof path, test_tmpdir(), "w.json");
+    CHECK(kda_config_save(c, path, dtype, &e) == 0);
+    size_t n1, n2;
+    char *got = read_file(path, &n1, &e), *want = read_file(golden, &n2, &e);
+    CHECK_MSG(got && want && n1 == n2 && !memcmp(got, want, n1), "%s: written text differs",
+              golden);
+    free(got), free(want);
+}
+
+KDA_TEST(model_config_written_bytes) {
+    KdaConfig c = load("configs/kda_300M.json");
+    expect_written(&c, "bfloat16", "tests/data/model_config/kda_300M_written_bf16.json");
+    // the other branch of every optional key: set pad and lower_bound, null bos, explicit HV
+    c = load("configs/demo_model.json");
+    c.has_pad_token_id = 1, c.pad_token_id = 0, c.has_lower_bound = 1, c.lower_bound = -2.5;
+    c.has_bos_token_id = 0, c.num_v_heads_raw = c.num_heads * 2;
+    expect_written(&c, NULL, "tests/data/model_config/demo_mut_written.json");
+}
+
+// Changes field number i of a config (-1 when i is past the last); returns its KdaConfig name.
+static const char *mutate(KdaConfig *c, int i) {
+    switch (i) {
+    case 0:
+        return strcpy(c->attn_mode, "fused_recurrent"), "attn_mode";
+    case 1:
+        return c->hidden_size += 32, "hidden_size";
+    case 2:
+        return c->num_hidden_layers += 1, "num_hidden_layers";
+    case 3:
+        return c->num_heads *= 2, "num_heads";
+    case 4:
+        return c->num_v_heads_raw = c->num_heads * 2, "num_v_heads_raw";
+    case 5:
+        return c->head_dim *= 2, "head_dim";
+    case 6:
+        return c->expand_v *= 2, "expand_v";
+    case 7:
+        return c->use_short_conv ^= 1, "use_short_conv";
+    case 8:
+        return c->conv_size += 1, "conv_size";
+    case 9:
+        return c->allow_neg_eigval ^= 1, "allow_neg_eigval";
+    case 10:
+        return c->safe_gate = 1, c->has_lower_bound = 1, c->lower_bound = -5, "safe_gate";
+    case 11:
+        return c->has_lower_bound = 1, c->lower_bound = -3, "lower_bound";
+    case 12:
+        return c->hidden_ratio += 1, "hidden_ratio";
+    case 13:
+        return c->intermediate_size_raw += 256, "intermediate_size_raw";
+    case 14:
+        return strcpy(c->hidden_act, "silu"), "hidden_act";
+    case 15:
+        return c->max_position_embeddings *= 2, "max_position_embeddings";
+    case 16:
+        return c->norm_eps *= 2, "norm_eps";
+    case 17:
+        return c->use_cache ^= 1, "use_cache";
+    case 18:
+        return c->initializer_range *= 2, "initializer_range";
+    case 19:
+        return c->fuse_norm ^= 1, "fuse_norm";
+    case 20:
+        return c->fuse_swiglu ^= 1, "fuse_swiglu";
+    case 21:
+        return c->fuse_cross_entropy ^= 1, "fuse_cross_entropy";
+    case 22:
+        return c->use_l2warp ^= 1, "use_l2warp";
+    case 23:
+        return c->vocab_size += 1, "vocab_size";
+    case 24:
+        return c->tie_word_embeddings ^= 1, "tie_word_embeddings";
+    case 25:
+        return c->bos_token_id += 1, "bos_token_id";
+    case 26:
+        return c->has_eos_token_id = 0, "eos_token_id";
+    case 27:
+        return c->has_pad_token_id = 1, c->pad_token_id = 3, "pad_token_id";
+    }
+    return NULL;
+}
+
+// Every key: changing one field makes the configs unequal, kda_config_diff names that field
+// (use_cache aside: it does not change the model), and a save + load carries the change.
+KDA_TEST(model_config_every_key_compared_and_saved) {
+    const KdaConfig base = load("configs/tiny.json");
+    char path[4096], d[256];
+    KdaError e;
+    path_join(path, sizeof path, test_tmpdir(), "k.json");
+    int n = 0;
+    for (int i = 0;; i++, n++) {
+        KdaConfig c = base;
+        const char *field = mutate(&c, i);
+        if (!field) break;
+        CHECK_MSG(!kda_config_equal(&base, &c), "%s: change not seen by equal", field);
+        int r = kda_config_diff(&base, &c, d, sizeof d);
+        if (!strcmp(field, "use_cache")) {
+            CHECK_EQ_INT(r, 0);
+        } else {
+            CHECK_MSG(r == 1 && !strncmp(d, field, strlen(field)) && d[strlen(field)] == ':',
+                      "%s: diff says '%s'", field, r ? d : "(nothing)");
+        }
+        CHECK_MSG(kda_config_save(&c, path, NULL, &e) == 0, "%s: %s", field, e.msg);
+        KdaConfig back = load(path);
+        CHECK_MSG(kda_config_equal(&back, &c), "%s: lost in a save + load", field);
+    }
+    CHECK_EQ_INT(n, 28);
+}
+
 // Each bad config fails with one message naming the file and containing `want`.
 static void expect_error(const char *json, const char *want) {
     const char *path = write_tmp("bad.json", json);

@@ -1,11 +1,14 @@
-// config.c - KDA config.json: FLA defaults, strict typed reading, derived dims, FLA-format writing.
+// config.c - KDA config.json: FLA defaults, strict typed reading, derived dims, FLA-format writing,
+// equality and the first difference, all driven by one key table (g_keys).
 //
 // Reading is strict about the keys we know (type and range, one error line naming the file and
-// the key) and lenient about keys we don't (HF base-config keys; a warning lists them).
+// the key) and lenient about keys we don't (HF base-config keys; a warning lists them). A file
+// with several bad keys reports the first in the table's (config.json's written) order.
 #include "model/config.h"
 
 #include <limits.h>
 #include <math.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -15,37 +18,162 @@
 #include "model/params.h" // defines: kda_params_count
 
 // ---------------------------------------------------------------------------------------------
-// Defaults (FLA KDAConfig constructor, kda-model.md §1.1)
+// The key table: one row per FLA config.json key drives the defaults, reading, the known keys,
+// writing (rows in the order FLA writes them, data-formats.md §5.2), equality, kda_config_diff
+// and the size limits. Adding a key is one row (and its field in config.h).
+
+typedef enum {
+    CK_STR,     // char[] field: a short string
+    CK_INT,     // int64_t field: an integer >= min
+    CK_INT_RAW, // int64_t field, 0 when null in the file (num_v_heads, intermediate_size)
+    CK_INT_OPT, // int64_t field + int presence flag: an integer >= min, or null
+    CK_BOOL,    // int field: true / false
+    CK_NUM,     // double field: a finite number
+    CK_NUM_OPT, // double field + int presence flag: a number, or null (lower_bound)
+    CK_NULL,    // no field: must be absent or null (an FLA option kda.c does not implement)
+} CfgType;
+
+typedef struct {
+    const char *key; // config.json name
+    CfgType type;
+    size_t off;        // the value field (CK_NULL: unused)
+    size_t size;       // CK_STR: the field's capacity in bytes
+    size_t has_off;    // CK_*_OPT: the presence flag
+    const char *field; // the value field's name (kda_config_diff's messages name it)
+    int64_t min;       // CK_INT*: smallest accepted value (1: positive, 0: non-negative)
+    int64_t max;       // CK_INT / CK_INT_RAW: largest accepted value (kda_config_derive), 0: none
+    int64_t def_i;     // default: CK_INT*, CK_BOOL
+    double def_d;      // default: CK_NUM
+    const char *def_s; // default: CK_STR; CK_NULL / CK_NUM_OPT: what the key is, for errors
+    int def_has;       // default presence: CK_*_OPT
+    int in_diff;       // 0: compared by kda_config_equal only (use_cache does not change weights)
+} CfgKey;
+
+// Upper bounds of the sizes (docs/reliability.md): far above any real model, low enough that
+// every product the parameter table and the model form fits int64 (hidden * key_dim <= 2^41,
+// times layers <= 2^53) and an absurd file fails here, before any allocation.
+#define MAX_HIDDEN       ((int64_t)1 << 17)
+#define MAX_HEADS        ((int64_t)1 << 12)
+#define MAX_HEAD_DIM     ((int64_t)1 << 12)
+#define MAX_LAYERS       ((int64_t)1 << 12)
+#define MAX_INTERMEDIATE ((int64_t)1 << 20)
+#define MAX_VOCAB        ((int64_t)INT32_MAX) // token ids are int32
+#define MAX_CONV         ((int64_t)1 << 10)
+#define MAX_PARAMS       ((int64_t)1 << 38) // 275e9 parameters, 1 TiB of fp32 weights
+
+#define OFF(f) offsetof(KdaConfig, f)
+#define K_STR(k, def)                                                                              \
+    { #k, CK_STR, OFF(k), sizeof(((KdaConfig *)0)->k), 0, #k, 0, 0, 0, 0, def, 0, 1 }
+#define K_INT(k, max, def)                                                                         \
+    { #k, CK_INT, OFF(k), 0, 0, #k, 1, max, def, 0, NULL, 0, 1 }
+#define K_RAW(k, f, max)                                                                           \
+    { #k, CK_INT_RAW, OFF(f), 0, 0, #f, 1, max, 0, 0, NULL, 0, 1 }
+#define K_OPT(k, has, has_def, def)                                                                \
+    { #k, CK_INT_OPT, OFF(k), 0, OFF(has), #k, 0, 0, def, 0, NULL, has_def, 1 }
+#define K_BOOL(k, def, in_diff)                                                                    \
+    { #k, CK_BOOL, OFF(k), 0, 0, #k, 0, 0, def, 0, NULL, 0, in_diff }
+#define K_NUM(k, def)                                                                              \
+    { #k, CK_NUM, OFF(k), 0, 0, #k, 0, 0, 0, def, NULL, 0, 1 }
+#define K_NUM_OPT(k, has, what)                                                                    \
+    { #k, CK_NUM_OPT, OFF(k), 0, OFF(has), #k, 0, 0, 0, 0, what, 0, 1 }
+#define K_NULL(k, what)                                                                            \
+    { #k, CK_NULL, 0, 0, 0, #k, 0, 0, 0, 0, what, 0, 0 }
+
+// Rows: K_STR(key, default), K_INT(key, max, default) (a positive integer), K_RAW(key, field,
+// max) (positive or null, null by default), K_OPT(key, presence field, default presence,
+// default), K_BOOL(key, default, in kda_config_diff), K_NUM(key, default), K_NUM_OPT(key,
+// presence field, expected text), K_NULL(key, what is unsupported). Defaults are FLA's
+// KDAConfig constructor's (kda-model.md §1.1).
+static const CfgKey g_keys[] = {
+    K_STR(attn_mode, "chunk"),
+    K_INT(hidden_size, MAX_HIDDEN, 2048),
+    K_INT(num_hidden_layers, MAX_LAYERS, 24),
+    K_INT(num_heads, MAX_HEADS, 16),
+    K_RAW(num_v_heads, num_v_heads_raw, MAX_HEADS),
+    K_INT(head_dim, MAX_HEAD_DIM, 128),
+    K_NUM(expand_v, 1.0),
+    K_BOOL(use_short_conv, 1, 1),
+    K_INT(conv_size, MAX_CONV, 4),
+    K_BOOL(allow_neg_eigval, 0, 1),
+    K_BOOL(safe_gate, 0, 1),
+    K_NUM_OPT(lower_bound, has_lower_bound, "a negative number or null"),
+    K_INT(hidden_ratio, MAX_HEADS, 4),
+    K_RAW(intermediate_size, intermediate_size_raw, MAX_INTERMEDIATE),
+    K_STR(hidden_act, "swish"),
+    K_INT(max_position_embeddings, 0, 2048),
+    K_NUM(norm_eps, 1e-6),
+    K_NULL(attn, "hybrid softmax-attention layers"),
+    K_NULL(attnres_block_size, "attention residuals (attnres)"),
+    K_BOOL(use_cache, 1, 0),
+    K_NUM(initializer_range, 0.02),
+    K_BOOL(fuse_norm, 1, 1),
+    K_BOOL(fuse_swiglu, 1, 1),
+    K_BOOL(fuse_cross_entropy, 1, 1),
+    K_BOOL(use_l2warp, 0, 1),
+    K_INT(vocab_size, MAX_VOCAB, 32000),
+    K_BOOL(tie_word_embeddings, 0, 1),
+    K_OPT(bos_token_id, has_bos_token_id, 1, 1),
+    K_OPT(eos_token_id, has_eos_token_id, 1, 2),
+    K_OPT(pad_token_id, has_pad_token_id, 0, 0),
+};
+#undef K_STR
+#undef K_INT
+#undef K_RAW
+#undef K_OPT
+#undef K_BOOL
+#undef K_NUM
+#undef K_NUM_OPT
+#undef K_NULL
+#undef OFF
+#define N_KEYS (sizeof g_keys / sizeof *g_keys)
+
+// Keys outside the table that reading accepts: the identity, the dtype and HF bookkeeping.
+static const char *const g_other_keys[] = {
+    "model_type", "architectures", "torch_dtype", "dtype", "transformers_version", "_name_or_path",
+};
+
+// Typed views of a row's fields in a config (the const is the caller's: readers pass a config
+// they own, writers and comparers only read through these).
+static int64_t *i64_at(const KdaConfig *c, size_t off) {
+    return (int64_t *)((char *)c + off);
+}
+static int *int_at(const KdaConfig *c, size_t off) {
+    return (int *)((char *)c + off);
+}
+static double *num_at(const KdaConfig *c, size_t off) {
+    return (double *)((char *)c + off);
+}
+static char *str_at(const KdaConfig *c, size_t off) {
+    return (char *)c + off;
+}
 
 void kda_config_defaults(KdaConfig *c) {
     memset(c, 0, sizeof *c);
-    snprintf(c->attn_mode, sizeof c->attn_mode, "chunk");
-    c->hidden_size = 2048;
-    c->expand_v = 1.0;
-    c->use_short_conv = 1;
-    c->allow_neg_eigval = 0;
-    c->safe_gate = 0;
-    c->has_lower_bound = 0;
-    c->conv_size = 4;
-    c->head_dim = 128;
-    c->num_heads = 16;
-    c->num_v_heads_raw = 0;
-    c->max_position_embeddings = 2048;
-    c->hidden_ratio = 4;
-    c->intermediate_size_raw = 0;
-    snprintf(c->hidden_act, sizeof c->hidden_act, "swish");
-    c->num_hidden_layers = 24;
-    c->norm_eps = 1e-6;
-    c->use_cache = 1;
-    c->has_pad_token_id = 0;
-    c->has_bos_token_id = c->has_eos_token_id = 1;
-    c->bos_token_id = 1;
-    c->eos_token_id = 2;
-    c->tie_word_embeddings = 0;
-    c->initializer_range = 0.02;
-    c->fuse_norm = c->fuse_swiglu = c->fuse_cross_entropy = 1;
-    c->use_l2warp = 0;
-    c->vocab_size = 32000;
+    for (size_t k = 0; k < N_KEYS; k++) {
+        const CfgKey *d = &g_keys[k];
+        switch (d->type) {
+        case CK_STR:
+            snprintf(str_at(c, d->off), d->size, "%s", d->def_s);
+            break;
+        case CK_INT:
+        case CK_INT_RAW:
+            *i64_at(c, d->off) = d->def_i;
+            break;
+        case CK_INT_OPT:
+            *i64_at(c, d->off) = d->def_i;
+            *int_at(c, d->has_off) = d->def_has;
+            break;
+        case CK_BOOL:
+            *int_at(c, d->off) = (int)d->def_i;
+            break;
+        case CK_NUM:
+            *num_at(c, d->off) = d->def_d;
+            break;
+        case CK_NUM_OPT: // absent (null) by default: memset
+        case CK_NULL:
+            break;
+        }
+    }
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -170,58 +298,63 @@ static int read_must_be_null(const JsonValue *root, const char *key, const char 
                     what, describe(v, buf, sizeof buf));
 }
 
-// ---------------------------------------------------------------------------------------------
-// Reading
+// A number or null into a presence flag and a value (lower_bound).
+static int read_num_or_null(const JsonValue *root, const CfgKey *d, KdaConfig *c, const char *src,
+                            KdaError *err) {
+    const JsonValue *v = json_get(root, d->key);
+    if (!v) return 0;
+    if (v->type == JSON_NULL)
+        *int_at(c, d->has_off) = 0;
+    else if (v->type == JSON_NUMBER && isfinite(v->num))
+        *int_at(c, d->has_off) = 1, *num_at(c, d->off) = v->num;
+    else
+        return bad_key(src, d->key, d->def_s, v, err);
+    return 0;
+}
 
-// Every key kda_config_from_json understands, plus HF base-config keys we accept silently.
-static const char *const g_known_keys[] = {
-    "attn_mode",
-    "hidden_size",
-    "expand_v",
-    "use_short_conv",
-    "allow_neg_eigval",
-    "safe_gate",
-    "lower_bound",
-    "conv_size",
-    "head_dim",
-    "num_heads",
-    "num_v_heads",
-    "max_position_embeddings",
-    "hidden_ratio",
-    "intermediate_size",
-    "hidden_act",
-    "num_hidden_layers",
-    "norm_eps",
-    "attn",
-    "use_cache",
-    "pad_token_id",
-    "bos_token_id",
-    "eos_token_id",
-    "tie_word_embeddings",
-    "initializer_range",
-    "fuse_norm",
-    "fuse_swiglu",
-    "fuse_cross_entropy",
-    "use_l2warp",
-    "vocab_size",
-    "attnres_block_size",
-    "model_type",
-    "architectures",
-    "torch_dtype",
-    "dtype",
-    "transformers_version",
-    "_name_or_path",
-};
+// One table row from the file into c (c unchanged when the key is absent).
+static int read_key(const CfgKey *d, KdaConfig *c, const JsonValue *r, const char *src,
+                    KdaError *err) {
+    int has;
+    switch (d->type) {
+    case CK_STR:
+        return read_str(r, d->key, str_at(c, d->off), d->size, src, err);
+    case CK_INT:
+        return read_int(r, d->key, d->min, i64_at(c, d->off), src, err);
+    case CK_INT_RAW:
+        has = 1;
+        if (read_int_or_null(r, d->key, d->min, i64_at(c, d->off), &has, src, err)) return -1;
+        if (!has) *i64_at(c, d->off) = 0;
+        return 0;
+    case CK_INT_OPT:
+        return read_int_or_null(r, d->key, d->min, i64_at(c, d->off), int_at(c, d->has_off), src,
+                                err);
+    case CK_BOOL:
+        return read_bool(r, d->key, int_at(c, d->off), src, err);
+    case CK_NUM:
+        return read_num(r, d->key, num_at(c, d->off), src, err);
+    case CK_NUM_OPT:
+        return read_num_or_null(r, d, c, src, err);
+    case CK_NULL:
+        return read_must_be_null(r, d->key, d->def_s, src, err);
+    }
+    return 0;
+}
+
+static int known_key(const char *key) {
+    for (size_t k = 0; k < N_KEYS; k++)
+        if (!strcmp(key, g_keys[k].key)) return 1;
+    for (size_t k = 0; k < sizeof g_other_keys / sizeof *g_other_keys; k++)
+        if (!strcmp(key, g_other_keys[k])) return 1;
+    return 0;
+}
 
 static void warn_unknown_keys(const JsonValue *root, const char *src) {
     char list[512] = "";
     size_t used = 0;
     int n = 0;
     for (size_t i = 0; i < root->len; i++) {
-        int known = 0;
-        for (size_t k = 0; k < sizeof g_known_keys / sizeof *g_known_keys && !known; k++)
-            known = !strcmp(root->keys[i], g_known_keys[k]);
-        if (known) continue;
+        if (known_key(root->keys[i])) continue;
         if (used < sizeof list - 64)
             used += (size_t)snprintf(list + used, sizeof list - used, "%s'%s'", n ? ", " : "",
                                      root->keys[i]);
@@ -230,74 +363,12 @@ static void warn_unknown_keys(const JsonValue *root, const char *src) {
     if (n) kda_warn("%s: ignoring %d unknown key%s: %s", src, n, n > 1 ? "s" : "", list);
 }
 
-static int read_ints(KdaConfig *c, const JsonValue *r, const char *src, KdaError *err) {
-    int rc = 0;
-    if (!rc) rc = read_int(r, "hidden_size", 1, &c->hidden_size, src, err);
-    if (!rc) rc = read_int(r, "conv_size", 1, &c->conv_size, src, err);
-    if (!rc) rc = read_int(r, "head_dim", 1, &c->head_dim, src, err);
-    if (!rc) rc = read_int(r, "num_heads", 1, &c->num_heads, src, err);
-    if (!rc) rc = read_int(r, "max_position_embeddings", 1, &c->max_position_embeddings, src, err);
-    if (!rc) rc = read_int(r, "hidden_ratio", 1, &c->hidden_ratio, src, err);
-    if (!rc) rc = read_int(r, "num_hidden_layers", 1, &c->num_hidden_layers, src, err);
-    if (!rc) rc = read_int(r, "vocab_size", 1, &c->vocab_size, src, err);
-    int has = c->num_v_heads_raw > 0;
-    if (!rc) rc = read_int_or_null(r, "num_v_heads", 1, &c->num_v_heads_raw, &has, src, err);
-    if (!rc && !has) c->num_v_heads_raw = 0;
-    has = c->intermediate_size_raw > 0;
-    if (!rc)
-        rc = read_int_or_null(r, "intermediate_size", 1, &c->intermediate_size_raw, &has, src, err);
-    if (!rc && !has) c->intermediate_size_raw = 0;
-    if (!rc)
-        rc = read_int_or_null(r, "pad_token_id", 0, &c->pad_token_id, &c->has_pad_token_id, src,
-                              err);
-    if (!rc)
-        rc = read_int_or_null(r, "bos_token_id", 0, &c->bos_token_id, &c->has_bos_token_id, src,
-                              err);
-    if (!rc)
-        rc = read_int_or_null(r, "eos_token_id", 0, &c->eos_token_id, &c->has_eos_token_id, src,
-                              err);
-    return rc;
-}
-
-static int read_bools(KdaConfig *c, const JsonValue *r, const char *src, KdaError *err) {
-    int rc = 0;
-    if (!rc) rc = read_bool(r, "use_short_conv", &c->use_short_conv, src, err);
-    if (!rc) rc = read_bool(r, "allow_neg_eigval", &c->allow_neg_eigval, src, err);
-    if (!rc) rc = read_bool(r, "safe_gate", &c->safe_gate, src, err);
-    if (!rc) rc = read_bool(r, "use_cache", &c->use_cache, src, err);
-    if (!rc) rc = read_bool(r, "tie_word_embeddings", &c->tie_word_embeddings, src, err);
-    if (!rc) rc = read_bool(r, "fuse_norm", &c->fuse_norm, src, err);
-    if (!rc) rc = read_bool(r, "fuse_swiglu", &c->fuse_swiglu, src, err);
-    if (!rc) rc = read_bool(r, "fuse_cross_entropy", &c->fuse_cross_entropy, src, err);
-    if (!rc) rc = read_bool(r, "use_l2warp", &c->use_l2warp, src, err);
-    return rc;
-}
-
-static int read_others(KdaConfig *c, const JsonValue *r, const char *src, KdaError *err) {
-    int rc = 0;
-    if (!rc) rc = read_num(r, "expand_v", &c->expand_v, src, err);
-    if (!rc) rc = read_num(r, "norm_eps", &c->norm_eps, src, err);
-    if (!rc) rc = read_num(r, "initializer_range", &c->initializer_range, src, err);
-    const JsonValue *lb = json_get(r, "lower_bound");
-    if (!rc && lb) {
-        if (lb->type == JSON_NULL)
-            c->has_lower_bound = 0;
-        else if (lb->type == JSON_NUMBER && isfinite(lb->num))
-            c->has_lower_bound = 1, c->lower_bound = lb->num;
-        else
-            rc = bad_key(src, "lower_bound", "a negative number or null", lb, err);
-    }
-    if (!rc) rc = read_str(r, "attn_mode", c->attn_mode, sizeof c->attn_mode, src, err);
-    if (!rc) rc = read_str(r, "hidden_act", c->hidden_act, sizeof c->hidden_act, src, err);
-    // newer transformers write "dtype"; older ones "torch_dtype"
+// torch_dtype (newer transformers write "dtype"): kept as read, not part of the model's identity.
+static int read_dtype(KdaConfig *c, const JsonValue *r, const char *src, KdaError *err) {
     const char *dkey = json_get(r, "torch_dtype") ? "torch_dtype" : "dtype";
     const JsonValue *dt = json_get(r, dkey);
-    if (!rc && dt && dt->type != JSON_NULL)
-        rc = read_str(r, dkey, c->torch_dtype, sizeof c->torch_dtype, src, err);
-    if (!rc) rc = read_must_be_null(r, "attn", "hybrid softmax-attention layers", src, err);
-    if (!rc)
-        rc = read_must_be_null(r, "attnres_block_size", "attention residuals (attnres)", src, err);
-    return rc;
+    if (!dt || dt->type == JSON_NULL) return 0;
+    return read_str(r, dkey, c->torch_dtype, sizeof c->torch_dtype, src, err);
 }
 
 int kda_config_from_json(KdaConfig *c, const JsonValue *root, const char *src, KdaError *err) {
@@ -308,9 +379,9 @@ int kda_config_from_json(KdaConfig *c, const JsonValue *root, const char *src, K
     if (mt->type != JSON_STRING || strcmp(mt->str, "kda") != 0)
         return bad_key(src, "model_type", "\"kda\"", mt, err);
     kda_config_defaults(c);
-    if (read_ints(c, root, src, err) || read_bools(c, root, src, err) ||
-        read_others(c, root, src, err))
-        return -1;
+    for (size_t k = 0; k < N_KEYS; k++)
+        if (read_key(&g_keys[k], c, root, src, err)) return -1;
+    if (read_dtype(c, root, src, err)) return -1;
     warn_unknown_keys(root, src);
     return kda_config_derive(c, src, err);
 }
@@ -337,18 +408,6 @@ static int64_t round_up(int64_t x, int64_t m) {
     return (x + m - 1) / m * m;
 }
 
-// Upper bounds of the sizes (docs/reliability.md): far above any real model, low enough that
-// every product the parameter table and the model form fits int64 (hidden * key_dim <= 2^41,
-// times layers <= 2^53) and an absurd file fails here, before any allocation.
-#define MAX_HIDDEN       ((int64_t)1 << 17)
-#define MAX_HEADS        ((int64_t)1 << 12)
-#define MAX_HEAD_DIM     ((int64_t)1 << 12)
-#define MAX_LAYERS       ((int64_t)1 << 12)
-#define MAX_INTERMEDIATE ((int64_t)1 << 20)
-#define MAX_VOCAB        ((int64_t)INT32_MAX) // token ids are int32
-#define MAX_CONV         ((int64_t)1 << 10)
-#define MAX_PARAMS       ((int64_t)1 << 38) // 275e9 parameters, 1 TiB of fp32 weights
-
 static int check_max_(const char *src, const char *key, int64_t v, int64_t max, KdaError *err) {
     if (v <= max) return 0;
     return kda_fail(err, "%s: key '%s': %lld exceeds the limit %lld", src, key, (long long)v,
@@ -356,16 +415,10 @@ static int check_max_(const char *src, const char *key, int64_t v, int64_t max, 
 }
 
 static int check_sizes_(const KdaConfig *c, const char *src, KdaError *err) {
-    if (check_max_(src, "hidden_size", c->hidden_size, MAX_HIDDEN, err) ||
-        check_max_(src, "num_heads", c->num_heads, MAX_HEADS, err) ||
-        check_max_(src, "num_v_heads", c->num_v_heads_raw, MAX_HEADS, err) ||
-        check_max_(src, "head_dim", c->head_dim, MAX_HEAD_DIM, err) ||
-        check_max_(src, "num_hidden_layers", c->num_hidden_layers, MAX_LAYERS, err) ||
-        check_max_(src, "intermediate_size", c->intermediate_size_raw, MAX_INTERMEDIATE, err) ||
-        check_max_(src, "vocab_size", c->vocab_size, MAX_VOCAB, err) ||
-        check_max_(src, "conv_size", c->conv_size, MAX_CONV, err) ||
-        check_max_(src, "hidden_ratio", c->hidden_ratio, MAX_HEADS, err))
-        return -1;
+    for (size_t k = 0; k < N_KEYS; k++)
+        if (g_keys[k].max &&
+            check_max_(src, g_keys[k].key, *i64_at(c, g_keys[k].off), g_keys[k].max, err))
+            return -1;
     if (!(c->expand_v <= (double)MAX_HEAD_DIM))
         return kda_fail(err, "%s: key 'expand_v': %g exceeds the limit %lld", src, c->expand_v,
                         (long long)MAX_HEAD_DIM);
@@ -454,67 +507,55 @@ static void write_float(FILE *f, double x) {
     fputs(buf, f);
 }
 
-static void write_int_or_null(FILE *f, const char *key, int has, int64_t v) {
-    if (has)
-        fprintf(f, "  \"%s\": %lld,\n", key, (long long)v);
-    else
-        fprintf(f, "  \"%s\": null,\n", key);
-}
-
-static void write_bool(FILE *f, const char *key, int v) {
-    fprintf(f, "  \"%s\": %s,\n", key, v ? "true" : "false");
-}
-
-static void write_str(FILE *f, const char *key, const char *v) {
-    fprintf(f, "  \"%s\": ", key);
-    json_write_string(f, v, strlen(v));
-    fputs(",\n", f);
+// One table row as `  "key": value` (no separator).
+static void write_key(FILE *f, const CfgKey *d, const KdaConfig *c) {
+    fprintf(f, "  \"%s\": ", d->key);
+    switch (d->type) {
+    case CK_STR:
+        json_write_string(f, str_at(c, d->off), strlen(str_at(c, d->off)));
+        return;
+    case CK_INT:
+        fprintf(f, "%lld", (long long)*i64_at(c, d->off));
+        return;
+    case CK_INT_RAW:
+        if (*i64_at(c, d->off) > 0)
+            fprintf(f, "%lld", (long long)*i64_at(c, d->off));
+        else
+            fputs("null", f);
+        return;
+    case CK_INT_OPT:
+        if (*int_at(c, d->has_off))
+            fprintf(f, "%lld", (long long)*i64_at(c, d->off));
+        else
+            fputs("null", f);
+        return;
+    case CK_BOOL:
+        fputs(*int_at(c, d->off) ? "true" : "false", f);
+        return;
+    case CK_NUM:
+        write_float(f, *num_at(c, d->off));
+        return;
+    case CK_NUM_OPT:
+        if (*int_at(c, d->has_off))
+            write_float(f, *num_at(c, d->off));
+        else
+            fputs("null", f);
+        return;
+    case CK_NULL:
+        fputs("null", f);
+        return;
+    }
 }
 
 static void write_body(FILE *f, const KdaConfig *c, const char *dtype) {
     fputs("{\n  \"architectures\": [\"KDAForCausalLM\"],\n  \"model_type\": \"kda\",\n", f);
-    write_str(f, "attn_mode", c->attn_mode);
-    fprintf(f, "  \"hidden_size\": %lld,\n", (long long)c->hidden_size);
-    fprintf(f, "  \"num_hidden_layers\": %lld,\n", (long long)c->num_hidden_layers);
-    fprintf(f, "  \"num_heads\": %lld,\n", (long long)c->num_heads);
-    write_int_or_null(f, "num_v_heads", c->num_v_heads_raw > 0, c->num_v_heads_raw);
-    fprintf(f, "  \"head_dim\": %lld,\n", (long long)c->head_dim);
-    fputs("  \"expand_v\": ", f), write_float(f, c->expand_v), fputs(",\n", f);
-    write_bool(f, "use_short_conv", c->use_short_conv);
-    fprintf(f, "  \"conv_size\": %lld,\n", (long long)c->conv_size);
-    write_bool(f, "allow_neg_eigval", c->allow_neg_eigval);
-    write_bool(f, "safe_gate", c->safe_gate);
-    if (c->has_lower_bound)
-        fputs("  \"lower_bound\": ", f), write_float(f, c->lower_bound), fputs(",\n", f);
-    else
-        fputs("  \"lower_bound\": null,\n", f);
-    fprintf(f, "  \"hidden_ratio\": %lld,\n", (long long)c->hidden_ratio);
-    write_int_or_null(f, "intermediate_size", c->intermediate_size_raw > 0,
-                      c->intermediate_size_raw);
-    write_str(f, "hidden_act", c->hidden_act);
-    fprintf(f, "  \"max_position_embeddings\": %lld,\n", (long long)c->max_position_embeddings);
-    fputs("  \"norm_eps\": ", f), write_float(f, c->norm_eps), fputs(",\n", f);
-    fputs("  \"attn\": null,\n  \"attnres_block_size\": null,\n", f);
-    write_bool(f, "use_cache", c->use_cache);
-    fputs("  \"initializer_range\": ", f), write_float(f, c->initializer_range), fputs(",\n", f);
-    write_bool(f, "fuse_norm", c->fuse_norm);
-    write_bool(f, "fuse_swiglu", c->fuse_swiglu);
-    write_bool(f, "fuse_cross_entropy", c->fuse_cross_entropy);
-    write_bool(f, "use_l2warp", c->use_l2warp);
-    fprintf(f, "  \"vocab_size\": %lld,\n", (long long)c->vocab_size);
-    write_bool(f, "tie_word_embeddings", c->tie_word_embeddings);
-    write_int_or_null(f, "bos_token_id", c->has_bos_token_id, c->bos_token_id);
-    write_int_or_null(f, "eos_token_id", c->has_eos_token_id, c->eos_token_id);
-    if (dtype && *dtype) {
-        write_int_or_null(f, "pad_token_id", c->has_pad_token_id, c->pad_token_id);
-        fputs("  \"torch_dtype\": ", f), json_write_string(f, dtype, strlen(dtype)),
-            fputs("\n}\n", f);
-    } else {
-        if (c->has_pad_token_id)
-            fprintf(f, "  \"pad_token_id\": %lld\n}\n", (long long)c->pad_token_id);
-        else
-            fputs("  \"pad_token_id\": null\n}\n", f);
+    for (size_t k = 0; k < N_KEYS; k++) {
+        if (k) fputs(",\n", f);
+        write_key(f, &g_keys[k], c);
     }
+    if (dtype && *dtype)
+        fputs(",\n  \"torch_dtype\": ", f), json_write_string(f, dtype, strlen(dtype));
+    fputs("\n}\n", f);
 }
 
 int kda_config_save(const KdaConfig *c, const char *path, const char *torch_dtype, KdaError *err) {
@@ -529,27 +570,77 @@ int kda_config_save(const KdaConfig *c, const char *path, const char *torch_dtyp
     return commit_atomic(f, tmp, path, err);
 }
 
+// ---------------------------------------------------------------------------------------------
+// Equality and the first difference
+
+// 1 when row d holds different values in a and b (an absent optional equals any other absent).
+static int key_differs(const CfgKey *d, const KdaConfig *a, const KdaConfig *b) {
+    switch (d->type) {
+    case CK_STR:
+        return strcmp(str_at(a, d->off), str_at(b, d->off)) != 0;
+    case CK_INT:
+    case CK_INT_RAW:
+        return *i64_at(a, d->off) != *i64_at(b, d->off);
+    case CK_INT_OPT:
+        return *int_at(a, d->has_off) != *int_at(b, d->has_off) ||
+               (*int_at(a, d->has_off) && *i64_at(a, d->off) != *i64_at(b, d->off));
+    case CK_BOOL:
+        return *int_at(a, d->off) != *int_at(b, d->off);
+    case CK_NUM:
+        return *num_at(a, d->off) != *num_at(b, d->off);
+    case CK_NUM_OPT:
+        return *int_at(a, d->has_off) != *int_at(b, d->has_off) ||
+               (*int_at(a, d->has_off) && *num_at(a, d->off) != *num_at(b, d->off));
+    case CK_NULL:
+        return 0;
+    }
+    return 0;
+}
+
+// "field: A vs B" of a row that differs.
+static void key_diff_text(const CfgKey *d, const KdaConfig *a, const KdaConfig *b, char *out,
+                          size_t cap) {
+    switch (d->type) {
+    case CK_STR:
+        snprintf(out, cap, "%s: \"%s\" vs \"%s\"", d->field, str_at(a, d->off), str_at(b, d->off));
+        return;
+    case CK_INT:
+    case CK_INT_RAW:
+        snprintf(out, cap, "%s: %lld vs %lld", d->field, (long long)*i64_at(a, d->off),
+                 (long long)*i64_at(b, d->off));
+        return;
+    case CK_BOOL:
+        snprintf(out, cap, "%s: %lld vs %lld", d->field, (long long)*int_at(a, d->off),
+                 (long long)*int_at(b, d->off));
+        return;
+    case CK_NUM:
+        snprintf(out, cap, "%s: %.17g vs %.17g", d->field, *num_at(a, d->off), *num_at(b, d->off));
+        return;
+    case CK_INT_OPT:
+    case CK_NUM_OPT: {
+        int ha = *int_at(a, d->has_off), hb = *int_at(b, d->has_off);
+        double va = d->type == CK_INT_OPT ? (double)*i64_at(a, d->off) : *num_at(a, d->off);
+        double vb = d->type == CK_INT_OPT ? (double)*i64_at(b, d->off) : *num_at(b, d->off);
+        if (ha && hb)
+            snprintf(out, cap, "%s: %.17g vs %.17g", d->field, va, vb);
+        else
+            snprintf(out, cap, "%s: %s vs %s", d->field, ha ? "set" : "null", hb ? "set" : "null");
+        return;
+    }
+    case CK_NULL:
+        return;
+    }
+}
+
 int kda_config_equal(const KdaConfig *a, const KdaConfig *b) {
-    return !strcmp(a->attn_mode, b->attn_mode) && a->hidden_size == b->hidden_size &&
-           a->expand_v == b->expand_v && a->use_short_conv == b->use_short_conv &&
-           a->allow_neg_eigval == b->allow_neg_eigval && a->safe_gate == b->safe_gate &&
-           a->has_lower_bound == b->has_lower_bound &&
-           (!a->has_lower_bound || a->lower_bound == b->lower_bound) &&
-           a->conv_size == b->conv_size && a->head_dim == b->head_dim &&
-           a->num_heads == b->num_heads && a->num_v_heads_raw == b->num_v_heads_raw &&
-           a->max_position_embeddings == b->max_position_embeddings &&
-           a->hidden_ratio == b->hidden_ratio &&
-           a->intermediate_size_raw == b->intermediate_size_raw &&
-           !strcmp(a->hidden_act, b->hidden_act) && a->num_hidden_layers == b->num_hidden_layers &&
-           a->norm_eps == b->norm_eps && a->use_cache == b->use_cache &&
-           a->has_pad_token_id == b->has_pad_token_id &&
-           (!a->has_pad_token_id || a->pad_token_id == b->pad_token_id) &&
-           a->has_bos_token_id == b->has_bos_token_id &&
-           (!a->has_bos_token_id || a->bos_token_id == b->bos_token_id) &&
-           a->has_eos_token_id == b->has_eos_token_id &&
-           (!a->has_eos_token_id || a->eos_token_id == b->eos_token_id) &&
-           a->tie_word_embeddings == b->tie_word_embeddings &&
-           a->initializer_range == b->initializer_range && a->fuse_norm == b->fuse_norm &&
-           a->fuse_swiglu == b->fuse_swiglu && a->fuse_cross_entropy == b->fuse_cross_entropy &&
-           a->use_l2warp == b->use_l2warp && a->vocab_size == b->vocab_size;
+    for (size_t k = 0; k < N_KEYS; k++)
+        if (key_differs(&g_keys[k], a, b)) return 0;
+    return 1;
+}
+
+int kda_config_diff(const KdaConfig *a, const KdaConfig *b, char *out, size_t cap) {
+    for (size_t k = 0; k < N_KEYS; k++)
+        if (g_keys[k].in_diff && key_differs(&g_keys[k], a, b))
+            return key_diff_text(&g_keys[k], a, b, out, cap), 1;
+    return 0;
 }

@@ -6,6 +6,7 @@
 #ifndef KDA_CONFIG_H
 #define KDA_CONFIG_H
 
+#include <stddef.h>
 #include <stdint.h>
 
 #include "core/error.h"
@@ -65,5 +66,10 @@ int kda_config_from_json(KdaConfig *c, const JsonValue *root, const char *src, K
 int kda_config_save(const KdaConfig *c, const char *path, const char *torch_dtype, KdaError *err);
 // 1 when every FLA key (the raw values, not torch_dtype) of a and b is equal.
 int kda_config_equal(const KdaConfig *a, const KdaConfig *b);
+// First FLA config key (in config.json's order) whose value differs between a and b, use_cache
+// aside (it does not change the model); writes "field: A vs B" into out (cap bytes; field is
+// the KdaConfig member, e.g. num_v_heads_raw) and returns 1, or returns 0 when the configs are
+// the same model.
+int kda_config_diff(const KdaConfig *a, const KdaConfig *b, char *out, size_t cap);
 
 #endif

@@ -70,59 +70,6 @@ static uint64_t hash_state(const KdaTrainState *st) {
 }
 
 // ---------------------------------------------------------------------------------------------
-// Config comparison
-
-int kda_config_diff(const KdaConfig *a, const KdaConfig *b, char *out, size_t cap) {
-#define DIFF_S(f)                                                                                  \
-    if (strcmp(a->f, b->f)) return snprintf(out, cap, #f ": \"%s\" vs \"%s\"", a->f, b->f), 1
-#define DIFF_I(f)                                                                                  \
-    if (a->f != b->f)                                                                              \
-    return snprintf(out, cap, #f ": %lld vs %lld", (long long)a->f, (long long)b->f), 1
-#define DIFF_D(f)                                                                                  \
-    if (a->f != b->f) return snprintf(out, cap, #f ": %.17g vs %.17g", a->f, b->f), 1
-#define DIFF_OPT(has, f)                                                                           \
-    if (a->has != b->has || (a->has && a->f != b->f)) {                                            \
-        if (a->has && b->has)                                                                      \
-            snprintf(out, cap, #f ": %.17g vs %.17g", (double)a->f, (double)b->f);                 \
-        else                                                                                       \
-            snprintf(out, cap, #f ": %s vs %s", a->has ? "set" : "null", b->has ? "set" : "null"); \
-        return 1;                                                                                  \
-    }
-    DIFF_S(attn_mode);
-    DIFF_I(hidden_size);
-    DIFF_D(expand_v);
-    DIFF_I(use_short_conv);
-    DIFF_I(allow_neg_eigval);
-    DIFF_I(safe_gate);
-    DIFF_OPT(has_lower_bound, lower_bound);
-    DIFF_I(conv_size);
-    DIFF_I(head_dim);
-    DIFF_I(num_heads);
-    DIFF_I(num_v_heads_raw);
-    DIFF_I(max_position_embeddings);
-    DIFF_I(hidden_ratio);
-    DIFF_I(intermediate_size_raw);
-    DIFF_S(hidden_act);
-    DIFF_I(num_hidden_layers);
-    DIFF_D(norm_eps);
-    DIFF_OPT(has_pad_token_id, pad_token_id);
-    DIFF_OPT(has_bos_token_id, bos_token_id);
-    DIFF_OPT(has_eos_token_id, eos_token_id);
-    DIFF_I(tie_word_embeddings);
-    DIFF_D(initializer_range);
-    DIFF_I(fuse_norm);
-    DIFF_I(fuse_swiglu);
-    DIFF_I(fuse_cross_entropy);
-    DIFF_I(use_l2warp);
-    DIFF_I(vocab_size);
-    return 0;
-#undef DIFF_S
-#undef DIFF_I
-#undef DIFF_D
-#undef DIFF_OPT
-}
-
-// ---------------------------------------------------------------------------------------------
 // Directory helpers
 
 static int fsync_path(const char *path) {

@@ -96,8 +96,4 @@ int kda_checkpoint_load(const char *dir, const KdaConfig *cfg, const KdaParamTab
 // checkpoint to fall back to when dir is damaged), else returns 0.
 int kda_checkpoint_older(const char *dir, char *out, size_t cap);
 
-// First FLA config key whose value differs between a and b; writes "key: A vs B" into out
-// (cap bytes) and returns 1, or returns 0 when the configs are the same model.
-int kda_config_diff(const KdaConfig *a, const KdaConfig *b, char *out, size_t cap);
-
 #endif
