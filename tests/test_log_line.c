@@ -7,7 +7,7 @@
 #include <sys/wait.h>
 
 #include "core/util.h"
-#include "data/indexed.h"
+#include "fixtures.h" // defines: TestDocs, TEST_DOCS, test_write_docs
 #include "test.h"
 
 static char g_out[1 << 16];
@@ -20,17 +20,10 @@ KDA_TEST(log_line_cpu_and_primus) {
     const char *d = test_tmpdir();
     char data[4096], args[16384];
     snprintf(data, sizeof data, "%s/data", d);
-    IndexedBuilder b;
     KdaError err;
-    CHECK(indexed_builder_open(&b, data, IDX_DTYPE_UINT16, &err) == 0);
-    int32_t tok[40];
-    for (int i = 0; i < 60; i++) {
-        for (int k = 0; k < 40; k++)
-            tok[k] = 10 + (i + 3 * k) % 40;
-        CHECK(indexed_builder_add(&b, tok, 40, &err) == 0);
-        indexed_builder_end_document(&b);
-    }
-    CHECK(indexed_builder_finish(&b, &err) == 0);
+    TestDocs docs = TEST_DOCS(60);
+    docs.len = 40;
+    CHECK_MSG(test_write_docs(data, docs, &err) == 0, "%s", err.msg);
     const char *common = "train --model configs/tiny.json --train_data_path %s --train_iters 4 "
                          "--seq_length 16 --micro_batch_size 2 --global_batch_size 2 "
                          "--log_interval 1 --no-progress %s";

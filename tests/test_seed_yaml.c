@@ -12,7 +12,7 @@
 #include <string.h>
 
 #include "core/util.h"
-#include "data/indexed.h"
+#include "fixtures.h" // defines: TestDocs, TEST_DOCS, test_write_docs
 #include "test.h"
 #include "train/run_config.h"
 #include "train/trainer.h"
@@ -21,18 +21,8 @@
 static const char *make_data_(void) {
     static char prefix[PATH_MAX];
     snprintf(prefix, sizeof prefix, "%s/fla_fineweb_edu_10BT_text_sentence", test_tmpdir());
-    IndexedBuilder b;
     KdaError err;
-    if (indexed_builder_open(&b, prefix, IDX_DTYPE_UINT16, &err)) return NULL;
-    int32_t tok[64];
-    for (int d = 0; d < 200; d++) {
-        int n = 20 + (d * 7) % 40;
-        for (int k = 0; k < n; k++)
-            tok[k] = 10 + (d + 3 * k) % 40;
-        if (indexed_builder_add(&b, tok, n, &err)) return NULL;
-        indexed_builder_end_document(&b);
-    }
-    return indexed_builder_finish(&b, &err) ? NULL : prefix;
+    return test_write_docs(prefix, TEST_DOCS(200), &err) ? NULL : prefix;
 }
 
 // Replaces every @NAME@ of the template file with its value; writes the result to out.

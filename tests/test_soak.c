@@ -17,7 +17,7 @@
 
 #include "core/rng.h"
 #include "core/util.h"
-#include "data/indexed.h"
+#include "fixtures.h" // defines: TestDocs, TEST_DOCS, test_write_docs
 #include "test.h"
 
 extern char **environ;
@@ -30,18 +30,8 @@ static const char *soak_bin(void) {
 // The patterned dataset of test_trainer.c (120 documents; token k of document d is
 // 10 + (d + 3k) % 40).
 static int soak_data(const char *prefix) {
-    IndexedBuilder b;
     KdaError err;
-    if (indexed_builder_open(&b, prefix, IDX_DTYPE_UINT16, &err)) return -1;
-    int32_t tok[64];
-    for (int d = 0; d < 120; d++) {
-        int n = 20 + (d * 7) % 40;
-        for (int k = 0; k < n; k++)
-            tok[k] = 10 + (d + 3 * k) % 40;
-        if (indexed_builder_add(&b, tok, n, &err)) return -1;
-        indexed_builder_end_document(&b);
-    }
-    return indexed_builder_finish(&b, &err);
+    return test_write_docs(prefix, TEST_DOCS(120), &err);
 }
 
 // Starts `kda train --config yaml EXTRA...` (stdout/stderr to log); returns the pid.
@@ -70,16 +60,6 @@ static int64_t soak_latest(const char *save) {
     if (s && sscanf(s, "iter_%lld", &it) != 1) it = 0;
     free(s);
     return it;
-}
-
-static int same_file(const char *a, const char *b) {
-    size_t na, nb;
-    KdaError err;
-    char *x = read_file(a, &na, &err), *y = read_file(b, &nb, &err);
-    int eq = x && y && na == nb && !memcmp(x, y, na);
-    free(x);
-    free(y);
-    return eq;
 }
 
 // Runs until a launch exits 0 without being interrupted (train_iters reached), interrupting up
@@ -162,7 +142,7 @@ KDA_TEST(soak_kill_resume_bit_identical) {
     for (int i = 0; i < 2; i++) {
         snprintf(pa, sizeof pa, "%s/iter_0000024/%s", a, files[i]);
         snprintf(pb, sizeof pb, "%s/iter_0000024/%s", b, files[i]);
-        CHECK_MSG(same_file(pa, pb), "%s differs after %d interruptions", files[i], k1);
+        CHECK_MSG(test_files_equal(pa, pb), "%s differs after %d interruptions", files[i], k1);
     }
     // a finished run run again says so (it printed "last loss 0.0000, 0 tokens/s")
     pid = soak_start(y2, log, NULL);
@@ -183,7 +163,7 @@ KDA_TEST(soak_kill_resume_bit_identical) {
     for (int i = 0; i < 2; i++) {
         snprintf(pa, sizeof pa, "%s/iter_0000024/%s", a, files[i]);
         snprintf(pb, sizeof pb, "%s/iter_0000024/%s", b, files[i]);
-        CHECK_MSG(same_file(pa, pb), "%s differs after the rollback", files[i]);
+        CHECK_MSG(test_files_equal(pa, pb), "%s differs after the rollback", files[i]);
     }
     fprintf(stderr, "  soak: %d + %d interruptions, final weights and moments byte-identical\n", k1,
             k2);

@@ -10,7 +10,7 @@
 #include <dirent.h>
 
 #include "core/util.h"
-#include "data/indexed.h"
+#include "fixtures.h" // defines: TestDocs, TEST_DOCS, test_write_docs
 #include "test.h"
 #include "train/run_config.h"
 #include "train/tfevents.h"
@@ -80,17 +80,10 @@ KDA_TEST(tfevents_training_run) {
     snprintf(data, sizeof data, "%s/data", test_tmpdir());
     snprintf(save, sizeof save, "%s/ckpt", test_tmpdir());
     snprintf(tb, sizeof tb, "%s/tb", test_tmpdir());
-    IndexedBuilder b;
     KdaError err;
-    CHECK(indexed_builder_open(&b, data, IDX_DTYPE_UINT16, &err) == 0);
-    int32_t tok[40];
-    for (int d = 0; d < 60; d++) {
-        for (int k = 0; k < 40; k++)
-            tok[k] = 10 + (d + 3 * k) % 40;
-        CHECK(indexed_builder_add(&b, tok, 40, &err) == 0);
-        indexed_builder_end_document(&b);
-    }
-    CHECK(indexed_builder_finish(&b, &err) == 0);
+    TestDocs docs = TEST_DOCS(60);
+    docs.len = 40;
+    CHECK_MSG(test_write_docs(data, docs, &err) == 0, "%s", err.msg);
     char y[16384];
     snprintf(y, sizeof y,
              "model: configs/tiny.json\ntrain_data_path: [%s]\nsplit: \"90,10,0\"\n"

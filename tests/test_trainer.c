@@ -11,30 +11,20 @@
 
 #include "core/json.h"
 #include "core/util.h"
-#include "data/indexed.h"
 #include "io/model_io.h"
+#include "fixtures.h" // defines: TestDocs, TEST_DOCS, test_write_docs
 #include "test.h"
 #include "train/checkpoint.h"
 #include "data/loader.h"
 #include "train/run_config.h"
 #include "train/trainer.h"
 
-// 120 documents of 20..59 tokens: token k of document d is 10 + (d + 3k) % 40.
+// 120 documents of 20..59 tokens (fixtures.h TEST_DOCS).
 static const char *make_data(void) {
     static char prefix[PATH_MAX];
     snprintf(prefix, sizeof prefix, "%s/data", test_tmpdir());
-    IndexedBuilder b;
     KdaError err;
-    if (indexed_builder_open(&b, prefix, IDX_DTYPE_UINT16, &err)) return NULL;
-    int32_t tok[64];
-    for (int d = 0; d < 120; d++) {
-        int n = 20 + (d * 7) % 40;
-        for (int k = 0; k < n; k++)
-            tok[k] = 10 + (d + 3 * k) % 40;
-        if (indexed_builder_add(&b, tok, n, &err)) return NULL;
-        indexed_builder_end_document(&b);
-    }
-    return indexed_builder_finish(&b, &err) ? NULL : prefix;
+    return test_write_docs(prefix, TEST_DOCS(120), &err) ? NULL : prefix;
 }
 
 // A run config for the tiny model; extra is YAML applied on top (overrides).
@@ -92,16 +82,6 @@ static int run(KdaRunConfig *rc, Rec *rec, int64_t stop_after, KdaTrainResult *r
     return kda_train(&o, res, err);
 }
 
-static int files_equal(const char *a, const char *b) {
-    size_t na, nb;
-    KdaError err;
-    char *x = read_file(a, &na, &err), *y = read_file(b, &nb, &err);
-    int eq = x && y && na == nb && !memcmp(x, y, na);
-    free(x);
-    free(y);
-    return eq;
-}
-
 // Straight 8 iterations == 4 + stop/save + resume + 4: every loss and grad norm bit-equal, the
 // final weights and Adam moments byte-identical (evaluation included, so the valid cursor is
 // part of the resumed state too).
@@ -139,7 +119,7 @@ KDA_TEST(trainer_resume_bit_identical) {
     for (int k = 0; k < 2; k++) {
         snprintf(pa, sizeof pa, "%s/iter_0000008/%s", sa, files[k]);
         snprintf(pb, sizeof pb, "%s/iter_0000008/%s", sb, files[k]);
-        CHECK_MSG(files_equal(pa, pb), "%s differs after resume", files[k]);
+        CHECK_MSG(test_files_equal(pa, pb), "%s differs after resume", files[k]);
     }
     fprintf(stderr,
             "  resume: 8 losses bit-equal (first %.6f, last %.6f), weights and moments "
