@@ -8,6 +8,7 @@
 # Usage (repository root, on the GPU machine; carry .devdeps and .whl):
 #   bash bench/train_throughput/run.sh
 # Environment (defaults):
+#   MODEL=configs/kda_300M.json  the model config of both sides (configs/kda_1B.json: KDA-1B)
 #   MBS="16 32 64"   micro-batch sizes (sequence length SEQ, no accumulation: gbs = mb)
 #   TRY_MBS=""       larger sizes tried after MBS until the first failure ("largest that fits")
 #   SEQ=2048 WARMUP=3 STEPS=10   WARMUP untimed steps, then STEPS timed steps, both sides
@@ -44,6 +45,8 @@ budget() { # budget WANTED: min(WANTED, seconds left - 10), at least 1
     [ "$left" -lt "$1" ] && echo $((left > 1 ? left : 1)) || echo "$1"
 }
 OUT=${OUT:-/tmp/kda-out}
+MODEL=${MODEL:-configs/kda_300M.json}
+[ -f "$MODEL" ] || { echo "run.sh: MODEL=$MODEL: no such model config (expected e.g. configs/kda_1B.json)"; exit 1; }
 MBS=${MBS:-16 32 64}
 TRY_MBS=${TRY_MBS:-}
 SEQ=${SEQ:-2048}
@@ -72,7 +75,7 @@ if has fla && ! kda_fla_env 2>> "$OUT/build.log"; then
     PARTS=${PARTS//fla/}
 fi
 kda_env_info | tee -a "$OUT/build.log"
-echo "FLA_ONE_CONFIG=$FLA_ONE_CONFIG MBS='$MBS' TRY_MBS='$TRY_MBS' SEQ=$SEQ WARMUP=$WARMUP STEPS=$STEPS"
+echo "MODEL=$MODEL FLA_ONE_CONFIG=$FLA_ONE_CONFIG MBS='$MBS' TRY_MBS='$TRY_MBS' SEQ=$SEQ WARMUP=$WARMUP STEPS=$STEPS"
 
 # 1. kda.c build in the background (touches build.done either way)
 BUILD_PID=""
@@ -101,7 +104,7 @@ has kda && python3 $HERE/make_random_dataset.py "$W/random" --sequences "$nseq" 
 if has fla; then
     t0=$(date +%s)
     # shellcheck disable=SC2086
-    timeout "$(budget "${FLA_LIMIT:-330}")" python3 $HERE/fla_train.py --config configs/kda_300M.json --seq "$SEQ" \
+    timeout "$(budget "${FLA_LIMIT:-330}")" python3 $HERE/fla_train.py --config "$MODEL" --seq "$SEQ" \
         --mb $MBS ${TRY_MBS:+--try-mb $TRY_MBS} --warmup "$WARMUP" --steps "$STEPS" \
         --wait-file "$W/build.done" --out "$RES" > "$OUT/fla_train.log" 2>&1
     rc=$?
@@ -123,7 +126,7 @@ if has kda && [ -x "$KDA_BIN" ]; then
         log=$W/kda_mb$mb.log
         # shellcheck disable=SC2086 # KDA_ARGS: several words
         python3 $HERE/gpumem.py --out "$W/mem_mb$mb.json" --timeout "$(budget 200)" -- \
-            "$KDA_BIN" train --config $HERE/bench_300M.yaml --micro_batch_size "$mb" \
+            "$KDA_BIN" train --config $HERE/bench_300M.yaml --model "$MODEL" --micro_batch_size "$mb" \
             --global_batch_size "$mb" --seq_length "$SEQ" --train_iters $((WARMUP + STEPS)) \
             --train_data_path "$W/random" --no-progress ${PROFILE:+--profile "$PROFILE"} \
             $KDA_ARGS > "$log" 2>&1
@@ -150,7 +153,7 @@ fi
 cp "$RES" "$OUT/train_throughput.jsonl" 2>/dev/null
 {
     python3 $HERE/report.py table "$RES" \
-        --title "Training throughput, KDA-300M, seq $SEQ, one GPU ($(date -u +%F))" \
+        --title "Training throughput, $(basename "$MODEL" .json), seq $SEQ, one GPU ($(date -u +%F))" \
         --note "$(kda_env_info | tr '\n' ';' | sed 's/;$//; s/;/; /g')" \
         --note "$WARMUP warm-up steps then $STEPS timed steps per micro-batch, no gradient accumulation; random token ids; AdamW lr 2e-4 (0.9, 0.95, 1e-8, wd 0.01), clip 1.0, fp32 master weights, bf16 compute, on both sides." \
         --note "kda.c ms/step: wall clock between the log lines of the first and last timed iteration (log_interval 1); FLA: CUDA events around the timed steps. tokens/s = micro-batch x $SEQ / (ms/step)." \
