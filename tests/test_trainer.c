@@ -508,6 +508,56 @@ KDA_TEST(trainer_metrics_nan_is_null) {
     free(txt);
 }
 
+// metrics.jsonl's two kinds of line (one writer, trainer.c write_metrics_): a log line has its
+// keys in this order, and an evaluation between log lines (eval_interval 2, log_interval 4)
+// has iteration, consumed_samples and valid_loss only.
+KDA_TEST(trainer_metrics_line_keys) {
+    const char *data = make_data();
+    char s[1024], p[PATH_MAX];
+    snprintf(s, sizeof s, "%s/k", test_tmpdir());
+    KdaRunConfig rc;
+    Rec r = {0};
+    KdaTrainResult res;
+    KdaError err;
+    CHECK(make_rc(&rc, data, s,
+                  "train_iters: 4\nlog_interval: 4\neval_interval: 2\neval_iters: 1\n") == 0);
+    CHECK_MSG(run(&rc, &r, 0, &res, &err) == 0, "%s", err.msg);
+    kda_run_config_free(&rc);
+    size_t n;
+    char *txt = read_file(path_join(p, sizeof p, s, "metrics.jsonl"), &n, &err);
+    CHECK(txt != NULL);
+    static const char *want[3][16] = {
+        {"iteration", "time", "consumed_samples", "lr", "loss", "grad_norm", "ms_per_iter",
+         "tokens_per_s", "skipped", "nan", NULL},
+        {"iteration", "consumed_samples", "valid_loss", NULL},
+        {"iteration", "time", "consumed_samples", "lr", "loss", "grad_norm", "ms_per_iter",
+         "tokens_per_s", "skipped", "nan", "valid_loss", NULL}};
+    int lines = 0;
+    for (char *line = txt, *nl; txt && (nl = strchr(line, '\n')); line = nl + 1, lines++) {
+        if (lines >= 3) break;
+        const char *q = line;
+        for (int k = 0; want[lines][k]; k++) { // each key, in order, as "key":
+            char key[40];
+            snprintf(key, sizeof key, "\"%s\":", want[lines][k]);
+            const char *at = strstr(q, key);
+            CHECK_MSG(at && at < nl, "line %d: no key %s after offset %d: %.*s", lines + 1, key,
+                      (int)(q - line), (int)(nl - line), line);
+            if (!at || at >= nl) break;
+            q = at + strlen(key);
+        }
+        int keys = 0;
+        for (const char *c = line; c < nl; c++)
+            keys += *c == ':';
+        int nwant = 0;
+        while (want[lines][nwant])
+            nwant++;
+        CHECK_MSG(keys == nwant, "line %d: %d keys, expected %d: %.*s", lines + 1, keys, nwant,
+                  (int)(nl - line), line);
+    }
+    CHECK_EQ_INT(lines, 3);
+    free(txt);
+}
+
 // A metrics.jsonl write that fails (here: the file is /dev/full, ENOSPC) is an error naming the
 // file, not a silent loss with exit status 0 (issue 15, finding 3).
 KDA_TEST(trainer_metrics_write_error) {

@@ -750,6 +750,38 @@ static int check_flush(FILE *f, const char *what, KdaError *err) {
     return kda_fail(err, "%s: write failed: %s", what, strerror(errno));
 }
 
+// The training window a log line reports (log_train).
+typedef struct {
+    double ms, lr, loss;     // ms per iteration, the learning rate, mean loss of the good steps
+    double tok_s_all, tok_s; // tokens/s of all ranks and per rank
+} TrainWindow;
+
+// The one writer of metrics.jsonl lines (README.md, "Training"): iteration, then with a training
+// window w its time, consumed_samples and the window's fields, valid_loss when evaluated, and
+// the rank fields when world > 1; an evaluation between log lines is w = NULL. No-op without a
+// metrics file; -1 (err set) when the line cannot be flushed.
+static int write_metrics_(Run *r, const TrainWindow *w, int evaluated, KdaError *err) {
+    FILE *f = r->metrics;
+    if (!f) return 0;
+    fprintf(f, "{\"iteration\": %lld", (long long)r->st.iteration);
+    if (w) fprintf(f, ", \"time\": %.3f", wall_seconds_());
+    fprintf(f, ", \"consumed_samples\": %lld", (long long)r->st.consumed_train);
+    if (w) {
+        fprintf(f, ", \"lr\": %.9g, \"loss\": ", w->lr);
+        json_num_(f, w->loss);
+        fputs(", \"grad_norm\": ", f);
+        json_num_(f, r->last_norm);
+        fprintf(f,
+                ", \"ms_per_iter\": %.3f, \"tokens_per_s\": %.1f, \"skipped\": %lld, \"nan\": %lld",
+                w->ms, w->tok_s_all, (long long)r->win_skipped, (long long)r->win_nan);
+    }
+    if (evaluated) fputs(", \"valid_loss\": ", f), json_num_(f, r->last_valid);
+    if (w && r->world > 1)
+        fprintf(f, ", \"ranks\": %d, \"tokens_per_s_per_gpu\": %.1f", r->world, w->tok_s);
+    fputs("}\n", f);
+    return check_flush(f, r->metrics_path, err);
+}
+
 static int log_train(Run *r, int evaluated, KdaError *err) {
 
     const KdaRunConfig *rc = r->rc;
@@ -766,25 +798,8 @@ static int log_train(Run *r, int evaluated, KdaError *err) {
         print_log_line_(r, it, ms, tok_s, lr, loss);
         if (check_flush(stdout, "stdout (the training log)", err)) return -1;
     }
-    if (r->metrics) {
-        fprintf(r->metrics,
-                "{\"iteration\": %lld, \"time\": %.3f, \"consumed_samples\": %lld, \"lr\": %.9g, "
-                "\"loss\": ",
-                (long long)it, wall_seconds_(), (long long)r->st.consumed_train, lr);
-        json_num_(r->metrics, loss);
-        fputs(", \"grad_norm\": ", r->metrics);
-        json_num_(r->metrics, r->last_norm);
-        fprintf(r->metrics,
-                ", \"ms_per_iter\": %.3f, \"tokens_per_s\": %.1f, \"skipped\": %lld, "
-                "\"nan\": %lld",
-                ms, tok_s_all, (long long)r->win_skipped, (long long)r->win_nan);
-        if (evaluated)
-            fputs(", \"valid_loss\": ", r->metrics), json_num_(r->metrics, r->last_valid);
-        if (r->world > 1)
-            fprintf(r->metrics, ", \"ranks\": %d, \"tokens_per_s_per_gpu\": %.1f", r->world, tok_s);
-        fprintf(r->metrics, "}\n");
-        if (check_flush(r->metrics, r->metrics_path, err)) return -1;
-    }
+    TrainWindow w = {.ms = ms, .lr = lr, .loss = loss, .tok_s_all = tok_s_all, .tok_s = tok_s};
+    if (write_metrics_(r, &w, evaluated, err)) return -1;
     const char *tags[6] = {"lm loss",    "learning-rate",  "grad-norm",
                            "batch-size", "iteration-time", "throughput"};
     double v[6] = {
@@ -1007,14 +1022,8 @@ static int loop(Run *r, KdaTrainResult *res, KdaError *err) {
         }
         if (it == 1 || (rc->log_interval > 0 && it % rc->log_interval == 0) || last) {
             if (log_train(r, evaluated, err)) return -1;
-        } else if (evaluated && r->metrics) {
-            char jv[32];
-            fprintf(r->metrics,
-                    "{\"iteration\": %lld, \"consumed_samples\": %lld, "
-                    "\"valid_loss\": %s}\n",
-                    (long long)it, (long long)r->st.consumed_train,
-                    json_fmt_num(jv, sizeof jv, r->last_valid, 9));
-            if (check_flush(r->metrics, r->metrics_path, err)) return -1;
+        } else if (evaluated) {
+            if (write_metrics_(r, NULL, 1, err)) return -1;
         }
         double el = now_seconds() - t1;
         progress_tick(r, it > it1 && el > 0 ? (double)((it - it1) * r->tokens_per_iter) / el : 0);
