@@ -1,5 +1,5 @@
 #!/bin/bash
-# debug_run.sh - after device_run.sh has built the tree: build debug_chunk_bwd.cu in three
+# debug_run.sh - after bench/kda_kernel/device_run.sh has built the tree (repository root): build debug_chunk_bwd.cu in three
 # variants (-O3, -G, -O3 -DKDA_CB_FENCE) and run each on three shapes; log to $OUT/debug.log.
 set -u
 OUT=${OUT:-/tmp/kda-out}
@@ -15,7 +15,7 @@ else
     L="$B/cuda_common.cu.o $B/kda_chunk.o $B/kda_recurrent.o $B/error.o $B/rng.o"
 fi
 F="-std=c++17 -Isrc -DKDA_HAVE_CUDA=1 -gencode arch=compute_90a,code=sm_90a -Xcompiler -fopenmp"
-S=bench/kda_kernel/debug_chunk_bwd.cu
+S=dev/cuda/debug_chunk_bwd.cu
 nvcc $F -O3 $S $L -lcublasLt -lcublas -o /tmp/d_o3 > "$OUT/debug_build.log" 2>&1 &
 nvcc $F -G $S $L -lcublasLt -lcublas -o /tmp/d_g >> "$OUT/debug_build.log" 2>&1 &
 nvcc $F -O3 -DKDA_CB_FENCE $S $L -lcublasLt -lcublas -o /tmp/d_f >> "$OUT/debug_build.log" 2>&1 &
