@@ -34,6 +34,20 @@ static void l2_normalize_rows_(float *x, int64_t rows, int64_t K) {
     }
 }
 
+static void gcum_sum_(KdaCase *c) {
+    int64_t B = c->d.B, T = c->d.T, HK = c->d.HV * c->d.K, C = c->d.chunk;
+    for (int64_t b = 0; b < B; b++)
+        for (int64_t jd = 0; jd < HK; jd++)
+            for (int64_t t0 = 0; t0 < T; t0 += C) {
+                float acc = 0.0f;
+                for (int64_t t = t0; t < T && t < t0 + C; t++) {
+                    int64_t i = (b * T + t) * HK + jd;
+                    acc += c->g[i];
+                    c->gcum[i] = acc;
+                }
+            }
+}
+
 void kda_case_make(KdaCase *c, KdaRng *r, int64_t B, int64_t T, int64_t H, int64_t HV, int64_t K,
                    int64_t V, int64_t C, int with_state) {
     memset(c, 0, sizeof *c);
@@ -49,16 +63,7 @@ void kda_case_make(KdaCase *c, KdaRng *r, int64_t B, int64_t T, int64_t H, int64
     for (int64_t i = 0; i < c->ng; i++)
         c->g[i] = -expf(c->g[i]);
     c->gcum = kda_malloc((size_t)(c->ng > 0 ? c->ng : 1) * sizeof(float));
-    for (int64_t b = 0; b < B; b++)
-        for (int64_t jd = 0; jd < HV * K; jd++)
-            for (int64_t t0 = 0; t0 < T; t0 += C) {
-                float acc = 0.0f;
-                for (int64_t t = t0; t < T && t < t0 + C; t++) {
-                    int64_t i = (b * T + t) * HV * K + jd;
-                    acc += c->g[i];
-                    c->gcum[i] = acc;
-                }
-            }
+    gcum_sum_(c);
     c->beta = randn_(r, c->nb, 0.0f, 1.0f);
     for (int64_t i = 0; i < c->nb; i++)
         c->beta[i] = 1.0f / (1.0f + expf(-c->beta[i]));
@@ -66,6 +71,14 @@ void kda_case_make(KdaCase *c, KdaRng *r, int64_t B, int64_t T, int64_t H, int64
         c->S0 = randn_(r, c->ns, 0.0f, 0.5f);
         c->dST = randn_(r, c->ns, 0.0f, 0.5f);
     }
+}
+
+void kda_case_strong_gate(KdaCase *c, KdaRng *r, float gmax) {
+    for (int64_t i = 0; i < c->ng; i++) {
+        int64_t t = i / (c->d.HV * c->d.K) % c->d.T;
+        c->g[i] = t % 7 == 3 ? -gmax : -gmax * (float)rng_uniform(r) - 1e-3f;
+    }
+    gcum_sum_(c);
 }
 
 void kda_case_free(KdaCase *c) {

@@ -28,6 +28,10 @@ typedef struct {
 void kda_case_make(KdaCase *c, KdaRng *r, int64_t B, int64_t T, int64_t H, int64_t HV, int64_t K,
                    int64_t V, int64_t chunk, int with_state);
 void kda_case_free(KdaCase *c);
+// Replaces c's log-decay with a strong, unbounded gate: g uniform in [-gmax, 0) nats per token
+// with every 7th token exactly -gmax (kda-model.md: cumsums of hundreds of nats per chunk), and
+// sums gcum again over c->d.chunk.
+void kda_case_strong_gate(KdaCase *c, KdaRng *r, float gmax);
 // c->d with chunk 64: the CPU reference's chunk (the chunked form is exact for any chunk).
 KdaDims kda_case_cpu_dims(const KdaCase *c);
 

@@ -14,6 +14,7 @@
 #include "cuda/gemm_cuda.h"   // defines: kda_cuda_gemm_*
 #include "cuda/kda_cuda.h"    // defines: kda_cuda_chunk_fwd, kda_cuda_recurrent_bwd
 #include "cuda/kda_fast.h"    // defines: kda_fast_chunk
+#include "cuda/kda_tc.h"      // defines: kda_tc_fwd, kda_tc_bwd, kda_tc_profile
 #include "cuda/ops_cuda.h"    // defines: kda_cuda_* ops
 
 static KdaCudaCtx g;
@@ -91,6 +92,7 @@ typedef struct {
     double *norm;
     KdaDims d, d32; // chunk 64 (the v1 kernels) and the fast path's chunk
     float *gcum32;  // gcum summed over the fast chunk
+    float *keep;    // the M0 kept h and Δ at d32 (kda_fast_keep_floats; shared by fast and tc)
     void *q128, *k128, *v128, *o128, *dO128, *dv128; // K = V = 128 (fast path only)
     float *gcum128, *dq128, *dk128, *dg128;
     KdaDims d128;
@@ -177,6 +179,45 @@ static int b_fast128_fwdbwd(void *a) {
            kda_cuda_chunk_bwd(&g, z.dq128, z.dk128, z.dv128, z.dg128, z.dbeta, NULL, z.dO128, NULL,
                               z.q128, z.k128, z.v128, z.gcum128, z.beta, NULL, &z.d128);
 }
+// The tensor-core core (kda_tc.h; KDA_CORE=tc in the model) on the same inputs and dims as the
+// fast rows above.
+static int b_tc_fwd(void *a) {
+    (void)a;
+    return kda_tc_fwd(&g, z.o, NULL, z.q, z.k, z.v, z.gcum32, z.beta, NULL, &z.d32);
+}
+static int b_tc_bwd(void *a) {
+    (void)a;
+    return kda_tc_bwd(&g, z.dq, z.dk, z.dv, z.dg, z.dbeta, NULL, z.dO, NULL, z.q, z.k, z.v,
+                      z.gcum32, z.beta, NULL, &z.d32);
+}
+static int b_tc_fwdbwd(void *a) {
+    return b_tc_fwd(a) || b_tc_bwd(a);
+}
+static int b_tc128_fwd(void *a) {
+    (void)a;
+    return kda_tc_fwd(&g, z.o128, NULL, z.q128, z.k128, z.v128, z.gcum128, z.beta, NULL, &z.d128);
+}
+static int b_tc128_fwdbwd(void *a) {
+    (void)a;
+    return b_tc128_fwd(a) ||
+           kda_tc_bwd(&g, z.dq128, z.dk128, z.dv128, z.dg128, z.dbeta, NULL, z.dO128, NULL, z.q128,
+                      z.k128, z.v128, z.gcum128, z.beta, NULL, &z.d128);
+}
+// M0, what the model runs (KDA_CORE_KEEP default): the forward keeps h and Δ, the backward reads
+// them and skips its state pass.
+static int b_fast_kept(void *a) {
+    (void)a;
+    return kda_fast_fwd_keep(&g, z.o, NULL, z.q, z.k, z.v, z.gcum32, z.beta, NULL, &z.d32,
+                             z.keep) ||
+           kda_fast_bwd_kept(&g, z.dq, z.dk, z.dv, z.dg, z.dbeta, NULL, z.dO, NULL, z.q, z.k, z.v,
+                             z.gcum32, z.beta, NULL, &z.d32, z.keep);
+}
+static int b_tc_kept(void *a) {
+    (void)a;
+    return kda_tc_fwd_keep(&g, z.o, NULL, z.q, z.k, z.v, z.gcum32, z.beta, NULL, &z.d32, z.keep) ||
+           kda_tc_bwd_kept(&g, z.dq, z.dk, z.dv, z.dg, z.dbeta, NULL, z.dO, NULL, z.q, z.k, z.v,
+                           z.gcum32, z.beta, NULL, &z.d32, z.keep);
+}
 static int b_adamw(void *a) {
     (void)a;
     return kda_cuda_adamw(&g, z.p, z.pb, z.grad, z.m, z.vv, NPARAM, &z.s, NULL);
@@ -224,6 +265,7 @@ int main(void) {
     z.d32 = z.d, z.d32.chunk = C32;
     // the gate's cumsum for the KDA forward: real log-decays
     z.gcum32 = rand_buf_(&r, nqk, 4, 0, 1);
+    z.keep = rand_buf_(&r, (int64_t)kda_fast_keep_floats(&z.d32), 4, 0, 1);
     if (kda_cuda_gate_cumsum_fwd(&g, z.gcum32, z.g, z.f16, z.Alog, z.dtb, B, T, H, K, C32))
         die_("gate 32");
     if (b_gate_fwd(NULL) || kda_cuda_sync(&g)) die_("gate");
@@ -269,6 +311,13 @@ int main(void) {
         {"kda fast fwd+bwd 16x2048 H8 K32 V64", b_fast_fwdbwd, 0, 0, 1},
         {"kda fast fwd 16x2048 H8 K128 V128", b_fast128_fwd, 0, 0, 1},
         {"kda fast fwd+bwd 16x2048 H8 K128 V128", b_fast128_fwdbwd, 0, 0, 1},
+        {"kda tc fwd 16x2048 H8 K32 V64", b_tc_fwd, 0, 0, 1},
+        {"kda tc bwd 16x2048 H8 K32 V64", b_tc_bwd, 0, 0, 1},
+        {"kda tc fwd+bwd 16x2048 H8 K32 V64", b_tc_fwdbwd, 0, 0, 1},
+        {"kda fast fwd+bwd kept 16x2048 H8 K32 V64", b_fast_kept, 0, 0, 1},
+        {"kda tc fwd+bwd kept 16x2048 H8 K32 V64", b_tc_kept, 0, 0, 1},
+        {"kda tc fwd 16x2048 H8 K128 V128", b_tc128_fwd, 0, 0, 1},
+        {"kda tc fwd+bwd 16x2048 H8 K128 V128", b_tc128_fwdbwd, 0, 0, 1},
         {"kda v1 chunk fwd 16x2048 H8 K32 V64", b_kda_fwd, 0, 0, 1},
         {"kda v1 recurrent bwd 16x2048 H8 K32 V64", b_kda_bwd, 0, 0, 1},
         {"kda v1 chunk bwd 16x2048 H8 K32 V64", b_kda_cbwd, 0, 0, 1},
@@ -283,17 +332,20 @@ int main(void) {
         else
             printf("%-40s %10.3f %9.0f GB/s\n", rows[i].name, ms, rows[i].bytes / ms / 1e6);
     }
-    // Per-kernel breakdown of the fast path (kda_fast_profile: min of 10, own inputs)
-    {
+    // Per-kernel breakdown of the fast path and of the tensor-core path (kda_fast_profile /
+    // kda_tc_profile: min of 10, own inputs)
+    for (int path = 0; path < 2; path++) {
         static const char *names[8] = {
             "fwd intra",         "fwd state", "fwd output", "bwd intra", "bwd state (recompute)",
             "bwd reverse state", "bwd main",  "bwd gva sum"};
         KdaDims dd[2] = {z.d32, z.d128};
         for (int s = 0; s < 2; s++) {
             float kms[8];
-            if (kda_fast_profile(&g, &dd[s], 10, kms)) die_("profile");
-            printf("fast path per kernel, K%lld V%lld chunk %lld:\n", (long long)dd[s].K,
-                   (long long)dd[s].V, (long long)dd[s].chunk);
+            if (path == 1 && !kda_tc_supported(&dd[s], g.info.smem_per_block_optin)) continue;
+            if (path ? kda_tc_profile(&g, &dd[s], 10, kms) : kda_fast_profile(&g, &dd[s], 10, kms))
+                die_("profile");
+            printf("%s path per kernel, K%lld V%lld chunk %lld:\n", path ? "tc" : "fast",
+                   (long long)dd[s].K, (long long)dd[s].V, (long long)dd[s].chunk);
             for (int i = 0; i < 8; i++)
                 printf("  %-28s %8.3f ms %7.2f ns/token-head\n", names[i], kms[i],
                        kms[i] * 1e6 / th);

@@ -152,16 +152,16 @@ C_SHAPE = re.compile(r"(\d+)x(\d+) H(\d+) K(\d+) V(\d+)")
 
 
 def parse_bench_gpu(text):
-    """{row name: ms} of bench_gpu.c's table, and the KDA rows' (B, T, H, K, V)."""
-    rows, shape = {}, None
+    """{row name: ms} of bench_gpu.c's table, and the set of the KDA rows' (B, T, H, K, V)."""
+    rows, shapes = {}, set()
     for line in text.splitlines():
         m = C_LINE.match(line.rstrip())
         if m:
             rows[m["name"]] = float(m["ms"])
             s = C_SHAPE.search(m["name"])
             if s and m["name"].startswith("kda "):
-                shape = tuple(int(x) for x in s.groups())
-    return rows, shape
+                shapes.add(tuple(int(x) for x in s.groups()))
+    return rows, shapes
 
 
 def _c_ms(rows, *prefixes):
@@ -175,38 +175,55 @@ def _c_ms(rows, *prefixes):
     return total
 
 
+def _fmt(x, missing):
+    return f"{x:.3f}" if x is not None else missing
+
+
+def _ratio(f, k):
+    return f"{f / k:.2f}" if f and k else "–"
+
+
 def compare(c_text, fla_rows):
-    """Markdown: kda.c (bench_gpu.c) and FLA per (shape, what), ratio FLA ms / kda.c ms."""
-    c, cshape = parse_bench_gpu(c_text)
+    """Markdown: bench_gpu.c's SIMT rows (kda_fast, 'kda fast ...') and tensor-core rows (kda_tc,
+    KDA_CORE=tc: 'kda tc ...') beside FLA per (shape, what), ratios FLA ms / kda.c ms."""
+    c, cshapes = parse_bench_gpu(c_text)
     fla = {(r["B"], r["T"], r["H"], r["K"], r["V"], r["mode"]): r for r in fla_rows}
-    what = [  # (label, FLA mode, FLA field, bench_gpu rows summed)
-        ("core forward", "bare", "fwd_ms", ("kda chunk fwd",)),
-        ("core forward + backward", "bare", "fwdbwd_ms", ("kda chunk fwd", "kda chunk bwd")),
-        ("layer forward (gate in kernel)", "layer", "fwd_ms", ("kda chunk fwd", "gate+cumsum fwd")),
-        ("layer forward + backward", "layer", "fwdbwd_ms",
-         ("kda chunk fwd", "kda chunk bwd", "gate+cumsum fwd", "gate bwd")),
+    what = [  # (label, FLA mode, FLA field, core row, gate rows added on the kda.c side)
+        ("core forward", "bare", "fwd_ms", "fwd", ()),
+        ("core forward + backward", "bare", "fwdbwd_ms", "fwd+bwd", ()),
+        ("core fwd + bwd, kept h/Δ (the model's M0)", "bare", "fwdbwd_ms", "fwd+bwd kept", ()),
+        ("layer forward (gate in kernel)", "layer", "fwd_ms", "fwd", ("gate+cumsum fwd",)),
+        ("layer forward + backward", "layer", "fwdbwd_ms", "fwd+bwd",
+         ("gate+cumsum fwd", "gate bwd")),
     ]
-    shapes = sorted({k[:5] for k in fla} | ({cshape} if cshape else set()))
-    out = ["| shape | what | kda.c ms | FLA ms | FLA / kda.c (>1: kda.c faster) |",
-           "|---|---|---:|---:|---:|"]
+    shapes = sorted({k[:5] for k in fla} | cshapes)
+    out = ["| shape | what | kda.c SIMT ms | kda.c TC ms | FLA ms | FLA / SIMT | FLA / TC "
+           "(>1: kda.c faster) |", "|---|---|---:|---:|---:|---:|---:|"]
     for sh in shapes:
         name = "B%d T%d H%d K%d V%d" % sh
-        for label, mode, field, parts in what:
+        bname = "%dx%d H%d K%d V%d" % sh
+        for label, mode, field, core, gate in what:
             r = fla.get(sh + (mode,), {})
             f = r.get(field)
-            k = _c_ms(c, *parts) if sh == cshape else None
-            kc = f"{k:.3f}" if k is not None else ("no result" if cshape is None else "n/a")
+            gate_ms = _c_ms(c, *gate) if gate else 0.0
+            if gate and sh[3:] != (32, 64):
+                gate_ms = None  # bench_gpu.c times the gate at K32 only
+            ks = [c.get(f"kda {impl} {core} {bname}") for impl in ("fast", "tc")]
+            ks = [k + gate_ms if k is not None and gate_ms is not None else None for k in ks]
+            if f is None and ks == [None, None]:
+                continue
             fc = f"{f:.3f}" if f is not None else ("failed" if "error" in r else "–")
-            ratio = f"{f / k:.2f}" if f and k else "–"
-            out.append(f"| {name} | {label} | {kc} | {fc} | {ratio} |")
-    out += ["", "kda.c rows summed (bench_gpu.c, CUDA events, median of 10): core forward = "
-            "'kda chunk fwd'; core fwd+bwd = + 'kda chunk bwd'; layer = core + 'gate+cumsum fwd' "
-            "(+ 'gate bwd'). bench_gpu.c times the L2 norms and β sigmoid nowhere, so the layer "
-            "rows leave them out on the kda.c side while FLA's layer call includes them. "
-            "bench_gpu.c runs B16 T2048 H8 K32 V64 only (n/a elsewhere). FLA: chunk_kda, "
-            "triton do_bench median; 'core' = the bare mode (normalized q/k, fp32 log-decay, "
-            "post-sigmoid β), 'layer' = in-kernel L2 norm, gate and sigmoid as fla.layers.KDA "
-            "calls it."]
+            out.append(f"| {name} | {label} | {_fmt(ks[0], 'n/a')} | {_fmt(ks[1], 'n/a')} | {fc} "
+                       f"| {_ratio(f, ks[0])} | {_ratio(f, ks[1])} |")
+    out += ["", "kda.c rows (bench_gpu.c, CUDA events, median of 10): SIMT = 'kda fast ...' "
+            "(kda_fast.h, the default), TC = 'kda tc ...' (kda_tc.h, KDA_CORE=tc); 'kept' = the "
+            "M0 forms (fwd_keep + bwd_kept, no state recompute: what the model runs; FLA "
+            "recomputes, so its column repeats the plain fwd+bwd); layer = core + "
+            "'gate+cumsum fwd' (+ 'gate bwd'). bench_gpu.c times the L2 norms and β sigmoid "
+            "nowhere, so the layer rows leave them out on the kda.c side while FLA's layer call "
+            "includes them. FLA: chunk_kda, triton do_bench median; 'core' = the bare mode "
+            "(normalized q/k, fp32 log-decay, post-sigmoid β), 'layer' = in-kernel L2 norm, gate "
+            "and sigmoid as fla.layers.KDA calls it."]
     extra = [k for k in c if k.startswith("kda ")]
     if extra:
         out += ["", "bench_gpu.c KDA rows: " + "; ".join(f"{k} {c[k]:.3f} ms" for k in extra)]

@@ -19,6 +19,7 @@
 #include "cuda/gemm_cuda.h" // defines: kda_cuda_gemm_fwd, kda_cuda_gemm_bwd_dx, kda_cuda_gemm_bwd_dw
 #include "cuda/kda_cuda.h"  // defines: kda_cuda_chunk_fwd, kda_cuda_chunk_bwd
 #include "cuda/kda_fast.h"  // defines: kda_fast_chunk
+#include "cuda/kda_tc.h"    // defines: kda_tc_selected, kda_tc_fwd_keep (KDA_CORE=tc)
 #include "cuda/ops_cuda.h"  // defines: kda_cuda_rmsnorm_*, conv, gate, beta, gnorm, swiglu, ...
 #include "cuda/xent_cuda.h" // defines: kda_cuda_xent_fwd, kda_cuda_xent_bwd
 
@@ -109,6 +110,7 @@ struct KdaCudaModel {
     int recompute; // per-block activation recomputation (kda_cuda_model_set_recompute)
     size_t cls_budget; // bytes of the fused classifier's logits chunk (0: no workspace for it)
     int core_keep;     // keep the KDA core's forward h and Δ for the backward (KDA_CORE_KEEP)
+    int core_tc;       // KDA_CORE=tc: the tensor-core KDA core (cuda/kda_tc.h) where it fits
     int inproj;        // q|k|v|f0|g0|b back to back on the device: one input GEMM (KDA_INPROJ)
     int *dorder;       // [table.n] row indices by device offset
     bf *inb;           // [N, INPROJ width] bf16: the fused input GEMM's output, then its dY
@@ -349,6 +351,7 @@ int kda_cuda_model_create(KdaCudaModel **out, const KdaConfig *cfg, const KdaPar
     m->cls_budget = CLS_BUDGET;
     const char *keep = getenv("KDA_CORE_KEEP"); // "0": the backward recomputes h and Δ
     m->core_keep = !(keep && !strcmp(keep, "0"));
+    m->core_tc = kda_tc_selected(); // opt-in until a GPU run has passed gpu_kda_tc
     m->cfg = *cfg;
     copy_table_(&m->table, t);
     copy_table_(&m->dtab, t);
@@ -519,6 +522,11 @@ int kda_cuda_model_profile(KdaCudaModel *m, KdaProf *p, KdaError *err) {
     return rc ? fail_(m, err) : 0;
 }
 
+// KDA_CORE=tc and the tensor-core kernels take these dims (else the SIMT fast path runs).
+static int core_tc_(const KdaCudaModel *m, const KdaDims *d) {
+    return m->core_tc && kda_tc_supported(d, m->ctx.info.smem_per_block_optin);
+}
+
 static KdaDims dims_(const KdaCudaModel *m) {
     KdaDims d = kda_model_dims(&m->cfg, m->B, m->T);
     d.chunk = m->chunk; // the chunked form is exact for any chunk; the GPU's is not the CPU's 64
@@ -629,7 +637,14 @@ static int block_fwd_(KdaCudaModel *m, const KdaLayerTensors *P, DevLayer *L, fl
     if (!m->inproj) TRY(lin_(m, KDA_OP_PROJ_FWD, L->b, L->xa, P->b_proj, N, D, HV));
     TIMED(KDA_OP_GATE_FWD, 0, 6.0 * N * HV,
           kda_cuda_beta_fwd(x, L->beta, L->b, N * HV, c->allow_neg_eigval));
-    if (L->keep) // M0: h and Δ kept for the backward
+    if (L->keep && core_tc_(m, &d)) // tensor-core core, kept h and Δ in kda_fast's layout
+        TIMED(
+            KDA_OP_CORE_FWD, 0, 512.0 * N * HV,
+            kda_tc_fwd_keep(x, L->o, NULL, L->q, L->k, L->v, L->gcum, L->beta, NULL, &d, L->keep));
+    else if (core_tc_(m, &d))
+        TIMED(KDA_OP_CORE_FWD, 0, 512.0 * N * HV,
+              kda_tc_fwd(x, L->o, NULL, L->q, L->k, L->v, L->gcum, L->beta, NULL, &d));
+    else if (L->keep) // M0: h and Δ kept for the backward
         TIMED(KDA_OP_CORE_FWD, 0, 512.0 * N * HV,
               kda_fast_fwd_keep(x, L->o, NULL, L->q, L->k, L->v, L->gcum, L->beta, NULL, &d,
                                 L->keep));
@@ -820,7 +835,15 @@ static int block_bwd_(KdaCudaModel *m, const KdaLayerTensors *P, KdaLayerTensors
         TRY(dx_(m, KDA_OP_PROJ_BWD, m->dx, KDA_DT_F32, m->dlow, P->g_proj0, N, D, V, 0));
     }
 
-    if (L->keep)
+    if (L->keep && core_tc_(m, &d))
+        TIMED(KDA_OP_CORE_BWD, 0, 1024.0 * N * HV,
+              kda_tc_bwd_kept(x, m->dq, m->dk, m->dv, m->dg, m->dbeta, NULL, m->d_o, NULL, L->q,
+                              L->k, L->v, L->gcum, L->beta, NULL, &d, L->keep));
+    else if (core_tc_(m, &d))
+        TIMED(KDA_OP_CORE_BWD, 0, 1024.0 * N * HV,
+              kda_tc_bwd(x, m->dq, m->dk, m->dv, m->dg, m->dbeta, NULL, m->d_o, NULL, L->q, L->k,
+                         L->v, L->gcum, L->beta, NULL, &d));
+    else if (L->keep)
         TIMED(KDA_OP_CORE_BWD, 0, 1024.0 * N * HV,
               kda_fast_bwd_kept(x, m->dq, m->dk, m->dv, m->dg, m->dbeta, NULL, m->d_o, NULL, L->q,
                                 L->k, L->v, L->gcum, L->beta, NULL, &d, L->keep));

@@ -1,0 +1,1254 @@
+// kda_tc.cu - the KDA core on tensor cores (see kda_tc.h): kda_fast.cu's five chunk-parallel
+// kernels (intra, state, output; reverse state, main backward) with their products as warp tiles
+// of mma.sync m16n8k8 TF32, and the pair terms of the off-diagonal 16-token sub-blocks factored
+// through the sub-block boundary. Every body is a __host__ __device__ function of block-strided
+// loops, warp-tile products and barriers, so it also runs serially on the host (kda_tc_*_host).
+#include <math.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cuda/cuda_internal.h" // defines: CUDA_CHECK, KDA_CUDA_REQUIRE (and kda_calloc: core/error.h)
+#include "cuda/kda_fast.h"      // defines: kda_fast_keep_floats (the kept-state layout we share)
+#include "cuda/kda_tc.h"        // defines: kda_tc_fwd, kda_tc_bwd
+
+namespace {
+
+#define TC_THREADS 256
+#define SUB        16 // rows of a sub-block (the mma's M)
+
+// ---- the host/device portability layer ----------------------------------------------------------
+// On the device a body is run by every thread of a block; on the host by one "thread" that does
+// every iteration of every block-strided loop and every warp's tiles, so barriers are no-ops there.
+
+__host__ __device__ inline int tid_() {
+#ifdef __CUDA_ARCH__
+    return (int)threadIdx.x;
+#else
+    return 0;
+#endif
+}
+__host__ __device__ inline int nth_() {
+#ifdef __CUDA_ARCH__
+    return (int)blockDim.x;
+#else
+    return 1;
+#endif
+}
+__host__ __device__ inline int lane_() {
+#ifdef __CUDA_ARCH__
+    return (int)(threadIdx.x & 31);
+#else
+    return 0;
+#endif
+}
+__host__ __device__ inline int lane_step_() { // stride of a warp-strided loop
+#ifdef __CUDA_ARCH__
+    return 32;
+#else
+    return 1;
+#endif
+}
+__host__ __device__ inline int warp_() {
+#ifdef __CUDA_ARCH__
+    return (int)(threadIdx.x >> 5);
+#else
+    return 0;
+#endif
+}
+__host__ __device__ inline int nwarp_() {
+#ifdef __CUDA_ARCH__
+    return (int)(blockDim.x >> 5);
+#else
+    return 1;
+#endif
+}
+__host__ __device__ inline void sync_() {
+#ifdef __CUDA_ARCH__
+    __syncthreads();
+#endif
+}
+__host__ __device__ inline void syncwarp_() {
+#ifdef __CUDA_ARCH__
+    __syncwarp();
+#endif
+}
+// e^x for x <= 0 (ex2.approx on the device: relative error ~2^-22, far below TF32's 2^-11)
+__host__ __device__ inline float fexp(float x) {
+#ifdef __CUDA_ARCH__
+    return __expf(x);
+#else
+    return expf(x);
+#endif
+}
+__host__ __device__ inline float ldbf(kda_bf16 h) {
+    unsigned u = (unsigned)h << 16;
+#ifdef __CUDA_ARCH__
+    return __uint_as_float(u);
+#else
+    float f;
+    memcpy(&f, &u, sizeof f);
+    return f;
+#endif
+}
+__host__ __device__ inline kda_bf16 stbf(float f) { // round to nearest even, NaN stays NaN
+    unsigned u;
+#ifdef __CUDA_ARCH__
+    u = __float_as_uint(f);
+#else
+    memcpy(&u, &f, sizeof u);
+#endif
+    if ((u & 0x7fffffffu) > 0x7f800000u) return (kda_bf16)((u >> 16) | 0x40u);
+    u += 0x7fffu + ((u >> 16) & 1u);
+    return (kda_bf16)(u >> 16);
+}
+__host__ __device__ inline int imin(int a, int b) {
+    return a < b ? a : b;
+}
+
+// Block-strided loop: e = this thread's items of [0, n). Warp-strided: this lane's items.
+#define FOR(e, n) for (int e = tid, e##_end = (n); e < e##_end; e += nth)
+#define WFOR(e, n)                                                                                 \
+    for (int e = lane_(), e##_end = (n), e##_st = lane_step_(); e < e##_end; e += e##_st)
+
+// ---- warp tiles on the tensor cores -------------------------------------------------------------
+// A matrix view: element (r, c) at p[r·rs + c·cs] (cs = 1: row-major; rs = 1: a transpose).
+struct Mat {
+    const float *p;
+    int rs, cs;
+};
+__host__ __device__ inline Mat mat(const float *p, int rs, int cs) {
+    Mat m;
+    m.p = p, m.rs = rs, m.cs = cs;
+    return m;
+}
+__host__ __device__ inline float mat_at(const Mat &m, int r, int c) {
+    return m.p[r * m.rs + c * m.cs];
+}
+__host__ __device__ inline Mat mat_off(const Mat &m, int r, int c) {
+    return mat(m.p + r * m.rs + c * m.cs, m.rs, m.cs);
+}
+
+// TF32 as cvt.rna.tf32.f32 makes it: the fp32 bit pattern with the low 13 mantissa bits cleared
+// after rounding to nearest, ties away from zero (adding half an ulp to the magnitude bits).
+__host__ __device__ inline unsigned tf32_bits(float x) {
+#ifdef __CUDA_ARCH__
+    unsigned r;
+    asm("cvt.rna.tf32.f32 %0, %1;" : "=r"(r) : "f"(x));
+    return r;
+#else
+    unsigned u;
+    memcpy(&u, &x, sizeof u);
+    if ((u & 0x7f800000u) == 0x7f800000u) return u; // Inf / NaN unchanged
+    return (u + 0x1000u) & 0xffffe000u;
+#endif
+}
+
+// Fragment coordinates of mma.sync.m16n8k8 with .tf32 operands (PTX ISA, "Matrix Fragments for
+// mma.m16n8k8"), lane = 4 g + t: A (16 x 8, row) register i holds (g + 8 (i & 1), t + 4 (i >> 1));
+// B (8 x 8, col) register i holds (k = t + 4 i, n = g); C / D (16 x 8) register i holds
+// (g + 8 (i >> 1), 2 t + (i & 1)).
+__host__ __device__ inline void frag_a(int lane, int i, int &r, int &k) {
+    r = (lane >> 2) + 8 * (i & 1), k = (lane & 3) + 4 * (i >> 1);
+}
+__host__ __device__ inline void frag_b(int lane, int i, int &k, int &n) {
+    k = (lane & 3) + 4 * i, n = lane >> 2;
+}
+__host__ __device__ inline void frag_c(int lane, int i, int &r, int &c) {
+    r = (lane >> 2) + 8 * (i >> 1), c = 2 * (lane & 3) + (i & 1);
+}
+
+// The 16 x 8 fp32 accumulator tile of one warp: 4 registers per lane on the device; on the host
+// all 32 lanes' registers (the emulation runs the whole warp).
+struct Acc {
+#ifdef __CUDA_ARCH__
+    float c[4];
+#else
+    float c[32][4];
+#endif
+};
+#ifdef __CUDA_ARCH__
+#define ACC(a, L, i) ((a).c[i])
+#define LANES(L)     for (int L = lane_(), L##_1 = L + 1; L < L##_1; L++)
+#else
+#define ACC(a, L, i) ((a).c[L][i])
+#define LANES(L)     for (int L = 0; L < 32; L++)
+#endif
+
+__host__ __device__ inline void acc_zero(Acc &a) {
+    LANES(L) {
+        for (int i = 0; i < 4; i++)
+            ACC(a, L, i) = 0.0f;
+    }
+}
+
+// a += A[0:16, 0:Kd] · B[0:Kd, 0:8], operands rounded to TF32 (Kd % 8 == 0). On the device every
+// lane of the warp calls it together (mma.sync is warp-collective).
+__host__ __device__ inline void mma_tile(Acc &a, const Mat &A, const Mat &B, int Kd) {
+#ifdef __CUDA_ARCH__
+    const int L = lane_();
+    for (int k0 = 0; k0 < Kd; k0 += 8) {
+        unsigned fa[4], fb[2];
+#pragma unroll
+        for (int i = 0; i < 4; i++) {
+            int r, k;
+            frag_a(L, i, r, k);
+            fa[i] = tf32_bits(mat_at(A, r, k0 + k));
+        }
+#pragma unroll
+        for (int i = 0; i < 2; i++) {
+            int k, n;
+            frag_b(L, i, k, n);
+            fb[i] = tf32_bits(mat_at(B, k0 + k, n));
+        }
+        asm volatile("mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32 {%0,%1,%2,%3}, "
+                     "{%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};"
+                     : "+f"(a.c[0]), "+f"(a.c[1]), "+f"(a.c[2]), "+f"(a.c[3])
+                     : "r"(fa[0]), "r"(fa[1]), "r"(fa[2]), "r"(fa[3]), "r"(fb[0]), "r"(fb[1]));
+    }
+#else
+    // Emulation: every lane's fragments are built with the device's coordinates, the 16 x 8 and
+    // 8 x 8 operand tiles are reassembled from them (starting from NaN, so a coordinate no lane
+    // covers poisons the result), multiplied in fp32 and scattered back by the C coordinates.
+    for (int k0 = 0; k0 < Kd; k0 += 8) {
+        float As[16][8], Bs[8][8];
+        for (int r = 0; r < 16; r++)
+            for (int k = 0; k < 8; k++)
+                As[r][k] = NAN, Bs[k % 8][r % 8] = NAN;
+        for (int L = 0; L < 32; L++) {
+            for (int i = 0; i < 4; i++) {
+                int r, k;
+                frag_a(L, i, r, k);
+                unsigned u = tf32_bits(mat_at(A, r, k0 + k));
+                memcpy(&As[r][k], &u, sizeof u);
+            }
+            for (int i = 0; i < 2; i++) {
+                int k, n;
+                frag_b(L, i, k, n);
+                unsigned u = tf32_bits(mat_at(B, k0 + k, n));
+                memcpy(&Bs[k][n], &u, sizeof u);
+            }
+        }
+        for (int L = 0; L < 32; L++)
+            for (int i = 0; i < 4; i++) {
+                int r, c;
+                frag_c(L, i, r, c);
+                float s = 0.0f;
+                for (int k = 0; k < 8; k++)
+                    s += As[r][k] * Bs[k][c];
+                a.c[L][i] += s;
+            }
+    }
+#endif
+}
+
+// The [M, N] product tiles of A1 [M, K1] · B1 [K1, N] and, when K2 > 0, A2 [M, K2] · B2 [K2, N],
+// dealt to the warps of the block; epi(r, c, v1, v2) receives every element (r, c) once, from the
+// lane that holds it (v2 = 0 without a second product). M % 16 == 0, N % 8 == 0, K % 8 == 0.
+// The caller puts a barrier between the writes of the operands and this call.
+template <class Epi>
+__host__ __device__ inline void block_mm(int M, int N, Mat A1, Mat B1, int K1, Mat A2, Mat B2,
+                                         int K2, Epi epi) {
+    const int nt = N / 8, tiles = (M / 16) * nt;
+    for (int tl = warp_(); tl < tiles; tl += nwarp_()) {
+        const int m0 = tl / nt * 16, n0 = tl % nt * 8;
+        Acc a1, a2;
+        acc_zero(a1);
+        acc_zero(a2);
+        syncwarp_(); // converged for the warp-collective mma
+        mma_tile(a1, mat_off(A1, m0, 0), mat_off(B1, 0, n0), K1);
+        if (K2 > 0) mma_tile(a2, mat_off(A2, m0, 0), mat_off(B2, 0, n0), K2);
+        LANES(L) {
+            for (int i = 0; i < 4; i++) {
+                int r, c;
+                frag_c(L, i, r, c);
+                epi(m0 + r, n0 + c, ACC(a1, L, i), ACC(a2, L, i));
+            }
+        }
+    }
+}
+__host__ __device__ inline Mat no_mat() {
+    return mat(NULL, 0, 0);
+}
+
+// ---- arguments (kda_fast.cu's, same scratch layout) ---------------------------------------------
+// Scratch tensors are chunk-major: chunk id cid = (b·HV + j)·NT + n, each chunk's block contiguous
+// ([C, K], [C, V], [C, C], [K, V] or [K] per chunk); rows past the sequence end are zeros.
+struct TcArgs {
+    int B, T, H, HV, K, V, C, NT, Vt; // Vt: V columns per state-pass block (V % Vt == 0)
+    float scale;
+    const kda_bf16 *q, *k, *v, *dO;
+    const float *gcum, *beta, *init_state, *dfinal;
+    float *w, *kg, *qg; // [cid][C][K]  Akk·(βk e^G), k e^{G_last - G}, scale q e^G
+    float *u, *D;       // [cid][C][V]  Akk·(βv), Δ = u - w h
+    float *dDi, *dD;    // [cid][C][V]  Aqkᵀ dO, dΔ = dDi + kg dh
+    float *Aqk;         // [cid][C][C]  scale-included, lower triangle with diagonal
+    float *gl;          // [cid][K]     e^{G_last}
+    float *h, *dh;      // [cid][K][V]  chunk-start state, gradient w.r.t. the chunk-end state
+    kda_bf16 *o, *dv;   // outputs
+    float *final_state, *dinit;
+    float *dq, *dk; // [B, T, H, K]; GVA (HV > H): [B, T, HV, K] scratch, summed by gva_sum
+    float *dg, *dbeta;
+};
+
+struct ChunkPos {
+    int64_t cid, bj; // chunk id, b·HV + j
+    int b, j, hq;    // batch row, value head, q/k head
+    int t0, n;       // first token, rows (1..C)
+};
+
+__host__ __device__ inline ChunkPos chunk_pos(const TcArgs &a, int64_t blk) {
+    ChunkPos p;
+    p.cid = blk;
+    p.bj = blk / a.NT;
+    p.b = (int)(p.bj / a.HV);
+    p.j = (int)(p.bj % a.HV);
+    p.hq = p.j / (a.HV / a.H);
+    p.t0 = (int)(blk % a.NT) * a.C;
+    p.n = a.T - p.t0 < a.C ? a.T - p.t0 : a.C;
+    return p;
+}
+__host__ __device__ inline int64_t qk_at(const TcArgs &a, int b, int t, int h) {
+    return (((int64_t)b * a.T + t) * a.H + h) * a.K;
+}
+__host__ __device__ inline int64_t v_at(const TcArgs &a, int b, int t, int j) {
+    return (((int64_t)b * a.T + t) * a.HV + j) * a.V;
+}
+__host__ __device__ inline int64_t g_at(const TcArgs &a, int b, int t, int j) {
+    return (((int64_t)b * a.T + t) * a.HV + j) * a.K;
+}
+__host__ __device__ inline int64_t beta_at(const TcArgs &a, int b, int t, int j) {
+    return ((int64_t)b * a.T + t) * a.HV + j;
+}
+
+// Row strides of the shared tiles. An mma operand read along rows (A row-major, or B as the
+// transpose of a row-major [n][k] tile) has lanes at (g, t) -> g·s + t: s = 4 mod 32 is
+// conflict-free (the "+ 4" strides); read along columns (B row-major [k][n], or A as a
+// transpose) -> t·s + g: s = 8 mod 32 (the "+ 8" strides).
+__host__ __device__ inline int pad4(int x) {
+    return x + 4;
+}
+__host__ __device__ inline int pad8(int x) {
+    return x + 8;
+}
+
+// The off-diagonal sub-block of a 32-token chunk: rows R.. of sub-block 1 against the columns of
+// sub-block 0, factored through row R = 16 (both exponents <= 0). Taken when rows R.. exist.
+__host__ __device__ inline bool has_off(int C, int n) {
+    return C > SUB && n > SUB;
+}
+
+// ---- shared-memory sizes in floats
+// ---------------------------------------------------------------
+__host__ __device__ inline size_t intra_floats(int C, int K, int V, bool bwd) {
+    int LK = pad4(K), LV = pad8(V), LC = pad4(C);
+    size_t off = C > SUB ? (size_t)3 * SUB * LK + SUB * LC : 0;
+    return (size_t)4 * C * LK + (bwd ? 2 : 1) * (size_t)C * LV + 3 * (size_t)C * LC + off + C;
+}
+__host__ __device__ inline size_t state_floats(int C, int K, int Vt) {
+    return (size_t)K * pad8(Vt) + (size_t)C * pad4(K) + (size_t)2 * C * pad8(K) +
+           (size_t)2 * C * pad8(Vt) + K;
+}
+__host__ __device__ inline size_t output_floats(int C, int K, int V) {
+    return (size_t)C * pad4(K) + (size_t)K * pad8(V) + (size_t)C * pad4(C) + (size_t)C * pad8(V);
+}
+__host__ __device__ inline size_t bwd_floats(int C, int K, int V, int Vt) {
+    int LK = pad4(K), LV = pad4(V), LC = pad4(C), LT = pad4(Vt);
+    size_t off = C > SUB ? (size_t)4 * SUB * LK : 0;
+    return (size_t)12 * C * LK + off + (size_t)4 * C * LV + (size_t)2 * K * LT +
+           (size_t)5 * C * LC + 2 * C + K;
+}
+
+// ---- intra: everything of one chunk that does not need the state -------------------------------
+// L[i,j] = β_i Σ_c k_i k_j e^{G_i - G_j} (j < i), Aqk[i,j] = scale Σ_c q_i k_j e^{G_i - G_j}
+// (j <= i), Akk = (I + L)^-1, w = Akk (β k e^G), u = Akk (β v), kg, qg, e^{G_last}; the forward
+// keeps Aqk, the backward dΔ_intra = Aqkᵀ dO instead.
+__host__ __device__ void intra_body(const TcArgs &a, int64_t blk, float *sm, bool bwd) {
+    const int tid = tid_(), nth = nth_();
+    const int C = a.C, K = a.K, V = a.V, LK = pad4(K), LV = pad8(V), LC = pad4(C), R = SUB;
+    const ChunkPos p = chunk_pos(a, blk);
+    const int n = p.n;
+    const bool off = has_off(C, n);
+    const float scale = a.scale;
+    float *Qs = sm, *Ks = Qs + C * LK, *Gs = Ks + C * LK, *Kb = Gs + C * LK, *Vs = Kb + C * LK;
+    float *dOs = Vs + C * LV, *Aq = dOs + (bwd ? C * LV : 0), *Ls = Aq + C * LC, *Ak = Ls + C * LC;
+    float *Qf = Ak + C * LC, *Kf = Qf + (C > SUB ? SUB * LK : 0),
+          *Kr = Kf + (C > SUB ? SUB * LK : 0);
+    float *Tm = Kr + (C > SUB ? SUB * LK : 0), *bs = Tm + (C > SUB ? SUB * LC : 0);
+
+    FOR(e, C * K) {
+        int i = e / K, c = e % K, t = p.t0 + i;
+        bool in = i < n;
+        Qs[i * LK + c] = in ? ldbf(a.q[qk_at(a, p.b, t, p.hq) + c]) : 0.0f;
+        Ks[i * LK + c] = in ? ldbf(a.k[qk_at(a, p.b, t, p.hq) + c]) : 0.0f;
+        Gs[i * LK + c] = in ? a.gcum[g_at(a, p.b, t, p.j) + c] : 0.0f;
+    }
+    FOR(e, C * V) {
+        int i = e / V, c = e % V, t = p.t0 + i;
+        bool in = i < n;
+        Vs[i * LV + c] = in ? ldbf(a.v[v_at(a, p.b, t, p.j) + c]) : 0.0f;
+        if (bwd) dOs[i * LV + c] = in ? ldbf(a.dO[v_at(a, p.b, t, p.j) + c]) : 0.0f;
+    }
+    FOR(i, C) bs[i] = i < n ? a.beta[beta_at(a, p.b, p.t0 + i, p.j)] : 0.0f;
+    sync_();
+
+    // (1) the factors of the off-diagonal sub-block: Qf = q_i e^{G_i - G_R}, Kf = β_i k_i
+    //     e^{G_i - G_R} (rows R.., 0 past the end), Kr = k_j e^{G_R - G_j} (rows 0..R-1)
+    if (off) {
+        FOR(e, SUB * K) {
+            int i = e / K, c = e % K, r = R + i;
+            float gR = Gs[R * LK + c], f = r < n ? fexp(Gs[r * LK + c] - gR) : 0.0f;
+            Qf[i * LK + c] = Qs[r * LK + c] * f;
+            Kf[i * LK + c] = bs[r] * Ks[r * LK + c] * f;
+            Kr[i * LK + c] = Ks[i * LK + c] * fexp(gR - Gs[i * LK + c]);
+        }
+    }
+    //     the diagonal sub-blocks pairwise in fp32 (a warp is one row i, lanes read column c of
+    //     32 rows j); the upper triangle zero; Akk := I
+    FOR(e, C * C) {
+        int i = e / C, jj = e % C;
+        Ak[i * LC + jj] = i == jj ? 1.0f : 0.0f;
+        if (jj < i && (i / SUB) != (jj / SUB)) { // off-diagonal sub-block: the mma below
+            if (!off) Aq[i * LC + jj] = Ls[i * LC + jj] = 0.0f;
+            continue;
+        }
+        float l = 0.0f, aq = 0.0f;
+        if (i < n && jj <= i) {
+            for (int c = 0; c < K; c++) {
+                float kd = Ks[jj * LK + c] * fexp(Gs[i * LK + c] - Gs[jj * LK + c]);
+                l += Ks[i * LK + c] * kd;
+                aq += Qs[i * LK + c] * kd;
+            }
+        }
+        Aq[i * LC + jj] = scale * aq;
+        Ls[i * LC + jj] = jj < i ? bs[i] * l : 0.0f;
+    }
+    float *wg = a.w + p.cid * C * K, *kgg = a.kg + p.cid * C * K, *qgg = a.qg + p.cid * C * K;
+    const float *Gl = Gs + (n - 1) * LK;
+    FOR(e, C * K) {
+        int i = e / K, c = e % K;
+        float eg = fexp(Gs[i * LK + c]);
+        Kb[i * LK + c] = bs[i] * Ks[i * LK + c] * eg;
+        qgg[e] = scale * Qs[i * LK + c] * eg;
+        kgg[e] = Ks[i * LK + c] * fexp(Gl[c] - Gs[i * LK + c]);
+    }
+    FOR(c, K) a.gl[p.cid * K + c] = fexp(Gl[c]);
+    FOR(e, C * V) Vs[(e / V) * LV + e % V] *= bs[e / V];
+    sync_();
+
+    // (2) the off-diagonal sub-block of Aqk and L on the tensor cores
+    if (off) {
+        block_mm(SUB, SUB, mat(Qf, LK, 1), mat(Kr, 1, LK), K, mat(Kf, LK, 1), mat(Kr, 1, LK), K,
+                 [&](int r, int c, float vq, float vk) {
+                     Aq[(R + r) * LC + c] = scale * vq;
+                     Ls[(R + r) * LC + c] = vk;
+                 });
+    }
+    sync_();
+
+    // (3) Akk = (I + L)^-1: each diagonal sub-block by forward substitution in its own warp (once
+    //     row m is final, subtract L[r, m]·row m from rows r > m), then the off-diagonal block
+    //     Inv_10 = -Inv_11 · L_10 · Inv_00 on the tensor cores.
+    for (int I = warp_(); I * SUB < n; I += nwarp_()) {
+        const int r0 = I * SUB, nb = imin(SUB, n - r0);
+        for (int m = 0; m + 1 < nb; m++) {
+            const int cols = m + 1;
+            WFOR(e, (nb - 1 - m) * cols) {
+                int r = r0 + m + 1 + e / cols, c = r0 + e % cols;
+                Ak[r * LC + c] -= Ls[r * LC + r0 + m] * Ak[(r0 + m) * LC + c];
+            }
+            syncwarp_();
+        }
+    }
+    sync_();
+    if (off) {
+        block_mm(SUB, SUB, mat(Ls + R * LC, LC, 1), mat(Ak, LC, 1), SUB, no_mat(), no_mat(), 0,
+                 [&](int r, int c, float v, float) { Tm[r * LC + c] = v; });
+        sync_();
+        block_mm(SUB, SUB, mat(Ak + R * LC + R, LC, 1), mat(Tm, LC, 1), SUB, no_mat(), no_mat(), 0,
+                 [&](int r, int c, float v, float) { Ak[(R + r) * LC + c] = -v; });
+        sync_();
+    }
+
+    // (4) w = Akk Kb, u = Akk (β v); the forward's Aqk or the backward's dΔ_intra = Aqkᵀ dO
+    block_mm(C, K, mat(Ak, LC, 1), mat(Kb, LK, 1), C, no_mat(), no_mat(), 0,
+             [&](int r, int c, float v, float) { wg[r * K + c] = v; });
+    float *ug = a.u + p.cid * C * V;
+    block_mm(C, V, mat(Ak, LC, 1), mat(Vs, LV, 1), C, no_mat(), no_mat(), 0,
+             [&](int r, int c, float v, float) { ug[r * V + c] = v; });
+    if (!bwd) {
+        FOR(e, C * C) a.Aqk[p.cid * C * C + e] = Aq[(e / C) * LC + e % C];
+    } else {
+        float *dDig = a.dDi + p.cid * C * V;
+        block_mm(C, V, mat(Aq, 1, LC), mat(dOs, LV, 1), C, no_mat(), no_mat(), 0,
+                 [&](int r, int c, float v, float) { dDig[r * V + c] = v; });
+    }
+}
+
+// ---- state: the only sequential stage, one block per (b, value head, V tile) -------------------
+// For each chunk: h[n] = S; Δ = u - w S; S = Diag(e^{G_last}) S + kgᵀ Δ. Columns of S are
+// independent, so V tiles run in separate blocks.
+__host__ __device__ void state_body(const TcArgs &a, int64_t blk, float *sm) {
+    const int tid = tid_(), nth = nth_();
+    const int C = a.C, K = a.K, V = a.V, Vt = a.Vt, nvt = V / Vt;
+    const int LT = pad8(Vt), LW = pad4(K), LG = pad8(K);
+    const int64_t bj = blk / nvt;
+    const int v0 = (int)(blk % nvt) * Vt;
+    float *S = sm, *Ws = S + K * LT, *KGs = Ws + C * LW, *Ds = KGs + C * LG, *gls = Ds + C * LT;
+
+    FOR(e, K * Vt) {
+        int x = e / Vt, c = e % Vt;
+        S[x * LT + c] = a.init_state ? a.init_state[bj * K * V + x * V + v0 + c] : 0.0f;
+    }
+    for (int nc = 0; nc < a.NT; nc++) {
+        const int64_t cid = bj * a.NT + nc;
+        sync_(); // the previous chunk is done with the tiles and S is updated
+        FOR(e, C * K) {
+            Ws[(e / K) * LW + e % K] = a.w[cid * C * K + e];
+            KGs[(e / K) * LG + e % K] = a.kg[cid * C * K + e];
+        }
+        FOR(e, C * Vt) {
+            int i = e / Vt, c = e % Vt;
+            Ds[i * LT + c] = a.u[cid * C * V + (int64_t)i * V + v0 + c];
+        }
+        FOR(x, K) gls[x] = a.gl[cid * K + x];
+        FOR(e, K * Vt) {
+            int x = e / Vt, c = e % Vt;
+            a.h[cid * K * V + (int64_t)x * V + v0 + c] = S[x * LT + c];
+        }
+        sync_();
+        float *Dg = a.D + cid * C * V + v0;
+        block_mm(C, Vt, mat(Ws, LW, 1), mat(S, LT, 1), K, no_mat(), no_mat(), 0,
+                 [&](int r, int c, float v, float) {
+                     float d = Ds[r * LT + c] - v;
+                     Ds[r * LT + c] = d;
+                     Dg[(int64_t)r * V + c] = d;
+                 });
+        sync_();
+        block_mm(K, Vt, mat(KGs, 1, LG), mat(Ds, LT, 1), C, no_mat(), no_mat(), 0,
+                 [&](int r, int c, float v, float) { S[r * LT + c] = gls[r] * S[r * LT + c] + v; });
+    }
+    sync_();
+    if (a.final_state) {
+        FOR(e, K * Vt) {
+            int x = e / Vt, c = e % Vt;
+            a.final_state[bj * K * V + x * V + v0 + c] = S[x * LT + c];
+        }
+    }
+}
+
+// ---- output: o = qg h[n] + Aqk Δ, chunk-parallel ------------------------------------------------
+__host__ __device__ void output_body(const TcArgs &a, int64_t blk, float *sm) {
+    const int tid = tid_(), nth = nth_();
+    const int C = a.C, K = a.K, V = a.V, LK = pad4(K), LV = pad8(V), LC = pad4(C);
+    const ChunkPos p = chunk_pos(a, blk);
+    float *QG = sm, *Hs = QG + C * LK, *Aq = Hs + K * LV, *Ds = Aq + C * LC;
+
+    FOR(e, C * K) QG[(e / K) * LK + e % K] = a.qg[p.cid * C * K + e];
+    FOR(e, K * V) Hs[(e / V) * LV + e % V] = a.h[p.cid * K * V + e];
+    FOR(e, C * C) Aq[(e / C) * LC + e % C] = a.Aqk[p.cid * C * C + e];
+    FOR(e, C * V) Ds[(e / V) * LV + e % V] = a.D[p.cid * C * V + e];
+    sync_();
+    block_mm(C, V, mat(QG, LK, 1), mat(Hs, LV, 1), K, mat(Aq, LC, 1), mat(Ds, LV, 1), C,
+             [&](int r, int c, float v1, float v2) {
+                 if (r < p.n) a.o[v_at(a, p.b, p.t0 + r, p.j) + c] = stbf(v1 + v2);
+             });
+}
+
+// ---- reverse state pass, one block per (b, value head, V tile) ----------------------------------
+// dS starts at the final-state gradient. For chunks in reverse: dh[n] = dS (gradient w.r.t. the
+// chunk-end state); dΔ = dΔ_intra + kg dS; dS = Diag(e^{G_last}) dS + qgᵀ dO - wᵀ dΔ.
+__host__ __device__ void state_bwd_body(const TcArgs &a, int64_t blk, float *sm) {
+    const int tid = tid_(), nth = nth_();
+    const int C = a.C, K = a.K, V = a.V, Vt = a.Vt, nvt = V / Vt;
+    const int LT = pad8(Vt), LW = pad8(K), LG = pad4(K);
+    const int64_t bj = blk / nvt;
+    const int v0 = (int)(blk % nvt) * Vt, b = (int)(bj / a.HV), j = (int)(bj % a.HV);
+    float *dS = sm, *Ws = dS + K * LT, *KGs = Ws + C * LW, *QGs = KGs + C * LG;
+    float *dDs = QGs + C * LW, *dOs = dDs + C * LT, *gls = dOs + C * LT;
+
+    FOR(e, K * Vt) {
+        int x = e / Vt, c = e % Vt;
+        dS[x * LT + c] = a.dfinal ? a.dfinal[bj * K * V + x * V + v0 + c] : 0.0f;
+    }
+    for (int nc = a.NT - 1; nc >= 0; nc--) {
+        const int64_t cid = bj * a.NT + nc;
+        const int t0 = nc * C;
+        sync_();
+        FOR(e, C * K) {
+            int i = e / K, c = e % K;
+            Ws[i * LW + c] = a.w[cid * C * K + e];
+            KGs[i * LG + c] = a.kg[cid * C * K + e];
+            QGs[i * LW + c] = a.qg[cid * C * K + e];
+        }
+        FOR(e, C * Vt) {
+            int i = e / Vt, c = e % Vt;
+            dDs[i * LT + c] = a.dDi[cid * C * V + (int64_t)i * V + v0 + c];
+            dOs[i * LT + c] = t0 + i < a.T ? ldbf(a.dO[v_at(a, b, t0 + i, j) + v0 + c]) : 0.0f;
+        }
+        FOR(x, K) gls[x] = a.gl[cid * K + x];
+        FOR(e, K * Vt) {
+            int x = e / Vt, c = e % Vt;
+            a.dh[cid * K * V + (int64_t)x * V + v0 + c] = dS[x * LT + c];
+        }
+        sync_();
+        float *dDg = a.dD + cid * C * V + v0;
+        block_mm(C, Vt, mat(KGs, LG, 1), mat(dS, LT, 1), K, no_mat(), no_mat(), 0,
+                 [&](int r, int c, float v, float) {
+                     float s = dDs[r * LT + c] + v;
+                     dDs[r * LT + c] = s;
+                     dDg[(int64_t)r * V + c] = s;
+                 });
+        sync_();
+        block_mm(K, Vt, mat(QGs, 1, LW), mat(dOs, LT, 1), C, mat(Ws, 1, LW), mat(dDs, LT, 1), C,
+                 [&](int r, int c, float vq, float vw) {
+                     dS[r * LT + c] = gls[r] * dS[r * LT + c] + vq - vw;
+                 });
+    }
+    sync_();
+    if (a.dinit) {
+        FOR(e, K * Vt) {
+            int x = e / Vt, c = e % Vt;
+            a.dinit[bj * K * V + x * V + v0 + c] = dS[x * LT + c];
+        }
+    }
+}
+
+// ---- main backward of one chunk (cpu/kda_chunk.c chunk_backward, minus the state gradient) -----
+// Given S0 = h[n], dS = dh[n], Δ and the full dΔ: dAqk, the inter-chunk parts of dq/dk/dΓ,
+// dw = -dΔ S0ᵀ, the WY backward, dL = -Akkᵀ dAkk Akkᵀ, the pairwise intra terms, dβ, dv, and
+// dg = the reverse chunk-local cumsum of dΓ.
+__host__ __device__ void bwd_body(const TcArgs &a, int64_t blk, float *sm) {
+    const int tid = tid_(), nth = nth_();
+    const int C = a.C, K = a.K, V = a.V, Vt = a.Vt, R = SUB;
+    const int LK = pad4(K), LV = pad4(V), LC = pad4(C), LT = pad4(Vt);
+    const ChunkPos p = chunk_pos(a, blk);
+    const int n = p.n;
+    const bool off = has_off(C, n);
+    const float scale = a.scale;
+    const int CK = C * LK, SK = C > SUB ? SUB * LK : 0;
+    float *Qs = sm, *Ks = Qs + CK, *Gs = Ks + CK, *Kb = Gs + CK, *dq = Kb + CK, *dk = dq + CK;
+    float *dG = dk + CK, *dw = dG + CK, *tk = dw + CK, *T1 = tk + CK, *T2 = T1 + CK, *T3 = T2 + CK;
+    float *Qf = T3 + CK, *Kf = Qf + SK, *Kfb = Kf + SK, *Kr = Kfb + SK;
+    float *dOs = Kr + SK, *Ds = dOs + C * LV, *dDs = Ds + C * LV, *Vs = dDs + C * LV;
+    float *S0t = Vs + C * LV, *dSt = S0t + K * LT;
+    float *KK = dSt + K * LT, *Ak = KK + C * LC, *dAqk = Ak + C * LC, *dAkk = dAqk + C * LC;
+    // Tm (the inverse's temporary of (2)) shares M's tile, which is first written in (5)
+    float *Mm = dAkk + C * LC, *Tm = Mm, *bs = Mm + C * LC, *dbs = bs + C, *dGl = dbs + C;
+
+    // (0) gather the chunk; zero the accumulators
+    FOR(e, C * K) {
+        int i = e / K, c = e % K, t = p.t0 + i, x = i * LK + c;
+        bool in = i < n;
+        Qs[x] = in ? ldbf(a.q[qk_at(a, p.b, t, p.hq) + c]) : 0.0f;
+        Ks[x] = in ? ldbf(a.k[qk_at(a, p.b, t, p.hq) + c]) : 0.0f;
+        Gs[x] = in ? a.gcum[g_at(a, p.b, t, p.j) + c] : 0.0f;
+        dq[x] = dk[x] = dG[x] = dw[x] = tk[x] = 0.0f;
+    }
+    FOR(e, C * V) {
+        int i = e / V, c = e % V, t = p.t0 + i, x = i * LV + c;
+        bool in = i < n;
+        Vs[x] = in ? ldbf(a.v[v_at(a, p.b, t, p.j) + c]) : 0.0f;
+        dOs[x] = in ? ldbf(a.dO[v_at(a, p.b, t, p.j) + c]) : 0.0f;
+        Ds[x] = a.D[p.cid * C * V + e];
+        dDs[x] = a.dD[p.cid * C * V + e];
+    }
+    FOR(i, C) bs[i] = i < n ? a.beta[beta_at(a, p.b, p.t0 + i, p.j)] : 0.0f;
+    FOR(c, K) dGl[c] = 0.0f;
+    sync_();
+
+    // (1) KK (strict lower; L = β_i KK): the diagonal sub-blocks pairwise, the off-diagonal one
+    //     factored (its factors also serve the pair gradients of (7)); dAqk = mask_{j<=i}(dO Δᵀ)
+    //     on the tensor cores; Kb = β k e^G; Akk := I
+    if (off) {
+        FOR(e, SUB * K) {
+            int i = e / K, c = e % K, r = R + i;
+            float gR = Gs[R * LK + c], f = r < n ? fexp(Gs[r * LK + c] - gR) : 0.0f;
+            Qf[i * LK + c] = Qs[r * LK + c] * f;
+            Kf[i * LK + c] = Ks[r * LK + c] * f;
+            Kfb[i * LK + c] = bs[r] * Ks[r * LK + c] * f;
+            Kr[i * LK + c] = Ks[i * LK + c] * fexp(gR - Gs[i * LK + c]);
+        }
+    }
+    FOR(e, C * C) {
+        int i = e / C, jj = e % C;
+        Ak[i * LC + jj] = i == jj ? 1.0f : 0.0f;
+        if (jj < i && (i / SUB) != (jj / SUB)) {
+            if (!off) KK[i * LC + jj] = 0.0f;
+            continue;
+        }
+        float kk = 0.0f;
+        if (i < n && jj < i)
+            for (int c = 0; c < K; c++)
+                kk += Ks[i * LK + c] * Ks[jj * LK + c] * fexp(Gs[i * LK + c] - Gs[jj * LK + c]);
+        KK[i * LC + jj] = kk;
+    }
+    FOR(e, C * K) {
+        int i = e / K, c = e % K;
+        Kb[i * LK + c] = bs[i] * Ks[i * LK + c] * fexp(Gs[i * LK + c]);
+    }
+    block_mm(C, C, mat(dOs, LV, 1), mat(Ds, 1, LV), V, no_mat(), no_mat(), 0,
+             [&](int r, int c, float v, float) { dAqk[r * LC + c] = r < n && c <= r ? v : 0.0f; });
+    sync_();
+    if (off) {
+        block_mm(SUB, SUB, mat(Kf, LK, 1), mat(Kr, 1, LK), K, no_mat(), no_mat(), 0,
+                 [&](int r, int c, float v, float) { KK[(R + r) * LC + c] = v; });
+    }
+    sync_();
+
+    // (2) Akk = (I + L)^-1 (as intra_body, with L = β_i KK)
+    for (int I = warp_(); I * SUB < n; I += nwarp_()) {
+        const int r0 = I * SUB, nb = imin(SUB, n - r0);
+        for (int m = 0; m + 1 < nb; m++) {
+            const int cols = m + 1;
+            WFOR(e, (nb - 1 - m) * cols) {
+                int r = r0 + m + 1 + e / cols, c = r0 + e % cols;
+                Ak[r * LC + c] -= bs[r] * KK[r * LC + r0 + m] * Ak[(r0 + m) * LC + c];
+            }
+            syncwarp_();
+        }
+    }
+    sync_();
+    if (off) {
+        block_mm(SUB, SUB, mat(KK + R * LC, LC, 1), mat(Ak, LC, 1), SUB, no_mat(), no_mat(), 0,
+                 [&](int r, int c, float v, float) { Tm[r * LC + c] = bs[R + r] * v; });
+        sync_();
+        block_mm(SUB, SUB, mat(Ak + R * LC + R, LC, 1), mat(Tm, LC, 1), SUB, no_mat(), no_mat(), 0,
+                 [&](int r, int c, float v, float) { Ak[(R + r) * LC + c] = -v; });
+        sync_();
+    }
+
+    // (3) state terms, V tile by tile, summed on the tensor cores: T1 = dO S0ᵀ, T2 = Δ dSᵀ,
+    //     T3 = dΔ S0ᵀ [C, K]; dΓ_last += e^{G_last} Σ_v dS S0
+    const float *Gl = Gs + (n - 1) * LK;
+    for (int v0 = 0; v0 < V; v0 += Vt) {
+        FOR(e, K * Vt) {
+            int x = e / Vt, c = e % Vt;
+            S0t[x * LT + c] = a.h[p.cid * K * V + (int64_t)x * V + v0 + c];
+            dSt[x * LT + c] = a.dh[p.cid * K * V + (int64_t)x * V + v0 + c];
+        }
+        sync_();
+        const bool first = v0 == 0;
+        block_mm(C, K, mat(dOs + v0, LV, 1), mat(S0t, 1, LT), Vt, mat(dDs + v0, LV, 1),
+                 mat(S0t, 1, LT), Vt, [&](int r, int c, float vo, float vd) {
+                     T1[r * LK + c] = (first ? 0.0f : T1[r * LK + c]) + vo;
+                     T3[r * LK + c] = (first ? 0.0f : T3[r * LK + c]) + vd;
+                 });
+        block_mm(C, K, mat(Ds + v0, LV, 1), mat(dSt, 1, LT), Vt, no_mat(), no_mat(), 0,
+                 [&](int r, int c, float v, float) {
+                     T2[r * LK + c] = (first ? 0.0f : T2[r * LK + c]) + v;
+                 });
+        FOR(c, K) {
+            float s = 0.0f;
+            for (int vv = 0; vv < Vt; vv++)
+                s += dSt[c * LT + vv] * S0t[c * LT + vv];
+            dGl[c] += fexp(Gl[c]) * s;
+        }
+        sync_();
+    }
+    FOR(e, C * K) {
+        int i = e / K, c = e % K, x = i * LK + c;
+        float eg = fexp(Gs[x]), el = fexp(Gl[c] - Gs[x]);
+        float dqi = scale * eg * T1[x], tkv = Ks[x] * el * T2[x];
+        dq[x] += dqi; // o has (scale q e^G) S0
+        dG[x] += Qs[x] * dqi - tkv;
+        dk[x] += el * T2[x]; // S_end has (k e^{G_last - G})ᵀ Δ
+        tk[x] = tkv;         // summed into dΓ_last below
+        dw[x] = -T3[x];      // Δ = u - w S0
+    }
+    sync_();
+    FOR(c, K) {
+        float s = 0.0f;
+        for (int i = 0; i < n; i++)
+            s += tk[i * LK + c];
+        dGl[c] += s;
+    }
+    sync_();
+
+    // (4) WY backward: dAkk = dΔ (βv)ᵀ + dw Kbᵀ (strict lower); dVb = Akkᵀ dΔ (into dOs, free
+    //     now) with dv = β dVb; dKb = Akkᵀ dw (into tk, free now)
+    block_mm(C, C, mat(dDs, LV, 1), mat(Vs, 1, LV), V, mat(dw, LK, 1), mat(Kb, 1, LK), K,
+             [&](int r, int c, float vv, float vk) {
+                 dAkk[r * LC + c] = r < n && c < r ? bs[c] * vv + vk : 0.0f;
+             });
+    block_mm(C, V, mat(Ak, 1, LC), mat(dDs, LV, 1), C, no_mat(), no_mat(), 0,
+             [&](int r, int c, float v, float) {
+                 dOs[r * LV + c] = v;
+                 if (r < n) a.dv[v_at(a, p.b, p.t0 + r, p.j) + c] = stbf(bs[r] * v);
+             });
+    block_mm(C, K, mat(Ak, 1, LC), mat(dw, LK, 1), C, no_mat(), no_mat(), 0,
+             [&](int r, int c, float v, float) { tk[r * LK + c] = v; });
+    sync_();
+
+    // (5) M = Akkᵀ dAkk; Kb = β k e^G: dk += β e^G dKb, dΓ += Kb dKb; dβ = v·dVb + (k e^G)·dKb
+    block_mm(C, C, mat(Ak, 1, LC), mat(dAkk, LC, 1), C, no_mat(), no_mat(), 0,
+             [&](int r, int c, float v, float) { Mm[r * LC + c] = v; });
+    FOR(e, C * K) {
+        int i = e / K, c = e % K, x = i * LK + c;
+        dk[x] += bs[i] * fexp(Gs[x]) * tk[x];
+        dG[x] += Kb[x] * tk[x];
+    }
+    FOR(i, C) {
+        float s = 0.0f;
+        for (int v = 0; v < V; v++)
+            s += Vs[i * LV + v] * dOs[i * LV + v];
+        for (int c = 0; c < K; c++)
+            s += Ks[i * LK + c] * fexp(Gs[i * LK + c]) * tk[i * LK + c];
+        dbs[i] = s;
+    }
+    sync_();
+
+    // (6) dL = -M Akkᵀ on the strict lower triangle (into dAkk, no longer read)
+    block_mm(C, C, mat(Mm, LC, 1), mat(Ak, 1, LC), C, no_mat(), no_mat(), 0,
+             [&](int r, int c, float v, float) { dAkk[r * LC + c] = r < n && c < r ? -v : 0.0f; });
+    sync_();
+
+    // (7) pair terms of Aqk (j <= i) and L (j < i), per (row r, channel c):
+    //     rowQ_r = Σ_j a_rj k_j e_rj, rowK_r = Σ_j l_rj k_j e_rj, colX_r = Σ_i (a_ir q_i + l_ir
+    //     k_i) e_ir with a = scale dAqk, l = β_i dL_ij, e_ij = e^{Γ_i - Γ_j}; then dq_r += rowQ,
+    //     dk_r += rowK + colX, dΓ_r += q_r rowQ + k_r rowK - k_r colX. The off-diagonal sub-block
+    //     (rows R.. x columns ..R-1) on the tensor cores through the factors of (1): T1 = rowQ and
+    //     T2 = rowK of rows R.., T3 = colX of rows ..R-1.
+    if (off) {
+        block_mm(SUB, K, mat(dAqk + R * LC, LC, 1), mat(Kr, LK, 1), SUB, mat(dAkk + R * LC, LC, 1),
+                 mat(Kr, LK, 1), SUB, [&](int r, int c, float vq, float vl) {
+                     bool in = R + r < n;
+                     float f = in ? fexp(Gs[(R + r) * LK + c] - Gs[R * LK + c]) : 0.0f;
+                     T1[(R + r) * LK + c] = in ? scale * vq * f : 0.0f;
+                     T2[(R + r) * LK + c] = in ? bs[R + r] * vl * f : 0.0f;
+                 });
+        block_mm(SUB, K, mat(dAqk + R * LC, 1, LC), mat(Qf, LK, 1), SUB, mat(dAkk + R * LC, 1, LC),
+                 mat(Kfb, LK, 1), SUB, [&](int r, int c, float vq, float vk) {
+                     T3[r * LK + c] = (scale * vq + vk) * fexp(Gs[R * LK + c] - Gs[r * LK + c]);
+                 });
+    }
+    sync_();
+    FOR(e, C * K) {
+        int r = e / K, c = e % K, x = r * LK + c;
+        if (r < n) {
+            const int s0 = r / SUB * SUB, s1 = imin(n, s0 + SUB); // r's sub-block
+            float gr = Gs[x], kr = Ks[x], qr = Qs[x];
+            float rq = 0.0f, rk = 0.0f, cx = 0.0f;
+            for (int jj = s0; jj <= r; jj++) {
+                float kj = Ks[jj * LK + c] * fexp(gr - Gs[jj * LK + c]);
+                rq += scale * dAqk[r * LC + jj] * kj;
+                rk += bs[r] * dAkk[r * LC + jj] * kj;
+            }
+            for (int i = r; i < s1; i++) {
+                float ex = fexp(Gs[i * LK + c] - gr);
+                float av = scale * dAqk[i * LC + r], lv = bs[i] * dAkk[i * LC + r];
+                cx += (av * Qs[i * LK + c] + lv * Ks[i * LK + c]) * ex;
+            }
+            if (off && r >= R) rq += T1[x], rk += T2[x];
+            if (off && r < R) cx += T3[x];
+            dq[x] += rq;
+            dk[x] += rk + cx;
+            dG[x] += qr * rq + kr * rk - kr * cx;
+        }
+    }
+    FOR(i, n) {
+        float s = 0.0f;
+        for (int jj = 0; jj < i; jj++)
+            s += dAkk[i * LC + jj] * KK[i * LC + jj];
+        dbs[i] += s;
+    }
+    sync_();
+
+    // (8) write out: dg = reverse chunk-local cumsum of dΓ (with the Γ_last terms), dq, dk, dβ
+    FOR(c, K) {
+        float acc = dGl[c];
+        for (int i = n - 1; i >= 0; i--) {
+            acc += dG[i * LK + c];
+            a.dg[g_at(a, p.b, p.t0 + i, p.j) + c] = acc;
+        }
+    }
+    const int gva = a.HV != a.H, heads = gva ? a.HV : a.H, hw = gva ? p.j : p.hq;
+    FOR(e, n * K) {
+        int i = e / K, c = e % K;
+        int64_t o = (((int64_t)p.b * a.T + p.t0 + i) * heads + hw) * K + c;
+        a.dq[o] = dq[i * LK + c];
+        a.dk[o] = dk[i * LK + c];
+    }
+    FOR(i, n) a.dbeta[beta_at(a, p.b, p.t0 + i, p.j)] = dbs[i];
+}
+
+// GVA: dq/dk per value head [N, HV, K] -> summed per q/k head [N, H, K] (fixed order).
+__host__ __device__ inline void gva_sum_item(float *out, const float *in, int64_t e, int H, int HV,
+                                             int K) {
+    int64_t tok = e / ((int64_t)H * K);
+    int h = (int)(e / K % H), c = (int)(e % K), G = HV / H;
+    float s = 0.0f;
+    for (int r = 0; r < G; r++)
+        s += in[(tok * HV + (int64_t)h * G + r) * K + c];
+    out[e] = s;
+}
+
+// ---- device entry points ------------------------------------------------------------------------
+
+__global__ void __launch_bounds__(TC_THREADS) tc_intra_k(TcArgs a, bool bwd) {
+    extern __shared__ float sm[];
+    intra_body(a, blockIdx.x, sm, bwd);
+}
+__global__ void __launch_bounds__(TC_THREADS) tc_state_k(TcArgs a) {
+    extern __shared__ float sm[];
+    state_body(a, blockIdx.x, sm);
+}
+__global__ void __launch_bounds__(TC_THREADS) tc_output_k(TcArgs a) {
+    extern __shared__ float sm[];
+    output_body(a, blockIdx.x, sm);
+}
+__global__ void __launch_bounds__(TC_THREADS) tc_state_bwd_k(TcArgs a) {
+    extern __shared__ float sm[];
+    state_bwd_body(a, blockIdx.x, sm);
+}
+__global__ void __launch_bounds__(TC_THREADS) tc_bwd_k(TcArgs a) {
+    extern __shared__ float sm[];
+    bwd_body(a, blockIdx.x, sm);
+}
+__global__ void tc_gva_sum_k(float *out, const float *in, int64_t n, int H, int HV, int K) {
+    for (int64_t e = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; e < n;
+         e += (int64_t)gridDim.x * blockDim.x)
+        gva_sum_item(out, in, e, H, HV, K);
+}
+
+// ---- argument setup shared by the device and host drivers ---------------------------------------
+
+int tile_v(int64_t V) {
+    return V > 32 && V % 32 == 0 ? 32 : (int)V;
+}
+
+TcArgs make_args(const KdaDims *d) {
+    TcArgs a;
+    memset(&a, 0, sizeof a);
+    a.B = (int)d->B, a.T = (int)d->T, a.H = (int)d->H, a.HV = (int)d->HV;
+    a.K = (int)d->K, a.V = (int)d->V, a.C = (int)d->chunk;
+    a.NT = (int)((d->T + d->chunk - 1) / d->chunk);
+    a.Vt = tile_v(d->V);
+    a.scale = d->scale;
+    return a;
+}
+
+// Scratch floats per chunk and head, and the carving of one buffer into the scratch tensors
+// (kda_fast.cu's layout, so the kept h and Δ are interchangeable).
+size_t scratch_per_chunk(const TcArgs &a) {
+    return (size_t)(3 * a.C * a.K + 4 * a.C * a.V + a.C * a.C + a.K + 2 * a.K * a.V);
+}
+size_t scratch_floats(const TcArgs &a) {
+    size_t chunks = (size_t)a.B * a.HV * a.NT;
+    size_t gva = a.HV != a.H ? 2 * (size_t)a.B * a.T * a.HV * a.K : 0;
+    return chunks * scratch_per_chunk(a) + gva;
+}
+void carve(TcArgs &a, float *p) {
+    size_t ch = (size_t)a.B * a.HV * a.NT, CK = ch * a.C * a.K, CV = ch * a.C * a.V;
+    a.w = p, p += CK;
+    a.kg = p, p += CK;
+    a.qg = p, p += CK;
+    a.u = p, p += CV;
+    a.D = p, p += CV;
+    a.dDi = p, p += CV;
+    a.dD = p, p += CV;
+    a.Aqk = p, p += ch * a.C * a.C;
+    a.gl = p, p += ch * a.K;
+    a.h = p, p += ch * a.K * a.V;
+    a.dh = p, p += ch * a.K * a.V;
+    if (a.HV != a.H) { // per value head dq/dk, summed by gva_sum
+        size_t n = (size_t)a.B * a.T * a.HV * a.K;
+        a.dq = p, p += n;
+        a.dk = p;
+    }
+}
+// keep (M0): h and Δ live in the caller's buffer (h first, kda_fast_keep_floats).
+void keep_carve(TcArgs &a, float *keep) {
+    size_t ch = (size_t)a.B * a.HV * a.NT;
+    a.h = keep;
+    a.D = keep + ch * a.K * a.V;
+}
+
+size_t max_smem_bytes(const TcArgs &a) {
+    size_t m = intra_floats(a.C, a.K, a.V, true);
+    size_t s[] = {state_floats(a.C, a.K, a.Vt), output_floats(a.C, a.K, a.V),
+                  bwd_floats(a.C, a.K, a.V, a.Vt)};
+    for (size_t i = 0; i < sizeof s / sizeof s[0]; i++)
+        if (s[i] > m) m = s[i];
+    return m * sizeof(float);
+}
+
+int set_smem(KdaCudaCtx *ctx, const void *fn, size_t bytes) {
+    if (ctx->plan_off) // KDA_GEMM_PLAN=0: the per-launch attribute call of before
+        CUDA_CHECK(
+            ctx, cudaFuncSetAttribute(fn, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)bytes));
+    else if (kda_cuda_smem_limit(ctx, fn, bytes))
+        return -1;
+    return 0;
+}
+
+// Launches `kern` on `blocks` blocks with `floats` of shared memory. With `ev` (kda_tc_profile)
+// an event is recorded after the launch into *ev, which then advances.
+template <typename... Args>
+int launch(KdaCudaCtx *ctx, cudaEvent_t **ev, void (*kern)(Args...), int64_t blocks, size_t floats,
+           Args... args) {
+    size_t bytes = floats * sizeof(float);
+    if (set_smem(ctx, (const void *)kern, bytes)) return -1;
+    kern<<<(unsigned)blocks, TC_THREADS, bytes, ctx->stream>>>(args...);
+    CUDA_CHECK_LAUNCH(ctx);
+    if (ev) CUDA_CHECK(ctx, cudaEventRecord(*(*ev)++, ctx->stream));
+    return 0;
+}
+
+int prepare(KdaCudaCtx *ctx, TcArgs &a, const KdaDims *d) {
+    a = make_args(d);
+    KDA_CUDA_REQUIRE(ctx, kda_tc_supported(d, ctx->info.smem_per_block_optin));
+    float *ws = (float *)kda_cuda_scratch(ctx, scratch_floats(a) * sizeof(float));
+    if (!ws) return -1;
+    carve(a, ws);
+    return 0;
+}
+
+int tc_fwd(KdaCudaCtx *ctx, cudaEvent_t **ev, kda_bf16 *o, float *final_state, const kda_bf16 *q,
+           const kda_bf16 *k, const kda_bf16 *v, const float *gcum, const float *beta,
+           const float *init_state, const KdaDims *d, float *keep) {
+    TcArgs a;
+    if (prepare(ctx, a, d)) return -1;
+    if (keep) keep_carve(a, keep);
+    a.q = q, a.k = k, a.v = v, a.gcum = gcum, a.beta = beta, a.init_state = init_state;
+    a.o = o, a.final_state = final_state;
+    int64_t chunks = (int64_t)a.B * a.HV * a.NT, tiles = (int64_t)a.B * a.HV * (a.V / a.Vt);
+    if (launch(ctx, ev, tc_intra_k, chunks, intra_floats(a.C, a.K, a.V, false), a, false) ||
+        launch(ctx, ev, tc_state_k, tiles, state_floats(a.C, a.K, a.Vt), a) ||
+        launch(ctx, ev, tc_output_k, chunks, output_floats(a.C, a.K, a.V), a))
+        return -1;
+    return 0;
+}
+
+int tc_bwd(KdaCudaCtx *ctx, cudaEvent_t **ev, float *dq, float *dk, kda_bf16 *dv, float *dg,
+           float *dbeta, float *dinit_state, const kda_bf16 *d_o, const float *dfinal_state,
+           const kda_bf16 *q, const kda_bf16 *k, const kda_bf16 *v, const float *gcum,
+           const float *beta, const float *init_state, const KdaDims *d, const float *kept) {
+    TcArgs a;
+    if (prepare(ctx, a, d)) return -1;
+    if (kept) keep_carve(a, (float *)kept); // read only: the state pass that writes them is skipped
+    a.q = q, a.k = k, a.v = v, a.dO = d_o, a.gcum = gcum, a.beta = beta;
+    a.init_state = init_state, a.dfinal = dfinal_state;
+    a.dv = dv, a.dg = dg, a.dbeta = dbeta, a.dinit = dinit_state;
+    if (a.HV == a.H) a.dq = dq, a.dk = dk;
+    int64_t chunks = (int64_t)a.B * a.HV * a.NT, tiles = (int64_t)a.B * a.HV * (a.V / a.Vt);
+    if (launch(ctx, ev, tc_intra_k, chunks, intra_floats(a.C, a.K, a.V, true), a, true) ||
+        (!kept && launch(ctx, ev, tc_state_k, tiles, state_floats(a.C, a.K, a.Vt), a)) ||
+        launch(ctx, ev, tc_state_bwd_k, tiles, state_floats(a.C, a.K, a.Vt), a) ||
+        launch(ctx, ev, tc_bwd_k, chunks, bwd_floats(a.C, a.K, a.V, a.Vt), a))
+        return -1;
+    if (a.HV != a.H) {
+        int64_t n = (int64_t)a.B * a.T * a.H * a.K;
+        tc_gva_sum_k<<<grid_for(n), 256, 0, ctx->stream>>>(dq, a.dq, n, a.H, a.HV, a.K);
+        CUDA_CHECK_LAUNCH(ctx);
+        tc_gva_sum_k<<<grid_for(n), 256, 0, ctx->stream>>>(dk, a.dk, n, a.H, a.HV, a.K);
+        CUDA_CHECK_LAUNCH(ctx);
+    }
+    if (ev) CUDA_CHECK(ctx, cudaEventRecord(*(*ev)++, ctx->stream));
+    return 0;
+}
+
+// Deterministic pseudo-random fill for kda_tc_profile (kda_fast_profile's): q, k ~ ±1/sqrt(K),
+// v, dO ~ ±1, β = 0.5, gcum = -0.05·(position in chunk + 1) (a realistic decay).
+__global__ void tc_profile_fill_k(kda_bf16 *q, kda_bf16 *k, kda_bf16 *v, kda_bf16 *dO, float *gcum,
+                                  float *beta, KdaDims d) {
+    int64_t nqk = d.B * d.T * d.H * d.K, nv = d.B * d.T * d.HV * d.V, ng = d.B * d.T * d.HV * d.K;
+    int64_t nmax = nv > nqk ? nv : nqk;
+    nmax = ng > nmax ? ng : nmax;
+    float sk = rsqrtf((float)d.K);
+    for (int64_t e = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; e < nmax;
+         e += (int64_t)gridDim.x * blockDim.x) {
+        unsigned hsh = (unsigned)(e * 2654435761u) ^ 0x9e3779b9u;
+        float r = (float)(hsh % 2001u) / 1000.0f - 1.0f; // [-1, 1]
+        if (e < nqk) q[e] = stbf(r * sk), k[e] = stbf(-r * sk * 0.9f);
+        if (e < nv) v[e] = stbf(r), dO[e] = stbf(0.5f * r);
+        if (e < ng) gcum[e] = -0.05f * (float)((e / (d.HV * d.K)) % d.T % d.chunk + 1);
+        if (e < d.B * d.T * d.HV) beta[e] = 0.5f;
+    }
+}
+
+// ---- host emulation -----------------------------------------------------------------------------
+struct HostRun {
+    TcArgs a;
+    float *ws, *sm;
+    int64_t chunks, tiles;
+};
+
+void host_begin(HostRun *r, const KdaDims *d) {
+    r->a = make_args(d);
+    r->ws = (float *)kda_calloc(scratch_floats(r->a), sizeof(float));
+    r->sm = (float *)kda_calloc(max_smem_bytes(r->a) / sizeof(float), sizeof(float));
+    carve(r->a, r->ws);
+    r->chunks = (int64_t)r->a.B * r->a.HV * r->a.NT;
+    r->tiles = (int64_t)r->a.B * r->a.HV * (r->a.V / r->a.Vt);
+}
+void host_end(HostRun *r) {
+    free(r->ws);
+    free(r->sm);
+}
+
+} // namespace
+
+// ---- public entry points ------------------------------------------------------------------------
+
+extern "C" int kda_tc_selected(void) {
+    const char *s = getenv("KDA_CORE");
+    return s && !strcmp(s, "tc");
+}
+
+extern "C" int kda_tc_supported(const KdaDims *d, size_t smem_optin) {
+    if ((d->chunk != 16 && d->chunk != 32) || d->K < 16 || d->K % 16 || d->V < 8 || d->V % 8 ||
+        d->H < 1 || d->HV % d->H)
+        return 0;
+    if (d->B * d->T * d->HV * (d->K > d->V ? d->K : d->V) >= ((int64_t)1 << 31)) return 0;
+    TcArgs a = make_args(d);
+    if (a.Vt % 8) return 0;
+    return max_smem_bytes(a) <= smem_optin;
+}
+
+extern "C" int kda_tc_fwd(KdaCudaCtx *ctx, kda_bf16 *o, float *final_state, const kda_bf16 *q,
+                          const kda_bf16 *k, const kda_bf16 *v, const float *gcum,
+                          const float *beta, const float *init_state, const KdaDims *d) {
+    return tc_fwd(ctx, NULL, o, final_state, q, k, v, gcum, beta, init_state, d, NULL);
+}
+
+extern "C" int kda_tc_fwd_keep(KdaCudaCtx *ctx, kda_bf16 *o, float *final_state, const kda_bf16 *q,
+                               const kda_bf16 *k, const kda_bf16 *v, const float *gcum,
+                               const float *beta, const float *init_state, const KdaDims *d,
+                               float *keep) {
+    KDA_CUDA_REQUIRE(ctx, keep != NULL);
+    return tc_fwd(ctx, NULL, o, final_state, q, k, v, gcum, beta, init_state, d, keep);
+}
+
+extern "C" int kda_tc_bwd(KdaCudaCtx *ctx, float *dq, float *dk, kda_bf16 *dv, float *dg,
+                          float *dbeta, float *dinit_state, const kda_bf16 *d_o,
+                          const float *dfinal_state, const kda_bf16 *q, const kda_bf16 *k,
+                          const kda_bf16 *v, const float *gcum, const float *beta,
+                          const float *init_state, const KdaDims *d) {
+    return tc_bwd(ctx, NULL, dq, dk, dv, dg, dbeta, dinit_state, d_o, dfinal_state, q, k, v, gcum,
+                  beta, init_state, d, NULL);
+}
+
+extern "C" int kda_tc_bwd_kept(KdaCudaCtx *ctx, float *dq, float *dk, kda_bf16 *dv, float *dg,
+                               float *dbeta, float *dinit_state, const kda_bf16 *d_o,
+                               const float *dfinal_state, const kda_bf16 *q, const kda_bf16 *k,
+                               const kda_bf16 *v, const float *gcum, const float *beta,
+                               const float *init_state, const KdaDims *d, const float *kept) {
+    KDA_CUDA_REQUIRE(ctx, kept != NULL);
+    return tc_bwd(ctx, NULL, dq, dk, dv, dg, dbeta, dinit_state, d_o, dfinal_state, q, k, v, gcum,
+                  beta, init_state, d, kept);
+}
+
+extern "C" int kda_tc_profile(KdaCudaCtx *ctx, const KdaDims *d, int reps, float ms[8]) {
+    int64_t nqk = d->B * d->T * d->H * d->K, nv = d->B * d->T * d->HV * d->V;
+    int64_t ng = d->B * d->T * d->HV * d->K, nb = d->B * d->T * d->HV;
+    size_t bytes = (size_t)(2 * nqk + 3 * nv) * 2 + (size_t)(2 * ng + 2 * nb + 2 * nqk) * 4;
+    char *buf = (char *)kda_cuda_alloc(ctx, bytes);
+    if (!buf) return -1;
+    kda_bf16 *q = (kda_bf16 *)buf, *k = q + nqk, *v = k + nqk, *dO = v + nv, *o = dO + nv;
+    float *gcum = (float *)(o + nv), *beta = gcum + ng, *dg = beta + nb, *dbeta = dg + ng;
+    float *dq = dbeta + nb, *dk = dq + nqk;
+    kda_bf16 *dv = o; // o is not read by the backward
+    cudaEvent_t ev[9];
+    int rc = 0, made = 0;
+    for (; made < 9 && rc == 0; made++)
+        if (cudaEventCreate(&ev[made]) != cudaSuccess) rc = -1;
+    for (int i = 0; i < 8; i++)
+        ms[i] = 1e30f;
+    tc_profile_fill_k<<<grid_for(nv > ng ? nv : ng), 256, 0, ctx->stream>>>(q, k, v, dO, gcum, beta,
+                                                                            *d);
+    for (int r = 0; r < reps && rc == 0; r++) {
+        cudaEvent_t *e = ev;
+        if (cudaEventRecord(*e++, ctx->stream) != cudaSuccess ||
+            tc_fwd(ctx, &e, o, NULL, q, k, v, gcum, beta, NULL, d, NULL) ||
+            tc_bwd(ctx, &e, dq, dk, dv, dg, dbeta, NULL, dO, NULL, q, k, v, gcum, beta, NULL, d,
+                   NULL) ||
+            kda_cuda_sync(ctx)) {
+            rc = -1;
+            break;
+        }
+        for (int i = 0; i < 8; i++) { // per-kernel minimum over the repetitions
+            float t = 0.0f;
+            cudaEventElapsedTime(&t, ev[i], ev[i + 1]);
+            ms[i] = t < ms[i] ? t : ms[i];
+        }
+    }
+    for (int i = 0; i < made; i++)
+        cudaEventDestroy(ev[i]);
+    kda_cuda_release(buf);
+    return rc;
+}
+
+extern "C" void kda_tc_fwd_host(kda_bf16 *o, float *final_state, const kda_bf16 *q,
+                                const kda_bf16 *k, const kda_bf16 *v, const float *gcum,
+                                const float *beta, const float *init_state, const KdaDims *d,
+                                float *keep) {
+    HostRun r;
+    host_begin(&r, d);
+    TcArgs &a = r.a;
+    if (keep) keep_carve(a, keep);
+    a.q = q, a.k = k, a.v = v, a.gcum = gcum, a.beta = beta, a.init_state = init_state;
+    a.o = o, a.final_state = final_state;
+    for (int64_t b = 0; b < r.chunks; b++)
+        intra_body(a, b, r.sm, false);
+    for (int64_t b = 0; b < r.tiles; b++)
+        state_body(a, b, r.sm);
+    for (int64_t b = 0; b < r.chunks; b++)
+        output_body(a, b, r.sm);
+    host_end(&r);
+}
+
+extern "C" void kda_tc_bwd_host(float *dq, float *dk, kda_bf16 *dv, float *dg, float *dbeta,
+                                float *dinit_state, const kda_bf16 *d_o, const float *dfinal_state,
+                                const kda_bf16 *q, const kda_bf16 *k, const kda_bf16 *v,
+                                const float *gcum, const float *beta, const float *init_state,
+                                const KdaDims *d, const float *kept) {
+    HostRun r;
+    host_begin(&r, d);
+    TcArgs &a = r.a;
+    if (kept) keep_carve(a, (float *)kept);
+    a.q = q, a.k = k, a.v = v, a.dO = d_o, a.gcum = gcum, a.beta = beta;
+    a.init_state = init_state, a.dfinal = dfinal_state;
+    a.dv = dv, a.dg = dg, a.dbeta = dbeta, a.dinit = dinit_state;
+    if (a.HV == a.H) a.dq = dq, a.dk = dk;
+    for (int64_t b = 0; b < r.chunks; b++)
+        intra_body(a, b, r.sm, true);
+    for (int64_t b = 0; b < r.tiles && !kept; b++)
+        state_body(a, b, r.sm);
+    for (int64_t b = 0; b < r.tiles; b++)
+        state_bwd_body(a, b, r.sm);
+    for (int64_t b = 0; b < r.chunks; b++)
+        bwd_body(a, b, r.sm);
+    if (a.HV != a.H) {
+        int64_t n = (int64_t)a.B * a.T * a.H * a.K;
+        for (int64_t e = 0; e < n; e++) {
+            gva_sum_item(dq, a.dq, e, a.H, a.HV, a.K);
+            gva_sum_item(dk, a.dk, e, a.H, a.HV, a.K);
+        }
+    }
+    host_end(&r);
+}
+
+namespace {
+// Epilogue of kda_tc_matmul_host (a host function's lambda cannot enter block_mm, which is
+// __host__ __device__): D[r][c] = v, row-major with N columns.
+struct StoreRowMajor {
+    float *D;
+    int N;
+    __host__ __device__ void operator()(int r, int c, float v, float) const {
+        D[r * N + c] = v;
+    }
+};
+} // namespace
+
+extern "C" void kda_tc_matmul_host(float *D, const float *A, const float *B, int M, int N, int Kd) {
+    StoreRowMajor st = {D, N};
+    block_mm(M, N, mat(A, Kd, 1), mat(B, N, 1), Kd, no_mat(), no_mat(), 0, st);
+}
+
+extern "C" float kda_tc_round_tf32(float x) {
+    unsigned u = tf32_bits(x);
+    float f;
+    memcpy(&f, &u, sizeof f);
+    return f;
+}

@@ -1,0 +1,100 @@
+// kda_tc.h - the KDA core on the GPU's tensor cores (mma.sync TF32 m16n8k8, fp32 accumulate):
+// the chunk-parallel algorithm of kda_fast.h with every GEMM-shaped product on mma, and the
+// intra-chunk pair terms factored through 16-token sub-block boundaries. Selected by the
+// environment variable KDA_CORE=tc (kda_tc_selected); the SIMT path of kda_fast.h stays the
+// default and the GPU oracle of this one.
+//
+// Same arguments, layouts and dtypes as kda_fast.h (and kda_cuda.h):
+//   q, k   [B, T, H, K]   bf16, L2-normalized          v, o, do  [B, T, HV, V] bf16
+//   gcum   [B, T, HV, K]  fp32 chunk-local inclusive cumsum of the log-decay, chunk = d->chunk
+//   beta   [B, T, HV]     fp32 post-sigmoid              state     [B, HV, K, V] fp32
+//   dq, dk [B, T, H, K]   fp32 (GVA: summed over the value heads of a group)
+//   dv     [B, T, HV, V]  bf16    dg [B, T, HV, K] fp32 (w.r.t. the per-token g)   dbeta [B, T, HV]
+// The kept state of the M0 forms is kda_fast's layout (kda_fast_keep_floats(d) floats: h
+// [B·HV·NT, K, V] then Δ [B·HV·NT, C, V], fp32), so kda_fast_bwd_kept can read what
+// kda_tc_fwd_keep wrote and the other way round.
+//
+// Numerics (kda-model.md §6.1-6.2, FLA's scheme):
+//   * products on TF32 tensor cores: operands rounded to TF32 (10-bit mantissa, round to nearest,
+//     ties away) from fp32 shared memory, fp32 accumulation; all scratch stays fp32. Expected
+//     error against the fp32 reference ~1e-3 relative RMS, inside FLA's own tolerances
+//     (o / final state 5e-3, dq / dk / dv / d initial state 8e-3, dg / dβ 2e-2; kda-model.md §6.6).
+//   * the pair terms of Aqk, L and their gradients: on the diagonal 16 x 16 sub-blocks exact fp32
+//     pairwise e^{G_i - G_j} (j <= i); off the diagonal factored through the first row R of the
+//     row sub-block, (x_i e^{G_i - G_R}) · (k_j e^{G_R - G_j}), both exponents <= 0, so an
+//     unbounded gate (cumsums of hundreds of nats) underflows to 0 and never overflows.
+//
+// Supported dims (kda_tc_supported): chunk 16 or 32, K % 16 == 0, V % 8 == 0, HV % H == 0, and the
+// shared memory of the largest kernel fits. The kernel bodies are __host__ __device__ with warp
+// tiles: on the host (kda_tc_*_host) one "thread" runs every warp's tiles and an emulation of the
+// mma fragments (same fragment coordinates as the device), so the CPU suite checks the algorithm,
+// the index arithmetic and the fragment plumbing; only the hardware checks the PTX layouts.
+#ifndef KDA_CUDA_KDA_TC_H
+#define KDA_CUDA_KDA_TC_H
+
+#include <stddef.h>
+
+#include "cpu/kda_core.h"     // defines: KdaDims
+#include "cuda/cuda_common.h" // defines: KdaCudaCtx, kda_bf16
+
+#ifdef KDA_HAVE_CUDA
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+// 1 when KDA_CORE=tc is set in the environment (read on every call; the caller caches it).
+int kda_tc_selected(void);
+// 1 when the tensor-core kernels take these dims with `smem_optin` bytes of shared memory per
+// block (see the list above), else 0.
+int kda_tc_supported(const KdaDims *d, size_t smem_optin);
+
+// Device launchers (pointers on the device), the contracts of kda_fast_fwd / kda_fast_bwd: every
+// output is overwritten; final_state, init_state, dinit_state, dfinal_state may be NULL. Errors
+// (unsupported dims, launch failures) set ctx->err and return -1. Queued on ctx->stream; scratch
+// from kda_cuda_scratch (not thread-safe, like every launcher on one ctx).
+int kda_tc_fwd(KdaCudaCtx *ctx, kda_bf16 *o, float *final_state, const kda_bf16 *q,
+               const kda_bf16 *k, const kda_bf16 *v, const float *gcum, const float *beta,
+               const float *init_state, const KdaDims *d);
+int kda_tc_bwd(KdaCudaCtx *ctx, float *dq, float *dk, kda_bf16 *dv, float *dg, float *dbeta,
+               float *dinit_state, const kda_bf16 *d_o, const float *dfinal_state,
+               const kda_bf16 *q, const kda_bf16 *k, const kda_bf16 *v, const float *gcum,
+               const float *beta, const float *init_state, const KdaDims *d);
+// M0 forms: keep (written) / kept (read) are kda_fast_keep_floats(d) floats in kda_fast's layout.
+int kda_tc_fwd_keep(KdaCudaCtx *ctx, kda_bf16 *o, float *final_state, const kda_bf16 *q,
+                    const kda_bf16 *k, const kda_bf16 *v, const float *gcum, const float *beta,
+                    const float *init_state, const KdaDims *d, float *keep);
+int kda_tc_bwd_kept(KdaCudaCtx *ctx, float *dq, float *dk, kda_bf16 *dv, float *dg, float *dbeta,
+                    float *dinit_state, const kda_bf16 *d_o, const float *dfinal_state,
+                    const kda_bf16 *q, const kda_bf16 *k, const kda_bf16 *v, const float *gcum,
+                    const float *beta, const float *init_state, const KdaDims *d,
+                    const float *kept);
+
+// Per-kernel timing for benchmarks (as kda_fast_profile): forward + backward `reps` times on
+// internal pseudo-random inputs of dims d, each launch's minimum milliseconds in ms: intra, state,
+// output (forward); intra, state, reverse state, main backward, GVA sum (backward).
+int kda_tc_profile(KdaCudaCtx *ctx, const KdaDims *d, int reps, float ms[8]);
+
+// Host emulation: the same kernel bodies on host memory (same arguments, host pointers); keep /
+// kept NULL: the plain forms.
+void kda_tc_fwd_host(kda_bf16 *o, float *final_state, const kda_bf16 *q, const kda_bf16 *k,
+                     const kda_bf16 *v, const float *gcum, const float *beta,
+                     const float *init_state, const KdaDims *d, float *keep);
+void kda_tc_bwd_host(float *dq, float *dk, kda_bf16 *dv, float *dg, float *dbeta,
+                     float *dinit_state, const kda_bf16 *d_o, const float *dfinal_state,
+                     const kda_bf16 *q, const kda_bf16 *k, const kda_bf16 *v, const float *gcum,
+                     const float *beta, const float *init_state, const KdaDims *d,
+                     const float *kept);
+
+// The building blocks, exposed for the CPU suite (tests/test_kda_tc.c):
+// D [M, N] = A [M, Kd] · B [Kd, N] (row-major, fp32) through the warp-tile mma code path of the
+// kernels (on the host: the fragment emulation, operands rounded to TF32). M % 16 == 0,
+// N % 8 == 0, Kd % 8 == 0.
+void kda_tc_matmul_host(float *D, const float *A, const float *B, int M, int N, int Kd);
+// x rounded to TF32 as cvt.rna.tf32.f32 does (10 mantissa bits, nearest, ties away from zero).
+float kda_tc_round_tf32(float x);
+
+#ifdef __cplusplus
+}
+#endif
+#endif // KDA_HAVE_CUDA
+#endif

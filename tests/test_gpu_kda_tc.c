@@ -1,0 +1,283 @@
+// test_gpu_kda_tc.c - the tensor-core KDA core (src/cuda/kda_tc.h) on the GPU, against the CPU
+// reference (kda_chunk_fwd / kda_chunk_bwd) and the SIMT fast path it replaces (kda_fast.h, the
+// GPU oracle), `./build-gpu/kda_test gpu_kda_tc` (or `make test-gpu`).
+//
+// Inputs: kda_case.h's generator (q, k L2-normalized then bf16, v and dO bf16, g = -exp(N(-2.5,
+// 1.5)), β = σ(N(0, 1)), random S0 / dS_T or none), and the strong gate of kda_case_strong_gate
+// (g uniform down to -30 nats per token, every 7th token at -30: chunk cumsums of ~-500 nats).
+// Outputs are poisoned with NaN before every launch; kda_case_expect fails on any NaN/Inf.
+// Tolerances (rel RMS, kda-model.md §6.6): the products run on TF32 tensor cores (operands
+// rounded to 10 mantissa bits, 2^-11 relative), so fp32 outputs land at ~2e-4..6e-4 against the
+// fp32 reference (the host emulation of the same kernels, tests/test_kda_tc.c, measures this):
+// 3e-3 for fp32 outputs (inside FLA's 5e-3 / 8e-3 / 2e-2), 1e-2 for the bf16 outputs o and dv
+// (bf16 rounding alone ~2e-3). The same tolerances hold against kda_fast (whose own error is
+// ~1e-6). A wrong fragment layout, term or race shows as >= 1e-1 or NaN.
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "test.h"
+
+#ifdef KDA_HAVE_CUDA
+
+#include "core/rng.h"     // defines: KdaRng
+#include "cpu/kda_core.h" // defines: KdaDims, kda_chunk_fwd, kda_chunk_bwd
+#include "cuda/cuda_common.h"
+#include "cuda/kda_fast.h" // defines: kda_fast_fwd, kda_fast_bwd, kda_fast_keep_floats
+#include "cuda/kda_tc.h"   // defines: kda_tc_fwd, kda_tc_bwd, kda_tc_fwd_keep, kda_tc_bwd_kept
+#include "kda_case.h"      // defines: KdaCase, kda_case_make, kda_case_expect
+
+#define TOL_TC_F32  3e-3
+#define TOL_TC_BF16 1e-2
+
+static KdaCudaCtx g_tctx;
+static int g_tstate; // 0 untried, 1 ready, -1 failed
+
+static KdaCudaCtx *gpu_(void) {
+    if (g_tstate == 0) {
+        KdaError err = {{0}};
+        g_tstate = kda_cuda_device_count() > 0 && kda_cuda_init(&g_tctx, 0, &err) == 0 ? 1 : -1;
+        if (g_tstate < 0 && err.msg[0]) fprintf(stderr, "cuda init: %s\n", err.msg);
+    }
+    CHECK_MSG(g_tstate == 1, "no usable CUDA device (GPU tests need one)");
+    return g_tstate == 1 ? &g_tctx : NULL;
+}
+
+static void *up_f32_(const float *h, int64_t n) {
+    if (!h) return NULL;
+    void *d = kda_cuda_alloc(&g_tctx, (size_t)n * 4);
+    KDA_ASSERT(d && kda_cuda_put_f32(&g_tctx, d, h, n) == 0);
+    return d;
+}
+static void *up_bf16_(const float *h, int64_t n) {
+    void *d = kda_cuda_alloc(&g_tctx, (size_t)n * 2);
+    KDA_ASSERT(d && kda_cuda_put_bf16(&g_tctx, d, h, n) == 0);
+    return d;
+}
+static void *poisoned_(size_t bytes) {
+    void *d = kda_cuda_alloc(&g_tctx, bytes);
+    KDA_ASSERT(d && kda_cuda_poison(&g_tctx, d, bytes) == 0);
+    return d;
+}
+static float *down_f32_(const void *d, int64_t n) {
+    float *h = malloc((size_t)n * 4);
+    CHECK_MSG(kda_cuda_get_f32(&g_tctx, h, d, n) == 0, "%s", g_tctx.err.msg);
+    return h;
+}
+static float *down_bf16_(const void *d, int64_t n) {
+    float *h = malloc((size_t)n * 4);
+    CHECK_MSG(kda_cuda_get_bf16(&g_tctx, h, d, n) == 0, "%s", g_tctx.err.msg);
+    return h;
+}
+
+// A case's inputs on the device.
+typedef struct {
+    void *q, *k, *v, *gc, *be, *dO, *S0, *dST;
+} DevIn;
+
+static DevIn dev_in_(const KdaCase *c) {
+    DevIn in = {up_bf16_(c->q, c->nqk),  up_bf16_(c->k, c->nqk),  up_bf16_(c->v, c->nv),
+                up_f32_(c->gcum, c->ng), up_f32_(c->beta, c->nb), up_bf16_(c->dO, c->nv),
+                up_f32_(c->S0, c->ns),   up_f32_(c->dST, c->ns)};
+    return in;
+}
+static void dev_in_free_(DevIn *in) {
+    void *b[] = {in->q, in->k, in->v, in->gc, in->be, in->dO, in->S0, in->dST};
+    for (size_t i = 0; i < sizeof b / sizeof *b; i++)
+        kda_cuda_release(b[i]);
+}
+
+// Forward outputs on the host.
+typedef struct {
+    float *o, *fs;
+} FwdOut;
+
+// which: 0 kda_tc_fwd, 1 kda_tc_fwd_keep (keep != NULL), 2 kda_fast_fwd (the oracle).
+static FwdOut gpu_fwd_(const KdaCase *c, const DevIn *in, int which, float *keep) {
+    FwdOut r = {NULL, NULL};
+    void *og = poisoned_((size_t)c->nv * 2), *fsg = poisoned_((size_t)c->ns * 4);
+    int rc = which == 2 ? kda_fast_fwd(&g_tctx, og, fsg, in->q, in->k, in->v, in->gc, in->be,
+                                       in->S0, &c->d)
+             : which == 1
+                 ? kda_tc_fwd_keep(&g_tctx, og, fsg, in->q, in->k, in->v, in->gc, in->be, in->S0,
+                                   &c->d, keep)
+                 : kda_tc_fwd(&g_tctx, og, fsg, in->q, in->k, in->v, in->gc, in->be, in->S0, &c->d);
+    CHECK_MSG(rc == 0, "%s", g_tctx.err.msg);
+    if (rc == 0) r.o = down_bf16_(og, c->nv), r.fs = down_f32_(fsg, c->ns);
+    kda_cuda_clear_error(&g_tctx);
+    kda_cuda_release(og), kda_cuda_release(fsg);
+    return r;
+}
+
+static void fwd_out_free_(FwdOut *f) {
+    free(f->o), free(f->fs);
+}
+
+static void expect_fwd_(const char *vs, const FwdOut *ref, const FwdOut *out, const KdaCase *c) {
+    char what[64];
+    if (!ref->o || !out->o) return;
+    snprintf(what, sizeof what, "tc fwd o bf16 vs %s", vs);
+    kda_case_expect(what, ref->o, out->o, c->nv, TOL_TC_BF16);
+    snprintf(what, sizeof what, "tc fwd final state vs %s", vs);
+    kda_case_expect(what, ref->fs, out->fs, c->ns, TOL_TC_F32);
+}
+
+static void run_fwd_(const KdaCase *c) {
+    KdaDims dc = kda_case_cpu_dims(c);
+    FwdOut cpu = {malloc((size_t)c->nv * 4), malloc((size_t)c->ns * 4)};
+    kda_chunk_fwd(cpu.o, cpu.fs, c->q, c->k, c->v, c->g, c->beta, c->S0, &dc);
+    DevIn in = dev_in_(c);
+    FwdOut tc = gpu_fwd_(c, &in, 0, NULL), fast = gpu_fwd_(c, &in, 2, NULL);
+    expect_fwd_("cpu", &cpu, &tc, c);
+    expect_fwd_("kda_fast", &fast, &tc, c);
+    dev_in_free_(&in);
+    fwd_out_free_(&cpu), fwd_out_free_(&tc), fwd_out_free_(&fast);
+}
+
+// Backward outputs on the host: dq, dk, dv, dg, dβ, d initial state.
+typedef struct {
+    float *g[6];
+} BwdOut;
+
+static const char *const BWD_NAMES[6] = {"dq", "dk", "dv bf16", "dg", "dbeta", "d initial state"};
+
+static int64_t bwd_n_(const KdaCase *c, int i) {
+    const int64_t n[6] = {c->nqk, c->nqk, c->nv, c->ng, c->nb, c->ns};
+    return n[i];
+}
+
+// which: 0 kda_tc_bwd, 1 kda_tc_bwd_kept, 2 kda_fast_bwd, 3 kda_fast_bwd_kept (kept from
+// kda_tc_fwd_keep: the layouts are shared).
+static BwdOut gpu_bwd_(const KdaCase *c, const DevIn *in, int which, const float *kept) {
+    BwdOut r;
+    memset(&r, 0, sizeof r);
+    void *d[6];
+    for (int i = 0; i < 6; i++)
+        d[i] = poisoned_((size_t)bwd_n_(c, i) * (i == 2 ? 2 : 4));
+    int rc;
+    if (which == 0)
+        rc = kda_tc_bwd(&g_tctx, d[0], d[1], d[2], d[3], d[4], d[5], in->dO, in->dST, in->q, in->k,
+                        in->v, in->gc, in->be, in->S0, &c->d);
+    else if (which == 1)
+        rc = kda_tc_bwd_kept(&g_tctx, d[0], d[1], d[2], d[3], d[4], d[5], in->dO, in->dST, in->q,
+                             in->k, in->v, in->gc, in->be, in->S0, &c->d, kept);
+    else if (which == 2)
+        rc = kda_fast_bwd(&g_tctx, d[0], d[1], d[2], d[3], d[4], d[5], in->dO, in->dST, in->q,
+                          in->k, in->v, in->gc, in->be, in->S0, &c->d);
+    else
+        rc = kda_fast_bwd_kept(&g_tctx, d[0], d[1], d[2], d[3], d[4], d[5], in->dO, in->dST, in->q,
+                               in->k, in->v, in->gc, in->be, in->S0, &c->d, kept);
+    CHECK_MSG(rc == 0, "%s", g_tctx.err.msg);
+    for (int i = 0; i < 6 && rc == 0; i++)
+        r.g[i] = i == 2 ? down_bf16_(d[i], bwd_n_(c, i)) : down_f32_(d[i], bwd_n_(c, i));
+    kda_cuda_clear_error(&g_tctx);
+    for (int i = 0; i < 6; i++)
+        kda_cuda_release(d[i]);
+    return r;
+}
+
+static void bwd_out_free_(BwdOut *b) {
+    for (int i = 0; i < 6; i++)
+        free(b->g[i]);
+}
+
+static void expect_bwd_(const char *vs, const BwdOut *ref, const BwdOut *out, const KdaCase *c) {
+    for (int i = 0; i < 6; i++) {
+        if (!ref->g[i] || !out->g[i]) return;
+        char what[64];
+        snprintf(what, sizeof what, "tc bwd %s vs %s", BWD_NAMES[i], vs);
+        kda_case_expect(what, ref->g[i], out->g[i], bwd_n_(c, i),
+                        i == 2 ? TOL_TC_BF16 : TOL_TC_F32);
+    }
+}
+
+// kept: also the M0 forms (kda_tc_fwd_keep -> kda_tc_bwd_kept, and kda_tc_fwd_keep ->
+// kda_fast_bwd_kept: the shared kept layout).
+static void run_bwd_(const KdaCase *c, int kept) {
+    KdaDims dc = kda_case_cpu_dims(c);
+    BwdOut cpu;
+    for (int i = 0; i < 6; i++)
+        cpu.g[i] = malloc((size_t)bwd_n_(c, i) * 4);
+    kda_chunk_bwd(cpu.g[0], cpu.g[1], cpu.g[2], cpu.g[3], cpu.g[4], cpu.g[5], c->dO, c->dST, c->q,
+                  c->k, c->v, c->g, c->beta, c->S0, &dc);
+    DevIn in = dev_in_(c);
+    BwdOut tc = gpu_bwd_(c, &in, 0, NULL), fast = gpu_bwd_(c, &in, 2, NULL);
+    expect_bwd_("cpu", &cpu, &tc, c);
+    expect_bwd_("kda_fast", &fast, &tc, c);
+    if (kept) {
+        size_t nk = kda_fast_keep_floats(&c->d);
+        float *keep = kda_cuda_alloc(&g_tctx, nk * 4);
+        KDA_ASSERT(keep && kda_cuda_poison(&g_tctx, keep, nk * 4) == 0);
+        FwdOut f = gpu_fwd_(c, &in, 1, keep);
+        BwdOut tk = gpu_bwd_(c, &in, 1, keep), fk = gpu_bwd_(c, &in, 3, keep);
+        expect_bwd_("cpu (tc kept)", &cpu, &tk, c);
+        expect_bwd_("cpu (kda_fast_bwd_kept on tc's keep)", &cpu, &fk, c);
+        fwd_out_free_(&f), bwd_out_free_(&tk), bwd_out_free_(&fk);
+        kda_cuda_release(keep);
+    }
+    dev_in_free_(&in);
+    bwd_out_free_(&cpu), bwd_out_free_(&tc), bwd_out_free_(&fast);
+}
+
+typedef struct {
+    int64_t B, T, H, HV, K, V, C;
+    int state;
+    float gmax; // > 0: kda_case_strong_gate(gmax)
+} TcShape;
+
+// T = 1, T not a multiple of the chunk (17: a second sub-block of one row; 63, 65, 97, 200),
+// exact multiples, T = 2048 and 4096, B·H up to 16 x 8 (the 300M model's micro-batch-16 layer),
+// GVA (HV = 2H, 4H), chunk 32 and 16, K/V 16/24, 32/64 (the models'), 128/128; strong gates.
+static const TcShape TC_SHAPES[] = {
+    {2, 1, 2, 2, 32, 64, 32, 0, 0},       {2, 17, 2, 2, 32, 64, 32, 1, 0},
+    {2, 63, 2, 2, 32, 64, 32, 1, 0},      {1, 64, 1, 1, 32, 64, 32, 0, 0},
+    {2, 65, 2, 2, 32, 64, 32, 1, 0},      {1, 2048, 1, 1, 32, 64, 32, 1, 0},
+    {1, 4096, 2, 2, 32, 64, 32, 0, 0},    {16, 2048, 8, 8, 32, 64, 32, 0, 0},
+    {2, 200, 2, 4, 32, 64, 32, 1, 0},     {1, 97, 1, 4, 16, 24, 32, 1, 0},
+    {1, 130, 2, 2, 32, 64, 16, 1, 0},     {1, 130, 1, 1, 128, 128, 16, 1, 0},
+    {2, 97, 1, 2, 128, 128, 16, 0, 0},    {2, 2048, 2, 2, 32, 64, 32, 1, 30.0f},
+    {1, 300, 2, 4, 32, 64, 32, 1, 30.0f},
+};
+
+// mode 0 forward, 1 backward (+ the kept forms); small_only: B·T·HV <= 1024 (compute-sanitizer).
+static void tc_sweep_(int mode, uint64_t seed, int small_only) {
+    KdaRng r;
+    rng_seed(&r, seed);
+    for (size_t i = 0; i < sizeof TC_SHAPES / sizeof TC_SHAPES[0]; i++) {
+        const TcShape *s = &TC_SHAPES[i];
+        if (small_only && s->B * s->T * s->HV > 1024) continue;
+        printf("  B=%lld T=%lld H=%lld HV=%lld K=%lld V=%lld chunk=%lld state=%d gmax=%g\n",
+               (long long)s->B, (long long)s->T, (long long)s->H, (long long)s->HV, (long long)s->K,
+               (long long)s->V, (long long)s->C, s->state, (double)s->gmax);
+        KdaCase c;
+        kda_case_make(&c, &r, s->B, s->T, s->H, s->HV, s->K, s->V, s->C, s->state);
+        if (s->gmax > 0) kda_case_strong_gate(&c, &r, s->gmax);
+        CHECK_MSG(kda_tc_supported(&c.d, g_tctx.info.smem_per_block_optin),
+                  "the tensor-core kernels do not take this shape");
+        if (mode == 0)
+            run_fwd_(&c);
+        else
+            run_bwd_(&c, s->B * s->T * s->HV <= 8192);
+        kda_case_free(&c);
+    }
+}
+
+KDA_TEST(gpu_kda_tc_fwd) {
+    if (!gpu_()) return;
+    tc_sweep_(0, 511, 0);
+}
+
+KDA_TEST(gpu_kda_tc_bwd) {
+    if (!gpu_()) return;
+    tc_sweep_(1, 512, 0);
+}
+
+// The small shapes only, forward and backward: what compute-sanitizer (memcheck, racecheck) runs.
+KDA_TEST(gpu_kda_tc_small) {
+    if (!gpu_()) return;
+    tc_sweep_(0, 513, 1);
+    tc_sweep_(1, 514, 1);
+}
+
+#endif

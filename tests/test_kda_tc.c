@@ -1,0 +1,246 @@
+// test_kda_tc.c - the tensor-core KDA kernels (src/cuda/kda_tc.cu) run on the HOST (kda_tc_*_host:
+// the same kernel bodies, one "thread" per block running every warp's tiles through an emulation
+// of the mma.sync fragments) against the CPU reference kda_chunk_fwd / kda_chunk_bwd, plus the
+// building blocks (TF32 rounding, the warp-tile matmul). Runs in the CPU suite of every CUDA build:
+// it checks the algorithm (the sub-block factoring, the blocked inverse), the shared-memory
+// carving, the index arithmetic and the fragment plumbing. It cannot see races, the device's
+// fragment layouts or device-only code: tests/test_gpu_kda_tc.c does, on a GPU.
+//
+// Inputs: kda_case.h's generator (q, k L2-normalized then bf16-rounded, v and dO bf16-rounded,
+// g = -exp(N(-2.5, 1.5)), β = σ(N(0, 1)), random S0 / dS_T or none); the strong-gate cases use
+// kda_case_strong_gate (g down to -30 nats per token).
+// Tolerances (rel RMS, kda-model.md §6.6's metric) are FLA's acceptance tolerances for its bf16
+// kernels, tightened where TF32 allows: every product rounds its operands to TF32 (relative
+// 2^-11 ≈ 4.9e-4 per operand), so fp32 outputs land at ~1e-4..1e-3; o and dv are stored in bf16
+// (~2e-3 alone). fp32 outputs 3e-3 (FLA: o/state 5e-3, dq/dk/dS0 8e-3, dg/dβ 2e-2), bf16 outputs
+// 1e-2. A wrong term or a wrong fragment coordinate shows as >= 1e-1 or NaN.
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "test.h"
+
+#ifdef KDA_HAVE_CUDA
+
+#include "core/rng.h"      // defines: KdaRng, rng_normal
+#include "core/util.h"     // defines: bf16_to_f32, f32_to_bf16
+#include "cpu/kda_core.h"  // defines: KdaDims, kda_chunk_fwd, kda_chunk_bwd
+#include "cuda/kda_fast.h" // defines: kda_fast_keep_floats
+#include "cuda/kda_tc.h"   // defines: kda_tc_fwd_host, kda_tc_bwd_host, kda_tc_matmul_host
+#include "kda_case.h"      // defines: KdaCase, kda_case_make
+
+#define TOL_TC_F32  3e-3
+#define TOL_TC_BF16 1e-2
+
+// ---- building blocks ----------------------------------------------------------------------------
+
+static float bits_f_(unsigned u) {
+    float f;
+    memcpy(&f, &u, sizeof f);
+    return f;
+}
+
+// cvt.rna.tf32.f32: 10 mantissa bits, nearest, ties away from zero; Inf/NaN unchanged.
+KDA_TEST(kda_tc_round_tf32) {
+    CHECK(kda_tc_round_tf32(1.0f) == 1.0f);
+    CHECK(kda_tc_round_tf32(bits_f_(0x3f801000u)) == bits_f_(0x3f802000u)); // tie: away
+    CHECK(kda_tc_round_tf32(bits_f_(0xbf801000u)) == bits_f_(0xbf802000u)); // negative tie
+    CHECK(kda_tc_round_tf32(bits_f_(0x3f800fffu)) == 1.0f);                 // below the tie
+    CHECK(kda_tc_round_tf32(bits_f_(0x3f803000u)) == bits_f_(0x3f804000u)); // tie, odd: away
+    CHECK(isinf(kda_tc_round_tf32(INFINITY)) && isnan(kda_tc_round_tf32(NAN)));
+    CHECK(kda_tc_round_tf32(-0.0f) == 0.0f && signbit(kda_tc_round_tf32(-0.0f)));
+}
+
+// The warp-tile product (fragments, tile walk, epilogue) against a double matmul of the
+// TF32-rounded operands: equal to fp32 accumulation error (8-term k-steps, <= 1e-6 relative), and
+// different from the unrounded product (the rounding does happen).
+KDA_TEST(kda_tc_matmul_emulation) {
+    const int M = 48, N = 24, Kd = 40;
+    KdaRng r;
+    rng_seed(&r, 41);
+    float *A = malloc(sizeof(float) * M * Kd), *B = malloc(sizeof(float) * Kd * N);
+    float *D = malloc(sizeof(float) * M * N);
+    for (int i = 0; i < M * Kd; i++)
+        A[i] = rng_normal(&r, 0.0f, 1.0f);
+    for (int i = 0; i < Kd * N; i++)
+        B[i] = rng_normal(&r, 0.0f, 1.0f);
+    for (int i = 0; i < M * N; i++)
+        D[i] = NAN;
+    kda_tc_matmul_host(D, A, B, M, N, Kd);
+    double e_tf = 0, e_fp = 0, s = 0;
+    for (int i = 0; i < M; i++)
+        for (int j = 0; j < N; j++) {
+            double tf = 0, fp = 0;
+            for (int k = 0; k < Kd; k++) {
+                tf += (double)kda_tc_round_tf32(A[i * Kd + k]) * kda_tc_round_tf32(B[k * N + j]);
+                fp += (double)A[i * Kd + k] * B[k * N + j];
+            }
+            e_tf += (D[i * N + j] - tf) * (D[i * N + j] - tf);
+            e_fp += (D[i * N + j] - fp) * (D[i * N + j] - fp);
+            s += fp * fp;
+        }
+    double rel_tf = sqrt(e_tf / s), rel_fp = sqrt(e_fp / s);
+    printf("    vs TF32-rounded double %.2e, vs fp32 operands %.2e\n", rel_tf, rel_fp);
+    CHECK(rel_tf <= 1e-6);
+    CHECK(rel_fp > 1e-5 && rel_fp < 2e-3);
+    free(A), free(B), free(D);
+}
+
+// ---- the kernels against the CPU reference ------------------------------------------------------
+
+typedef struct {
+    KdaCase c;
+    kda_bf16 *qb, *kb, *vb, *dOb;
+} TcCase;
+
+static kda_bf16 *to_bf16_(const float *x, int64_t n) {
+    kda_bf16 *b = malloc((size_t)(n > 0 ? n : 1) * sizeof(kda_bf16));
+    for (int64_t i = 0; i < n; i++)
+        b[i] = f32_to_bf16(x[i]);
+    return b;
+}
+static float *from_bf16_(const kda_bf16 *b, int64_t n) {
+    float *x = malloc((size_t)(n > 0 ? n : 1) * sizeof(float));
+    for (int64_t i = 0; i < n; i++)
+        x[i] = bf16_to_f32(b[i]);
+    return x;
+}
+
+static void case_make_(TcCase *f, KdaRng *r, int64_t B, int64_t T, int64_t H, int64_t HV, int64_t K,
+                       int64_t V, int64_t C, int with_state, float gmax) {
+    kda_case_make(&f->c, r, B, T, H, HV, K, V, C, with_state);
+    if (gmax > 0) kda_case_strong_gate(&f->c, r, gmax);
+    f->qb = to_bf16_(f->c.q, f->c.nqk), f->kb = to_bf16_(f->c.k, f->c.nqk);
+    f->vb = to_bf16_(f->c.v, f->c.nv), f->dOb = to_bf16_(f->c.dO, f->c.nv);
+}
+static void case_free_(TcCase *f) {
+    kda_case_free(&f->c);
+    free(f->qb), free(f->kb), free(f->vb), free(f->dOb);
+}
+
+static void check_fwd_(const TcCase *f) {
+    const KdaCase *c = &f->c;
+    KdaDims dc = kda_case_cpu_dims(c);
+    float *o = malloc((size_t)c->nv * 4), *fs = malloc((size_t)c->ns * 4);
+    float *hfs = malloc((size_t)c->ns * 4);
+    kda_bf16 *ho = malloc((size_t)c->nv * 2);
+    memset(ho, 0xff, (size_t)c->nv * 2); // NaN poison: every element must be written
+    memset(hfs, 0xff, (size_t)c->ns * 4);
+    kda_chunk_fwd(o, fs, c->q, c->k, c->v, c->g, c->beta, c->S0, &dc);
+    kda_tc_fwd_host(ho, hfs, f->qb, f->kb, f->vb, c->gcum, c->beta, c->S0, &c->d, NULL);
+    float *hof = from_bf16_(ho, c->nv);
+    kda_case_expect("tc fwd o (bf16)", o, hof, c->nv, TOL_TC_BF16);
+    kda_case_expect("tc fwd final state", fs, hfs, c->ns, TOL_TC_F32);
+    free(o), free(fs), free(hfs), free(ho), free(hof);
+}
+
+// keep: the backward reads the forward's kept h and Δ (kda_tc_fwd_host with keep, then
+// kda_tc_bwd_host with kept) instead of recomputing them.
+static void check_bwd_(const TcCase *f, int keep) {
+    const KdaCase *c = &f->c;
+    KdaDims dc = kda_case_cpu_dims(c);
+    int64_t nqk = c->nqk, nv = c->nv, ng = c->ng, nb = c->nb, ns = c->ns;
+    float *dq = malloc((size_t)nqk * 4), *dk = malloc((size_t)nqk * 4);
+    float *dv = malloc((size_t)nv * 4), *dg = malloc((size_t)ng * 4);
+    float *db = malloc((size_t)nb * 4), *dS0 = malloc((size_t)ns * 4);
+    kda_chunk_bwd(dq, dk, dv, dg, db, dS0, c->dO, c->dST, c->q, c->k, c->v, c->g, c->beta, c->S0,
+                  &dc);
+    float *hq = malloc((size_t)nqk * 4), *hk = malloc((size_t)nqk * 4);
+    float *hg = malloc((size_t)ng * 4), *hb = malloc((size_t)nb * 4), *hs = malloc((size_t)ns * 4);
+    kda_bf16 *hv = malloc((size_t)nv * 2);
+    memset(hq, 0xff, (size_t)nqk * 4), memset(hk, 0xff, (size_t)nqk * 4);
+    memset(hg, 0xff, (size_t)ng * 4), memset(hb, 0xff, (size_t)nb * 4);
+    memset(hs, 0xff, (size_t)ns * 4), memset(hv, 0xff, (size_t)nv * 2);
+    float *kept = NULL;
+    if (keep) {
+        size_t nk = kda_fast_keep_floats(&c->d);
+        kept = malloc(nk * 4);
+        memset(kept, 0xff, nk * 4); // NaN: the forward must write every kept value
+        kda_bf16 *o = malloc((size_t)nv * 2);
+        kda_tc_fwd_host(o, NULL, f->qb, f->kb, f->vb, c->gcum, c->beta, c->S0, &c->d, kept);
+        free(o);
+    }
+    kda_tc_bwd_host(hq, hk, hv, hg, hb, hs, f->dOb, c->dST, f->qb, f->kb, f->vb, c->gcum, c->beta,
+                    c->S0, &c->d, kept);
+    float *hvf = from_bf16_(hv, nv);
+    kda_case_expect("tc bwd dq", dq, hq, nqk, TOL_TC_F32);
+    kda_case_expect("tc bwd dk", dk, hk, nqk, TOL_TC_F32);
+    kda_case_expect("tc bwd dv (bf16)", dv, hvf, nv, TOL_TC_BF16);
+    kda_case_expect("tc bwd dg", dg, hg, ng, TOL_TC_F32);
+    kda_case_expect("tc bwd dbeta", db, hb, nb, TOL_TC_F32);
+    kda_case_expect("tc bwd d initial state", dS0, hs, ns, TOL_TC_F32);
+    free(dq), free(dk), free(dv), free(dg), free(db), free(dS0), free(kept);
+    free(hq), free(hk), free(hg), free(hb), free(hs), free(hv), free(hvf);
+}
+
+typedef struct {
+    int64_t B, T, H, HV, K, V, C;
+    int state;
+    float gmax; // > 0: kda_case_strong_gate(gmax) instead of the default gate
+} Shape;
+
+// T = 1, T not a multiple of the chunk (rows past the end inside the second sub-block: 63, 65,
+// 77; a second sub-block of one row: 17), exact multiples, GVA (2x, 4x), chunk 16 (no
+// off-diagonal sub-block) and 32, K/V 16/24 (V tile 24), 32/64 (the models'), 64/128, 128/128;
+// gates down to -30 nats per token.
+static const Shape SHAPES[] = {
+    {2, 1, 2, 2, 32, 64, 32, 0, 0},     {2, 63, 2, 2, 32, 64, 32, 1, 0},
+    {1, 64, 2, 2, 32, 64, 32, 0, 0},    {2, 65, 2, 2, 32, 64, 32, 1, 0},
+    {1, 17, 1, 1, 32, 64, 32, 1, 0},    {1, 130, 1, 2, 16, 24, 16, 1, 0},
+    {1, 77, 2, 4, 16, 24, 32, 1, 0},    {1, 40, 1, 1, 64, 128, 32, 1, 0},
+    {1, 20, 1, 1, 128, 128, 16, 1, 0},  {1, 70, 2, 2, 32, 64, 32, 1, 30.0f},
+    {1, 45, 1, 1, 32, 64, 32, 1, 8.0f},
+};
+
+static void sweep_(int mode, uint64_t seed) { // mode 0 forward, 1 backward, 2 backward kept
+    KdaRng r;
+    rng_seed(&r, seed);
+    for (size_t i = 0; i < sizeof SHAPES / sizeof SHAPES[0]; i++) {
+        const Shape *s = &SHAPES[i];
+        printf("  B=%lld T=%lld H=%lld HV=%lld K=%lld V=%lld chunk=%lld state=%d gmax=%g\n",
+               (long long)s->B, (long long)s->T, (long long)s->H, (long long)s->HV, (long long)s->K,
+               (long long)s->V, (long long)s->C, s->state, (double)s->gmax);
+        TcCase c;
+        case_make_(&c, &r, s->B, s->T, s->H, s->HV, s->K, s->V, s->C, s->state, s->gmax);
+        CHECK(kda_tc_supported(&c.c.d, 232448));
+        if (mode == 0)
+            check_fwd_(&c);
+        else
+            check_bwd_(&c, mode == 2);
+        case_free_(&c);
+    }
+}
+
+KDA_TEST(kda_tc_host_fwd) {
+    sweep_(0, 401);
+}
+
+KDA_TEST(kda_tc_host_bwd) {
+    sweep_(1, 402);
+}
+
+KDA_TEST(kda_tc_host_bwd_kept) {
+    sweep_(2, 403);
+}
+
+// Which dims the tensor-core path takes (H200: 227 KB of shared memory per block).
+KDA_TEST(kda_tc_supported_dims) {
+    size_t h200 = 232448;
+    KdaDims d = {16, 2048, 8, 8, 32, 64, 0.17677670f, 32};
+    CHECK(kda_tc_supported(&d, h200));
+    d.chunk = 16;
+    CHECK(kda_tc_supported(&d, h200));
+    d.chunk = 64; // the sub-block scheme handles one off-diagonal block only
+    CHECK(!kda_tc_supported(&d, h200));
+    d.chunk = 32, d.K = 20; // K must be a multiple of 16 (the M of the state update)
+    CHECK(!kda_tc_supported(&d, h200));
+    d.K = 32, d.V = 21;
+    CHECK(!kda_tc_supported(&d, h200));
+    d.V = 64, d.HV = 12; // GVA needs HV % H == 0
+    CHECK(!kda_tc_supported(&d, h200));
+    d.HV = 8;
+    CHECK(!kda_tc_supported(&d, 16384)); // too little shared memory
+}
+
+#endif
