@@ -16,6 +16,7 @@
 #include <unistd.h>
 
 #include "cli/commands.h"
+#include "cli/open_model.h" // defines: cli_checkpoint_tokenizer
 #include "core/args.h"
 #include "core/error.h"
 #include "core/json.h"
@@ -24,7 +25,6 @@
 #include "io/model_io.h"
 #include "tok/tok.h"
 #include "train/checkpoint.h"
-#include "train/run_config.h"
 
 static void copy_file(const char *src, const char *dst) {
     KdaError err;
@@ -224,11 +224,7 @@ int cmd_export(int argc, char **argv) {
     KdaParamTable tab;
     float *flat;
     if (kda_model_load_dir(dir, &cfg, &tab, &flat, &err)) kda_die("%s", err.msg);
-    KdaRunConfig rc;
-    kda_run_config_defaults(&rc);
-    if (!tokenizer && path_exists(path_join(p, sizeof p, dir, "run_config.yaml")) &&
-        !kda_run_config_load(&rc, p, &err) && rc.tokenizer)
-        tokenizer = rc.tokenizer;
+    if (!tokenizer) tokenizer = cli_checkpoint_tokenizer(dir, p, sizeof p);
     if (kda_model_save_dir(tmp, &cfg, &tab, flat, dt, &err)) kda_die("%s", err.msg);
     export_generation_config(tmp, &cfg, tokenizer);
     if (tokenizer)
@@ -238,7 +234,6 @@ int cmd_export(int argc, char **argv) {
     publish(tmp, output);
     kda_info("exported %s -> %s (%s, %lld parameters)", dir, output,
              dt == KDA_DTYPE_BF16 ? "bf16" : "fp32", (long long)tab.total_numel);
-    kda_run_config_free(&rc);
     kda_params_free(&tab);
     free(flat);
     return 0;

@@ -16,16 +16,12 @@
 #include <limits.h>
 
 #include "cli/commands.h"
-#include "core/args.h"        // defines: ArgSpec, ArgTable, args_parse_or_die
-#include "core/util.h"        // defines: path_join, path_exists
-#include "core/log.h"         // defines: kda_info, kda_warn
-#include "eval/device.h"      // defines: EvalDevice, eval_device_open, eval_device_logits_last
-#include "eval/generate.h"    // defines: kda_generate, KdaGenOpts, KdaUtf8Stream
-#include "io/model_io.h"      // defines: kda_model_load_dir
-#include "model/model.h"      // defines: KdaModel
-#include "tok/tok.h"          // defines: KdaTokenizer, tok_*
-#include "train/checkpoint.h" // defines: kda_checkpoint_resolve
-#include "train/run_config.h" // defines: kda_run_config_load (a checkpoint's tokenizer)
+#include "cli/open_model.h" // defines: CliModel, cli_open_model
+#include "core/args.h"      // defines: ArgSpec, ArgTable, args_parse_or_die
+#include "core/log.h"       // defines: kda_die
+#include "eval/device.h"    // defines: eval_device_logits_last
+#include "eval/generate.h"  // defines: kda_generate, KdaGenOpts, KdaUtf8Stream
+#include "tok/tok.h"        // defines: KdaTokenizer, tok_*
 
 typedef struct {
     const KdaTokenizer *tok; // NULL: print ids
@@ -98,69 +94,47 @@ static char *read_stdin_(size_t *n) {
     return buf;
 }
 
-// The model directory: an HF model dir as is; a training save dir through `latest`.
-static void resolve_model_(const char *path, char *out, size_t cap) {
-    KdaError err;
-    if (!path_is_dir(path)) kda_die("%s: no such model directory", path);
-    int rc = kda_checkpoint_resolve(path, out, cap, &err);
-    if (rc < 0) kda_die("%s", err.msg);
-    if (rc == 1) snprintf(out, cap, "%s", path);
-}
+// The flags of `kda generate`.
+typedef struct {
+    const char *model, *prompt, *prompt_ids, *tokenizer, *core, *device;
+    int64_t max_new, top_k, seed;
+    double temperature, top_p;
+    int bos, post, ignore_eos, echo;
+} GenArgs;
 
-// --tokenizer, else MODEL/tokenizer.json or .model, else the `tokenizer` of a checkpoint's
-// run_config.yaml (a training checkpoint names the tokenizer its data was made with).
-static KdaTokenizer *load_tokenizer_(const char *flag, const char *model_dir) {
-    char p[PATH_MAX];
-    const char *path = flag;
-    KdaRunConfig rc;
-    kda_run_config_defaults(&rc);
-    if (!path) {
-        KdaError e;
-        if (path_exists(path_join(p, sizeof p, model_dir, "tokenizer.json")))
-            path = p;
-        else if (path_exists(path_join(p, sizeof p, model_dir, "tokenizer.model")))
-            path = p;
-        else if (path_exists(path_join(p, sizeof p, model_dir, "run_config.yaml")) &&
-                 !kda_run_config_load(&rc, p, &e) && rc.tokenizer && path_exists(rc.tokenizer))
-            path = rc.tokenizer;
-        else
-            return kda_run_config_free(&rc), NULL;
-    }
-    KdaTokenizer *t;
-    KdaError err;
-    if (tok_load(&t, path, &err)) kda_die("%s", err.msg);
-    kda_run_config_free(&rc);
-    return t;
-}
-
-int cmd_generate(int argc, char **argv) {
-    const char *model_arg = NULL, *prompt = NULL, *prompt_ids = NULL, *tok_path = NULL;
-    const char *core = "chunk", *device = "auto";
-    int64_t max_new = 64, top_k = 0, seed = 0;
-    double temperature = 1.0, top_p = 1.0;
-    int bos = 0, post = 1, ignore_eos = 0, echo = 1;
+// Parses and validates the flags (dies on a bad one, before anything is loaded). Returns 1 when
+// --help was printed.
+static int parse_(GenArgs *a, int argc, char **argv) {
+    *a = (GenArgs){.core = "chunk",
+                   .device = "auto",
+                   .max_new = 64,
+                   .temperature = 1.0,
+                   .top_p = 1.0,
+                   .post = 1,
+                   .echo = 1};
     ArgSpec specs[] = {
-        {"model", ARG_STR, &model_arg, "HF model directory, or a training save/iter_* directory",
-         1},
-        {"prompt", ARG_STR, &prompt, "prompt text ('-' = read stdin); needs a tokenizer", 0},
-        {"prompt-ids", ARG_STR, &prompt_ids, "prompt as token ids: \"[1, 2, 3]\" or \"1,2,3\"", 0},
-        {"tokenizer", ARG_STR, &tok_path,
+        {"model", ARG_STR, &a->model, "HF model directory, or a training save/iter_* directory", 1},
+        {"prompt", ARG_STR, &a->prompt, "prompt text ('-' = read stdin); needs a tokenizer", 0},
+        {"prompt-ids", ARG_STR, &a->prompt_ids, "prompt as token ids: \"[1, 2, 3]\" or \"1,2,3\"",
+         0},
+        {"tokenizer", ARG_STR, &a->tokenizer,
          "tokenizer.json / tokenizer.model (default: the "
          "model directory's, if any; none: print ids)",
          0},
-        {"add-special-tokens", ARG_BOOL, &post,
+        {"add-special-tokens", ARG_BOOL, &a->post,
          "encode a text prompt as HF tokenizer(prompt) does (post_processor: Llama 3.2's BOS)", 0},
-        {"bos", ARG_BOOL, &bos,
+        {"bos", ARG_BOOL, &a->bos,
          "prepend BOS to a text prompt unless already there (tokenizer's, else config's)", 0},
-        {"max-new-tokens", ARG_INT, &max_new, "tokens to generate at most", 0},
-        {"temperature", ARG_FLOAT, &temperature, "softmax temperature; 0 = greedy (argmax)", 0},
-        {"top-k", ARG_INT, &top_k, "keep the k most likely tokens (0 = off)", 0},
-        {"top-p", ARG_FLOAT, &top_p, "nucleus: keep the most likely tokens of mass p (1 = off)", 0},
-        {"seed", ARG_INT, &seed, "sampling RNG seed", 0},
-        {"ignore-eos", ARG_BOOL, &ignore_eos, "do not stop at the EOS token", 0},
-        {"echo", ARG_BOOL, &echo, "print the prompt before the continuation", 0},
-        {"core", ARG_STR, &core, "KDA core of the prefill: chunk | recurrent (CPU)", 0},
-        {"device", ARG_STR, &device,
+        {"max-new-tokens", ARG_INT, &a->max_new, "tokens to generate at most", 0},
+        {"temperature", ARG_FLOAT, &a->temperature, "softmax temperature; 0 = greedy (argmax)", 0},
+        {"top-k", ARG_INT, &a->top_k, "keep the k most likely tokens (0 = off)", 0},
+        {"top-p", ARG_FLOAT, &a->top_p, "nucleus: keep the most likely tokens of mass p (1 = off)",
+         0},
+        {"seed", ARG_INT, &a->seed, "sampling RNG seed", 0},
+        {"ignore-eos", ARG_BOOL, &a->ignore_eos, "do not stop at the EOS token", 0},
+        {"echo", ARG_BOOL, &a->echo, "print the prompt before the continuation", 0},
+        {"core", ARG_STR, &a->core, "KDA core of the prefill: chunk | recurrent (CPU)", 0},
+        {"device", ARG_STR, &a->device,
          "auto | cpu | cuda (GPU: bf16, whole-sequence forward per token; auto: the GPU when "
          "the build has CUDA and one is visible)",
          0},
@@ -172,116 +146,136 @@ int cmd_generate(int argc, char **argv) {
                       "top-k, then top-p. Output streams to stdout; timing to stderr. "
                       "Without --prompt/--prompt-ids the prompt text is read from stdin.",
                       specs, (int)(sizeof specs / sizeof *specs)};
-    if (args_parse_or_die(&table, argc, argv)) return 0;
-    if (strcmp(core, "chunk") && strcmp(core, "recurrent"))
-        kda_die("--core must be chunk or recurrent, got '%s'", core);
-    if (max_new < 0) kda_die("--max-new-tokens must be >= 0, got %lld", (long long)max_new);
-    if (top_p <= 0.0 || top_p > 1.0) kda_die("--top-p must be in (0, 1], got %g", top_p);
-    if (temperature < 0.0) kda_die("--temperature must be >= 0, got %g", temperature);
-    if (prompt && prompt_ids) kda_die("give --prompt or --prompt-ids, not both");
-    if (top_k < 0) kda_die("--top-k must be >= 0 (0 = off), got %lld", (long long)top_k);
-    if (prompt_ids) free(parse_ids_(prompt_ids, &(int64_t){0})); // bad ids fail before loading
+    if (args_parse_or_die(&table, argc, argv)) return 1;
+    if (strcmp(a->core, "chunk") && strcmp(a->core, "recurrent"))
+        kda_die("--core must be chunk or recurrent, got '%s'", a->core);
+    if (a->max_new < 0) kda_die("--max-new-tokens must be >= 0, got %lld", (long long)a->max_new);
+    if (a->top_p <= 0.0 || a->top_p > 1.0) kda_die("--top-p must be in (0, 1], got %g", a->top_p);
+    if (a->temperature < 0.0) kda_die("--temperature must be >= 0, got %g", a->temperature);
+    if (a->prompt && a->prompt_ids) kda_die("give --prompt or --prompt-ids, not both");
+    if (a->top_k < 0) kda_die("--top-k must be >= 0 (0 = off), got %lld", (long long)a->top_k);
+    if (a->prompt_ids) free(parse_ids_(a->prompt_ids, &(int64_t){0})); // bad ids fail here
+    return 0;
+}
 
+// The prompt as token ids (*ids, caller frees) and, for a text prompt, its text (*text, caller
+// frees; NULL for --prompt-ids). Dies on an empty prompt or an id outside the vocabulary.
+static void prompt_(const GenArgs *a, const CliModel *cm, TokIds *ids, char **text,
+                    size_t *text_n) {
+    const KdaConfig *cfg = &cm->m.cfg;
     KdaError err;
-    int pick;
-    if (eval_device_pick(device, &pick, &err)) kda_die("%s", err.msg); // before loading
-    char dir[PATH_MAX];
-    resolve_model_(model_arg, dir, sizeof dir);
-    KdaConfig cfg;
-    KdaParamTable pt;
-    float *flat;
-    if (kda_model_load_dir(dir, &cfg, &pt, &flat, &err)) kda_die("%s", err.msg);
-    KdaModel m;
-    if (kda_model_init_from(&m, &cfg, &pt, flat, &err)) kda_die("%s: %s", dir, err.msg);
-    m.core = strcmp(core, "recurrent") ? KDA_CORE_CHUNK : KDA_CORE_RECURRENT;
-    EvalDevice dev;
-    if (eval_device_open(&dev, device, &m, &err)) kda_die("%s: %s", dir, err.msg);
-    if (dev.note[0]) kda_warn("--device auto: %s; using the CPU", dev.note);
-    kda_info("device: %s", dev.name);
-    KdaTokenizer *tok = load_tokenizer_(tok_path, dir);
-
-    // Prompt ids.
-    TokIds ids = {0};
-    char *text = NULL;
-    size_t text_n = 0;
-    if (prompt_ids) {
+    *ids = (TokIds){0};
+    *text = NULL, *text_n = 0;
+    if (a->prompt_ids) {
         int64_t n;
-        ids.ids = parse_ids_(prompt_ids, &n);
-        ids.n = ids.cap = (size_t)n;
+        ids->ids = parse_ids_(a->prompt_ids, &n);
+        ids->n = ids->cap = (size_t)n;
     } else {
-        if (prompt && strcmp(prompt, "-"))
-            text = strdup(prompt), text_n = strlen(prompt);
-        else if (!prompt && isatty(0))
+        if (a->prompt && strcmp(a->prompt, "-"))
+            *text = strdup(a->prompt), *text_n = strlen(a->prompt);
+        else if (!a->prompt && isatty(0))
             kda_die("no prompt: give --prompt, --prompt-ids or stdin");
         else
-            text = read_stdin_(&text_n);
-        if (!tok) kda_die("a text prompt needs --tokenizer (%s has no tokenizer file)", dir);
-        if (tok_encode(tok, text, text_n, post ? TOK_POST : 0, &ids, &err)) kda_die("%s", err.msg);
-        int32_t b = tok_bos_id(tok);
-        if (bos && b < 0 && cfg.has_bos_token_id) b = (int32_t)cfg.bos_token_id;
-        if (bos && b >= 0 && !(ids.n && ids.ids[0] == b)) {
-            ids.ids = kda_realloc(ids.ids, (ids.n + 1) * sizeof(int32_t));
-            memmove(ids.ids + 1, ids.ids, ids.n * sizeof(int32_t));
-            ids.ids[0] = b, ids.n++, ids.cap = ids.n;
+            *text = read_stdin_(text_n);
+        if (!cm->tok)
+            kda_die("a text prompt needs --tokenizer (%s has no tokenizer file)", cm->dir);
+        if (tok_encode(cm->tok, *text, *text_n, a->post ? TOK_POST : 0, ids, &err))
+            kda_die("%s", err.msg);
+        int32_t b = tok_bos_id(cm->tok);
+        if (a->bos && b < 0 && cfg->has_bos_token_id) b = (int32_t)cfg->bos_token_id;
+        if (a->bos && b >= 0 && !(ids->n && ids->ids[0] == b)) {
+            ids->ids = kda_realloc(ids->ids, (ids->n + 1) * sizeof(int32_t));
+            memmove(ids->ids + 1, ids->ids, ids->n * sizeof(int32_t));
+            ids->ids[0] = b, ids->n++, ids->cap = ids->n;
         }
     }
-    if (ids.n == 0) kda_die("the prompt is empty (no token ids; try --bos)");
-    for (size_t i = 0; i < ids.n; i++)
-        if (ids.ids[i] >= cfg.vocab_size)
+    if (ids->n == 0) kda_die("the prompt is empty (no token ids; try --bos)");
+    for (size_t i = 0; i < ids->n; i++)
+        if (ids->ids[i] >= cfg->vocab_size)
             kda_die("prompt token %zu: id %d is outside the model's vocabulary [0, %lld)", i,
-                    (int)ids.ids[i], (long long)cfg.vocab_size);
+                    (int)ids->ids[i], (long long)cfg->vocab_size);
+}
 
-    int32_t eos[2];
-    int n_eos = 0;
-    if (tok && tok_eos_id(tok) >= 0) eos[n_eos++] = tok_eos_id(tok);
-    if (cfg.has_eos_token_id && (n_eos == 0 || eos[0] != cfg.eos_token_id))
-        eos[n_eos++] = (int32_t)cfg.eos_token_id;
-    KdaGenOpts go = {{temperature, top_k, top_p}, max_new, (uint64_t)seed, eos, n_eos, ignore_eos};
-    Printer pr = {tok, {{0}, 0}, &go, 0, 0};
+// --echo: the prompt as given (text), or its ids, or its tokens' bytes (specials skipped).
+static void echo_(const TokIds *ids, const char *text, size_t text_n, Printer *pr) {
+    const KdaTokenizer *tok = pr->tok;
+    if (text)
+        fwrite(text, 1, text_n, stdout);
+    else if (!tok)
+        for (size_t i = 0; i < ids->n; i++)
+            printf("%s%d", i ? " " : "", ids->ids[i]);
+    else
+        for (size_t i = 0; i < ids->n; i++) {
+            size_t len;
+            const char *b = tok_token_bytes(tok, ids->ids[i], &len);
+            if (b && !tok_is_special(tok, ids->ids[i]))
+                kda_utf8_stream_write(&pr->utf8, b, len, stdout);
+        }
+    if (!tok && ids->n) pr->n_printed = 1; // separate the first new id by a space
+    fflush(stdout);
+}
 
-    if (echo) {
-        if (text)
-            fwrite(text, 1, text_n, stdout);
-        else if (!tok)
-            for (size_t i = 0; i < ids.n; i++)
-                printf("%s%d", i ? " " : "", ids.ids[i]);
-        else
-            for (size_t i = 0; i < ids.n; i++) {
-                size_t len;
-                const char *b = tok_token_bytes(tok, ids.ids[i], &len);
-                if (b && !tok_is_special(tok, ids.ids[i]))
-                    kda_utf8_stream_write(&pr.utf8, b, len, stdout);
-            }
-        if (!tok && ids.n) pr.n_printed = 1; // separate the first new id by a space
-        fflush(stdout);
-    }
-    KdaGenStats st;
+// Generates and streams the continuation: CPU prefill + recurrent decode, or the GPU re-feed.
+static void run_(CliModel *cm, const TokIds *ids, const KdaGenOpts *go, Printer *pr,
+                 KdaGenStats *st) {
+    KdaError err;
     int grc =
-        dev.cuda
-            ? kda_generate_refeed(eval_device_logits_last, &dev, cfg.vocab_size, ids.ids,
-                                  (int64_t)ids.n, &go, NULL, print_token_, &pr, &st, &err)
-            : kda_generate(&m, ids.ids, (int64_t)ids.n, &go, NULL, print_token_, &pr, &st, &err);
-    if (grc) kda_die("%s: %s", dir, err.msg);
-    if (tok) kda_utf8_stream_flush(&pr.utf8, stdout);
+        cm->dev.cuda
+            ? kda_generate_refeed(eval_device_logits_last, &cm->dev, cm->m.cfg.vocab_size, ids->ids,
+                                  (int64_t)ids->n, go, NULL, print_token_, pr, st, &err)
+            : kda_generate(&cm->m, ids->ids, (int64_t)ids->n, go, NULL, print_token_, pr, st, &err);
+    if (grc) kda_die("%s: %s", cm->dir, err.msg);
+    if (pr->tok) kda_utf8_stream_flush(&pr->utf8, stdout);
     printf("\n");
     if (fflush(stdout)) kda_die("writing stdout failed");
+}
 
+// Timing (and undecodable ids) to stderr.
+static void report_(const KdaGenStats *st, const Printer *pr) {
     fprintf(stderr,
             "kda generate: prompt %lld tokens, prefill %.3f s (%.1f tok/s); %lld new tokens%s, "
             "decode %.3f s (%.1f tok/s)\n",
-            (long long)st.n_prompt, st.prefill_s,
-            st.prefill_s > 0 ? (double)st.n_prompt / st.prefill_s : 0.0, (long long)st.n_new,
-            st.stopped_eos ? " (stopped at EOS)" : "", st.decode_s,
-            st.decode_s > 0 ? (double)st.n_steps / st.decode_s : 0.0);
-    if (pr.n_undecodable)
+            (long long)st->n_prompt, st->prefill_s,
+            st->prefill_s > 0 ? (double)st->n_prompt / st->prefill_s : 0.0, (long long)st->n_new,
+            st->stopped_eos ? " (stopped at EOS)" : "", st->decode_s,
+            st->decode_s > 0 ? (double)st->n_steps / st->decode_s : 0.0);
+    if (pr->n_undecodable)
         fprintf(stderr,
                 "kda generate: warning: %lld generated ids have no token in the "
                 "tokenizer (printed nothing)\n",
-                (long long)pr.n_undecodable);
+                (long long)pr->n_undecodable);
+}
+
+int cmd_generate(int argc, char **argv) {
+    GenArgs a;
+    if (parse_(&a, argc, argv)) return 0;
+    CliModel cm;
+    CliModelSpec spec = {.model = a.model,
+                         .core = a.core,
+                         .device = a.device,
+                         .tokenizer = a.tokenizer,
+                         .tok_source = CLI_TOK_FIND};
+    cli_open_model(&cm, &spec);
+    TokIds ids;
+    char *text;
+    size_t text_n;
+    prompt_(&a, &cm, &ids, &text, &text_n);
+
+    const KdaConfig *cfg = &cm.m.cfg;
+    int32_t eos[2];
+    int n_eos = 0;
+    if (cm.tok && tok_eos_id(cm.tok) >= 0) eos[n_eos++] = tok_eos_id(cm.tok);
+    if (cfg->has_eos_token_id && (n_eos == 0 || eos[0] != cfg->eos_token_id))
+        eos[n_eos++] = (int32_t)cfg->eos_token_id;
+    KdaGenOpts go = {
+        {a.temperature, a.top_k, a.top_p}, a.max_new, (uint64_t)a.seed, eos, n_eos, a.ignore_eos};
+    Printer pr = {cm.tok, {{0}, 0}, &go, 0, 0};
+    if (a.echo) echo_(&ids, text, text_n, &pr);
+    KdaGenStats st;
+    run_(&cm, &ids, &go, &pr, &st);
+    report_(&st, &pr);
     free(text);
     tok_ids_free(&ids);
-    tok_free(tok);
-    eval_device_close(&dev);
-    kda_model_free(&m);
+    cli_close_model(&cm);
     return 0;
 }

@@ -1,9 +1,11 @@
 // cmd_info.c - `kda info`: config summary, derived dims, parameter counts and breakdown,
 // FLOPs per token and a training memory estimate for one GPU.
+#include <limits.h>
 #include <stdio.h>
 #include <string.h>
 
 #include "cli/commands.h"
+#include "cli/open_model.h" // defines: cli_resolve_model
 #include "core/args.h"      // defines: ArgSpec, ArgTable, args_parse_or_die
 #include "core/util.h"      // defines: path_is_dir, path_join, path_exists
 #include "io/safetensors.h" // defines: StModel, st_model_open
@@ -251,7 +253,9 @@ int cmd_info(int argc, char **argv) {
     int64_t micro_batch = 32, seq_len = 2048;
     int recompute = 0;
     const ArgSpec specs[] = {
-        {"model", ARG_STR, &model, "model directory (config.json) or a config .json file", 1},
+        {"model", ARG_STR, &model,
+         "model directory (config.json), a config .json file, or a training save/iter_* directory",
+         1},
         {"micro-batch", ARG_INT, &micro_batch, "sequences per GPU step, for the memory estimate",
          0},
         {"seq-length", ARG_INT, &seq_len, "tokens per sequence, for FLOPs and memory", 0},
@@ -264,6 +268,8 @@ int cmd_info(int argc, char **argv) {
     if (micro_batch <= 0 || seq_len <= 0)
         kda_die("kda info: --micro-batch and --seq-length must be positive");
 
+    char dir[PATH_MAX]; // a checkpoint or save directory: the model it holds
+    if (path_is_dir(model)) cli_resolve_model(model, dir, sizeof dir), model = dir;
     KdaConfig c;
     KdaParamTable t;
     KdaError err;
