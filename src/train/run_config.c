@@ -12,7 +12,7 @@
 
 #include "core/util.h"        // defines: read_file, open_atomic, commit_atomic, abort_atomic
 #include "train/checkpoint.h" // defines: kda_checkpoint_resolve
-#include "train/schedule.h"   // defines: KdaLrSchedule, kda_lr_schedule_check, kda_lr_style_parse
+#include "train/run_plan.h"   // defines: KdaRunPlan, kda_run_plan (the cross-field checks)
 
 // ---------------------------------------------------------------------------------------------
 // The key table: one row per key drives parsing, overrides, suggestions and writing.
@@ -843,9 +843,6 @@ int kda_run_config_validate(KdaRunConfig *c, KdaError *err) {
     if (validate_sizes_(c, err)) return -1;
     if (c->lr_decay_iters == 0) c->lr_decay_iters = c->train_iters;
     if (resolve_warmup_(c, err)) return -1;
-    KdaLrSchedule s = {c->lr, c->min_lr, c->lr_warmup_iters, c->lr_decay_iters, KDA_LR_COSINE};
-    if (kda_lr_style_parse(c->lr_decay_style ? c->lr_decay_style : "", &s.style, err)) return -1;
-    if (kda_lr_schedule_check(&s, err)) return -1;
     if (!(c->clip_grad >= 0)) return kda_fail(err, "clip_grad must be >= 0 (0 = off)");
     if (c->seed < 0 || c->seed > 0xffffffffll) return kda_fail(err, "seed must be in [0, 2^32)");
     if (c->save_interval < 0 || c->eval_interval < 0 || c->eval_iters < 0 || c->log_interval < 0 ||
@@ -857,17 +854,10 @@ int kda_run_config_validate(KdaRunConfig *c, KdaError *err) {
         return kda_fail(err, "model (path of config.json) is not set (or finetune: true with "
                              "load: DIR takes it from DIR)");
     if (validate_megatron_(c, err)) return -1;
-    if (c->train_data_path.n == 0) return kda_fail(err, "train_data_path is not set");
-    if (c->data_order && !strcmp(c->data_order, "fla") &&
-        !(c->objective && !strcmp(c->objective, "fla")))
-        return kda_fail(err, "data_order: fla needs objective: fla (seq_length-token chunks, "
-                             "seq_length - 1 targets)");
-    const char **paths;
-    double *w;
-    int n;
-    if (kda_run_config_blend(&c->train_data_path, &paths, &w, &n, err)) return -1;
-    free(paths);
-    free(w);
+    // the choices, the schedule, the split of one rank's batch and the blends (run_plan.h)
+    KdaRunPlan plan;
+    if (kda_run_plan(c, 1, &plan, err)) return -1;
+    kda_run_plan_free(&plan);
     return 0;
 }
 

@@ -21,6 +21,7 @@
 #include "dist/dist.h"         // defines: KdaDist, kda_dist_* (data parallelism)
 #include "train/checkpoint.h"
 #include "data/loader.h"
+#include "train/run_plan.h" // defines: KdaRunPlan, kda_run_plan (the typed run config)
 #include "train/schedule.h"
 #include "train/tfevents.h" // defines: KdaTfEvents, kda_tfevents_*
 
@@ -284,6 +285,7 @@ typedef struct {
     KdaConfig cfg;
     KdaParamTable table; // the run's table (a copy owned here, for checkpoints)
     KdaBackend be;
+    KdaRunPlan plan; // rc's choices as types, checked once (run_plan.h)
     KdaLrSchedule sched;
     KdaLoader *train, *valid;
     int32_t *eval_buf;
@@ -376,8 +378,8 @@ static int setup_backend(Run *r, KdaError *err) {
     if (kda_params_build(&r->table, &r->cfg, err)) goto fail;
     KdaAdamWConfig oc = {r->rc->adam_beta1, r->rc->adam_beta2, r->rc->adam_eps,
                          r->rc->weight_decay};
-    int recompute = r->rc->recompute_granularity && !strcmp(r->rc->recompute_granularity, "full");
-    if (r->rc->device && !strcmp(r->rc->device, "cuda")) {
+    int recompute = r->plan.recompute;
+    if (r->plan.device == KDA_DEVICE_CUDA) {
         if (kda_backend_cuda_create(&r->be, &m, &oc, r->o->device, err)) goto fail;
         if (recompute && kda_backend_cuda_set_recompute(&r->be, 1, err)) goto fail;
     } else {
@@ -397,46 +399,30 @@ fail:
     return -1;
 }
 
-static int open_loader(KdaLoader **out, const KdaRunConfig *rc, const KdaStrList *list, int part,
-                       int whole, int64_t num_samples, int64_t n_vocab, KdaError *err) {
-    const char **paths = NULL;
-    double *weights = NULL;
-    int n = 0;
-    if (kda_run_config_blend(list, &paths, &weights, &n, err)) return -1;
-    KdaLoaderSpec s = {
-        .paths = paths,
-        .weights = weights,
-        .n_paths = n,
-        .split = rc->split,
-        .split_part = part,
-        .whole = whole,
-        .seq_length = rc->seq_length,
-        .num_samples = num_samples,
-        .seed = (uint32_t)rc->seed,
-        .objective =
-            rc->objective && !strcmp(rc->objective, "fla") ? KDA_OBJ_FLA : KDA_OBJ_MEGATRON,
-        .n_vocab = n_vocab,
-        .order =
-            rc->data_order && !strcmp(rc->data_order, "fla") ? KDA_ORDER_FLA : KDA_ORDER_MEGATRON,
-        .dp = 1, // the one global order; data-parallel ranks read their slices of it
-        .micro_batch = rc->micro_batch_size};
-    int rc2 = kda_loader_open(out, &s, err);
-    free(paths);
-    free(weights);
-    return rc2;
+static int open_loader(KdaLoader **out, const Run *r, const KdaBlend *b, int part, int whole,
+                       int64_t num_samples, KdaError *err) {
+    const KdaRunConfig *rc = r->rc;
+    KdaLoaderSpec s = {.paths = b->paths,
+                       .weights = b->weights,
+                       .n_paths = b->n,
+                       .split = rc->split,
+                       .split_part = part,
+                       .whole = whole,
+                       .seq_length = rc->seq_length,
+                       .num_samples = num_samples,
+                       .seed = (uint32_t)rc->seed,
+                       .objective = r->plan.objective,
+                       .n_vocab = r->cfg.vocab_size,
+                       .order = r->plan.order,
+                       .dp = 1, // the one global order; data-parallel ranks read their slices of it
+                       .micro_batch = rc->micro_batch_size};
+    return kda_loader_open(out, &s, err);
 }
 
 static int setup_data(Run *r, KdaError *err) {
     const KdaRunConfig *rc = r->rc;
-    if (rc->objective && strcmp(rc->objective, "megatron") && strcmp(rc->objective, "fla"))
-        return kda_fail(err, "objective: expected megatron or fla, got \"%s\"", rc->objective);
-    if (rc->data_order && strcmp(rc->data_order, "megatron") && strcmp(rc->data_order, "fla"))
-        return kda_fail(err, "data_order: expected megatron or fla, got \"%s\"", rc->data_order);
     int64_t gbs = rc->global_batch_size;
-    if (open_loader(&r->train, rc, &rc->train_data_path, 0, 0, rc->train_iters * gbs,
-                    r->cfg.vocab_size, err))
-        return -1;
-    r->T = kda_loader_row_tokens(r->train);
+    if (open_loader(&r->train, r, &r->plan.train, 0, 0, rc->train_iters * gbs, err)) return -1;
     int64_t n_chunks = kda_loader_n_chunks(r->train);
     if (n_chunks > 0 && !r->quiet)
         kda_info("FLA data order: %lld chunks; %lld samples needed%s", (long long)n_chunks,
@@ -447,9 +433,8 @@ static int setup_data(Run *r, KdaError *err) {
     if (rc->eval_interval > 0 && rc->eval_iters > 0) {
         int64_t n_evals = rc->train_iters / rc->eval_interval + 1;
         int64_t want = rc->eval_iters * gbs * n_evals;
-        int sep = rc->valid_data_path.n > 0;
-        if (open_loader(&r->valid, rc, sep ? &rc->valid_data_path : &rc->train_data_path, 1, sep,
-                        want, r->cfg.vocab_size, err))
+        int sep = r->plan.valid.n > 0;
+        if (open_loader(&r->valid, r, sep ? &r->plan.valid : &r->plan.train, 1, sep, want, err))
             return -1;
         r->eval_buf = kda_malloc((size_t)(rc->micro_batch_size * r->T) * sizeof(int32_t));
     }
@@ -573,23 +558,10 @@ static int setup_resume(Run *r, KdaError *err) {
 static int setup(Run *r, KdaError *err) {
     const KdaRunConfig *rc = r->rc;
     if (rc->save && r->rank == 0 && kda_save_lock(&r->lock, rc->save, err)) return -1;
-    if (rc->micro_batch_size < 1 || rc->global_batch_size % rc->micro_batch_size)
-        return kda_fail(err, "global_batch_size %lld must be a multiple of micro_batch_size %lld",
-                        (long long)rc->global_batch_size, (long long)rc->micro_batch_size);
-    if (rc->global_batch_size % (rc->micro_batch_size * r->world))
-        return kda_fail(err,
-                        "global_batch_size %lld must be a multiple of micro_batch_size x "
-                        "data-parallel ranks = %lld x %d",
-                        (long long)rc->global_batch_size, (long long)rc->micro_batch_size,
-                        r->world);
-    r->n_micro = rc->global_batch_size / (rc->micro_batch_size * r->world); // per rank
-    r->sched =
-        (KdaLrSchedule){rc->lr, rc->min_lr, rc->lr_warmup_iters,
-                        rc->lr_decay_iters ? rc->lr_decay_iters : rc->train_iters, KDA_LR_COSINE};
-    if (kda_lr_style_parse(rc->lr_decay_style ? rc->lr_decay_style : "cosine", &r->sched.style,
-                           err) ||
-        kda_lr_schedule_check(&r->sched, err))
-        return -1;
+    if (kda_run_plan(rc, r->world, &r->plan, err)) return -1;
+    r->n_micro = r->plan.n_micro; // per rank
+    r->T = r->plan.T;
+    r->sched = r->plan.sched;
     r->init = r->o->init_from;
     int got = r->init ? 0 : kda_run_config_init_dir(rc, r->init_dir, sizeof r->init_dir, err);
     if (got < 0) return -1;
@@ -723,7 +695,7 @@ static void print_log_line_(Run *r, int64_t it, double ms, double tok_s, double 
     else
         snprintf(tflops, sizeof tflops, "throughput per GPU (TFLOP/s/GPU): %.1f",
                  tok_s * r->mflops_tok / 1e12);
-    if (rc->log_style && !strcmp(rc->log_style, "primus")) {
+    if (r->plan.log_style == KDA_LOG_PRIMUS) {
         printf("[%s] iteration %5lld/%5lld | elapsed time per iteration (ms): %.1f/%.1f | "
                "TFLOP/s/GPU: %.1f | tokens per GPU (tokens/s/GPU): %.1f | lm loss: %E |\n",
                ts, (long long)it, (long long)rc->train_iters, ms, avg, tok_s * r->mflops_tok / 1e12,
@@ -1107,6 +1079,7 @@ int kda_train(const KdaTrainOptions *o, KdaTrainResult *res, KdaError *err) {
     kda_save_unlock(&r.lock);
     kda_loader_free(r.train);
     kda_loader_free(r.valid);
+    kda_run_plan_free(&r.plan);
     free(r.eval_buf);
     kda_backend_destroy(&r.be);
     kda_params_free(&r.table);
