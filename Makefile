@@ -156,7 +156,7 @@ test-san:
 	  $(MAKE) test BUILD=$(SAN_BUILD) OPT=-O1 SAN=address,undefined KDA_CUDA=0
 
 test-gpu: all
-	KDA_BIN=./$(BUILD)/kda ./$(BUILD)/kda_test gpu_
+	KDA_BIN=./$(BUILD)/kda ./$(BUILD)/kda_test --gpu $(TESTS)
 
 check-refs:
 	python3 tools/check_spec_refs.py --self-test

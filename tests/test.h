@@ -1,9 +1,10 @@
 // test.h - the test harness: self-registering tests, checks that record file:line.
 //
 // KDA_TEST(name) { ... CHECK(cond); CHECK_NEAR(a, b, tol); ... } defines and registers a
-// test. A test fails if any check fails; the runner prints "N passed, N failed" last and
-// exits 1 when anything failed. Tests run from the repository root; test_data() builds paths
-// under tests/data.
+// test; KDA_TEST_GPU(name) one of the GPU suite (tag KDA_TEST_TAG_GPU: it needs a device, the
+// CPU suite skips it, `kda_test --gpu` / `make test-gpu` runs it). A test fails if any check fails;
+// the runner prints "N passed, N failed" last and exits 1 when anything failed. Tests run from the
+// repository root; test_data() builds paths under tests/data.
 #ifndef KDA_TEST_H
 #define KDA_TEST_H
 
@@ -11,7 +12,8 @@
 #include <stdio.h>
 
 typedef void (*KdaTestFn)(void);
-void kda_test_register(const char *name, const char *file, KdaTestFn fn);
+#define KDA_TEST_TAG_GPU 1u // needs a GPU: not in the default (CPU) run
+void kda_test_register(const char *name, const char *file, KdaTestFn fn, unsigned tags);
 void kda_test_fail(const char *file, int line, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
 int kda_test_failed(void); // has the current test failed so far?
@@ -26,12 +28,14 @@ int test_files_equal(const char *a, const char *b);
 // status, -1 if the command could not run or did not exit normally.
 int test_run_kda(char *out, size_t cap, const char *env, const char *args);
 
-#define KDA_TEST(name)                                                                             \
+#define KDA_TEST_TAGGED(name, tags)                                                                \
     static void test_##name(void);                                                                 \
     __attribute__((constructor)) static void register_##name(void) {                               \
-        kda_test_register(#name, __FILE__, test_##name);                                           \
+        kda_test_register(#name, __FILE__, test_##name, tags);                                     \
     }                                                                                              \
     static void test_##name(void)
+#define KDA_TEST(name)     KDA_TEST_TAGGED(name, 0u)
+#define KDA_TEST_GPU(name) KDA_TEST_TAGGED(name, KDA_TEST_TAG_GPU)
 
 #define CHECK(cond)                                                                                \
     do {                                                                                           \

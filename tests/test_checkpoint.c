@@ -15,6 +15,7 @@
 #include "io/model_io.h"
 #include "test.h"
 #include "train/checkpoint.h"
+#include "train/checkpoint_test.h"
 
 typedef struct {
     KdaConfig cfg;

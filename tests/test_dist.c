@@ -304,7 +304,7 @@ KDA_TEST(dist_no_engine_is_one_clear_error) {
 #ifdef KDA_HAVE_NCCL
 #include <cuda_runtime_api.h>
 
-KDA_TEST(gpu_dist_nccl_world_one) {
+KDA_TEST_GPU(gpu_dist_nccl_world_one) {
     KdaDistEnv e = {.rank = 0, .world = 1, .local_world = 1, .launcher = "test"};
     snprintf(e.master_addr, sizeof e.master_addr, "127.0.0.1");
     e.master_port = dist_test_free_port();

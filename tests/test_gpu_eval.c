@@ -83,7 +83,7 @@ static int open_gpu_(EvalDevice *d, const KdaModel *m) {
     return rc == 0 && d->cuda ? 0 : -1;
 }
 
-KDA_TEST(gpu_eval_loglik_batched_vs_cpu) {
+KDA_TEST_GPU(gpu_eval_loglik_batched_vs_cpu) {
     KdaModel m;
     model_(&m);
     EvalDevice d;
@@ -152,7 +152,7 @@ KDA_TEST(gpu_eval_loglik_batched_vs_cpu) {
     kda_model_free(&m);
 }
 
-KDA_TEST(gpu_eval_logits_and_greedy_generate) {
+KDA_TEST_GPU(gpu_eval_logits_and_greedy_generate) {
     KdaModel m;
     model_(&m);
     EvalDevice d;

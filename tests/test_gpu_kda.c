@@ -165,17 +165,17 @@ static void v1_sweep_(int mode, uint64_t seed) {
     }
 }
 
-KDA_TEST(gpu_kda_chunk_fwd) {
+KDA_TEST_GPU(gpu_kda_chunk_fwd) {
     if (!gpu_()) return;
     v1_sweep_(0, 201);
 }
 
-KDA_TEST(gpu_kda_recurrent_bwd) {
+KDA_TEST_GPU(gpu_kda_recurrent_bwd) {
     if (!gpu_()) return;
     v1_sweep_(1, 202);
 }
 
-KDA_TEST(gpu_kda_chunk_bwd) {
+KDA_TEST_GPU(gpu_kda_chunk_bwd) {
     if (!gpu_()) return;
     v1_sweep_(2, 203);
 }
@@ -220,18 +220,18 @@ static void fast_sweep_(int bwd, uint64_t seed, int small_only) {
     }
 }
 
-KDA_TEST(gpu_kda_fast_fwd) {
+KDA_TEST_GPU(gpu_kda_fast_fwd) {
     if (!gpu_()) return;
     fast_sweep_(0, 211, 0);
 }
 
-KDA_TEST(gpu_kda_fast_bwd) {
+KDA_TEST_GPU(gpu_kda_fast_bwd) {
     if (!gpu_()) return;
     fast_sweep_(1, 212, 0);
 }
 
 // The small shapes only, forward and backward: what compute-sanitizer (memcheck, racecheck) runs.
-KDA_TEST(gpu_kda_fast_small) {
+KDA_TEST_GPU(gpu_kda_fast_small) {
     if (!gpu_()) return;
     fast_sweep_(0, 213, 1);
     fast_sweep_(1, 214, 1);

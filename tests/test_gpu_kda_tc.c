@@ -263,18 +263,18 @@ static void tc_sweep_(int mode, uint64_t seed, int small_only) {
     }
 }
 
-KDA_TEST(gpu_kda_tc_fwd) {
+KDA_TEST_GPU(gpu_kda_tc_fwd) {
     if (!gpu_()) return;
     tc_sweep_(0, 511, 0);
 }
 
-KDA_TEST(gpu_kda_tc_bwd) {
+KDA_TEST_GPU(gpu_kda_tc_bwd) {
     if (!gpu_()) return;
     tc_sweep_(1, 512, 0);
 }
 
 // The small shapes only, forward and backward: what compute-sanitizer (memcheck, racecheck) runs.
-KDA_TEST(gpu_kda_tc_small) {
+KDA_TEST_GPU(gpu_kda_tc_small) {
     if (!gpu_()) return;
     tc_sweep_(0, 513, 1);
     tc_sweep_(1, 514, 1);

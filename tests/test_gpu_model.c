@@ -198,7 +198,7 @@ static void compare_step_(KdaModel *m, const int32_t *ids, int64_t B, int64_t T,
     free(gc), free(gg), free(nc), free(ng);
 }
 
-KDA_TEST(gpu_model_a_loss_and_grads) {
+KDA_TEST_GPU(gpu_model_a_loss_and_grads) {
     if (!have_gpu_()) return;
     KdaModel m;
     memset(&m, 0, sizeof m);
@@ -212,7 +212,7 @@ KDA_TEST(gpu_model_a_loss_and_grads) {
     kda_model_free(&m);
 }
 
-KDA_TEST(gpu_model_untied_loss_and_grads) {
+KDA_TEST_GPU(gpu_model_untied_loss_and_grads) {
     if (!have_gpu_()) return;
     KdaModel m;
     tiny_untied_(&m, 0.05, 11);
@@ -228,7 +228,7 @@ KDA_TEST(gpu_model_untied_loss_and_grads) {
 // with the same deterministic kernels on the same inputs, so the loss and every gradient must be
 // bit-identical to the run that stored all activations. Three layers, so that a middle block is
 // recomputed between two others (a wrong `next` or a stale shared buffer shows at once).
-KDA_TEST(gpu_model_recompute_bit_identical) {
+KDA_TEST_GPU(gpu_model_recompute_bit_identical) {
     if (!have_gpu_()) return;
     KdaModel m;
     tiny_untied_(&m, 0.05, 61);
@@ -266,7 +266,7 @@ KDA_TEST(gpu_model_recompute_bit_identical) {
 // recompute; the kept values are the recompute's bit for bit, so loss and gradients must be
 // bit-identical with KDA_CORE_KEEP=0 (recompute), with keeping on, and with keeping plus
 // per-block recompute (one shared set of kept states). Three layers, fused classifier.
-KDA_TEST(gpu_model_core_keep_bit_identical) {
+KDA_TEST_GPU(gpu_model_core_keep_bit_identical) {
     if (!have_gpu_()) return;
     KdaModel m;
     tiny_untied_(&m, 0.05, 71);
@@ -419,11 +419,11 @@ static void xent_case_(int fused) {
         free(dW_c), free(nll_lo), free(lse_lo);
 }
 
-KDA_TEST(gpu_model_xent_chunks) {
+KDA_TEST_GPU(gpu_model_xent_chunks) {
     if (have_gpu_()) xent_case_(0);
 }
 
-KDA_TEST(gpu_model_cls_fused) {
+KDA_TEST_GPU(gpu_model_cls_fused) {
     if (have_gpu_()) xent_case_(1);
 }
 
@@ -441,7 +441,7 @@ static void check_close_(const float *a, const float *b, int64_t n, const char *
               first >= 0 ? b[first] : 0.0);
 }
 
-KDA_TEST(gpu_model_adamw_matches_cpu) {
+KDA_TEST_GPU(gpu_model_adamw_matches_cpu) {
     if (!have_gpu_()) return;
     KdaModel m;
     tiny_untied_(&m, 0.02, 21);
@@ -565,7 +565,7 @@ static int backends_(KdaBackend *bc, KdaBackend *bg, KdaModel *mc, KdaModel *mg,
     return rc;
 }
 
-KDA_TEST(gpu_model_train_20_steps) {
+KDA_TEST_GPU(gpu_model_train_20_steps) {
     if (!have_gpu_()) return;
     KdaModel mc, mg;
     tiny_untied_(&mc, 0.02, 31);
@@ -614,7 +614,7 @@ KDA_TEST(gpu_model_train_20_steps) {
 // steep part of the curve a lag of one step is ~0.08 nats, so each step's loss must be within
 // 0.1·max(loss, 1) of the CPU's, the mean of the last 20 steps within 0.05 nats, and both learn
 // (< 0.1 x the first loss).
-KDA_TEST(gpu_model_train_200_steps_tiny_config) {
+KDA_TEST_GPU(gpu_model_train_200_steps_tiny_config) {
     if (!have_gpu_()) return;
     KdaError err = {{0}};
     KdaConfig cfg;
@@ -655,7 +655,7 @@ KDA_TEST(gpu_model_train_200_steps_tiny_config) {
 // model (2 layers, fused classifier in 2 token chunks): every op appears with the model's number
 // of calls, every row's time is finite and >= 0, and the rows fit inside the wall time (disjoint
 // event intervals on one stream, all inside the host's start and end marks).
-KDA_TEST(gpu_model_profile) {
+KDA_TEST_GPU(gpu_model_profile) {
     if (!have_gpu_()) return;
     KdaModel m;
     tiny_untied_(&m, 0.05, 21);
@@ -730,7 +730,7 @@ KDA_TEST(gpu_model_profile) {
     kda_model_free(&m);
 }
 
-KDA_TEST(gpu_model_errors) {
+KDA_TEST_GPU(gpu_model_errors) {
     if (!have_gpu_()) return;
     KdaModel m;
     tiny_untied_(&m, 0.02, 41);

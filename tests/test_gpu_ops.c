@@ -162,7 +162,7 @@ static int ok_(int rc) {
 // ---- tests
 // ---------------------------------------------------------------------------------------
 
-KDA_TEST(gpu_device_info) {
+KDA_TEST_GPU(gpu_device_info) {
     KdaCudaCtx *c = gpu_();
     if (!c) return;
     const KdaCudaDeviceInfo *d = &c->info;
@@ -235,7 +235,7 @@ static void gemm_case_(KdaRng *r, int64_t N, int64_t in, int64_t out) {
     dfree_all_();
 }
 
-KDA_TEST(gpu_gemm) {
+KDA_TEST_GPU(gpu_gemm) {
     if (!gpu_()) return;
     KdaRng r;
     rng_seed(&r, 101);
@@ -251,7 +251,7 @@ KDA_TEST(gpu_gemm) {
 // beta = 1): the heuristic sees the same descriptors, so it picks the same algorithm and the
 // outputs must be bit-identical, calls repeated and shapes interleaved (cache hits and misses);
 // the residual form with C != D (no copy), C == D and the copy path agree bit for bit too.
-KDA_TEST(gpu_gemm_plan_cache) {
+KDA_TEST_GPU(gpu_gemm_plan_cache) {
     if (!gpu_()) return;
     KdaCudaCtx off;
     KdaError err = {{0}};
@@ -301,7 +301,7 @@ KDA_TEST(gpu_gemm_plan_cache) {
     kda_cuda_free(&off);
 }
 
-KDA_TEST(gpu_rmsnorm) {
+KDA_TEST_GPU(gpu_rmsnorm) {
     if (!gpu_()) return;
     KdaRng r;
     rng_seed(&r, 102);
@@ -359,7 +359,7 @@ KDA_TEST(gpu_rmsnorm) {
         }
 }
 
-KDA_TEST(gpu_l2norm) {
+KDA_TEST_GPU(gpu_l2norm) {
     if (!gpu_()) return;
     KdaRng r;
     rng_seed(&r, 103);
@@ -426,7 +426,7 @@ static void conv_case_(KdaRng *r, int64_t B, int64_t T, int64_t C, int64_t W, in
 // vector path (5), backward-only vector path (12, 36), both (384, 1000: 125 groups of 8, not a
 // multiple of the 32 groups per block), every W from 1 to 4 and W = 8, T at the tile edges
 // (1, 31, 32, 33 and the chunk sweep), and misaligned pointers.
-KDA_TEST(gpu_conv_silu) {
+KDA_TEST_GPU(gpu_conv_silu) {
     if (!gpu_()) return;
     KdaRng r;
     rng_seed(&r, 104);
@@ -521,7 +521,7 @@ static void gate_case_(KdaRng *r, int64_t B, int64_t T, int64_t HV, int64_t K, i
 // The backward walks each chunk in groups of 8 tokens (partial groups at T = 1, 63, 65, 130
 // and chunk 48) and reduces dA_log over (chunk, d) with a stride of 256 entries (K = 20 does not
 // divide 256). dA_log and ddt_bias must be the same bits in two runs (fixed-order reductions).
-KDA_TEST(gpu_gate_cumsum) {
+KDA_TEST_GPU(gpu_gate_cumsum) {
     if (!gpu_()) return;
     KdaRng r;
     rng_seed(&r, 105);
@@ -532,7 +532,7 @@ KDA_TEST(gpu_gate_cumsum) {
     gate_case_(&r, 16, 2048, 8, 32, 64); // the 300M model's shape
 }
 
-KDA_TEST(gpu_beta) {
+KDA_TEST_GPU(gpu_beta) {
     if (!gpu_()) return;
     KdaRng r;
     rng_seed(&r, 106);
@@ -555,7 +555,7 @@ KDA_TEST(gpu_beta) {
         }
 }
 
-KDA_TEST(gpu_gnorm) {
+KDA_TEST_GPU(gpu_gnorm) {
     if (!gpu_()) return;
     KdaRng r;
     rng_seed(&r, 107);
@@ -622,7 +622,7 @@ static void swiglu_case_(KdaRng *r, int64_t n, int64_t off) {
     dfree_all_();
 }
 
-KDA_TEST(gpu_swiglu) {
+KDA_TEST_GPU(gpu_swiglu) {
     if (!gpu_()) return;
     KdaRng r;
     rng_seed(&r, 108);
@@ -636,7 +636,7 @@ KDA_TEST(gpu_swiglu) {
 }
 
 // Embedding forward is a copy and the backward adds in the CPU's order: both must be exact.
-KDA_TEST(gpu_embed) {
+KDA_TEST_GPU(gpu_embed) {
     if (!gpu_()) return;
     KdaRng r;
     rng_seed(&r, 109);
@@ -675,7 +675,7 @@ KDA_TEST(gpu_embed) {
 // contraction; sqrt and division are correctly rounded on both. Expect equality; allow 1e-6
 // relative in case the host compiler contracts differently. Two decay groups, two steps, and the
 // fused clip coefficient (gscale) against the CPU's in-place clipping.
-KDA_TEST(gpu_adamw) {
+KDA_TEST_GPU(gpu_adamw) {
     if (!gpu_()) return;
     KdaRng r;
     rng_seed(&r, 110);
@@ -739,7 +739,7 @@ KDA_TEST(gpu_adamw) {
 
 // Grad norm: double accumulation on both sides, different orders: rel 1e-12. Two runs on the
 // GPU must give the same bits (fixed two-stage order).
-KDA_TEST(gpu_grad_norm) {
+KDA_TEST_GPU(gpu_grad_norm) {
     if (!gpu_()) return;
     KdaRng r;
     rng_seed(&r, 111);
@@ -777,7 +777,7 @@ KDA_TEST(gpu_grad_norm) {
 #else // !KDA_HAVE_CUDA
 
 // Built without CUDA: asking for the GPU suite must not look like a pass.
-KDA_TEST(gpu_unavailable) {
+KDA_TEST_GPU(gpu_unavailable) {
     CHECK_MSG(0, "built without CUDA (KDA_CUDA=0 or no nvcc): no GPU tests");
 }
 

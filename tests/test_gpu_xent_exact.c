@@ -31,7 +31,7 @@
 #define ROW_TOL 3e-6
 #define SUM_TOL 1e-5
 
-KDA_TEST(gpu_xent_peaked_vocab_exact) {
+KDA_TEST_GPU(gpu_xent_peaked_vocab_exact) {
     int ok = kda_cuda_device_count() > 0;
     CHECK_MSG(ok, "no usable CUDA device (GPU tests need one)");
     if (!ok) return;

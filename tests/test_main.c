@@ -1,5 +1,6 @@
-// test_main.c - the test runner: runs every registered test (or those whose name contains
-// one of the arguments) and prints "N passed, N failed".
+// test_main.c - the test runner: runs every CPU test, or the GPU suite (--gpu), or the tests
+// whose name or file contains one of the arguments, and prints "N passed, N failed".
+//   kda_test [--gpu] [FILTER...]     kda_test --list (name, file, tags)
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -13,6 +14,7 @@
 typedef struct {
     const char *name, *file;
     KdaTestFn fn;
+    unsigned tags; // KDA_TEST_TAG_*
 } TestCase;
 
 static TestCase g_tests[1024];
@@ -20,9 +22,12 @@ static int g_n_tests;
 static int g_current_failed;
 static char g_tmpdir[256];
 
-void kda_test_register(const char *name, const char *file, KdaTestFn fn) {
+void kda_test_register(const char *name, const char *file, KdaTestFn fn, unsigned tags) {
+    // A KDA_TEST named gpu_* (written before the tag existed) counts as tagged, so that a GPU
+    // test registered the old way never runs in the CPU suite.
+    if (!strncmp(name, "gpu_", 4)) tags |= KDA_TEST_TAG_GPU;
     if (g_n_tests < (int)(sizeof g_tests / sizeof *g_tests))
-        g_tests[g_n_tests++] = (TestCase){name, file, fn};
+        g_tests[g_n_tests++] = (TestCase){name, file, fn, tags};
 }
 
 void kda_test_fail(const char *file, int line, const char *fmt, ...) {
@@ -89,10 +94,13 @@ int test_files_equal(const char *a, const char *b) {
     return eq;
 }
 
-// With no filter every test runs except the GPU suite (names "gpu_*"), which needs a device and
-// runs with `make test-gpu` (filter "gpu_").
-static int selected(const TestCase *t, int argc, char **argv) {
-    if (argc <= 1) return strncmp(t->name, "gpu_", 4) != 0;
+// Without filters: the CPU suite (every test not tagged GPU), or with --gpu the GPU suite (it
+// needs a device; `make test-gpu`). Filters pick by name or file among the tests of any tag
+// (--gpu: among the GPU suite).
+static int selected(const TestCase *t, int gpu, int argc, char **argv) {
+    int is_gpu = (t->tags & KDA_TEST_TAG_GPU) != 0;
+    if (gpu && !is_gpu) return 0;
+    if (argc <= 1) return gpu || !is_gpu;
     for (int i = 1; i < argc; i++)
         if (strstr(t->name, argv[i]) || strstr(t->file, argv[i])) return 1;
     return 0;
@@ -101,13 +109,16 @@ static int selected(const TestCase *t, int argc, char **argv) {
 int main(int argc, char **argv) {
     if (argc > 1 && !strcmp(argv[1], "--list")) {
         for (int i = 0; i < g_n_tests; i++)
-            printf("%s (%s)\n", g_tests[i].name, g_tests[i].file);
+            printf("%s (%s)%s\n", g_tests[i].name, g_tests[i].file,
+                   g_tests[i].tags & KDA_TEST_TAG_GPU ? " [gpu]" : "");
         return 0;
     }
+    int gpu = argc > 1 && !strcmp(argv[1], "--gpu");
+    if (gpu) argv[1] = argv[0], argc--, argv++; // the filters follow
     qsort(g_tests, (size_t)g_n_tests, sizeof *g_tests, by_file_then_order);
     int passed = 0, failed = 0;
     for (int i = 0; i < g_n_tests; i++) {
-        if (!selected(&g_tests[i], argc, argv)) continue;
+        if (!selected(&g_tests[i], gpu, argc, argv)) continue;
         g_current_failed = 0;
         g_tmpdir[0] = 0;
         double t0 = now_seconds();

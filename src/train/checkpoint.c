@@ -18,6 +18,7 @@
 #include "core/util.h"
 #include "io/model_io.h"
 #include "io/safetensors.h"
+#include "train/checkpoint_test.h" // defines: kda_checkpoint_test_hook (tests only)
 
 #define STATE_FORMAT 1
 

@@ -59,11 +59,6 @@ typedef struct {
 int kda_save_lock(KdaSaveLock *l, const char *save, KdaError *err);
 void kda_save_unlock(KdaSaveLock *l);
 
-// Test hook: when set, called at named stages of a save ("model", "optimizer", "state",
-// "before_rename", "replacing" (an existing dir of the iteration displaced), "before_latest"); a
-// nonzero return makes the save fail there (simulated write error). NULL in production.
-extern int (*kda_checkpoint_test_hook)(const char *stage);
-
 // Writes SAVE/iter_NNNNNNN (see above) and updates SAVE/latest; then, when keep_last > 0,
 // rotates (docs/reliability.md): of the iter_* dirs numbered <= this iteration the keep_last
 // newest stay, older ones are deleted except the one `latest` names and resumed_from (the
