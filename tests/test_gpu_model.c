@@ -759,4 +759,65 @@ KDA_TEST_GPU(gpu_model_errors) {
     kda_model_free(&m);
 }
 
+// The fused elementwise kernels (default) against the unfused ones (KDA_FUSE=0, their oracle) on
+// the whole model: tiny untied config (K = 32, V = 64: every fusion runs) and three layers, one
+// training step with the fused classifier. Loss within 1e-3 relative and every gradient within
+// TOL_GRAD rel-RMS of the unfused step: the two differ only by bf16 roundings the fused kernels
+// skip (conv output, z + bias, the L2 backward's bf16 dq), the same size as GPU vs CPU's.
+KDA_TEST_GPU(gpu_fuse_model_matches_unfused) {
+    if (!have_gpu_()) return;
+    KdaModel m;
+    tiny_untied_(&m, 0.05, 81);
+    KdaError err = {{0}};
+    KdaConfig c3 = m.cfg;
+    kda_model_free(&m);
+    c3.num_hidden_layers = 3;
+    KDA_ASSERT(kda_model_init(&m, &c3, &err) == 0);
+    kda_params_init(&m.table, &m.cfg, m.params, 81);
+    int64_t B = 2, T = 100, n = m.table.total_numel;
+    int32_t *ids = random_ids_(B * T, m.cfg.vocab_size, 82);
+    float *g[2] = {kda_malloc((size_t)n * 4), kda_malloc((size_t)n * 4)}, loss[2] = {0, 0};
+    int fused[2] = {-1, -1}, rc = 0;
+    for (int pass = 0; pass < 2 && !rc; pass++) {
+        if (pass == 0) setenv("KDA_FUSE", "0", 1);
+        KdaCudaModel *dm = NULL;
+        rc = kda_cuda_model_create(&dm, &m.cfg, &m.table, m.params, 0, &err);
+        unsetenv("KDA_FUSE");
+        if (!rc) fused[pass] = kda_cuda_model_fused(dm);
+        if (!rc) rc = gpu_step_fused_(dm, ids, B, T, NULL, &loss[pass], g[pass], &err);
+        if (!rc && pass == 1) { // the setter: off again gives the KDA_FUSE=0 model's bits
+            float l2 = 0.0f, *g2 = kda_malloc((size_t)n * 4);
+            rc = kda_cuda_model_set_fuse(dm, 0, &err) ||
+                 gpu_step_fused_(dm, ids, B, T, NULL, &l2, g2, &err);
+            if (!rc) {
+                CHECK_MSG(kda_cuda_model_fused(dm) == 0, "set_fuse(0) left fusions on");
+                CHECK_MSG(l2 == loss[0] && !memcmp(g2, g[0], (size_t)n * 4),
+                          "set_fuse(0) differs from KDA_FUSE=0 (loss %.9g vs %.9g)", l2, loss[0]);
+            }
+            free(g2);
+        }
+        kda_cuda_model_free(dm);
+    }
+    CHECK_MSG(rc == 0, "%s", err.msg);
+    if (!rc) {
+        CHECK_MSG(fused[0] == 0 && fused[1] == 7, "fusions: %d with KDA_FUSE=0, %d default",
+                  fused[0], fused[1]);
+        double le = fabs((double)loss[1] - loss[0]) / fabs((double)loss[0]);
+        CHECK_MSG(le <= 1e-3, "fused loss %.6f vs unfused %.6f: rel %.3g", loss[1], loss[0], le);
+        double worst = 0.0;
+        const char *wname = "";
+        for (int i = 0; i < m.table.n; i++) {
+            const KdaParamInfo *p = &m.table.rows[i];
+            double e = rel_rms_(g[1] + p->offset, g[0] + p->offset, p->numel);
+            CHECK_MSG(e <= TOL_GRAD, "grad %s: fused vs unfused rel-RMS %.3g > %g", p->name, e,
+                      TOL_GRAD);
+            if (!(e <= worst)) worst = e, wname = p->name;
+        }
+        printf("    fused vs unfused: loss %.6f vs %.6f (rel %.2e), worst grad %.2e (%s)\n",
+               loss[1], loss[0], le, worst, wname);
+    }
+    free(g[0]), free(g[1]), free(ids);
+    kda_model_free(&m);
+}
+
 #endif // KDA_HAVE_CUDA

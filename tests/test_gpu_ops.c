@@ -774,6 +774,186 @@ KDA_TEST_GPU(gpu_grad_norm) {
     }
 }
 
+// ---- fused elementwise kernels (model_cuda's default; KDA_FUSE=0 runs the unfused ones) --------
+// Each fused kernel on the device against (a) its host twin (test_fuse_host.c checks the twin
+// against the CPU ops) and (b) the unfused device kernels it replaces. Tolerances: bf16 outputs
+// 1e-2 (the twin differs by FMA contraction and the device's expf; the unfused path rounds the
+// conv output and z + bias to bf16 first), fp32 outputs 1e-5 (rstd) and dw/dbias as their unfused
+// twins' tests (fp32 1e-5; dbias from bf16 dz 1e-5 against the unfused bias_bwd of the same dz
+// is not possible - the dz differ in bf16 - so 1e-2 there).
+
+static kda_bf16 *dev_bf16_off_(const float *h, int64_t n) { // 16-byte aligned (fresh allocation)
+    return dev_bf16_(h, n);
+}
+
+static void fuse_conv_l2_case_(KdaRng *r, int64_t B, int64_t T, int64_t H, int64_t K, int64_t W) {
+    int64_t C = H * K, n = B * T * C, NH = B * T * H;
+    printf("  B=%lld T=%lld H=%lld K=%lld W=%lld\n", (long long)B, (long long)T, (long long)H,
+           (long long)K, (long long)W);
+    float *p = bf16r_(randn_(r, n, 1.0f), n), *w = randn_(r, C * W, 0.5f);
+    float *dq = randn_(r, n, 1.0f), *dw0 = randn_(r, C * W, 1.0f);
+    kda_bf16 *dp_ = dev_bf16_off_(p, n), *dy = dev_poison_((size_t)n * 2);
+    kda_bf16 *dqc = dev_poison_((size_t)n * 2), *ddp = dev_poison_((size_t)n * 2);
+    kda_bf16 *dy_u = dev_poison_((size_t)n * 2), *dt = dev_poison_((size_t)n * 2);
+    kda_bf16 *ddp_u = dev_poison_((size_t)n * 2);
+    float *dw_ = dev_f32_(w, C * W), *ddq = dev_f32_(dq, n), *drs = dev_poison_((size_t)NH * 4);
+    float *drs_u = dev_poison_((size_t)NH * 4), *ddw = dev_f32_(dw0, C * W);
+    float *ddw_u = dev_f32_(dw0, C * W);
+    // fused
+    ok_(kda_cuda_conv_silu_l2_fwd(&g_ctx, dy, drs, dp_, dw_, B, T, C, W, K, 1e-6f));
+    ok_(kda_cuda_conv_silu_l2_bwd(&g_ctx, ddp, ddw, ddq, dp_, dw_, drs, B, T, C, W, K));
+    // unfused: conv -> l2norm; l2norm_bwd -> conv_bwd
+    ok_(kda_cuda_conv_silu_fwd(&g_ctx, dqc, dp_, dw_, B, T, C, W));
+    ok_(kda_cuda_l2norm_fwd(&g_ctx, dy_u, drs_u, dqc, NH, K, 1e-6f));
+    ok_(kda_cuda_l2norm_bwd(&g_ctx, dt, ddq, dqc, drs_u, NH, K));
+    ok_(kda_cuda_conv_silu_bwd(&g_ctx, ddp_u, ddw_u, dt, dp_, dw_, B, T, C, W));
+    float *g_y = get_bf16_(dy, n), *g_rs = get_f32_(drs, NH), *g_dp = get_bf16_(ddp, n);
+    float *g_dw = get_f32_(ddw, C * W), *u_y = get_bf16_(dy_u, n), *u_rs = get_f32_(drs_u, NH);
+    float *u_dp = get_bf16_(ddp_u, n), *u_dw = get_f32_(ddw_u, C * W);
+    // host twin on the same inputs
+    kda_bf16 *pb = malloc((size_t)n * 2), *yb = malloc((size_t)n * 2), *dpb = malloc((size_t)n * 2);
+    for (int64_t i = 0; i < n; i++)
+        pb[i] = f32_to_bf16(p[i]);
+    float *h_rs = malloc((size_t)NH * 4), *h_dw = copy_(dw0, C * W);
+    kda_cuda_conv_silu_l2_fwd_host(yb, h_rs, pb, w, B, T, C, W, K, 1e-6f);
+    kda_cuda_conv_silu_l2_bwd_host(dpb, h_dw, dq, pb, w, h_rs, B, T, C, W, K);
+    float *h_y = malloc((size_t)n * 4), *h_dp = malloc((size_t)n * 4);
+    for (int64_t i = 0; i < n; i++)
+        h_y[i] = bf16_to_f32(yb[i]), h_dp[i] = bf16_to_f32(dpb[i]);
+    expect_("fused conv+l2 y vs host twin", h_y, g_y, n, TOL_BF16);
+    expect_("fused conv+l2 rstd vs host twin", h_rs, g_rs, NH, TOL_F32);
+    expect_("fused conv+l2 dp vs host twin", h_dp, g_dp, n, TOL_BF16);
+    expect_("fused conv+l2 dw vs host twin", h_dw, g_dw, C * W, TOL_F32);
+    expect_("fused conv+l2 y vs unfused", u_y, g_y, n, TOL_BF16);
+    expect_("fused conv+l2 rstd vs unfused", u_rs, g_rs, NH, TOL_BF16); // bf16 vs fp32 qc
+    expect_("fused conv+l2 dp vs unfused", u_dp, g_dp, n, TOL_BF16);
+    expect_("fused conv+l2 dw vs unfused", u_dw, g_dw, C * W, TOL_BF16); // bf16 dqc unfused
+    // determinism: a second backward gives the same bits
+    float *ddw2 = dev_f32_(dw0, C * W);
+    ok_(kda_cuda_conv_silu_l2_bwd(&g_ctx, ddp, ddw2, ddq, dp_, dw_, drs, B, T, C, W, K));
+    float *g_dw2 = get_f32_(ddw2, C * W);
+    CHECK_MSG(!memcmp(g_dw, g_dw2, (size_t)(C * W) * 4), "fused conv dw differs between runs");
+    free(p), free(w), free(dq), free(dw0), free(g_y), free(g_rs), free(g_dp), free(g_dw);
+    free(u_y), free(u_rs), free(u_dp), free(u_dw), free(pb), free(yb), free(dpb), free(h_rs);
+    free(h_dw), free(h_y), free(h_dp), free(g_dw2);
+    dfree_all_();
+}
+
+KDA_TEST_GPU(gpu_fuse_conv_silu_l2) {
+    if (!gpu_()) return;
+    KdaRng r;
+    rng_seed(&r, 151);
+    fuse_conv_l2_case_(&r, 2, 1, 2, 8, 4);
+    fuse_conv_l2_case_(&r, 2, 65, 3, 16, 4);
+    fuse_conv_l2_case_(&r, 2, 2048, 8, 32, 4); // the 300M shape at B = 2
+    fuse_conv_l2_case_(&r, 1, 63, 2, 64, 3);
+    fuse_conv_l2_case_(&r, 1, 64, 1, 128, 1);
+}
+
+static void fuse_gnorm_case_(KdaRng *r, int64_t N, int64_t HV, int64_t V) {
+    int64_t NR = N * HV, n = NR * V, HVV = HV * V;
+    printf("  N=%lld HV=%lld V=%lld\n", (long long)N, (long long)HV, (long long)V);
+    float *x = bf16r_(randn_(r, n, 0.3f), n), *z = bf16r_(randn_(r, n, 2.0f), n);
+    float *g = bf16r_(randn_(r, n, 1.0f), n), *bias = randn_(r, HVV, 0.5f);
+    float *w = randn_(r, V, 1.0f), *dw0 = randn_(r, V, 1.0f), *db0 = randn_(r, HVV, 1.0f);
+    kda_bf16 *dx_ = dev_bf16_(x, n), *dz_ = dev_bf16_(z, n), *dg = dev_bf16_(g, n);
+    kda_bf16 *dzu = dev_bf16_(z, n); // the unfused path adds the bias into z in place
+    float *dbias = dev_f32_(bias, HVV), *dw_ = dev_f32_(w, V);
+    kda_bf16 *dy = dev_poison_((size_t)n * 2), *ddx = dev_poison_((size_t)n * 2);
+    kda_bf16 *ddz = dev_poison_((size_t)n * 2), *dy_u = dev_poison_((size_t)n * 2);
+    kda_bf16 *ddx_u = dev_poison_((size_t)n * 2), *ddz_u = dev_poison_((size_t)n * 2);
+    float *drs = dev_poison_((size_t)NR * 4), *drs_u = dev_poison_((size_t)NR * 4);
+    float *ddw = dev_f32_(dw0, V), *ddb = dev_f32_(db0, HVV);
+    float *ddw_u = dev_f32_(dw0, V), *ddb_u = dev_f32_(db0, HVV);
+    ok_(kda_cuda_gnorm_bias_fwd(&g_ctx, dy, drs, dx_, dz_, dbias, dw_, N, HV, V, 1e-6f));
+    ok_(kda_cuda_gnorm_bias_bwd(&g_ctx, ddx, ddz, ddw, ddb, dg, dx_, dz_, dbias, dw_, drs, N, HV,
+                                V));
+    ok_(kda_cuda_bias_add(&g_ctx, dzu, dbias, N, HVV));
+    ok_(kda_cuda_gnorm_fwd(&g_ctx, dy_u, drs_u, dx_, dzu, dw_, NR, V, 1e-6f));
+    ok_(kda_cuda_gnorm_bwd(&g_ctx, ddx_u, ddz_u, ddw_u, dg, dx_, dzu, dw_, drs_u, NR, V));
+    ok_(kda_cuda_bias_bwd(&g_ctx, ddb_u, ddz_u, N, HVV));
+    float *g_y = get_bf16_(dy, n), *g_rs = get_f32_(drs, NR), *g_dx = get_bf16_(ddx, n);
+    float *g_dz = get_bf16_(ddz, n), *g_dw = get_f32_(ddw, V), *g_db = get_f32_(ddb, HVV);
+    float *u_y = get_bf16_(dy_u, n), *u_dx = get_bf16_(ddx_u, n), *u_dz = get_bf16_(ddz_u, n);
+    float *u_rs = get_f32_(drs_u, NR), *u_dw = get_f32_(ddw_u, V), *u_db = get_f32_(ddb_u, HVV);
+    // host twin
+    kda_bf16 *xb = malloc((size_t)n * 2), *zb = malloc((size_t)n * 2), *gb = malloc((size_t)n * 2);
+    kda_bf16 *yb = malloc((size_t)n * 2), *dxb = malloc((size_t)n * 2),
+             *dzb = malloc((size_t)n * 2);
+    for (int64_t i = 0; i < n; i++)
+        xb[i] = f32_to_bf16(x[i]), zb[i] = f32_to_bf16(z[i]), gb[i] = f32_to_bf16(g[i]);
+    float *h_rs = malloc((size_t)NR * 4), *h_dw = copy_(dw0, V), *h_db = copy_(db0, HVV);
+    kda_cuda_gnorm_bias_fwd_host(yb, h_rs, xb, zb, bias, w, N, HV, V, 1e-6f);
+    kda_cuda_gnorm_bias_bwd_host(dxb, dzb, h_dw, h_db, gb, xb, zb, bias, w, h_rs, N, HV, V);
+    float *h_y = malloc((size_t)n * 4), *h_dx = malloc((size_t)n * 4),
+          *h_dz = malloc((size_t)n * 4);
+    for (int64_t i = 0; i < n; i++)
+        h_y[i] = bf16_to_f32(yb[i]), h_dx[i] = bf16_to_f32(dxb[i]), h_dz[i] = bf16_to_f32(dzb[i]);
+    expect_("fused gnorm+bias y vs host twin", h_y, g_y, n, TOL_BF16);
+    expect_("fused gnorm+bias rstd vs host twin", h_rs, g_rs, NR, TOL_F32);
+    expect_("fused gnorm+bias dx vs host twin", h_dx, g_dx, n, TOL_BF16);
+    expect_("fused gnorm+bias dz vs host twin", h_dz, g_dz, n, TOL_BF16);
+    expect_("fused gnorm+bias dw vs host twin", h_dw, g_dw, V, TOL_F32);
+    expect_("fused gnorm+bias dbias vs host twin", h_db, g_db, HVV, TOL_F32);
+    expect_("fused gnorm+bias y vs unfused", u_y, g_y, n, TOL_BF16);
+    expect_("fused gnorm+bias rstd vs unfused", u_rs, g_rs, NR, TOL_F32);
+    expect_("fused gnorm+bias dx vs unfused", u_dx, g_dx, n, TOL_BF16);
+    expect_("fused gnorm+bias dz vs unfused", u_dz, g_dz, n, TOL_BF16);
+    expect_("fused gnorm+bias dw vs unfused", u_dw, g_dw, V, TOL_BF16); // σ of bf16 z + bias
+    expect_("fused gnorm+bias dbias vs unfused", u_db, g_db, HVV, TOL_BF16);
+    free(x), free(z), free(g), free(bias), free(w), free(dw0), free(db0), free(g_y), free(g_rs);
+    free(g_dx), free(g_dz), free(g_dw), free(g_db), free(u_y), free(u_dx), free(u_dz), free(u_rs);
+    free(u_dw), free(u_db), free(xb), free(zb), free(gb), free(yb), free(dxb), free(dzb);
+    free(h_rs), free(h_dw), free(h_db), free(h_y), free(h_dx), free(h_dz);
+    dfree_all_();
+}
+
+KDA_TEST_GPU(gpu_fuse_gnorm_bias) {
+    if (!gpu_()) return;
+    KdaRng r;
+    rng_seed(&r, 153);
+    fuse_gnorm_case_(&r, 1, 1, 8);
+    fuse_gnorm_case_(&r, 65, 3, 16);   // rows not a multiple of the tile
+    fuse_gnorm_case_(&r, 4096, 8, 64); // the 300M head, 128 tiles
+    fuse_gnorm_case_(&r, 63, 2, 256);  // 32 lanes per row
+}
+
+// The RMSNorm backward's bf16 copy of dx is bf16(dx) exactly (both paths: D <= 1536 fused with
+// the dw sums, wider rows separate), and dx and dw are the plain launcher's bits.
+KDA_TEST_GPU(gpu_fuse_rmsnorm_bwd_bf16) {
+    if (!gpu_()) return;
+    KdaRng r;
+    rng_seed(&r, 155);
+    const int64_t Ds[] = {1024, 2048, 36};
+    for (int di = 0; di < 3; di++)
+        for (int acc = 0; acc < 2; acc++) {
+            int64_t N = 300, D = Ds[di], n = N * D;
+            printf("  N=%lld D=%lld accumulate=%d\n", (long long)N, (long long)D, acc);
+            float *x = randn_(&r, n, 1.0f), *dy = randn_(&r, n, 1.0f), *w = randn_(&r, D, 1.0f);
+            float *dx0 = randn_(&r, n, 1.0f), *rs = malloc((size_t)N * 4);
+            for (int64_t i = 0; i < N; i++)
+                rs[i] = 0.5f + 0.001f * (float)i;
+            float *dxa = dev_f32_(dx0, n), *dxb_ = dev_f32_(dx0, n), *dwa = dev_f32_(w, D);
+            float *dwb = dev_f32_(w, D), *dx_ = dev_f32_(x, n), *ddy = dev_f32_(dy, n);
+            float *dw_ = dev_f32_(w, D), *drs = dev_f32_(rs, N);
+            kda_bf16 *dh = dev_poison_((size_t)n * 2);
+            ok_(kda_cuda_rmsnorm_bwd(&g_ctx, dxa, dwa, ddy, dx_, dw_, drs, N, D, acc));
+            ok_(kda_cuda_rmsnorm_bwd_bf16(&g_ctx, dxb_, dh, dwb, ddy, dx_, dw_, drs, N, D, acc));
+            float *a = get_f32_(dxa, n), *b = get_f32_(dxb_, n), *h = get_bf16_(dh, n);
+            float *wa = get_f32_(dwa, D), *wb = get_f32_(dwb, D);
+            int64_t bad = 0;
+            for (int64_t i = 0; i < n; i++)
+                bad += h[i] != bf16_to_f32(f32_to_bf16(b[i]));
+            CHECK_MSG(bad == 0, "%lld of %lld bf16 dh elements are not bf16(dx)", (long long)bad,
+                      (long long)n);
+            CHECK_MSG(!memcmp(a, b, (size_t)n * 4) && !memcmp(wa, wb, (size_t)D * 4),
+                      "dx / dw differ with the bf16 copy on");
+            free(x), free(dy), free(w), free(dx0), free(rs), free(a), free(b), free(h);
+            free(wa), free(wb);
+            dfree_all_();
+        }
+}
+
 #else // !KDA_HAVE_CUDA
 
 // Built without CUDA: asking for the GPU suite must not look like a pass.

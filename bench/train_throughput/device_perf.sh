@@ -3,26 +3,30 @@
 # kda.c (build-gpu), run the GPU tests of the code it touches, then `kda train --profile` and the
 # training throughput of KDA-300M (kda.c only: run.sh PARTS=kda) before/after in the same call:
 # the switched-off path (KDA_CLASSIFIER=legacy KDA_GEMM_PLAN=0 KDA_INPROJ=0 KDA_CORE_KEEP=0: the
-# code before this work) at micro-batch 16, then the default path at micro-batch 16/32/64.
-# Prints the mb-16 profile tables and the tokens/s last.
+# code before this work) at micro-batch 16, the default path with the switches of CMP on top
+# (default KDA_FUSE=0: the fused elementwise kernels off) at micro-batch 16, then the default
+# path at micro-batch 16/32/64. Prints the mb-16 profile tables (and the CMP vs default rows
+# side by side) and the tokens/s last.
 #
 # Usage (repository root, on the GPU machine; carry .devdeps and .whl):
 #   bash bench/train_throughput/device_perf.sh
 # The tests run with KDA_INPROJ=1 (the opt-in fused input projection, not yet run on a GPU; the
 # default path passed on 2026-12-01). Environment: KDA_LIMIT=540 (seconds for the whole script), TESTS="gpu_model gpu_eval gpu_ops
-# gpu_kda_fast_small gpu_xent" (kda_test filters), MBS="16 32 64", SKIP_TESTS=1 (skip the tests),
-# SKIP_BEFORE=1 (skip the switched-off run).
-# Output under $OUT: build.log, gpu_tests.log, before/ and after/ (run.sh's outputs, the
+# gpu_kda_fast_small gpu_xent fuse_host" (kda_test filters), MBS="16 32 64", SKIP_TESTS=1 (skip
+# the tests), SKIP_BEFORE=1 (skip the switched-off run), CMP="KDA_FUSE=0" (the switches of the
+# comparison run; CMP="" skips it).
+# Output under $OUT: build.log, gpu_tests.log, before/, cmp/ and after/ (run.sh's outputs, the
 # profiles kda_profile_mbN.md among them), summary.md (what is printed last).
 set -u
 START=$(date +%s)
 LIMIT=${KDA_LIMIT:-540}
 left() { echo $((LIMIT - ($(date +%s) - START))); }
 OUT=${OUT:-/tmp/kda-out}
-TESTS=${TESTS:-gpu_model gpu_eval gpu_ops gpu_kda_fast_small gpu_xent}
+TESTS=${TESTS:-gpu_model gpu_eval gpu_ops gpu_kda_fast_small gpu_xent fuse_host}
+CMP=${CMP-KDA_FUSE=0}
 MBS=${MBS:-16 32 64}
 HERE=bench/train_throughput
-mkdir -p "$OUT/before" "$OUT/after"
+mkdir -p "$OUT/before" "$OUT/cmp" "$OUT/after"
 
 # shellcheck source=bench/train_throughput/gpu_env.sh
 source $HERE/gpu_env.sh
@@ -56,6 +60,10 @@ run_kda() { # DIR MBS [ENV=VALUE...]: run.sh for kda.c with the profile of itera
 if [ "${SKIP_BEFORE:-0}" != 1 ] && [ "$(left)" -gt 200 ]; then
     run_kda "$OUT/before" 16 KDA_CLASSIFIER=legacy KDA_GEMM_PLAN=0 KDA_INPROJ=0 KDA_CORE_KEEP=0
 fi
+if [ -n "$CMP" ] && [ "$(left)" -gt 150 ]; then
+    # shellcheck disable=SC2086 # CMP: several VAR=VALUE words
+    run_kda "$OUT/cmp" 16 KDA_INPROJ=1 $CMP
+fi
 [ "$(left)" -gt 60 ] && run_kda "$OUT/after" "$MBS" KDA_INPROJ=1 # opt-in until measured
 
 {
@@ -65,7 +73,13 @@ fi
     echo "## after (defaults), mb 16"
     cat "$OUT/after/kda_profile_mb16.md" 2> /dev/null
     echo
-    for d in before after; do
+    if [ -n "$CMP" ]; then
+        echo "## cmp ($CMP) vs after (defaults), mb 16: ms per profile row"
+        python3 $HERE/prof_diff.py "$OUT/cmp/kda_profile_mb16.md" "$OUT/after/kda_profile_mb16.md" \
+            2> /dev/null
+        echo
+    fi
+    for d in before cmp after; do
         echo "## $d: tokens/s"
         grep -E '^\| *[0-9]+ ' "$OUT/$d/train_throughput.md" 2> /dev/null | cut -c1-160
     done

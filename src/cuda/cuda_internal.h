@@ -5,6 +5,8 @@
 
 #include <cublasLt.h>
 #include <cuda_bf16.h>
+#include <math.h>
+#include <string.h>
 
 #include "cuda/cuda_common.h" // defines: KdaCudaCtx, CUDA_CHECK, kda_bf16
 
@@ -24,11 +26,29 @@
         if (!(cond)) return kda_cuda_fail_at((ctx), __FILE__, __LINE__, #cond, "bad argument");    \
     } while (0)
 
-__device__ __forceinline__ float bf2f(kda_bf16 h) {
-    return __uint_as_float((unsigned)h << 16);
+// bf16 <-> fp32, the one pair for every kernel and for the host twins of kernel bodies
+// (kda_cuda_*_host): round to nearest even, NaN stays a NaN. On the host the bit patterns go
+// through memcpy (no type punning).
+__host__ __device__ __forceinline__ float bf2f(kda_bf16 h) {
+    unsigned u = (unsigned)h << 16;
+#ifdef __CUDA_ARCH__
+    return __uint_as_float(u);
+#else
+    float f;
+    memcpy(&f, &u, sizeof f);
+    return f;
+#endif
 }
-__device__ __forceinline__ kda_bf16 f2bf(float f) {
-    return __bfloat16_as_ushort(__float2bfloat16_rn(f)); // round to nearest even, NaN kept
+__host__ __device__ __forceinline__ kda_bf16 f2bf(float f) {
+#ifdef __CUDA_ARCH__
+    return __bfloat16_as_ushort(__float2bfloat16_rn(f)); // one cvt.rn.bf16.f32
+#else
+    unsigned u;
+    memcpy(&u, &f, sizeof u);
+    if ((u & 0x7fffffffu) > 0x7f800000u) return (kda_bf16)((u >> 16) | 0x40u); // quiet NaN
+    u += 0x7fffu + ((u >> 16) & 1u);
+    return (kda_bf16)(u >> 16);
+#endif
 }
 // Loads of either storage type as fp32.
 __device__ __forceinline__ float ldf(const float *p, int64_t i) {
@@ -55,14 +75,15 @@ __device__ __forceinline__ double warp_sum(double v) {
     return v;
 }
 
-__device__ __forceinline__ float sigmoid_f(float x) {
+// Activations (host and device: the host twins of kernel bodies call them too).
+__host__ __device__ __forceinline__ float sigmoid_f(float x) {
     return 1.0f / (1.0f + expf(-x));
 }
-__device__ __forceinline__ float silu_f(float x) {
+__host__ __device__ __forceinline__ float silu_f(float x) {
     return x * sigmoid_f(x);
 }
 // d/dx SiLU(x) = σ(x)(1 + x(1 - σ(x)))
-__device__ __forceinline__ float dsilu_f(float x) {
+__host__ __device__ __forceinline__ float dsilu_f(float x) {
     float s = sigmoid_f(x);
     return s * (1.0f + x * (1.0f - s));
 }

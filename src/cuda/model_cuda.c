@@ -48,14 +48,14 @@ typedef struct {      // saved per block for backward
     bf *xa;           // [N, D] attn_norm output
     float *rstd_a;    // [N]
     bf *pq, *pk, *pv; // [N, HK], [N, HK], [N, HVV] projections (conv inputs)
-    bf *qc, *kc;      // [N, HK] conv + SiLU outputs (L2-norm inputs)
+    bf *qc, *kc;      // [N, HK] conv + SiLU outputs (L2-norm inputs); NULL when fused
     float *rq, *rk;   // [N·H] L2 rstd
     bf *q, *k, *v;    // [N, HK], [N, HK], [N, HVV] core inputs
     bf *f0, *f;       // [N, V], [N, HVK] low-rank gate input and raw gate
     float *gcum;      // [N, HVK] chunk-local cumsum of the log-decay
     bf *b;            // [N, HV] beta logits
     float *beta;      // [N, HV]
-    bf *z0, *z;       // [N, V], [N, HVV] output-gate low rank and gate logits
+    bf *z0, *z;       // [N, V], [N, HVV] output-gate low rank and gate logits (fused: no bias)
     bf *o;            // [N, HVV] core output
     float *rstd_o;    // [N·HV]
     bf *on;           // [N, HVV] gated-norm output
@@ -112,6 +112,10 @@ struct KdaCudaModel {
     int core_keep;     // keep the KDA core's forward h and Δ for the backward (KDA_CORE_KEEP)
     int core_tc;       // KDA_CORE=tc: the tensor-core KDA core (cuda/kda_tc.h) where it fits
     int inproj;        // q|k|v|f0|g0|b back to back on the device: one input GEMM (KDA_INPROJ)
+    int fuse;          // fused elementwise kernels wanted (KDA_FUSE; kda_cuda_model_set_fuse)
+    int fuse_l2;       // conv + SiLU + L2 norm of q and k in one kernel (fuse and K fits)
+    int fuse_gn;       // gated out-norm with the g_proj.1 bias folded in (fuse and V fits)
+    int fuse_dh;       // RMSNorm backward writes the bf16 dh (no fp32 -> bf16 cast)
     int *dorder;       // [table.n] row indices by device offset
     bf *inb;           // [N, INPROJ width] bf16: the fused input GEMM's output, then its dY
     float *keep;       // [keep_cap] floats: per layer (one layer's with recompute) kept h and Δ
@@ -164,7 +168,8 @@ static void layout_(KdaCudaModel *m, int64_t N, Arena *a) {
         }
         L->h = take_(a, F32(N * D)), L->xa = take_(a, BF(N * D)), L->rstd_a = take_(a, F32(N));
         L->pq = take_(a, BF(N * HK)), L->pk = take_(a, BF(N * HK)), L->pv = take_(a, BF(N * HVV));
-        L->qc = take_(a, BF(N * HK)), L->kc = take_(a, BF(N * HK));
+        L->qc = m->fuse_l2 ? NULL : take_(a, BF(N * HK));
+        L->kc = m->fuse_l2 ? NULL : take_(a, BF(N * HK));
         L->rq = take_(a, F32(N * H)), L->rk = take_(a, F32(N * H));
         L->q = take_(a, BF(N * HK)), L->k = take_(a, BF(N * HK)), L->v = take_(a, BF(N * HVV));
         L->f0 = take_(a, BF(N * V)), L->f = take_(a, BF(N * HVK)), L->gcum = take_(a, F32(N * HVK));
@@ -333,6 +338,30 @@ int64_t kda_cuda_device_offsets(KdaParamTable *dst, const KdaParamTable *t, int 
     return off;
 }
 
+// The fused-kernel flags for on/off; each fusion also needs the head dims its kernel takes.
+static void set_fuse_flags_(KdaCudaModel *m, int on) {
+    m->fuse = on;
+    m->fuse_l2 = on && kda_cuda_conv_l2_fusable(m->cfg.head_dim);
+    m->fuse_gn = on && kda_cuda_gnorm_fusable(m->cfg.head_v_dim);
+    m->fuse_dh = on;
+}
+
+int kda_cuda_model_set_fuse(KdaCudaModel *m, int on, KdaError *err) {
+    on = on != 0;
+    if (on == m->fuse) return 0;
+    if (kda_cuda_sync(&m->ctx)) return fail_(m, err);
+    kda_cuda_release(m->arena); // the next forward lays the arena out again (qc, kc)
+    m->arena = NULL;
+    m->cap_tokens = 0;
+    m->have_fwd = 0;
+    set_fuse_flags_(m, on);
+    return 0;
+}
+
+int kda_cuda_model_fused(const KdaCudaModel *m) {
+    return m->fuse_l2 | (m->fuse_gn << 1) | (m->fuse_dh << 2);
+}
+
 int kda_cuda_model_create(KdaCudaModel **out, const KdaConfig *cfg, const KdaParamTable *t,
                           const float *params, int device, KdaError *err) {
     *out = NULL;
@@ -353,6 +382,8 @@ int kda_cuda_model_create(KdaCudaModel **out, const KdaConfig *cfg, const KdaPar
     m->core_keep = !(keep && !strcmp(keep, "0"));
     m->core_tc = kda_tc_selected(); // opt-in until a GPU run has passed gpu_kda_tc
     m->cfg = *cfg;
+    const char *fuse = getenv("KDA_FUSE"); // "0": the unfused kernels (the oracle, "before")
+    set_fuse_flags_(m, !(fuse && !strcmp(fuse, "0")));
     copy_table_(&m->table, t);
     copy_table_(&m->dtab, t);
     // Opt-in until it has run on a GPU (written without one, 2026-12-01): "1" fuses the six
@@ -619,14 +650,23 @@ static int block_fwd_(KdaCudaModel *m, const KdaLayerTensors *P, DevLayer *L, fl
         TRY(lin_(m, KDA_OP_PROJ_FWD, L->pk, L->xa, P->k_proj, N, D, HK));
         TRY(lin_(m, KDA_OP_PROJ_FWD, L->pv, L->xa, P->v_proj, N, D, HVV));
     }
-    TIMED(KDA_OP_CONV_FWD, 0, 4.0 * N * HK,
-          kda_cuda_conv_silu_fwd(x, L->qc, L->pq, P->q_conv, m->B, m->T, HK, Wc));
-    TIMED(KDA_OP_L2NORM_FWD, 0, 4.0 * N * HK,
-          kda_cuda_l2norm_fwd(x, L->q, L->rq, L->qc, N * H, K, L2NORM_EPS));
-    TIMED(KDA_OP_CONV_FWD, 0, 4.0 * N * HK,
-          kda_cuda_conv_silu_fwd(x, L->kc, L->pk, P->k_conv, m->B, m->T, HK, Wc));
-    TIMED(KDA_OP_L2NORM_FWD, 0, 4.0 * N * HK,
-          kda_cuda_l2norm_fwd(x, L->k, L->rk, L->kc, N * H, K, L2NORM_EPS));
+    if (m->fuse_l2) { // conv + SiLU + L2 norm in one kernel (profile row: conv fwd)
+        TIMED(KDA_OP_CONV_FWD, 0, 4.0 * N * HK + 4.0 * N * H,
+              kda_cuda_conv_silu_l2_fwd(x, L->q, L->rq, L->pq, P->q_conv, m->B, m->T, HK, Wc, K,
+                                        L2NORM_EPS));
+        TIMED(KDA_OP_CONV_FWD, 0, 4.0 * N * HK + 4.0 * N * H,
+              kda_cuda_conv_silu_l2_fwd(x, L->k, L->rk, L->pk, P->k_conv, m->B, m->T, HK, Wc, K,
+                                        L2NORM_EPS));
+    } else {
+        TIMED(KDA_OP_CONV_FWD, 0, 4.0 * N * HK,
+              kda_cuda_conv_silu_fwd(x, L->qc, L->pq, P->q_conv, m->B, m->T, HK, Wc));
+        TIMED(KDA_OP_L2NORM_FWD, 0, 4.0 * N * HK,
+              kda_cuda_l2norm_fwd(x, L->q, L->rq, L->qc, N * H, K, L2NORM_EPS));
+        TIMED(KDA_OP_CONV_FWD, 0, 4.0 * N * HK,
+              kda_cuda_conv_silu_fwd(x, L->kc, L->pk, P->k_conv, m->B, m->T, HK, Wc));
+        TIMED(KDA_OP_L2NORM_FWD, 0, 4.0 * N * HK,
+              kda_cuda_l2norm_fwd(x, L->k, L->rk, L->kc, N * H, K, L2NORM_EPS));
+    }
     TIMED(KDA_OP_CONV_FWD, 0, 4.0 * N * HVV,
           kda_cuda_conv_silu_fwd(x, L->v, L->pv, P->v_conv, m->B, m->T, HVV, Wc));
     if (!m->inproj) TRY(lin_(m, KDA_OP_PROJ_FWD, L->f0, L->xa, P->f_proj0, N, D, V));
@@ -653,9 +693,16 @@ static int block_fwd_(KdaCudaModel *m, const KdaLayerTensors *P, DevLayer *L, fl
               kda_cuda_chunk_fwd(x, L->o, NULL, L->q, L->k, L->v, L->gcum, L->beta, NULL, &d));
     if (!m->inproj) TRY(lin_(m, KDA_OP_PROJ_FWD, L->z0, L->xa, P->g_proj0, N, D, V));
     TRY(lin_(m, KDA_OP_PROJ_FWD, L->z, L->z0, P->g_proj1, N, V, HVV));
-    TIMED(KDA_OP_ONORM_FWD, 0, 4.0 * N * HVV, kda_cuda_bias_add(x, L->z, P->g_proj1_bias, N, HVV));
-    TIMED(KDA_OP_ONORM_FWD, 0, 6.0 * N * HVV,
-          kda_cuda_gnorm_fwd(x, L->on, L->rstd_o, L->o, L->z, P->o_norm, N * HV, V, eps));
+    if (m->fuse_gn) { // the bias folded into the gated norm: z stays the raw GEMM output
+        TIMED(KDA_OP_ONORM_FWD, 0, 6.0 * N * HVV,
+              kda_cuda_gnorm_bias_fwd(x, L->on, L->rstd_o, L->o, L->z, P->g_proj1_bias, P->o_norm,
+                                      N, HV, V, eps));
+    } else {
+        TIMED(KDA_OP_ONORM_FWD, 0, 4.0 * N * HVV,
+              kda_cuda_bias_add(x, L->z, P->g_proj1_bias, N, HVV));
+        TIMED(KDA_OP_ONORM_FWD, 0, 6.0 * N * HVV,
+              kda_cuda_gnorm_fwd(x, L->on, L->rstd_o, L->o, L->z, P->o_norm, N * HV, V, eps));
+    }
     TRY(residual_(m, KDA_OP_OPROJ_FWD, L->h2, L->h, L->on, P->o_proj, N, HVV, D));
 
     TIMED(KDA_OP_NORM_FWD, 0, 6.0 * ND,
@@ -789,19 +836,41 @@ static int dw_(KdaCudaModel *m, KdaOp op, float *dW, const bf *dy, const bf *x, 
     return 0;
 }
 
+// q or k from the core's gradient dqk [N, HK] fp32 back to its projection's: dp [N, HK] bf16
+// (overwritten), dconv [HK, W] +=. Fused: one kernel; else the L2 backward into m->dt1, then
+// the conv backward (qc the saved conv output).
+static int conv_l2_bwd_(KdaCudaModel *m, bf *dp, float *dconv, const float *dqk, const bf *p,
+                        const bf *qc, const float *conv, const float *rstd) {
+    const KdaConfig *c = &m->cfg;
+    int64_t N = m->B * m->T, H = c->num_heads, K = c->head_dim, HK = c->key_dim;
+    int64_t Wc = c->conv_size;
+    if (m->fuse_l2) { // dqk fp32 and p read, dp written (profile row: conv bwd)
+        TIMED(KDA_OP_CONV_BWD, 0, 8.0 * N * HK + 4.0 * N * H,
+              kda_cuda_conv_silu_l2_bwd(&m->ctx, dp, dconv, dqk, p, conv, rstd, m->B, m->T, HK, Wc,
+                                        K));
+        return 0;
+    }
+    TIMED(KDA_OP_L2NORM_BWD, 0, 8.0 * N * HK,
+          kda_cuda_l2norm_bwd(&m->ctx, m->dt1, dqk, qc, rstd, N * H, K));
+    TIMED(KDA_OP_CONV_BWD, 0, 6.0 * N * HK,
+          kda_cuda_conv_silu_bwd(&m->ctx, dp, dconv, m->dt1, p, conv, m->B, m->T, HK, Wc));
+    return 0;
+}
+
 // m->dh holds dLoss/d(block output) on entry and dLoss/d(block input) on exit.
 static int block_bwd_(KdaCudaModel *m, const KdaLayerTensors *P, KdaLayerTensors *G,
                       const DevLayer *L) {
     const KdaConfig *c = &m->cfg;
     KdaCudaCtx *x = &m->ctx;
-    int64_t N = m->B * m->T, D = c->hidden_size, H = c->num_heads, HV = c->num_v_heads;
+    int64_t N = m->B * m->T, D = c->hidden_size, HV = c->num_v_heads;
     int64_t K = c->head_dim, V = c->head_v_dim, HK = c->key_dim, HVK = c->gate_dim;
     int64_t HVV = c->value_dim, I = c->intermediate_size, Wc = c->conv_size;
     KdaDims d = dims_(m);
 
     double ND = (double)N * (double)D;
     // MLP: out = h2 + down(SwiGLU(gate(xm), up(xm)))
-    TIMED(KDA_OP_CAST, 0, 6.0 * ND, kda_cuda_f32_to_bf16(x, m->dhb, m->dh, N * D));
+    if (!m->fuse_dh) // else the RMSNorm backward that wrote dh wrote dhb too
+        TIMED(KDA_OP_CAST, 0, 6.0 * ND, kda_cuda_f32_to_bf16(x, m->dhb, m->dh, N * D));
     TRY(dx_(m, KDA_OP_MLP_BWD, m->dI1, KDA_DT_BF16, m->dhb, P->down_proj, N, I, D, 0));
     TRY(dw_(m, KDA_OP_MLP_BWD, G->down_proj, m->dhb, L->mm, N, I, D));
     TIMED(KDA_OP_SWIGLU_BWD, 0, 10.0 * N * I,
@@ -810,18 +879,25 @@ static int block_bwd_(KdaCudaModel *m, const KdaLayerTensors *P, KdaLayerTensors
     TRY(dx_(m, KDA_OP_MLP_BWD, m->dx, KDA_DT_F32, m->dI2, P->up_proj, N, D, I, 1));
     TRY(dw_(m, KDA_OP_MLP_BWD, G->gate_proj, m->dI1, L->xm, N, D, I));
     TRY(dw_(m, KDA_OP_MLP_BWD, G->up_proj, m->dI2, L->xm, N, D, I));
-    TIMED(
-        KDA_OP_NORM_BWD, 0, 16.0 * ND,
-        kda_cuda_rmsnorm_bwd(x, m->dh, G->mlp_norm, m->dx, L->h2, P->mlp_norm, L->rstd_m, N, D, 1));
+    TIMED(KDA_OP_NORM_BWD, 0, (m->fuse_dh ? 18.0 : 16.0) * ND,
+          kda_cuda_rmsnorm_bwd_bf16(x, m->dh, m->fuse_dh ? m->dhb : NULL, G->mlp_norm, m->dx, L->h2,
+                                    P->mlp_norm, L->rstd_m, N, D, 1));
 
     // KDA sublayer: h2 = h + o_proj(gnorm(o, z))
-    TIMED(KDA_OP_CAST, 0, 6.0 * ND, kda_cuda_f32_to_bf16(x, m->dhb, m->dh, N * D));
+    if (!m->fuse_dh) TIMED(KDA_OP_CAST, 0, 6.0 * ND, kda_cuda_f32_to_bf16(x, m->dhb, m->dh, N * D));
     TRY(dx_(m, KDA_OP_OPROJ_BWD, m->don, KDA_DT_BF16, m->dhb, P->o_proj, N, HVV, D, 0));
     TRY(dw_(m, KDA_OP_OPROJ_BWD, G->o_proj, m->dhb, L->on, N, HVV, D));
-    TIMED(KDA_OP_ONORM_BWD, 0, 10.0 * N * HVV,
-          kda_cuda_gnorm_bwd(x, m->d_o, m->dz, G->o_norm, m->don, L->o, L->z, P->o_norm, L->rstd_o,
-                             N * HV, V));
-    TIMED(KDA_OP_ONORM_BWD, 0, 2.0 * N * HVV, kda_cuda_bias_bwd(x, G->g_proj1_bias, m->dz, N, HVV));
+    if (m->fuse_gn) { // dy, o, z read, dx, dz written; then dz read for the bias
+        TIMED(KDA_OP_ONORM_BWD, 0, 12.0 * N * HVV,
+              kda_cuda_gnorm_bias_bwd(x, m->d_o, m->dz, G->o_norm, G->g_proj1_bias, m->don, L->o,
+                                      L->z, P->g_proj1_bias, P->o_norm, L->rstd_o, N, HV, V));
+    } else {
+        TIMED(KDA_OP_ONORM_BWD, 0, 10.0 * N * HVV,
+              kda_cuda_gnorm_bwd(x, m->d_o, m->dz, G->o_norm, m->don, L->o, L->z, P->o_norm,
+                                 L->rstd_o, N * HV, V));
+        TIMED(KDA_OP_ONORM_BWD, 0, 2.0 * N * HVV,
+              kda_cuda_bias_bwd(x, G->g_proj1_bias, m->dz, N, HVV));
+    }
     // With the fused input projection (m->inproj) each part's dY goes into its columns of m->inb
     // and one dX GEMM (overwriting dx) and one dW GEMM follow at the end of the sublayer.
     InCols ic = in_cols_(c);
@@ -873,11 +949,7 @@ static int block_bwd_(KdaCudaModel *m, const KdaLayerTensors *P, KdaLayerTensors
         TRY(dx_(m, KDA_OP_PROJ_BWD, m->dx, KDA_DT_F32, m->db, P->b_proj, N, D, HV, 1));
     }
 
-    TIMED(KDA_OP_L2NORM_BWD, 0, 8.0 * N * HK,
-          kda_cuda_l2norm_bwd(x, m->dt1, m->dq, L->qc, L->rq, N * H, K));
-    TIMED(
-        KDA_OP_CONV_BWD, 0, 6.0 * N * HK,
-        kda_cuda_conv_silu_bwd(x, m->dt2, G->q_conv, m->dt1, L->pq, P->q_conv, m->B, m->T, HK, Wc));
+    TRY(conv_l2_bwd_(m, m->dt2, G->q_conv, m->dq, L->pq, L->qc, P->q_conv, L->rq));
     if (m->inproj) {
         TIMED(KDA_OP_PROJ_BWD, 0, cb * HK, inb_cols_(m, m->dt2, ic.q, HK, 1));
     } else {
@@ -885,11 +957,7 @@ static int block_bwd_(KdaCudaModel *m, const KdaLayerTensors *P, KdaLayerTensors
         TRY(dx_(m, KDA_OP_PROJ_BWD, m->dx, KDA_DT_F32, m->dt2, P->q_proj, N, D, HK, 1));
     }
 
-    TIMED(KDA_OP_L2NORM_BWD, 0, 8.0 * N * HK,
-          kda_cuda_l2norm_bwd(x, m->dt1, m->dk, L->kc, L->rk, N * H, K));
-    TIMED(
-        KDA_OP_CONV_BWD, 0, 6.0 * N * HK,
-        kda_cuda_conv_silu_bwd(x, m->dt2, G->k_conv, m->dt1, L->pk, P->k_conv, m->B, m->T, HK, Wc));
+    TRY(conv_l2_bwd_(m, m->dt2, G->k_conv, m->dk, L->pk, L->kc, P->k_conv, L->rk));
     if (m->inproj) {
         TIMED(KDA_OP_PROJ_BWD, 0, cb * HK, inb_cols_(m, m->dt2, ic.k, HK, 1));
     } else {
@@ -912,9 +980,9 @@ static int block_bwd_(KdaCudaModel *m, const KdaLayerTensors *P, KdaLayerTensors
         TRY(dx_(m, KDA_OP_PROJ_BWD, m->dx, KDA_DT_F32, m->inb, P->q_proj, N, D, ic.width, 0));
     }
 
-    TIMED(KDA_OP_NORM_BWD, 0, 16.0 * ND,
-          kda_cuda_rmsnorm_bwd(x, m->dh, G->attn_norm, m->dx, L->h, P->attn_norm, L->rstd_a, N, D,
-                               1));
+    TIMED(KDA_OP_NORM_BWD, 0, (m->fuse_dh ? 18.0 : 16.0) * ND,
+          kda_cuda_rmsnorm_bwd_bf16(x, m->dh, m->fuse_dh ? m->dhb : NULL, G->attn_norm, m->dx, L->h,
+                                    P->attn_norm, L->rstd_a, N, D, 1));
     return 0;
 }
 
@@ -961,9 +1029,9 @@ static int trunk_bwd_(KdaCudaModel *m) {
     const KdaConfig *c = &m->cfg;
     int64_t N = m->B * m->T, D = c->hidden_size;
     double ND = (double)N * (double)D;
-    TIMED(KDA_OP_NORM_BWD, 0, 16.0 * ND,
-          kda_cuda_rmsnorm_bwd(&m->ctx, m->dh, m->G.final_norm, m->dx, m->hL, m->P.final_norm,
-                               m->rstd_f, N, D, 0));
+    TIMED(KDA_OP_NORM_BWD, 0, (m->fuse_dh ? 14.0 : 12.0) * ND,
+          kda_cuda_rmsnorm_bwd_bf16(&m->ctx, m->dh, m->fuse_dh ? m->dhb : NULL, m->G.final_norm,
+                                    m->dx, m->hL, m->P.final_norm, m->rstd_f, N, D, 0));
     for (int64_t l = c->num_hidden_layers - 1; l >= 0; l--) {
         // recompute: the shared activations hold the last block's from the forward; every other
         // block re-runs its forward (same kernels, same inputs: the same bits) first

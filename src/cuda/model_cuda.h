@@ -89,6 +89,17 @@ int kda_cuda_model_set_cls_budget(KdaCudaModel *m, size_t bytes, KdaError *err);
 // not change. Switching frees the activation arena; the next forward lays it out again.
 int kda_cuda_model_set_recompute(KdaCudaModel *m, int on, KdaError *err);
 
+// Fused elementwise kernels (on by default; the environment KDA_FUSE=0 at create turns them off,
+// the unfused kernels being their oracle and the "before" of docs/perf-log.md): conv + SiLU +
+// L2 norm of q and k in one kernel each way (when kda_cuda_conv_l2_fusable(head_dim)), the gated
+// out-norm with the g_proj.1 bias folded in (when kda_cuda_gnorm_fusable(head_v_dim)), and the
+// RMSNorm backward writing the bf16 dh that the next dX/dW GEMMs read (no separate cast). Same
+// math; results differ from the unfused path by bf16 roundings only (the fused kernels keep the
+// conv output and z + bias in fp32). Switching frees the activation arena like set_recompute.
+int kda_cuda_model_set_fuse(KdaCudaModel *m, int on, KdaError *err);
+// Which fusions run: bit 0 conv + L2, bit 1 gated norm + bias, bit 2 bf16 dh (0: none).
+int kda_cuda_model_fused(const KdaCudaModel *m);
+
 // Per-op profile (core/prof.h, kda train --profile). p non-NULL: waits for the stream, sets p's
 // floor rates when unset (the H200's measured GEMM and copy rates), marks its start and from
 // then on records a CUDA event pair around every op the model queues (forward, backward, zero

@@ -194,8 +194,10 @@ __global__ void rmsnorm_fwd_k(kda_bf16 *y, float *rstd, float *x, const kda_bf16
         y[r * D + d] = f2bf(xr[d] * rs * w[d]);
 }
 
-__global__ void rmsnorm_bwd_k(float *dx, const float *dy, const float *x, const float *w,
-                              const float *rstd, int64_t N, int64_t D, int accumulate) {
+// dxb (may be NULL): [N, D] bf16 copy of the dx written (the next GEMM's operand).
+__global__ void rmsnorm_bwd_k(float *dx, kda_bf16 *dxb, const float *dy, const float *x,
+                              const float *w, const float *rstd, int64_t N, int64_t D,
+                              int accumulate) {
     int64_t r = warp_row(N);
     if (r < 0) return;
     int lane = threadIdx.x & 31;
@@ -207,7 +209,9 @@ __global__ void rmsnorm_bwd_k(float *dx, const float *dy, const float *x, const 
     float m = warp_sum(dot) / (float)D;
     for (int64_t d = lane; d < D; d += 32) {
         float v = rs * (dyr[d] * w[d] - xr[d] * rs * m);
-        dx[r * D + d] = accumulate ? dx[r * D + d] + v : v;
+        v = accumulate ? dx[r * D + d] + v : v;
+        dx[r * D + d] = v;
+        if (dxb) dxb[r * D + d] = f2bf(v);
     }
 }
 
@@ -220,8 +224,8 @@ __global__ void rmsnorm_bwd_k(float *dx, const float *dy, const float *x, const 
 #define RMS_FUSED_MAX_D 1536 // 8 warps x D x 4 B of shared memory <= 48 KB
 template <int VEC>
 __global__ void __launch_bounds__(32 * ROWS_PER_BLOCK)
-    rmsnorm_bwd_fused_k(float *dx, double *part, const float *dy, const float *x, const float *w,
-                        const float *rstd, int64_t N, int64_t D, int accumulate) {
+    rmsnorm_bwd_fused_k(float *dx, kda_bf16 *dxb, double *part, const float *dy, const float *x,
+                        const float *w, const float *rstd, int64_t N, int64_t D, int accumulate) {
     extern __shared__ float acc[]; // [ROWS_PER_BLOCK][D]
     int warp = threadIdx.x / 32, lane = threadIdx.x & 31;
     float *my = acc + (int64_t)warp * D;
@@ -258,6 +262,7 @@ __global__ void __launch_bounds__(32 * ROWS_PER_BLOCK)
                 my[d + v] += a[v] * c[v] * rs; // as RmsDw
             }
             st_f<VEC>(dxr + d, o);
+            if (dxb) st_bf<VEC>(dxb + r * D + d, o);
         }
     }
     __syncthreads();
@@ -311,6 +316,46 @@ __global__ void l2norm_bwd_k(kda_bf16 *dx, const float *dy, const kda_bf16 *x, c
     }
 }
 
+// ---- group sums and the L2 norm pieces shared with the host twins -----------------------------
+// A "group" is lg consecutive lanes of a warp (lg a power of two <= 32, aligned) that hold one
+// row between them. group_sum is an xor butterfly: every lane gets the same value, equal bit for
+// bit to the tree a[i] += a[i + o] (o = lg/2, ..., 1) over the lanes' values (fp32 addition is
+// commutative), which is what the host twins (group_sum_host) compute.
+__device__ __forceinline__ float group_sum(float v, int lg) {
+    unsigned lane = threadIdx.x & 31u;
+    unsigned mask = lg >= 32 ? 0xffffffffu : ((1u << lg) - 1u) << (lane & ~(unsigned)(lg - 1));
+    for (int o = lg / 2; o > 0; o >>= 1)
+        v += __shfl_xor_sync(mask, v, o);
+    return v;
+}
+inline float group_sum_host(float *a, int lg) { // a [lg], destroyed
+    for (int o = lg / 2; o > 0; o >>= 1)
+        for (int i = 0; i < o; i++)
+            a[i] += a[i + o];
+    return a[0];
+}
+// 1 / sqrt(|x|² + eps), eps inside the root, in double (as l2norm_fwd_k).
+__host__ __device__ __forceinline__ float l2_rs(float ss, float eps) {
+    return (float)(1.0 / sqrt((double)ss + (double)eps));
+}
+template <int VEC> __host__ __device__ __forceinline__ float sumsq_lane(const float (&x)[VEC]) {
+    float s = 0.0f;
+    for (int v = 0; v < VEC; v++)
+        s += x[v] * x[v];
+    return s;
+}
+// L2 backward, one lane's share: yh = SiLU(c)·rs (written), returns Σ_v g·yh over its VEC.
+template <int VEC>
+__host__ __device__ __forceinline__ float l2_bwd_dot_lane(float (&yh)[VEC], const float (&g)[VEC],
+                                                          const float (&c)[VEC], float rs) {
+    float dot = 0.0f;
+    for (int v = 0; v < VEC; v++) {
+        yh[v] = silu_f(c[v]) * rs;
+        dot += g[v] * yh[v];
+    }
+    return dot;
+}
+
 // ---- causal depthwise conv + SiLU ------------------------------------------------------------
 //
 // Work split (forward and backward): a thread owns VEC consecutive channels of one row b and a
@@ -344,9 +389,12 @@ template <int VEC, int TT> struct ConvItem {
 };
 
 // y_t = SiLU(Σ_i w[ch, i] p_{t-(W-1)+i}), zero history before t = 0.
-template <int W, int VEC>
+// With L2 (the fused q/k path): y = SiLU(conv) / sqrt(|SiLU(conv)|² + eps) per head of K = lg·VEC
+// channels (lg consecutive lanes hold a head; C = H·K), rstd [B·T·H] = that reciprocal root.
+template <int W, int VEC, bool L2>
 __global__ void __launch_bounds__(32 * CONV_BT)
-    conv_fwd_k(kda_bf16 *y, const kda_bf16 *p, const float *w, int64_t B, int64_t T, int64_t C) {
+    conv_fwd_k(kda_bf16 *y, float *rstd, const kda_bf16 *p, const float *w, int64_t B, int64_t T,
+               int64_t C, int lg, float eps) {
     ConvItem<VEC, CONV_TT_FWD> it;
     if (!it.init(B, T, C)) return;
     float wr[W][VEC], win[W][VEC]; // win[i] = p_{t-(W-1)+i}; win[W-1] is the current token
@@ -357,6 +405,10 @@ __global__ void __launch_bounds__(32 * CONV_BT)
             wr[i][v] = w[(it.ch0 + v) * W + i];
     const kda_bf16 *pb = p + it.b * T * C + it.ch0;
     kda_bf16 *yb = y + it.b * T * C + it.ch0;
+    // L2: this lane's head (K = lg·VEC channels) and whether it writes the head's rstd
+    const int64_t K = L2 ? (int64_t)lg * VEC : 1, H = C / K, head = it.ch0 / K;
+    const bool lead = it.ch0 % K == 0;
+    (void)H, (void)head, (void)lead; // unused without L2
 #pragma unroll
     for (int i = 0; i < W - 1; i++) { // history p_{t0-(W-1)} .. p_{t0-1}
         int64_t tau = it.t0 - (W - 1) + i;
@@ -382,6 +434,13 @@ __global__ void __launch_bounds__(32 * CONV_BT)
                 acc += wr[i][v] * win[i][v]; // tap order 0..W-1, as the CPU twin
             out[v] = silu_f(acc);
         }
+        if constexpr (L2) { // the head's sum of squares over its lg lanes (fp32, tree order)
+            float rs = l2_rs(group_sum(sumsq_lane<VEC>(out), lg), eps);
+#pragma unroll
+            for (int v = 0; v < VEC; v++)
+                out[v] *= rs;
+            if (lead) rstd[(it.b * T + t) * H + head] = rs;
+        }
         st_bf<VEC>(yb + t * C, out);
 #pragma unroll
         for (int i = 0; i < W - 1; i++) // slide (register renames once unrolled)
@@ -398,10 +457,14 @@ __global__ void __launch_bounds__(32 * CONV_BT)
 // t < t1 also goes into the thread's fp32 dw sums (tokens of its own tile only, in increasing
 // t). The block then adds its CONV_BT tiles in double, in increasing threadIdx.y, and writes
 // part[blockIdx.y, ch, i]; colsum_finish adds the blocks in order. All fixed by the shapes.
-template <int W, int VEC>
+// With L2 (the fused q/k path) the incoming gradient is dq [B, T, C] fp32 w.r.t. the L2 norm's
+// output: the kernel recomputes ŷ = SiLU(c)·rstd and turns it into the gradient w.r.t. SiLU(c),
+// rstd (dq·... - (dq·ŷ) ŷ) with the head's dot over its lg lanes, before the SiLU and conv
+// backward; dy is unused then.
+template <int W, int VEC, bool L2>
 __global__ void __launch_bounds__(32 * CONV_BT)
     conv_bwd_k(kda_bf16 *dp, double *part, const kda_bf16 *dy, const kda_bf16 *p, const float *w,
-               int64_t B, int64_t T, int64_t C) {
+               const float *dq, const float *rstd, int64_t B, int64_t T, int64_t C, int lg) {
     __shared__ float sh[CONV_BT][32 * VEC];
     ConvItem<VEC, CONV_TT_BWD> it;
     bool active = it.init(B, T, C);
@@ -418,8 +481,11 @@ __global__ void __launch_bounds__(32 * CONV_BT)
 #pragma unroll
             for (int i = 0; i < W; i++)
                 wr[i][v] = w[(it.ch0 + v) * W + i];
-        const kda_bf16 *pb = p + it.b * T * C + it.ch0, *dyb = dy + it.b * T * C + it.ch0;
+        const kda_bf16 *pb = p + it.b * T * C + it.ch0;
+        const kda_bf16 *dyb = L2 ? NULL : dy + it.b * T * C + it.ch0;
         kda_bf16 *dpb = dp + it.b * T * C + it.ch0;
+        const int64_t K = L2 ? (int64_t)lg * VEC : 1, H = C / K, head = it.ch0 / K;
+        (void)H, (void)head; // unused without L2
 #pragma unroll
         for (int i = 0; i < W - 1; i++) {
             int64_t tau = it.t0 - (W - 1) + i;
@@ -430,18 +496,29 @@ __global__ void __launch_bounds__(32 * CONV_BT)
             int64_t t = it.t0 + s;
             if (t - (W - 1) >= it.t1) break; // every dp of the tile emitted (warp-uniform)
             float dc[VEC];
-            if (t < T) {
-                float g[VEC];
+            if (t < T) { // warp-uniform (one tile per warp): the group sums below are safe
+                float g[VEC], c[VEC];
                 ld_bf<VEC>(pw[W - 1], pb + t * C);
-                ld_bf<VEC>(g, dyb + t * C);
 #pragma unroll
                 for (int v = 0; v < VEC; v++) {
-                    float c = 0.0f;
+                    c[v] = 0.0f;
 #pragma unroll
                     for (int i = 0; i < W; i++)
-                        c += wr[i][v] * pw[i][v];
-                    dc[v] = g[v] * dsilu_f(c);
+                        c[v] += wr[i][v] * pw[i][v];
                 }
+                if constexpr (L2) {
+                    ld_f<VEC>(g, dq + (it.b * T + t) * C + it.ch0);
+                    float rs = rstd[(it.b * T + t) * H + head], yh[VEC];
+                    float dot = group_sum(l2_bwd_dot_lane<VEC>(yh, g, c, rs), lg);
+#pragma unroll
+                    for (int v = 0; v < VEC; v++)
+                        g[v] = rs * (g[v] - dot * yh[v]);
+                } else {
+                    ld_bf<VEC>(g, dyb + t * C);
+                }
+#pragma unroll
+                for (int v = 0; v < VEC; v++)
+                    dc[v] = g[v] * dsilu_f(c[v]);
             } else {
 #pragma unroll
                 for (int v = 0; v < VEC; v++)
@@ -696,6 +773,118 @@ struct GnormDw { // dy ⊙ σ(z) ⊙ x̂
     }
 };
 
+// ---- gated RMSNorm with the g_proj.1 bias folded in (the fused path) --------------------------
+// Rows r = token·HV + head of V = 8·lr elements; lr consecutive lanes hold a row (8 elements
+// each, one 16-byte access per tensor), a warp 32 / lr rows at once. The gate logits z are the
+// raw GEMM output: σ(z + bias[head·V + v]) in fp32 (the unfused path rounds z + bias to bf16
+// first). The per-lane arithmetic below is shared with the host twins (kda_cuda_gnorm_bias_*_host).
+#define GN_TILE 256 // rows per block of the fused backward: its dw partials are [rows / 256, V]
+
+// Forward, one lane's 8 elements: returns Σ x².
+__host__ __device__ __forceinline__ float gn_ss_lane(const float (&x)[8]) {
+    return sumsq_lane<8>(x);
+}
+__host__ __device__ __forceinline__ float gn_rs(float ss, int64_t V, float eps) {
+    return (float)(1.0 / sqrt((double)ss / (double)V + (double)eps)); // as gnorm_fwd_k
+}
+__host__ __device__ __forceinline__ void gn_fwd_lane(float (&y)[8], const float (&x)[8],
+                                                     const float (&z)[8], const float *w,
+                                                     const float *bias, float rs) {
+    for (int v = 0; v < 8; v++)
+        y[v] = x[v] * rs * w[v] * sigmoid_f(z[v] + bias[v]);
+}
+// Backward, one lane's 8 elements, first half: dz (written), σ (kept), Σ dy·σ·w·x̂ returned.
+__host__ __device__ __forceinline__ float gn_bwd_lane(float (&dz)[8], float (&sg)[8],
+                                                      const float (&g)[8], const float (&x)[8],
+                                                      const float (&z)[8], const float *w,
+                                                      const float *bias, float rs) {
+    float dot = 0.0f;
+    for (int v = 0; v < 8; v++) {
+        float s = sigmoid_f(z[v] + bias[v]), xh = x[v] * rs;
+        sg[v] = s;
+        dz[v] = g[v] * xh * w[v] * s * (1.0f - s);
+        dot += g[v] * s * w[v] * xh;
+    }
+    return dot;
+}
+// Second half: dx, and the lane's dw partial += dy·σ·x̂ (as GnormDw).
+__host__ __device__ __forceinline__ void gn_bwd_lane2(float (&dx)[8], float (&accw)[8],
+                                                      const float (&g)[8], const float (&x)[8],
+                                                      const float (&sg)[8], const float *w,
+                                                      float rs, float m) {
+    for (int v = 0; v < 8; v++) {
+        float xh = x[v] * rs;
+        dx[v] = rs * (g[v] * sg[v] * w[v] - xh * m);
+        accw[v] += g[v] * sg[v] * xh;
+    }
+}
+
+// y [NR, V] bf16, rstd [NR] from x, z [NR, V] bf16; one group of lr lanes per row.
+__global__ void gnorm_bias_fwd_k(kda_bf16 *y, float *rstd, const kda_bf16 *x, const kda_bf16 *z,
+                                 const float *bias, const float *w, int64_t NR, int64_t HV,
+                                 int64_t V, float eps) {
+    int lr = (int)(V / 8), lane = threadIdx.x & 31, rw = 32 / lr;
+    int64_t r = ((int64_t)blockIdx.x * ROWS_PER_BLOCK + threadIdx.x / 32) * rw + lane / lr;
+    int64_t c0 = 8 * (lane % lr);
+    bool act = r < NR; // lanes of a row group agree; every lane reaches the group sum
+    float xv[8] = {0}, zv[8] = {0}, yv[8];
+    if (act) {
+        ld_bf<8>(xv, x + r * V + c0);
+        ld_bf<8>(zv, z + r * V + c0);
+    }
+    float rs = gn_rs(group_sum(gn_ss_lane(xv), lr), V, eps);
+    if (!act) return;
+    gn_fwd_lane(yv, xv, zv, w + c0, bias + (int64_t)((int)r % (int)HV) * V + c0, rs);
+    st_bf<8>(y + r * V + c0, yv);
+    if (c0 == 0) rstd[r] = rs;
+}
+
+// dx, dz [NR, V] bf16 overwritten; part [ceil(NR / GN_TILE), V] double = the block's dw sums.
+// Block = 8 warps over the GN_TILE rows [blockIdx.x · GN_TILE, +GN_TILE): warp k takes row
+// groups k, k + 8, ... (rows in increasing order per lane); then the block adds, for each column,
+// the (warp, row-in-group) partials in a fixed order in double.
+__global__ void __launch_bounds__(32 * ROWS_PER_BLOCK)
+    gnorm_bias_bwd_k(kda_bf16 *dx, kda_bf16 *dz, double *part, const kda_bf16 *dy,
+                     const kda_bf16 *x, const kda_bf16 *z, const float *bias, const float *w,
+                     const float *rstd, int64_t NR, int64_t HV, int64_t V) {
+    __shared__ float sh[ROWS_PER_BLOCK][32][8]; // [warp][lane][element]
+    int lr = (int)(V / 8), lane = threadIdx.x & 31, warp = threadIdx.x / 32, rw = 32 / lr;
+    int64_t c0 = 8 * (lane % lr), base = (int64_t)blockIdx.x * GN_TILE;
+    int64_t end = min(base + (int64_t)GN_TILE, NR);
+    float accw[8] = {0};
+    for (int64_t g0 = base + (int64_t)warp * rw; g0 < end; g0 += (int64_t)ROWS_PER_BLOCK * rw) {
+        int64_t r = g0 + lane / lr;
+        bool act = r < end; // warp-uniform loop; inactive rows add zeros
+        float gv[8] = {0}, xv[8] = {0}, zv[8] = {0}, sg[8], dzv[8], dxv[8];
+        float rs = 0.0f;
+        const float *bb = bias + (act ? (int64_t)((int)r % (int)HV) * V : 0) + c0;
+        if (act) {
+            ld_bf<8>(gv, dy + r * V + c0);
+            ld_bf<8>(xv, x + r * V + c0);
+            ld_bf<8>(zv, z + r * V + c0);
+            rs = rstd[r];
+        }
+        float m = group_sum(gn_bwd_lane(dzv, sg, gv, xv, zv, w + c0, bb, rs), lr) / (float)V;
+        gn_bwd_lane2(dxv, accw, gv, xv, sg, w + c0, rs, m);
+        if (act) {
+            st_bf<8>(dz + r * V + c0, dzv);
+            st_bf<8>(dx + r * V + c0, dxv);
+        }
+    }
+#pragma unroll
+    for (int v = 0; v < 8; v++)
+        sh[warp][lane][v] = accw[v];
+    __syncthreads();
+    for (int64_t c = threadIdx.x; c < V; c += blockDim.x) { // column c: lanes with c0 = c & ~7
+        int s0 = (int)(c / 8), e = (int)(c % 8);
+        double t = 0.0;
+        for (int k = 0; k < ROWS_PER_BLOCK; k++)
+            for (int q = 0; q < rw; q++)
+                t += (double)sh[k][q * lr + s0][e];
+        part[(int64_t)blockIdx.x * V + c] = t;
+    }
+}
+
 // ---- Linear bias -----------------------------------------------------------------------------
 
 __global__ void bias_add_k(kda_bf16 *y, const float *bias, int64_t N, int64_t out) {
@@ -904,10 +1093,17 @@ int kda_cuda_rmsnorm_residual_fwd(KdaCudaCtx *ctx, kda_bf16 *y, float *rstd, flo
 
 int kda_cuda_rmsnorm_bwd(KdaCudaCtx *ctx, float *dx, float *dw, const float *dy, const float *x,
                          const float *w, const float *rstd, int64_t N, int64_t D, int accumulate) {
+    return kda_cuda_rmsnorm_bwd_bf16(ctx, dx, NULL, dw, dy, x, w, rstd, N, D, accumulate);
+}
+
+int kda_cuda_rmsnorm_bwd_bf16(KdaCudaCtx *ctx, float *dx, kda_bf16 *dxb, float *dw, const float *dy,
+                              const float *x, const float *w, const float *rstd, int64_t N,
+                              int64_t D, int accumulate) {
     KDA_CUDA_REQUIRE(ctx, N >= 0 && D > 0);
     if (N == 0) return 0;
     if (D > RMS_FUSED_MAX_D) { // wide rows: dx pass, then a separate column-sum pass for dw
-        rmsnorm_bwd_k<<<row_blocks(N), 256, 0, ctx->stream>>>(dx, dy, x, w, rstd, N, D, accumulate);
+        rmsnorm_bwd_k<<<row_blocks(N), 256, 0, ctx->stream>>>(dx, dxb, dy, x, w, rstd, N, D,
+                                                              accumulate);
         CUDA_CHECK_LAUNCH(ctx);
         return colsum_add(ctx, dw, N, D, RmsDw{dy, x, rstd, D});
     }
@@ -915,12 +1111,12 @@ int kda_cuda_rmsnorm_bwd(KdaCudaCtx *ctx, float *dx, float *dw, const float *dy,
     double *part = (double *)kda_cuda_scratch(ctx, (size_t)(P * D) * sizeof(double));
     if (!part) return -1;
     size_t shmem = (size_t)(ROWS_PER_BLOCK * D) * sizeof(float);
-    if (D % 4 == 0 && aligned_(16, dx, dy, x, w))
+    if (D % 4 == 0 && aligned_(16, dx, dy, x, w) && aligned_(8, dxb))
         rmsnorm_bwd_fused_k<4><<<(unsigned)P, 32 * ROWS_PER_BLOCK, shmem, ctx->stream>>>(
-            dx, part, dy, x, w, rstd, N, D, accumulate);
+            dx, dxb, part, dy, x, w, rstd, N, D, accumulate);
     else
         rmsnorm_bwd_fused_k<1><<<(unsigned)P, 32 * ROWS_PER_BLOCK, shmem, ctx->stream>>>(
-            dx, part, dy, x, w, rstd, N, D, accumulate);
+            dx, dxb, part, dy, x, w, rstd, N, D, accumulate);
     CUDA_CHECK_LAUNCH(ctx);
     colsum_finish(ctx->stream, dw, part, P, D);
     CUDA_CHECK_LAUNCH(ctx);
@@ -962,9 +1158,10 @@ int kda_cuda_conv_silu_fwd(KdaCudaCtx *ctx, kda_bf16 *y, const kda_bf16 *p, cons
     KDA_CUDA_REQUIRE(ctx, grid.y > 0); // B·T up to 8.4M tokens (forward) / 16.7M (backward)
 #define CONV_FWD(W_)                                                                               \
     if (v8)                                                                                        \
-        conv_fwd_k<W_, 8><<<grid, block, 0, ctx->stream>>>(y, p, w, B, T, C);                      \
+        conv_fwd_k<W_, 8, false>                                                                   \
+            <<<grid, block, 0, ctx->stream>>>(y, NULL, p, w, B, T, C, 0, 0.0f);                    \
     else                                                                                           \
-        conv_fwd_k<W_, 1><<<grid, block, 0, ctx->stream>>>(y, p, w, B, T, C)
+        conv_fwd_k<W_, 1, false><<<grid, block, 0, ctx->stream>>>(y, NULL, p, w, B, T, C, 0, 0.0f)
     CONV_DISPATCH_W(W, CONV_FWD);
 #undef CONV_FWD
     CUDA_CHECK_LAUNCH(ctx);
@@ -986,11 +1183,59 @@ int kda_cuda_conv_silu_bwd(KdaCudaCtx *ctx, kda_bf16 *dp, float *dw, const kda_b
     if (!part) return -1;
 #define CONV_BWD(W_)                                                                               \
     if (v4)                                                                                        \
-        conv_bwd_k<W_, 4><<<grid, block, 0, ctx->stream>>>(dp, part, dy, p, w, B, T, C);           \
+        conv_bwd_k<W_, 4, false>                                                                   \
+            <<<grid, block, 0, ctx->stream>>>(dp, part, dy, p, w, NULL, NULL, B, T, C, 0);         \
     else                                                                                           \
-        conv_bwd_k<W_, 1><<<grid, block, 0, ctx->stream>>>(dp, part, dy, p, w, B, T, C)
+        conv_bwd_k<W_, 1, false>                                                                   \
+            <<<grid, block, 0, ctx->stream>>>(dp, part, dy, p, w, NULL, NULL, B, T, C, 0)
     CONV_DISPATCH_W(W, CONV_BWD);
 #undef CONV_BWD
+    CUDA_CHECK_LAUNCH(ctx);
+    colsum_finish(ctx->stream, dw, part, P, C * W);
+    CUDA_CHECK_LAUNCH(ctx);
+    return 0;
+}
+
+int kda_cuda_conv_l2_fusable(int64_t K) {
+    return K == 8 || K == 16 || K == 32 || K == 64 || K == 128; // K/8 and K/4 lanes: 1..32
+}
+
+int kda_cuda_conv_silu_l2_fwd(KdaCudaCtx *ctx, kda_bf16 *y, float *rstd, const kda_bf16 *p,
+                              const float *w, int64_t B, int64_t T, int64_t C, int64_t W, int64_t K,
+                              float eps) {
+    KDA_CUDA_REQUIRE(ctx, B >= 0 && T >= 0 && C > 0 && W >= 1 && W <= CONV_MAX_W);
+    KDA_CUDA_REQUIRE(ctx, kda_cuda_conv_l2_fusable(K) && C % K == 0);
+    KDA_CUDA_REQUIRE(ctx, aligned_(16, y, p)); // the 16-byte path: a head is K / 8 lanes
+    if (B * T == 0) return 0;
+    dim3 grid = conv_grid(B, T, C, 8, CONV_TT_FWD), block(32, CONV_BT);
+    KDA_CUDA_REQUIRE(ctx, grid.y > 0);
+    int lg = (int)(K / 8);
+#define CONV_L2_FWD(W_)                                                                            \
+    conv_fwd_k<W_, 8, true><<<grid, block, 0, ctx->stream>>>(y, rstd, p, w, B, T, C, lg, eps)
+    CONV_DISPATCH_W(W, CONV_L2_FWD);
+#undef CONV_L2_FWD
+    CUDA_CHECK_LAUNCH(ctx);
+    return 0;
+}
+
+int kda_cuda_conv_silu_l2_bwd(KdaCudaCtx *ctx, kda_bf16 *dp, float *dw, const float *dy,
+                              const kda_bf16 *p, const float *w, const float *rstd, int64_t B,
+                              int64_t T, int64_t C, int64_t W, int64_t K) {
+    KDA_CUDA_REQUIRE(ctx, B >= 0 && T >= 0 && C > 0 && W >= 1 && W <= CONV_MAX_W);
+    KDA_CUDA_REQUIRE(ctx, kda_cuda_conv_l2_fusable(K) && C % K == 0);
+    KDA_CUDA_REQUIRE(ctx, aligned_(16, dy) && aligned_(8, dp, p)); // a head is K / 4 lanes
+    if (B * T == 0) return 0;
+    dim3 grid = conv_grid(B, T, C, 4, CONV_TT_BWD), block(32, CONV_BT);
+    KDA_CUDA_REQUIRE(ctx, grid.y > 0);
+    int64_t P = grid.y; // dw partials: one per block row, [P, C, W] double
+    double *part = (double *)kda_cuda_scratch(ctx, (size_t)(P * C * W) * sizeof(double));
+    if (!part) return -1;
+    int lg = (int)(K / 4);
+#define CONV_L2_BWD(W_)                                                                            \
+    conv_bwd_k<W_, 4, true>                                                                        \
+        <<<grid, block, 0, ctx->stream>>>(dp, part, NULL, p, w, dy, rstd, B, T, C, lg)
+    CONV_DISPATCH_W(W, CONV_L2_BWD);
+#undef CONV_L2_BWD
     CUDA_CHECK_LAUNCH(ctx);
     colsum_finish(ctx->stream, dw, part, P, C * W);
     CUDA_CHECK_LAUNCH(ctx);
@@ -1064,6 +1309,44 @@ int kda_cuda_gnorm_bwd(KdaCudaCtx *ctx, kda_bf16 *dx, kda_bf16 *dz, float *dw, c
     gnorm_bwd_k<<<row_blocks(N), 256, 0, ctx->stream>>>(dx, dz, dy, x, z, w, rstd, N, V);
     CUDA_CHECK_LAUNCH(ctx);
     return colsum_add(ctx, dw, N, V, GnormDw{dy, x, z, rstd, V});
+}
+
+int kda_cuda_gnorm_fusable(int64_t V) {
+    return V == 8 || V == 16 || V == 32 || V == 64 || V == 128 || V == 256; // V/8 lanes: 1..32
+}
+
+int kda_cuda_gnorm_bias_fwd(KdaCudaCtx *ctx, kda_bf16 *y, float *rstd, const kda_bf16 *x,
+                            const kda_bf16 *z, const float *bias, const float *w, int64_t N,
+                            int64_t HV, int64_t V, float eps) {
+    KDA_CUDA_REQUIRE(ctx, N >= 0 && HV > 0 && kda_cuda_gnorm_fusable(V));
+    KDA_CUDA_REQUIRE(ctx, N * HV < INT32_MAX && aligned_(16, y, x, z, w, bias));
+    int64_t NR = N * HV, rows_per_block = ROWS_PER_BLOCK * (32 / (V / 8));
+    if (NR == 0) return 0;
+    gnorm_bias_fwd_k<<<(unsigned)CEIL_DIV(NR, rows_per_block), 32 * ROWS_PER_BLOCK, 0,
+                       ctx->stream>>>(y, rstd, x, z, bias, w, NR, HV, V, eps);
+    CUDA_CHECK_LAUNCH(ctx);
+    return 0;
+}
+
+int kda_cuda_gnorm_bias_bwd(KdaCudaCtx *ctx, kda_bf16 *dx, kda_bf16 *dz, float *dw, float *dbias,
+                            const kda_bf16 *dy, const kda_bf16 *x, const kda_bf16 *z,
+                            const float *bias, const float *w, const float *rstd, int64_t N,
+                            int64_t HV, int64_t V) {
+    KDA_CUDA_REQUIRE(ctx, N >= 0 && HV > 0 && kda_cuda_gnorm_fusable(V));
+    KDA_CUDA_REQUIRE(ctx,
+                     N * HV < INT32_MAX && aligned_(16, dx, dz, dy, x, z) && aligned_(16, w, bias));
+    int64_t NR = N * HV, P = CEIL_DIV(NR, (int64_t)GN_TILE);
+    if (NR == 0) return 0;
+    double *part = (double *)kda_cuda_scratch(ctx, (size_t)(P * V) * sizeof(double));
+    if (!part) return -1;
+    gnorm_bias_bwd_k<<<(unsigned)P, 32 * ROWS_PER_BLOCK, 0, ctx->stream>>>(
+        dx, dz, part, dy, x, z, bias, w, rstd, NR, HV, V);
+    CUDA_CHECK_LAUNCH(ctx);
+    colsum_finish(ctx->stream, dw, part, P, V);
+    CUDA_CHECK_LAUNCH(ctx);
+    // dbias [HV·V] += Σ_tokens dz: the column sum over [N, HV·V] (after the partials above are
+    // consumed: the scratch is reused, in stream order)
+    return colsum_add(ctx, dbias, N, HV * V, BiasDb{dz, HV * V});
 }
 
 int kda_cuda_bias_add(KdaCudaCtx *ctx, kda_bf16 *y, const float *bias, int64_t N, int64_t out) {
@@ -1205,6 +1488,156 @@ int kda_cuda_scale(KdaCudaCtx *ctx, float *g, int64_t n, const float *coef) {
     scale_k<<<grid_for(n), 256, 0, ctx->stream>>>(g, n, coef);
     CUDA_CHECK_LAUNCH(ctx);
     return 0;
+}
+
+// ---- host twins of the fused kernels (tests: test_fuse_host.c) ---------------------------------
+// Same per-lane arithmetic (the __host__ __device__ pieces above) and the same group-sum tree;
+// the loops run every lane of every row one after another. The weight-gradient sums are added in
+// double per column (the device adds fixed tiles in fp32, then double: a different order).
+
+static void ld8_host_(float (&v)[8], const kda_bf16 *p) {
+    for (int i = 0; i < 8; i++)
+        v[i] = bf2f(p[i]);
+}
+
+void kda_cuda_conv_silu_l2_fwd_host(kda_bf16 *y, float *rstd, const kda_bf16 *p, const float *w,
+                                    int64_t B, int64_t T, int64_t C, int64_t W, int64_t K,
+                                    float eps) {
+    int lg = (int)(K / 8);
+    int64_t H = C / K;
+    float out[32][8], part[32];
+    for (int64_t b = 0; b < B; b++)
+        for (int64_t t = 0; t < T; t++)
+            for (int64_t h = 0; h < H; h++) {
+                for (int s = 0; s < lg; s++) {
+                    for (int v = 0; v < 8; v++) {
+                        int64_t ch = h * K + 8 * s + v;
+                        float acc = 0.0f;
+                        for (int64_t i = 0; i < W; i++) {
+                            int64_t tau = t - (W - 1) + i;
+                            acc +=
+                                w[ch * W + i] * (tau >= 0 ? bf2f(p[(b * T + tau) * C + ch]) : 0.0f);
+                        }
+                        out[s][v] = silu_f(acc);
+                    }
+                    part[s] = sumsq_lane<8>(out[s]);
+                }
+                float rs = l2_rs(group_sum_host(part, lg), eps);
+                for (int s = 0; s < lg; s++)
+                    for (int v = 0; v < 8; v++)
+                        y[(b * T + t) * C + h * K + 8 * s + v] = f2bf(out[s][v] * rs);
+                rstd[(b * T + t) * H + h] = rs;
+            }
+}
+
+void kda_cuda_conv_silu_l2_bwd_host(kda_bf16 *dp, float *dw, const float *dy, const kda_bf16 *p,
+                                    const float *w, const float *rstd, int64_t B, int64_t T,
+                                    int64_t C, int64_t W, int64_t K) {
+    int lg = (int)(K / 4);
+    int64_t H = C / K, n = B * T * C;
+    float *dc = (float *)kda_malloc((size_t)(n > 0 ? n : 1) * sizeof(float));
+    double *dws = (double *)kda_calloc((size_t)(C * W), sizeof(double));
+    auto pv = [&](int64_t b, int64_t tau, int64_t ch) {
+        return tau >= 0 && tau < T ? bf2f(p[(b * T + tau) * C + ch]) : 0.0f;
+    };
+    float c[32][4], g[32][4], yh[32][4], part[32];
+    for (int64_t b = 0; b < B; b++)
+        for (int64_t t = 0; t < T; t++)
+            for (int64_t h = 0; h < H; h++) {
+                int64_t row = (b * T + t) * C;
+                float rs = rstd[(b * T + t) * H + h];
+                for (int s = 0; s < lg; s++) {
+                    for (int v = 0; v < 4; v++) {
+                        int64_t ch = h * K + 4 * s + v;
+                        c[s][v] = 0.0f;
+                        for (int64_t i = 0; i < W; i++)
+                            c[s][v] += w[ch * W + i] * pv(b, t - (W - 1) + i, ch);
+                        g[s][v] = dy[row + ch];
+                    }
+                    part[s] = l2_bwd_dot_lane<4>(yh[s], g[s], c[s], rs);
+                }
+                float dot = group_sum_host(part, lg);
+                for (int s = 0; s < lg; s++)
+                    for (int v = 0; v < 4; v++)
+                        dc[row + h * K + 4 * s + v] =
+                            rs * (g[s][v] - dot * yh[s][v]) * dsilu_f(c[s][v]);
+            }
+    for (int64_t b = 0; b < B; b++)
+        for (int64_t tau = 0; tau < T; tau++)
+            for (int64_t ch = 0; ch < C; ch++) {
+                float a = 0.0f; // dp_τ = Σ_i w_i dc_{τ+(W-1)-i}, i increasing (as the device)
+                for (int64_t i = 0; i < W; i++) {
+                    int64_t t = tau + (W - 1) - i;
+                    a += w[ch * W + i] * (t < T ? dc[(b * T + t) * C + ch] : 0.0f);
+                }
+                dp[(b * T + tau) * C + ch] = f2bf(a);
+                for (int64_t i = 0; i < W; i++) // dw_i += dc_τ p_{τ-(W-1)+i}
+                    dws[ch * W + i] +=
+                        (double)(dc[(b * T + tau) * C + ch] * pv(b, tau - (W - 1) + i, ch));
+            }
+    for (int64_t e = 0; e < C * W; e++)
+        dw[e] += (float)dws[e];
+    free(dc);
+    free(dws);
+}
+
+void kda_cuda_gnorm_bias_fwd_host(kda_bf16 *y, float *rstd, const kda_bf16 *x, const kda_bf16 *z,
+                                  const float *bias, const float *w, int64_t N, int64_t HV,
+                                  int64_t V, float eps) {
+    int lr = (int)(V / 8);
+    float xv[32][8], zv[32][8], yv[8], part[32];
+    for (int64_t r = 0; r < N * HV; r++) {
+        for (int s = 0; s < lr; s++) {
+            ld8_host_(xv[s], x + r * V + 8 * s);
+            ld8_host_(zv[s], z + r * V + 8 * s);
+            part[s] = gn_ss_lane(xv[s]);
+        }
+        float rs = gn_rs(group_sum_host(part, lr), V, eps);
+        for (int s = 0; s < lr; s++) {
+            gn_fwd_lane(yv, xv[s], zv[s], w + 8 * s, bias + (r % HV) * V + 8 * s, rs);
+            for (int v = 0; v < 8; v++)
+                y[r * V + 8 * s + v] = f2bf(yv[v]);
+        }
+        rstd[r] = rs;
+    }
+}
+
+void kda_cuda_gnorm_bias_bwd_host(kda_bf16 *dx, kda_bf16 *dz, float *dw, float *dbias,
+                                  const kda_bf16 *dy, const kda_bf16 *x, const kda_bf16 *z,
+                                  const float *bias, const float *w, const float *rstd, int64_t N,
+                                  int64_t HV, int64_t V) {
+    int lr = (int)(V / 8);
+    double *sw = (double *)kda_calloc((size_t)V, sizeof(double));
+    double *sb = (double *)kda_calloc((size_t)(HV * V), sizeof(double));
+    float gv[32][8], xv[32][8], zv[32][8], sg[32][8], dzv[32][8], dxv[8], part[32];
+    for (int64_t r = 0; r < N * HV; r++) {
+        const float *bb = bias + (r % HV) * V;
+        for (int s = 0; s < lr; s++) {
+            ld8_host_(gv[s], dy + r * V + 8 * s);
+            ld8_host_(xv[s], x + r * V + 8 * s);
+            ld8_host_(zv[s], z + r * V + 8 * s);
+            part[s] =
+                gn_bwd_lane(dzv[s], sg[s], gv[s], xv[s], zv[s], w + 8 * s, bb + 8 * s, rstd[r]);
+        }
+        float m = group_sum_host(part, lr) / (float)V;
+        for (int s = 0; s < lr; s++) {
+            float accw[8] = {0};
+            gn_bwd_lane2(dxv, accw, gv[s], xv[s], sg[s], w + 8 * s, rstd[r], m);
+            for (int v = 0; v < 8; v++) {
+                int64_t c = 8 * s + v;
+                dx[r * V + c] = f2bf(dxv[v]);
+                dz[r * V + c] = f2bf(dzv[s][v]);
+                sw[c] += (double)accw[v];
+                sb[(r % HV) * V + c] += (double)bf2f(dz[r * V + c]); // the bf16 dz, as the device
+            }
+        }
+    }
+    for (int64_t c = 0; c < V; c++)
+        dw[c] += (float)sw[c];
+    for (int64_t c = 0; c < HV * V; c++)
+        dbias[c] += (float)sb[c];
+    free(sw);
+    free(sb);
 }
 
 } // extern "C"

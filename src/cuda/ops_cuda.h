@@ -36,6 +36,12 @@ int kda_cuda_rmsnorm_residual_fwd(KdaCudaCtx *ctx, kda_bf16 *y, float *rstd, flo
 int kda_cuda_rmsnorm_bwd(KdaCudaCtx *ctx, float *dx, float *dw, const float *dy, const float *x,
                          const float *w, const float *rstd, int64_t N, int64_t D, int accumulate);
 
+// Same, also writing dxb [N, D] bf16 = bf16(dx) (the written dx, after the accumulate): the
+// next GEMM's operand without a separate fp32 -> bf16 pass over dx. dxb NULL: as above.
+int kda_cuda_rmsnorm_bwd_bf16(KdaCudaCtx *ctx, float *dx, kda_bf16 *dxb, float *dw, const float *dy,
+                              const float *x, const float *w, const float *rstd, int64_t N,
+                              int64_t D, int accumulate);
+
 // ---- L2 norm of q/k heads (§5.3 step 6): y = x / sqrt(|x|² + eps) per row of dim ----------
 // x, y [N, dim] bf16 (N = tokens·heads); rstd [N] fp32.
 int kda_cuda_l2norm_fwd(KdaCudaCtx *ctx, kda_bf16 *y, float *rstd, const kda_bf16 *x, int64_t N,
@@ -53,6 +59,22 @@ int kda_cuda_conv_silu_fwd(KdaCudaCtx *ctx, kda_bf16 *y, const kda_bf16 *p, cons
 int kda_cuda_conv_silu_bwd(KdaCudaCtx *ctx, kda_bf16 *dp, float *dw, const kda_bf16 *dy,
                            const kda_bf16 *p, const float *w, int64_t B, int64_t T, int64_t C,
                            int64_t W);
+
+// ---- fused causal conv + SiLU + per-head L2 norm (q and k; §5.3 steps 2 and 6) ---------------
+// One kernel instead of conv_silu + l2norm: the conv output is neither stored nor read back.
+// True when head dim K takes the fused kernels (K = 8, 16, 32, 64 or 128).
+int kda_cuda_conv_l2_fusable(int64_t K);
+// p [B, T, C] bf16 (C = H·K, 16-byte aligned); w [C, W] fp32 -> y [B, T, C] bf16 =
+// L2norm_K(SiLU(conv(p))) and rstd [B·T·H] fp32 = 1 / sqrt(|SiLU(conv)|² + eps) per head, the
+// sum of squares of the fp32 SiLU output (the unfused path normalizes its bf16 rounding).
+int kda_cuda_conv_silu_l2_fwd(KdaCudaCtx *ctx, kda_bf16 *y, float *rstd, const kda_bf16 *p,
+                              const float *w, int64_t B, int64_t T, int64_t C, int64_t W, int64_t K,
+                              float eps);
+// dy [B, T, C] fp32 (gradient w.r.t. y, 16-byte aligned) -> dp [B, T, C] bf16 (overwritten),
+// dw [C, W] fp32 +=; recomputes SiLU(conv(p)) and ŷ = it · rstd from p and the forward's rstd.
+int kda_cuda_conv_silu_l2_bwd(KdaCudaCtx *ctx, kda_bf16 *dp, float *dw, const float *dy,
+                              const kda_bf16 *p, const float *w, const float *rstd, int64_t B,
+                              int64_t T, int64_t C, int64_t W, int64_t K);
 
 // ---- gate + chunk-local cumsum (§5.3 step 8, §6.2 step 2), unbounded form ------------------
 // f [B, T, HV, K] bf16 raw gate; A_log [HV], dt_bias [HV*K] fp32.
@@ -86,6 +108,40 @@ int kda_cuda_gnorm_fwd(KdaCudaCtx *ctx, kda_bf16 *y, float *rstd, const kda_bf16
 int kda_cuda_gnorm_bwd(KdaCudaCtx *ctx, kda_bf16 *dx, kda_bf16 *dz, float *dw, const kda_bf16 *dy,
                        const kda_bf16 *x, const kda_bf16 *z, const float *w, const float *rstd,
                        int64_t N, int64_t V);
+
+// ---- gated RMSNorm with the g_proj.1 bias folded in (the fused path) ------------------------
+// True when value head dim V takes the fused kernels (V = 8, 16, ..., 256).
+int kda_cuda_gnorm_fusable(int64_t V);
+// x = o [N, HV, V] bf16, z [N, HV, V] bf16 the raw g_proj.1 output (no bias), bias [HV·V] fp32,
+// w [V] fp32 -> y [N, HV, V] bf16 = RMSNorm(x; w) ⊙ σ(z + bias) (fp32 z + bias: no bf16
+// rounding of it), rstd [N·HV] fp32. All pointers 16-byte aligned. Replaces bias_add + gnorm_fwd.
+int kda_cuda_gnorm_bias_fwd(KdaCudaCtx *ctx, kda_bf16 *y, float *rstd, const kda_bf16 *x,
+                            const kda_bf16 *z, const float *bias, const float *w, int64_t N,
+                            int64_t HV, int64_t V, float eps);
+// dy [N, HV, V] bf16 -> dx, dz [N, HV, V] bf16 (overwritten; dz = the gradient w.r.t. z + bias),
+// dw [V] fp32 +=, dbias [HV·V] fp32 += Σ_tokens dz (the bf16 dz, as bias_bwd). One pass computes
+// dx, dz and the dw tile sums (deterministic), then the dbias column sum reads dz.
+int kda_cuda_gnorm_bias_bwd(KdaCudaCtx *ctx, kda_bf16 *dx, kda_bf16 *dz, float *dw, float *dbias,
+                            const kda_bf16 *dy, const kda_bf16 *x, const kda_bf16 *z,
+                            const float *bias, const float *w, const float *rstd, int64_t N,
+                            int64_t HV, int64_t V);
+
+// ---- host twins of the fused kernels (CPU suite of a CUDA build: test_fuse_host.c) ------------
+// Same arguments as the launchers above with host pointers; the same per-lane arithmetic and
+// group-sum order; weight gradients summed per column in double (the device: fixed tiles).
+void kda_cuda_conv_silu_l2_fwd_host(kda_bf16 *y, float *rstd, const kda_bf16 *p, const float *w,
+                                    int64_t B, int64_t T, int64_t C, int64_t W, int64_t K,
+                                    float eps);
+void kda_cuda_conv_silu_l2_bwd_host(kda_bf16 *dp, float *dw, const float *dy, const kda_bf16 *p,
+                                    const float *w, const float *rstd, int64_t B, int64_t T,
+                                    int64_t C, int64_t W, int64_t K);
+void kda_cuda_gnorm_bias_fwd_host(kda_bf16 *y, float *rstd, const kda_bf16 *x, const kda_bf16 *z,
+                                  const float *bias, const float *w, int64_t N, int64_t HV,
+                                  int64_t V, float eps);
+void kda_cuda_gnorm_bias_bwd_host(kda_bf16 *dx, kda_bf16 *dz, float *dw, float *dbias,
+                                  const kda_bf16 *dy, const kda_bf16 *x, const kda_bf16 *z,
+                                  const float *bias, const float *w, const float *rstd, int64_t N,
+                                  int64_t HV, int64_t V);
 
 // ---- Linear bias (g_proj.1 is the one Linear with a bias, §5.3 step 11) ----------------------
 // y [N, out] bf16 += bias [out] fp32 (fp32 add, one rounding); the GEMM wrapper has no epilogue.

@@ -1,0 +1,162 @@
+// test_fuse_host.c - the fused elementwise kernels of src/cuda/ops_cuda.cu (conv + SiLU + L2
+// norm of q/k, gated out-norm with the g_proj.1 bias) through their HOST twins
+// (kda_cuda_*_host: the kernels' per-lane arithmetic and group-sum order, every lane run one
+// after another) against the CPU ops they replace (cpu/ops.h conv_silu_*, gnorm_*,
+// cpu/kda_core.h kda_l2norm_*). Runs in the CPU suite of every CUDA build (CI has nvcc, no GPU);
+// the kernels on a device are test_gpu_fuse.c's gpu_fuse_* (fused vs unfused on the GPU).
+//
+// The CPU gets the same bf16-rounded inputs in fp32 and computes everything in fp32 (z + bias
+// too, as the fused kernels do). Tolerances, rel = RMS(out - ref) / RMS(ref):
+//   * bf16 outputs (y, dp, dx, dz): 1e-2 - the bf16 rounding of each element alone is ~2e-3
+//     relative RMS; a wrong head, channel, tap or row shows at >= 1e-1.
+//   * fp32 outputs (rstd, dw): 1e-5 - the same products summed in another order (fp32 lane
+//     sums and a tree vs the CPU's serial loops): ~1e-7 per operation.
+//   * dbias: 1e-2 - the twin sums the bf16-rounded dz (as the device), the CPU its fp32 dz.
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "test.h"
+
+#ifdef KDA_HAVE_CUDA
+
+#include "core/rng.h"      // defines: KdaRng, rng_normal
+#include "core/util.h"     // defines: bf16_to_f32, f32_to_bf16
+#include "cpu/kda_core.h"  // defines: kda_l2norm_fwd, kda_l2norm_bwd
+#include "cpu/ops.h"       // defines: conv_silu_fwd, conv_silu_bwd, gnorm_fwd, gnorm_bwd
+#include "cuda/ops_cuda.h" // defines: kda_cuda_*_host, kda_cuda_conv_l2_fusable
+
+#define TOL_BF16 1e-2
+#define TOL_F32  1e-5
+
+static double rel_(const float *out, const float *ref, int64_t n) {
+    double num = 0.0, den = 0.0;
+    for (int64_t i = 0; i < n; i++) {
+        double d = (double)out[i] - (double)ref[i];
+        num += d * d, den += (double)ref[i] * ref[i];
+    }
+    if (!isfinite(num)) return INFINITY;
+    return sqrt(num) / (sqrt(den) + 1e-30);
+}
+
+static void expect_(const char *what, const float *out, const float *ref, int64_t n, double tol) {
+    double e = rel_(out, ref, n);
+    CHECK_MSG(e <= tol, "%s: rel %.3g > %g", what, e, tol);
+    printf("    %-34s rel %.2e\n", what, e);
+}
+
+// n values N(0, std), rounded to bf16: b (bf16) and f (the same values in fp32).
+static void rand_bf16_(KdaRng *r, kda_bf16 *b, float *f, int64_t n, float std) {
+    for (int64_t i = 0; i < n; i++) {
+        b[i] = f32_to_bf16(rng_normal(r, 0.0f, std));
+        f[i] = bf16_to_f32(b[i]);
+    }
+}
+
+static float *bf16_to_f32s_(const kda_bf16 *b, int64_t n) {
+    float *f = malloc((size_t)(n > 0 ? n : 1) * sizeof(float));
+    for (int64_t i = 0; i < n; i++)
+        f[i] = bf16_to_f32(b[i]);
+    return f;
+}
+
+// One conv + SiLU + L2 case: forward and backward of the twin against conv_silu + l2norm.
+static void conv_l2_case_(KdaRng *r, int64_t B, int64_t T, int64_t H, int64_t K, int64_t W) {
+    int64_t C = H * K, n = B * T * C, NH = B * T * H;
+    printf("  B=%lld T=%lld H=%lld K=%lld W=%lld\n", (long long)B, (long long)T, (long long)H,
+           (long long)K, (long long)W);
+    kda_bf16 *pb = malloc((size_t)n * 2), *yb = malloc((size_t)n * 2), *dpb = malloc((size_t)n * 2);
+    float *p = malloc((size_t)n * 4), *w = malloc((size_t)(C * W) * 4), *dq = malloc((size_t)n * 4);
+    rand_bf16_(r, pb, p, n, 1.0f);
+    for (int64_t i = 0; i < C * W; i++)
+        w[i] = rng_normal(r, 0.0f, 0.5f);
+    for (int64_t i = 0; i < n; i++)
+        dq[i] = rng_normal(r, 0.0f, 1.0f);
+    // CPU reference: y = l2norm(SiLU(conv(p))); backward through both
+    float *qc = malloc((size_t)n * 4), *c = malloc((size_t)n * 4), *y = malloc((size_t)n * 4);
+    float *rs = malloc((size_t)NH * 4), *dqc = malloc((size_t)n * 4), *dp = malloc((size_t)n * 4);
+    float *dw = calloc((size_t)(C * W), 4), *dw_t = calloc((size_t)(C * W), 4);
+    float *rs_t = malloc((size_t)NH * 4);
+    conv_silu_fwd(qc, c, p, w, B, T, C, W);
+    kda_l2norm_fwd(y, rs, qc, NH, K, 1e-6f);
+    kda_l2norm_bwd(dqc, dq, y, rs, NH, K);
+    conv_silu_bwd(dp, dw, dqc, p, c, w, B, T, C, W);
+    // the twins
+    kda_cuda_conv_silu_l2_fwd_host(yb, rs_t, pb, w, B, T, C, W, K, 1e-6f);
+    kda_cuda_conv_silu_l2_bwd_host(dpb, dw_t, dq, pb, w, rs_t, B, T, C, W, K);
+    float *y_t = bf16_to_f32s_(yb, n), *dp_t = bf16_to_f32s_(dpb, n);
+    expect_("conv+silu+l2 y bf16", y_t, y, n, TOL_BF16);
+    expect_("conv+silu+l2 rstd", rs_t, rs, NH, TOL_F32);
+    expect_("conv+silu+l2 bwd dp bf16", dp_t, dp, n, TOL_BF16);
+    expect_("conv+silu+l2 bwd dw += fp32", dw_t, dw, C * W, TOL_F32);
+    free(pb), free(yb), free(dpb), free(p), free(w), free(dq), free(qc), free(c), free(y);
+    free(rs), free(dqc), free(dp), free(dw), free(dw_t), free(rs_t), free(y_t), free(dp_t);
+}
+
+KDA_TEST(fuse_host_conv_silu_l2) {
+    KdaRng r;
+    rng_seed(&r, 141);
+    CHECK(kda_cuda_conv_l2_fusable(32) && kda_cuda_conv_l2_fusable(8));
+    CHECK(!kda_cuda_conv_l2_fusable(24) && !kda_cuda_conv_l2_fusable(256));
+    conv_l2_case_(&r, 2, 1, 2, 8, 4);   // T = 1: only zero history
+    conv_l2_case_(&r, 2, 37, 3, 16, 4); // a partial tile, H not a power of two
+    conv_l2_case_(&r, 1, 70, 8, 32, 4); // the 300M head (8 lanes per head in the backward)
+    conv_l2_case_(&r, 1, 20, 2, 64, 3);
+    conv_l2_case_(&r, 2, 9, 1, 128, 1); // W = 1: no history at all
+}
+
+// One gated-norm case: y = RMSNorm(o) ⊙ σ(z + bias), backward with dbias.
+static void gnorm_bias_case_(KdaRng *r, int64_t N, int64_t HV, int64_t V) {
+    int64_t NR = N * HV, n = NR * V;
+    printf("  N=%lld HV=%lld V=%lld\n", (long long)N, (long long)HV, (long long)V);
+    kda_bf16 *xb = malloc((size_t)n * 2), *zb = malloc((size_t)n * 2), *gb = malloc((size_t)n * 2);
+    kda_bf16 *yb = malloc((size_t)n * 2), *dxb = malloc((size_t)n * 2),
+             *dzb = malloc((size_t)n * 2);
+    float *x = malloc((size_t)n * 4), *z = malloc((size_t)n * 4), *g = malloc((size_t)n * 4);
+    float *bias = malloc((size_t)(HV * V) * 4), *w = malloc((size_t)V * 4);
+    rand_bf16_(r, xb, x, n, 0.3f);
+    rand_bf16_(r, zb, z, n, 2.0f);
+    rand_bf16_(r, gb, g, n, 1.0f);
+    for (int64_t i = 0; i < HV * V; i++)
+        bias[i] = rng_normal(r, 0.0f, 0.5f);
+    for (int64_t i = 0; i < V; i++)
+        w[i] = rng_normal(r, 1.0f, 0.3f);
+    // CPU reference on zsum = z + bias in fp32 (what the fused kernels use)
+    float *zs = malloc((size_t)n * 4), *y = malloc((size_t)n * 4), *rs = malloc((size_t)NR * 4);
+    float *dx = malloc((size_t)n * 4), *dz = malloc((size_t)n * 4);
+    float *dw = calloc((size_t)V, 4), *db = calloc((size_t)(HV * V), 4);
+    for (int64_t i = 0; i < n; i++)
+        zs[i] = z[i] + bias[(i / V) % HV * V + i % V];
+    gnorm_fwd(y, rs, x, zs, w, NR, V, 1e-6f);
+    gnorm_bwd(dx, dz, dw, g, x, zs, w, rs, NR, V);
+    for (int64_t i = 0; i < n; i++)
+        db[(i / V) % HV * V + i % V] += dz[i];
+    float *rs_t = malloc((size_t)NR * 4), *dw_t = calloc((size_t)V, 4);
+    float *db_t = calloc((size_t)(HV * V), 4);
+    kda_cuda_gnorm_bias_fwd_host(yb, rs_t, xb, zb, bias, w, N, HV, V, 1e-6f);
+    kda_cuda_gnorm_bias_bwd_host(dxb, dzb, dw_t, db_t, gb, xb, zb, bias, w, rs_t, N, HV, V);
+    float *y_t = bf16_to_f32s_(yb, n), *dx_t = bf16_to_f32s_(dxb, n), *dz_t = bf16_to_f32s_(dzb, n);
+    expect_("gnorm+bias y bf16", y_t, y, n, TOL_BF16);
+    expect_("gnorm+bias rstd", rs_t, rs, NR, TOL_F32);
+    expect_("gnorm+bias bwd dx bf16", dx_t, dx, n, TOL_BF16);
+    expect_("gnorm+bias bwd dz bf16", dz_t, dz, n, TOL_BF16);
+    expect_("gnorm+bias bwd dw += fp32", dw_t, dw, V, TOL_F32);
+    expect_("gnorm+bias bwd dbias += (bf16 dz)", db_t, db, HV * V, TOL_BF16);
+    free(xb), free(zb), free(gb), free(yb), free(dxb), free(dzb), free(x), free(z), free(g);
+    free(bias), free(w), free(zs), free(y), free(rs), free(dx), free(dz), free(dw), free(db);
+    free(rs_t), free(dw_t), free(db_t), free(y_t), free(dx_t), free(dz_t);
+}
+
+KDA_TEST(fuse_host_gnorm_bias) {
+    KdaRng r;
+    rng_seed(&r, 143);
+    CHECK(kda_cuda_gnorm_fusable(64) && kda_cuda_gnorm_fusable(8));
+    CHECK(!kda_cuda_gnorm_fusable(20) && !kda_cuda_gnorm_fusable(512));
+    gnorm_bias_case_(&r, 1, 1, 8);
+    gnorm_bias_case_(&r, 37, 3, 16);
+    gnorm_bias_case_(&r, 70, 8, 64); // the 300M head
+    gnorm_bias_case_(&r, 9, 2, 256); // 32 lanes per row
+}
+
+#endif // KDA_HAVE_CUDA
