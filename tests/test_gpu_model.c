@@ -820,4 +820,49 @@ KDA_TEST_GPU(gpu_fuse_model_matches_unfused) {
     kda_model_free(&m);
 }
 
+// gate|up as one GEMM (KDA_GATEUP=1: gate_proj and up_proj back to back in the device layout)
+// against the two GEMMs of the default: one training step of the tiny untied model, loss within
+// 1e-3 relative and every gradient (read back through the device <-> dense mapping) within
+// TOL_GRAD rel-RMS; the same products, only the GEMMs' tiling (fp32 accumulation order) differs.
+KDA_TEST_GPU(gpu_model_gateup_matches) {
+    if (!have_gpu_()) return;
+    KdaModel m;
+    tiny_untied_(&m, 0.05, 91);
+    KdaError err = {{0}};
+    int64_t B = 2, T = 100, n = m.table.total_numel;
+    int32_t *ids = random_ids_(B * T, m.cfg.vocab_size, 92);
+    float *g[2] = {kda_malloc((size_t)n * 4), kda_malloc((size_t)n * 4)}, loss[2] = {0, 0};
+    int on[2] = {-1, -1}, rc = 0;
+    for (int pass = 0; pass < 2 && !rc; pass++) {
+        if (pass == 1)
+            setenv("KDA_GATEUP", "1", 1);
+        else
+            unsetenv("KDA_GATEUP");
+        KdaCudaModel *dm = NULL;
+        rc = kda_cuda_model_create(&dm, &m.cfg, &m.table, m.params, 0, &err);
+        unsetenv("KDA_GATEUP");
+        if (!rc) on[pass] = kda_cuda_model_gateup(dm);
+        if (!rc) rc = gpu_step_fused_(dm, ids, B, T, NULL, &loss[pass], g[pass], &err);
+        kda_cuda_model_free(dm);
+    }
+    CHECK_MSG(rc == 0, "%s", err.msg);
+    if (!rc) {
+        CHECK_MSG(on[0] == 0 && on[1] == 1, "gate|up: %d default, %d with KDA_GATEUP=1", on[0],
+                  on[1]);
+        double le = fabs((double)loss[1] - loss[0]) / fabs((double)loss[0]);
+        CHECK_MSG(le <= 1e-3, "gate|up loss %.6f vs %.6f: rel %.3g", loss[1], loss[0], le);
+        double worst = 0.0;
+        for (int i = 0; i < m.table.n; i++) {
+            const KdaParamInfo *p = &m.table.rows[i];
+            double e = rel_rms_(g[1] + p->offset, g[0] + p->offset, p->numel);
+            CHECK_MSG(e <= TOL_GRAD, "grad %s: gate|up rel-RMS %.3g > %g", p->name, e, TOL_GRAD);
+            if (!(e <= worst)) worst = e;
+        }
+        printf("    gate|up vs two GEMMs: loss %.6f vs %.6f, worst grad %.2e\n", loss[1], loss[0],
+               worst);
+    }
+    free(g[0]), free(g[1]), free(ids);
+    kda_model_free(&m);
+}
+
 #endif // KDA_HAVE_CUDA

@@ -954,6 +954,53 @@ KDA_TEST_GPU(gpu_fuse_rmsnorm_bwd_bf16) {
         }
 }
 
+// gate|up SwiGLU (model_cuda's KDA_GATEUP=1 path): gu [N, 2I] rows gate | up against the flat
+// kernels on the halves copied out; the same per-element math, so the same bits. The backward
+// also in place (dm = dgu's gate half, ld 2I, as the model calls it). I = 4096 (16-byte path)
+// and I = 20 (the scalar path).
+KDA_TEST_GPU(gpu_swiglu_gate_up) {
+    if (!gpu_()) return;
+    KdaRng r;
+    rng_seed(&r, 157);
+    const int64_t Is[] = {4096, 20};
+    for (int ii = 0; ii < 2; ii++) {
+        int64_t N = 77, I = Is[ii], n = N * I;
+        printf("  N=%lld I=%lld\n", (long long)N, (long long)I);
+        float *gu = bf16r_(randn_(&r, 2 * n, 2.0f), 2 * n), *dm = bf16r_(randn_(&r, n, 1.0f), n);
+        float *a = malloc((size_t)n * 4), *b = malloc((size_t)n * 4);
+        for (int64_t i = 0; i < N; i++)
+            for (int64_t c = 0; c < I; c++)
+                a[i * I + c] = gu[i * 2 * I + c], b[i * I + c] = gu[i * 2 * I + I + c];
+        kda_bf16 *dgu_in = dev_bf16_(gu, 2 * n), *da_ = dev_bf16_(a, n), *db_ = dev_bf16_(b, n);
+        kda_bf16 *ddm = dev_bf16_(dm, n), *m1 = dev_poison_((size_t)n * 2);
+        kda_bf16 *m2 = dev_poison_((size_t)n * 2), *dgu = dev_poison_((size_t)n * 4);
+        kda_bf16 *dA = dev_poison_((size_t)n * 2), *dB = dev_poison_((size_t)n * 2);
+        ok_(kda_cuda_swiglu_gu_fwd(&g_ctx, m1, dgu_in, N, I));
+        ok_(kda_cuda_swiglu_fwd(&g_ctx, m2, da_, db_, n));
+        ok_(kda_cuda_swiglu_gu_bwd(&g_ctx, dgu, ddm, I, dgu_in, N, I));
+        ok_(kda_cuda_swiglu_bwd(&g_ctx, dA, dB, ddm, da_, db_, n));
+        float *g1 = get_bf16_(m1, n), *g2 = get_bf16_(m2, n), *gd = get_bf16_(dgu, 2 * n);
+        float *gA = get_bf16_(dA, n), *gB = get_bf16_(dB, n);
+        int64_t bad = 0;
+        for (int64_t i = 0; i < N; i++)
+            for (int64_t c = 0; c < I; c++)
+                bad += g1[i * I + c] != g2[i * I + c] || gd[i * 2 * I + c] != gA[i * I + c] ||
+                       gd[i * 2 * I + I + c] != gB[i * I + c] || !isfinite(gd[i * 2 * I + c]);
+        CHECK_MSG(bad == 0, "gate|up swiglu: %lld of %lld elements differ from the flat kernels",
+                  (long long)bad, (long long)n);
+        // in place: dm in the gate half of the gradient buffer (row stride 2I)
+        kda_bf16 *dip = dev_poison_((size_t)n * 4);
+        for (int64_t i = 0; i < N; i++)
+            ok_(kda_cuda_put_bf16(&g_ctx, dip + i * 2 * I, dm + i * I, I));
+        ok_(kda_cuda_swiglu_gu_bwd(&g_ctx, dip, dip, 2 * I, dgu_in, N, I));
+        float *gi = get_bf16_(dip, 2 * n);
+        CHECK_MSG(!memcmp(gi, gd, (size_t)(2 * n) * 4), "in-place gate|up backward differs");
+        free(gu), free(dm), free(a), free(b), free(g1), free(g2), free(gd), free(gA), free(gB);
+        free(gi);
+        dfree_all_();
+    }
+}
+
 #else // !KDA_HAVE_CUDA
 
 // Built without CUDA: asking for the GPU suite must not look like a pass.

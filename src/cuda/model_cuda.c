@@ -62,7 +62,7 @@ typedef struct {      // saved per block for backward
     float *h2;        // [N, D] residual after the KDA sublayer
     bf *xm;           // [N, D] mlp_norm output
     float *rstd_m;    // [N]
-    bf *ga, *up, *mm; // [N, I] gate_proj, up_proj, SwiGLU product
+    bf *ga, *up, *mm; // [N, I] gate_proj, up_proj, SwiGLU product (gate|up: ga [N, 2I], up NULL)
     float *keep;      // the KDA core's kept h and Δ (kda_fast_keep_floats) or NULL (recompute)
 } DevLayer;
 
@@ -92,7 +92,7 @@ struct KdaCudaModel {
     KdaCudaClsWs cls; // fused classifier; its logits share xws.logits's bytes (never both live)
     float *dh, *dx;   // [N, D] fp32
     bf *dhb;          // [N, D] bf16 copy of dh (GEMM operand)
-    bf *dI1, *dI2;    // [N, I]
+    bf *dI1, *dI2;    // [N, I] (gate|up: dI1 [N, 2I], dI2 NULL)
     float *dq, *dk;   // [N, HK]
     bf *dt1, *dt2;    // [N, max(HK, HVV)]
     bf *dv, *d_o, *dz, *don; // [N, HVV]
@@ -112,6 +112,7 @@ struct KdaCudaModel {
     int core_keep;     // keep the KDA core's forward h and Δ for the backward (KDA_CORE_KEEP)
     int core_tc;       // KDA_CORE=tc: the tensor-core KDA core (cuda/kda_tc.h) where it fits
     int inproj;        // q|k|v|f0|g0|b back to back on the device: one input GEMM (KDA_INPROJ)
+    int gateup;        // gate_proj|up_proj back to back: one [2I, D] GEMM each way (KDA_GATEUP)
     int fuse;          // fused elementwise kernels wanted (KDA_FUSE; kda_cuda_model_set_fuse)
     int fuse_l2;       // conv + SiLU + L2 norm of q and k in one kernel (fuse and K fits)
     int fuse_gn;       // gated out-norm with the g_proj.1 bias folded in (fuse and V fits)
@@ -178,7 +179,8 @@ static void layout_(KdaCudaModel *m, int64_t N, Arena *a) {
         L->o = take_(a, BF(N * HVV)), L->rstd_o = take_(a, F32(N * HV)),
         L->on = take_(a, BF(N * HVV));
         L->h2 = take_(a, F32(N * D)), L->xm = take_(a, BF(N * D)), L->rstd_m = take_(a, F32(N));
-        L->ga = take_(a, BF(N * I)), L->up = take_(a, BF(N * I)), L->mm = take_(a, BF(N * I));
+        L->ga = take_(a, BF(N * I * (m->gateup ? 2 : 1))); // gate|up: [N, 2I], gate | up per row
+        L->up = m->gateup ? NULL : take_(a, BF(N * I)), L->mm = take_(a, BF(N * I));
     }
     m->inb = m->inproj ? take_(a, BF(N * inproj_width_(c))) : NULL;
     m->hL = take_(a, F32(N * D)), m->nf = take_(a, BF(N * D)), m->rstd_f = take_(a, F32(N));
@@ -194,7 +196,8 @@ static void layout_(KdaCudaModel *m, int64_t N, Arena *a) {
     m->cls.logits = m->xws.logits;
     m->xws.stat = take_(a, kda_cuda_xent_stat_bytes(N));
     m->dh = take_(a, F32(N * D)), m->dx = take_(a, F32(N * D)), m->dhb = take_(a, BF(N * D));
-    m->dI1 = take_(a, BF(N * I)), m->dI2 = take_(a, BF(N * I));
+    m->dI1 = take_(a, BF(N * I * (m->gateup ? 2 : 1))); // gate|up: [N, 2I] d(gate | up)
+    m->dI2 = m->gateup ? NULL : take_(a, BF(N * I));
     m->dq = take_(a, F32(N * HK)), m->dk = take_(a, F32(N * HK));
     m->dt1 = take_(a, BF(N * Wd)), m->dt2 = take_(a, BF(N * Wd));
     m->dv = take_(a, BF(N * HVV)), m->d_o = take_(a, BF(N * HVV));
@@ -289,11 +292,23 @@ static int64_t align_(int64_t n) {
     return (n + ROW_ALIGN - 1) / ROW_ALIGN * ROW_ALIGN;
 }
 
-// Rows of block `layer` by field, in the fused input projection's order.
-static const size_t INPROJ_FIELDS[KDA_INPROJ_PARTS] = {
-    offsetof(KdaLayerTensors, q_proj),  offsetof(KdaLayerTensors, k_proj),
-    offsetof(KdaLayerTensors, v_proj),  offsetof(KdaLayerTensors, f_proj0),
-    offsetof(KdaLayerTensors, g_proj0), offsetof(KdaLayerTensors, b_proj)};
+// Fusion groups of the device layout: rows of one block placed back to back, by field, in the
+// order of the fused GEMM's output columns (kda_cuda_device_offsets).
+typedef struct {
+    int n, flag; // parts; its bit in the flags / *fused
+    size_t field[KDA_INPROJ_PARTS];
+} FuseGroup;
+static const FuseGroup FUSE_GROUPS[] = {
+    {KDA_INPROJ_PARTS,
+     KDA_LAYOUT_INPROJ,
+     {offsetof(KdaLayerTensors, q_proj), offsetof(KdaLayerTensors, k_proj),
+      offsetof(KdaLayerTensors, v_proj), offsetof(KdaLayerTensors, f_proj0),
+      offsetof(KdaLayerTensors, g_proj0), offsetof(KdaLayerTensors, b_proj)}},
+    {2,
+     KDA_LAYOUT_GATEUP,
+     {offsetof(KdaLayerTensors, gate_proj), offsetof(KdaLayerTensors, up_proj)}},
+};
+#define N_FUSE_GROUPS ((int)(sizeof FUSE_GROUPS / sizeof FUSE_GROUPS[0]))
 
 static int find_row_(const KdaParamTable *t, int layer, size_t field) {
     for (int i = 0; i < t->n; i++)
@@ -301,40 +316,53 @@ static int find_row_(const KdaParamTable *t, int layer, size_t field) {
     return -1;
 }
 
-int64_t kda_cuda_device_offsets(KdaParamTable *dst, const KdaParamTable *t, int inproj,
-                                int *fused) {
+// Row indices idx[0 .. g->n) of group g for the block of row r when every part exists, none is
+// placed yet and all but the last are whole multiples of ROW_ALIGN (no padding between them).
+static int group_rows_(const KdaParamTable *t, const char *done, const KdaParamInfo *r,
+                       const FuseGroup *g, int *idx) {
+    for (int p = 0; p < g->n; p++) {
+        idx[p] = find_row_(t, r->layer, g->field[p]);
+        if (idx[p] < 0 || done[idx[p]] || (p < g->n - 1 && t->rows[idx[p]].numel % ROW_ALIGN != 0))
+            return 0;
+    }
+    return 1;
+}
+
+int64_t kda_cuda_device_offsets(KdaParamTable *dst, const KdaParamTable *t, int flags, int *fused) {
     char *done = kda_calloc((size_t)(t->n > 0 ? t->n : 1), 1);
-    int all = inproj && t->n > 0, any_layer = 0;
+    int all[N_FUSE_GROUPS], seen[N_FUSE_GROUPS];
+    for (int k = 0; k < N_FUSE_GROUPS; k++)
+        all[k] = (flags & FUSE_GROUPS[k].flag) != 0, seen[k] = 0;
     int64_t off = 0;
     for (int i = 0; i < t->n; i++) {
         if (done[i]) continue;
         const KdaParamInfo *r = &t->rows[i];
-        int idx[KDA_INPROJ_PARTS], ok = inproj && r->layer >= 0 && r->field == INPROJ_FIELDS[0];
-        for (int p = 0; ok && p < KDA_INPROJ_PARTS; p++) {
-            idx[p] = find_row_(t, r->layer, INPROJ_FIELDS[p]);
-            // back to back needs no padding between the parts: all but the last aligned
-            ok = idx[p] >= 0 && !done[idx[p]] &&
-                 (p == KDA_INPROJ_PARTS - 1 || t->rows[idx[p]].numel % ROW_ALIGN == 0);
+        const FuseGroup *g = NULL;
+        int idx[KDA_INPROJ_PARTS];
+        for (int k = 0; k < N_FUSE_GROUPS && r->layer >= 0 && !g; k++) {
+            if (r->field != FUSE_GROUPS[k].field[0] || !(flags & FUSE_GROUPS[k].flag)) continue;
+            seen[k] = 1;
+            if (group_rows_(t, done, r, &FUSE_GROUPS[k], idx))
+                g = &FUSE_GROUPS[k];
+            else
+                all[k] = 0;
         }
-        if (r->layer >= 0 && r->field == INPROJ_FIELDS[0]) {
-            any_layer = 1;
-            if (!ok) all = 0;
-        }
-        if (!ok) {
+        if (!g) {
             dst->rows[i].offset = off;
             off += align_(r->numel);
             done[i] = 1;
             continue;
         }
-        for (int p = 0; p < KDA_INPROJ_PARTS; p++) {
+        for (int p = 0; p < g->n; p++) {
             dst->rows[idx[p]].offset = off;
-            off +=
-                p == KDA_INPROJ_PARTS - 1 ? align_(t->rows[idx[p]].numel) : t->rows[idx[p]].numel;
+            off += p == g->n - 1 ? align_(t->rows[idx[p]].numel) : t->rows[idx[p]].numel;
             done[idx[p]] = 1;
         }
     }
     free(done);
-    *fused = all && any_layer;
+    *fused = 0;
+    for (int k = 0; k < N_FUSE_GROUPS; k++)
+        if (all[k] && seen[k]) *fused |= FUSE_GROUPS[k].flag;
     return off;
 }
 
@@ -388,8 +416,14 @@ int kda_cuda_model_create(KdaCudaModel **out, const KdaConfig *cfg, const KdaPar
     copy_table_(&m->dtab, t);
     // Opt-in until it has run on a GPU (written without one, 2026-12-01): "1" fuses the six
     // input GEMMs per layer into one; unset or anything else keeps the measured six.
-    const char *inproj = getenv("KDA_INPROJ");
-    int64_t off = kda_cuda_device_offsets(&m->dtab, t, inproj && !strcmp(inproj, "1"), &m->inproj);
+    // KDA_GATEUP=1: gate_proj|up_proj as one GEMM each way, opt-in for the same reason
+    const char *inproj = getenv("KDA_INPROJ"), *gateup = getenv("KDA_GATEUP");
+    int want = (inproj && !strcmp(inproj, "1") ? KDA_LAYOUT_INPROJ : 0) |
+               (gateup && !strcmp(gateup, "1") ? KDA_LAYOUT_GATEUP : 0),
+        got = 0;
+    int64_t off = kda_cuda_device_offsets(&m->dtab, t, want, &got);
+    m->inproj = (got & KDA_LAYOUT_INPROJ) != 0;
+    m->gateup = (got & KDA_LAYOUT_GATEUP) != 0;
     m->dtotal = off > 0 ? off : ROW_ALIGN;
     m->dtab.total_numel = m->dtotal;
     m->dorder = kda_malloc((size_t)(t->n > 0 ? t->n : 1) * sizeof *m->dorder);
@@ -459,6 +493,9 @@ void kda_cuda_model_free(KdaCudaModel *m) {
 
 int kda_cuda_model_inproj(const KdaCudaModel *m) {
     return m->inproj;
+}
+int kda_cuda_model_gateup(const KdaCudaModel *m) {
+    return m->gateup;
 }
 
 const KdaConfig *kda_cuda_model_config(const KdaCudaModel *m) {
@@ -707,9 +744,15 @@ static int block_fwd_(KdaCudaModel *m, const KdaLayerTensors *P, DevLayer *L, fl
 
     TIMED(KDA_OP_NORM_FWD, 0, 6.0 * ND,
           kda_cuda_rmsnorm_fwd(x, L->xm, L->rstd_m, L->h2, P->mlp_norm, N, D, eps));
-    TRY(lin_(m, KDA_OP_MLP_FWD, L->ga, L->xm, P->gate_proj, N, D, I));
-    TRY(lin_(m, KDA_OP_MLP_FWD, L->up, L->xm, P->up_proj, N, D, I));
-    TIMED(KDA_OP_SWIGLU_FWD, 0, 6.0 * N * I, kda_cuda_swiglu_fwd(x, L->mm, L->ga, L->up, N * I));
+    if (m->gateup) { // one GEMM with the stacked [2I, D] weights (they start at gate_proj)
+        TRY(lin_(m, KDA_OP_MLP_FWD, L->ga, L->xm, P->gate_proj, N, D, 2 * I));
+        TIMED(KDA_OP_SWIGLU_FWD, 0, 6.0 * N * I, kda_cuda_swiglu_gu_fwd(x, L->mm, L->ga, N, I));
+    } else {
+        TRY(lin_(m, KDA_OP_MLP_FWD, L->ga, L->xm, P->gate_proj, N, D, I));
+        TRY(lin_(m, KDA_OP_MLP_FWD, L->up, L->xm, P->up_proj, N, D, I));
+        TIMED(KDA_OP_SWIGLU_FWD, 0, 6.0 * N * I,
+              kda_cuda_swiglu_fwd(x, L->mm, L->ga, L->up, N * I));
+    }
     TRY(residual_(m, KDA_OP_MLP_FWD, next, L->h2, L->mm, P->down_proj, N, I, D));
     return 0;
 }
@@ -828,6 +871,15 @@ static int dx_(KdaCudaModel *m, KdaOp op, void *dx, KdaDtype dt, const bf *dy, c
           kda_cuda_gemm_bwd_dx(&m->ctx, dx, dt, dy, W_(m, W), N, in, out, acc));
     return 0;
 }
+// dx [N, in] bf16 with row stride ld (>= in) = dy [N, out] bf16 · W: writes columns [0, in) of
+// a wider buffer (the gate half of gate|up's gradient).
+static int dx_ld_(KdaCudaModel *m, KdaOp op, bf *dx, int64_t ld, const bf *dy, const float *W,
+                  int64_t N, int64_t in, int64_t out) {
+    TIMED(op, gemm_fl_(N, in, out), gemm_by_(N, in, out),
+          kda_cuda_matmul(&m->ctx, 0, 0, in, N, out, 1.0f, W_(m, W), in, dy, out, 0.0f, dx,
+                          KDA_DT_BF16, ld));
+    return 0;
+}
 // dW [out, in] fp32 += dyᵀ · x (fp32 read-modify-write of dW: 8 bytes per weight).
 static int dw_(KdaCudaModel *m, KdaOp op, float *dW, const bf *dy, const bf *x, int64_t N,
                int64_t in, int64_t out) {
@@ -871,14 +923,23 @@ static int block_bwd_(KdaCudaModel *m, const KdaLayerTensors *P, KdaLayerTensors
     // MLP: out = h2 + down(SwiGLU(gate(xm), up(xm)))
     if (!m->fuse_dh) // else the RMSNorm backward that wrote dh wrote dhb too
         TIMED(KDA_OP_CAST, 0, 6.0 * ND, kda_cuda_f32_to_bf16(x, m->dhb, m->dh, N * D));
-    TRY(dx_(m, KDA_OP_MLP_BWD, m->dI1, KDA_DT_BF16, m->dhb, P->down_proj, N, I, D, 0));
     TRY(dw_(m, KDA_OP_MLP_BWD, G->down_proj, m->dhb, L->mm, N, I, D));
-    TIMED(KDA_OP_SWIGLU_BWD, 0, 10.0 * N * I,
-          kda_cuda_swiglu_bwd(x, m->dI1, m->dI2, m->dI1, L->ga, L->up, N * I));
-    TRY(dx_(m, KDA_OP_MLP_BWD, m->dx, KDA_DT_F32, m->dI1, P->gate_proj, N, D, I, 0));
-    TRY(dx_(m, KDA_OP_MLP_BWD, m->dx, KDA_DT_F32, m->dI2, P->up_proj, N, D, I, 1));
-    TRY(dw_(m, KDA_OP_MLP_BWD, G->gate_proj, m->dI1, L->xm, N, D, I));
-    TRY(dw_(m, KDA_OP_MLP_BWD, G->up_proj, m->dI2, L->xm, N, D, I));
+    if (m->gateup) { // dm into the gate half of d(gate|up), SwiGLU's backward in place, then
+                     // one dX GEMM (overwriting dx) and one dW GEMM over the 2I columns
+        TRY(dx_ld_(m, KDA_OP_MLP_BWD, m->dI1, 2 * I, m->dhb, P->down_proj, N, I, D));
+        TIMED(KDA_OP_SWIGLU_BWD, 0, 10.0 * N * I,
+              kda_cuda_swiglu_gu_bwd(x, m->dI1, m->dI1, 2 * I, L->ga, N, I));
+        TRY(dx_(m, KDA_OP_MLP_BWD, m->dx, KDA_DT_F32, m->dI1, P->gate_proj, N, D, 2 * I, 0));
+        TRY(dw_(m, KDA_OP_MLP_BWD, G->gate_proj, m->dI1, L->xm, N, D, 2 * I));
+    } else {
+        TRY(dx_(m, KDA_OP_MLP_BWD, m->dI1, KDA_DT_BF16, m->dhb, P->down_proj, N, I, D, 0));
+        TIMED(KDA_OP_SWIGLU_BWD, 0, 10.0 * N * I,
+              kda_cuda_swiglu_bwd(x, m->dI1, m->dI2, m->dI1, L->ga, L->up, N * I));
+        TRY(dx_(m, KDA_OP_MLP_BWD, m->dx, KDA_DT_F32, m->dI1, P->gate_proj, N, D, I, 0));
+        TRY(dx_(m, KDA_OP_MLP_BWD, m->dx, KDA_DT_F32, m->dI2, P->up_proj, N, D, I, 1));
+        TRY(dw_(m, KDA_OP_MLP_BWD, G->gate_proj, m->dI1, L->xm, N, D, I));
+        TRY(dw_(m, KDA_OP_MLP_BWD, G->up_proj, m->dI2, L->xm, N, D, I));
+    }
     TIMED(KDA_OP_NORM_BWD, 0, (m->fuse_dh ? 18.0 : 16.0) * ND,
           kda_cuda_rmsnorm_bwd_bf16(x, m->dh, m->fuse_dh ? m->dhb : NULL, G->mlp_norm, m->dx, L->h2,
                                     P->mlp_norm, L->rstd_m, N, D, 1));

@@ -40,13 +40,17 @@
 typedef struct KdaCudaModel KdaCudaModel;
 
 // Device layout (the five parameter-sized buffers): dst's row offsets for table t, every row
-// starting on a 128-element boundary; inproj != 0 puts each block's q_proj, k_proj, v_proj,
-// f_proj.0, g_proj.0, b_proj weights back to back in that order (one [HK + HK + HVV + V + V + HV,
-// D] matrix for the fused input GEMM) wherever no padding would fall between them (each of the
-// first five a multiple of 128 elements). *fused = 1 when every block got that. Returns the
-// elements of the layout. Host only (no device needed); checkpoints never see this layout.
-#define KDA_INPROJ_PARTS 6
-int64_t kda_cuda_device_offsets(KdaParamTable *dst, const KdaParamTable *t, int inproj, int *fused);
+// starting on a 128-element boundary. flags & KDA_LAYOUT_INPROJ puts each block's q_proj, k_proj,
+// v_proj, f_proj.0, g_proj.0, b_proj weights back to back in that order (one [HK + HK + HVV + V +
+// V + HV, D] matrix for the fused input GEMM); flags & KDA_LAYOUT_GATEUP puts gate_proj and
+// up_proj back to back (one [2I, D] matrix: the MLP's input GEMM); each wherever no padding
+// would fall between the parts (all but the last a multiple of 128 elements). *fused = the
+// flags whose group every block got (flags = 1 is the former inproj = 1). Returns the elements
+// of the layout. Host only (no device needed); checkpoints never see this layout.
+#define KDA_INPROJ_PARTS  6
+#define KDA_LAYOUT_INPROJ 1
+#define KDA_LAYOUT_GATEUP 2
+int64_t kda_cuda_device_offsets(KdaParamTable *dst, const KdaParamTable *t, int flags, int *fused);
 
 // Device `device`'s context, the five parameter-sized buffers (grads and moments zero) and a
 // copy of cfg and table; params [t->total_numel] fp32 host, dense table layout.
@@ -149,6 +153,10 @@ void kda_cuda_model_set_layer_hook(KdaCudaModel *m, void (*fn)(void *user, int64
 // environment KDA_INPROJ=1 at create until it has been measured on a GPU; 0 when the sizes do
 // not allow it).
 int kda_cuda_model_inproj(const KdaCudaModel *m);
+// 1 when the MLP runs gate|up as one GEMM each way (KDA_LAYOUT_GATEUP; opt-in with the
+// environment KDA_GATEUP=1 at create until it has been measured on a GPU; 0 when the sizes do
+// not allow it).
+int kda_cuda_model_gateup(const KdaCudaModel *m);
 
 // The model's config (derived fields filled) and device name, for logs.
 const KdaConfig *kda_cuda_model_config(const KdaCudaModel *m);

@@ -956,6 +956,45 @@ __global__ void swiglu_bwd_v8_k(kda_bf16 *da, kda_bf16 *db, const kda_bf16 *dm, 
     }
 }
 
+// gate|up from one GEMM: gu [N, 2I] rows gate | up. Thread = 8 consecutive columns of one row
+// (16-byte accesses when I % 8 == 0 and the pointers allow; else VEC = 1), rows grid-strided in y.
+template <int VEC>
+__global__ void swiglu_gu_fwd_k(kda_bf16 *m, const kda_bf16 *gu, int64_t N, int64_t I) {
+    int64_t c = ((int64_t)blockIdx.x * blockDim.x + threadIdx.x) * VEC;
+    if (c >= I) return;
+    for (int64_t r = blockIdx.y; r < N; r += gridDim.y) {
+        float av[VEC], bv[VEC], mv[VEC];
+        ld_bf<VEC>(av, gu + r * 2 * I + c);
+        ld_bf<VEC>(bv, gu + r * 2 * I + I + c);
+#pragma unroll
+        for (int v = 0; v < VEC; v++)
+            mv[v] = silu_f(av[v]) * bv[v];
+        st_bf<VEC>(m + r * I + c, mv);
+    }
+}
+
+// dm may be dgu's gate half (dm = dgu, ld_dm = 2I): each thread reads its dm group before it
+// writes the same group of d(gate), and no other thread touches it.
+template <int VEC>
+__global__ void swiglu_gu_bwd_k(kda_bf16 *dgu, const kda_bf16 *dm, int64_t ld_dm,
+                                const kda_bf16 *gu, int64_t N, int64_t I) {
+    int64_t c = ((int64_t)blockIdx.x * blockDim.x + threadIdx.x) * VEC;
+    if (c >= I) return;
+    for (int64_t r = blockIdx.y; r < N; r += gridDim.y) {
+        float g[VEC], av[VEC], bv[VEC], dav[VEC], dbv[VEC];
+        ld_bf<VEC>(g, dm + r * ld_dm + c);
+        ld_bf<VEC>(av, gu + r * 2 * I + c);
+        ld_bf<VEC>(bv, gu + r * 2 * I + I + c);
+#pragma unroll
+        for (int v = 0; v < VEC; v++) {
+            dav[v] = g[v] * bv[v] * dsilu_f(av[v]);
+            dbv[v] = g[v] * silu_f(av[v]);
+        }
+        st_bf<VEC>(dgu + r * 2 * I + c, dav);
+        st_bf<VEC>(dgu + r * 2 * I + I + c, dbv);
+    }
+}
+
 // ---- embedding ---------------------------------------------------------------------------------
 
 __global__ void embed_fwd_k(float *h, const float *E, const int32_t *ids, int64_t N, int64_t D) {
@@ -1394,6 +1433,35 @@ int kda_cuda_swiglu_bwd(KdaCudaCtx *ctx, kda_bf16 *da, kda_bf16 *db, const kda_b
         swiglu_bwd_k<<<grid_for(n - 8 * nv), 256, 0, ctx->stream>>>(da, db, dm, a, b, 8 * nv, n);
         CUDA_CHECK_LAUNCH(ctx);
     }
+    return 0;
+}
+
+// Grid of the gate|up SwiGLU kernels: columns in x (256 threads x VEC), rows in y (grid-strided).
+static dim3 gu_grid(int64_t N, int64_t I, int vec) {
+    int64_t rows = N < 65535 ? N : 65535;
+    return dim3((unsigned)CEIL_DIV(CEIL_DIV(I, (int64_t)vec), (int64_t)256), (unsigned)rows);
+}
+
+int kda_cuda_swiglu_gu_fwd(KdaCudaCtx *ctx, kda_bf16 *m, const kda_bf16 *gu, int64_t N, int64_t I) {
+    KDA_CUDA_REQUIRE(ctx, N >= 0 && I > 0);
+    if (N == 0) return 0;
+    if (I % 8 == 0 && aligned_(16, m, gu))
+        swiglu_gu_fwd_k<8><<<gu_grid(N, I, 8), 256, 0, ctx->stream>>>(m, gu, N, I);
+    else
+        swiglu_gu_fwd_k<1><<<gu_grid(N, I, 1), 256, 0, ctx->stream>>>(m, gu, N, I);
+    CUDA_CHECK_LAUNCH(ctx);
+    return 0;
+}
+
+int kda_cuda_swiglu_gu_bwd(KdaCudaCtx *ctx, kda_bf16 *dgu, const kda_bf16 *dm, int64_t ld_dm,
+                           const kda_bf16 *gu, int64_t N, int64_t I) {
+    KDA_CUDA_REQUIRE(ctx, N >= 0 && I > 0 && ld_dm >= I);
+    if (N == 0) return 0;
+    if (I % 8 == 0 && ld_dm % 8 == 0 && aligned_(16, dgu, dm, gu))
+        swiglu_gu_bwd_k<8><<<gu_grid(N, I, 8), 256, 0, ctx->stream>>>(dgu, dm, ld_dm, gu, N, I);
+    else
+        swiglu_gu_bwd_k<1><<<gu_grid(N, I, 1), 256, 0, ctx->stream>>>(dgu, dm, ld_dm, gu, N, I);
+    CUDA_CHECK_LAUNCH(ctx);
     return 0;
 }
 

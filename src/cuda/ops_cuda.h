@@ -155,6 +155,13 @@ int kda_cuda_swiglu_fwd(KdaCudaCtx *ctx, kda_bf16 *m, const kda_bf16 *a, const k
 int kda_cuda_swiglu_bwd(KdaCudaCtx *ctx, kda_bf16 *da, kda_bf16 *db, const kda_bf16 *dm,
                         const kda_bf16 *a, const kda_bf16 *b, int64_t n);
 
+// gate|up from one GEMM: gu [N, 2I] bf16, row r = gate_r (I) | up_r (I) -> m [N, I] bf16.
+int kda_cuda_swiglu_gu_fwd(KdaCudaCtx *ctx, kda_bf16 *m, const kda_bf16 *gu, int64_t N, int64_t I);
+// dm [N, I] bf16 with row stride ld_dm (>= I; dm may be dgu's gate half: dm = dgu, ld_dm = 2I,
+// each group read before it is written) -> dgu [N, 2I] bf16 = d(gate) | d(up) per row.
+int kda_cuda_swiglu_gu_bwd(KdaCudaCtx *ctx, kda_bf16 *dgu, const kda_bf16 *dm, int64_t ld_dm,
+                           const kda_bf16 *gu, int64_t N, int64_t I);
+
 // ---- embedding (§5.1) --------------------------------------------------------------------------
 // h [N, D] fp32 = E [n_vocab, D] fp32 rows at ids [N] (int32, validated to be in range).
 int kda_cuda_embed_fwd(KdaCudaCtx *ctx, float *h, const float *E, const int32_t *ids, int64_t N,
