@@ -909,6 +909,22 @@ static int conv_l2_bwd_(KdaCudaModel *m, bf *dp, float *dconv, const float *dqk,
     return 0;
 }
 
+// One input projection's backward from its dY [N, w] bf16 (part at column col of the fused
+// buffer): with the fused input projection dY is copied into its columns of m->inb (the one dW
+// and one dX GEMM over all six parts follow at the end of the sublayer); else its own dW GEMM
+// (dW += dYᵀ xa) and dX GEMM into m->dx (acc = 0 overwrites: the sublayer's first part).
+static int proj_bwd_(KdaCudaModel *m, float *dW, const float *W, bf *dy, const bf *xa, int64_t col,
+                     int64_t w, int acc) {
+    int64_t N = m->B * m->T, D = m->cfg.hidden_size;
+    if (m->inproj) { // strided copy: bf16 read + write per element
+        TIMED(KDA_OP_PROJ_BWD, 0, 4.0 * (double)N * (double)w, inb_cols_(m, dy, col, w, 1));
+        return 0;
+    }
+    TRY(dw_(m, KDA_OP_PROJ_BWD, dW, dy, xa, N, D, w));
+    TRY(dx_(m, KDA_OP_PROJ_BWD, m->dx, KDA_DT_F32, dy, W, N, D, w, acc));
+    return 0;
+}
+
 // m->dh holds dLoss/d(block output) on entry and dLoss/d(block input) on exit.
 static int block_bwd_(KdaCudaModel *m, const KdaLayerTensors *P, KdaLayerTensors *G,
                       const DevLayer *L) {
@@ -962,15 +978,9 @@ static int block_bwd_(KdaCudaModel *m, const KdaLayerTensors *P, KdaLayerTensors
     // With the fused input projection (m->inproj) each part's dY goes into its columns of m->inb
     // and one dX GEMM (overwriting dx) and one dW GEMM follow at the end of the sublayer.
     InCols ic = in_cols_(c);
-    double cb = 4.0 * (double)N; // bytes per column of a strided copy (bf16 read + write)
     TRY(dw_(m, KDA_OP_PROJ_BWD, G->g_proj1, m->dz, L->z0, N, V, HVV));
     TRY(dx_(m, KDA_OP_PROJ_BWD, m->dlow, KDA_DT_BF16, m->dz, P->g_proj1, N, V, HVV, 0));
-    if (m->inproj) {
-        TIMED(KDA_OP_PROJ_BWD, 0, cb * V, inb_cols_(m, m->dlow, ic.g0, V, 1));
-    } else {
-        TRY(dw_(m, KDA_OP_PROJ_BWD, G->g_proj0, m->dlow, L->xa, N, D, V));
-        TRY(dx_(m, KDA_OP_PROJ_BWD, m->dx, KDA_DT_F32, m->dlow, P->g_proj0, N, D, V, 0));
-    }
+    TRY(proj_bwd_(m, G->g_proj0, P->g_proj0, m->dlow, L->xa, ic.g0, V, 0));
 
     if (L->keep && core_tc_(m, &d))
         TIMED(KDA_OP_CORE_BWD, 0, 1024.0 * N * HV,
@@ -994,47 +1004,22 @@ static int block_bwd_(KdaCudaModel *m, const KdaLayerTensors *P, KdaLayerTensors
                                    P->dt_bias, m->B, m->T, HV, K, d.chunk, 0));
     TRY(dw_(m, KDA_OP_PROJ_BWD, G->f_proj1, m->df, L->f0, N, V, HVK));
     TRY(dx_(m, KDA_OP_PROJ_BWD, m->dlow, KDA_DT_BF16, m->df, P->f_proj1, N, V, HVK, 0));
-    if (m->inproj) {
-        TIMED(KDA_OP_PROJ_BWD, 0, cb * V, inb_cols_(m, m->dlow, ic.f0, V, 1));
-    } else {
-        TRY(dw_(m, KDA_OP_PROJ_BWD, G->f_proj0, m->dlow, L->xa, N, D, V));
-        TRY(dx_(m, KDA_OP_PROJ_BWD, m->dx, KDA_DT_F32, m->dlow, P->f_proj0, N, D, V, 1));
-    }
+    TRY(proj_bwd_(m, G->f_proj0, P->f_proj0, m->dlow, L->xa, ic.f0, V, 1));
 
     TIMED(KDA_OP_GATE_BWD, 0, 8.0 * N * HV,
           kda_cuda_beta_bwd(x, m->db, m->dbeta, L->b, N * HV, c->allow_neg_eigval));
-    if (m->inproj) {
-        TIMED(KDA_OP_PROJ_BWD, 0, cb * HV, inb_cols_(m, m->db, ic.b, HV, 1));
-    } else {
-        TRY(dw_(m, KDA_OP_PROJ_BWD, G->b_proj, m->db, L->xa, N, D, HV));
-        TRY(dx_(m, KDA_OP_PROJ_BWD, m->dx, KDA_DT_F32, m->db, P->b_proj, N, D, HV, 1));
-    }
+    TRY(proj_bwd_(m, G->b_proj, P->b_proj, m->db, L->xa, ic.b, HV, 1));
 
     TRY(conv_l2_bwd_(m, m->dt2, G->q_conv, m->dq, L->pq, L->qc, P->q_conv, L->rq));
-    if (m->inproj) {
-        TIMED(KDA_OP_PROJ_BWD, 0, cb * HK, inb_cols_(m, m->dt2, ic.q, HK, 1));
-    } else {
-        TRY(dw_(m, KDA_OP_PROJ_BWD, G->q_proj, m->dt2, L->xa, N, D, HK));
-        TRY(dx_(m, KDA_OP_PROJ_BWD, m->dx, KDA_DT_F32, m->dt2, P->q_proj, N, D, HK, 1));
-    }
+    TRY(proj_bwd_(m, G->q_proj, P->q_proj, m->dt2, L->xa, ic.q, HK, 1));
 
     TRY(conv_l2_bwd_(m, m->dt2, G->k_conv, m->dk, L->pk, L->kc, P->k_conv, L->rk));
-    if (m->inproj) {
-        TIMED(KDA_OP_PROJ_BWD, 0, cb * HK, inb_cols_(m, m->dt2, ic.k, HK, 1));
-    } else {
-        TRY(dw_(m, KDA_OP_PROJ_BWD, G->k_proj, m->dt2, L->xa, N, D, HK));
-        TRY(dx_(m, KDA_OP_PROJ_BWD, m->dx, KDA_DT_F32, m->dt2, P->k_proj, N, D, HK, 1));
-    }
+    TRY(proj_bwd_(m, G->k_proj, P->k_proj, m->dt2, L->xa, ic.k, HK, 1));
 
     TIMED(
         KDA_OP_CONV_BWD, 0, 6.0 * N * HVV,
         kda_cuda_conv_silu_bwd(x, m->dt2, G->v_conv, m->dv, L->pv, P->v_conv, m->B, m->T, HVV, Wc));
-    if (m->inproj) {
-        TIMED(KDA_OP_PROJ_BWD, 0, cb * HVV, inb_cols_(m, m->dt2, ic.v, HVV, 1));
-    } else {
-        TRY(dw_(m, KDA_OP_PROJ_BWD, G->v_proj, m->dt2, L->xa, N, D, HVV));
-        TRY(dx_(m, KDA_OP_PROJ_BWD, m->dx, KDA_DT_F32, m->dt2, P->v_proj, N, D, HVV, 1));
-    }
+    TRY(proj_bwd_(m, G->v_proj, P->v_proj, m->dt2, L->xa, ic.v, HVV, 1));
 
     if (m->inproj) { // the six parts' weight gradients and dx in one GEMM each
         TRY(dw_(m, KDA_OP_PROJ_BWD, G->q_proj, m->inb, L->xa, N, D, ic.width));
