@@ -118,27 +118,6 @@ __global__ void dlogits_k(kda_bf16 *lg, const int32_t *tg, const float *lse, int
 
 #define CLS_THREADS 512 // a power of two (the tree)
 
-__host__ __device__ inline float cls_bf2f(kda_bf16 h) {
-    unsigned u = (unsigned)h << 16;
-#ifdef __CUDA_ARCH__
-    return __uint_as_float(u);
-#else
-    float f;
-    memcpy(&f, &u, sizeof f);
-    return f;
-#endif
-}
-__host__ __device__ inline kda_bf16 cls_f2bf(float f) { // round to nearest even, NaN stays NaN
-    unsigned u;
-#ifdef __CUDA_ARCH__
-    u = __float_as_uint(f);
-#else
-    memcpy(&u, &f, sizeof u);
-#endif
-    if ((u & 0x7fffffffu) > 0x7f800000u) return (kda_bf16)((u >> 16) | 0x40u);
-    u += 0x7fffu + ((u >> 16) & 1u);
-    return (kda_bf16)(u >> 16);
-}
 // e^x for the dlogits (bf16 out): ex2.approx on the device (relative error ~2^-21).
 __host__ __device__ inline float cls_fast_exp(float x) {
 #ifdef __CUDA_ARCH__
@@ -160,14 +139,14 @@ __host__ __device__ inline int cls_load8(const kda_bf16 *row, int64_t g, int64_t
 #endif
         unsigned w[4] = {q.x, q.y, q.z, q.w};
         for (int i = 0; i < 4; i++) {
-            x[2 * i] = cls_bf2f((kda_bf16)(w[i] & 0xffffu));
-            x[2 * i + 1] = cls_bf2f((kda_bf16)(w[i] >> 16));
+            x[2 * i] = bf2f((kda_bf16)(w[i] & 0xffffu));
+            x[2 * i + 1] = bf2f((kda_bf16)(w[i] >> 16));
         }
         return 8;
     }
     int n = (int)(V - j0);
     for (int i = 0; i < n; i++)
-        x[i] = cls_bf2f(row[j0 + i]);
+        x[i] = bf2f(row[j0 + i]);
     return n;
 }
 
@@ -238,7 +217,7 @@ __host__ __device__ inline void cls_finish(const kda_bf16 *row, float M, double 
                                            float *nll, float *lse) {
     double l = (double)M + log(S);
     *lse = (float)l;
-    *nll = t >= 0 ? (float)(l - (double)cls_bf2f(row[t])) : 0.0f;
+    *nll = t >= 0 ? (float)(l - (double)bf2f(row[t])) : 0.0f;
 }
 
 // Phase 3: dlogits = (e^(x - lse) - [j == t]) · scale over this thread's groups, in place; zeros
@@ -253,7 +232,7 @@ __host__ __device__ inline void cls_grad(kda_bf16 *row, int64_t V, int tid, int 
         for (int i = 0; i < n; i++) {
             int64_t j = 8 * g + i;
             float d = t >= 0 ? (cls_fast_exp(x[i] - lse) - (j == t ? 1.0f : 0.0f)) * scale : 0.0f;
-            y[i] = cls_f2bf(d);
+            y[i] = f2bf(d);
         }
         cls_store8(row, g, n, y);
     }
