@@ -5,7 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "cuda/cuda_internal.h" // defines: CUDA_CHECK, KDA_CUDA_REQUIRE (and kda_calloc: core/error.h)
+#include "cuda/cuda_internal.h" // defines: bf2f, f2bf, CUDA_CHECK, KDA_CUDA_REQUIRE (and kda_calloc)
 #include "cuda/kda_fast.h"      // defines: kda_fast_fwd, kda_fast_bwd
 
 namespace {
@@ -43,28 +43,6 @@ __host__ __device__ inline float fexp(float x) {
     return expf(x);
 #endif
 }
-__host__ __device__ inline float ldbf(kda_bf16 h) {
-    unsigned u = (unsigned)h << 16;
-#ifdef __CUDA_ARCH__
-    return __uint_as_float(u);
-#else
-    float f;
-    memcpy(&f, &u, sizeof f);
-    return f;
-#endif
-}
-__host__ __device__ inline kda_bf16 stbf(float f) { // round to nearest even, NaN stays NaN
-    unsigned u;
-#ifdef __CUDA_ARCH__
-    u = __float_as_uint(f);
-#else
-    memcpy(&u, &f, sizeof u);
-#endif
-    if ((u & 0x7fffffffu) > 0x7f800000u) return (kda_bf16)((u >> 16) | 0x40u);
-    u += 0x7fffu + ((u >> 16) & 1u);
-    return (kda_bf16)(u >> 16);
-}
-
 // Block-strided loop: e = this thread's items of [0, n).
 #define FOR(e, n) for (int e = tid, e##_end = (n); e < e##_end; e += nth)
 
@@ -150,15 +128,15 @@ __host__ __device__ void intra_body(const FastArgs &a, int64_t blk, float *sm, b
     FOR(e, C * K) {
         int i = e / K, c = e % K, t = p.t0 + i;
         bool in = i < n;
-        Qs[i * LK + c] = in ? ldbf(a.q[qk_at(a, p.b, t, p.hq) + c]) : 0.0f;
-        Ks[i * LK + c] = in ? ldbf(a.k[qk_at(a, p.b, t, p.hq) + c]) : 0.0f;
+        Qs[i * LK + c] = in ? bf2f(a.q[qk_at(a, p.b, t, p.hq) + c]) : 0.0f;
+        Ks[i * LK + c] = in ? bf2f(a.k[qk_at(a, p.b, t, p.hq) + c]) : 0.0f;
         Gs[i * LK + c] = in ? a.gcum[g_at(a, p.b, t, p.j) + c] : 0.0f;
     }
     FOR(e, C * V) {
         int i = e / V, c = e % V, t = p.t0 + i;
         bool in = i < n;
-        Vs[i * LV + c] = in ? ldbf(a.v[v_at(a, p.b, t, p.j) + c]) : 0.0f;
-        if (bwd) dOs[i * LV + c] = in ? ldbf(a.dO[v_at(a, p.b, t, p.j) + c]) : 0.0f;
+        Vs[i * LV + c] = in ? bf2f(a.v[v_at(a, p.b, t, p.j) + c]) : 0.0f;
+        if (bwd) dOs[i * LV + c] = in ? bf2f(a.dO[v_at(a, p.b, t, p.j) + c]) : 0.0f;
     }
     FOR(i, C) bs[i] = i < n ? a.beta[beta_at(a, p.b, p.t0 + i, p.j)] : 0.0f;
     sync_();
@@ -305,7 +283,7 @@ __host__ __device__ void output_body(const FastArgs &a, int64_t blk, float *sm) 
             s += QG[i * LK + x] * Hs[x * V + c];
         for (int jj = 0; jj <= i; jj++)
             s += Aq[i * LC + jj] * Ds[jj * V + c];
-        a.o[v_at(a, p.b, p.t0 + i, p.j) + c] = stbf(s);
+        a.o[v_at(a, p.b, p.t0 + i, p.j) + c] = f2bf(s);
     }
 }
 
@@ -338,7 +316,7 @@ __host__ __device__ void state_bwd_body(const FastArgs &a, int64_t blk, float *s
         FOR(e, C * Vt) {
             int i = e / Vt, c = e % Vt;
             dDs[i * LT + c] = a.dDi[cid * C * V + (int64_t)i * V + v0 + c];
-            dOs[i * LT + c] = t0 + i < a.T ? ldbf(a.dO[v_at(a, b, t0 + i, j) + v0 + c]) : 0.0f;
+            dOs[i * LT + c] = t0 + i < a.T ? bf2f(a.dO[v_at(a, b, t0 + i, j) + v0 + c]) : 0.0f;
         }
         FOR(x, K) gls[x] = a.gl[cid * K + x];
         FOR(e, K * Vt) {
@@ -393,16 +371,16 @@ __host__ __device__ void bwd_body(const FastArgs &a, int64_t blk, float *sm) {
     FOR(e, C * K) {
         int i = e / K, c = e % K, t = p.t0 + i, x = i * LK + c;
         bool in = i < n;
-        Qs[x] = in ? ldbf(a.q[qk_at(a, p.b, t, p.hq) + c]) : 0.0f;
-        Ks[x] = in ? ldbf(a.k[qk_at(a, p.b, t, p.hq) + c]) : 0.0f;
+        Qs[x] = in ? bf2f(a.q[qk_at(a, p.b, t, p.hq) + c]) : 0.0f;
+        Ks[x] = in ? bf2f(a.k[qk_at(a, p.b, t, p.hq) + c]) : 0.0f;
         Gs[x] = in ? a.gcum[g_at(a, p.b, t, p.j) + c] : 0.0f;
         dq[x] = dk[x] = dG[x] = dw[x] = tk[x] = 0.0f;
     }
     FOR(e, C * V) {
         int i = e / V, c = e % V, t = p.t0 + i, x = i * LV + c;
         bool in = i < n;
-        Vs[x] = in ? ldbf(a.v[v_at(a, p.b, t, p.j) + c]) : 0.0f;
-        dOs[x] = in ? ldbf(a.dO[v_at(a, p.b, t, p.j) + c]) : 0.0f;
+        Vs[x] = in ? bf2f(a.v[v_at(a, p.b, t, p.j) + c]) : 0.0f;
+        dOs[x] = in ? bf2f(a.dO[v_at(a, p.b, t, p.j) + c]) : 0.0f;
         Ds[x] = a.D[p.cid * C * V + e];
         dDs[x] = a.dD[p.cid * C * V + e];
     }
@@ -503,7 +481,7 @@ __host__ __device__ void bwd_body(const FastArgs &a, int64_t blk, float *sm) {
         for (int i = m; i < n; i++)
             s += Ak[i * LC + m] * dDs[i * LV + c];
         dOs[m * LV + c] = s;
-        if (m < n) a.dv[v_at(a, p.b, p.t0 + m, p.j) + c] = stbf(bs[m] * s);
+        if (m < n) a.dv[v_at(a, p.b, p.t0 + m, p.j) + c] = f2bf(bs[m] * s);
     }
     FOR(e, C * K) {
         int m = e / K, c = e % K;
@@ -811,8 +789,8 @@ __global__ void profile_fill_k(kda_bf16 *q, kda_bf16 *k, kda_bf16 *v, kda_bf16 *
          e += (int64_t)gridDim.x * blockDim.x) {
         unsigned hsh = (unsigned)(e * 2654435761u) ^ 0x9e3779b9u;
         float r = (float)(hsh % 2001u) / 1000.0f - 1.0f; // [-1, 1]
-        if (e < nqk) q[e] = stbf(r * sk), k[e] = stbf(-r * sk * 0.9f);
-        if (e < nv) v[e] = stbf(r), dO[e] = stbf(0.5f * r);
+        if (e < nqk) q[e] = f2bf(r * sk), k[e] = f2bf(-r * sk * 0.9f);
+        if (e < nv) v[e] = f2bf(r), dO[e] = f2bf(0.5f * r);
         if (e < ng) gcum[e] = -0.05f * (float)((e / (d.HV * d.K)) % d.T % d.chunk + 1);
         if (e < d.B * d.T * d.HV) beta[e] = 0.5f;
     }
