@@ -66,6 +66,7 @@ kda_env_info() {
     nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader 2> /dev/null |
         head -1 | grep . || echo "no nvidia-smi"
     nvcc --version 2> /dev/null | grep -o 'release [0-9.]*' | sed 's/^/nvcc /' || echo "no nvcc"
+    cc --version 2> /dev/null | head -1
     python3 -c 'import torch, triton; print("torch", torch.__version__, "triton", triton.__version__)' \
         2> /dev/null || echo "no torch/triton"
     python3 -c 'import fla, transformers; print("fla", fla.__version__, "transformers", transformers.__version__)' \

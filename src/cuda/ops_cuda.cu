@@ -1653,7 +1653,7 @@ void kda_cuda_gnorm_bias_fwd_host(kda_bf16 *y, float *rstd, const kda_bf16 *x, c
                                   const float *bias, const float *w, int64_t N, int64_t HV,
                                   int64_t V, float eps) {
     int lr = (int)(V / 8);
-    float xv[32][8], zv[32][8], yv[8], part[32];
+    float xv[32][8], zv[32][8], yv[8], part[32] = {0}; // zeroed: gcc 13 maybe-uninitialized
     for (int64_t r = 0; r < N * HV; r++) {
         for (int s = 0; s < lr; s++) {
             ld8_host_(xv[s], x + r * V + 8 * s);

@@ -16,7 +16,7 @@ static int choice_(const char *key, const char *s, const char *def, const char *
 static int choices_(const KdaRunConfig *c, KdaRunPlan *p, KdaError *err) {
     static const char *const mf[] = {"megatron", "fla"}, *const dev[] = {"cpu", "cuda"},
                              *const rec[] = {"none", "full"}, *const log[] = {"megatron", "primus"};
-    int obj, ord, d, r, l;
+    int obj = 0, ord = 0, d = 0, r = 0, l = 0; // set by choice_ on success (zeroed for gcc 13)
     if (choice_("objective", c->objective, "megatron", mf, 2, &obj, err) ||
         choice_("data_order", c->data_order, "megatron", mf, 2, &ord, err) ||
         choice_("device", c->device, "cpu", dev, 2, &d, err) ||
