@@ -762,8 +762,9 @@ KDA_TEST_GPU(gpu_model_errors) {
 // The fused elementwise kernels (default) against the unfused ones (KDA_FUSE=0, their oracle) on
 // the whole model: tiny untied config (K = 32, V = 64: every fusion runs) and three layers, one
 // training step with the fused classifier. Loss within 1e-3 relative and every gradient within
-// TOL_GRAD rel-RMS of the unfused step: the two differ only by bf16 roundings the fused kernels
-// skip (conv output, z + bias, the L2 backward's bf16 dq), the same size as GPU vs CPU's.
+// TOL_GRAD rel-RMS (A_log: TOL_GRAD_ALOG) of the unfused step: the two differ only by bf16
+// roundings the fused kernels skip (conv output, z + bias, the L2 backward's bf16 dq), the same
+// size as GPU vs CPU's.
 KDA_TEST_GPU(gpu_fuse_model_matches_unfused) {
     if (!have_gpu_()) return;
     KdaModel m;
@@ -809,8 +810,8 @@ KDA_TEST_GPU(gpu_fuse_model_matches_unfused) {
         for (int i = 0; i < m.table.n; i++) {
             const KdaParamInfo *p = &m.table.rows[i];
             double e = rel_rms_(g[1] + p->offset, g[0] + p->offset, p->numel);
-            CHECK_MSG(e <= TOL_GRAD, "grad %s: fused vs unfused rel-RMS %.3g > %g", p->name, e,
-                      TOL_GRAD);
+            double tol = strstr(p->name, "A_log") ? TOL_GRAD_ALOG : TOL_GRAD; // as compare_step_
+            CHECK_MSG(e <= tol, "grad %s: fused vs unfused rel-RMS %.3g > %g", p->name, e, tol);
             if (!(e <= worst)) worst = e, wname = p->name;
         }
         printf("    fused vs unfused: loss %.6f vs %.6f (rel %.2e), worst grad %.2e (%s)\n",
@@ -823,7 +824,8 @@ KDA_TEST_GPU(gpu_fuse_model_matches_unfused) {
 // gate|up as one GEMM (KDA_GATEUP=1: gate_proj and up_proj back to back in the device layout)
 // against the two GEMMs of the default: one training step of the tiny untied model, loss within
 // 1e-3 relative and every gradient (read back through the device <-> dense mapping) within
-// TOL_GRAD rel-RMS; the same products, only the GEMMs' tiling (fp32 accumulation order) differs.
+// TOL_GRAD rel-RMS (A_log: TOL_GRAD_ALOG); the same products, only the GEMMs' tiling (fp32
+// accumulation order) differs.
 KDA_TEST_GPU(gpu_model_gateup_matches) {
     if (!have_gpu_()) return;
     KdaModel m;
@@ -855,7 +857,8 @@ KDA_TEST_GPU(gpu_model_gateup_matches) {
         for (int i = 0; i < m.table.n; i++) {
             const KdaParamInfo *p = &m.table.rows[i];
             double e = rel_rms_(g[1] + p->offset, g[0] + p->offset, p->numel);
-            CHECK_MSG(e <= TOL_GRAD, "grad %s: gate|up rel-RMS %.3g > %g", p->name, e, TOL_GRAD);
+            double tol = strstr(p->name, "A_log") ? TOL_GRAD_ALOG : TOL_GRAD; // as compare_step_
+            CHECK_MSG(e <= tol, "grad %s: gate|up rel-RMS %.3g > %g", p->name, e, tol);
             if (!(e <= worst)) worst = e;
         }
         printf("    gate|up vs two GEMMs: loss %.6f vs %.6f, worst grad %.2e\n", loss[1], loss[0],

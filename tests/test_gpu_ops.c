@@ -779,8 +779,8 @@ KDA_TEST_GPU(gpu_grad_norm) {
 // against the CPU ops) and (b) the unfused device kernels it replaces. Tolerances: bf16 outputs
 // 1e-2 (the twin differs by FMA contraction and the device's expf; the unfused path rounds the
 // conv output and z + bias to bf16 first), fp32 outputs 1e-5 (rstd) and dw/dbias as their unfused
-// twins' tests (fp32 1e-5; dbias from bf16 dz 1e-5 against the unfused bias_bwd of the same dz
-// is not possible - the dz differ in bf16 - so 1e-2 there).
+// twins' tests (fp32 1e-5); dbias, a column sum of the bf16 dz, 1e-3 against the twin (a dz
+// rounding may flip) and 1e-2 against the unfused path (its dz come from bf16(z + bias)).
 
 static kda_bf16 *dev_bf16_off_(const float *h, int64_t n) { // 16-byte aligned (fresh allocation)
     return dev_bf16_(h, n);
@@ -894,7 +894,9 @@ static void fuse_gnorm_case_(KdaRng *r, int64_t N, int64_t HV, int64_t V) {
     expect_("fused gnorm+bias dx vs host twin", h_dx, g_dx, n, TOL_BF16);
     expect_("fused gnorm+bias dz vs host twin", h_dz, g_dz, n, TOL_BF16);
     expect_("fused gnorm+bias dw vs host twin", h_dw, g_dw, V, TOL_F32);
-    expect_("fused gnorm+bias dbias vs host twin", h_db, g_db, HVV, TOL_F32);
+    // dbias sums the bf16 dz: one dz rounding that flips between device and twin (their fp32
+    // dz differ by FMA / expf ulps) moves a column by ~2^-8 |dz|: 1e-3 covers a few flips
+    expect_("fused gnorm+bias dbias vs host twin", h_db, g_db, HVV, 1e-3);
     expect_("fused gnorm+bias y vs unfused", u_y, g_y, n, TOL_BF16);
     expect_("fused gnorm+bias rstd vs unfused", u_rs, g_rs, NR, TOL_F32);
     expect_("fused gnorm+bias dx vs unfused", u_dx, g_dx, n, TOL_BF16);
