@@ -172,6 +172,10 @@ __host__ __forceinline__ bool aligned_(size_t bytes, const void *a, const void *
 // ---- RMSNorm -----------------------------------------------------------------------------------
 
 // x [N, D] fp32; when a != NULL, x += a first (x is then the residual, written back).
+// VEC = 4: 16-byte fp32 and 8-byte bf16 accesses (D % 4 == 0, aligned rows; lane l takes
+// elements 4l .. 4l+3, 4l+128 ...), else 1. Each lane sums its own elements' squares in order,
+// then the warp sum.
+template <int VEC>
 __global__ void rmsnorm_fwd_k(kda_bf16 *y, float *rstd, float *x, const kda_bf16 *a, const float *w,
                               int64_t N, int64_t D, float eps) {
     int64_t r = warp_row(N);
@@ -179,19 +183,33 @@ __global__ void rmsnorm_fwd_k(kda_bf16 *y, float *rstd, float *x, const kda_bf16
     int lane = threadIdx.x & 31;
     float *xr = x + r * D;
     float ss = 0.0f;
-    for (int64_t d = lane; d < D; d += 32) {
-        float v = xr[d];
+    for (int64_t d = lane * VEC; d < D; d += 32 * VEC) {
+        float v[VEC];
+        ld_f<VEC>(v, xr + d);
         if (a) {
-            v += bf2f(a[r * D + d]);
-            xr[d] = v;
+            float av[VEC];
+            ld_bf<VEC>(av, a + r * D + d);
+#pragma unroll
+            for (int e = 0; e < VEC; e++)
+                v[e] += av[e];
+            st_f<VEC>(xr + d, v);
         }
-        ss += v * v;
+#pragma unroll
+        for (int e = 0; e < VEC; e++)
+            ss += v[e] * v[e];
     }
     ss = warp_sum(ss);
     float rs = (float)(1.0 / sqrt((double)ss / (double)D + (double)eps));
     if (lane == 0) rstd[r] = rs;
-    for (int64_t d = lane; d < D; d += 32)
-        y[r * D + d] = f2bf(xr[d] * rs * w[d]);
+    for (int64_t d = lane * VEC; d < D; d += 32 * VEC) {
+        float v[VEC], wv[VEC], o[VEC];
+        ld_f<VEC>(v, xr + d);
+        ld_f<VEC>(wv, w + d);
+#pragma unroll
+        for (int e = 0; e < VEC; e++)
+            o[e] = v[e] * rs * wv[e];
+        st_bf<VEC>(y + r * D + d, o);
+    }
 }
 
 // dxb (may be NULL): [N, D] bf16 copy of the dx written (the next GEMM's operand).
@@ -1033,21 +1051,52 @@ __global__ void embed_bwd_k(float *dE, const float *dh, const uint32_t *keys, co
 
 // Same operation order as train/optim.c, with explicit roundings (no FMA contraction), so the
 // update matches the CPU's bit for bit except for sqrtf/division, which are IEEE on both.
-__global__ void adamw_k(float *p, kda_bf16 *pb, const float *g, float *m, float *v, int64_t n,
-                        KdaCudaAdamScalars s, const float *gscale) {
+__device__ __forceinline__ void adam_elem(float &p, float &m, float &v, float g,
+                                          const KdaCudaAdamScalars &s, float gs, bool scale) {
+    float pi = __fsub_rn(p, __fmul_rn(s.decay, p));
+    float gi = scale ? __fmul_rn(g, gs) : g;
+    float mi = __fadd_rn(__fmul_rn(s.b1, m), __fmul_rn(s.one_m_b1, gi));
+    float vi = __fadd_rn(__fmul_rn(s.b2, v), __fmul_rn(__fmul_rn(s.one_m_b2, gi), gi));
+    float denom = __fadd_rn(__fdiv_rn(__fsqrt_rn(vi), s.bc2_sqrt), s.eps);
+    p = __fsub_rn(pi, __fdiv_rn(__fmul_rn(s.step_size, mi), denom));
+    m = mi;
+    v = vi;
+}
+
+// Elements [i0, n), one per thread (grid-stride): the scalar path and the vector path's tail.
+__global__ void adamw_k(float *p, kda_bf16 *pb, const float *g, float *m, float *v, int64_t i0,
+                        int64_t n, KdaCudaAdamScalars s, const float *gscale) {
     float gs = gscale ? *gscale : 1.0f;
-    for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < n;
+    for (int64_t i = i0 + (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < n;
          i += (int64_t)gridDim.x * blockDim.x) {
-        float pi = __fsub_rn(p[i], __fmul_rn(s.decay, p[i]));
-        float gi = gscale ? __fmul_rn(g[i], gs) : g[i];
-        float mi = __fadd_rn(__fmul_rn(s.b1, m[i]), __fmul_rn(s.one_m_b1, gi));
-        float vi = __fadd_rn(__fmul_rn(s.b2, v[i]), __fmul_rn(__fmul_rn(s.one_m_b2, gi), gi));
-        float denom = __fadd_rn(__fdiv_rn(__fsqrt_rn(vi), s.bc2_sqrt), s.eps);
-        float pn = __fsub_rn(pi, __fdiv_rn(__fmul_rn(s.step_size, mi), denom));
-        p[i] = pn;
+        float pi = p[i], mi = m[i], vi = v[i];
+        adam_elem(pi, mi, vi, g[i], s, gs, gscale != NULL);
+        p[i] = pi;
         m[i] = mi;
         v[i] = vi;
-        if (pb) pb[i] = f2bf(pn);
+        if (pb) pb[i] = f2bf(pi);
+    }
+}
+
+// Vector path: groups [4k, 4k+4), k < nv, as 16-byte fp32 (8-byte bf16) accesses; the same
+// per-element operations as adamw_k (the same bits).
+__global__ void adamw_v4_k(float *p, kda_bf16 *pb, const float *g, float *m, float *v, int64_t nv,
+                           KdaCudaAdamScalars s, const float *gscale) {
+    float gs = gscale ? *gscale : 1.0f;
+    for (int64_t k = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; k < nv;
+         k += (int64_t)gridDim.x * blockDim.x) {
+        float pv[4], gv[4], mv[4], vv[4];
+        ld_f<4>(pv, p + 4 * k);
+        ld_f<4>(gv, g + 4 * k);
+        ld_f<4>(mv, m + 4 * k);
+        ld_f<4>(vv, v + 4 * k);
+#pragma unroll
+        for (int e = 0; e < 4; e++)
+            adam_elem(pv[e], mv[e], vv[e], gv[e], s, gs, gscale != NULL);
+        st_f<4>(p + 4 * k, pv);
+        st_f<4>(m + 4 * k, mv);
+        st_f<4>(v + 4 * k, vv);
+        if (pb) st_bf<4>(pb + 4 * k, pv);
     }
 }
 
@@ -1115,7 +1164,12 @@ int kda_cuda_rmsnorm_fwd(KdaCudaCtx *ctx, kda_bf16 *y, float *rstd, const float 
                          int64_t N, int64_t D, float eps) {
     KDA_CUDA_REQUIRE(ctx, N >= 0 && D > 0);
     if (N == 0) return 0;
-    rmsnorm_fwd_k<<<row_blocks(N), 256, 0, ctx->stream>>>(y, rstd, (float *)x, NULL, w, N, D, eps);
+    if (D % 4 == 0 && aligned_(16, x, w) && aligned_(8, y))
+        rmsnorm_fwd_k<4>
+            <<<row_blocks(N), 256, 0, ctx->stream>>>(y, rstd, (float *)x, NULL, w, N, D, eps);
+    else
+        rmsnorm_fwd_k<1>
+            <<<row_blocks(N), 256, 0, ctx->stream>>>(y, rstd, (float *)x, NULL, w, N, D, eps);
     CUDA_CHECK_LAUNCH(ctx);
     return 0;
 }
@@ -1125,7 +1179,12 @@ int kda_cuda_rmsnorm_residual_fwd(KdaCudaCtx *ctx, kda_bf16 *y, float *rstd, flo
                                   float eps) {
     KDA_CUDA_REQUIRE(ctx, N >= 0 && D > 0 && a);
     if (N == 0) return 0;
-    rmsnorm_fwd_k<<<row_blocks(N), 256, 0, ctx->stream>>>(y, rstd, residual, a, w, N, D, eps);
+    if (D % 4 == 0 && aligned_(16, residual, w) && aligned_(8, y, a))
+        rmsnorm_fwd_k<4>
+            <<<row_blocks(N), 256, 0, ctx->stream>>>(y, rstd, residual, a, w, N, D, eps);
+    else
+        rmsnorm_fwd_k<1>
+            <<<row_blocks(N), 256, 0, ctx->stream>>>(y, rstd, residual, a, w, N, D, eps);
     CUDA_CHECK_LAUNCH(ctx);
     return 0;
 }
@@ -1520,8 +1579,17 @@ int kda_cuda_adamw(KdaCudaCtx *ctx, float *p, kda_bf16 *p_bf16, const float *g, 
                    int64_t n, const KdaCudaAdamScalars *s, const float *gscale) {
     KDA_CUDA_REQUIRE(ctx, n >= 0 && s);
     if (n == 0) return 0;
-    adamw_k<<<grid_for(n), 256, 0, ctx->stream>>>(p, p_bf16, g, m, v, n, *s, gscale);
-    CUDA_CHECK_LAUNCH(ctx);
+    // the first 4·nv elements on the 16-byte path when the pointers allow, the rest one by one
+    int64_t nv = aligned_(16, p, g, m, v) && aligned_(8, p_bf16) ? n / 4 : 0;
+    if (nv > 0) {
+        adamw_v4_k<<<grid_for(nv), 256, 0, ctx->stream>>>(p, p_bf16, g, m, v, nv, *s, gscale);
+        CUDA_CHECK_LAUNCH(ctx);
+    }
+    if (4 * nv < n) {
+        adamw_k<<<grid_for(n - 4 * nv), 256, 0, ctx->stream>>>(p, p_bf16, g, m, v, 4 * nv, n, *s,
+                                                               gscale);
+        CUDA_CHECK_LAUNCH(ctx);
+    }
     return 0;
 }
 
