@@ -1641,7 +1641,7 @@ void kda_cuda_conv_silu_l2_fwd_host(kda_bf16 *y, float *rstd, const kda_bf16 *p,
                                     float eps) {
     int lg = (int)(K / 8);
     int64_t H = C / K;
-    float out[32][8], part[32];
+    float out[32][8] = {{0}}, part[32] = {0}; // zeroed: gcc 13 maybe-uninitialized
     for (int64_t b = 0; b < B; b++)
         for (int64_t t = 0; t < T; t++)
             for (int64_t h = 0; h < H; h++) {
@@ -1676,7 +1676,7 @@ void kda_cuda_conv_silu_l2_bwd_host(kda_bf16 *dp, float *dw, const float *dy, co
     auto pv = [&](int64_t b, int64_t tau, int64_t ch) {
         return tau >= 0 && tau < T ? bf2f(p[(b * T + tau) * C + ch]) : 0.0f;
     };
-    float c[32][4], g[32][4], yh[32][4], part[32];
+    float c[32][4] = {{0}}, g[32][4] = {{0}}, yh[32][4] = {{0}}, part[32] = {0}; // as above
     for (int64_t b = 0; b < B; b++)
         for (int64_t t = 0; t < T; t++)
             for (int64_t h = 0; h < H; h++) {
@@ -1721,7 +1721,7 @@ void kda_cuda_gnorm_bias_fwd_host(kda_bf16 *y, float *rstd, const kda_bf16 *x, c
                                   const float *bias, const float *w, int64_t N, int64_t HV,
                                   int64_t V, float eps) {
     int lr = (int)(V / 8);
-    float xv[32][8], zv[32][8], yv[8], part[32] = {0}; // zeroed: gcc 13 maybe-uninitialized
+    float xv[32][8] = {{0}}, zv[32][8] = {{0}}, yv[8] = {0}, part[32] = {0}; // gcc 13, as above
     for (int64_t r = 0; r < N * HV; r++) {
         for (int s = 0; s < lr; s++) {
             ld8_host_(xv[s], x + r * V + 8 * s);
@@ -1745,7 +1745,8 @@ void kda_cuda_gnorm_bias_bwd_host(kda_bf16 *dx, kda_bf16 *dz, float *dw, float *
     int lr = (int)(V / 8);
     double *sw = (double *)kda_calloc((size_t)V, sizeof(double));
     double *sb = (double *)kda_calloc((size_t)(HV * V), sizeof(double));
-    float gv[32][8], xv[32][8], zv[32][8], sg[32][8], dzv[32][8], dxv[8], part[32];
+    float gv[32][8] = {{0}}, xv[32][8] = {{0}}, zv[32][8] = {{0}}, sg[32][8] = {{0}};
+    float dzv[32][8] = {{0}}, dxv[8] = {0}, part[32] = {0}; // zeroed: gcc 13 maybe-uninitialized
     for (int64_t r = 0; r < N * HV; r++) {
         const float *bb = bias + (r % HV) * V;
         for (int s = 0; s < lr; s++) {
