@@ -8,7 +8,7 @@
 // [V, V], so its GEMM reproduces them bit for bit (x·1 + 0s) and its dn = dlogits · I is the
 // fp32 dlogits.
 // Tolerances: nll and lse 2e-6 · max(1, |lse|) absolute (the row kernel's partition sum is
-// exact to ~8 fp32 roundings, the CPU's is summed in double; their difference is a few fp32 ulps
+// exact to ~2 fp32 roundings, the CPU's is summed in double; their difference is a few fp32 ulps
 // of lse); dlogits stored in bf16: |d - ref| <= 2^-8 |ref| + 1e-6 · scale (bf16 rounding of each
 // element plus the fp32 exponential). A wrong max, a dropped tail group or a wrong target gives
 // errors of order 1.

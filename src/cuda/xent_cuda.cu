@@ -170,11 +170,9 @@ __host__ __device__ inline void cls_store8(kda_bf16 *row, int64_t g, int n, cons
 }
 
 // Phase 1: this thread's exact running max *m (of its elements; -inf if none) and the double sum
-// *s of the fp32 terms e^(x - m), over groups g = tid, tid + nth, ... A group of 8 first takes
-// its own max (a rescale of s in double when it raises m: rare), then adds its 8 terms in fp32
-// (each <= 1: the group sum is within 7 fp32 roundings, ~4e-7 relative) and the group sum to s
-// in double: one double add per group keeps the dependent chain short, and the error still does
-// not grow with the number of groups.
+// *s of the fp32 terms e^(x - m), over groups g = tid, tid + nth, ... (One double add per
+// element. The variant with fp32 sums of each 8-term group added in double, f29c617, measured
+// slower on the H200: LM head+CE fwd 26.1 -> 31.9 ms at mb 16, docs/perf-log.md step 2b.)
 __host__ __device__ inline void cls_partial(const kda_bf16 *row, int64_t V, int tid, int nth,
                                             float *m_out, double *s_out) {
     float m = -INFINITY;
@@ -184,17 +182,14 @@ __host__ __device__ inline void cls_partial(const kda_bf16 *row, int64_t V, int 
         float x[8] = {0}; // cls_load8 fills n >= 1 of them; zeroed for the host compiler's
                           // maybe-uninitialized analysis (g++ on the GPU machine, -Werror)
         int n = cls_load8(row, g, V, x);
-        float gm = x[0];
-        for (int i = 1; i < n; i++)
-            gm = fmaxf(gm, x[i]);
-        if (gm > m) { // a new max (gm NaN: never; the NaN reaches s through its term below)
-            if (m != -INFINITY) s *= exp((double)(m - gm));
-            m = gm;
+        for (int i = 0; i < n; i++) {
+            if (x[i] > m) { // a new max: rescale in double (rare: ~log(#elements) times)
+                s = (m == -INFINITY ? 0.0 : s * exp((double)(m - x[i]))) + 1.0;
+                m = x[i];
+            } else {
+                s += (double)expf(x[i] - m); // x NaN: s becomes NaN
+            }
         }
-        float gs = 0.0f;
-        for (int i = 0; i < n; i++)
-            gs += expf(x[i] - m); // x NaN: gs and then s become NaN
-        s += (double)gs;
     }
     *m_out = m;
     *s_out = s;

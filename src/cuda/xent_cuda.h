@@ -59,13 +59,13 @@ int kda_cuda_xent_bwd(KdaCudaCtx *ctx, float *dn, float *dWh, const kda_bf16 *n,
 // fp32. Loss-only mode (dn NULL): no dlogits, no dX/dW GEMMs.
 //
 // Numerics of the row kernel, on the bf16 logits x_j (the GEMM's fp32 sums rounded once):
-// each thread keeps an exact running max m_t (a bf16 value) and a double sum of fp32 group sums
-// of 8 terms e^(x_j - m_t) (rescaled by e^(m_old - m_new) in double when its max grows); the
-// block takes the exact max M of the m_t, rescales each partial by e^(m_t - M) in double and
-// adds them in a fixed tree in double. The partition sum S is then within ~8 fp32 roundings
-// (~5e-7 relative) of the exact Σ e^(x_j - M) whatever the vocabulary size, lse = M + log S,
-// and nll = lse - x_target, so |Δnll| <~ 5e-7 + 1 fp32 ulp of lse against exact arithmetic on
-// the same bf16 logits. Against fp32 logits (the legacy forward) each logit also carries its bf16
+// each thread keeps an exact running max m_t (a bf16 value) and a double sum of the fp32 terms
+// e^(x_j - m_t) (rescaled by e^(m_old - m_new) in double when its max grows); the block takes
+// the exact max M of the m_t, rescales each partial by e^(m_t - M) in double and adds them in a
+// fixed tree in double. The partition sum S is then within ~2 fp32 roundings (~2.4e-7
+// relative) of the exact Σ e^(x_j - M) whatever the vocabulary size, lse = M + log S, and
+// nll = lse - x_target, so |Δnll| <~ 3e-7 + 1 fp32 ulp of lse against exact arithmetic on the
+// same bf16 logits. Against fp32 logits (the legacy forward) each logit also carries its bf16
 // rounding (<= 2^-9 relative): unbiased, it averages out of the mean loss, and the target's
 // rounding enters lse and x_target alike when the target dominates the softmax (trained-like,
 // peaked rows).
