@@ -50,8 +50,15 @@
 #define TOL_GRAD 2e-2
 // A_log's gradient is one number per head, Σ_{t,d} dg·g over every token and channel: its terms
 // cancel, so its relative error is the largest (2.1e-2 measured on the untied tiny model on an
-// H200 with the chunk-32 fast core; FLA's own test only warns on dA_log). 3e-2 for it.
-#define TOL_GRAD_ALOG 3e-2
+// H200 with the chunk-32 fast core; FLA's own test only warns on dA_log). With the fused
+// elementwise kernels (other bf16 rounding points upstream of the gate) it measured 4.76e-2 on
+// the same model (2026-12-02, SIMT core; 3e-2 held with KDA_CORE=tc): 5e-2 for it. A wrong
+// gate formula moves it by O(1).
+#define TOL_GRAD_ALOG 5e-2
+// Two bf16 GPU paths against each other (fused vs unfused kernels, gate|up vs two GEMMs): each
+// carries up to TOL_GRAD of independent bf16 noise against fp32, so their difference is bounded
+// by sqrt(2) TOL_GRAD (measured 2.0e-2 .. 2.6e-2 for fused vs unfused on an H200, 2026-12-02).
+#define TOL_GRAD_PAIR (1.5 * TOL_GRAD)
 #define BF16_U        (1.0 / 256.0) // unit roundoff of bf16 (8-bit significand)
 #define TOL_XENT_GRAD 1e-2
 #define TOL_ADAM      2e-6
@@ -679,6 +686,12 @@ KDA_TEST_GPU(gpu_model_profile) {
         // fused input projection: fwd = its GEMM, its copy-out, f1, g1; bwd = g1 and f1's dX and
         // dW, six copies into the fused dY, its dW and dX
         int fz = kda_cuda_model_inproj(dm);
+        // fused elementwise kernels (KDA_FUSE, default on): the q/k L2 norm runs inside the conv
+        // kernels (no row), the bias inside the gated norm (one call each way instead of two),
+        // the RMSNorm backward writes the bf16 dh (no cast); gate|up (KDA_GATEUP): one GEMM
+        // each way instead of two (fwd: gate|up + down; bwd: down dW, dX, gate|up dX and dW)
+        int fu = kda_cuda_model_fused(dm), l2f = fu & 1, gnf = (fu >> 1) & 1, dhf = (fu >> 2) & 1;
+        int gu = kda_cuda_model_gateup(dm);
         const struct {
             KdaOp op;
             int64_t calls;
@@ -691,23 +704,23 @@ KDA_TEST_GPU(gpu_model_profile) {
             {KDA_OP_PROJ_BWD, (fz ? 12 : 16) * L},
             {KDA_OP_CONV_FWD, 3 * L},
             {KDA_OP_CONV_BWD, 3 * L},
-            {KDA_OP_L2NORM_FWD, 2 * L},
-            {KDA_OP_L2NORM_BWD, 2 * L},
+            {KDA_OP_L2NORM_FWD, l2f ? 0 : 2 * L},
+            {KDA_OP_L2NORM_BWD, l2f ? 0 : 2 * L},
             {KDA_OP_GATE_FWD, 2 * L},
             {KDA_OP_GATE_BWD, 2 * L},
             {KDA_OP_CORE_FWD, L},
             {KDA_OP_CORE_BWD, L},
-            {KDA_OP_ONORM_FWD, 2 * L}, // bias + gated norm
-            {KDA_OP_ONORM_BWD, 2 * L},
+            {KDA_OP_ONORM_FWD, (gnf ? 1 : 2) * L}, // bias + gated norm
+            {KDA_OP_ONORM_BWD, (gnf ? 1 : 2) * L},
             {KDA_OP_OPROJ_FWD, L},
             {KDA_OP_OPROJ_BWD, 2 * L},
-            {KDA_OP_MLP_FWD, 3 * L},
-            {KDA_OP_MLP_BWD, 6 * L},
+            {KDA_OP_MLP_FWD, (gu ? 2 : 3) * L},
+            {KDA_OP_MLP_BWD, (gu ? 4 : 6) * L},
             {KDA_OP_SWIGLU_FWD, L},
             {KDA_OP_SWIGLU_BWD, L},
             {KDA_OP_HEAD_FWD, 2 + 1}, // 2 token chunks + the loss sum
             {KDA_OP_HEAD_BWD, 2},
-            {KDA_OP_CAST, 2 * L},
+            {KDA_OP_CAST, dhf ? 0 : 2 * L},
             {KDA_OP_ZERO_GRADS, 1},
             {KDA_OP_GRAD_NORM, 2}, // norm, clip coefficient
             {KDA_OP_SYNC, 3},      // ids upload, loss read, norm read
@@ -762,9 +775,9 @@ KDA_TEST_GPU(gpu_model_errors) {
 // The fused elementwise kernels (default) against the unfused ones (KDA_FUSE=0, their oracle) on
 // the whole model: tiny untied config (K = 32, V = 64: every fusion runs) and three layers, one
 // training step with the fused classifier. Loss within 1e-3 relative and every gradient within
-// TOL_GRAD rel-RMS (A_log: TOL_GRAD_ALOG) of the unfused step: the two differ only by bf16
-// roundings the fused kernels skip (conv output, z + bias, the L2 backward's bf16 dq), the same
-// size as GPU vs CPU's.
+// TOL_GRAD_PAIR rel-RMS (A_log: TOL_GRAD_ALOG) of the unfused step: the two differ only by bf16
+// roundings the fused kernels skip (conv output, z + bias, the L2 backward's bf16 dq), each the
+// size of GPU vs CPU's, independent.
 KDA_TEST_GPU(gpu_fuse_model_matches_unfused) {
     if (!have_gpu_()) return;
     KdaModel m;
@@ -810,7 +823,7 @@ KDA_TEST_GPU(gpu_fuse_model_matches_unfused) {
         for (int i = 0; i < m.table.n; i++) {
             const KdaParamInfo *p = &m.table.rows[i];
             double e = rel_rms_(g[1] + p->offset, g[0] + p->offset, p->numel);
-            double tol = strstr(p->name, "A_log") ? TOL_GRAD_ALOG : TOL_GRAD; // as compare_step_
+            double tol = strstr(p->name, "A_log") ? TOL_GRAD_ALOG : TOL_GRAD_PAIR;
             CHECK_MSG(e <= tol, "grad %s: fused vs unfused rel-RMS %.3g > %g", p->name, e, tol);
             if (!(e <= worst)) worst = e, wname = p->name;
         }
