@@ -4,10 +4,12 @@
 //   kda eval --model DIR --tasks arc_easy,...,race --data DATA_DIR [--limit N]
 //            [--batch-tokens N] [--output results.json] [--tokenizer PATH] [--bos|--no-bos]
 //            [--max-length N] [--dump-requests FILE] [--no-share-prefix] [--core chunk|recurrent]
-//            [--device auto|cpu|cuda]
+//            [--device auto|cpu|cuda] [--precision bf16|fp32]
 //   kda eval --model DIR --perplexity PREFIX [--seq-length N] [--limit WINDOWS] [--device ...]
 //
-// On the GPU every request goes through the batched full forward (eval.h), bf16 mixed precision.
+// On the GPU every request goes through the batched full forward (eval.h), in bf16 mixed
+// precision (the default, as lm-eval's FLA run) or fp32 (--precision fp32; eval/device.h).
+// results.json's config.dtype records it (bfloat16 | float32).
 //   kda eval --compare A.json B.json
 #include <limits.h>
 #include <math.h>
@@ -130,6 +132,7 @@ static void split_tasks_(const char *list, char ***names, int *n) {
 int cmd_eval(int argc, char **argv) {
     const char *model_dir = NULL, *tasks = NULL, *data = NULL, *output = NULL, *tok_path = NULL;
     const char *dump_path = NULL, *ppl = NULL, *core = "chunk", *device = "auto";
+    const char *precision = NULL;
     int64_t limit = 0, batch_tokens = 0, max_length = 0, seq_length = 2048;
     int bos = -1, share = 1; // bos -1: as the tokenizer's post_processor says (lm-eval 0.4)
     ArgList cmp = {0};
@@ -163,6 +166,11 @@ int cmd_eval(int argc, char **argv) {
         {"core", ARG_STR, &core, "KDA core: chunk | recurrent (CPU)", 0},
         {"device", ARG_STR, &device,
          "auto | cpu | cuda (auto: the GPU when the build has CUDA and one is visible)", 0},
+        {"precision", ARG_STR, &precision,
+         "GPU arithmetic: bf16 (default; bf16 mixed precision, as lm-eval's FLA run with dtype "
+         "bfloat16) | fp32 (fp32 weights, activations and GEMMs, no TF32: the CPU's numbers to "
+         "~1e-6 per request). The CPU is always fp32: fp32 is accepted there, bf16 is refused",
+         0},
         {"perplexity", ARG_STR, &ppl, "PREFIX of a .bin/.idx: token-weighted NLL and perplexity",
          0},
         {"seq-length", ARG_INT, &seq_length, "perplexity window (predicted tokens per window)", 0},
@@ -186,13 +194,17 @@ int cmd_eval(int argc, char **argv) {
     if (!ppl && (!tasks || !data)) kda_die("--tasks and --data are required (or --perplexity)");
     if (limit < 0 || batch_tokens < 0 || max_length < 0 || seq_length < 1)
         kda_die("--limit, --batch-tokens, --max-length and --seq-length must be positive");
+    KdaError err;
+    int fp32, pick;
+    if (eval_precision_parse(precision, &fp32, &err) || eval_device_pick(device, &pick, &err))
+        kda_die("%s", err.msg); // before loading the model
     KdaModel m;
     load_model_(model_dir, core, &m);
     EvalDevice dev;
-    KdaError err;
-    if (eval_device_open(&dev, device, &m, &err)) kda_die("%s", err.msg);
+    if (eval_device_open(&dev, device, precision, &m, &err)) kda_die("%s", err.msg);
     if (dev.note[0]) kda_warn("--device auto: %s; using the CPU", dev.note);
-    kda_info("device: %s%s", dev.name, dev.cuda ? ", bf16 mixed precision, batched forward" : "");
+    kda_info("device: %s, precision %s%s", dev.name, dev.precision,
+             dev.cuda ? ", batched forward" : "");
     EvalSettings s = {.bos = bos > 0,
                       .batch_tokens = batch_tokens ? batch_tokens
                                       : dev.cuda   ? 16384
@@ -202,6 +214,7 @@ int cmd_eval(int argc, char **argv) {
                       .forward = dev.cuda ? eval_device_forward : NULL,
                       .forward_ctx = &dev,
                       .device = dev.cuda ? "cuda" : "cpu",
+                      .precision = dev.precision,
                       .limit = limit};
     if (ppl) {
         int rc = perplexity_(&m, &s, ppl, seq_length, limit);
@@ -246,8 +259,9 @@ int cmd_eval(int argc, char **argv) {
         free(names[i]);
     }
     if (dump && commit_atomic(dump, tmp, dump_path, &err)) kda_die("%s", err.msg);
-    printf("kda eval: %s, 0-shot, bos=%s (%s), max_length=%lld, device=%s\n\n", model_dir,
-           s.bos ? "on" : "off", s.bos_source, (long long)s.max_length, dev.name);
+    printf("kda eval: %s, 0-shot, bos=%s (%s), max_length=%lld, device=%s, precision=%s\n\n",
+           model_dir, s.bos ? "on" : "off", s.bos_source, (long long)s.max_length, dev.name,
+           dev.precision);
     eval_results_print(stdout, &res);
     if (fflush(stdout) || ferror(stdout)) kda_die("writing stdout failed");
     if (output && eval_results_write(output, &res, &s, model_dir, &err)) kda_die("%s", err.msg);

@@ -9,9 +9,11 @@
 //    "sum_nll": the sum of those n-1 NLLs}
 // both printed with 17 significant digits (a 2048-token sum_nll of ~4000 needs 1e-5 nats).
 // Each sequence is one B=1 forward of the CPU fp32 model (chunked core unless --core
-// recurrent), or on the GPU (--device cuda, or auto with a GPU present: bf16 mixed precision,
-// chunked core; losses differ from the fp32 CPU ones at the ~1e-3 relative level); memory grows
-// to the longest sequence.
+// recurrent), or on the GPU (--device cuda, or auto with a GPU present; chunked core) in
+// --precision bf16 (the default: bf16 mixed precision, what lm-eval's FLA run uses; per-sequence
+// losses within ~2e-3 of the CPU's, more at T < 64) or fp32 (fp32 weights, activations and
+// GEMMs: within 1e-4 of the CPU at every T; docs/correctness.md); memory grows to the longest
+// sequence. The CPU always computes fp32: --precision fp32 is accepted there, bf16 is refused.
 #include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -37,7 +39,7 @@ static int same_file(const char *a, const char *b) {
 
 int cmd_score(int argc, char **argv) {
     const char *model_dir = NULL, *input = NULL, *output = "-", *tok_path = NULL, *core = "chunk";
-    const char *device = "auto";
+    const char *device = "auto", *precision = NULL;
     int bos = 0, post = 1;
     ArgSpec specs[] = {
         {"model", ARG_STR, &model_dir, "model directory (config.json + model.safetensors)", 1},
@@ -49,8 +51,13 @@ int cmd_score(int argc, char **argv) {
         {"bos", ARG_BOOL, &bos, "prepend BOS to \"text\" lines (unless the post_processor did)", 0},
         {"core", ARG_STR, &core, "KDA core: chunk | recurrent", 0},
         {"device", ARG_STR, &device,
-         "auto | cpu | cuda (GPU: bf16 mixed precision, chunked core; auto: the GPU when the "
-         "build has CUDA and one is visible)",
+         "auto | cpu | cuda (GPU: chunked core; auto: the GPU when the build has CUDA and one "
+         "is visible)",
+         0},
+        {"precision", ARG_STR, &precision,
+         "GPU arithmetic: bf16 (default; bf16 mixed precision as lm-eval's FLA run, within "
+         "~2e-3 of the CPU) | fp32 (fp32 weights, activations and GEMMs, no TF32: within 1e-4 "
+         "of the CPU). The CPU is always fp32: fp32 is accepted there, bf16 is refused",
          0},
     };
     ArgTable table = {
@@ -65,8 +72,9 @@ int cmd_score(int argc, char **argv) {
         kda_die("--output %s is the --input file (it would be overwritten); give another path",
                 output);
     KdaError err;
-    int pick;
-    if (eval_device_pick(device, &pick, &err)) kda_die("%s", err.msg);
+    int pick, fp32;
+    if (eval_device_pick(device, &pick, &err) || eval_precision_parse(precision, &fp32, &err))
+        kda_die("%s", err.msg);
 
     KdaConfig cfg;
     KdaParamTable pt;
@@ -76,9 +84,9 @@ int cmd_score(int argc, char **argv) {
     if (kda_model_init_from(&m, &cfg, &pt, flat, &err)) kda_die("%s: %s", model_dir, err.msg);
     m.core = strcmp(core, "recurrent") ? KDA_CORE_CHUNK : KDA_CORE_RECURRENT;
     EvalDevice dev;
-    if (eval_device_open(&dev, device, &m, &err)) kda_die("%s: %s", model_dir, err.msg);
+    if (eval_device_open(&dev, device, precision, &m, &err)) kda_die("%s: %s", model_dir, err.msg);
     if (dev.note[0]) kda_warn("--device auto: %s; using the CPU", dev.note);
-    kda_info("device: %s", dev.name);
+    kda_info("device: %s, precision %s", dev.name, dev.precision);
     KdaTokenizer *tok = NULL;
     if (tok_path && tok_load(&tok, tok_path, &err)) kda_die("%s", err.msg);
 
