@@ -151,7 +151,7 @@ static int init42_(KdaModel *m, int32_t *ids) {
     return 0;
 }
 
-KDA_TEST(gpu_score_precision_fla_trained_fp32) {
+KDA_TEST_GPU(gpu_score_precision_fla_trained_fp32) {
     KdaModel m;
     int32_t ids[2048];
     if (fla_trained_(&m, ids)) return;
@@ -159,7 +159,7 @@ KDA_TEST(gpu_score_precision_fla_trained_fp32) {
     kda_model_free(&m);
 }
 
-KDA_TEST(gpu_score_precision_fla_trained_bf16) {
+KDA_TEST_GPU(gpu_score_precision_fla_trained_bf16) {
     KdaModel m;
     int32_t ids[2048];
     if (fla_trained_(&m, ids)) return;
@@ -167,7 +167,7 @@ KDA_TEST(gpu_score_precision_fla_trained_bf16) {
     kda_model_free(&m);
 }
 
-KDA_TEST(gpu_score_precision_init42_fp32) {
+KDA_TEST_GPU(gpu_score_precision_init42_fp32) {
     KdaModel m;
     int32_t ids[2048];
     if (init42_(&m, ids)) return;
@@ -175,7 +175,7 @@ KDA_TEST(gpu_score_precision_init42_fp32) {
     kda_model_free(&m);
 }
 
-KDA_TEST(gpu_score_precision_init42_bf16) {
+KDA_TEST_GPU(gpu_score_precision_init42_bf16) {
     KdaModel m;
     int32_t ids[2048];
     if (init42_(&m, ids)) return;
@@ -184,7 +184,7 @@ KDA_TEST(gpu_score_precision_init42_bf16) {
 }
 
 // The fp32 model's logits hook (generate, eval's logits) and a batch of B = 3 rows.
-KDA_TEST(gpu_score_precision_fp32_logits_and_batch) {
+KDA_TEST_GPU(gpu_score_precision_fp32_logits_and_batch) {
     KdaModel m;
     int32_t ids[2048];
     if (fla_trained_(&m, ids)) return;

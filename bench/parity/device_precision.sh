@@ -61,7 +61,7 @@ kda_gpu_build "$OUT/build.log" "$KDA_GPU_BUILD/kda" "$KDA_GPU_BUILD/kda_test" ||
 }
 KDA=$KDA_GPU_BUILD/kda
 echo "== gpu_score_precision tests ($(left) s left)"
-timeout $(($(left) > 60 ? 60 : $(left))) "$KDA_GPU_BUILD/kda_test" gpu_score_precision \
+timeout $(($(left) > 60 ? 60 : $(left))) "$KDA_GPU_BUILD/kda_test" --gpu gpu_score_precision \
     > "$OUT/test.log" 2>&1
 TEST_RC=$?
 grep -E "passed|FAIL|fp32 vs CPU|bf16 vs CPU|logits" "$OUT/test.log"
