@@ -43,6 +43,7 @@ __host__ __device__ inline float fexp(float x) {
     return expf(x);
 #endif
 }
+
 // Loads and stores of either storage type (E = kda_bf16: training; float: the fp32 scoring path).
 __host__ __device__ inline float lde(kda_bf16 h) {
     return bf2f(h);
