@@ -21,15 +21,15 @@
 #include <sys/stat.h>
 
 #include "cli/commands.h"
-#include "core/args.h"   // defines: ArgSpec, ArgTable, args_parse_or_die
-#include "core/json.h"   // defines: json_fmt_num
-#include "core/util.h"   // defines: open_atomic, commit_atomic
-#include "core/log.h"    // defines: kda_info, kda_warn
-#include "eval/device.h" // defines: EvalDevice, eval_device_open, eval_device_forward
-#include "eval/score.h"  // defines: ScoreSeq, score_read_input
-#include "io/model_io.h" // defines: kda_model_load_dir
-#include "model/model.h" // defines: KdaModel, kda_model_forward
-#include "tok/tok.h"     // defines: KdaTokenizer, tok_load, tok_encode
+#include "cli/open_model.h" // defines: CliModel, cli_open_model
+#include "core/args.h"      // defines: ArgSpec, ArgTable, args_parse_or_die
+#include "core/json.h"      // defines: json_fmt_num
+#include "core/util.h"      // defines: open_atomic, commit_atomic
+#include "core/log.h"       // defines: kda_die
+#include "eval/device.h"    // defines: eval_device_forward
+#include "eval/score.h"     // defines: ScoreSeq, score_read_input
+#include "model/model.h"    // defines: kda_model_forward
+#include "tok/tok.h"        // defines: TOK_POST, TOK_ADD_BOS
 
 // Do a and b name the same existing file (device and inode)?
 static int same_file(const char *a, const char *b) {
@@ -42,7 +42,9 @@ int cmd_score(int argc, char **argv) {
     const char *device = "auto", *precision = NULL;
     int bos = 0, post = 1;
     ArgSpec specs[] = {
-        {"model", ARG_STR, &model_dir, "model directory (config.json + model.safetensors)", 1},
+        {"model", ARG_STR, &model_dir,
+         "model directory (config.json + model.safetensors), or a training save/iter_* directory",
+         1},
         {"input", ARG_STR, &input, "JSON lines: {\"ids\": [...]} or {\"text\": \"...\"}", 1},
         {"output", ARG_STR, &output, "output JSON lines file ('-' = stdout)", 0},
         {"tokenizer", ARG_STR, &tok_path, "tokenizer.json / tokenizer.model for \"text\" lines", 0},
@@ -72,23 +74,19 @@ int cmd_score(int argc, char **argv) {
         kda_die("--output %s is the --input file (it would be overwritten); give another path",
                 output);
     KdaError err;
-    int pick, fp32;
-    if (eval_device_pick(device, &pick, &err) || eval_precision_parse(precision, &fp32, &err))
-        kda_die("%s", err.msg);
-
-    KdaConfig cfg;
-    KdaParamTable pt;
-    float *flat;
-    if (kda_model_load_dir(model_dir, &cfg, &pt, &flat, &err)) kda_die("%s", err.msg);
-    KdaModel m;
-    if (kda_model_init_from(&m, &cfg, &pt, flat, &err)) kda_die("%s: %s", model_dir, err.msg);
-    m.core = strcmp(core, "recurrent") ? KDA_CORE_CHUNK : KDA_CORE_RECURRENT;
-    EvalDevice dev;
-    if (eval_device_open(&dev, device, precision, &m, &err)) kda_die("%s: %s", model_dir, err.msg);
-    if (dev.note[0]) kda_warn("--device auto: %s; using the CPU", dev.note);
-    kda_info("device: %s, precision %s", dev.name, dev.precision);
-    KdaTokenizer *tok = NULL;
-    if (tok_path && tok_load(&tok, tok_path, &err)) kda_die("%s", err.msg);
+    CliModel cm;
+    CliModelSpec spec = {.model = model_dir,
+                         .core = core,
+                         .device = device,
+                         .precision = precision,
+                         .log_precision = 1,
+                         .tokenizer = tok_path,
+                         .tok_source = CLI_TOK_FLAG}; // "text" lines need an explicit one
+    cli_open_model(&cm, &spec);
+    KdaModel *m = &cm.m;
+    EvalDevice *dev = &cm.dev;
+    const KdaTokenizer *tok = cm.tok;
+    const KdaConfig cfg = m->cfg;
 
     int64_t n_seq = 0, tmax = 0;
     ScoreSeq *seqs;
@@ -108,10 +106,10 @@ int cmd_score(int argc, char **argv) {
             continue;
         }
         int rc;
-        if (dev.cuda)
-            rc = eval_device_forward(&dev, seqs[i].ids, seqs[i].ids, 1, seqs[i].n, nll, &err);
+        if (dev->cuda)
+            rc = eval_device_forward(dev, seqs[i].ids, seqs[i].ids, 1, seqs[i].n, nll, &err);
         else
-            rc = kda_model_forward(&m, seqs[i].ids, NULL, 1, seqs[i].n, nll, NULL, NULL, &err);
+            rc = kda_model_forward(m, seqs[i].ids, NULL, 1, seqs[i].n, nll, NULL, NULL, &err);
         if (rc) kda_die("%s: sequence %lld: %s", input, (long long)i + 1, err.msg);
         double sum = 0.0;
         for (int64_t t = 0; t < seqs[i].n; t++)
@@ -125,8 +123,6 @@ int cmd_score(int argc, char **argv) {
     if (out == stdout && fflush(stdout)) kda_die("writing stdout failed");
     free(nll);
     score_seqs_free(seqs, n_seq);
-    tok_free(tok);
-    eval_device_close(&dev);
-    kda_model_free(&m);
+    cli_close_model(&cm);
     return 0;
 }

@@ -74,7 +74,9 @@ void cli_open_model(CliModel *cm, const CliModelSpec *s) {
     if (eval_device_open(&cm->dev, s->device, s->precision, &cm->m, &err))
         kda_die("%s: %s", cm->dir, err.msg);
     if (cm->dev.note[0]) kda_warn("--device auto: %s; using the CPU", cm->dev.note);
-    kda_info("device: %s%s", cm->dev.name, cm->dev.cuda && s->gpu_note ? s->gpu_note : "");
+    kda_info("device: %s%s%s%s", cm->dev.name, s->log_precision ? ", precision " : "",
+             s->log_precision ? cm->dev.precision : "",
+             cm->dev.cuda && s->gpu_note ? s->gpu_note : "");
     if (s->tok_source == CLI_TOK_FLAG && s->tokenizer) {
         KdaError e;
         if (tok_load(&cm->tok, s->tokenizer, &e)) kda_die("%s", e.msg);
