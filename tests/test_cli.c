@@ -60,6 +60,14 @@ KDA_TEST(cli_errors_are_one_line) {
     CHECK(run_kda(g_out, sizeof g_out, "info --bogus 1") == 2 && strstr(g_out, "--bogus"));
     CHECK(run_kda(g_out, sizeof g_out, "score --model /nonexistent/dir --input x.jsonl") == 1);
     CHECK(strstr(g_out, "/nonexistent/dir") && strchr(g_out, '\n') == strrchr(g_out, '\n'));
+    // --precision is checked before the model is read (score and eval alike)
+    CHECK(run_kda(g_out, sizeof g_out, "score --model x --input y --precision fp16") == 1);
+    CHECK_MSG(strstr(g_out, "--precision must be bf16 or fp32, got 'fp16'") &&
+                  strchr(g_out, '\n') == strrchr(g_out, '\n'),
+              "%s", g_out);
+    CHECK(run_kda(g_out, sizeof g_out, "eval --model x --perplexity y --precision half") == 1);
+    CHECK_MSG(strstr(g_out, "got 'half'") && strchr(g_out, '\n') == strrchr(g_out, '\n'), "%s",
+              g_out);
 }
 
 // A model small enough to train a few steps in seconds, with the Llama-3 vocabulary so the
@@ -148,6 +156,18 @@ KDA_TEST(cli_pipeline_tokenize_train_export_score_generate) {
     // "Call me Ishmael." with BOS is exactly the ids of the second line: same loss twice.
     char *l1 = strstr(g_out, "\"loss\": "), *l2 = l1 ? strstr(l1 + 1, "\"loss\": ") : NULL;
     CHECK_MSG(l1 && l2 && atof(l1 + 8) > 0 && atof(l1 + 8) == atof(l2 + 8), "score: %s", g_out);
+    // --precision fp32 on the CPU is the CPU's fp32 (the same numbers); bf16 has no CPU path
+    double loss_cpu = l1 ? atof(l1 + 8) : 0.0;
+    CHECK_MSG(run_kda(g_out, sizeof g_out,
+                      "score --model %s/hf --input %s --tokenizer %s --bos --device cpu "
+                      "--precision fp32",
+                      d, p, tok) == 0,
+              "%s", g_out);
+    l1 = strstr(g_out, "\"loss\": ");
+    CHECK_MSG(l1 && atof(l1 + 8) == loss_cpu && strstr(g_out, "precision fp32"), "%s", g_out);
+    CHECK(run_kda(g_out, sizeof g_out,
+                  "score --model %s/hf --input %s --device cpu --precision bf16", d, p) == 1);
+    CHECK_MSG(strstr(g_out, "--precision bf16 needs the GPU"), "%s", g_out);
 
     CHECK_MSG(
         run_kda(g_out, sizeof g_out,

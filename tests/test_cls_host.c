@@ -134,6 +134,43 @@ KDA_TEST(cls_host_exact_at_full_vocab) {
     free(lg);
 }
 
+// The row kernel on fp32 logits (the loss-only head of --precision fp32, kda_cuda_cls_loss_f32):
+// trained-like peaked rows of full fp32 values (not bf16-representable) at the real vocabulary,
+// padding columns NaN (never read). lse and nll against the double sum over the same fp32 logits:
+// 1e-6 · max(1, |lse|), as above (one thread: one long sequential sum, the case whose fp32
+// error would grow with the vocabulary; 512: the device's tree).
+KDA_TEST(cls_host_f32_exact_at_full_vocab) {
+    const int64_t V = 128256, ld = kda_cuda_cls_ld(V), rows = 4;
+    float *lg = malloc((size_t)(rows * ld) * sizeof *lg);
+    int32_t tg[4];
+    KdaRng r;
+    rng_seed(&r, 10);
+    for (int64_t i = 0; i < rows; i++) {
+        tg[i] = i == 3 ? XENT_IGNORE : (int32_t)rng_below(&r, (uint64_t)V);
+        for (int64_t j = 0; j < ld; j++)
+            lg[i * ld + j] = j < V ? rng_normal(&r, 0.0f, 2.0f) + (i == 2 ? 40.0f : 0.0f) : NAN;
+        if (tg[i] >= 0) lg[i * ld + tg[i]] += 14.0f; // the peak a trained model puts on its target
+    }
+    for (int th = 1; th <= 512; th *= 512) {
+        float nll[4], lse[4];
+        kda_cuda_cls_rows_f32_host(lg, nll, lse, tg, rows, V, ld, th);
+        for (int64_t i = 0; i < rows; i++) {
+            double M = -INFINITY, S = 0.0;
+            for (int64_t j = 0; j < V; j++)
+                M = fmax(M, lg[i * ld + j]);
+            for (int64_t j = 0; j < V; j++)
+                S += exp((double)lg[i * ld + j] - M);
+            double l = M + log(S), want = tg[i] >= 0 ? l - lg[i * ld + tg[i]] : 0.0;
+            CHECK_NEAR(lse[i], l, 1e-6 * fmax(1.0, fabs(l)));
+            CHECK_NEAR(nll[i], want, 1e-6 * fmax(1.0, fabs(l)));
+            if (th == 512)
+                printf("    f32 row %lld: lse %.7f vs exact %.7f, nll %.7f vs %.7f\n", (long long)i,
+                       lse[i], l, nll[i], want);
+        }
+    }
+    free(lg);
+}
+
 // Chunk rows: all rows when they fit, else even 128-aligned chunks within the budget.
 KDA_TEST(cls_rows_choice) {
     int64_t ld = kda_cuda_cls_ld(128256);

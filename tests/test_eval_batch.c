@@ -217,11 +217,36 @@ KDA_TEST(eval_device_pick_without_gpu) {
     KdaModel m;
     tiny_(&m);
     EvalDevice d;
-    CHECK(eval_device_open(&d, "cpu", &m, &err) == 0 && !d.cuda && !strcmp(d.name, "cpu"));
+    CHECK(eval_device_open(&d, "cpu", NULL, &m, &err) == 0 && !d.cuda && !strcmp(d.name, "cpu"));
     float nll[2];
     int32_t ids[2] = {1, 2};
     CHECK(eval_device_forward(&d, ids, ids, 1, 2, nll, &err) == -1); // no GPU model
     eval_device_close(&d);
+    kda_model_free(&m);
+}
+
+// --precision: the two spellings, NULL (not given), and the CPU's answers: fp32 is accepted (the
+// CPU is fp32), bf16 refused (no bf16 CPU path), anything else one line naming the flag.
+KDA_TEST(eval_precision_flags) {
+    int fp32 = 7;
+    KdaError err;
+    CHECK(eval_precision_parse(NULL, &fp32, &err) == 0 && fp32 == -1);
+    CHECK(eval_precision_parse("bf16", &fp32, &err) == 0 && fp32 == 0);
+    CHECK(eval_precision_parse("fp32", &fp32, &err) == 0 && fp32 == 1);
+    CHECK(eval_precision_parse("fp16", &fp32, &err) == -1);
+    CHECK_MSG(!strcmp(err.msg, "--precision must be bf16 or fp32, got 'fp16'"), "%s", err.msg);
+    KdaModel m;
+    tiny_(&m);
+    EvalDevice d;
+    CHECK(eval_device_open(&d, "cpu", "fp32", &m, &err) == 0 && !d.cuda);
+    CHECK(!strcmp(d.precision, "fp32"));
+    eval_device_close(&d);
+    CHECK(eval_device_open(&d, "cpu", NULL, &m, &err) == 0 && !strcmp(d.precision, "fp32"));
+    eval_device_close(&d);
+    CHECK(eval_device_open(&d, "cpu", "bf16", &m, &err) == -1);
+    CHECK_MSG(strstr(err.msg, "--precision bf16 needs the GPU") && !strchr(err.msg, '\n'), "%s",
+              err.msg);
+    CHECK(eval_device_open(&d, "cpu", "FP32", &m, &err) == -1 && strstr(err.msg, "'FP32'"));
     kda_model_free(&m);
 }
 

@@ -97,6 +97,34 @@ KDA_TEST(eval_results_lm_eval_schema_roundtrip) {
     eval_results_free(&r);
 }
 
+// config.device / config.dtype: the CPU is float32; the GPU bfloat16 by default and float32
+// under --precision fp32 (EvalSettings.precision).
+KDA_TEST(eval_results_dtype_records_precision) {
+    static const struct {
+        const char *device, *precision, *dtype;
+    } C[] = {{NULL, NULL, "float32"},
+             {"cpu", "fp32", "float32"},
+             {"cuda", NULL, "bfloat16"},
+             {"cuda", "bf16", "bfloat16"},
+             {"cuda", "fp32", "float32"}};
+    char path[4096];
+    path_join(path, sizeof path, test_tmpdir(), "results_dtype.json");
+    for (size_t i = 0; i < sizeof C / sizeof C[0]; i++) {
+        EvalResults r = {0};
+        add_(&r, "arc_easy", "acc", 0.5, 0.1, 10);
+        EvalSettings s = {.max_length = 2048, .device = C[i].device, .precision = C[i].precision};
+        KdaError err;
+        CHECK_MSG(eval_results_write(path, &r, &s, "m", &err) == 0, "%s", err.msg);
+        eval_results_free(&r);
+        JsonDoc d;
+        CHECK(json_parse_file(&d, path, &err) == 0);
+        const char *dt = json_get_str(json_get(&d.root, "config"), "dtype");
+        CHECK_MSG(dt && !strcmp(dt, C[i].dtype), "case %zu: dtype %s, want %s", i, dt ? dt : "-",
+                  C[i].dtype);
+        json_free(&d);
+    }
+}
+
 KDA_TEST(eval_results_reads_lm_eval_dir_and_legacy) {
     KdaError err;
     EvalResults r;

@@ -78,7 +78,7 @@ static double rel_rms_(const float *a, const float *b, int64_t n) {
 
 static int open_gpu_(EvalDevice *d, const KdaModel *m) {
     KdaError err;
-    int rc = eval_device_open(d, "cuda", m, &err);
+    int rc = eval_device_open(d, "cuda", NULL, m, &err);
     CHECK_MSG(rc == 0 && d->cuda, "%s", rc ? err.msg : d->note);
     return rc == 0 && d->cuda ? 0 : -1;
 }

@@ -11,6 +11,8 @@
 // for any chunk, so agreement also checks that nothing depends on the chunk size.
 // Tolerances (rel RMS): o and dv are stored in bf16: 1e-2 (the rounding alone is ~2e-3); fp32
 // outputs 2e-5 (the CPU's chunked vs recurrent forms agree to ~1e-6; a wrong term is >= 1e-2).
+// The fp32 instantiation (kda_fast_fwd_f32_host, the scoring path) stores o in fp32: 2e-5 there
+// too, which a bf16 rounding anywhere on the way (~2e-3) fails.
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -135,6 +137,29 @@ static void sweep_(int bwd, uint64_t seed) {
 
 KDA_TEST(kda_fast_host_fwd) {
     sweep_(0, 301);
+}
+
+// The forward instantiated for fp32 q, k, v, o (kda_fast_fwd_f32, --precision fp32) on the same
+// cases: every output fp32, so o gets the fp32 tolerance; o is poisoned (NaN) first.
+KDA_TEST(kda_fast_host_fwd_f32) {
+    KdaRng r;
+    rng_seed(&r, 304);
+    for (size_t i = 0; i < sizeof SHAPES / sizeof SHAPES[0]; i++) {
+        const Shape *s = &SHAPES[i];
+        FastCase f;
+        case_make_(&f, &r, s->B, s->T, s->H, s->HV, s->K, s->V, s->C, s->state);
+        const KdaCase *c = &f.c;
+        KdaDims dc = kda_case_cpu_dims(c);
+        float *o = malloc((size_t)c->nv * 4), *fs = malloc((size_t)c->ns * 4);
+        float *ho = malloc((size_t)c->nv * 4), *hfs = malloc((size_t)c->ns * 4);
+        memset(ho, 0xff, (size_t)c->nv * 4), memset(hfs, 0xff, (size_t)c->ns * 4);
+        kda_chunk_fwd(o, fs, c->q, c->k, c->v, c->g, c->beta, c->S0, &dc);
+        kda_fast_fwd_f32_host(ho, hfs, c->q, c->k, c->v, c->gcum, c->beta, c->S0, &c->d);
+        kda_case_expect("fwd f32 o", o, ho, c->nv, 2e-5);
+        kda_case_expect("fwd f32 final state", fs, hfs, c->ns, 2e-5);
+        free(o), free(fs), free(ho), free(hfs);
+        case_free_(&f);
+    }
 }
 
 KDA_TEST(kda_fast_host_bwd) {

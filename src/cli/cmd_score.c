@@ -9,9 +9,11 @@
 //    "sum_nll": the sum of those n-1 NLLs}
 // both printed with 17 significant digits (a 2048-token sum_nll of ~4000 needs 1e-5 nats).
 // Each sequence is one B=1 forward of the CPU fp32 model (chunked core unless --core
-// recurrent), or on the GPU (--device cuda, or auto with a GPU present: bf16 mixed precision,
-// chunked core; losses differ from the fp32 CPU ones at the ~1e-3 relative level); memory grows
-// to the longest sequence.
+// recurrent), or on the GPU (--device cuda, or auto with a GPU present; chunked core) in
+// --precision bf16 (the default: bf16 mixed precision, what lm-eval's FLA run uses; per-sequence
+// losses within ~2e-3 of the CPU's, more at T < 64) or fp32 (fp32 weights, activations and
+// GEMMs: within 1e-4 of the CPU at every T; docs/correctness.md); memory grows to the longest
+// sequence. The CPU always computes fp32: --precision fp32 is accepted there, bf16 is refused.
 #include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -19,15 +21,15 @@
 #include <sys/stat.h>
 
 #include "cli/commands.h"
-#include "core/args.h"   // defines: ArgSpec, ArgTable, args_parse_or_die
-#include "core/json.h"   // defines: json_fmt_num
-#include "core/util.h"   // defines: open_atomic, commit_atomic
-#include "core/log.h"    // defines: kda_info, kda_warn
-#include "eval/device.h" // defines: EvalDevice, eval_device_open, eval_device_forward
-#include "eval/score.h"  // defines: ScoreSeq, score_read_input
-#include "io/model_io.h" // defines: kda_model_load_dir
-#include "model/model.h" // defines: KdaModel, kda_model_forward
-#include "tok/tok.h"     // defines: KdaTokenizer, tok_load, tok_encode
+#include "cli/open_model.h" // defines: CliModel, cli_open_model
+#include "core/args.h"      // defines: ArgSpec, ArgTable, args_parse_or_die
+#include "core/json.h"      // defines: json_fmt_num
+#include "core/util.h"      // defines: open_atomic, commit_atomic
+#include "core/log.h"       // defines: kda_die
+#include "eval/device.h"    // defines: eval_device_forward
+#include "eval/score.h"     // defines: ScoreSeq, score_read_input
+#include "model/model.h"    // defines: kda_model_forward
+#include "tok/tok.h"        // defines: TOK_POST, TOK_ADD_BOS
 
 // Do a and b name the same existing file (device and inode)?
 static int same_file(const char *a, const char *b) {
@@ -37,10 +39,12 @@ static int same_file(const char *a, const char *b) {
 
 int cmd_score(int argc, char **argv) {
     const char *model_dir = NULL, *input = NULL, *output = "-", *tok_path = NULL, *core = "chunk";
-    const char *device = "auto";
+    const char *device = "auto", *precision = NULL;
     int bos = 0, post = 1;
     ArgSpec specs[] = {
-        {"model", ARG_STR, &model_dir, "model directory (config.json + model.safetensors)", 1},
+        {"model", ARG_STR, &model_dir,
+         "model directory (config.json + model.safetensors), or a training save/iter_* directory",
+         1},
         {"input", ARG_STR, &input, "JSON lines: {\"ids\": [...]} or {\"text\": \"...\"}", 1},
         {"output", ARG_STR, &output, "output JSON lines file ('-' = stdout)", 0},
         {"tokenizer", ARG_STR, &tok_path, "tokenizer.json / tokenizer.model for \"text\" lines", 0},
@@ -49,8 +53,13 @@ int cmd_score(int argc, char **argv) {
         {"bos", ARG_BOOL, &bos, "prepend BOS to \"text\" lines (unless the post_processor did)", 0},
         {"core", ARG_STR, &core, "KDA core: chunk | recurrent", 0},
         {"device", ARG_STR, &device,
-         "auto | cpu | cuda (GPU: bf16 mixed precision, chunked core; auto: the GPU when the "
-         "build has CUDA and one is visible)",
+         "auto | cpu | cuda (GPU: chunked core; auto: the GPU when the build has CUDA and one "
+         "is visible)",
+         0},
+        {"precision", ARG_STR, &precision,
+         "GPU arithmetic: bf16 (default; bf16 mixed precision as lm-eval's FLA run, within "
+         "~2e-3 of the CPU) | fp32 (fp32 weights, activations and GEMMs, no TF32: within 1e-4 "
+         "of the CPU). The CPU is always fp32: fp32 is accepted there, bf16 is refused",
          0},
     };
     ArgTable table = {
@@ -65,22 +74,19 @@ int cmd_score(int argc, char **argv) {
         kda_die("--output %s is the --input file (it would be overwritten); give another path",
                 output);
     KdaError err;
-    int pick;
-    if (eval_device_pick(device, &pick, &err)) kda_die("%s", err.msg);
-
-    KdaConfig cfg;
-    KdaParamTable pt;
-    float *flat;
-    if (kda_model_load_dir(model_dir, &cfg, &pt, &flat, &err)) kda_die("%s", err.msg);
-    KdaModel m;
-    if (kda_model_init_from(&m, &cfg, &pt, flat, &err)) kda_die("%s: %s", model_dir, err.msg);
-    m.core = strcmp(core, "recurrent") ? KDA_CORE_CHUNK : KDA_CORE_RECURRENT;
-    EvalDevice dev;
-    if (eval_device_open(&dev, device, &m, &err)) kda_die("%s: %s", model_dir, err.msg);
-    if (dev.note[0]) kda_warn("--device auto: %s; using the CPU", dev.note);
-    kda_info("device: %s", dev.name);
-    KdaTokenizer *tok = NULL;
-    if (tok_path && tok_load(&tok, tok_path, &err)) kda_die("%s", err.msg);
+    CliModel cm;
+    CliModelSpec spec = {.model = model_dir,
+                         .core = core,
+                         .device = device,
+                         .precision = precision,
+                         .log_precision = 1,
+                         .tokenizer = tok_path,
+                         .tok_source = CLI_TOK_FLAG}; // "text" lines need an explicit one
+    cli_open_model(&cm, &spec);
+    KdaModel *m = &cm.m;
+    EvalDevice *dev = &cm.dev;
+    const KdaTokenizer *tok = cm.tok;
+    const KdaConfig cfg = m->cfg;
 
     int64_t n_seq = 0, tmax = 0;
     ScoreSeq *seqs;
@@ -100,10 +106,10 @@ int cmd_score(int argc, char **argv) {
             continue;
         }
         int rc;
-        if (dev.cuda)
-            rc = eval_device_forward(&dev, seqs[i].ids, seqs[i].ids, 1, seqs[i].n, nll, &err);
+        if (dev->cuda)
+            rc = eval_device_forward(dev, seqs[i].ids, seqs[i].ids, 1, seqs[i].n, nll, &err);
         else
-            rc = kda_model_forward(&m, seqs[i].ids, NULL, 1, seqs[i].n, nll, NULL, NULL, &err);
+            rc = kda_model_forward(m, seqs[i].ids, NULL, 1, seqs[i].n, nll, NULL, NULL, &err);
         if (rc) kda_die("%s: sequence %lld: %s", input, (long long)i + 1, err.msg);
         double sum = 0.0;
         for (int64_t t = 0; t < seqs[i].n; t++)
@@ -117,8 +123,6 @@ int cmd_score(int argc, char **argv) {
     if (out == stdout && fflush(stdout)) kda_die("writing stdout failed");
     free(nll);
     score_seqs_free(seqs, n_seq);
-    tok_free(tok);
-    eval_device_close(&dev);
-    kda_model_free(&m);
+    cli_close_model(&cm);
     return 0;
 }

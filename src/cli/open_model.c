@@ -61,8 +61,9 @@ void cli_open_model(CliModel *cm, const CliModelSpec *s) {
     KdaError err;
     if (strcmp(s->core, "chunk") && strcmp(s->core, "recurrent"))
         kda_die("--core must be chunk or recurrent, got '%s'", s->core);
-    int pick;
-    if (eval_device_pick(s->device, &pick, &err)) kda_die("%s", err.msg);
+    int pick, fp32;
+    if (eval_device_pick(s->device, &pick, &err) || eval_precision_parse(s->precision, &fp32, &err))
+        kda_die("%s", err.msg);
     cli_resolve_model(s->model, cm->dir, sizeof cm->dir);
     KdaConfig cfg;
     KdaParamTable pt;
@@ -70,9 +71,12 @@ void cli_open_model(CliModel *cm, const CliModelSpec *s) {
     if (kda_model_load_dir(cm->dir, &cfg, &pt, &flat, &err)) kda_die("%s", err.msg);
     if (kda_model_init_from(&cm->m, &cfg, &pt, flat, &err)) kda_die("%s: %s", cm->dir, err.msg);
     cm->m.core = strcmp(s->core, "recurrent") ? KDA_CORE_CHUNK : KDA_CORE_RECURRENT;
-    if (eval_device_open(&cm->dev, s->device, &cm->m, &err)) kda_die("%s: %s", cm->dir, err.msg);
+    if (eval_device_open(&cm->dev, s->device, s->precision, &cm->m, &err))
+        kda_die("%s: %s", cm->dir, err.msg);
     if (cm->dev.note[0]) kda_warn("--device auto: %s; using the CPU", cm->dev.note);
-    kda_info("device: %s%s", cm->dev.name, cm->dev.cuda && s->gpu_note ? s->gpu_note : "");
+    kda_info("device: %s%s%s%s", cm->dev.name, s->log_precision ? ", precision " : "",
+             s->log_precision ? cm->dev.precision : "",
+             cm->dev.cuda && s->gpu_note ? s->gpu_note : "");
     if (s->tok_source == CLI_TOK_FLAG && s->tokenizer) {
         KdaError e;
         if (tok_load(&cm->tok, s->tokenizer, &e)) kda_die("%s", e.msg);

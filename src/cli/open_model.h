@@ -26,6 +26,8 @@ typedef struct {
     const char *model;     // --model: an HF model directory, or a training save dir / iter_* dir
     const char *core;      // --core: "chunk" | "recurrent"
     const char *device;    // --device: "auto" | "cpu" | "cuda"
+    const char *precision; // --precision: "bf16" | "fp32" | NULL (eval/device.h; generate: NULL)
+    int log_precision;     // 1: the device log line names the precision (score, eval)
     const char *tokenizer; // --tokenizer, or NULL
     CliTokSource tok_source;
     const char *gpu_note; // appended to the "device: NAME" log line on the GPU (or NULL)

@@ -1,5 +1,5 @@
-// gemm_cuda.cu - cuBLASLt matmul wrapper (bf16 operands, fp32 compute) and the Linear layer's
-// three products; see gemm_cuda.h.
+// gemm_cuda.cu - cuBLASLt matmul wrapper (bf16 or fp32 operands, fp32 compute) and the Linear
+// layer's three products; see gemm_cuda.h.
 //
 // Row-major X [N, in] is the column-major matrix Xᵀ [in, N] with ld = in. Hence
 //   y = x·Wᵀ   ->  yᵀ [out, N] = op_T(W_cm [in, out]) · X_cm [in, N]
@@ -31,10 +31,10 @@ struct LtDescs {
 // pointers; cuBLASLt assumes 256-byte aligned pointers by default, cached or not).
 struct PlanKey {
     int64_t m, n, k, lda, ldb, ldd;
-    int ta, tb, dt;
+    int ta, tb, dt, ab; // ab: the operands' KdaDtype
     bool operator==(const PlanKey &o) const {
         return m == o.m && n == o.n && k == o.k && lda == o.lda && ldb == o.ldb && ldd == o.ldd &&
-               ta == o.ta && tb == o.tb && dt == o.dt;
+               ta == o.ta && tb == o.tb && dt == o.dt && ab == o.ab;
     }
 };
 
@@ -52,16 +52,19 @@ int build_plan(KdaCudaCtx *ctx, const PlanKey &q, LtDescs &s) {
     cublasOperation_t ta = q.ta ? CUBLAS_OP_T : CUBLAS_OP_N;
     cublasOperation_t tb = q.tb ? CUBLAS_OP_T : CUBLAS_OP_N;
     cudaDataType_t dt = q.dt == KDA_DT_BF16 ? CUDA_R_16BF : CUDA_R_32F;
+    cudaDataType_t ab = q.ab == KDA_DT_BF16 ? CUDA_R_16BF : CUDA_R_32F;
+    // CUBLAS_COMPUTE_32F: fp32 accumulation; with fp32 operands also fp32 products (no TF32,
+    // which only CUBLAS_COMPUTE_32F_FAST_TF32 would allow).
     CUBLAS_CHECK(ctx, cublasLtMatmulDescCreate(&s.op, CUBLAS_COMPUTE_32F, CUDA_R_32F));
     CUBLAS_CHECK(ctx,
                  cublasLtMatmulDescSetAttribute(s.op, CUBLASLT_MATMUL_DESC_TRANSA, &ta, sizeof ta));
     CUBLAS_CHECK(ctx,
                  cublasLtMatmulDescSetAttribute(s.op, CUBLASLT_MATMUL_DESC_TRANSB, &tb, sizeof tb));
     // Stored shapes (column-major): A is m x k, or k x m when transposed; likewise B.
-    CUBLAS_CHECK(ctx, cublasLtMatrixLayoutCreate(&s.a, CUDA_R_16BF, q.ta ? q.k : q.m,
-                                                 q.ta ? q.m : q.k, q.lda));
-    CUBLAS_CHECK(ctx, cublasLtMatrixLayoutCreate(&s.b, CUDA_R_16BF, q.tb ? q.n : q.k,
-                                                 q.tb ? q.k : q.n, q.ldb));
+    CUBLAS_CHECK(ctx,
+                 cublasLtMatrixLayoutCreate(&s.a, ab, q.ta ? q.k : q.m, q.ta ? q.m : q.k, q.lda));
+    CUBLAS_CHECK(ctx,
+                 cublasLtMatrixLayoutCreate(&s.b, ab, q.tb ? q.n : q.k, q.tb ? q.k : q.n, q.ldb));
     CUBLAS_CHECK(ctx, cublasLtMatrixLayoutCreate(&s.d, dt, q.m, q.n, q.ldd));
     CUBLAS_CHECK(ctx, cublasLtMatmulPreferenceCreate(&s.pref));
     size_t ws = ctx->lt_ws_size;
@@ -79,13 +82,14 @@ int build_plan(KdaCudaCtx *ctx, const PlanKey &q, LtDescs &s) {
     return 0;
 }
 
-// D = alpha · op(A) · op(B) + beta · C (C and D share D's layout; C may be D).
+// D = alpha · op(A) · op(B) + beta · C (C and D share D's layout; C may be D); A and B of
+// ab_type.
 int matmul_cd(KdaCudaCtx *ctx, int trans_a, int trans_b, int64_t m, int64_t n, int64_t k,
-              float alpha, const kda_bf16 *A, int64_t lda, const kda_bf16 *B, int64_t ldb,
+              float alpha, KdaDtype ab_type, const void *A, int64_t lda, const void *B, int64_t ldb,
               float beta, const void *C, void *D, KdaDtype d_type, int64_t ldd) {
     KDA_CUDA_REQUIRE(ctx, m > 0 && n > 0 && k > 0);
     KDA_CUDA_REQUIRE(ctx, lda >= (trans_a ? k : m) && ldb >= (trans_b ? n : k) && ldd >= m);
-    PlanKey q = {m, n, k, lda, ldb, ldd, trans_a != 0, trans_b != 0, (int)d_type};
+    PlanKey q = {m, n, k, lda, ldb, ldd, trans_a != 0, trans_b != 0, (int)d_type, (int)ab_type};
     cublasLtHandle_t lt = (cublasLtHandle_t)ctx->lt_handle;
     PlanCache *pc = (PlanCache *)ctx->lt_plans;
     if (!ctx->plan_off && !pc) {
@@ -139,8 +143,8 @@ extern "C" int kda_cuda_matmul(KdaCudaCtx *ctx, int trans_a, int trans_b, int64_
                                int64_t k, float alpha, const kda_bf16 *A, int64_t lda,
                                const kda_bf16 *B, int64_t ldb, float beta, void *D, KdaDtype d_type,
                                int64_t ldd) {
-    return matmul_cd(ctx, trans_a, trans_b, m, n, k, alpha, A, lda, B, ldb, beta, D, D, d_type,
-                     ldd);
+    return matmul_cd(ctx, trans_a, trans_b, m, n, k, alpha, KDA_DT_BF16, A, lda, B, ldb, beta, D, D,
+                     d_type, ldd);
 }
 
 extern "C" int kda_cuda_gemm_fwd(KdaCudaCtx *ctx, void *y, KdaDtype y_type, const kda_bf16 *x,
@@ -160,8 +164,8 @@ extern "C" int kda_cuda_gemm_residual(KdaCudaCtx *ctx, float *out, const float *
         return kda_cuda_gemm_fwd(ctx, out, KDA_DT_F32, x, W, N, in, out_f, 1);
     }
     // C = res, D = out: cuBLASLt's epilogue adds the residual while writing (no copy pass)
-    return matmul_cd(ctx, 1, 0, out_f, N, in, 1.0f, W, in, x, in, 1.0f, res, out, KDA_DT_F32,
-                     out_f);
+    return matmul_cd(ctx, 1, 0, out_f, N, in, 1.0f, KDA_DT_BF16, W, in, x, in, 1.0f, res, out,
+                     KDA_DT_F32, out_f);
 }
 
 extern "C" int kda_cuda_gemm_bwd_dx(KdaCudaCtx *ctx, void *dx, KdaDtype dx_type, const kda_bf16 *dy,
@@ -174,4 +178,26 @@ extern "C" int kda_cuda_gemm_bwd_dx(KdaCudaCtx *ctx, void *dx, KdaDtype dx_type,
 extern "C" int kda_cuda_gemm_bwd_dw(KdaCudaCtx *ctx, float *dW, const kda_bf16 *dy,
                                     const kda_bf16 *x, int64_t N, int64_t in, int64_t out) {
     return kda_cuda_matmul(ctx, 0, 1, in, out, N, 1.0f, x, in, dy, out, 1.0f, dW, KDA_DT_F32, in);
+}
+
+// ---- fp32 operands (the scoring path of model_cuda_f32.c) ------------------------------
+
+extern "C" int kda_cuda_gemm_fwd_f32(KdaCudaCtx *ctx, float *y, const float *x, const float *W,
+                                     int64_t N, int64_t in, int64_t out) {
+    return matmul_cd(ctx, 1, 0, out, N, in, 1.0f, KDA_DT_F32, W, in, x, in, 0.0f, y, y, KDA_DT_F32,
+                     out);
+}
+
+extern "C" int kda_cuda_gemm_residual_f32(KdaCudaCtx *ctx, float *out, const float *res,
+                                          const float *x, const float *W, int64_t N, int64_t in,
+                                          int64_t out_f) {
+    return matmul_cd(ctx, 1, 0, out_f, N, in, 1.0f, KDA_DT_F32, W, in, x, in, 1.0f, res, out,
+                     KDA_DT_F32, out_f);
+}
+
+extern "C" int kda_cuda_matmul_f32(KdaCudaCtx *ctx, int trans_a, int trans_b, int64_t m, int64_t n,
+                                   int64_t k, const float *A, int64_t lda, const float *B,
+                                   int64_t ldb, float *D, int64_t ldd) {
+    return matmul_cd(ctx, trans_a, trans_b, m, n, k, 1.0f, KDA_DT_F32, A, lda, B, ldb, 0.0f, D, D,
+                     KDA_DT_F32, ldd);
 }

@@ -1,5 +1,5 @@
-// gemm_cuda.h - the Linear layer on the GPU through cuBLASLt: bf16 operands, fp32 accumulate,
-// torch layout W [out, in]; the twin of cpu/gemm.h.
+// gemm_cuda.h - the Linear layer on the GPU through cuBLASLt: bf16 operands (fp32 ones for the
+// scoring path at the end), fp32 accumulate, torch layout W [out, in]; the twin of cpu/gemm.h.
 //
 //   forward     y  (+)= x · Wᵀ          x [N, in] bf16, W [out, in] bf16, y [N, out] fp32|bf16
 //   input grad  dx (+)= dy · W          dy [N, out] bf16 -> dx [N, in] fp32|bf16
@@ -41,6 +41,20 @@ int kda_cuda_gemm_residual(KdaCudaCtx *ctx, float *out, const float *res, const 
 int kda_cuda_matmul(KdaCudaCtx *ctx, int trans_a, int trans_b, int64_t m, int64_t n, int64_t k,
                     float alpha, const kda_bf16 *A, int64_t lda, const kda_bf16 *B, int64_t ldb,
                     float beta, void *D, KdaDtype d_type, int64_t ldd);
+
+// ---- fp32 operands: the scoring path (--precision fp32, cuda/model_cuda_f32.h) ------------------
+// The same products with x, W, A, B fp32 and fp32 output: CUBLAS_COMPUTE_32F with fp32 operands
+// is full fp32 (fp32 products, fp32 accumulation; TF32 would need CUBLAS_COMPUTE_32F_FAST_TF32).
+// y [N, out] fp32 = x [N, in] fp32 · W [out, in]ᵀ fp32 (overwritten).
+int kda_cuda_gemm_fwd_f32(KdaCudaCtx *ctx, float *y, const float *x, const float *W, int64_t N,
+                          int64_t in, int64_t out);
+// out [N, out_f] fp32 = res [N, out_f] + x [N, in] fp32 · W [out_f, in]ᵀ fp32; out may be res.
+int kda_cuda_gemm_residual_f32(KdaCudaCtx *ctx, float *out, const float *res, const float *x,
+                               const float *W, int64_t N, int64_t in, int64_t out_f);
+// Column-major D [m, n] fp32 = op(A) · op(B) (kda_cuda_matmul's form, alpha 1, beta 0).
+int kda_cuda_matmul_f32(KdaCudaCtx *ctx, int trans_a, int trans_b, int64_t m, int64_t n, int64_t k,
+                        const float *A, int64_t lda, const float *B, int64_t ldb, float *D,
+                        int64_t ldd);
 
 #ifdef __cplusplus
 }

@@ -43,16 +43,31 @@ __host__ __device__ inline float fexp(float x) {
     return expf(x);
 #endif
 }
+
+// Loads and stores of either storage type (E = kda_bf16: training; float: the fp32 scoring path).
+__host__ __device__ inline float lde(kda_bf16 h) {
+    return bf2f(h);
+}
+__host__ __device__ inline float lde(float f) {
+    return f;
+}
+__host__ __device__ inline void ste(kda_bf16 *p, float f) {
+    *p = f2bf(f);
+}
+__host__ __device__ inline void ste(float *p, float f) {
+    *p = f;
+}
+
 // Block-strided loop: e = this thread's items of [0, n).
 #define FOR(e, n) for (int e = tid, e##_end = (n); e < e##_end; e += nth)
 
 // ---- arguments ----------------------------------------------------------------------------------
 // Scratch tensors are chunk-major: chunk id cid = (b·HV + j)·NT + n, each chunk's block contiguous
 // ([C, K], [C, V], [C, C], [K, V] or [K] per chunk); rows past the sequence end are zeros.
+// FastArgs: everything but the q, k, v, o (dO, dv) tensors, whose storage type E is FastIo's.
 struct FastArgs {
     int B, T, H, HV, K, V, C, NT, Vt; // Vt: V columns per state-pass block (V % Vt == 0)
     float scale;
-    const kda_bf16 *q, *k, *v, *dO;
     const float *gcum, *beta, *init_state, *dfinal;
     float *w, *kg, *qg; // [cid][C][K]  Akk·(βk e^G), k e^{G_last - G}, scale q e^G
     float *u, *D;       // [cid][C][V]  Akk·(βv), Δ = u - w h
@@ -60,11 +75,17 @@ struct FastArgs {
     float *Aqk;         // [cid][C][C]  scale-included, lower triangle with diagonal
     float *gl;          // [cid][K]     e^{G_last}
     float *h, *dh;      // [cid][K][V]  chunk-start state, gradient w.r.t. the chunk-end state
-    kda_bf16 *o, *dv;   // outputs
     float *final_state, *dinit;
     float *dq, *dk; // [B, T, H, K]; GVA (HV > H): [B, T, HV, K] scratch, summed by gva_sum
     float *dg, *dbeta;
 };
+// The input and output tensors, E = kda_bf16 (training, and the backward always) or float (the
+// forward of the fp32 scoring path).
+template <class E> struct FastIo : FastArgs {
+    const E *q, *k, *v, *dO;
+    E *o, *dv; // outputs
+};
+typedef FastIo<kda_bf16> FastBf;
 
 struct ChunkPos {
     int64_t cid, bj; // chunk id, b·HV + j
@@ -116,7 +137,8 @@ __host__ __device__ inline size_t bwd_floats(int C, int K, int V, int Vt) {
 // L[i,j] = β_i Σ_c k_i k_j e^{G_i - G_j} (j < i), Aqk[i,j] = scale Σ_c q_i k_j e^{G_i - G_j}
 // (j <= i), Akk = (I + L)^-1, w = Akk (β k e^G), u = Akk (β v), kg, qg, e^{G_last}; the forward
 // keeps Aqk, the backward dΔ_intra = Aqkᵀ dO instead.
-__host__ __device__ void intra_body(const FastArgs &a, int64_t blk, float *sm, bool bwd) {
+template <class E>
+__host__ __device__ void intra_body(const FastIo<E> &a, int64_t blk, float *sm, bool bwd) {
     const int tid = tid_(), nth = nth_();
     const int C = a.C, K = a.K, V = a.V, LK = K + 1, LV = V + 1, LC = C + 1;
     const ChunkPos p = chunk_pos(a, blk);
@@ -128,15 +150,15 @@ __host__ __device__ void intra_body(const FastArgs &a, int64_t blk, float *sm, b
     FOR(e, C * K) {
         int i = e / K, c = e % K, t = p.t0 + i;
         bool in = i < n;
-        Qs[i * LK + c] = in ? bf2f(a.q[qk_at(a, p.b, t, p.hq) + c]) : 0.0f;
-        Ks[i * LK + c] = in ? bf2f(a.k[qk_at(a, p.b, t, p.hq) + c]) : 0.0f;
+        Qs[i * LK + c] = in ? lde(a.q[qk_at(a, p.b, t, p.hq) + c]) : 0.0f;
+        Ks[i * LK + c] = in ? lde(a.k[qk_at(a, p.b, t, p.hq) + c]) : 0.0f;
         Gs[i * LK + c] = in ? a.gcum[g_at(a, p.b, t, p.j) + c] : 0.0f;
     }
     FOR(e, C * V) {
         int i = e / V, c = e % V, t = p.t0 + i;
         bool in = i < n;
-        Vs[i * LV + c] = in ? bf2f(a.v[v_at(a, p.b, t, p.j) + c]) : 0.0f;
-        if (bwd) dOs[i * LV + c] = in ? bf2f(a.dO[v_at(a, p.b, t, p.j) + c]) : 0.0f;
+        Vs[i * LV + c] = in ? lde(a.v[v_at(a, p.b, t, p.j) + c]) : 0.0f;
+        if (bwd) dOs[i * LV + c] = in ? lde(a.dO[v_at(a, p.b, t, p.j) + c]) : 0.0f;
     }
     FOR(i, C) bs[i] = i < n ? a.beta[beta_at(a, p.b, p.t0 + i, p.j)] : 0.0f;
     sync_();
@@ -265,7 +287,8 @@ __host__ __device__ void state_body(const FastArgs &a, int64_t blk, float *sm) {
 }
 
 // ---- output: o = qg h[n] + Aqk Δ, chunk-parallel ------------------------------------------------
-__host__ __device__ void output_body(const FastArgs &a, int64_t blk, float *sm) {
+template <class E>
+__host__ __device__ void output_body(const FastIo<E> &a, int64_t blk, float *sm) {
     const int tid = tid_(), nth = nth_();
     const int C = a.C, K = a.K, V = a.V, LK = K + 1, LC = C + 1;
     const ChunkPos p = chunk_pos(a, blk);
@@ -283,7 +306,7 @@ __host__ __device__ void output_body(const FastArgs &a, int64_t blk, float *sm) 
             s += QG[i * LK + x] * Hs[x * V + c];
         for (int jj = 0; jj <= i; jj++)
             s += Aq[i * LC + jj] * Ds[jj * V + c];
-        a.o[v_at(a, p.b, p.t0 + i, p.j) + c] = f2bf(s);
+        ste(&a.o[v_at(a, p.b, p.t0 + i, p.j) + c], s);
     }
 }
 
@@ -291,7 +314,7 @@ __host__ __device__ void output_body(const FastArgs &a, int64_t blk, float *sm) 
 // --------------------------------------- dS starts at the final-state gradient. For chunks in
 // reverse: dh[n] = dS (gradient w.r.t. the chunk-end state); dΔ = dΔ_intra + kg dS; dS =
 // Diag(e^{G_last}) dS + qgᵀ dO - wᵀ dΔ.
-__host__ __device__ void state_bwd_body(const FastArgs &a, int64_t blk, float *sm) {
+__host__ __device__ void state_bwd_body(const FastBf &a, int64_t blk, float *sm) {
     const int tid = tid_(), nth = nth_();
     const int C = a.C, K = a.K, V = a.V, Vt = a.Vt, LK = K + 1, LT = Vt + 1, nvt = V / Vt;
     const int64_t bj = blk / nvt;
@@ -353,7 +376,7 @@ __host__ __device__ void state_bwd_body(const FastArgs &a, int64_t blk, float *s
 // Given S0 = h[n], dS = dh[n], Δ and the full dΔ: dAqk, the inter-chunk parts of dq/dk/dΓ,
 // dw = -dΔ S0ᵀ, the WY backward, dL = -Akkᵀ dAkk Akkᵀ, the pairwise intra terms, dβ, dv, and
 // dg = the reverse chunk-local cumsum of dΓ.
-__host__ __device__ void bwd_body(const FastArgs &a, int64_t blk, float *sm) {
+__host__ __device__ void bwd_body(const FastBf &a, int64_t blk, float *sm) {
     const int tid = tid_(), nth = nth_();
     const int C = a.C, K = a.K, V = a.V, Vt = a.Vt;
     const int LK = K + 1, LV = V + 1, LC = C + 1, LT = Vt + 1;
@@ -593,7 +616,7 @@ __host__ __device__ inline void gva_sum_item(float *out, const float *in, int64_
 
 // ---- device entry points ------------------------------------------------------------------------
 
-__global__ void __launch_bounds__(FAST_THREADS) intra_k(FastArgs a, bool bwd) {
+template <class E> __global__ void __launch_bounds__(FAST_THREADS) intra_k(FastIo<E> a, bool bwd) {
     extern __shared__ float sm[];
     intra_body(a, blockIdx.x, sm, bwd);
 }
@@ -601,15 +624,15 @@ __global__ void __launch_bounds__(FAST_THREADS) state_k(FastArgs a) {
     extern __shared__ float sm[];
     state_body(a, blockIdx.x, sm);
 }
-__global__ void __launch_bounds__(FAST_THREADS) output_k(FastArgs a) {
+template <class E> __global__ void __launch_bounds__(FAST_THREADS) output_k(FastIo<E> a) {
     extern __shared__ float sm[];
     output_body(a, blockIdx.x, sm);
 }
-__global__ void __launch_bounds__(FAST_THREADS) state_bwd_k(FastArgs a) {
+__global__ void __launch_bounds__(FAST_THREADS) state_bwd_k(FastBf a) {
     extern __shared__ float sm[];
     state_bwd_body(a, blockIdx.x, sm);
 }
-__global__ void __launch_bounds__(FAST_THREADS) bwd_k(FastArgs a) {
+__global__ void __launch_bounds__(FAST_THREADS) bwd_k(FastBf a) {
     extern __shared__ float sm[];
     bwd_body(a, blockIdx.x, sm);
 }
@@ -733,18 +756,20 @@ void keep_carve(FastArgs &a, float *keep) {
     a.D = keep + ch * a.K * a.V;
 }
 
-int fast_fwd(KdaCudaCtx *ctx, cudaEvent_t **ev, kda_bf16 *o, float *final_state, const kda_bf16 *q,
-             const kda_bf16 *k, const kda_bf16 *v, const float *gcum, const float *beta,
-             const float *init_state, const KdaDims *d, float *keep) {
-    FastArgs a;
+template <class E>
+int fast_fwd(KdaCudaCtx *ctx, cudaEvent_t **ev, E *o, float *final_state, const E *q, const E *k,
+             const E *v, const float *gcum, const float *beta, const float *init_state,
+             const KdaDims *d, float *keep) {
+    FastIo<E> a = {};
     if (prepare(ctx, a, d)) return -1;
     if (keep) keep_carve(a, keep);
     a.q = q, a.k = k, a.v = v, a.gcum = gcum, a.beta = beta, a.init_state = init_state;
     a.o = o, a.final_state = final_state;
     int64_t chunks = (int64_t)a.B * a.HV * a.NT, tiles = (int64_t)a.B * a.HV * (a.V / a.Vt);
-    if (launch(ctx, ev, intra_k, chunks, intra_floats(a.C, a.K, a.V, false), a, false) ||
-        launch(ctx, ev, state_k, tiles, state_floats(a.C, a.K, a.Vt), a) ||
-        launch(ctx, ev, output_k, chunks, output_floats(a.C, a.K, a.V), a))
+    const FastArgs &base = a; // the state pass reads no q, k, v, o
+    if (launch(ctx, ev, intra_k<E>, chunks, intra_floats(a.C, a.K, a.V, false), a, false) ||
+        launch(ctx, ev, state_k, tiles, state_floats(a.C, a.K, a.Vt), base) ||
+        launch(ctx, ev, output_k<E>, chunks, output_floats(a.C, a.K, a.V), a))
         return -1;
     return 0;
 }
@@ -753,7 +778,7 @@ int fast_bwd(KdaCudaCtx *ctx, cudaEvent_t **ev, float *dq, float *dk, kda_bf16 *
              float *dbeta, float *dinit_state, const kda_bf16 *d_o, const float *dfinal_state,
              const kda_bf16 *q, const kda_bf16 *k, const kda_bf16 *v, const float *gcum,
              const float *beta, const float *init_state, const KdaDims *d, const float *kept) {
-    FastArgs a;
+    FastBf a = {};
     if (prepare(ctx, a, d)) return -1;
     if (kept) keep_carve(a, (float *)kept); // read only: the state pass that writes them is skipped
     a.q = q, a.k = k, a.v = v, a.dO = d_o, a.gcum = gcum, a.beta = beta;
@@ -761,8 +786,9 @@ int fast_bwd(KdaCudaCtx *ctx, cudaEvent_t **ev, float *dq, float *dk, kda_bf16 *
     a.dv = dv, a.dg = dg, a.dbeta = dbeta, a.dinit = dinit_state;
     if (a.HV == a.H) a.dq = dq, a.dk = dk;
     int64_t chunks = (int64_t)a.B * a.HV * a.NT, tiles = (int64_t)a.B * a.HV * (a.V / a.Vt);
-    if (launch(ctx, ev, intra_k, chunks, intra_floats(a.C, a.K, a.V, true), a, true) ||
-        (!kept && launch(ctx, ev, state_k, tiles, state_floats(a.C, a.K, a.Vt), a)) ||
+    const FastArgs &base = a;
+    if (launch(ctx, ev, intra_k<kda_bf16>, chunks, intra_floats(a.C, a.K, a.V, true), a, true) ||
+        (!kept && launch(ctx, ev, state_k, tiles, state_floats(a.C, a.K, a.Vt), base)) ||
         launch(ctx, ev, state_bwd_k, tiles, state_floats(a.C, a.K, a.Vt), a) ||
         launch(ctx, ev, bwd_k, chunks, bwd_floats(a.C, a.K, a.V, a.Vt), a))
         return -1;
@@ -801,6 +827,12 @@ extern "C" int kda_fast_fwd(KdaCudaCtx *ctx, kda_bf16 *o, float *final_state, co
                             const kda_bf16 *k, const kda_bf16 *v, const float *gcum,
                             const float *beta, const float *init_state, const KdaDims *d) {
     return fast_fwd(ctx, NULL, o, final_state, q, k, v, gcum, beta, init_state, d, NULL);
+}
+
+extern "C" int kda_fast_fwd_f32(KdaCudaCtx *ctx, float *o, float *final_state, const float *q,
+                                const float *k, const float *v, const float *gcum,
+                                const float *beta, const float *init_state, const KdaDims *d) {
+    return fast_fwd(ctx, NULL, o, final_state, q, k, v, gcum, beta, init_state, d, (float *)NULL);
 }
 
 extern "C" size_t kda_fast_keep_floats(const KdaDims *d) {
@@ -879,23 +911,43 @@ extern "C" int kda_fast_profile(KdaCudaCtx *ctx, const KdaDims *d, int reps, flo
 // ---- host emulation -----------------------------------------------------------------------------
 
 namespace {
-struct HostRun {
-    FastArgs a;
+template <class E> struct HostRun {
+    FastIo<E> a;
     float *ws, *sm;
     int64_t chunks, tiles;
 };
 
-void host_begin(HostRun *r, const KdaDims *d) {
-    r->a = make_args(d);
+template <class E> void host_begin(HostRun<E> *r, const KdaDims *d) {
+    r->a = FastIo<E>{};
+    static_cast<FastArgs &>(r->a) = make_args(d);
     r->ws = (float *)kda_calloc(scratch_floats(r->a), sizeof(float));
     r->sm = (float *)kda_calloc(max_smem_bytes(r->a) / sizeof(float), sizeof(float));
     carve(r->a, r->ws);
     r->chunks = (int64_t)r->a.B * r->a.HV * r->a.NT;
     r->tiles = (int64_t)r->a.B * r->a.HV * (r->a.V / r->a.Vt);
 }
-void host_end(HostRun *r) {
+template <class E> void host_end(HostRun<E> *r) {
     free(r->ws);
     free(r->sm);
+}
+
+// The forward's three stages on the host, block after block.
+template <class E>
+void fwd_host(E *o, float *final_state, const E *q, const E *k, const E *v, const float *gcum,
+              const float *beta, const float *init_state, const KdaDims *d, float *keep) {
+    HostRun<E> r;
+    host_begin(&r, d);
+    FastIo<E> &a = r.a;
+    if (keep) keep_carve(a, keep);
+    a.q = q, a.k = k, a.v = v, a.gcum = gcum, a.beta = beta, a.init_state = init_state;
+    a.o = o, a.final_state = final_state;
+    for (int64_t b = 0; b < r.chunks; b++)
+        intra_body(a, b, r.sm, false);
+    for (int64_t b = 0; b < r.tiles; b++)
+        state_body(a, b, r.sm);
+    for (int64_t b = 0; b < r.chunks; b++)
+        output_body(a, b, r.sm);
+    host_end(&r);
 }
 } // namespace
 
@@ -909,19 +961,13 @@ extern "C" void kda_fast_fwd_keep_host(kda_bf16 *o, float *final_state, const kd
                                        const kda_bf16 *k, const kda_bf16 *v, const float *gcum,
                                        const float *beta, const float *init_state, const KdaDims *d,
                                        float *keep) {
-    HostRun r;
-    host_begin(&r, d);
-    FastArgs &a = r.a;
-    if (keep) keep_carve(a, keep);
-    a.q = q, a.k = k, a.v = v, a.gcum = gcum, a.beta = beta, a.init_state = init_state;
-    a.o = o, a.final_state = final_state;
-    for (int64_t b = 0; b < r.chunks; b++)
-        intra_body(a, b, r.sm, false);
-    for (int64_t b = 0; b < r.tiles; b++)
-        state_body(a, b, r.sm);
-    for (int64_t b = 0; b < r.chunks; b++)
-        output_body(a, b, r.sm);
-    host_end(&r);
+    fwd_host(o, final_state, q, k, v, gcum, beta, init_state, d, keep);
+}
+
+extern "C" void kda_fast_fwd_f32_host(float *o, float *final_state, const float *q, const float *k,
+                                      const float *v, const float *gcum, const float *beta,
+                                      const float *init_state, const KdaDims *d) {
+    fwd_host(o, final_state, q, k, v, gcum, beta, init_state, d, (float *)NULL);
 }
 
 extern "C" void kda_fast_bwd_host(float *dq, float *dk, kda_bf16 *dv, float *dg, float *dbeta,
@@ -939,9 +985,9 @@ extern "C" void kda_fast_bwd_kept_host(float *dq, float *dk, kda_bf16 *dv, float
                                        const kda_bf16 *k, const kda_bf16 *v, const float *gcum,
                                        const float *beta, const float *init_state, const KdaDims *d,
                                        const float *kept) {
-    HostRun r;
+    HostRun<kda_bf16> r;
     host_begin(&r, d);
-    FastArgs &a = r.a;
+    FastBf &a = r.a;
     if (kept) keep_carve(a, (float *)kept);
     a.q = q, a.k = k, a.v = v, a.dO = d_o, a.gcum = gcum, a.beta = beta;
     a.init_state = init_state, a.dfinal = dfinal_state;

@@ -3,6 +3,7 @@
 //
 // Layouts and dtypes as kda_cuda.h:
 //   q, k   [B, T, H, K]   bf16, L2-normalized          v, o, do  [B, T, HV, V] bf16
+//   (fp32 q, k, v, o for kda_fast_fwd_f32, the scoring path's forward)
 //   gcum   [B, T, HV, K]  fp32 chunk-local inclusive cumsum of the log-decay, chunk = d->chunk
 //   beta   [B, T, HV]     fp32 post-sigmoid              state     [B, HV, K, V] fp32
 //   dq, dk [B, T, H, K]   fp32 (GVA: summed over the value heads of a group)
@@ -71,6 +72,13 @@ int kda_fast_bwd_kept(KdaCudaCtx *ctx, float *dq, float *dk, kda_bf16 *dv, float
                       const float *beta, const float *init_state, const KdaDims *d,
                       const float *kept);
 
+// The forward with q, k, v and o in fp32 (the --precision fp32 scoring path,
+// cuda/model_cuda_f32.h): the same kernels, instantiated for fp32 storage (every intermediate is
+// fp32 in both forms; only the loads of q, k, v and the store of o differ). Layouts as above.
+int kda_fast_fwd_f32(KdaCudaCtx *ctx, float *o, float *final_state, const float *q, const float *k,
+                     const float *v, const float *gcum, const float *beta, const float *init_state,
+                     const KdaDims *d);
+
 // Per-kernel timing for benchmarks: runs forward + backward `reps` times on internal
 // pseudo-random inputs of dims d and stores each launch's minimum milliseconds in ms: intra,
 // state, output (forward); intra, state, reverse state, main backward, GVA sum (backward).
@@ -84,6 +92,9 @@ void kda_fast_bwd_host(float *dq, float *dk, kda_bf16 *dv, float *dg, float *dbe
                        float *dinit_state, const kda_bf16 *d_o, const float *dfinal_state,
                        const kda_bf16 *q, const kda_bf16 *k, const kda_bf16 *v, const float *gcum,
                        const float *beta, const float *init_state, const KdaDims *d);
+void kda_fast_fwd_f32_host(float *o, float *final_state, const float *q, const float *k,
+                           const float *v, const float *gcum, const float *beta,
+                           const float *init_state, const KdaDims *d);
 // The M0 forms on the host (keep / kept NULL: the plain forms above).
 void kda_fast_fwd_keep_host(kda_bf16 *o, float *final_state, const kda_bf16 *q, const kda_bf16 *k,
                             const kda_bf16 *v, const float *gcum, const float *beta,

@@ -244,7 +244,7 @@ static int copy_table_(KdaParamTable *dst, const KdaParamTable *src) {
     return 0;
 }
 
-static int check_config_(const KdaConfig *c, KdaError *err) {
+int kda_cuda_model_check_config(const KdaConfig *c, KdaError *err) {
     if (!c->use_short_conv)
         return kda_fail(err, "CUDA model: use_short_conv = false is not implemented on the GPU");
     if (c->has_lower_bound)
@@ -393,7 +393,7 @@ int kda_cuda_model_fused(const KdaCudaModel *m) {
 int kda_cuda_model_create(KdaCudaModel **out, const KdaConfig *cfg, const KdaParamTable *t,
                           const float *params, int device, KdaError *err) {
     *out = NULL;
-    if (check_config_(cfg, err)) return -1;
+    if (kda_cuda_model_check_config(cfg, err)) return -1;
     int n_dev = kda_cuda_device_count();
     if (n_dev < 1) return kda_fail(err, "CUDA model: no CUDA device is visible");
     if (device < 0 || device >= n_dev)

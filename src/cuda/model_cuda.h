@@ -52,6 +52,10 @@ typedef struct KdaCudaModel KdaCudaModel;
 #define KDA_LAYOUT_GATEUP 2
 int64_t kda_cuda_device_offsets(KdaParamTable *dst, const KdaParamTable *t, int flags, int *fused);
 
+// 0 when the GPU model supports cfg, else -1 with the one-line reason (the checks of create; also
+// used by the fp32 scoring model, model_cuda_f32.h). Host only.
+int kda_cuda_model_check_config(const KdaConfig *cfg, KdaError *err);
+
 // Device `device`'s context, the five parameter-sized buffers (grads and moments zero) and a
 // copy of cfg and table; params [t->total_numel] fp32 host, dense table layout.
 int kda_cuda_model_create(KdaCudaModel **out, const KdaConfig *cfg, const KdaParamTable *t,

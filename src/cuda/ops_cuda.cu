@@ -161,6 +161,20 @@ template <int VEC> __device__ __forceinline__ void st_f(float *p, const float (&
     }
 }
 
+// Either storage type (the fp32 forward of the scoring path, model_cuda_f32.c): VEC elements.
+template <int VEC> __device__ __forceinline__ void ld_v(float (&v)[VEC], const kda_bf16 *p) {
+    ld_bf<VEC>(v, p);
+}
+template <int VEC> __device__ __forceinline__ void ld_v(float (&v)[VEC], const float *p) {
+    ld_f<VEC>(v, p);
+}
+template <int VEC> __device__ __forceinline__ void st_v(kda_bf16 *p, const float (&v)[VEC]) {
+    st_bf<VEC>(p, v);
+}
+template <int VEC> __device__ __forceinline__ void st_v(float *p, const float (&v)[VEC]) {
+    st_f<VEC>(p, v);
+}
+
 // True when every pointer is aligned to `bytes` (a null pointer counts as aligned).
 __host__ __forceinline__ bool aligned_(size_t bytes, const void *a, const void *b = NULL,
                                        const void *c = NULL, const void *d = NULL,
@@ -174,9 +188,9 @@ __host__ __forceinline__ bool aligned_(size_t bytes, const void *a, const void *
 // x [N, D] fp32; when a != NULL, x += a first (x is then the residual, written back).
 // VEC = 4: 16-byte fp32 and 8-byte bf16 accesses (D % 4 == 0, aligned rows; lane l takes
 // elements 4l .. 4l+3, 4l+128 ...), else 1. Each lane sums its own elements' squares in order,
-// then the warp sum.
-template <int VEC>
-__global__ void rmsnorm_fwd_k(kda_bf16 *y, float *rstd, float *x, const kda_bf16 *a, const float *w,
+// then the warp sum. Y: the output's storage, bf16 (training) or fp32 (scoring).
+template <int VEC, class Y>
+__global__ void rmsnorm_fwd_k(Y *y, float *rstd, float *x, const kda_bf16 *a, const float *w,
                               int64_t N, int64_t D, float eps) {
     int64_t r = warp_row(N);
     if (r < 0) return;
@@ -208,7 +222,7 @@ __global__ void rmsnorm_fwd_k(kda_bf16 *y, float *rstd, float *x, const kda_bf16
 #pragma unroll
         for (int e = 0; e < VEC; e++)
             o[e] = v[e] * rs * wv[e];
-        st_bf<VEC>(y + r * D + d, o);
+        st_v<VEC>(y + r * D + d, o);
     }
 }
 
@@ -302,21 +316,21 @@ struct RmsDw { // dy ⊙ x̂
 
 // ---- L2 norm -----------------------------------------------------------------------------------
 
-__global__ void l2norm_fwd_k(kda_bf16 *y, float *rstd, const kda_bf16 *x, int64_t N, int64_t dim,
-                             float eps) {
+template <class E> // E: bf16 or fp32 storage
+__global__ void l2norm_fwd_k(E *y, float *rstd, const E *x, int64_t N, int64_t dim, float eps) {
     int64_t r = warp_row(N);
     if (r < 0) return;
     int lane = threadIdx.x & 31;
     float ss = 0.0f;
     for (int64_t i = lane; i < dim; i += 32) {
-        float v = bf2f(x[r * dim + i]);
+        float v = ldf(x, r * dim + i);
         ss += v * v;
     }
     ss = warp_sum(ss);
     float rs = (float)(1.0 / sqrt((double)ss + (double)eps)); // eps inside the square root
     if (lane == 0 && rstd) rstd[r] = rs;
     for (int64_t i = lane; i < dim; i += 32)
-        y[r * dim + i] = f2bf(bf2f(x[r * dim + i]) * rs);
+        stf(y, r * dim + i, ldf(x, r * dim + i) * rs);
 }
 
 __global__ void l2norm_bwd_k(kda_bf16 *dx, const float *dy, const kda_bf16 *x, const float *rstd,
@@ -406,13 +420,13 @@ template <int VEC, int TT> struct ConvItem {
     }
 };
 
-// y_t = SiLU(Σ_i w[ch, i] p_{t-(W-1)+i}), zero history before t = 0.
+// y_t = SiLU(Σ_i w[ch, i] p_{t-(W-1)+i}), zero history before t = 0. E: bf16 or fp32 storage.
 // With L2 (the fused q/k path): y = SiLU(conv) / sqrt(|SiLU(conv)|² + eps) per head of K = lg·VEC
 // channels (lg consecutive lanes hold a head; C = H·K), rstd [B·T·H] = that reciprocal root.
-template <int W, int VEC, bool L2>
+template <int W, int VEC, bool L2, class E>
 __global__ void __launch_bounds__(32 * CONV_BT)
-    conv_fwd_k(kda_bf16 *y, float *rstd, const kda_bf16 *p, const float *w, int64_t B, int64_t T,
-               int64_t C, int lg, float eps) {
+    conv_fwd_k(E *y, float *rstd, const E *p, const float *w, int64_t B, int64_t T, int64_t C,
+               int lg, float eps) {
     ConvItem<VEC, CONV_TT_FWD> it;
     if (!it.init(B, T, C)) return;
     float wr[W][VEC], win[W][VEC]; // win[i] = p_{t-(W-1)+i}; win[W-1] is the current token
@@ -421,8 +435,8 @@ __global__ void __launch_bounds__(32 * CONV_BT)
 #pragma unroll
         for (int i = 0; i < W; i++)
             wr[i][v] = w[(it.ch0 + v) * W + i];
-    const kda_bf16 *pb = p + it.b * T * C + it.ch0;
-    kda_bf16 *yb = y + it.b * T * C + it.ch0;
+    const E *pb = p + it.b * T * C + it.ch0;
+    E *yb = y + it.b * T * C + it.ch0;
     // L2: this lane's head (K = lg·VEC channels) and whether it writes the head's rstd
     const int64_t K = L2 ? (int64_t)lg * VEC : 1, H = C / K, head = it.ch0 / K;
     const bool lead = it.ch0 % K == 0;
@@ -431,7 +445,7 @@ __global__ void __launch_bounds__(32 * CONV_BT)
     for (int i = 0; i < W - 1; i++) { // history p_{t0-(W-1)} .. p_{t0-1}
         int64_t tau = it.t0 - (W - 1) + i;
         if (tau >= 0) {
-            ld_bf<VEC>(win[i], pb + tau * C);
+            ld_v<VEC>(win[i], pb + tau * C);
         } else {
 #pragma unroll
             for (int v = 0; v < VEC; v++)
@@ -442,7 +456,7 @@ __global__ void __launch_bounds__(32 * CONV_BT)
     for (int s = 0; s < CONV_TT_FWD; s++) {
         int64_t t = it.t0 + s;
         if (t >= it.t1) break; // warp-uniform (one tile per warp)
-        ld_bf<VEC>(win[W - 1], pb + t * C);
+        ld_v<VEC>(win[W - 1], pb + t * C);
         float out[VEC];
 #pragma unroll
         for (int v = 0; v < VEC; v++) {
@@ -459,7 +473,7 @@ __global__ void __launch_bounds__(32 * CONV_BT)
                 out[v] *= rs;
             if (lead) rstd[(it.b * T + t) * H + head] = rs;
         }
-        st_bf<VEC>(yb + t * C, out);
+        st_v<VEC>(yb + t * C, out);
 #pragma unroll
         for (int i = 0; i < W - 1; i++) // slide (register renames once unrolled)
 #pragma unroll
@@ -631,8 +645,9 @@ __device__ __forceinline__ float softplus_f(float a) {
     return a > 20.0f ? a : log1pf(expf(a));
 }
 
-// One thread per (b, chunk, j, d): walks the chunk's tokens forward.
-__global__ void gate_fwd_k(float *gcum, float *gout, const kda_bf16 *f, const float *A_log,
+// One thread per (b, chunk, j, d): walks the chunk's tokens forward. E: f's storage.
+template <class E>
+__global__ void gate_fwd_k(float *gcum, float *gout, const E *f, const float *A_log,
                            const float *dt_bias, int64_t B, int64_t T, int64_t HV, int64_t K,
                            int64_t chunk) {
     int64_t HK = HV * K, NC = CEIL_DIV(T, chunk);
@@ -643,7 +658,7 @@ __global__ void gate_fwd_k(float *gcum, float *gout, const kda_bf16 *f, const fl
     int64_t t1 = min((ck + 1) * chunk, T);
     for (int64_t t = ck * chunk; t < t1; t++) {
         int64_t i = (b * T + t) * HK + jd;
-        float g = -A * softplus_f(bf2f(f[i]) + bias);
+        float g = -A * softplus_f(ldf(f, i) + bias);
         acc += g;
         gcum[i] = acc;
         if (gout) gout[i] = g;
@@ -726,10 +741,10 @@ __global__ void __launch_bounds__(DA_THREADS)
 // ---- beta
 // ----------------------------------------------------------------------------------------
 
-__global__ void beta_fwd_k(float *beta, const kda_bf16 *b, int64_t n, float s) {
+template <class E> __global__ void beta_fwd_k(float *beta, const E *b, int64_t n, float s) {
     for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < n;
          i += (int64_t)gridDim.x * blockDim.x)
-        beta[i] = s * sigmoid_f(bf2f(b[i]));
+        beta[i] = s * sigmoid_f(ldf(b, i));
 }
 
 __global__ void beta_bwd_k(kda_bf16 *db, const float *dbeta, const kda_bf16 *b, int64_t n,
@@ -743,21 +758,22 @@ __global__ void beta_bwd_k(kda_bf16 *db, const float *dbeta, const kda_bf16 *b, 
 
 // ---- gated RMSNorm -----------------------------------------------------------------------------
 
-__global__ void gnorm_fwd_k(kda_bf16 *y, float *rstd, const kda_bf16 *x, const kda_bf16 *z,
-                            const float *w, int64_t N, int64_t V, float eps) {
+template <class E> // E: bf16 or fp32 storage of x, z, y
+__global__ void gnorm_fwd_k(E *y, float *rstd, const E *x, const E *z, const float *w, int64_t N,
+                            int64_t V, float eps) {
     int64_t r = warp_row(N);
     if (r < 0) return;
     int lane = threadIdx.x & 31;
     float ss = 0.0f;
     for (int64_t v = lane; v < V; v += 32) {
-        float xv = bf2f(x[r * V + v]);
+        float xv = ldf(x, r * V + v);
         ss += xv * xv;
     }
     ss = warp_sum(ss);
     float rs = (float)(1.0 / sqrt((double)ss / (double)V + (double)eps));
     if (lane == 0) rstd[r] = rs;
     for (int64_t v = lane; v < V; v += 32)
-        y[r * V + v] = f2bf(bf2f(x[r * V + v]) * rs * w[v] * sigmoid_f(bf2f(z[r * V + v])));
+        stf(y, r * V + v, ldf(x, r * V + v) * rs * w[v] * sigmoid_f(ldf(z, r * V + v)));
 }
 
 __global__ void gnorm_bwd_k(kda_bf16 *dx, kda_bf16 *dz, const kda_bf16 *dy, const kda_bf16 *x,
@@ -905,11 +921,11 @@ __global__ void __launch_bounds__(32 * ROWS_PER_BLOCK)
 
 // ---- Linear bias -----------------------------------------------------------------------------
 
-__global__ void bias_add_k(kda_bf16 *y, const float *bias, int64_t N, int64_t out) {
+template <class E> __global__ void bias_add_k(E *y, const float *bias, int64_t N, int64_t out) {
     int64_t n = N * out;
     for (int64_t e = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; e < n;
          e += (int64_t)gridDim.x * blockDim.x)
-        y[e] = f2bf(bf2f(y[e]) + bias[e % out]);
+        stf(y, e, ldf(y, e) + bias[e % out]);
 }
 
 struct BiasDb { // dy
@@ -922,12 +938,13 @@ struct BiasDb { // dy
 
 // ---- SwiGLU ----------------------------------------------------------------------------------
 
-// Elements [i0, n), one per thread (grid-stride): the scalar path and the vector path's tail.
-__global__ void swiglu_fwd_k(kda_bf16 *m, const kda_bf16 *a, const kda_bf16 *b, int64_t i0,
-                             int64_t n) {
+// Elements [i0, n), one per thread (grid-stride): the scalar path and the vector path's tail
+// (bf16), the whole fp32 scoring path (E = float).
+template <class E>
+__global__ void swiglu_fwd_k(E *m, const E *a, const E *b, int64_t i0, int64_t n) {
     for (int64_t i = i0 + (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < n;
          i += (int64_t)gridDim.x * blockDim.x)
-        m[i] = f2bf(silu_f(bf2f(a[i])) * bf2f(b[i]));
+        stf(m, i, silu_f(ldf(a, i)) * ldf(b, i));
 }
 
 __global__ void swiglu_bwd_k(kda_bf16 *da, kda_bf16 *db, const kda_bf16 *dm, const kda_bf16 *a,
@@ -1622,6 +1639,92 @@ int kda_cuda_scale(KdaCudaCtx *ctx, float *g, int64_t n, const float *coef) {
     KDA_CUDA_REQUIRE(ctx, n >= 0);
     if (n == 0) return 0;
     scale_k<<<grid_for(n), 256, 0, ctx->stream>>>(g, n, coef);
+    CUDA_CHECK_LAUNCH(ctx);
+    return 0;
+}
+
+// ---- fp32 forward launchers (the scoring path, ops_cuda.h) ------------------------------------
+
+int kda_cuda_rmsnorm_fwd_f32(KdaCudaCtx *ctx, float *y, float *rstd, const float *x, const float *w,
+                             int64_t N, int64_t D, float eps) {
+    KDA_CUDA_REQUIRE(ctx, N >= 0 && D > 0);
+    if (N == 0) return 0;
+    rmsnorm_fwd_k<1>
+        <<<row_blocks(N), 256, 0, ctx->stream>>>(y, rstd, (float *)x, NULL, w, N, D, eps);
+    CUDA_CHECK_LAUNCH(ctx);
+    return 0;
+}
+
+int kda_cuda_l2norm_fwd_f32(KdaCudaCtx *ctx, float *y, float *rstd, const float *x, int64_t N,
+                            int64_t dim, float eps) {
+    KDA_CUDA_REQUIRE(ctx, N >= 0 && dim > 0);
+    if (N == 0) return 0;
+    l2norm_fwd_k<<<row_blocks(N), 256, 0, ctx->stream>>>(y, rstd, x, N, dim, eps);
+    CUDA_CHECK_LAUNCH(ctx);
+    return 0;
+}
+
+int kda_cuda_conv_silu_fwd_f32(KdaCudaCtx *ctx, float *y, const float *p, const float *w, int64_t B,
+                               int64_t T, int64_t C, int64_t W) {
+    KDA_CUDA_REQUIRE(ctx, B >= 0 && T >= 0 && C > 0 && W >= 1 && W <= CONV_MAX_W);
+    if (B * T == 0) return 0;
+    bool v4 = C % 4 == 0 && aligned_(16, y, p); // float4 groups of 4 channels
+    dim3 grid = conv_grid(B, T, C, v4 ? 4 : 1, CONV_TT_FWD), block(32, CONV_BT);
+    KDA_CUDA_REQUIRE(ctx, grid.y > 0);
+#define CONV_FWD(W_)                                                                               \
+    if (v4)                                                                                        \
+        conv_fwd_k<W_, 4, false>                                                                   \
+            <<<grid, block, 0, ctx->stream>>>(y, NULL, p, w, B, T, C, 0, 0.0f);                    \
+    else                                                                                           \
+        conv_fwd_k<W_, 1, false><<<grid, block, 0, ctx->stream>>>(y, NULL, p, w, B, T, C, 0, 0.0f)
+    CONV_DISPATCH_W(W, CONV_FWD);
+#undef CONV_FWD
+    CUDA_CHECK_LAUNCH(ctx);
+    return 0;
+}
+
+int kda_cuda_gate_cumsum_fwd_f32(KdaCudaCtx *ctx, float *gcum, const float *f, const float *A_log,
+                                 const float *dt_bias, int64_t B, int64_t T, int64_t HV, int64_t K,
+                                 int64_t chunk) {
+    KDA_CUDA_REQUIRE(ctx, B >= 0 && T >= 0 && HV > 0 && K > 0 && chunk > 0);
+    if (B * T == 0) return 0;
+    int64_t cols = B * CEIL_DIV(T, chunk) * HV * K;
+    gate_fwd_k<<<(unsigned)CEIL_DIV(cols, (int64_t)256), 256, 0, ctx->stream>>>(
+        gcum, (float *)NULL, f, A_log, dt_bias, B, T, HV, K, chunk);
+    CUDA_CHECK_LAUNCH(ctx);
+    return 0;
+}
+
+int kda_cuda_beta_fwd_f32(KdaCudaCtx *ctx, float *beta, const float *b, int64_t n,
+                          int allow_neg_eigval) {
+    KDA_CUDA_REQUIRE(ctx, n >= 0);
+    if (n == 0) return 0;
+    beta_fwd_k<<<grid_for(n), 256, 0, ctx->stream>>>(beta, b, n, allow_neg_eigval ? 2.0f : 1.0f);
+    CUDA_CHECK_LAUNCH(ctx);
+    return 0;
+}
+
+int kda_cuda_gnorm_fwd_f32(KdaCudaCtx *ctx, float *y, float *rstd, const float *x, const float *z,
+                           const float *w, int64_t N, int64_t V, float eps) {
+    KDA_CUDA_REQUIRE(ctx, N >= 0 && V > 0);
+    if (N == 0) return 0;
+    gnorm_fwd_k<<<row_blocks(N), 256, 0, ctx->stream>>>(y, rstd, x, z, w, N, V, eps);
+    CUDA_CHECK_LAUNCH(ctx);
+    return 0;
+}
+
+int kda_cuda_bias_add_f32(KdaCudaCtx *ctx, float *y, const float *bias, int64_t N, int64_t out) {
+    KDA_CUDA_REQUIRE(ctx, N >= 0 && out > 0);
+    if (N == 0) return 0;
+    bias_add_k<<<grid_for(N * out), 256, 0, ctx->stream>>>(y, bias, N, out);
+    CUDA_CHECK_LAUNCH(ctx);
+    return 0;
+}
+
+int kda_cuda_swiglu_fwd_f32(KdaCudaCtx *ctx, float *m, const float *a, const float *b, int64_t n) {
+    KDA_CUDA_REQUIRE(ctx, n >= 0);
+    if (n == 0) return 0;
+    swiglu_fwd_k<<<grid_for(n), 256, 0, ctx->stream>>>(m, a, b, (int64_t)0, n);
     CUDA_CHECK_LAUNCH(ctx);
     return 0;
 }

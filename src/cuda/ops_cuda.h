@@ -196,6 +196,26 @@ int kda_cuda_clip_coef(KdaCudaCtx *ctx, float *coef, const double *norm, double 
 // g [n] *= coef (device scalar).
 int kda_cuda_scale(KdaCudaCtx *ctx, float *g, int64_t n, const float *coef);
 
+// ---- fp32 forward twins: the scoring path (--precision fp32, cuda/model_cuda_f32.h) ----------
+// The same kernels and math as the forwards above with every bf16 tensor in fp32 (the kernels
+// are templates on the storage type; the bf16 instantiations are the training path's, unchanged).
+// Shapes as above; all tensors fp32.
+int kda_cuda_rmsnorm_fwd_f32(KdaCudaCtx *ctx, float *y, float *rstd, const float *x, const float *w,
+                             int64_t N, int64_t D, float eps);
+int kda_cuda_l2norm_fwd_f32(KdaCudaCtx *ctx, float *y, float *rstd, const float *x, int64_t N,
+                            int64_t dim, float eps);
+int kda_cuda_conv_silu_fwd_f32(KdaCudaCtx *ctx, float *y, const float *p, const float *w, int64_t B,
+                               int64_t T, int64_t C, int64_t W);
+int kda_cuda_gate_cumsum_fwd_f32(KdaCudaCtx *ctx, float *gcum, const float *f, const float *A_log,
+                                 const float *dt_bias, int64_t B, int64_t T, int64_t HV, int64_t K,
+                                 int64_t chunk);
+int kda_cuda_beta_fwd_f32(KdaCudaCtx *ctx, float *beta, const float *b, int64_t n,
+                          int allow_neg_eigval);
+int kda_cuda_gnorm_fwd_f32(KdaCudaCtx *ctx, float *y, float *rstd, const float *x, const float *z,
+                           const float *w, int64_t N, int64_t V, float eps);
+int kda_cuda_bias_add_f32(KdaCudaCtx *ctx, float *y, const float *bias, int64_t N, int64_t out);
+int kda_cuda_swiglu_fwd_f32(KdaCudaCtx *ctx, float *m, const float *a, const float *b, int64_t n);
+
 #ifdef __cplusplus
 }
 #endif

@@ -3,6 +3,7 @@
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
+#include <type_traits> // std::is_same
 
 #include "cuda/cuda_internal.h" // defines: bf2f, f2bf, grid_for, CEIL_DIV, KDA_CUDA_REQUIRE
 #include "cuda/gemm_cuda.h"     // defines: kda_cuda_gemm_fwd, kda_cuda_gemm_bwd_dx, _dw
@@ -114,7 +115,8 @@ __global__ void dlogits_k(kda_bf16 *lg, const int32_t *tg, const float *lse, int
 // ---- fused classifier: the row kernel --------------------------------------------------------
 // One block of CLS_THREADS threads per token row. The body is written as __host__ __device__
 // pieces split at the barriers, so kda_cuda_cls_rows_host runs the same arithmetic (logical
-// threads one after another, the same reduction tree).
+// threads one after another, the same reduction tree). The logits' storage E is bf16 (training)
+// or fp32 (the loss-only head of the fp32 scoring path, kda_cuda_cls_loss_f32).
 
 #define CLS_THREADS 512 // a power of two (the tree)
 
@@ -150,6 +152,33 @@ __host__ __device__ inline int cls_load8(const kda_bf16 *row, int64_t g, int64_t
     return n;
 }
 
+// The same for fp32 logits: two 16-byte loads (ld % 64 == 0 keeps every group 32-byte aligned).
+__host__ __device__ inline int cls_load8(const float *row, int64_t g, int64_t V, float *x) {
+    int64_t j0 = 8 * g;
+    if (j0 + 8 <= V) {
+#ifdef __CUDA_ARCH__
+        float4 a = *reinterpret_cast<const float4 *>(row + j0);
+        float4 b = *reinterpret_cast<const float4 *>(row + j0 + 4);
+        x[0] = a.x, x[1] = a.y, x[2] = a.z, x[3] = a.w, x[4] = b.x, x[5] = b.y, x[6] = b.z;
+        x[7] = b.w;
+#else
+        for (int i = 0; i < 8; i++)
+            x[i] = row[j0 + i];
+#endif
+        return 8;
+    }
+    int n = (int)(V - j0);
+    for (int i = 0; i < 8; i++) // the unused tail set too (it is never read)
+        x[i] = i < n ? row[j0 + i] : -INFINITY;
+    return n;
+}
+__host__ __device__ inline float cls_ld(kda_bf16 h) {
+    return bf2f(h);
+}
+__host__ __device__ inline float cls_ld(float f) {
+    return f;
+}
+
 __host__ __device__ inline void cls_store8(kda_bf16 *row, int64_t g, int n, const kda_bf16 *y) {
     int64_t j0 = 8 * g;
     if (n == 8) {
@@ -173,8 +202,9 @@ __host__ __device__ inline void cls_store8(kda_bf16 *row, int64_t g, int n, cons
 // *s of the fp32 terms e^(x - m), over groups g = tid, tid + nth, ... (One double add per
 // element. The variant with fp32 sums of each 8-term group added in double, f29c617, measured
 // slower on the H200: LM head+CE fwd 26.1 -> 31.9 ms at mb 16, docs/perf-log.md step 2b.)
-__host__ __device__ inline void cls_partial(const kda_bf16 *row, int64_t V, int tid, int nth,
-                                            float *m_out, double *s_out) {
+template <class E>
+__host__ __device__ inline void cls_partial(const E *row, int64_t V, int tid, int nth, float *m_out,
+                                            double *s_out) {
     float m = -INFINITY;
     double s = 0.0;
     int64_t ng = (V + 7) / 8;
@@ -208,11 +238,12 @@ __host__ __device__ inline double cls_rescale(float m, double s, float M) {
 }
 
 // Row results from M and S: lse and nll (0 on ignored rows; t >= 0 is the target column).
-__host__ __device__ inline void cls_finish(const kda_bf16 *row, float M, double S, int32_t t,
-                                           float *nll, float *lse) {
+template <class E>
+__host__ __device__ inline void cls_finish(const E *row, float M, double S, int32_t t, float *nll,
+                                           float *lse) {
     double l = (double)M + log(S);
     *lse = (float)l;
-    *nll = t >= 0 ? (float)(l - (double)bf2f(row[t])) : 0.0f;
+    *nll = t >= 0 ? (float)(l - (double)cls_ld(row[t])) : 0.0f;
 }
 
 // Phase 3: dlogits = (e^(x - lse) - [j == t]) · scale over this thread's groups, in place; zeros
@@ -233,15 +264,17 @@ __host__ __device__ inline void cls_grad(kda_bf16 *row, int64_t V, int tid, int 
     }
 }
 
-// Block r: row r of lg [rows, ld]. Writes nll[r], lse[r]; grad != 0: dlogits in place.
+// Block r: row r of lg [rows, ld]. Writes nll[r], lse[r]; grad != 0 (bf16 logits only): dlogits
+// in place.
+template <class E>
 __global__ void __launch_bounds__(CLS_THREADS)
-    cls_row_k(kda_bf16 *lg, float *nll, float *lse, const int32_t *tg, int64_t V, int64_t ld,
-              float scale, int grad) {
+    cls_row_k(E *lg, float *nll, float *lse, const int32_t *tg, int64_t V, int64_t ld, float scale,
+              int grad) {
     __shared__ float shm[CLS_THREADS];
     __shared__ double shs[CLS_THREADS];
     int tid = (int)threadIdx.x;
     int64_t r = blockIdx.x;
-    kda_bf16 *row = lg + r * ld;
+    E *row = lg + r * ld;
     float m;
     double s;
     cls_partial(row, V, tid, CLS_THREADS, &m, &s);
@@ -267,10 +300,49 @@ __global__ void __launch_bounds__(CLS_THREADS)
         nll[r] = nl;
         lse[r] = l;
     }
-    if (!grad) return;
-    l = (float)((double)M + log(S)); // every thread: the same value as cls_finish's
-    __syncthreads();                 // the target's logit is read before anyone overwrites it
-    cls_grad(row, V, tid, CLS_THREADS, l, t, scale);
+    if constexpr (std::is_same<E, kda_bf16>::value) { // fp32 logits: the loss-only head
+        if (!grad) return;
+        l = (float)((double)M + log(S)); // every thread: the same value as cls_finish's
+        __syncthreads();                 // the target's logit is read before anyone overwrites it
+        cls_grad(row, V, tid, CLS_THREADS, l, t, scale);
+    }
+}
+
+// The host emulation of cls_row_k (kda_cuda_cls_rows_host and its fp32 twin).
+template <class E>
+void cls_rows_host(E *logits, float *nll, float *lse, const int32_t *targets, int64_t rows,
+                   int64_t n_vocab, int64_t ld, float scale, int grad, int nthreads) {
+    int nth = nthreads;
+    float *pm = (float *)kda_malloc((size_t)nth * sizeof(float));
+    double *ps = (double *)kda_malloc((size_t)nth * sizeof(double));
+    float *shm = (float *)kda_malloc((size_t)nth * sizeof(float));
+    double *shs = (double *)kda_malloc((size_t)nth * sizeof(double));
+    for (int64_t r = 0; r < rows; r++) {
+        E *row = logits + r * ld;
+        for (int tid = 0; tid < nth; tid++) {
+            cls_partial(row, n_vocab, tid, nth, &pm[tid], &ps[tid]);
+            shm[tid] = pm[tid];
+        }
+        for (int w = nth / 2; w > 0; w >>= 1)
+            for (int tid = 0; tid < w; tid++)
+                cls_max_step(shm, tid, w);
+        float M = shm[0];
+        for (int tid = 0; tid < nth; tid++)
+            shs[tid] = cls_rescale(pm[tid], ps[tid], M);
+        for (int w = nth / 2; w > 0; w >>= 1)
+            for (int tid = 0; tid < w; tid++)
+                cls_sum_step(shs, tid, w);
+        double S = shs[0];
+        float l;
+        cls_finish(row, M, S, targets[r], &nll[r], &l);
+        lse[r] = l;
+        if constexpr (std::is_same<E, kda_bf16>::value)
+            if (grad)
+                for (int tid = 0; tid < nth; tid++)
+                    cls_grad(row, n_vocab, tid, nth, (float)((double)M + log(S)), targets[r],
+                             scale);
+    }
+    free(pm), free(ps), free(shm), free(shs);
 }
 
 } // namespace
@@ -411,35 +483,35 @@ int kda_cuda_cls_fused(KdaCudaCtx *ctx, float *nll, float *lse, double *loss_sum
 void kda_cuda_cls_rows_host(kda_bf16 *logits, float *nll, float *lse, const int32_t *targets,
                             int64_t rows, int64_t n_vocab, int64_t ld, float scale, int grad,
                             int nthreads) {
-    int nth = nthreads;
-    float *pm = (float *)kda_malloc((size_t)nth * sizeof(float));
-    double *ps = (double *)kda_malloc((size_t)nth * sizeof(double));
-    float *shm = (float *)kda_malloc((size_t)nth * sizeof(float));
-    double *shs = (double *)kda_malloc((size_t)nth * sizeof(double));
-    for (int64_t r = 0; r < rows; r++) {
-        kda_bf16 *row = logits + r * ld;
-        for (int tid = 0; tid < nth; tid++) {
-            cls_partial(row, n_vocab, tid, nth, &pm[tid], &ps[tid]);
-            shm[tid] = pm[tid];
-        }
-        for (int w = nth / 2; w > 0; w >>= 1)
-            for (int tid = 0; tid < w; tid++)
-                cls_max_step(shm, tid, w);
-        float M = shm[0];
-        for (int tid = 0; tid < nth; tid++)
-            shs[tid] = cls_rescale(pm[tid], ps[tid], M);
-        for (int w = nth / 2; w > 0; w >>= 1)
-            for (int tid = 0; tid < w; tid++)
-                cls_sum_step(shs, tid, w);
-        double S = shs[0];
-        float l;
-        cls_finish(row, M, S, targets[r], &nll[r], &l);
-        lse[r] = l;
-        if (grad)
-            for (int tid = 0; tid < nth; tid++)
-                cls_grad(row, n_vocab, tid, nth, (float)((double)M + log(S)), targets[r], scale);
+    cls_rows_host(logits, nll, lse, targets, rows, n_vocab, ld, scale, grad, nthreads);
+}
+
+void kda_cuda_cls_rows_f32_host(const float *logits, float *nll, float *lse, const int32_t *targets,
+                                int64_t rows, int64_t n_vocab, int64_t ld, int nthreads) {
+    cls_rows_host((float *)logits, nll, lse, targets, rows, n_vocab, ld, 0.0f, 0, nthreads);
+}
+
+// ---- the fp32 loss-only head (scoring path) ----------------------------------------------------
+
+size_t kda_cuda_cls_f32_bytes(int64_t rows, int64_t n_vocab) {
+    return (size_t)rows * (size_t)kda_cuda_cls_ld(n_vocab) * sizeof(float);
+}
+
+int kda_cuda_cls_loss_f32(KdaCudaCtx *ctx, float *nll, float *lse, double *loss_sum, const float *n,
+                          const float *Wh, const int32_t *targets, int64_t N, int64_t D,
+                          int64_t n_vocab, float *logits, int64_t rows) {
+    KDA_CUDA_REQUIRE(ctx, N > 0 && D > 0 && n_vocab > 0 && rows > 0 && logits);
+    int64_t ld = kda_cuda_cls_ld(n_vocab);
+    for (int64_t r0 = 0; r0 < N; r0 += rows) {
+        int64_t nr = N - r0 < rows ? N - r0 : rows;
+        // logitsᵀ [V, nr] (column-major, ld) = Whᵀ · xᵀ, fp32 operands and products
+        if (kda_cuda_matmul_f32(ctx, 1, 0, n_vocab, nr, D, Wh, D, n + r0 * D, D, logits, ld))
+            return -1;
+        cls_row_k<<<(unsigned)nr, CLS_THREADS, 0, ctx->stream>>>(
+            logits, nll + r0, lse + r0, targets + r0, n_vocab, ld, 0.0f, 0);
+        CUDA_CHECK_LAUNCH(ctx);
     }
-    free(pm), free(ps), free(shm), free(shs);
+    return kda_cuda_cls_loss_sum(ctx, loss_sum, nll, N);
 }
 
 } // extern "C"

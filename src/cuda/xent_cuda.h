@@ -103,6 +103,19 @@ int kda_cuda_cls_chunk_bwd(KdaCudaCtx *ctx, float *dn, float *dWh, const kda_bf1
                            const KdaCudaClsWs *ws);
 int kda_cuda_cls_loss_sum(KdaCudaCtx *ctx, double *loss_sum, const float *nll, int64_t N);
 
+// ---- the fp32 head of the scoring path (--precision fp32, cuda/model_cuda_f32.h) -------------
+// Loss only: per chunk of `rows` tokens one fp32 GEMM (fp32 operands and products, no TF32)
+// writes the logits [rows, ld] fp32 (ld = kda_cuda_cls_ld) into `logits`, and the fused
+// classifier's row kernel, instantiated for fp32 logits, turns each row into lse and nll. Its
+// partition sum (above: fp32 groups of 8 terms <= 1, then double) is within ~8 fp32 roundings
+// (~5e-7 relative) of the exact sum whatever the vocabulary size or the distribution's shape.
+// n [N, D] fp32, Wh [n_vocab, D] fp32 (256-byte aligned), logits 256-byte aligned with
+// kda_cuda_cls_f32_bytes(rows, n_vocab) bytes; nll, lse [N] fp32; loss_sum as above.
+size_t kda_cuda_cls_f32_bytes(int64_t rows, int64_t n_vocab);
+int kda_cuda_cls_loss_f32(KdaCudaCtx *ctx, float *nll, float *lse, double *loss_sum, const float *n,
+                          const float *Wh, const int32_t *targets, int64_t N, int64_t D,
+                          int64_t n_vocab, float *logits, int64_t rows);
+
 #ifdef __cplusplus
 }
 #endif
@@ -118,6 +131,9 @@ extern "C" {
 void kda_cuda_cls_rows_host(kda_bf16 *logits, float *nll, float *lse, const int32_t *targets,
                             int64_t rows, int64_t n_vocab, int64_t ld, float scale, int grad,
                             int nthreads);
+// The same on fp32 logits [rows, ld] (the scoring path's head; loss only).
+void kda_cuda_cls_rows_f32_host(const float *logits, float *nll, float *lse, const int32_t *targets,
+                                int64_t rows, int64_t n_vocab, int64_t ld, int nthreads);
 #ifdef __cplusplus
 }
 #endif

@@ -59,8 +59,10 @@ typedef struct {
     // engine needs the CPU decode step). Perplexity windows use it too.
     EvalForwardFn forward;
     void *forward_ctx;
-    const char *device; // results.json "device" ("cpu" when NULL); "cuda" means bf16 precision
-    int64_t limit;      // --limit (results.json config.limit; 0 = none)
+    const char *device;    // results.json "device" ("cpu" when NULL)
+    const char *precision; // "bf16" | "fp32" -> results.json "dtype" bfloat16 | float32 (NULL:
+                           // bfloat16 on "cuda", float32 on the CPU)
+    int64_t limit;         // --limit (results.json config.limit; 0 = none)
 } EvalSettings;
 
 typedef struct {

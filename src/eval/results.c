@@ -243,6 +243,7 @@ int eval_results_write(const char *path, const EvalResults *r, const EvalSetting
     int n;
     const char **names = task_names_(r, &n);
     int on_gpu = s->device && !strcmp(s->device, "cuda");
+    int bf16 = s->precision ? !strcmp(s->precision, "bf16") : on_gpu;
     const char *dir = model_dir ? model_dir : "";
     fputs("{\n", f);
     write_results_(f, r, names, n);
@@ -252,7 +253,7 @@ int eval_results_write(const char *path, const EvalResults *r, const EvalSetting
     snprintf(args, sizeof args, "pretrained=%s", dir);
     json_write_string(f, args, strlen(args));
     fprintf(f, ", \"batch_size\": \"auto\", \"device\": \"%s\", \"dtype\": \"%s\", \"limit\": ",
-            on_gpu ? "cuda" : "cpu", on_gpu ? "bfloat16" : "float32");
+            on_gpu ? "cuda" : "cpu", bf16 ? "bfloat16" : "float32");
     if (s->limit > 0)
         fprintf(f, "%lld", (long long)s->limit);
     else
