@@ -19,6 +19,7 @@
 #include "io/model_io.h"
 #include "cuda/backend_cuda.h" // defines: kda_backend_cuda_create (device: cuda)
 #include "dist/dist.h"         // defines: KdaDist, kda_dist_* (data parallelism)
+#include "dist/zero1.h"        // defines: KdaShard, kda_zero1_plan (ZeRO-1 shards)
 #include "train/checkpoint.h"
 #include "data/loader.h"
 #include "train/run_plan.h" // defines: KdaRunPlan, kda_run_plan (the typed run config)
@@ -146,9 +147,11 @@ static int cpu_set_dist(void *c, KdaDist *d, int zero1, KdaError *err) {
     x->dist = d;
     x->zero1 = zero1;
     if (!zero1) return 0;
-    x->chunk = (n + w - 1) / w;
-    x->lo = r * x->chunk < n ? r * x->chunk : n;
-    x->hi = x->lo + x->chunk < n ? x->lo + x->chunk : n;
+    KdaShard sh; // align 1: chunk = ceil(n / world); the last shards may be short or empty
+    if (kda_zero1_plan(&sh, n, w, r, 1, err)) return -1;
+    x->chunk = sh.chunk;
+    x->lo = sh.lo < n ? sh.lo : n;
+    x->hi = sh.hi < n ? sh.hi : n;
     KdaAdamWConfig cfg = x->opt.cfg;
     kda_adamw_free(&x->opt);
     if (kda_adamw_init(&x->opt, x->hi > x->lo ? x->hi - x->lo : 1, &cfg, err)) return -1;
@@ -1056,13 +1059,21 @@ int kda_train(const KdaTrainOptions *o, KdaTrainResult *res, KdaError *err) {
                      (long long)r.rc->micro_batch_size, (long long)r.T,
                      r.rc->objective ? r.rc->objective : "megatron",
                      r.rc->data_order ? r.rc->data_order : "megatron", r.flops_tok);
-        if (!r.quiet && r.dist)
+        if (!r.quiet && r.dist) {
+            char z[160] = "";
+            KdaShard sh; // the moments' memory per rank (the GPU pads its layout: ~0.01% more)
+            if (r.zero1 && !kda_zero1_plan(&sh, r.be.n_params, r.world, r.rank, 1, err))
+                snprintf(z, sizeof z,
+                         ", ZeRO-1 (distributed optimizer): AdamW moments %.1f MiB per rank "
+                         "instead of %.1f MiB",
+                         kda_zero1_moment_bytes(&sh, 1) / (1 << 20),
+                         kda_zero1_moment_bytes(&sh, 0) / (1 << 20));
             kda_info("data parallel over %d ranks (%s): %lld micro-batches per rank per "
                      "iteration, global batch %lld = %lld x %lld x %d%s",
                      r.world, kda_dist_engine(r.dist), (long long)r.n_micro,
                      (long long)r.rc->global_batch_size, (long long)r.rc->micro_batch_size,
-                     (long long)r.n_micro, r.world,
-                     r.zero1 ? ", ZeRO-1 (distributed optimizer)" : "");
+                     (long long)r.n_micro, r.world, z);
+        }
         rc = loop(&r, res, err);
         if (r.use_prog) progress_finish(&r.prog, (double)r.st.iteration, NULL);
     }
