@@ -34,9 +34,9 @@
 #include "model/params.h"     // defines: kda_params_init
 
 #ifdef KDA_HAVE_NCCL
-#include "data/indexed.h"     // defines: IndexedBuilder
 #include "dist/dist.h"        // defines: KdaDist, kda_dist_open
 #include "dist_test_util.h"   // defines: dist_test_free_port
+#include "fixtures.h"         // defines: test_write_docs, TEST_DOCS
 #include "train/run_config.h" // defines: KdaRunConfig
 #include "train/trainer.h"    // defines: kda_train
 #endif
@@ -216,22 +216,12 @@ static void trace_(void *u, const KdaStepInfo *s) {
     t->n++;
 }
 
-// 120 documents of 20..59 tokens: token k of document d is 10 + (d + 3k) % 40.
+// 120 documents of 20..59 tokens (tests/fixtures.h TEST_DOCS).
 static const char *data_(void) {
     static char prefix[PATH_MAX];
     snprintf(prefix, sizeof prefix, "%s/data", test_tmpdir());
-    IndexedBuilder b;
     KdaError err;
-    if (indexed_builder_open(&b, prefix, IDX_DTYPE_UINT16, &err)) return NULL;
-    int32_t tok[64];
-    for (int d = 0; d < 120; d++) {
-        int n = 20 + (d * 7) % 40;
-        for (int k = 0; k < n; k++)
-            tok[k] = 10 + (d + 3 * k) % 40;
-        if (indexed_builder_add(&b, tok, n, &err)) return NULL;
-        indexed_builder_end_document(&b);
-    }
-    return indexed_builder_finish(&b, &err) ? NULL : prefix;
+    return test_write_docs(prefix, TEST_DOCS(120), &err) ? NULL : prefix;
 }
 
 // 4 iterations of 2 micro-batches of 4 x 32 tokens on the GPU, clipping at 0.05 (it clips: the
