@@ -1,6 +1,6 @@
 // test_gpu_dist_zero1.c - ZeRO-1 on GPU ranks (backend_cuda.c, model_cuda.h kda_cuda_model_shard;
-// docs/distributed.md §2). GPU suite only (`make test-gpu`, bench/dist/device_zero1.sh); configs/
-// tiny.json. Every comparison is bitwise, and why:
+// docs/distributed.md §2). GPU suite only (KDA_TEST_GPU: `make test-gpu`,
+// bench/dist/device_zero1.sh); configs/tiny.json. Every comparison is bitwise, and why:
 //   * the shards of one model (world 3, 5 or 7 simulated on one GPU, no NCCL: the test moves
 //     the shards with cudaMemcpy where NCCL would) against the whole model: AdamW is element-wise
 //     (the same kernel, only its offset and length change), the shards' grad norm comes from the
@@ -102,7 +102,7 @@ static double step_(KdaCudaModel *m, const float *G, const float *M, const float
 // World 3 (or the next world that pads the layout) on one GPU against the whole model, with
 // clipping on (the reducer hands every shard the one-shard run's Σ g², so all clip alike) and a
 // forward through the gathered bf16 copy.
-KDA_TEST(gpu_dist_zero1_shards_equal_whole_model) {
+KDA_TEST_GPU(gpu_dist_zero1_shards_equal_whole_model) {
     if (kda_cuda_device_count() < 1) {
         CHECK_MSG(0, "no usable CUDA device (GPU tests need one)");
         return;
@@ -274,7 +274,7 @@ static KdaDist *world_one_(void) {
 }
 
 // Plain data parallel vs ZeRO-1 at world size 1: the same losses, grad norms and checkpoints.
-KDA_TEST(gpu_dist_zero1_world_one_equals_plain_dp) {
+KDA_TEST_GPU(gpu_dist_zero1_world_one_equals_plain_dp) {
     const char *data = data_();
     KdaDist *d = world_one_();
     if (!data || !d) {
@@ -308,7 +308,7 @@ KDA_TEST(gpu_dist_zero1_world_one_equals_plain_dp) {
 // Stop at 2 (checkpoint), resume to 4: a ZeRO-1 resume from a plain checkpoint continues as a
 // plain resume does (the shard takes its part of the loaded moments), and a ZeRO-1 checkpoint
 // resumed without ZeRO-1 likewise.
-KDA_TEST(gpu_dist_zero1_resume_equals_plain_resume) {
+KDA_TEST_GPU(gpu_dist_zero1_resume_equals_plain_resume) {
     const char *data = data_();
     KdaDist *d = world_one_();
     if (!data || !d) {
