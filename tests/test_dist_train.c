@@ -349,6 +349,36 @@ KDA_TEST(dp_two_ranks_fla_data_order_bit_exact) {
     check_same_(one, two, 0, 0);
 }
 
+// The Gloo overlap (each layer all-reduced on a communication thread during the last
+// backward) against the all-reduce after the backward (KDA_DIST_OVERLAP=0): 2 ranks x 2
+// micro-batches, so the overlap also adds the last micro-batch's layers into the step's
+// gradient as they finish. Bit-exact: the same fp32 additions per element (2 ranks: one a + b
+// whatever the ranges), only their timing changes.
+KDA_TEST(dp_gloo_overlap_bit_exact) {
+    NEED_GLOO();
+    CHECK(make_data_(g_data, sizeof g_data) == 0);
+    const char *cfg = make_cfg_("gbs8", g_data, 8, 6, NULL);
+    char ov[PATH_MAX], after[PATH_MAX], log[PATH_MAX + 32];
+    snprintf(ov, sizeof ov, "%s", save_dir_("overlap2"));
+    snprintf(after, sizeof after, "%s", save_dir_("after2"));
+    CHECK(run_world_(L_TORCHRUN, 2, cfg, ov, NULL, 120) == 0);
+    setenv("KDA_DIST_OVERLAP", "0", 1);
+    CHECK(run_world_(L_TORCHRUN, 2, cfg, after, NULL, 120) == 0);
+    unsetenv("KDA_DIST_OVERLAP");
+    check_same_(after, ov, 0, 0);
+    const char *what = "all-reduced on a communication thread";
+    size_t n;
+    KdaError e;
+    snprintf(log, sizeof log, "%s.rank0.log", ov);
+    char *s = read_file(log, &n, &e);
+    CHECK_MSG(s && strstr(s, what), "%s: the overlap did not run", log);
+    free(s);
+    snprintf(log, sizeof log, "%s.rank0.log", after);
+    s = read_file(log, &n, &e);
+    CHECK_MSG(s && !strstr(s, what), "%s: KDA_DIST_OVERLAP=0 still overlapped", log);
+    free(s);
+}
+
 KDA_TEST(dp_three_ranks_slurm_zero1_and_resume) {
     NEED_GLOO();
     CHECK(make_data_(g_data, sizeof g_data) == 0);

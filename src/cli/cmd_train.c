@@ -14,6 +14,7 @@
 #include "model/params.h"      // defines: kda_params_build (parameter count for --dry-run)
 #include "dist/dist.h"         // defines: KdaDist, kda_dist_env_read, kda_dist_open
 #include "dist/launch.h"       // defines: kda_launch_take_nproc, kda_launch_local
+#include "dist/zero1.h"        // defines: kda_zero1_plan (the --dry-run memory plan)
 #include "train/run_config.h"
 #include "train/trainer.h"
 
@@ -105,10 +106,17 @@ static int print_plan_(const KdaRunConfig *rc, const char *init_from) {
            env.world);
     printf("# %.0f tokens per iteration, %lld iterations = %.4g tokens\n", tokens,
            (long long)rc->train_iters, tokens * (double)rc->train_iters);
-    printf("# memory: %.2f GiB fixed (fp32 weights, gradients, Adam m and v: 16 B/parameter) + "
-           "activations (kda info --model %s --micro-batch %lld --seq-length %lld)\n",
-           16.0 * (double)t.total_numel / (1 << 30), model, (long long)rc->micro_batch_size,
-           (long long)rc->seq_length);
+    KdaShard sh; // ZeRO-1: each rank keeps the Adam moments of its 1/world shard
+    int zero1 = rc->use_distributed_optimizer && env.world > 1;
+    if (kda_zero1_plan(&sh, t.total_numel, env.world, 0, 1, &err)) kda_die("%s", err.msg);
+    double fixed = 8.0 * (double)t.total_numel + kda_zero1_moment_bytes(&sh, zero1);
+    printf("# memory: %.2f GiB fixed per rank (fp32 weights and gradients 8 B/parameter, Adam m "
+           "and v %s) + activations (kda info --model %s --micro-batch %lld --seq-length %lld)\n",
+           fixed / (1 << 30), zero1 ? "8 B/parameter / world (ZeRO-1)" : "8 B/parameter", model,
+           (long long)rc->micro_batch_size, (long long)rc->seq_length);
+    if (zero1)
+        printf("# ZeRO-1 saves %.2f GiB of Adam moments per rank\n",
+               (kda_zero1_moment_bytes(&sh, 0) - kda_zero1_moment_bytes(&sh, 1)) / (1 << 30));
     printf("# ETA: not estimated before running (the log line's ms/iter x %lld iterations)\n",
            (long long)rc->train_iters);
     kda_params_free(&t);

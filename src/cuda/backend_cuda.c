@@ -13,6 +13,9 @@
 #include "cuda/cuda_common.h" // defines: kda_cuda_device_count
 #include "cuda/model_cuda.h"  // defines: KdaCudaModel, kda_cuda_model_*
 #include "dist/dist.h"        // defines: KdaDist, kda_dist_dev_*
+#include "dist/zero1.h"       // defines: KdaShard, kda_zero1_plan (ZeRO-1)
+
+#define ZERO1_ALIGN 128 // elements: every shard starts 512-byte aligned (Megatron pads to 128)
 
 typedef struct {
     KdaModel host;    // config, table and the host parameter buffer (checkpoint staging)
@@ -32,6 +35,11 @@ typedef struct {
     int *layer_done;              // [L] queued for reduction in this step
     KdaError dist_err;            // an error inside the layer hook, reported by reduce_grads
     int has_dist_err;
+    // ZeRO-1 (use_distributed_optimizer): this rank's shard of the device layout. The gradient is
+    // reduce-scattered after the backward, AdamW updates the shard, the parameters are
+    // all-gathered; moments live on the device for the shard only (docs/distributed.md §2).
+    int zero1;
+    KdaShard sh;
 } CudaBe;
 
 static void be_zero(void *c) {
@@ -78,11 +86,12 @@ static void be_update(void *c, double lr) {
     }
 }
 
+// ZeRO-1: the parameters only; the full moments come from gather_optim.
 static float *be_params(void *c) {
     CudaBe *x = c;
     KdaError e = {{0}};
     if ((kda_cuda_model_get_params(x->dm, x->host.params, &e) ||
-         kda_cuda_model_get_moments(x->dm, x->opt.m, x->opt.v, &e)) &&
+         (!x->zero1 && kda_cuda_model_get_moments(x->dm, x->opt.m, x->opt.v, &e))) &&
         !x->has_pending) {
         x->pending = e;
         x->has_pending = 1;
@@ -94,6 +103,7 @@ static KdaAdamW *be_optim(void *c) {
     return &((CudaBe *)c)->opt;
 }
 
+// ZeRO-1: put_moments uploads this rank's shard of the full host moments.
 static void be_changed(void *c) {
     CudaBe *x = c;
     KdaError e = {{0}};
@@ -147,11 +157,95 @@ static void layer_done_(void *c, int64_t l) {
         x->layer_done[l] = 1;
 }
 
+// ---- ZeRO-1 --------------------------------------------------------------------------------
+
+// The model stream's queued work, then `stream` (comm): the collective that follows sees it.
+static int comm_after_model_(CudaBe *x, const char *what, KdaError *err) {
+    float *g;
+    int64_t n;
+    void *stream;
+    kda_cuda_model_grad_view(x->dm, &g, &n, &stream);
+    cudaError_t e = cudaEventRecord(x->ev, (cudaStream_t)stream);
+    if (e == cudaSuccess) e = cudaStreamWaitEvent(x->comm, x->ev, 0);
+    if (e != cudaSuccess)
+        return kda_fail(err, "%s: ordering the streams: %s", what, cudaGetErrorString(e));
+    return 0;
+}
+
+// The shard's Σ g² summed over the ranks (fp64 host all-reduce: one number; every rank gets
+// the same bits, so the norm, the clip and the NaN skip agree).
+static int zero1_norm_reduce_(void *c, double *sumsq, KdaError *err) {
+    CudaBe *x = c;
+    return kda_dist_allreduce(x->dist, sumsq, 1, KDA_DIST_F64, KDA_DIST_SUM, err);
+}
+
+static int zero1_setup_(CudaBe *x, KdaDist *d, KdaError *err) {
+    float *g;
+    int64_t n;
+    void *stream;
+    kda_cuda_model_grad_view(x->dm, &g, &n, &stream);
+    if (kda_zero1_plan(&x->sh, n, kda_dist_world(d), kda_dist_rank(d), ZERO1_ALIGN, err) ||
+        kda_cuda_model_shard(x->dm, &x->sh, err))
+        return -1;
+    x->zero1 = 1;
+    kda_cuda_model_set_norm_reduce(x->dm, zero1_norm_reduce_, x);
+    return 0;
+}
+
+// After the last micro-batch's backward: rank r's shard of g becomes the sum over the ranks of
+// everyone's g over it (in place: NCCL's out == in + rank x chunk).
+static int zero1_reduce_scatter_(CudaBe *x, KdaError *err) {
+    float *p, *g, *m1, *m2;
+    kda_cuda_model_shard_view(x->dm, &p, &g, &m1, &m2);
+    x->armed = 0;
+    if (comm_after_model_(x, "gradient reduce-scatter", err) ||
+        kda_dist_dev_reduce_scatter(x->dist, g, g + x->sh.lo, x->sh.chunk, x->comm, err))
+        return -1;
+    return kda_dist_dev_wait(x->dist, x->comm, err);
+}
+
+// After the shard's AdamW: every rank's updated shard into every rank's p (in place), then the
+// bf16 copy of the other shards. Waits for the all-gather (a dead or hung peer fails here).
+static int be_sync_params(void *c, KdaError *err) {
+    CudaBe *x = c;
+    float *p, *g, *m1, *m2;
+    if (!x->zero1) return 0;
+    kda_cuda_model_shard_view(x->dm, &p, &g, &m1, &m2);
+    if (x->has_pending) { // the update failed: say why, not what the gather would say next
+        x->has_pending = 0;
+        *err = x->pending;
+        return -1;
+    }
+    if (comm_after_model_(x, "parameter all-gather", err) ||
+        kda_dist_dev_allgather(x->dist, p + x->sh.lo, p, x->sh.chunk, x->comm, err) ||
+        kda_dist_dev_wait(x->dist, x->comm, err))
+        return -1;
+    return kda_cuda_model_params_gathered(x->dm, err);
+}
+
+// Checkpoints: the full moments into the host mirror. Each one is all-gathered into the gradient
+// buffer (free between steps: the next step zeroes it first; it has the padded layout), then
+// unpacked to the dense host layout. No device memory beyond the training state.
+static int be_gather_optim(void *c, KdaError *err) {
+    CudaBe *x = c;
+    float *p, *g, *m1, *m2;
+    if (!x->zero1) return 0;
+    kda_cuda_model_shard_view(x->dm, &p, &g, &m1, &m2);
+    float *shard[2] = {m1, m2}, *host[2] = {x->opt.m, x->opt.v};
+    for (int k = 0; k < 2; k++)
+        if (comm_after_model_(x, "moments all-gather", err) ||
+            kda_dist_dev_allgather(x->dist, shard[k], g, x->sh.chunk, x->comm, err) ||
+            kda_dist_dev_wait(x->dist, x->comm, err) ||
+            kda_cuda_model_unpack(x->dm, host[k], g, err))
+            return -1;
+    return 0;
+}
+
+// ---- set up ------------------------------------------------------------------------------
+
 static int be_set_dist(void *c, KdaDist *d, int zero1, KdaError *err) {
     CudaBe *x = c;
-    if (zero1)
-        return kda_fail(err, "use_distributed_optimizer: ZeRO-1 is implemented for CPU ranks only "
-                             "so far; set it to false on GPU ranks");
+    if (zero1 && zero1_setup_(x, d, err)) return -1;
     int64_t L = x->host.cfg.num_hidden_layers;
     x->layer_lo = kda_calloc((size_t)L, sizeof(int64_t));
     x->layer_hi = kda_calloc((size_t)L, sizeof(int64_t));
@@ -165,7 +259,7 @@ static int be_set_dist(void *c, KdaDist *d, int zero1, KdaError *err) {
         return kda_fail(err, "data parallel: creating the comm stream: %s", cudaGetErrorString(e));
     x->dist = d;
     kda_dist_set_stream(d, x->comm); // the loss all-reduce queues behind the gradients'
-    kda_cuda_model_set_layer_hook(x->dm, layer_done_, x);
+    if (!zero1) kda_cuda_model_set_layer_hook(x->dm, layer_done_, x); // ZeRO-1: after the backward
     return 0;
 }
 
@@ -178,9 +272,11 @@ static void be_begin_reduce(void *c) {
 
 // Finishes the step's reduction: every device range no layer hook reduced (the embedding and
 // tied head, the final norm, layers that were not contiguous), then waits for comm, polling
-// NCCL's errors (a dead or hung peer fails here within the timeout).
+// NCCL's errors (a dead or hung peer fails here within the timeout). ZeRO-1: one
+// reduce-scatter of the whole padded gradient instead.
 static int be_reduce_grads(void *c, KdaError *err) {
     CudaBe *x = c;
+    if (x->zero1) return zero1_reduce_scatter_(x, err);
     float *g;
     int64_t n, L = x->host.cfg.num_hidden_layers;
     void *stream;
@@ -269,6 +365,8 @@ int kda_backend_cuda_create(KdaBackend *be, KdaModel *model, const KdaAdamWConfi
                        .set_dist = be_set_dist,
                        .begin_reduce = be_begin_reduce,
                        .reduce_grads = be_reduce_grads,
+                       .sync_params = be_sync_params,
+                       .gather_optim = be_gather_optim,
                        .destroy = be_destroy,
                        .profile = be_profile,
                        .device_memory = be_memory};

@@ -22,6 +22,7 @@
 #include "cuda/kda_tc.h"    // defines: kda_tc_selected, kda_tc_fwd_keep (KDA_CORE=tc)
 #include "cuda/ops_cuda.h"  // defines: kda_cuda_rmsnorm_*, conv, gate, beta, gnorm, swiglu, ...
 #include "cuda/xent_cuda.h" // defines: kda_cuda_xent_fwd, kda_cuda_xent_bwd
+#include "dist/zero1.h"     // defines: kda_zero1_plan, kda_zero1_clip (ZeRO-1)
 
 #define ROW_ALIGN   128                 // elements: device rows start 256-byte aligned (bf16)
 #define L2NORM_EPS  1e-6f               // q/k L2 norm eps, fixed in FLA (§5.3 step 6)
@@ -73,12 +74,19 @@ struct KdaCudaModel {
     KdaParamTable table;    // dense host layout (rows owned)
     KdaParamTable dtab;     // the same rows with device offsets (rows owned)
     int64_t dtotal;         // elements of each device buffer
-    float *p, *g, *m1, *m2; // [dtotal] fp32 master params, grads, Adam moments
+    float *p, *g, *m1, *m2; // fp32 params, grads [sh.padded]; Adam moments [sh.chunk]
     bf *pb;                 // [dtotal] bf16 working copy
     KdaTensors P, G;        // device views of p and g
     float *stage;           // [dtotal] host staging for dense <-> device layout
     void (*layer_hook)(void *user, int64_t layer); // data parallelism (may be NULL)
     void *layer_user;
+    // The optimizer's shard of the device layout: AdamW and the grad norm cover [sh.lo, sh.hi)
+    // (clipped to dtotal). One process or plain data parallel: the whole layout (world 1, align
+    // 1: padded = chunk = dtotal). ZeRO-1 (kda_cuda_model_shard): 1/world of it, padding zero.
+    KdaShard sh;
+    int sharded;
+    int (*norm_reduce)(void *user, double *sumsq, KdaError *err); // ZeRO-1: Σ over the ranks
+    void *norm_user;
     // activations (one device arena, sized for cap_tokens)
     void *arena;
     int64_t cap_tokens;
@@ -426,6 +434,7 @@ int kda_cuda_model_create(KdaCudaModel **out, const KdaConfig *cfg, const KdaPar
     m->gateup = (got & KDA_LAYOUT_GATEUP) != 0;
     m->dtotal = off > 0 ? off : ROW_ALIGN;
     m->dtab.total_numel = m->dtotal;
+    kda_zero1_plan(&m->sh, m->dtotal, 1, 0, 1, NULL); // the whole layout (cannot fail)
     m->dorder = kda_malloc((size_t)(t->n > 0 ? t->n : 1) * sizeof *m->dorder);
     for (int i = 0; i < t->n; i++) // rows in device order (AdamW walks runs of them)
         m->dorder[i] = i;
@@ -1180,11 +1189,83 @@ void kda_cuda_model_set_layer_hook(KdaCudaModel *m, void (*fn)(void *user, int64
     m->layer_user = user;
 }
 
+// ZeRO-1: p and g grow to the padded layout (parameters kept, the rest zero), the moments
+// shrink to the shard (their shard's part kept). The new buffers are allocated before the old
+// ones are released, so a failure leaves the model as it was.
+int kda_cuda_model_shard(KdaCudaModel *m, const KdaShard *s, KdaError *err) {
+    if (s->n != m->dtotal || s->padded < m->dtotal || s->hi > s->padded)
+        return kda_fail(err,
+                        "CUDA model: a ZeRO-1 plan over %lld elements for a device layout of "
+                        "%lld",
+                        (long long)s->n, (long long)m->dtotal);
+    float *p = kda_cuda_alloc(&m->ctx, F32(s->padded)),
+          *g = kda_cuda_alloc(&m->ctx, F32(s->padded));
+    float *m1 = kda_cuda_alloc(&m->ctx, F32(s->chunk)),
+          *m2 = kda_cuda_alloc(&m->ctx, F32(s->chunk));
+    int64_t keep = (s->hi < m->dtotal ? s->hi : m->dtotal) - s->lo; // the moments' real part
+    int ok = p && g && m1 && m2 && !kda_cuda_zero(&m->ctx, p, F32(s->padded)) &&
+             !kda_cuda_zero(&m->ctx, g, F32(s->padded)) &&
+             !kda_cuda_zero(&m->ctx, m1, F32(s->chunk)) &&
+             !kda_cuda_zero(&m->ctx, m2, F32(s->chunk));
+    if (ok) {
+        cudaStream_t st = m->ctx.stream;
+        ok =
+            cudaMemcpyAsync(p, m->p, F32(m->dtotal), cudaMemcpyDeviceToDevice, st) == cudaSuccess &&
+            (keep <= 0 || (cudaMemcpyAsync(m1, m->m1 + s->lo, F32(keep), cudaMemcpyDeviceToDevice,
+                                           st) == cudaSuccess &&
+                           cudaMemcpyAsync(m2, m->m2 + s->lo, F32(keep), cudaMemcpyDeviceToDevice,
+                                           st) == cudaSuccess)) &&
+            cudaStreamSynchronize(st) == cudaSuccess;
+        if (!ok) kda_cuda_fail_at(&m->ctx, __FILE__, __LINE__, "ZeRO-1 copies", "cudaMemcpyAsync");
+    }
+    if (!ok) {
+        kda_cuda_release(p), kda_cuda_release(g), kda_cuda_release(m1), kda_cuda_release(m2);
+        return fail_(m, err);
+    }
+    kda_cuda_release(m->p), kda_cuda_release(m->g), kda_cuda_release(m->m1);
+    kda_cuda_release(m->m2);
+    m->p = p, m->g = g, m->m1 = m1, m->m2 = m2;
+    m->sh = *s;
+    m->sharded = 1;
+    kda_tensors_free(&m->P);
+    kda_tensors_free(&m->G);
+    kda_tensors_bind(&m->P, &m->dtab, m->p);
+    kda_tensors_bind(&m->G, &m->dtab, m->g);
+    m->clip_pending = 0;
+    return 0;
+}
+
+void kda_cuda_model_shard_view(KdaCudaModel *m, float **d_p, float **d_g, float **d_m1,
+                               float **d_m2) {
+    *d_p = m->p, *d_g = m->g, *d_m1 = m->m1, *d_m2 = m->m2;
+}
+
+void kda_cuda_model_set_norm_reduce(KdaCudaModel *m,
+                                    int (*fn)(void *user, double *sumsq, KdaError *err),
+                                    void *user) {
+    m->norm_reduce = fn;
+    m->norm_user = user;
+}
+
+// The AdamW launches refreshed the shard's bf16 copy; the gathered rest gets it here.
+int kda_cuda_model_params_gathered(KdaCudaModel *m, KdaError *err) {
+    int64_t lo = m->sh.lo < m->dtotal ? m->sh.lo : m->dtotal;
+    int64_t hi = m->sh.hi < m->dtotal ? m->sh.hi : m->dtotal;
+    if (kda_cuda_f32_to_bf16(&m->ctx, m->pb, m->p, lo) ||
+        kda_cuda_f32_to_bf16(&m->ctx, m->pb + hi, m->p + hi, m->dtotal - hi))
+        return fail_(m, err);
+    return 0;
+}
+
+int kda_cuda_model_unpack(KdaCudaModel *m, float *dense, const float *d_buf, KdaError *err) {
+    return get_(m, dense, d_buf) ? fail_(m, err) : 0;
+}
+
 // ---- training state ---------------------------------------------------------------------------
 
 int kda_cuda_model_zero_grads(KdaCudaModel *m, KdaError *err) {
-    if (prof_begin_(m) || kda_cuda_zero(&m->ctx, m->g, F32(m->dtotal)) ||
-        prof_end_(m, KDA_OP_ZERO_GRADS, 0, (double)F32(m->dtotal)))
+    if (prof_begin_(m) || kda_cuda_zero(&m->ctx, m->g, F32(m->sh.padded)) ||
+        prof_end_(m, KDA_OP_ZERO_GRADS, 0, (double)F32(m->sh.padded)))
         return fail_(m, err);
     m->clip_pending = 0;
     return 0;
@@ -1203,17 +1284,38 @@ static int read_norm_(KdaCudaModel *m, double *norm) {
     return 0;
 }
 
-// Scale, norm and clip coefficient on the device, then the norm's read (a host sync).
+// Scale, norm and clip coefficient on the device over the optimizer's shard (the whole layout
+// unless ZeRO-1), then the norm's read (a host sync). With a norm reducer *norm is this shard's
+// Σ g² instead, and the clip coefficient waits for finish_reduced_.
 static int finish_dev_(KdaCudaModel *m, double scale, double max_norm, double *norm) {
-    double by = (double)F32(m->dtotal);
+    float *g = m->g + m->sh.lo;
+    int64_t n = (m->sh.hi < m->dtotal ? m->sh.hi : m->dtotal) - m->sh.lo;
+    if (n < 0) n = 0; // a shard of padding only
+    double by = (double)F32(n);
     if (scale != 1.0) {
         TIMED(KDA_OP_SYNC, 0, 4.0, put_scalar_(m, m->gscale, (float)scale));
-        TIMED(KDA_OP_GRAD_NORM, 0, 2.0 * by, kda_cuda_scale(&m->ctx, m->g, m->dtotal, m->gscale));
+        TIMED(KDA_OP_GRAD_NORM, 0, 2.0 * by, kda_cuda_scale(&m->ctx, g, n, m->gscale));
     }
-    TIMED(KDA_OP_GRAD_NORM, 0, by, kda_cuda_grad_norm(&m->ctx, m->norm, m->g, m->dtotal));
+    if (m->norm_reduce) {
+        TIMED(KDA_OP_GRAD_NORM, 0, by, kda_cuda_grad_sumsq(&m->ctx, m->norm, g, n));
+    } else {
+        TIMED(KDA_OP_GRAD_NORM, 0, by, kda_cuda_grad_norm(&m->ctx, m->norm, g, n));
+        if (max_norm > 0)
+            TIMED(KDA_OP_GRAD_NORM, 0, 0, kda_cuda_clip_coef(&m->ctx, m->coef, m->norm, max_norm));
+    }
+    TIMED(KDA_OP_SYNC, 0, 8.0, read_norm_(m, norm));
+    return 0;
+}
+
+// ZeRO-1, after the reducer: *norm = sqrt(Σ over the ranks) (IEEE double sqrt on either side,
+// so one rank gives kda_cuda_grad_norm's bits), back on the device for the clip coefficient.
+static int finish_reduced_(KdaCudaModel *m, double max_norm, double *norm) {
+    *norm = sqrt(*norm);
+    CUDA_CHECK(&m->ctx,
+               cudaMemcpyAsync(m->norm, norm, sizeof *norm, cudaMemcpyHostToDevice, m->ctx.stream));
     if (max_norm > 0)
         TIMED(KDA_OP_GRAD_NORM, 0, 0, kda_cuda_clip_coef(&m->ctx, m->coef, m->norm, max_norm));
-    TIMED(KDA_OP_SYNC, 0, 8.0, read_norm_(m, norm));
+    CUDA_CHECK(&m->ctx, cudaStreamSynchronize(m->ctx.stream)); // *norm is the caller's
     return 0;
 }
 
@@ -1223,6 +1325,13 @@ double kda_cuda_model_finish_grads(KdaCudaModel *m, double scale, double max_nor
     if (finish_dev_(m, scale, max_norm, &norm)) {
         fail_(m, err);
         return NAN;
+    }
+    if (m->norm_reduce) {
+        if (m->norm_reduce(m->norm_user, &norm, err)) return NAN;
+        if (finish_reduced_(m, max_norm, &norm)) {
+            fail_(m, err);
+            return NAN;
+        }
     }
     m->clip_pending = max_norm > 0 && isfinite(norm);
     return norm;
@@ -1236,7 +1345,8 @@ int kda_cuda_model_adamw(KdaCudaModel *m, const KdaAdamWConfig *c, int64_t step,
     const float *gs = m->clip_pending ? m->coef : NULL;
     m->clip_pending = 0;
     // One launch per run of consecutive rows with the same decay flag, over the device rows
-    // (padding included: zero grads and moments keep zero parameters at zero).
+    // (padding included: zero grads and moments keep zero parameters at zero), each clipped to
+    // the optimizer's shard (ZeRO-1; the moments hold the shard only, from sh.lo).
     // Rows in device order (dorder): the fused input projection moves rows out of table order.
     const KdaParamInfo *R = m->dtab.rows;
     const int *o = m->dorder;
@@ -1248,13 +1358,15 @@ int kda_cuda_model_adamw(KdaCudaModel *m, const KdaAdamWConfig *c, int64_t step,
         int64_t a = R[o[i]].offset;
         int64_t b = j + 1 < n ? R[o[j + 1]].offset : m->dtotal;
         const KdaCudaAdamScalars *s = R[o[i]].weight_decay ? &sd : &sn;
+        i = j + 1;
+        if (!kda_zero1_clip(&m->sh, a, b, m->dtotal, &a, &b)) continue;
+        int64_t k = a - m->sh.lo; // the moments' index of element a
         // fp32 p, g, m, v read; p, m, v written; bf16 copy written: 30 bytes per parameter
         if (prof_begin_(m) ||
-            kda_cuda_adamw(&m->ctx, m->p + a, m->pb + a, m->g + a, m->m1 + a, m->m2 + a, b - a, s,
+            kda_cuda_adamw(&m->ctx, m->p + a, m->pb + a, m->g + a, m->m1 + k, m->m2 + k, b - a, s,
                            gs) ||
             prof_end_(m, KDA_OP_ADAMW, 0, 30.0 * (double)(b - a)))
             return fail_(m, err);
-        i = j + 1;
     }
     return 0;
 }
@@ -1276,12 +1388,28 @@ int kda_cuda_model_put_grads(KdaCudaModel *m, const float *grads, KdaError *err)
     return put_(m, m->g, grads) ? fail_(m, err) : 0;
 }
 int kda_cuda_model_get_moments(KdaCudaModel *m, float *mom1, float *mom2, KdaError *err) {
+    if (m->sharded)
+        return kda_fail(err, "CUDA model: the moments are sharded (ZeRO-1): gather them into the "
+                             "gradient buffer and read it with kda_cuda_model_unpack");
     if ((mom1 && get_(m, mom1, m->m1)) || (mom2 && get_(m, mom2, m->m2))) return fail_(m, err);
     return 0;
 }
+
+// ZeRO-1: packs the dense host moments and uploads the shard's part (its padding stays zero).
+static int put_shard_(KdaCudaModel *m, float *dev, const float *dense) {
+    pack_(m, dense);
+    int64_t n = (m->sh.hi < m->dtotal ? m->sh.hi : m->dtotal) - m->sh.lo;
+    if (n > 0)
+        CUDA_CHECK(&m->ctx, cudaMemcpyAsync(dev, m->stage + m->sh.lo, F32(n),
+                                            cudaMemcpyHostToDevice, m->ctx.stream));
+    CUDA_CHECK(&m->ctx, cudaStreamSynchronize(m->ctx.stream));
+    return 0;
+}
+
 int kda_cuda_model_put_moments(KdaCudaModel *m, const float *mom1, const float *mom2,
                                KdaError *err) {
-    if ((mom1 && put_(m, m->m1, mom1)) || (mom2 && put_(m, m->m2, mom2))) return fail_(m, err);
+    int (*put)(KdaCudaModel *, float *, const float *) = m->sharded ? put_shard_ : put_;
+    if ((mom1 && put(m, m->m1, mom1)) || (mom2 && put(m, m->m2, mom2))) return fail_(m, err);
     return 0;
 }
 

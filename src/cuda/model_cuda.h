@@ -16,7 +16,9 @@
 // Device layout: the five buffers (params, grads, m, v fp32; bf16 copy) share one layout: the
 // parameter table's rows in table order, each row starting at a multiple of 128 elements (so every
 // weight is 256-byte aligned for cuBLASLt). Host transfers take and give the table's dense layout
-// (model/params.h), so host buffers are interchangeable with the CPU model's.
+// (model/params.h), so host buffers are interchangeable with the CPU model's. ZeRO-1
+// (kda_cuda_model_shard): params and grads grow to the padded layout of the shard plan, the
+// moments hold one shard only.
 //
 // Synchronization: calls queue work on the model's stream and return; only the functions that
 // return values to the host (loss, nll, norm, get_*) wait for it. The ids of a forward are copied
@@ -34,6 +36,7 @@
 #include "model/config.h" // defines: KdaConfig
 #include "model/params.h" // defines: KdaParamTable
 #include "train/optim.h"  // defines: KdaAdamWConfig
+#include "dist/zero1.h"   // defines: KdaShard (ZeRO-1)
 
 #ifdef KDA_HAVE_CUDA
 
@@ -152,6 +155,34 @@ int kda_cuda_model_layer_range(const KdaCudaModel *m, int64_t layer, int64_t *lo
 // whole backward is.
 void kda_cuda_model_set_layer_hook(KdaCudaModel *m, void (*fn)(void *user, int64_t layer),
                                    void *user);
+
+// ZeRO-1 (use_distributed_optimizer): from now on AdamW, the gradient scaling and the grad norm
+// cover only the shard [s->lo, s->hi) of the device layout (clipped to its end), and the moments
+// are held for that shard only. s: kda_zero1_plan over the n of kda_cuda_model_grad_view (the
+// device layout), align 128. p and g grow to s->padded elements (the collectives' layout;
+// parameters kept, padding and gradients zero), m1 and m2 shrink to s->chunk (the shard's part
+// kept). Call before the first forward (device pointers change). After it:
+//   get_moments fails (gather the shards into the gradient buffer, then kda_cuda_model_unpack);
+//   put_moments uploads only the shard's part of the dense host moments;
+//   finish_grads calls the norm reducer (set_norm_reduce) between the shard's Σ g² and the norm.
+// -1 with a message when s does not fit the layout or on a device failure (nothing changed).
+int kda_cuda_model_shard(KdaCudaModel *m, const KdaShard *s, KdaError *err);
+// The device buffers for the ZeRO-1 collectives (borrowed): p, g [s->padded] fp32 in the device
+// layout, m1, m2 [s->chunk] fp32 (element i is device element s->lo + i).
+void kda_cuda_model_shard_view(KdaCudaModel *m, float **d_p, float **d_g, float **d_m1,
+                               float **d_m2);
+// fn(user, sumsq, err): *sumsq (host) is this rank's Σ g² of its shard on entry and must be the
+// sum over every rank's on return (an all-reduce); -1 fails finish_grads (NaN, err set). NULL:
+// none (the norm of the local layout, as without data parallelism).
+void kda_cuda_model_set_norm_reduce(KdaCudaModel *m,
+                                    int (*fn)(void *user, double *sumsq, KdaError *err),
+                                    void *user);
+// After the caller all-gathered the updated parameters into p: the bf16 working copy outside
+// the shard is refreshed (AdamW refreshed the shard's). Queued on the model's stream.
+int kda_cuda_model_params_gathered(KdaCudaModel *m, KdaError *err);
+// dense host [total_numel] fp32 = d_buf, a device buffer in the device layout ([>= n of
+// grad_view] fp32; e.g. gathered moments); waits.
+int kda_cuda_model_unpack(KdaCudaModel *m, float *dense, const float *d_buf, KdaError *err);
 
 // 1 when the blocks run the fused input projection (kda_cuda_device_offsets; opt-in with the
 // environment KDA_INPROJ=1 at create until it has been measured on a GPU; 0 when the sizes do

@@ -1146,12 +1146,13 @@ __global__ void sumsq_partial_k(double *part, const float *g, int64_t n) {
     if (threadIdx.x == 0) part[blockIdx.x] = s;
 }
 
-__global__ void sumsq_finish_k(double *norm, const double *part) {
+// take_sqrt 0: the sum of squares itself (ZeRO-1's per-shard partial, summed over the ranks).
+__global__ void sumsq_finish_k(double *norm, const double *part, int take_sqrt) {
     double s = 0.0;
     for (int i = threadIdx.x; i < NORM_BLOCKS; i += blockDim.x)
         s += part[i];
     s = block_sum_256(s);
-    if (threadIdx.x == 0) *norm = sqrt(s);
+    if (threadIdx.x == 0) *norm = take_sqrt ? sqrt(s) : s;
 }
 
 __global__ void clip_coef_k(float *coef, const double *norm, double max_norm) {
@@ -1618,15 +1619,23 @@ int kda_cuda_f32_to_bf16(KdaCudaCtx *ctx, kda_bf16 *dst, const float *src, int64
     return 0;
 }
 
-int kda_cuda_grad_norm(KdaCudaCtx *ctx, double *norm, const float *g, int64_t n) {
+static int sumsq_(KdaCudaCtx *ctx, double *out, const float *g, int64_t n, int take_sqrt) {
     KDA_CUDA_REQUIRE(ctx, n >= 0);
     double *part = (double *)kda_cuda_scratch(ctx, NORM_BLOCKS * sizeof(double));
     if (!part) return -1;
     sumsq_partial_k<<<NORM_BLOCKS, 256, 0, ctx->stream>>>(part, g, n);
     CUDA_CHECK_LAUNCH(ctx);
-    sumsq_finish_k<<<1, 256, 0, ctx->stream>>>(norm, part);
+    sumsq_finish_k<<<1, 256, 0, ctx->stream>>>(out, part, take_sqrt);
     CUDA_CHECK_LAUNCH(ctx);
     return 0;
+}
+
+int kda_cuda_grad_norm(KdaCudaCtx *ctx, double *norm, const float *g, int64_t n) {
+    return sumsq_(ctx, norm, g, n, 1);
+}
+
+int kda_cuda_grad_sumsq(KdaCudaCtx *ctx, double *sumsq, const float *g, int64_t n) {
+    return sumsq_(ctx, sumsq, g, n, 0);
 }
 
 int kda_cuda_clip_coef(KdaCudaCtx *ctx, float *coef, const double *norm, double max_norm) {

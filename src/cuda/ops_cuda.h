@@ -190,6 +190,9 @@ int kda_cuda_f32_to_bf16(KdaCudaCtx *ctx, kda_bf16 *dst, const float *src, int64
 // ---- global gradient norm and clipping (train/optim.h) -------------------------------------
 // norm (device, [1] double) = sqrt(Σ g²), two stages in a fixed order (deterministic).
 int kda_cuda_grad_norm(KdaCudaCtx *ctx, double *norm, const float *g, int64_t n);
+// sumsq (device, [1] double) = Σ g² in the same order, without the square root (ZeRO-1: one
+// shard's part, summed over the ranks): sqrt of it is bitwise kda_cuda_grad_norm's result.
+int kda_cuda_grad_sumsq(KdaCudaCtx *ctx, double *sumsq, const float *g, int64_t n);
 // coef (device, [1] fp32) = max_norm / (norm + 1e-6) when that is < 1 and norm is finite,
 // else 1 (torch clip_grad_norm_; the caller skips the step on a non-finite norm).
 int kda_cuda_clip_coef(KdaCudaCtx *ctx, float *coef, const double *norm, double max_norm);

@@ -403,6 +403,7 @@ int kda_dist_dev_allgather(KdaDist *d, const float *d_in, float *d_out, int64_t 
 }
 
 // Host-buffer collectives over NCCL: through the device scratch, on d->stream.
+#define SCRATCH_KEEP_BYTES ((size_t)64 << 20)
 static int nccl_scratch_(KdaDist *d, size_t bytes, KdaError *err) {
     if (bytes <= d->scratch_bytes) return 0;
     if (d->d_scratch) cudaFree(d->d_scratch);
@@ -424,7 +425,15 @@ static int nccl_host_(KdaDist *d, int what, void *out, const void *in, size_t n_
                                  : ncclBroadcast(sin, sout, count, t, root, d->nccl, d->stream);
     if (nccl_ok_(d, r, "NCCL host-buffer collective", err)) return -1;
     CUDA_TRY(cudaMemcpyAsync(out, sout, n_out, cudaMemcpyDeviceToHost, d->stream), err);
-    return kda_dist_dev_wait(d, d->stream, err);
+    if (kda_dist_dev_wait(d, d->stream, err)) return -1;
+    // A large staging (the start-up broadcast of parameters and moments: 2 x 4 B/parameter) is
+    // not kept for the whole run; the per-step scalars stay in a small one.
+    if (d->scratch_bytes > SCRATCH_KEEP_BYTES) {
+        cudaFree(d->d_scratch);
+        d->d_scratch = NULL;
+        d->scratch_bytes = 0;
+    }
+    return 0;
 }
 
 static void nccl_close_(KdaDist *d) {

@@ -462,8 +462,10 @@ int kda_model_backward(KdaModel *m, float *grads, KdaError *err) {
                    scale, A->xent_work, A->xent_work_n));
     TIMED(KDA_OP_NORM_BWD, 0, 16.0 * ND,
           rmsnorm_bwd(A->dh, G.final_norm, A->dx, A->hL, m->w.final_norm, A->rstd_f, N, D, 0));
-    for (int64_t l = c->num_hidden_layers - 1; l >= 0; l--)
+    for (int64_t l = c->num_hidden_layers - 1; l >= 0; l--) {
         block_bwd_(m, &m->w.layers[l], &G.layers[l], &A->layers[l]);
+        if (m->layer_hook) m->layer_hook(m->layer_user, l);
+    }
     TIMED(KDA_OP_EMBED_BWD, 0, 8.0 * ND,
           embed_bwd(G.embed, A->dh, A->ids, N, D, c->has_pad_token_id ? c->pad_token_id : -1));
 

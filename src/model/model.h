@@ -41,6 +41,10 @@ typedef struct {
     int64_t B, T;        // shape of the last forward (0 before)
     int have_fwd;        // 1 after a forward, until the next backward
     KdaProf *prof;       // not owned; non-NULL: forward/backward time each op into it (prof.h)
+    // Data parallelism (may be NULL): called on the backward's thread right after block l's
+    // backward (l = L-1 down to 0), when block l's rows of the gradient buffer are final.
+    void (*layer_hook)(void *user, int64_t layer);
+    void *layer_user;
 } KdaModel;
 
 // The KDA core's dims for a [B, T] batch of this config: H, HV, K, V from cfg, scale K^-1/2

@@ -19,6 +19,8 @@
 #include "io/model_io.h"
 #include "cuda/backend_cuda.h" // defines: kda_backend_cuda_create (device: cuda)
 #include "dist/dist.h"         // defines: KdaDist, kda_dist_* (data parallelism)
+#include "dist/dist_async.h"   // defines: KdaDistAsync (the Gloo overlap's thread)
+#include "dist/zero1.h"        // defines: KdaShard, kda_zero1_plan (ZeRO-1 shards)
 #include "train/checkpoint.h"
 #include "data/loader.h"
 #include "train/run_plan.h" // defines: KdaRunPlan, kda_run_plan (the typed run config)
@@ -40,6 +42,17 @@ typedef struct {
     int zero1;
     int64_t lo, hi, chunk; // this rank's ZeRO-1 shard; chunk = ceil(n / world)
     KdaAdamW view;         // ZeRO-1: full-size host view for checkpoints (m, v NULL when idle)
+    // Overlap (world > 1, unless KDA_DIST_OVERLAP=0): in the step's last micro-batch each
+    // layer's rows are all-reduced on the communication thread as soon as the backward has
+    // finished them; reduce_grads then reduces only the rest (embedding, final norm).
+    KdaDistAsync *async;
+    int64_t *layer_lo, *layer_hi; // [L] dense range of each layer's rows (lo -1: not contiguous)
+    uint8_t *layer_done;          // [L] queued in this step
+    int armed;                    // the next backward is the step's last
+    int overlapped;               // this step's layers are reduced already
+    float *into;                  // the running backward's buffer (grads, or scratch to add)
+    KdaError async_err;
+    int has_async_err;
 } CpuCtx;
 
 static void cpu_zero(void *c) {
@@ -51,26 +64,72 @@ static void cpu_zero(void *c) {
     x->fresh = 1;
 }
 
+static void add_range_(float *restrict g, const float *restrict s, int64_t lo, int64_t hi) {
+#pragma omp parallel for simd schedule(static)
+    for (int64_t i = lo; i < hi; i++)
+        g[i] += s[i];
+}
+
+// The next range from `at` that no queued layer covers: [at, *gap_end); *resume is where the
+// one after it starts (past the queued layer that ends the gap; n at the end).
+static void next_gap_(const CpuCtx *x, int64_t at, int64_t *gap_end, int64_t *resume) {
+    int64_t n = x->m.table.total_numel, next = n, next_hi = n;
+    for (int64_t l = 0; x->overlapped && l < x->m.cfg.num_hidden_layers; l++)
+        if (x->layer_done[l] && x->layer_lo[l] >= at && x->layer_lo[l] < next)
+            next = x->layer_lo[l], next_hi = x->layer_hi[l];
+    *gap_end = next;
+    *resume = next_hi;
+}
+
+// The model's layer hook in the step's last backward: block l's rows are final in x->into; add
+// them to the step's gradient (a later micro-batch) and queue their all-reduce.
+static void cpu_layer_done_(void *c, int64_t l) {
+    CpuCtx *x = c;
+    int64_t lo = x->layer_lo[l], hi = x->layer_hi[l];
+    if (lo < 0 || x->has_async_err) return;
+    if (x->into != x->grads) add_range_(x->grads, x->into, lo, hi);
+    if (kda_dist_async_sum(x->async, x->grads + lo, hi - lo, &x->async_err))
+        x->has_async_err = 1;
+    else
+        x->layer_done[l] = 1;
+}
+
 // Each micro-batch's gradient is computed alone and then added (g = g0, then g += gk), so the
 // step's gradient is a plain sum of per-micro-batch gradients, in micro-batch order: two ranks
 // of one micro-batch each then sum to the same bits as one rank of two (fp32 a + b == b + a).
+// The step's last backward (armed) adds and queues each layer as it finishes, then adds the
+// rest and waits for the queue, so the trainer's next collective finds the communicator free.
 static int cpu_fwd_bwd(void *c, const int32_t *ids, int64_t B, int64_t T, int backward, float *loss,
                        KdaError *err) {
     CpuCtx *x = c;
     if (kda_model_forward(&x->m, ids, NULL, B, T, NULL, NULL, loss, err)) return -1;
     if (!backward) return 0;
-    if (x->fresh) {
-        x->fresh = 0;
-        return kda_model_backward(&x->m, x->grads, err);
-    }
     int64_t n = x->m.table.total_numel;
-    if (!x->scratch) x->scratch = kda_malloc((size_t)n * sizeof(float));
-    memset(x->scratch, 0, (size_t)n * sizeof(float));
-    if (kda_model_backward(&x->m, x->scratch, err)) return -1;
-#pragma omp parallel for simd schedule(static)
-    for (int64_t i = 0; i < n; i++)
-        x->grads[i] += x->scratch[i];
-    return 0;
+    int armed = x->armed;
+    x->armed = 0;
+    x->into = x->grads;
+    if (!x->fresh) {
+        if (!x->scratch) x->scratch = kda_malloc((size_t)n * sizeof(float));
+        memset(x->scratch, 0, (size_t)n * sizeof(float));
+        x->into = x->scratch;
+    }
+    x->fresh = 0;
+    if (armed) {
+        memset(x->layer_done, 0, (size_t)x->m.cfg.num_hidden_layers);
+        x->m.layer_hook = cpu_layer_done_, x->m.layer_user = x;
+        x->overlapped = 1;
+    }
+    int rc = kda_model_backward(&x->m, x->into, err);
+    x->m.layer_hook = NULL;
+    for (int64_t at = 0, end, next; rc == 0 && x->into != x->grads && at < n; at = next) {
+        next_gap_(x, at, &end, &next);
+        add_range_(x->grads, x->into, at, end);
+    }
+    if (!armed) return rc;
+    KdaError e;
+    if (kda_dist_async_wait(x->async, rc ? &e : err)) rc = -1; // the buffers must be free first
+    if (rc == 0 && x->has_async_err) *err = x->async_err, rc = -1;
+    return rc;
 }
 
 static double cpu_finish(void *c, double scale, double max_norm) {
@@ -139,16 +198,52 @@ static void cpu_changed(void *c) {
     x->view.m = x->view.v = NULL;
 }
 
+// Layer l's rows in the dense table layout, when nothing else lies between them.
+static int64_t layer_range_(const KdaParamTable *t, int64_t l, int64_t *hi) {
+    int64_t a = -1, b = -1;
+    for (int i = 0; i < t->n; i++) {
+        const KdaParamInfo *r = &t->rows[i];
+        if (r->layer != l) continue;
+        a = a < 0 || r->offset < a ? r->offset : a;
+        b = r->offset + r->numel > b ? r->offset + r->numel : b;
+    }
+    for (int i = 0; a >= 0 && i < t->n; i++) {
+        const KdaParamInfo *r = &t->rows[i];
+        if (r->layer != l && r->offset < b && r->offset + r->numel > a) return -1;
+    }
+    *hi = b;
+    return a;
+}
+
+static int cpu_overlap_setup_(CpuCtx *x, KdaError *err) {
+    const char *v = getenv("KDA_DIST_OVERLAP"); // "0": reduce after the backward (to compare)
+    if (kda_dist_world(x->dist) < 2 || (v && !strcmp(v, "0"))) return 0;
+    int64_t L = x->m.cfg.num_hidden_layers;
+    x->layer_lo = kda_calloc((size_t)(L > 0 ? L : 1), sizeof(int64_t));
+    x->layer_hi = kda_calloc((size_t)(L > 0 ? L : 1), sizeof(int64_t));
+    x->layer_done = kda_calloc((size_t)(L > 0 ? L : 1), 1);
+    for (int64_t l = 0; l < L; l++)
+        x->layer_lo[l] = layer_range_(&x->m.table, l, &x->layer_hi[l]);
+    if (kda_dist_async_start(&x->async, x->dist, err)) return -1;
+    if (kda_dist_rank(x->dist) == 0)
+        kda_info("data parallel: each layer's gradient is all-reduced on a communication thread "
+                 "during the last micro-batch's backward (KDA_DIST_OVERLAP=0: after it)");
+    return 0;
+}
+
 static int cpu_set_dist(void *c, KdaDist *d, int zero1, KdaError *err) {
     CpuCtx *x = c;
     int64_t n = x->m.table.total_numel;
     int w = kda_dist_world(d), r = kda_dist_rank(d);
     x->dist = d;
     x->zero1 = zero1;
+    if (cpu_overlap_setup_(x, err)) return -1;
     if (!zero1) return 0;
-    x->chunk = (n + w - 1) / w;
-    x->lo = r * x->chunk < n ? r * x->chunk : n;
-    x->hi = x->lo + x->chunk < n ? x->lo + x->chunk : n;
+    KdaShard sh; // align 1: chunk = ceil(n / world); the last shards may be short or empty
+    if (kda_zero1_plan(&sh, n, w, r, 1, err)) return -1;
+    x->chunk = sh.chunk;
+    x->lo = sh.lo < n ? sh.lo : n;
+    x->hi = sh.hi < n ? sh.hi : n;
     KdaAdamWConfig cfg = x->opt.cfg;
     kda_adamw_free(&x->opt);
     if (kda_adamw_init(&x->opt, x->hi > x->lo ? x->hi - x->lo : 1, &cfg, err)) return -1;
@@ -157,12 +252,27 @@ static int cpu_set_dist(void *c, KdaDist *d, int zero1, KdaError *err) {
     return 0;
 }
 
-// Sums the gradient over the ranks. Gloo's all-reduce gives every rank the same bits, so the
-// norm, the clip and the skip decisions that follow agree everywhere.
+// The step's last backward is about to run: arm the per-layer overlap (when it is on).
+static void cpu_begin_reduce(void *c) {
+    CpuCtx *x = c;
+    x->armed = x->async != NULL;
+}
+
+// Sums the gradient over the ranks: what the overlap did not reduce yet (everything when it is
+// off). Gloo's all-reduce gives every rank the same bits, so the norm, the clip and the skip
+// decisions that follow agree everywhere.
 static int cpu_reduce_grads(void *c, KdaError *err) {
     CpuCtx *x = c;
-    return kda_dist_allreduce(x->dist, x->grads, x->m.table.total_numel, KDA_DIST_F32, KDA_DIST_SUM,
-                              err);
+    int64_t n = x->m.table.total_numel;
+    int rc = 0;
+    for (int64_t at = 0, end, next; rc == 0 && at < n; at = next) {
+        next_gap_(x, at, &end, &next);
+        if (end > at)
+            rc = kda_dist_allreduce(x->dist, x->grads + at, end - at, KDA_DIST_F32, KDA_DIST_SUM,
+                                    err);
+    }
+    x->overlapped = 0;
+    return rc;
 }
 
 // all-gather of one [n] fp32 buffer whose rank r holds elements [r * chunk, (r + 1) * chunk)
@@ -203,6 +313,10 @@ static int cpu_gather_optim(void *c, KdaError *err) {
 
 static void cpu_destroy(void *c) {
     CpuCtx *x = c;
+    kda_dist_async_stop(x->async);
+    free(x->layer_lo);
+    free(x->layer_hi);
+    free(x->layer_done);
     kda_model_free(&x->m);
     kda_adamw_free(&x->opt);
     free(x->view.m);
@@ -235,6 +349,7 @@ int kda_backend_cpu_create(KdaBackend *be, KdaModel *model, const KdaAdamWConfig
                        .host_optim = cpu_optim,
                        .state_changed = cpu_changed,
                        .set_dist = cpu_set_dist,
+                       .begin_reduce = cpu_begin_reduce,
                        .reduce_grads = cpu_reduce_grads,
                        .sync_params = cpu_sync_params,
                        .gather_optim = cpu_gather_optim,
@@ -1056,13 +1171,21 @@ int kda_train(const KdaTrainOptions *o, KdaTrainResult *res, KdaError *err) {
                      (long long)r.rc->micro_batch_size, (long long)r.T,
                      r.rc->objective ? r.rc->objective : "megatron",
                      r.rc->data_order ? r.rc->data_order : "megatron", r.flops_tok);
-        if (!r.quiet && r.dist)
+        if (!r.quiet && r.dist) {
+            char z[160] = "";
+            KdaShard sh; // the moments' memory per rank (the GPU pads its layout: ~0.01% more)
+            if (r.zero1 && !kda_zero1_plan(&sh, r.be.n_params, r.world, r.rank, 1, err))
+                snprintf(z, sizeof z,
+                         ", ZeRO-1 (distributed optimizer): AdamW moments %.1f MiB per rank "
+                         "instead of %.1f MiB",
+                         kda_zero1_moment_bytes(&sh, 1) / (1 << 20),
+                         kda_zero1_moment_bytes(&sh, 0) / (1 << 20));
             kda_info("data parallel over %d ranks (%s): %lld micro-batches per rank per "
                      "iteration, global batch %lld = %lld x %lld x %d%s",
                      r.world, kda_dist_engine(r.dist), (long long)r.n_micro,
                      (long long)r.rc->global_batch_size, (long long)r.rc->micro_batch_size,
-                     (long long)r.n_micro, r.world,
-                     r.zero1 ? ", ZeRO-1 (distributed optimizer)" : "");
+                     (long long)r.n_micro, r.world, z);
+        }
         rc = loop(&r, res, err);
         if (r.use_prog) progress_finish(&r.prog, (double)r.st.iteration, NULL);
     }
