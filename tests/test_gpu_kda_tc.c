@@ -273,6 +273,32 @@ KDA_TEST_GPU(gpu_kda_tc_bwd) {
     tc_sweep_(1, 512, 0);
 }
 
+// The reverse state pass copies dO with cp.async when it is 16-byte aligned and with plain loads
+// otherwise (the model's activations need not be aligned): both paths must give the same bits.
+KDA_TEST(gpu_kda_tc_misaligned_do) {
+    if (!gpu_()) return;
+    KdaRng r;
+    rng_seed(&r, 515);
+    KdaCase c;
+    kda_case_make(&c, &r, 2, 65, 2, 2, 32, 64, 32, 1);
+    DevIn in = dev_in_(&c);
+    BwdOut al = gpu_bwd_(&c, &in, 0, NULL);
+    kda_bf16 *mis = kda_cuda_alloc(&g_tctx, (size_t)(c.nv + 8) * 2);
+    KDA_ASSERT(mis && kda_cuda_put_bf16(&g_tctx, mis + 1, c.dO, c.nv) == 0);
+    void *aligned_dO = in.dO;
+    in.dO = mis + 1; // 2 bytes past a 256-byte boundary
+    BwdOut un = gpu_bwd_(&c, &in, 0, NULL);
+    in.dO = aligned_dO;
+    for (int i = 0; i < 6; i++)
+        CHECK_MSG(al.g[i] && un.g[i] &&
+                      !memcmp(al.g[i], un.g[i], (size_t)bwd_n_(&c, i) * sizeof(float)),
+                  "%s differs between aligned and misaligned dO", BWD_NAMES[i]);
+    kda_cuda_release(mis);
+    bwd_out_free_(&al), bwd_out_free_(&un);
+    dev_in_free_(&in);
+    kda_case_free(&c);
+}
+
 // The small shapes only, forward and backward: what compute-sanitizer (memcheck, racecheck) runs.
 KDA_TEST_GPU(gpu_kda_tc_small) {
     if (!gpu_()) return;

@@ -218,6 +218,14 @@ static int b_tc_kept(void *a) {
            kda_tc_bwd_kept(&g, z.dq, z.dk, z.dv, z.dg, z.dbeta, NULL, z.dO, NULL, z.q, z.k, z.v,
                            z.gcum32, z.beta, NULL, &z.d32, z.keep);
 }
+// The same with the state passes' copies done without cp.async (KDA_TC_ASYNC=0): what the
+// prefetch buys.
+static int b_tc_kept_sync(void *a) {
+    setenv("KDA_TC_ASYNC", "0", 1);
+    int rc = b_tc_kept(a);
+    unsetenv("KDA_TC_ASYNC");
+    return rc;
+}
 static int b_adamw(void *a) {
     (void)a;
     return kda_cuda_adamw(&g, z.p, z.pb, z.grad, z.m, z.vv, NPARAM, &z.s, NULL);
@@ -316,6 +324,7 @@ int main(void) {
         {"kda tc fwd+bwd 16x2048 H8 K32 V64", b_tc_fwdbwd, 0, 0, 1},
         {"kda fast fwd+bwd kept 16x2048 H8 K32 V64", b_fast_kept, 0, 0, 1},
         {"kda tc fwd+bwd kept 16x2048 H8 K32 V64", b_tc_kept, 0, 0, 1},
+        {"kda tc fwd+bwd kept sync 16x2048 H8 K32 V64", b_tc_kept_sync, 0, 0, 1},
         {"kda tc fwd 16x2048 H8 K128 V128", b_tc128_fwd, 0, 0, 1},
         {"kda tc fwd+bwd 16x2048 H8 K128 V128", b_tc128_fwdbwd, 0, 0, 1},
         {"kda v1 chunk fwd 16x2048 H8 K32 V64", b_kda_fwd, 0, 0, 1},
