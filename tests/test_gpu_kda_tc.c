@@ -24,7 +24,7 @@
 #include "core/rng.h"     // defines: KdaRng
 #include "cpu/kda_core.h" // defines: KdaDims, kda_chunk_fwd, kda_chunk_bwd
 #include "cuda/cuda_common.h"
-#include "cuda/kda_fast.h" // defines: kda_fast_fwd, kda_fast_bwd, kda_fast_keep_floats
+#include "cuda/kda_fast.h" // defines: kda_fast_fwd, kda_fast_bwd, kda_fast_bwd_kept
 #include "cuda/kda_tc.h"   // defines: kda_tc_fwd, kda_tc_bwd, kda_tc_fwd_keep, kda_tc_bwd_kept
 #include "kda_case.h"      // defines: KdaCase, kda_case_make, kda_case_expect
 
@@ -206,7 +206,7 @@ static void run_bwd_(const KdaCase *c, int kept) {
     expect_bwd_("cpu", &cpu, &tc, c);
     expect_bwd_("kda_fast", &fast, &tc, c);
     if (kept) {
-        size_t nk = kda_fast_keep_floats(&c->d);
+        size_t nk = kda_tc_keep_floats(&c->d);
         float *keep = kda_cuda_alloc(&g_tctx, nk * 4);
         KDA_ASSERT(keep && kda_cuda_poison(&g_tctx, keep, nk * 4) == 0);
         FwdOut f = gpu_fwd_(c, &in, 1, keep);

@@ -92,7 +92,7 @@ typedef struct {
     double *norm;
     KdaDims d, d32; // chunk 64 (the v1 kernels) and the fast path's chunk
     float *gcum32;  // gcum summed over the fast chunk
-    float *keep;    // the M0 kept h and Δ at d32 (kda_fast_keep_floats; shared by fast and tc)
+    float *keep;    // the M0 kept state at d32 (kda_tc_keep_floats >= kda_fast_keep_floats)
     void *q128, *k128, *v128, *o128, *dO128, *dv128; // K = V = 128 (fast path only)
     float *gcum128, *dq128, *dk128, *dg128;
     KdaDims d128;
@@ -273,7 +273,7 @@ int main(void) {
     z.d32 = z.d, z.d32.chunk = C32;
     // the gate's cumsum for the KDA forward: real log-decays
     z.gcum32 = rand_buf_(&r, nqk, 4, 0, 1);
-    z.keep = rand_buf_(&r, (int64_t)kda_fast_keep_floats(&z.d32), 4, 0, 1);
+    z.keep = rand_buf_(&r, (int64_t)kda_tc_keep_floats(&z.d32), 4, 0, 1);
     if (kda_cuda_gate_cumsum_fwd(&g, z.gcum32, z.g, z.f16, z.Alog, z.dtb, B, T, H, K, C32))
         die_("gate 32");
     if (b_gate_fwd(NULL) || kda_cuda_sync(&g)) die_("gate");

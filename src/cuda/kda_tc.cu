@@ -9,7 +9,7 @@
 #include <string.h>
 
 #include "cuda/cuda_internal.h" // defines: CUDA_CHECK, KDA_CUDA_REQUIRE (and kda_calloc: core/error.h)
-#include "cuda/kda_fast.h"      // defines: kda_fast_keep_floats (the kept-state layout we share)
+#include "cuda/kda_fast.h"      // defines: kda_fast_keep_floats (the kept layout's first part)
 #include "cuda/kda_tc.h"        // defines: kda_tc_fwd, kda_tc_bwd
 
 namespace {
@@ -629,6 +629,27 @@ __host__ __device__ void output_body(const TcArgs &a, int64_t blk, float *sm) {
              });
 }
 
+// ---- dΔ_intra = Aqkᵀ dO from the forward's kept Aqk (the kept backward's intra), chunk-parallel
+// --
+__host__ __device__ inline size_t ddi_floats(int C, int V) {
+    return (size_t)C * pad4(C) + (size_t)C * pad8(V);
+}
+__host__ __device__ void ddi_body(const TcArgs &a, int64_t blk, float *sm) {
+    const int tid = tid_(), nth = nth_();
+    const int C = a.C, V = a.V, LC = pad4(C), LV = pad8(V);
+    const ChunkPos p = chunk_pos(a, blk);
+    float *Aq = sm, *dOs = Aq + C * LC;
+    FOR(e, C * C) Aq[(e / C) * LC + e % C] = a.Aqk[p.cid * C * C + e];
+    FOR(e, C * V) {
+        int i = e / V, c = e % V;
+        dOs[i * LV + c] = i < p.n ? ldbf(a.dO[v_at(a, p.b, p.t0 + i, p.j) + c]) : 0.0f;
+    }
+    sync_();
+    float *dDig = a.dDi + p.cid * C * V;
+    block_mm(C, V, mat(Aq, 1, LC), mat(dOs, LV, 1), C, no_mat(), no_mat(), 0,
+             [&](int r, int c, float v, float) { dDig[r * V + c] = v; });
+}
+
 // ---- reverse state pass, one block per (b, value head, V tile) ----------------------------------
 // dS starts at the final-state gradient. For chunks in reverse: dh[n] = dS (gradient w.r.t. the
 // chunk-end state); dΔ = dΔ_intra + kg dS; dS = Diag(e^{G_last}) dS + qgᵀ dO - wᵀ dΔ. Double
@@ -1014,6 +1035,10 @@ __global__ void __launch_bounds__(TC_THREADS) tc_output_k(TcArgs a) {
     extern __shared__ float sm[];
     output_body(a, blockIdx.x, sm);
 }
+__global__ void __launch_bounds__(TC_THREADS) tc_ddi_k(TcArgs a) {
+    extern __shared__ float sm[];
+    ddi_body(a, blockIdx.x, sm);
+}
 __global__ void __launch_bounds__(TC_THREADS) tc_state_bwd_k(TcArgs a) {
     extern __shared__ float sm[];
     state_bwd_body(a, blockIdx.x, sm);
@@ -1074,11 +1099,17 @@ void carve(TcArgs &a, float *p) {
         a.dk = p;
     }
 }
-// keep (M0): h and Δ live in the caller's buffer (h first, kda_fast_keep_floats).
+// keep (M0): h and Δ live in the caller's buffer (h first: kda_fast_keep_floats' layout), then
+// w, kg, qg, Aqk and e^{G_last} (kda_tc_keep_floats), so the backward skips the intra kernel.
 void keep_carve(TcArgs &a, float *keep) {
-    size_t ch = (size_t)a.B * a.HV * a.NT;
-    a.h = keep;
-    a.D = keep + ch * a.K * a.V;
+    size_t ch = (size_t)a.B * a.HV * a.NT, CK = ch * a.C * a.K;
+    a.h = keep, keep += ch * a.K * a.V;
+    a.D = keep, keep += ch * a.C * a.V;
+    a.w = keep, keep += CK;
+    a.kg = keep, keep += CK;
+    a.qg = keep, keep += CK;
+    a.Aqk = keep, keep += ch * a.C * a.C;
+    a.gl = keep;
 }
 
 size_t max_smem_bytes(const TcArgs &a) {
@@ -1146,15 +1177,16 @@ int tc_bwd(KdaCudaCtx *ctx, cudaEvent_t **ev, float *dq, float *dk, kda_bf16 *dv
            const float *beta, const float *init_state, const KdaDims *d, const float *kept) {
     TcArgs a;
     if (prepare(ctx, a, d)) return -1;
-    if (kept) keep_carve(a, (float *)kept); // read only: the state pass that writes them is skipped
+    if (kept) keep_carve(a, (float *)kept); // read only: intra and the state pass are skipped
     a.q = q, a.k = k, a.v = v, a.dO = d_o, a.gcum = gcum, a.beta = beta;
     a.dO_al16 = (uintptr_t)d_o % 16 == 0;
     a.init_state = init_state, a.dfinal = dfinal_state;
     a.dv = dv, a.dg = dg, a.dbeta = dbeta, a.dinit = dinit_state;
     if (a.HV == a.H) a.dq = dq, a.dk = dk;
     int64_t chunks = (int64_t)a.B * a.HV * a.NT, tiles = (int64_t)a.B * a.HV * (a.V / a.Vt);
-    if (launch(ctx, ev, tc_intra_k, chunks, intra_floats(a.C, a.K, a.V, true), TC_THREADS, a,
-               true) ||
+    if ((kept && launch(ctx, ev, tc_ddi_k, chunks, ddi_floats(a.C, a.V), TC_THREADS, a)) ||
+        (!kept && launch(ctx, ev, tc_intra_k, chunks, intra_floats(a.C, a.K, a.V, true), TC_THREADS,
+                         a, true)) ||
         (!kept &&
          launch(ctx, ev, tc_state_k, tiles, state_floats(a.C, a.K, a.Vt), TC_THREADS, a)) ||
         launch(ctx, ev, tc_state_bwd_k, tiles, state_floats(a.C, a.K, a.Vt), TC_THREADS, a) ||
@@ -1233,6 +1265,12 @@ extern "C" int kda_tc_fwd(KdaCudaCtx *ctx, kda_bf16 *o, float *final_state, cons
                           const kda_bf16 *k, const kda_bf16 *v, const float *gcum,
                           const float *beta, const float *init_state, const KdaDims *d) {
     return tc_fwd(ctx, NULL, o, final_state, q, k, v, gcum, beta, init_state, d, NULL);
+}
+
+extern "C" size_t kda_tc_keep_floats(const KdaDims *d) {
+    TcArgs a = make_args(d);
+    size_t ch = (size_t)a.B * a.HV * a.NT;
+    return kda_fast_keep_floats(d) + ch * (3 * (size_t)a.C * a.K + (size_t)a.C * a.C + a.K);
 }
 
 extern "C" int kda_tc_fwd_keep(KdaCudaCtx *ctx, kda_bf16 *o, float *final_state, const kda_bf16 *q,
@@ -1335,8 +1373,12 @@ extern "C" void kda_tc_bwd_host(float *dq, float *dk, kda_bf16 *dv, float *dg, f
     a.init_state = init_state, a.dfinal = dfinal_state;
     a.dv = dv, a.dg = dg, a.dbeta = dbeta, a.dinit = dinit_state;
     if (a.HV == a.H) a.dq = dq, a.dk = dk;
-    for (int64_t b = 0; b < r.chunks; b++)
-        intra_body(a, b, r.sm, true);
+    for (int64_t b = 0; b < r.chunks; b++) {
+        if (kept)
+            ddi_body(a, b, r.sm);
+        else
+            intra_body(a, b, r.sm, true);
+    }
     for (int64_t b = 0; b < r.tiles && !kept; b++)
         state_body(a, b, r.sm);
     for (int64_t b = 0; b < r.tiles; b++)

@@ -63,7 +63,7 @@ typedef struct {      // saved per block for backward
     bf *xm;           // [N, D] mlp_norm output
     float *rstd_m;    // [N]
     bf *ga, *up, *mm; // [N, I] gate_proj, up_proj, SwiGLU product (gate|up: ga [N, 2I], up NULL)
-    float *keep;      // the KDA core's kept h and Δ (kda_fast_keep_floats) or NULL (recompute)
+    float *keep;      // the KDA core's kept state (kda_fast/kda_tc_keep_floats) or NULL (recompute)
 } DevLayer;
 
 struct KdaCudaModel {
@@ -785,7 +785,8 @@ static int forward_dev_(KdaCudaModel *m) {
     return 0;
 }
 
-// The KDA core's kept h and Δ (kda_fast.h M0) for this (B, T): a buffer of one set per layer
+// The KDA core's kept h and Δ (kda_fast.h M0; with KDA_CORE=tc also w, kg, qg, Aqk: kda_tc.h)
+// for this (B, T): a buffer of one set per layer
 // (one shared set with recompute: each block's forward re-runs just before its backward),
 // grown on demand (cudaFree synchronizes); L[l].keep set, or NULL when off or the fast kernels
 // do not take these dims.
@@ -793,7 +794,8 @@ static int keep_reserve_(KdaCudaModel *m) {
     KdaDims d = dims_(m);
     int64_t nl = m->cfg.num_hidden_layers;
     int on = m->core_keep && kda_fast_supported(&d, m->ctx.info.smem_per_block_optin);
-    size_t per = on ? kda_fast_keep_floats(&d) : 0, sets = m->recompute ? 1 : (size_t)nl;
+    size_t per = !on ? 0 : core_tc_(m, &d) ? kda_tc_keep_floats(&d) : kda_fast_keep_floats(&d);
+    size_t sets = m->recompute ? 1 : (size_t)nl;
     if (on && m->keep_cap < per * sets) {
         kda_cuda_release(m->keep);
         m->keep_cap = 0;
