@@ -275,7 +275,7 @@ KDA_TEST_GPU(gpu_kda_tc_bwd) {
 
 // The reverse state pass copies dO with cp.async when it is 16-byte aligned and with plain loads
 // otherwise (the model's activations need not be aligned): both paths must give the same bits.
-KDA_TEST(gpu_kda_tc_misaligned_do) {
+KDA_TEST_GPU(gpu_kda_tc_misaligned_do) {
     if (!gpu_()) return;
     KdaRng r;
     rng_seed(&r, 515);

@@ -318,7 +318,7 @@ KDA_TEST_GPU(gpu_model_core_keep_bit_identical) {
 // alone is ~5e-4 against fp32, tests/test_kda_tc.c): tolerances 1e-4 relative on the loss and
 // 1e-2 on the gradients (a wrong core term shows at >= 1e-1). Kept and recomputed tc states come
 // from the same deterministic kernels on the same inputs, so passes 1 and 2 must be bit-identical.
-KDA_TEST(gpu_model_core_tc) {
+KDA_TEST_GPU(gpu_model_core_tc) {
     if (!have_gpu_()) return;
     KdaModel m;
     tiny_untied_(&m, 0.05, 81); // K = 32, V = 64: the tensor-core kernels take it (chunk 32)
