@@ -714,7 +714,7 @@ static int block_fwd_(KdaCudaModel *m, const KdaLayerTensors *P, DevLayer *L, fl
     if (!m->inproj) TRY(lin_(m, KDA_OP_PROJ_FWD, L->b, L->xa, P->b_proj, N, D, HV));
     TIMED(KDA_OP_GATE_FWD, 0, 6.0 * N * HV,
           kda_cuda_beta_fwd(x, L->beta, L->b, N * HV, c->allow_neg_eigval));
-    if (L->keep && core_tc_(m, &d)) // tensor-core core, kept h and Δ in kda_fast's layout
+    if (L->keep && core_tc_(m, &d)) // tensor-core core, kept state (kda_tc_keep_floats)
         TIMED(
             KDA_OP_CORE_FWD, 0, 512.0 * N * HV,
             kda_tc_fwd_keep(x, L->o, NULL, L->q, L->k, L->v, L->gcum, L->beta, NULL, &d, L->keep));
