@@ -24,7 +24,7 @@
 #include "core/rng.h"     // defines: KdaRng
 #include "cpu/kda_core.h" // defines: KdaDims, kda_chunk_fwd, kda_chunk_bwd
 #include "cuda/cuda_common.h"
-#include "cuda/kda_fast.h" // defines: kda_fast_fwd, kda_fast_bwd, kda_fast_keep_floats
+#include "cuda/kda_fast.h" // defines: kda_fast_fwd, kda_fast_bwd, kda_fast_bwd_kept
 #include "cuda/kda_tc.h"   // defines: kda_tc_fwd, kda_tc_bwd, kda_tc_fwd_keep, kda_tc_bwd_kept
 #include "kda_case.h"      // defines: KdaCase, kda_case_make, kda_case_expect
 
@@ -206,7 +206,7 @@ static void run_bwd_(const KdaCase *c, int kept) {
     expect_bwd_("cpu", &cpu, &tc, c);
     expect_bwd_("kda_fast", &fast, &tc, c);
     if (kept) {
-        size_t nk = kda_fast_keep_floats(&c->d);
+        size_t nk = kda_tc_keep_floats(&c->d);
         float *keep = kda_cuda_alloc(&g_tctx, nk * 4);
         KDA_ASSERT(keep && kda_cuda_poison(&g_tctx, keep, nk * 4) == 0);
         FwdOut f = gpu_fwd_(c, &in, 1, keep);
@@ -271,6 +271,32 @@ KDA_TEST_GPU(gpu_kda_tc_fwd) {
 KDA_TEST_GPU(gpu_kda_tc_bwd) {
     if (!gpu_()) return;
     tc_sweep_(1, 512, 0);
+}
+
+// The reverse state pass copies dO with cp.async when it is 16-byte aligned and with plain loads
+// otherwise (the model's activations need not be aligned): both paths must give the same bits.
+KDA_TEST_GPU(gpu_kda_tc_misaligned_do) {
+    if (!gpu_()) return;
+    KdaRng r;
+    rng_seed(&r, 515);
+    KdaCase c;
+    kda_case_make(&c, &r, 2, 65, 2, 2, 32, 64, 32, 1);
+    DevIn in = dev_in_(&c);
+    BwdOut al = gpu_bwd_(&c, &in, 0, NULL);
+    kda_bf16 *mis = kda_cuda_alloc(&g_tctx, (size_t)(c.nv + 8) * 2);
+    KDA_ASSERT(mis && kda_cuda_put_bf16(&g_tctx, mis + 1, c.dO, c.nv) == 0);
+    void *aligned_dO = in.dO;
+    in.dO = mis + 1; // 2 bytes past a 256-byte boundary
+    BwdOut un = gpu_bwd_(&c, &in, 0, NULL);
+    in.dO = aligned_dO;
+    for (int i = 0; i < 6; i++)
+        CHECK_MSG(al.g[i] && un.g[i] &&
+                      !memcmp(al.g[i], un.g[i], (size_t)bwd_n_(&c, i) * sizeof(float)),
+                  "%s differs between aligned and misaligned dO", BWD_NAMES[i]);
+    kda_cuda_release(mis);
+    bwd_out_free_(&al), bwd_out_free_(&un);
+    dev_in_free_(&in);
+    kda_case_free(&c);
 }
 
 // The small shapes only, forward and backward: what compute-sanitizer (memcheck, racecheck) runs.

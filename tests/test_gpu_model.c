@@ -41,6 +41,7 @@
 #include "cuda/model_cuda.h"   // defines: KdaCudaModel, kda_cuda_model_*
 #include "cuda/xent_cuda.h"    // defines: kda_cuda_xent_fwd, kda_cuda_xent_bwd
 #include "io/model_io.h"       // defines: kda_model_load_dir
+#include "kda_case.h"          // defines: kda_case_expect
 #include "io/safetensors.h"    // defines: SafeTensors, st_open, st_find
 #include "model/model.h"       // defines: KdaModel, kda_model_forward, kda_model_backward
 #include "train/optim.h"       // defines: KdaAdamW, kda_adamw_step, kda_grad_clip
@@ -311,6 +312,48 @@ KDA_TEST_GPU(gpu_model_core_keep_bit_identical) {
         }
         printf("    kept KDA states: loss %.6f, gradients bit-identical to the recompute\n",
                loss[0]);
+    }
+    for (int pass = 0; pass < 3; pass++)
+        free(g[pass]);
+    free(ids);
+    kda_model_free(&m);
+}
+
+// KDA_CORE=tc (cuda/kda_tc.h) in the model: the tensor-core core against the SIMT one (pass 0),
+// with its kept state (pass 1) and with the backward recomputing it (pass 2, KDA_CORE_KEEP=0).
+// The core's TF32 products move the loss by ~1e-5 and the gradients by ~1e-3 rel RMS (the core
+// alone is ~5e-4 against fp32, tests/test_kda_tc.c): tolerances 1e-4 relative on the loss and
+// 1e-2 on the gradients (a wrong core term shows at >= 1e-1). Kept and recomputed tc states come
+// from the same deterministic kernels on the same inputs, so passes 1 and 2 must be bit-identical.
+KDA_TEST_GPU(gpu_model_core_tc) {
+    if (!have_gpu_()) return;
+    KdaModel m;
+    tiny_untied_(&m, 0.05, 81); // K = 32, V = 64: the tensor-core kernels take it (chunk 32)
+    KdaError err = {{0}};
+    int64_t B = 2, T = 100, n = m.table.total_numel;
+    int32_t *ids = random_ids_(B * T, m.cfg.vocab_size, 82);
+    float *g[3], loss[3] = {0, 0, 0};
+    int rc = 0;
+    for (int pass = 0; pass < 3; pass++)
+        g[pass] = kda_malloc((size_t)n * 4);
+    for (int pass = 0; pass < 3 && !rc; pass++) {
+        if (pass > 0) setenv("KDA_CORE", "tc", 1);
+        if (pass == 2) setenv("KDA_CORE_KEEP", "0", 1);
+        KdaCudaModel *dm = NULL;
+        rc = kda_cuda_model_create(&dm, &m.cfg, &m.table, m.params, 0, &err);
+        unsetenv("KDA_CORE");
+        unsetenv("KDA_CORE_KEEP");
+        if (!rc) rc = gpu_step_fused_(dm, ids, B, T, NULL, &loss[pass], g[pass], &err);
+        kda_cuda_model_free(dm);
+    }
+    CHECK_MSG(rc == 0, "%s", err.msg);
+    if (!rc) {
+        double rel = fabs((double)loss[1] - loss[0]) / fabs((double)loss[0]);
+        printf("    loss simt %.7f, tc %.7f (rel %.1e)\n", loss[0], loss[1], rel);
+        CHECK_MSG(rel <= 1e-4, "tc loss %.9g vs simt %.9g", loss[1], loss[0]);
+        kda_case_expect("tc vs simt gradients", g[0], g[1], n, 1e-2);
+        CHECK_MSG(loss[2] == loss[1] && !memcmp(g[1], g[2], (size_t)n * 4),
+                  "tc kept vs recomputed state: not bit-identical");
     }
     for (int pass = 0; pass < 3; pass++)
         free(g[pass]);

@@ -23,12 +23,11 @@
 
 #ifdef KDA_HAVE_CUDA
 
-#include "core/rng.h"      // defines: KdaRng, rng_normal
-#include "core/util.h"     // defines: bf16_to_f32, f32_to_bf16
-#include "cpu/kda_core.h"  // defines: KdaDims, kda_chunk_fwd, kda_chunk_bwd
-#include "cuda/kda_fast.h" // defines: kda_fast_keep_floats
-#include "cuda/kda_tc.h"   // defines: kda_tc_fwd_host, kda_tc_bwd_host, kda_tc_matmul_host
-#include "kda_case.h"      // defines: KdaCase, kda_case_make
+#include "core/rng.h"     // defines: KdaRng, rng_normal
+#include "core/util.h"    // defines: bf16_to_f32, f32_to_bf16
+#include "cpu/kda_core.h" // defines: KdaDims, kda_chunk_fwd, kda_chunk_bwd
+#include "cuda/kda_tc.h"  // defines: kda_tc_fwd_host, kda_tc_bwd_host, kda_tc_matmul_host
+#include "kda_case.h"     // defines: KdaCase, kda_case_make
 
 #define TOL_TC_F32  3e-3
 #define TOL_TC_BF16 1e-2
@@ -154,7 +153,7 @@ static void check_bwd_(const TcCase *f, int keep) {
     memset(hs, 0xff, (size_t)ns * 4), memset(hv, 0xff, (size_t)nv * 2);
     float *kept = NULL;
     if (keep) {
-        size_t nk = kda_fast_keep_floats(&c->d);
+        size_t nk = kda_tc_keep_floats(&c->d);
         kept = malloc(nk * 4);
         memset(kept, 0xff, nk * 4); // NaN: the forward must write every kept value
         kda_bf16 *o = malloc((size_t)nv * 2);

@@ -92,7 +92,7 @@ typedef struct {
     double *norm;
     KdaDims d, d32; // chunk 64 (the v1 kernels) and the fast path's chunk
     float *gcum32;  // gcum summed over the fast chunk
-    float *keep;    // the M0 kept h and Δ at d32 (kda_fast_keep_floats; shared by fast and tc)
+    float *keep;    // the M0 kept state at d32 (kda_tc_keep_floats >= kda_fast_keep_floats)
     void *q128, *k128, *v128, *o128, *dO128, *dv128; // K = V = 128 (fast path only)
     float *gcum128, *dq128, *dk128, *dg128;
     KdaDims d128;
@@ -218,6 +218,14 @@ static int b_tc_kept(void *a) {
            kda_tc_bwd_kept(&g, z.dq, z.dk, z.dv, z.dg, z.dbeta, NULL, z.dO, NULL, z.q, z.k, z.v,
                            z.gcum32, z.beta, NULL, &z.d32, z.keep);
 }
+// The same with the state passes' copies done without cp.async (KDA_TC_ASYNC=0): what the
+// prefetch buys.
+static int b_tc_kept_sync(void *a) {
+    setenv("KDA_TC_ASYNC", "0", 1);
+    int rc = b_tc_kept(a);
+    unsetenv("KDA_TC_ASYNC");
+    return rc;
+}
 static int b_adamw(void *a) {
     (void)a;
     return kda_cuda_adamw(&g, z.p, z.pb, z.grad, z.m, z.vv, NPARAM, &z.s, NULL);
@@ -265,7 +273,7 @@ int main(void) {
     z.d32 = z.d, z.d32.chunk = C32;
     // the gate's cumsum for the KDA forward: real log-decays
     z.gcum32 = rand_buf_(&r, nqk, 4, 0, 1);
-    z.keep = rand_buf_(&r, (int64_t)kda_fast_keep_floats(&z.d32), 4, 0, 1);
+    z.keep = rand_buf_(&r, (int64_t)kda_tc_keep_floats(&z.d32), 4, 0, 1);
     if (kda_cuda_gate_cumsum_fwd(&g, z.gcum32, z.g, z.f16, z.Alog, z.dtb, B, T, H, K, C32))
         die_("gate 32");
     if (b_gate_fwd(NULL) || kda_cuda_sync(&g)) die_("gate");
@@ -316,6 +324,7 @@ int main(void) {
         {"kda tc fwd+bwd 16x2048 H8 K32 V64", b_tc_fwdbwd, 0, 0, 1},
         {"kda fast fwd+bwd kept 16x2048 H8 K32 V64", b_fast_kept, 0, 0, 1},
         {"kda tc fwd+bwd kept 16x2048 H8 K32 V64", b_tc_kept, 0, 0, 1},
+        {"kda tc fwd+bwd kept sync 16x2048 H8 K32 V64", b_tc_kept_sync, 0, 0, 1},
         {"kda tc fwd 16x2048 H8 K128 V128", b_tc128_fwd, 0, 0, 1},
         {"kda tc fwd+bwd 16x2048 H8 K128 V128", b_tc128_fwdbwd, 0, 0, 1},
         {"kda v1 chunk fwd 16x2048 H8 K32 V64", b_kda_fwd, 0, 0, 1},

@@ -9,7 +9,7 @@
 # The table has three kda.c-vs-FLA columns: SIMT (kda_fast.h, the default core), TC (kda_tc.h, the
 # tensor-core core that KDA_CORE=tc selects in the model) and FLA, for the core forward, forward +
 # backward, the kept-state (M0) forward + backward the model runs, and the layer rows. Check the
-# tensor-core kernels first: ./build-gpu/kda_test gpu_kda_tc (must print "3 passed, 0 failed").
+# tensor-core kernels first: ./build-gpu/kda_test gpu_kda_tc (must print "4 passed, 0 failed").
 # Environment: FLA_ONE_CONFIG=1 (default; 0 = FLA's full autotune, minutes per shape on a fresh
 # machine), SHAPES="32x64 128x128" (FLA's KxV; bench_gpu.c runs K32 V64 only), KDA_LIMIT=450
 # (seconds for the whole script).

@@ -9,13 +9,14 @@
 #include <string.h>
 
 #include "cuda/cuda_internal.h" // defines: CUDA_CHECK, KDA_CUDA_REQUIRE (and kda_calloc: core/error.h)
-#include "cuda/kda_fast.h"      // defines: kda_fast_keep_floats (the kept-state layout we share)
+#include "cuda/kda_fast.h"      // defines: kda_fast_keep_floats (the kept layout's first part)
 #include "cuda/kda_tc.h"        // defines: kda_tc_fwd, kda_tc_bwd
 
 namespace {
 
-#define TC_THREADS 256
-#define SUB        16 // rows of a sub-block (the mma's M)
+#define TC_THREADS     256
+#define TC_BWD_THREADS 512 // the main backward: 2 blocks (32 warps) per SM at K 32 / V 64
+#define SUB            16  // rows of a sub-block (the mma's M)
 
 // ---- the host/device portability layer ----------------------------------------------------------
 // On the device a body is run by every thread of a block; on the host by one "thread" that does
@@ -73,6 +74,48 @@ __host__ __device__ inline void syncwarp_() {
     __syncwarp();
 #endif
 }
+// Sum over the lanes of a warp, every lane gets it (all 32 lanes call it together). On the host
+// the one "lane" already summed every item of its warp-strided loop.
+__host__ __device__ inline float warp_sum_(float s) {
+#ifdef __CUDA_ARCH__
+    for (int o = 16; o > 0; o >>= 1)
+        s += __shfl_xor_sync(0xffffffffu, s, o);
+#endif
+    return s;
+}
+// 16 bytes global -> shared without a register round trip (cp.async.cg: lands in shared memory
+// while the block computes; visible after cp_wait_ + a barrier). async = 0: a plain copy (for
+// pointers that are not 16-byte aligned, and KDA_TC_ASYNC=0). The host copies at once.
+__host__ __device__ inline void cp16_(void *dst, const void *src, bool async) {
+#ifdef __CUDA_ARCH__
+    if (async) {
+        unsigned d = (unsigned)__cvta_generic_to_shared(dst);
+        asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(d), "l"(src) : "memory");
+        return;
+    }
+    if (((uintptr_t)src & 3) == 0) { // fp32 tiles (KDA_TC_ASYNC=0)
+        for (int i = 0; i < 4; i++)
+            ((unsigned *)dst)[i] = ((const unsigned *)src)[i];
+        return;
+    }
+    for (int i = 0; i < 8; i++) // bf16 at a 2-byte boundary
+        ((unsigned short *)dst)[i] = ((const unsigned short *)src)[i];
+#else
+    (void)async;
+    memcpy(dst, src, 16);
+#endif
+}
+__host__ __device__ inline void cp_commit_() {
+#ifdef __CUDA_ARCH__
+    asm volatile("cp.async.commit_group;" ::: "memory");
+#endif
+}
+__host__ __device__ inline void cp_wait_() { // this thread's copies have landed
+#ifdef __CUDA_ARCH__
+    asm volatile("cp.async.wait_group 0;" ::: "memory");
+#endif
+}
+
 // e^x for x <= 0 (ex2.approx on the device: relative error ~2^-22, far below TF32's 2^-11)
 __host__ __device__ inline float fexp(float x) {
 #ifdef __CUDA_ARCH__
@@ -277,6 +320,8 @@ __host__ __device__ inline Mat no_mat() {
 struct TcArgs {
     int B, T, H, HV, K, V, C, NT, Vt; // Vt: V columns per state-pass block (V % Vt == 0)
     float scale;
+    bool async;   // the state passes prefetch with cp.async (KDA_TC_ASYNC=0: plain copies)
+    bool dO_al16; // dO 16-byte aligned: the reverse pass copies it with cp.async
     const kda_bf16 *q, *k, *v, *dO;
     const float *gcum, *beta, *init_state, *dfinal;
     float *w, *kg, *qg; // [cid][C][K]  Akk·(βk e^G), k e^{G_last - G}, scale q e^G
@@ -345,18 +390,27 @@ __host__ __device__ inline size_t intra_floats(int C, int K, int V, bool bwd) {
     size_t off = C > SUB ? (size_t)3 * SUB * LK + SUB * LC : 0;
     return (size_t)4 * C * LK + (bwd ? 2 : 1) * (size_t)C * LV + 3 * (size_t)C * LC + off + C;
 }
+// (state passes: the double buffers' sizes, state_buf_floats / rstate_buf_floats, are below)
+__host__ __device__ inline int state_buf_floats(int C, int K, int Vt);
+__host__ __device__ inline int rstate_buf_floats(int C, int K, int Vt);
 __host__ __device__ inline size_t state_floats(int C, int K, int Vt) {
-    return (size_t)K * pad8(Vt) + (size_t)C * pad4(K) + (size_t)2 * C * pad8(K) +
-           (size_t)2 * C * pad8(Vt) + K;
+    size_t f = (size_t)K * pad8(Vt) + 2 * (size_t)state_buf_floats(C, K, Vt);
+    size_t r =
+        (size_t)K * pad8(Vt) + (size_t)C * pad8(Vt) + 2 * (size_t)rstate_buf_floats(C, K, Vt);
+    return f > r ? f : r;
 }
 __host__ __device__ inline size_t output_floats(int C, int K, int V) {
     return (size_t)C * pad4(K) + (size_t)K * pad8(V) + (size_t)C * pad4(C) + (size_t)C * pad8(V);
 }
+// the main backward's region X (bwd_body): max(S0t | dSt, dAkk | M, Tm)
+__host__ __device__ inline int bwd_x_floats(int C, int K, int Vt) {
+    int st = 2 * K * pad4(Vt), mm = 2 * C * pad4(C);
+    return st > mm ? st : mm;
+}
 __host__ __device__ inline size_t bwd_floats(int C, int K, int V, int Vt) {
-    int LK = pad4(K), LV = pad4(V), LC = pad4(C), LT = pad4(Vt);
-    size_t off = C > SUB ? (size_t)4 * SUB * LK : 0;
-    return (size_t)12 * C * LK + off + (size_t)4 * C * LV + (size_t)2 * K * LT +
-           (size_t)5 * C * LC + 2 * C + K;
+    int LK = pad4(K), LV = pad4(V), LC = pad4(C);
+    return (size_t)11 * C * LK + (size_t)4 * C * LV + (size_t)bwd_x_floats(C, K, Vt) +
+           (size_t)3 * C * LC + 2 * C + K;
 }
 
 // ---- intra: everything of one chunk that does not need the state -------------------------------
@@ -403,17 +457,20 @@ __host__ __device__ void intra_body(const TcArgs &a, int64_t blk, float *sm, boo
             Kr[i * LK + c] = Ks[i * LK + c] * fexp(gR - Gs[i * LK + c]);
         }
     }
-    //     the diagonal sub-blocks pairwise in fp32 (a warp is one row i, lanes read column c of
-    //     32 rows j); the upper triangle zero; Akk := I
+    //     Akk := I; zeros where neither the pairs nor the mma below write (the upper triangle;
+    //     the off-diagonal sub-block when it has no rows)
     FOR(e, C * C) {
         int i = e / C, jj = e % C;
         Ak[i * LC + jj] = i == jj ? 1.0f : 0.0f;
-        if (jj < i && (i / SUB) != (jj / SUB)) { // off-diagonal sub-block: the mma below
-            if (!off) Aq[i * LC + jj] = Ls[i * LC + jj] = 0.0f;
-            continue;
-        }
+        if (jj > i || (i / SUB != jj / SUB && !off)) Aq[i * LC + jj] = Ls[i * LC + jj] = 0.0f;
+    }
+    //     the pairs (i, j <= i) of the diagonal sub-blocks in fp32 (a warp is two rows i, lanes
+    //     read column c of 16 rows j)
+    FOR(e, C * SUB) {
+        int i = e / SUB, jj = i / SUB * SUB + e % SUB;
+        if (jj > i) continue;
         float l = 0.0f, aq = 0.0f;
-        if (i < n && jj <= i) {
+        if (i < n) {
             for (int c = 0; c < K; c++) {
                 float kd = Ks[jj * LK + c] * fexp(Gs[i * LK + c] - Gs[jj * LK + c]);
                 l += Ks[i * LK + c] * kd;
@@ -487,39 +544,56 @@ __host__ __device__ void intra_body(const TcArgs &a, int64_t blk, float *sm, boo
 
 // ---- state: the only sequential stage, one block per (b, value head, V tile) -------------------
 // For each chunk: h[n] = S; Δ = u - w S; S = Diag(e^{G_last}) S + kgᵀ Δ. Columns of S are
-// independent, so V tiles run in separate blocks.
+// independent, so V tiles run in separate blocks. The next chunk's w, kg, u tile and e^{G_last}
+// are copied into the other half of a double buffer (cp.async) while this chunk computes: the
+// chain of chunks waits on the copy latency once instead of once per chunk.
+__host__ __device__ inline int state_buf_floats(int C, int K, int Vt) {
+    return C * pad4(K) + C * pad8(K) + C * pad8(Vt) + K; // Ws, KGs, Us, gls
+}
+__host__ __device__ void state_prefetch_(const TcArgs &a, int64_t cid, int v0, float *buf) {
+    const int tid = tid_(), nth = nth_();
+    const int C = a.C, K = a.K, V = a.V, Vt = a.Vt, LW = pad4(K), LG = pad8(K), LT = pad8(Vt);
+    float *Ws = buf, *KGs = Ws + C * LW, *Us = KGs + C * LG, *gls = Us + C * LT;
+    const int K4 = K / 4, T4 = Vt / 4;
+    FOR(e, C * K4) {
+        int i = e / K4, c = e % K4 * 4;
+        cp16_(&Ws[i * LW + c], &a.w[cid * C * K + i * K + c], a.async);
+        cp16_(&KGs[i * LG + c], &a.kg[cid * C * K + i * K + c], a.async);
+    }
+    FOR(e, C * T4) {
+        int i = e / T4, c = e % T4 * 4;
+        cp16_(&Us[i * LT + c], &a.u[cid * C * V + (int64_t)i * V + v0 + c], a.async);
+    }
+    FOR(e, K4) cp16_(&gls[4 * e], &a.gl[cid * K + 4 * e], a.async);
+    cp_commit_();
+}
 __host__ __device__ void state_body(const TcArgs &a, int64_t blk, float *sm) {
     const int tid = tid_(), nth = nth_();
     const int C = a.C, K = a.K, V = a.V, Vt = a.Vt, nvt = V / Vt;
-    const int LT = pad8(Vt), LW = pad4(K), LG = pad8(K);
+    const int LT = pad8(Vt), LW = pad4(K), LG = pad8(K), BUF = state_buf_floats(C, K, Vt);
     const int64_t bj = blk / nvt;
     const int v0 = (int)(blk % nvt) * Vt;
-    float *S = sm, *Ws = S + K * LT, *KGs = Ws + C * LW, *Ds = KGs + C * LG, *gls = Ds + C * LT;
+    float *S = sm, *bufs = S + K * LT;
 
     FOR(e, K * Vt) {
         int x = e / Vt, c = e % Vt;
         S[x * LT + c] = a.init_state ? a.init_state[bj * K * V + x * V + v0 + c] : 0.0f;
     }
+    state_prefetch_(a, bj * a.NT, v0, bufs);
     for (int nc = 0; nc < a.NT; nc++) {
         const int64_t cid = bj * a.NT + nc;
-        sync_(); // the previous chunk is done with the tiles and S is updated
-        FOR(e, C * K) {
-            Ws[(e / K) * LW + e % K] = a.w[cid * C * K + e];
-            KGs[(e / K) * LG + e % K] = a.kg[cid * C * K + e];
-        }
-        FOR(e, C * Vt) {
-            int i = e / Vt, c = e % Vt;
-            Ds[i * LT + c] = a.u[cid * C * V + (int64_t)i * V + v0 + c];
-        }
-        FOR(x, K) gls[x] = a.gl[cid * K + x];
+        float *Ws = bufs + (nc & 1) * BUF, *KGs = Ws + C * LW, *Ds = KGs + C * LG;
+        float *gls = Ds + C * LT;
+        cp_wait_();
+        sync_(); // chunk nc's tiles have landed; the previous chunk is done with S and the buffers
+        if (nc + 1 < a.NT) state_prefetch_(a, cid + 1, v0, bufs + ((nc + 1) & 1) * BUF);
         FOR(e, K * Vt) {
             int x = e / Vt, c = e % Vt;
             a.h[cid * K * V + (int64_t)x * V + v0 + c] = S[x * LT + c];
         }
-        sync_();
         float *Dg = a.D + cid * C * V + v0;
         block_mm(C, Vt, mat(Ws, LW, 1), mat(S, LT, 1), K, no_mat(), no_mat(), 0,
-                 [&](int r, int c, float v, float) {
+                 [&](int r, int c, float v, float) { // Ds holds u: Δ = u - w S in place
                      float d = Ds[r * LT + c] - v;
                      Ds[r * LT + c] = d;
                      Dg[(int64_t)r * V + c] = d;
@@ -555,46 +629,97 @@ __host__ __device__ void output_body(const TcArgs &a, int64_t blk, float *sm) {
              });
 }
 
+// ---- dΔ_intra = Aqkᵀ dO from the forward's kept Aqk (the kept backward's intra), chunk-parallel
+// --
+__host__ __device__ inline size_t ddi_floats(int C, int V) {
+    return (size_t)C * pad4(C) + (size_t)C * pad8(V);
+}
+__host__ __device__ void ddi_body(const TcArgs &a, int64_t blk, float *sm) {
+    const int tid = tid_(), nth = nth_();
+    const int C = a.C, V = a.V, LC = pad4(C), LV = pad8(V);
+    const ChunkPos p = chunk_pos(a, blk);
+    float *Aq = sm, *dOs = Aq + C * LC;
+    FOR(e, C * C) Aq[(e / C) * LC + e % C] = a.Aqk[p.cid * C * C + e];
+    FOR(e, C * V) {
+        int i = e / V, c = e % V;
+        dOs[i * LV + c] = i < p.n ? ldbf(a.dO[v_at(a, p.b, p.t0 + i, p.j) + c]) : 0.0f;
+    }
+    sync_();
+    float *dDig = a.dDi + p.cid * C * V;
+    block_mm(C, V, mat(Aq, 1, LC), mat(dOs, LV, 1), C, no_mat(), no_mat(), 0,
+             [&](int r, int c, float v, float) { dDig[r * V + c] = v; });
+}
+
 // ---- reverse state pass, one block per (b, value head, V tile) ----------------------------------
 // dS starts at the final-state gradient. For chunks in reverse: dh[n] = dS (gradient w.r.t. the
-// chunk-end state); dΔ = dΔ_intra + kg dS; dS = Diag(e^{G_last}) dS + qgᵀ dO - wᵀ dΔ.
+// chunk-end state); dΔ = dΔ_intra + kg dS; dS = Diag(e^{G_last}) dS + qgᵀ dO - wᵀ dΔ. Double
+// buffered as state_body (dO lands as raw bf16 and is widened once it is there).
+__host__ __device__ inline int rstate_buf_floats(int C, int K, int Vt) {
+    // Ws, KGs, QGs, dDs, dO (bf16: half a float each), gls
+    return 2 * C * pad8(K) + C * pad4(K) + C * pad8(Vt) + C * Vt / 2 + K;
+}
+__host__ __device__ void rstate_prefetch_(const TcArgs &a, int64_t cid, int nc, int v0,
+                                          float *buf) {
+    const int tid = tid_(), nth = nth_();
+    const int C = a.C, K = a.K, V = a.V, Vt = a.Vt, LW = pad8(K), LG = pad4(K), LT = pad8(Vt);
+    const int64_t bj = cid / a.NT;
+    const int b = (int)(bj / a.HV), j = (int)(bj % a.HV), t0 = nc * C;
+    float *Ws = buf, *KGs = Ws + C * LW, *QGs = KGs + C * LG, *dDs = QGs + C * LW;
+    kda_bf16 *dOb = (kda_bf16 *)(dDs + C * LT);
+    float *gls = (float *)(dOb + C * Vt);
+    const int K4 = K / 4, T4 = Vt / 4, T8 = Vt / 8;
+    FOR(e, C * K4) {
+        int i = e / K4, c = e % K4 * 4;
+        cp16_(&Ws[i * LW + c], &a.w[cid * C * K + i * K + c], a.async);
+        cp16_(&KGs[i * LG + c], &a.kg[cid * C * K + i * K + c], a.async);
+        cp16_(&QGs[i * LW + c], &a.qg[cid * C * K + i * K + c], a.async);
+    }
+    FOR(e, C * T4) {
+        int i = e / T4, c = e % T4 * 4;
+        cp16_(&dDs[i * LT + c], &a.dDi[cid * C * V + (int64_t)i * V + v0 + c], a.async);
+    }
+    FOR(e, C * T8) { // rows past the end are zeroed when widened
+        int i = e / T8, c = e % T8 * 8;
+        if (t0 + i < a.T)
+            cp16_(&dOb[i * Vt + c], &a.dO[v_at(a, b, t0 + i, j) + v0 + c], a.async && a.dO_al16);
+    }
+    FOR(e, K4) cp16_(&gls[4 * e], &a.gl[cid * K + 4 * e], a.async);
+    cp_commit_();
+}
 __host__ __device__ void state_bwd_body(const TcArgs &a, int64_t blk, float *sm) {
     const int tid = tid_(), nth = nth_();
     const int C = a.C, K = a.K, V = a.V, Vt = a.Vt, nvt = V / Vt;
-    const int LT = pad8(Vt), LW = pad8(K), LG = pad4(K);
+    const int LT = pad8(Vt), LW = pad8(K), LG = pad4(K), BUF = rstate_buf_floats(C, K, Vt);
     const int64_t bj = blk / nvt;
-    const int v0 = (int)(blk % nvt) * Vt, b = (int)(bj / a.HV), j = (int)(bj % a.HV);
-    float *dS = sm, *Ws = dS + K * LT, *KGs = Ws + C * LW, *QGs = KGs + C * LG;
-    float *dDs = QGs + C * LW, *dOs = dDs + C * LT, *gls = dOs + C * LT;
+    const int v0 = (int)(blk % nvt) * Vt;
+    float *dS = sm, *dOs = dS + K * LT, *bufs = dOs + C * LT;
 
     FOR(e, K * Vt) {
         int x = e / Vt, c = e % Vt;
         dS[x * LT + c] = a.dfinal ? a.dfinal[bj * K * V + x * V + v0 + c] : 0.0f;
     }
-    for (int nc = a.NT - 1; nc >= 0; nc--) {
+    rstate_prefetch_(a, bj * a.NT + a.NT - 1, a.NT - 1, v0, bufs);
+    for (int nc = a.NT - 1, par = 0; nc >= 0; nc--, par ^= 1) {
         const int64_t cid = bj * a.NT + nc;
         const int t0 = nc * C;
-        sync_();
-        FOR(e, C * K) {
-            int i = e / K, c = e % K;
-            Ws[i * LW + c] = a.w[cid * C * K + e];
-            KGs[i * LG + c] = a.kg[cid * C * K + e];
-            QGs[i * LW + c] = a.qg[cid * C * K + e];
-        }
+        float *Ws = bufs + par * BUF, *KGs = Ws + C * LW, *QGs = KGs + C * LG;
+        float *dDs = QGs + C * LW;
+        const kda_bf16 *dOb = (const kda_bf16 *)(dDs + C * LT);
+        const float *gls = (const float *)(dOb + C * Vt);
+        cp_wait_();
+        sync_(); // chunk nc's tiles have landed; the previous chunk is done with dS and dOs
+        if (nc > 0) rstate_prefetch_(a, cid - 1, nc - 1, v0, bufs + (par ^ 1) * BUF);
         FOR(e, C * Vt) {
             int i = e / Vt, c = e % Vt;
-            dDs[i * LT + c] = a.dDi[cid * C * V + (int64_t)i * V + v0 + c];
-            dOs[i * LT + c] = t0 + i < a.T ? ldbf(a.dO[v_at(a, b, t0 + i, j) + v0 + c]) : 0.0f;
+            dOs[i * LT + c] = t0 + i < a.T ? ldbf(dOb[i * Vt + c]) : 0.0f;
         }
-        FOR(x, K) gls[x] = a.gl[cid * K + x];
         FOR(e, K * Vt) {
             int x = e / Vt, c = e % Vt;
             a.dh[cid * K * V + (int64_t)x * V + v0 + c] = dS[x * LT + c];
         }
-        sync_();
         float *dDg = a.dD + cid * C * V + v0;
         block_mm(C, Vt, mat(KGs, LG, 1), mat(dS, LT, 1), K, no_mat(), no_mat(), 0,
-                 [&](int r, int c, float v, float) {
+                 [&](int r, int c, float v, float) { // dDs holds dΔ_intra: += kg dS in place
                      float s = dDs[r * LT + c] + v;
                      dDs[r * LT + c] = s;
                      dDg[(int64_t)r * V + c] = s;
@@ -626,15 +751,19 @@ __host__ __device__ void bwd_body(const TcArgs &a, int64_t blk, float *sm) {
     const int n = p.n;
     const bool off = has_off(C, n);
     const float scale = a.scale;
-    const int CK = C * LK, SK = C > SUB ? SUB * LK : 0;
+    const int CK = C * LK;
+    // Shared tiles that live in different steps share memory (108 KB at K 32 / V 64 / C 32: two
+    // blocks per SM): X holds Tm in (2), the state tiles S0t | dSt in (3), then dAkk | M from (4);
+    // dw is T3 (negated in place) from (3) to (4); the off-diagonal factors live in the halves of
+    // T1..T3 that their step does not use: Kf = T1[:16], Kr = T2[:16] in (1), then from (6)
+    // Qf = T1[:16], Kfb = T2[:16], Kr = T3[16:] while (7) writes T1[16:], T2[16:], T3[:16].
     float *Qs = sm, *Ks = Qs + CK, *Gs = Ks + CK, *Kb = Gs + CK, *dq = Kb + CK, *dk = dq + CK;
-    float *dG = dk + CK, *dw = dG + CK, *tk = dw + CK, *T1 = tk + CK, *T2 = T1 + CK, *T3 = T2 + CK;
-    float *Qf = T3 + CK, *Kf = Qf + SK, *Kfb = Kf + SK, *Kr = Kfb + SK;
-    float *dOs = Kr + SK, *Ds = dOs + C * LV, *dDs = Ds + C * LV, *Vs = dDs + C * LV;
-    float *S0t = Vs + C * LV, *dSt = S0t + K * LT;
-    float *KK = dSt + K * LT, *Ak = KK + C * LC, *dAqk = Ak + C * LC, *dAkk = dAqk + C * LC;
-    // Tm (the inverse's temporary of (2)) shares M's tile, which is first written in (5)
-    float *Mm = dAkk + C * LC, *Tm = Mm, *bs = Mm + C * LC, *dbs = bs + C, *dGl = dbs + C;
+    float *dG = dk + CK, *tk = dG + CK, *T1 = tk + CK, *T2 = T1 + CK, *T3 = T2 + CK, *dw = T3;
+    float *dOs = T3 + CK, *Ds = dOs + C * LV, *dDs = Ds + C * LV, *Vs = dDs + C * LV;
+    float *X = Vs + C * LV, *Tm = X, *S0t = X, *dSt = X + K * LT, *dAkk = X, *Mm = X + C * LC;
+    float *KK = X + bwd_x_floats(C, K, Vt), *Ak = KK + C * LC, *dAqk = Ak + C * LC;
+    float *bs = dAqk + C * LC, *dbs = bs + C, *dGl = dbs + C;
+    float *Kf1 = T1, *Kr1 = T2, *Qf = T1, *Kfb = T2, *Kr = T3 + R * LK;
 
     // (0) gather the chunk; zero the accumulators
     FOR(e, C * K) {
@@ -658,27 +787,26 @@ __host__ __device__ void bwd_body(const TcArgs &a, int64_t blk, float *sm) {
     sync_();
 
     // (1) KK (strict lower; L = β_i KK): the diagonal sub-blocks pairwise, the off-diagonal one
-    //     factored (its factors also serve the pair gradients of (7)); dAqk = mask_{j<=i}(dO Δᵀ)
-    //     on the tensor cores; Kb = β k e^G; Akk := I
+    //     factored through row R (Kf = k_i e^{G_i - G_R}, Kr = k_j e^{G_R - G_j}); dAqk =
+    //     mask_{j<=i}(dO Δᵀ) on the tensor cores; Kb = β k e^G; Akk := I
     if (off) {
         FOR(e, SUB * K) {
             int i = e / K, c = e % K, r = R + i;
             float gR = Gs[R * LK + c], f = r < n ? fexp(Gs[r * LK + c] - gR) : 0.0f;
-            Qf[i * LK + c] = Qs[r * LK + c] * f;
-            Kf[i * LK + c] = Ks[r * LK + c] * f;
-            Kfb[i * LK + c] = bs[r] * Ks[r * LK + c] * f;
-            Kr[i * LK + c] = Ks[i * LK + c] * fexp(gR - Gs[i * LK + c]);
+            Kf1[i * LK + c] = Ks[r * LK + c] * f;
+            Kr1[i * LK + c] = Ks[i * LK + c] * fexp(gR - Gs[i * LK + c]);
         }
     }
     FOR(e, C * C) {
         int i = e / C, jj = e % C;
         Ak[i * LC + jj] = i == jj ? 1.0f : 0.0f;
-        if (jj < i && (i / SUB) != (jj / SUB)) {
-            if (!off) KK[i * LC + jj] = 0.0f;
-            continue;
-        }
+        if (jj >= i || (i / SUB != jj / SUB && !off)) KK[i * LC + jj] = 0.0f;
+    }
+    FOR(e, C * SUB) { // the strictly lower pairs of the diagonal sub-blocks (as intra_body)
+        int i = e / SUB, jj = i / SUB * SUB + e % SUB;
+        if (jj >= i) continue;
         float kk = 0.0f;
-        if (i < n && jj < i)
+        if (i < n)
             for (int c = 0; c < K; c++)
                 kk += Ks[i * LK + c] * Ks[jj * LK + c] * fexp(Gs[i * LK + c] - Gs[jj * LK + c]);
         KK[i * LC + jj] = kk;
@@ -691,7 +819,7 @@ __host__ __device__ void bwd_body(const TcArgs &a, int64_t blk, float *sm) {
              [&](int r, int c, float v, float) { dAqk[r * LC + c] = r < n && c <= r ? v : 0.0f; });
     sync_();
     if (off) {
-        block_mm(SUB, SUB, mat(Kf, LK, 1), mat(Kr, 1, LK), K, no_mat(), no_mat(), 0,
+        block_mm(SUB, SUB, mat(Kf1, LK, 1), mat(Kr1, 1, LK), K, no_mat(), no_mat(), 0,
                  [&](int r, int c, float v, float) { KK[(R + r) * LC + c] = v; });
     }
     sync_();
@@ -738,11 +866,11 @@ __host__ __device__ void bwd_body(const TcArgs &a, int64_t blk, float *sm) {
                  [&](int r, int c, float v, float) {
                      T2[r * LK + c] = (first ? 0.0f : T2[r * LK + c]) + v;
                  });
-        FOR(c, K) {
+        for (int c = warp_(); c < K; c += nwarp_()) { // a warp per channel
             float s = 0.0f;
-            for (int vv = 0; vv < Vt; vv++)
-                s += dSt[c * LT + vv] * S0t[c * LT + vv];
-            dGl[c] += fexp(Gl[c]) * s;
+            WFOR(vv, Vt) s += dSt[c * LT + vv] * S0t[c * LT + vv];
+            s = warp_sum_(s);
+            if (lane_() == 0) dGl[c] += fexp(Gl[c]) * s;
         }
         sync_();
     }
@@ -754,14 +882,14 @@ __host__ __device__ void bwd_body(const TcArgs &a, int64_t blk, float *sm) {
         dG[x] += Qs[x] * dqi - tkv;
         dk[x] += el * T2[x]; // S_end has (k e^{G_last - G})ᵀ Δ
         tk[x] = tkv;         // summed into dΓ_last below
-        dw[x] = -T3[x];      // Δ = u - w S0
+        T3[x] = -T3[x];      // dw (Δ = u - w S0)
     }
     sync_();
-    FOR(c, K) {
+    for (int c = warp_(); c < K; c += nwarp_()) {
         float s = 0.0f;
-        for (int i = 0; i < n; i++)
-            s += tk[i * LK + c];
-        dGl[c] += s;
+        WFOR(i, n) s += tk[i * LK + c];
+        s = warp_sum_(s);
+        if (lane_() == 0) dGl[c] += s;
     }
     sync_();
 
@@ -788,26 +916,36 @@ __host__ __device__ void bwd_body(const TcArgs &a, int64_t blk, float *sm) {
         dk[x] += bs[i] * fexp(Gs[x]) * tk[x];
         dG[x] += Kb[x] * tk[x];
     }
-    FOR(i, C) {
+    for (int i = warp_(); i < C; i += nwarp_()) { // a warp per row
         float s = 0.0f;
-        for (int v = 0; v < V; v++)
-            s += Vs[i * LV + v] * dOs[i * LV + v];
-        for (int c = 0; c < K; c++)
-            s += Ks[i * LK + c] * fexp(Gs[i * LK + c]) * tk[i * LK + c];
-        dbs[i] = s;
+        WFOR(v, V) s += Vs[i * LV + v] * dOs[i * LV + v];
+        WFOR(c, K) s += Ks[i * LK + c] * fexp(Gs[i * LK + c]) * tk[i * LK + c];
+        s = warp_sum_(s);
+        if (lane_() == 0) dbs[i] = s;
     }
     sync_();
 
-    // (6) dL = -M Akkᵀ on the strict lower triangle (into dAkk, no longer read)
+    // (6) dL = -M Akkᵀ on the strict lower triangle (into dAkk, no longer read); the factors of
+    //     the off-diagonal sub-block for (7): Qf = q_i e^{G_i - G_R}, Kfb = β_i k_i e^{G_i - G_R}
+    //     (rows R.., 0 past the end), Kr = k_j e^{G_R - G_j} (rows ..R-1)
     block_mm(C, C, mat(Mm, LC, 1), mat(Ak, 1, LC), C, no_mat(), no_mat(), 0,
              [&](int r, int c, float v, float) { dAkk[r * LC + c] = r < n && c < r ? -v : 0.0f; });
+    if (off) {
+        FOR(e, SUB * K) {
+            int i = e / K, c = e % K, r = R + i;
+            float gR = Gs[R * LK + c], f = r < n ? fexp(Gs[r * LK + c] - gR) : 0.0f;
+            Qf[i * LK + c] = Qs[r * LK + c] * f;
+            Kfb[i * LK + c] = bs[r] * Ks[r * LK + c] * f;
+            Kr[i * LK + c] = Ks[i * LK + c] * fexp(gR - Gs[i * LK + c]);
+        }
+    }
     sync_();
 
     // (7) pair terms of Aqk (j <= i) and L (j < i), per (row r, channel c):
     //     rowQ_r = Σ_j a_rj k_j e_rj, rowK_r = Σ_j l_rj k_j e_rj, colX_r = Σ_i (a_ir q_i + l_ir
     //     k_i) e_ir with a = scale dAqk, l = β_i dL_ij, e_ij = e^{Γ_i - Γ_j}; then dq_r += rowQ,
     //     dk_r += rowK + colX, dΓ_r += q_r rowQ + k_r rowK - k_r colX. The off-diagonal sub-block
-    //     (rows R.. x columns ..R-1) on the tensor cores through the factors of (1): T1 = rowQ and
+    //     (rows R.. x columns ..R-1) on the tensor cores through the factors of (6): T1 = rowQ and
     //     T2 = rowK of rows R.., T3 = colX of rows ..R-1.
     if (off) {
         block_mm(SUB, K, mat(dAqk + R * LC, LC, 1), mat(Kr, LK, 1), SUB, mat(dAkk + R * LC, LC, 1),
@@ -846,11 +984,11 @@ __host__ __device__ void bwd_body(const TcArgs &a, int64_t blk, float *sm) {
             dG[x] += qr * rq + kr * rk - kr * cx;
         }
     }
-    FOR(i, n) {
+    for (int i = warp_(); i < n; i += nwarp_()) {
         float s = 0.0f;
-        for (int jj = 0; jj < i; jj++)
-            s += dAkk[i * LC + jj] * KK[i * LC + jj];
-        dbs[i] += s;
+        WFOR(jj, i) s += dAkk[i * LC + jj] * KK[i * LC + jj];
+        s = warp_sum_(s);
+        if (lane_() == 0) dbs[i] += s;
     }
     sync_();
 
@@ -897,11 +1035,15 @@ __global__ void __launch_bounds__(TC_THREADS) tc_output_k(TcArgs a) {
     extern __shared__ float sm[];
     output_body(a, blockIdx.x, sm);
 }
+__global__ void __launch_bounds__(TC_THREADS) tc_ddi_k(TcArgs a) {
+    extern __shared__ float sm[];
+    ddi_body(a, blockIdx.x, sm);
+}
 __global__ void __launch_bounds__(TC_THREADS) tc_state_bwd_k(TcArgs a) {
     extern __shared__ float sm[];
     state_bwd_body(a, blockIdx.x, sm);
 }
-__global__ void __launch_bounds__(TC_THREADS) tc_bwd_k(TcArgs a) {
+__global__ void __launch_bounds__(TC_BWD_THREADS, 2) tc_bwd_k(TcArgs a) {
     extern __shared__ float sm[];
     bwd_body(a, blockIdx.x, sm);
 }
@@ -957,11 +1099,17 @@ void carve(TcArgs &a, float *p) {
         a.dk = p;
     }
 }
-// keep (M0): h and Δ live in the caller's buffer (h first, kda_fast_keep_floats).
+// keep (M0): h and Δ live in the caller's buffer (h first: kda_fast_keep_floats' layout), then
+// w, kg, qg, Aqk and e^{G_last} (kda_tc_keep_floats), so the backward skips the intra kernel.
 void keep_carve(TcArgs &a, float *keep) {
-    size_t ch = (size_t)a.B * a.HV * a.NT;
-    a.h = keep;
-    a.D = keep + ch * a.K * a.V;
+    size_t ch = (size_t)a.B * a.HV * a.NT, CK = ch * a.C * a.K;
+    a.h = keep, keep += ch * a.K * a.V;
+    a.D = keep, keep += ch * a.C * a.V;
+    a.w = keep, keep += CK;
+    a.kg = keep, keep += CK;
+    a.qg = keep, keep += CK;
+    a.Aqk = keep, keep += ch * a.C * a.C;
+    a.gl = keep;
 }
 
 size_t max_smem_bytes(const TcArgs &a) {
@@ -986,10 +1134,10 @@ int set_smem(KdaCudaCtx *ctx, const void *fn, size_t bytes) {
 // an event is recorded after the launch into *ev, which then advances.
 template <typename... Args>
 int launch(KdaCudaCtx *ctx, cudaEvent_t **ev, void (*kern)(Args...), int64_t blocks, size_t floats,
-           Args... args) {
+           int threads, Args... args) {
     size_t bytes = floats * sizeof(float);
     if (set_smem(ctx, (const void *)kern, bytes)) return -1;
-    kern<<<(unsigned)blocks, TC_THREADS, bytes, ctx->stream>>>(args...);
+    kern<<<(unsigned)blocks, threads, bytes, ctx->stream>>>(args...);
     CUDA_CHECK_LAUNCH(ctx);
     if (ev) CUDA_CHECK(ctx, cudaEventRecord(*(*ev)++, ctx->stream));
     return 0;
@@ -997,6 +1145,8 @@ int launch(KdaCudaCtx *ctx, cudaEvent_t **ev, void (*kern)(Args...), int64_t blo
 
 int prepare(KdaCudaCtx *ctx, TcArgs &a, const KdaDims *d) {
     a = make_args(d);
+    const char *as = getenv("KDA_TC_ASYNC"); // "0": the state passes' copies without cp.async
+    a.async = !(as && !strcmp(as, "0"));
     KDA_CUDA_REQUIRE(ctx, kda_tc_supported(d, ctx->info.smem_per_block_optin));
     float *ws = (float *)kda_cuda_scratch(ctx, scratch_floats(a) * sizeof(float));
     if (!ws) return -1;
@@ -1013,9 +1163,10 @@ int tc_fwd(KdaCudaCtx *ctx, cudaEvent_t **ev, kda_bf16 *o, float *final_state, c
     a.q = q, a.k = k, a.v = v, a.gcum = gcum, a.beta = beta, a.init_state = init_state;
     a.o = o, a.final_state = final_state;
     int64_t chunks = (int64_t)a.B * a.HV * a.NT, tiles = (int64_t)a.B * a.HV * (a.V / a.Vt);
-    if (launch(ctx, ev, tc_intra_k, chunks, intra_floats(a.C, a.K, a.V, false), a, false) ||
-        launch(ctx, ev, tc_state_k, tiles, state_floats(a.C, a.K, a.Vt), a) ||
-        launch(ctx, ev, tc_output_k, chunks, output_floats(a.C, a.K, a.V), a))
+    if (launch(ctx, ev, tc_intra_k, chunks, intra_floats(a.C, a.K, a.V, false), TC_THREADS, a,
+               false) ||
+        launch(ctx, ev, tc_state_k, tiles, state_floats(a.C, a.K, a.Vt), TC_THREADS, a) ||
+        launch(ctx, ev, tc_output_k, chunks, output_floats(a.C, a.K, a.V), TC_THREADS, a))
         return -1;
     return 0;
 }
@@ -1026,16 +1177,20 @@ int tc_bwd(KdaCudaCtx *ctx, cudaEvent_t **ev, float *dq, float *dk, kda_bf16 *dv
            const float *beta, const float *init_state, const KdaDims *d, const float *kept) {
     TcArgs a;
     if (prepare(ctx, a, d)) return -1;
-    if (kept) keep_carve(a, (float *)kept); // read only: the state pass that writes them is skipped
+    if (kept) keep_carve(a, (float *)kept); // read only: intra and the state pass are skipped
     a.q = q, a.k = k, a.v = v, a.dO = d_o, a.gcum = gcum, a.beta = beta;
+    a.dO_al16 = (uintptr_t)d_o % 16 == 0;
     a.init_state = init_state, a.dfinal = dfinal_state;
     a.dv = dv, a.dg = dg, a.dbeta = dbeta, a.dinit = dinit_state;
     if (a.HV == a.H) a.dq = dq, a.dk = dk;
     int64_t chunks = (int64_t)a.B * a.HV * a.NT, tiles = (int64_t)a.B * a.HV * (a.V / a.Vt);
-    if (launch(ctx, ev, tc_intra_k, chunks, intra_floats(a.C, a.K, a.V, true), a, true) ||
-        (!kept && launch(ctx, ev, tc_state_k, tiles, state_floats(a.C, a.K, a.Vt), a)) ||
-        launch(ctx, ev, tc_state_bwd_k, tiles, state_floats(a.C, a.K, a.Vt), a) ||
-        launch(ctx, ev, tc_bwd_k, chunks, bwd_floats(a.C, a.K, a.V, a.Vt), a))
+    if ((kept && launch(ctx, ev, tc_ddi_k, chunks, ddi_floats(a.C, a.V), TC_THREADS, a)) ||
+        (!kept && launch(ctx, ev, tc_intra_k, chunks, intra_floats(a.C, a.K, a.V, true), TC_THREADS,
+                         a, true)) ||
+        (!kept &&
+         launch(ctx, ev, tc_state_k, tiles, state_floats(a.C, a.K, a.Vt), TC_THREADS, a)) ||
+        launch(ctx, ev, tc_state_bwd_k, tiles, state_floats(a.C, a.K, a.Vt), TC_THREADS, a) ||
+        launch(ctx, ev, tc_bwd_k, chunks, bwd_floats(a.C, a.K, a.V, a.Vt), TC_BWD_THREADS, a))
         return -1;
     if (a.HV != a.H) {
         int64_t n = (int64_t)a.B * a.T * a.H * a.K;
@@ -1110,6 +1265,12 @@ extern "C" int kda_tc_fwd(KdaCudaCtx *ctx, kda_bf16 *o, float *final_state, cons
                           const kda_bf16 *k, const kda_bf16 *v, const float *gcum,
                           const float *beta, const float *init_state, const KdaDims *d) {
     return tc_fwd(ctx, NULL, o, final_state, q, k, v, gcum, beta, init_state, d, NULL);
+}
+
+extern "C" size_t kda_tc_keep_floats(const KdaDims *d) {
+    TcArgs a = make_args(d);
+    size_t ch = (size_t)a.B * a.HV * a.NT;
+    return kda_fast_keep_floats(d) + ch * (3 * (size_t)a.C * a.K + (size_t)a.C * a.C + a.K);
 }
 
 extern "C" int kda_tc_fwd_keep(KdaCudaCtx *ctx, kda_bf16 *o, float *final_state, const kda_bf16 *q,
@@ -1208,11 +1369,16 @@ extern "C" void kda_tc_bwd_host(float *dq, float *dk, kda_bf16 *dv, float *dg, f
     TcArgs &a = r.a;
     if (kept) keep_carve(a, (float *)kept);
     a.q = q, a.k = k, a.v = v, a.dO = d_o, a.gcum = gcum, a.beta = beta;
+    a.dO_al16 = (uintptr_t)d_o % 16 == 0;
     a.init_state = init_state, a.dfinal = dfinal_state;
     a.dv = dv, a.dg = dg, a.dbeta = dbeta, a.dinit = dinit_state;
     if (a.HV == a.H) a.dq = dq, a.dk = dk;
-    for (int64_t b = 0; b < r.chunks; b++)
-        intra_body(a, b, r.sm, true);
+    for (int64_t b = 0; b < r.chunks; b++) {
+        if (kept)
+            ddi_body(a, b, r.sm);
+        else
+            intra_body(a, b, r.sm, true);
+    }
     for (int64_t b = 0; b < r.tiles && !kept; b++)
         state_body(a, b, r.sm);
     for (int64_t b = 0; b < r.tiles; b++)

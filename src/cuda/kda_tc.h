@@ -10,9 +10,10 @@
 //   beta   [B, T, HV]     fp32 post-sigmoid              state     [B, HV, K, V] fp32
 //   dq, dk [B, T, H, K]   fp32 (GVA: summed over the value heads of a group)
 //   dv     [B, T, HV, V]  bf16    dg [B, T, HV, K] fp32 (w.r.t. the per-token g)   dbeta [B, T, HV]
-// The kept state of the M0 forms is kda_fast's layout (kda_fast_keep_floats(d) floats: h
-// [B·HV·NT, K, V] then Δ [B·HV·NT, C, V], fp32), so kda_fast_bwd_kept can read what
-// kda_tc_fwd_keep wrote and the other way round.
+// The kept buffer of the M0 forms (kda_tc_keep_floats(d) floats, fp32) starts with kda_fast's
+// layout (kda_fast_keep_floats(d) floats: h [B·HV·NT, K, V] then Δ [B·HV·NT, C, V]), so
+// kda_fast_bwd_kept can read what kda_tc_fwd_keep wrote; then w, kg, qg [B·HV·NT, C, K], Aqk
+// [B·HV·NT, C, C] and e^{G_last} [B·HV·NT, K], which let kda_tc_bwd_kept skip the intra kernel.
 //
 // Numerics (kda-model.md §6.1-6.2, FLA's scheme):
 //   * products on TF32 tensor cores: operands rounded to TF32 (10-bit mantissa, round to nearest,
@@ -59,7 +60,9 @@ int kda_tc_bwd(KdaCudaCtx *ctx, float *dq, float *dk, kda_bf16 *dv, float *dg, f
                float *dinit_state, const kda_bf16 *d_o, const float *dfinal_state,
                const kda_bf16 *q, const kda_bf16 *k, const kda_bf16 *v, const float *gcum,
                const float *beta, const float *init_state, const KdaDims *d);
-// M0 forms: keep (written) / kept (read) are kda_fast_keep_floats(d) floats in kda_fast's layout.
+// M0 forms: keep (written) / kept (read) are kda_tc_keep_floats(d) floats (layout above); kept
+// must hold kda_tc_fwd_keep's values for the same inputs and dims.
+size_t kda_tc_keep_floats(const KdaDims *d);
 int kda_tc_fwd_keep(KdaCudaCtx *ctx, kda_bf16 *o, float *final_state, const kda_bf16 *q,
                     const kda_bf16 *k, const kda_bf16 *v, const float *gcum, const float *beta,
                     const float *init_state, const KdaDims *d, float *keep);

@@ -64,7 +64,7 @@ typedef struct {      // saved per block for backward
     bf *xm;           // [N, D] mlp_norm output
     float *rstd_m;    // [N]
     bf *ga, *up, *mm; // [N, I] gate_proj, up_proj, SwiGLU product (gate|up: ga [N, 2I], up NULL)
-    float *keep;      // the KDA core's kept h and Δ (kda_fast_keep_floats) or NULL (recompute)
+    float *keep;      // the KDA core's kept state (kda_fast/kda_tc_keep_floats) or NULL (recompute)
 } DevLayer;
 
 struct KdaCudaModel {
@@ -723,7 +723,7 @@ static int block_fwd_(KdaCudaModel *m, const KdaLayerTensors *P, DevLayer *L, fl
     if (!m->inproj) TRY(lin_(m, KDA_OP_PROJ_FWD, L->b, L->xa, P->b_proj, N, D, HV));
     TIMED(KDA_OP_GATE_FWD, 0, 6.0 * N * HV,
           kda_cuda_beta_fwd(x, L->beta, L->b, N * HV, c->allow_neg_eigval));
-    if (L->keep && core_tc_(m, &d)) // tensor-core core, kept h and Δ in kda_fast's layout
+    if (L->keep && core_tc_(m, &d)) // tensor-core core, kept state (kda_tc_keep_floats)
         TIMED(
             KDA_OP_CORE_FWD, 0, 512.0 * N * HV,
             kda_tc_fwd_keep(x, L->o, NULL, L->q, L->k, L->v, L->gcum, L->beta, NULL, &d, L->keep));
@@ -794,7 +794,8 @@ static int forward_dev_(KdaCudaModel *m) {
     return 0;
 }
 
-// The KDA core's kept h and Δ (kda_fast.h M0) for this (B, T): a buffer of one set per layer
+// The KDA core's kept h and Δ (kda_fast.h M0; with KDA_CORE=tc also w, kg, qg, Aqk: kda_tc.h)
+// for this (B, T): a buffer of one set per layer
 // (one shared set with recompute: each block's forward re-runs just before its backward),
 // grown on demand (cudaFree synchronizes); L[l].keep set, or NULL when off or the fast kernels
 // do not take these dims.
@@ -802,7 +803,8 @@ static int keep_reserve_(KdaCudaModel *m) {
     KdaDims d = dims_(m);
     int64_t nl = m->cfg.num_hidden_layers;
     int on = m->core_keep && kda_fast_supported(&d, m->ctx.info.smem_per_block_optin);
-    size_t per = on ? kda_fast_keep_floats(&d) : 0, sets = m->recompute ? 1 : (size_t)nl;
+    size_t per = !on ? 0 : core_tc_(m, &d) ? kda_tc_keep_floats(&d) : kda_fast_keep_floats(&d);
+    size_t sets = m->recompute ? 1 : (size_t)nl;
     if (on && m->keep_cap < per * sets) {
         kda_cuda_release(m->keep);
         m->keep_cap = 0;
