@@ -269,6 +269,15 @@ int kda_cuda_model_check_config(const KdaConfig *c, KdaError *err) {
     return 0;
 }
 
+int kda_cuda_model_check(const KdaConfig *cfg, int device, KdaError *err) {
+    if (kda_cuda_model_check_config(cfg, err)) return -1;
+    int n_dev = kda_cuda_device_count();
+    if (n_dev < 1) return kda_fail(err, "CUDA model: no CUDA device is visible");
+    if (device < 0 || device >= n_dev)
+        return kda_fail(err, "CUDA model: device %d does not exist (%d visible)", device, n_dev);
+    return 0;
+}
+
 // dense host [table.total_numel] -> stage (device layout); stage's padding stays zero.
 static void pack_(KdaCudaModel *m, const float *dense) {
     for (int i = 0; i < m->table.n; i++)
@@ -401,11 +410,7 @@ int kda_cuda_model_fused(const KdaCudaModel *m) {
 int kda_cuda_model_create(KdaCudaModel **out, const KdaConfig *cfg, const KdaParamTable *t,
                           const float *params, int device, KdaError *err) {
     *out = NULL;
-    if (kda_cuda_model_check_config(cfg, err)) return -1;
-    int n_dev = kda_cuda_device_count();
-    if (n_dev < 1) return kda_fail(err, "CUDA model: no CUDA device is visible");
-    if (device < 0 || device >= n_dev)
-        return kda_fail(err, "CUDA model: device %d does not exist (%d visible)", device, n_dev);
+    if (kda_cuda_model_check(cfg, device, err)) return -1;
     KdaCudaModel *m = kda_calloc(1, sizeof *m);
     if (kda_cuda_init(&m->ctx, device, err)) {
         free(m);

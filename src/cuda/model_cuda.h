@@ -58,6 +58,9 @@ int64_t kda_cuda_device_offsets(KdaParamTable *dst, const KdaParamTable *t, int 
 // 0 when the GPU model supports cfg, else -1 with the one-line reason (the checks of create; also
 // used by the fp32 scoring model, model_cuda_f32.h). Host only.
 int kda_cuda_model_check_config(const KdaConfig *cfg, KdaError *err);
+// The checks every GPU model's create makes first: kda_cuda_model_check_config, then that
+// device `device` is visible. 0, or -1 with the one-line reason. Host only.
+int kda_cuda_model_check(const KdaConfig *cfg, int device, KdaError *err);
 
 // Device `device`'s context, the five parameter-sized buffers (grads and moments zero) and a
 // copy of cfg and table; params [t->total_numel] fp32 host, dense table layout.

@@ -15,7 +15,7 @@
 #include "cpu/ops.h"         // defines: xent_targets
 #include "cuda/gemm_cuda.h"  // defines: kda_cuda_gemm_fwd_f32, kda_cuda_gemm_residual_f32
 #include "cuda/kda_fast.h"   // defines: kda_fast_chunk, kda_fast_supported, kda_fast_fwd_f32
-#include "cuda/model_cuda.h" // defines: kda_cuda_model_check_config, kda_cuda_device_offsets
+#include "cuda/model_cuda.h" // defines: kda_cuda_model_check, kda_cuda_device_offsets
 #include "cuda/ops_cuda.h"   // defines: kda_cuda_*_f32 (norms, conv, gate, beta, gnorm, swiglu)
 #include "cuda/xent_cuda.h"  // defines: kda_cuda_cls_loss_f32, kda_cuda_cls_rows, _ld
 #include "model/model.h"     // defines: kda_model_dims, kda_model_check_batch
@@ -145,11 +145,7 @@ static int upload_params_(KdaCudaF32Model *m, const KdaParamTable *t, const floa
 int kda_cuda_f32_model_create(KdaCudaF32Model **out, const KdaConfig *cfg, const KdaParamTable *t,
                               const float *params, int device, KdaError *err) {
     *out = NULL;
-    if (kda_cuda_model_check_config(cfg, err)) return -1;
-    int n_dev = kda_cuda_device_count();
-    if (n_dev < 1) return kda_fail(err, "CUDA model: no CUDA device is visible");
-    if (device < 0 || device >= n_dev)
-        return kda_fail(err, "CUDA model: device %d does not exist (%d visible)", device, n_dev);
+    if (kda_cuda_model_check(cfg, device, err)) return -1;
     KdaCudaF32Model *m = kda_calloc(1, sizeof *m);
     if (kda_cuda_init(&m->ctx, device, err)) {
         free(m);
