@@ -319,8 +319,9 @@ KDA_TEST_GPU(gpu_model_core_keep_bit_identical) {
     kda_model_free(&m);
 }
 
-// KDA_CORE=tc (cuda/kda_tc.h) in the model: the tensor-core core against the SIMT one (pass 0),
-// with its kept state (pass 1) and with the backward recomputing it (pass 2, KDA_CORE_KEEP=0).
+// The tensor-core core (cuda/kda_tc.h; the model's default) against the SIMT one (pass 0,
+// KDA_CORE=simt), with its kept state (pass 1) and with the backward recomputing it (pass 2,
+// KDA_CORE_KEEP=0).
 // The core's TF32 products move the loss by ~1e-5 and the gradients by ~1e-3 rel RMS (the core
 // alone is ~5e-4 against fp32, tests/test_kda_tc.c): tolerances 1e-4 relative on the loss and
 // 1e-2 on the gradients (a wrong core term shows at >= 1e-1). Kept and recomputed tc states come
@@ -337,7 +338,7 @@ KDA_TEST_GPU(gpu_model_core_tc) {
     for (int pass = 0; pass < 3; pass++)
         g[pass] = kda_malloc((size_t)n * 4);
     for (int pass = 0; pass < 3 && !rc; pass++) {
-        if (pass > 0) setenv("KDA_CORE", "tc", 1);
+        if (pass == 0) setenv("KDA_CORE", "simt", 1); // the default is tc since 2026-12-03
         if (pass == 2) setenv("KDA_CORE_KEEP", "0", 1);
         KdaCudaModel *dm = NULL;
         rc = kda_cuda_model_create(&dm, &m.cfg, &m.table, m.params, 0, &err);
@@ -877,12 +878,13 @@ KDA_TEST_GPU(gpu_fuse_model_matches_unfused) {
     kda_model_free(&m);
 }
 
-// gate|up as one GEMM (KDA_GATEUP=1: gate_proj and up_proj back to back in the device layout)
-// against the two GEMMs of the default: one training step of the tiny untied model, loss within
+// The fused GEMMs of the default device layout (gate_proj|up_proj back to back: one GEMM each
+// way; q|k|v|f0|g0|b back to back: one input GEMM) against the separate GEMMs of KDA_GATEUP=0
+// KDA_INPROJ=0: one training step of the tiny untied model, loss within
 // 1e-3 relative and every gradient (read back through the device <-> dense mapping) within
 // TOL_GRAD rel-RMS (A_log: TOL_GRAD_ALOG); the same products, only the GEMMs' tiling (fp32
 // accumulation order) differs.
-KDA_TEST_GPU(gpu_model_gateup_matches) {
+KDA_TEST_GPU(gpu_model_fused_gemms_match) {
     if (!have_gpu_()) return;
     KdaModel m;
     tiny_untied_(&m, 0.05, 91);
@@ -892,20 +894,22 @@ KDA_TEST_GPU(gpu_model_gateup_matches) {
     float *g[2] = {kda_malloc((size_t)n * 4), kda_malloc((size_t)n * 4)}, loss[2] = {0, 0};
     int on[2] = {-1, -1}, rc = 0;
     for (int pass = 0; pass < 2 && !rc; pass++) {
-        if (pass == 1)
-            setenv("KDA_GATEUP", "1", 1);
-        else
-            unsetenv("KDA_GATEUP");
+        if (pass == 0) { // the defaults are the fused GEMMs since 2026-12-03
+            setenv("KDA_GATEUP", "0", 1);
+            setenv("KDA_INPROJ", "0", 1);
+        }
         KdaCudaModel *dm = NULL;
         rc = kda_cuda_model_create(&dm, &m.cfg, &m.table, m.params, 0, &err);
         unsetenv("KDA_GATEUP");
-        if (!rc) on[pass] = kda_cuda_model_gateup(dm);
+        unsetenv("KDA_INPROJ");
+        if (!rc) on[pass] = kda_cuda_model_gateup(dm) + 2 * kda_cuda_model_inproj(dm);
         if (!rc) rc = gpu_step_fused_(dm, ids, B, T, NULL, &loss[pass], g[pass], &err);
         kda_cuda_model_free(dm);
     }
     CHECK_MSG(rc == 0, "%s", err.msg);
     if (!rc) {
-        CHECK_MSG(on[0] == 0 && on[1] == 1, "gate|up: %d default, %d with KDA_GATEUP=1", on[0],
+        CHECK_MSG(on[0] == 0 && on[1] == 3,
+                  "gate|up + 2 in-proj: %d with KDA_GATEUP=0 KDA_INPROJ=0, %d default", on[0],
                   on[1]);
         double le = fabs((double)loss[1] - loss[0]) / fabs((double)loss[0]);
         CHECK_MSG(le <= 1e-3, "gate|up loss %.6f vs %.6f: rel %.3g", loss[1], loss[0], le);

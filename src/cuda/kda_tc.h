@@ -1,8 +1,8 @@
 // kda_tc.h - the KDA core on the GPU's tensor cores (mma.sync TF32 m16n8k8, fp32 accumulate):
 // the chunk-parallel algorithm of kda_fast.h with every GEMM-shaped product on mma, and the
-// intra-chunk pair terms factored through 16-token sub-block boundaries. Selected by the
-// environment variable KDA_CORE=tc (kda_tc_selected); the SIMT path of kda_fast.h stays the
-// default and the GPU oracle of this one.
+// intra-chunk pair terms factored through 16-token sub-block boundaries. The model's default
+// core where it fits (kda_tc_supported) since the GPU run of 2026-12-03; KDA_CORE=simt selects
+// the SIMT path of kda_fast.h, which stays the GPU oracle of this one.
 //
 // Same arguments, layouts and dtypes as kda_fast.h (and kda_cuda.h):
 //   q, k   [B, T, H, K]   bf16, L2-normalized          v, o, do  [B, T, HV, V] bf16
@@ -43,7 +43,8 @@
 extern "C" {
 #endif
 
-// 1 when KDA_CORE=tc is set in the environment (read on every call; the caller caches it).
+// 0 when KDA_CORE=simt is set in the environment, else 1 (read on every call; the caller caches
+// it).
 int kda_tc_selected(void);
 // 1 when the tensor-core kernels take these dims with `smem_optin` bytes of shared memory per
 // block (see the list above), else 0.
