@@ -7,7 +7,9 @@
 #   tools/reference/fla_score.py in fp32, bf16 (lm-eval's dtype=bfloat16) and autocast (bf16
 #   body, fp32 head: bench/parity's convention)
 # and the table of per-sequence |Δ loss| (max, mean over the 15 sequences): GPU fp32 vs CPU
-# (bar 1e-4), GPU bf16 vs CPU, GPU bf16 vs FLA bf16 (bar 2e-3), plus FLA fp32 vs CPU for context.
+# (bar 1e-4), GPU bf16 vs CPU, GPU bf16 vs FLA bf16 (bar 2e-3 for T >= 64; shorter sequences
+# reported without a bar: a few-token mean carries one row's bf16 noise whole, FLA's own bf16 is
+# 1.1e-2 from its fp32 at T = 2), plus FLA fp32 vs CPU for context.
 #
 # Usage (repository root, GPU machine; carry .devdeps and .whl):
 #   bash bench/parity/device_precision.sh
@@ -98,13 +100,14 @@ lines = ["GPU scoring precision: tests/data/fla_trained/tied, 15 sequences (T = 
          "per-sequence |Δ loss| (mean NLL of tokens 2..T)", "",
          "| comparison | max | mean | bar | result |", "|---|---:|---:|---:|---|"]
 ok = True
-def row(a, b, label, bar):
+def row(a, b, label, bar, min_t=0, max_t=1 << 30):
     global ok
     if S[a] is None or S[b] is None:
         lines.append(f"| {label} | missing | | {bar or ''} | {'missing' if bar else ''} |")
         ok = ok and not bar
         return
-    d = [abs(x["loss"] - y["loss"]) for x, y in zip(S[a], S[b])]
+    d = [abs(x["loss"] - y["loss"]) for x, y in zip(S[a], S[b])
+         if min_t <= x["tokens"] < max_t]
     res = ""
     if bar:
         res = "PASS" if max(d) <= bar else "FAIL"
@@ -112,7 +115,12 @@ def row(a, b, label, bar):
     lines.append(f"| {label} | {max(d):.3g} | {sum(d) / len(d):.3g} | {bar or ''} | {res} |")
 row("kda_fp32", "kda_cpu", "kda GPU fp32 vs kda CPU", 1e-4)
 row("kda_bf16", "kda_cpu", "kda GPU bf16 vs kda CPU", None)
-row("kda_bf16", "fla_bf16", "kda GPU bf16 vs FLA bf16 (dtype=bfloat16)", 2e-3)
+# The 2e-3 bar holds from T = 64 on (10 of the 15 sequences), as in gpu_score_precision: a mean
+# over a few tokens carries the bf16 GEMM noise of one logit row whole, on both sides (measured
+# 2026-12-03: FLA's own bf16 vs its fp32 is 1.1e-2 at T = 2, kda.c's bf16 vs CPU 3.4e-3), so
+# below T = 64 the rows are reported without a bar.
+row("kda_bf16", "fla_bf16", "kda GPU bf16 vs FLA bf16 (dtype=bfloat16), T >= 64", 2e-3, 64)
+row("kda_bf16", "fla_bf16", "kda GPU bf16 vs FLA bf16 (dtype=bfloat16), T < 64", None, 0, 64)
 row("kda_bf16", "fla_autocast", "kda GPU bf16 vs FLA autocast (bf16 body, fp32 head)", None)
 row("fla_bf16", "fla_fp32", "FLA bf16 vs FLA fp32", None)
 row("fla_fp32", "kda_cpu", "FLA fp32 vs kda CPU", None)
