@@ -14,27 +14,12 @@ OUT=${OUT:-/tmp/kda-out}
 MB=${MB:-16}
 STEPS=${STEPS:-13}
 W=/tmp/kda_dist
-HERE=bench/train_throughput
-mkdir -p "$OUT" "$W"
-START=$(date +%s)
 
-# shellcheck source=bench/train_throughput/gpu_env.sh
-source $HERE/gpu_env.sh
-kda_gpu_env || exit 1
-kda_env_info
-t0=$(date +%s)
-if ! kda_gpu_build "$OUT/dist_build.log" "$KDA_GPU_BUILD/kda" "$KDA_GPU_BUILD/kda_test"; then
-    echo "build FAILED:"
-    grep -E 'error' "$OUT/dist_build.log" | head -20
-    exit 1
-fi
-echo "build ok in $(($(date +%s) - t0)) s; NCCL: $(grep -o -- '-DKDA_HAVE_NCCL=1' "$OUT/dist_build.log" |
-    head -1 | sed 's/-DKDA_HAVE_NCCL=1/linked/')"
-KDA=$KDA_GPU_BUILD/kda
-ldd "$KDA" | grep -i nccl || echo "warning: kda is not linked against NCCL (the ws1 run will fail)"
+# shellcheck source=bench/dist/dist_env.sh
+source bench/dist/dist_env.sh
+dist_setup "$OUT/dist_build.log" kda kda_test || exit 1
 
-python3 $HERE/make_random_dataset.py "$W/random" --sequences $((MB * STEPS + 64)) \
-    --length 2049 --vocab 128256 --seed 1234 2>&1 | tail -1
+dist_random_data "$W/random" $((MB * STEPS + 64)) 2049 128256
 
 run() { # NAME EXTRA-ARGS...
     local name=$1

@@ -21,23 +21,10 @@ OUT=${OUT:-/tmp/kda-out}
 MB=${MB:-16}
 STEPS=${STEPS:-13}
 W=/tmp/kda_dist
-HERE=bench/train_throughput
-mkdir -p "$OUT" "$W"
-START=$(date +%s)
 
-# shellcheck source=bench/train_throughput/gpu_env.sh
-source $HERE/gpu_env.sh
-kda_gpu_env || exit 1
-kda_env_info
-t0=$(date +%s)
-if ! kda_gpu_build "$OUT/zero1_build.log" "$KDA_GPU_BUILD/kda" "$KDA_GPU_BUILD/kda_test"; then
-    echo "build FAILED:"
-    grep -E 'error' "$OUT/zero1_build.log" | head -20
-    exit 1
-fi
-echo "build ok in $(($(date +%s) - t0)) s"
-KDA=$KDA_GPU_BUILD/kda
-ldd "$KDA" | grep -qi nccl || echo "warning: kda is not linked against NCCL (the ws1 runs will fail)"
+# shellcheck source=bench/dist/dist_env.sh
+source bench/dist/dist_env.sh
+dist_setup "$OUT/zero1_build.log" kda kda_test || exit 1
 
 t0=$(date +%s)
 NCCL_DEBUG=WARN KDA_BIN=$KDA timeout 240 "$KDA_GPU_BUILD/kda_test" gpu_dist \
@@ -45,8 +32,7 @@ NCCL_DEBUG=WARN KDA_BIN=$KDA timeout 240 "$KDA_GPU_BUILD/kda_test" gpu_dist \
 echo "gpu_dist tests ($(($(date +%s) - t0)) s): $(tail -1 "$OUT/zero1_gpu_tests.log")"
 grep -E "^(ok|FAIL) " "$OUT/zero1_gpu_tests.log" | head -12
 
-python3 $HERE/make_random_dataset.py "$W/random" --sequences $((MB * STEPS + 64)) \
-    --length 2049 --vocab 128256 --seed 1234 2>&1 | tail -1
+dist_random_data "$W/random" $((MB * STEPS + 64)) 2049 128256
 
 run() { # NAME EXTRA-ARGS...
     local name=$1
