@@ -9,13 +9,14 @@
 #             it; torch's all-reduce sweep runs on the GPUs meanwhile (the build needs the CPUs
 #             only; the sweep's table says so)
 #   sweep     all-reduce bus bandwidth, 1 MiB .. 2 GiB (x2), in place, sum: kda.c's own NCCL
-#             communicator (fp32, the gradient's dtype; allreduce_bench.c) and torch.distributed
-#             (fp32, bf16; torch_allreduce.py), both under torchrun on all NGPU GPUs
+#             communicator (fp32, the gradient's dtype; allreduce_bench.c, launched with
+#             torchrun's variables) and torch.distributed (fp32, bf16; torch_allreduce.py under
+#             torchrun), on all NGPU GPUs
 #   single    the one-GPU references, run side by side on separate GPUs: the equality reference
 #             (EQ_MB x NGPU micro-batches accumulated on 1 GPU), the speed baselines (mb 16/32/64,
 #             no accumulation) and, for 17, the seed shape's per-GPU share on 1 GPU
 #   eq        equality: KDA-300M, EQ_STEPS (50) iterations, global batch EQ_MB x NGPU on NGPU GPUs
-#             (torchrun), saving at EQ_SAVE (25); per-step losses (the log's, 7 digits) vs the
+#             (kda's --nproc-per-node), saving at EQ_SAVE (25); per-step losses (the log's, 7 digits) vs the
 #             1-GPU reference within EQ_TOL, consumed_samples identical; then the NGPU-GPU
 #             checkpoint of iteration EQ_SAVE resumed on 1 GPU (2 when NGPU >= 8) to EQ_STEPS: its
 #             losses must continue both curves within EQ_TOL. Data: the repository's public-domain
@@ -32,11 +33,14 @@
 #   1b        (17) KDA-1B with ZeRO-1 on NGPU GPUs: tokens/s/GPU and memory per GPU at B1_MB, the
 #             largest micro-batch that runs without and with --recompute_granularity full
 #             (B1_TRY_NONE, B1_TRY_FULL, ascending, stopping at the first failure)
-#   faults    kill -9 of one rank mid-step (ranks started without an agent): every other rank
-#             must exit non-zero within 60 s naming it; SIGTERM to `kda train --nproc-per-node`:
-#             one checkpoint, every rank exits 0
-#   launch    3 iterations through torchrun --nproc-per-node, kda's --nproc-per-node and mpirun
-#             (or "not available")
+#   faults    kill -9 of one rank mid-step (ranks started without an agent, collective timeout
+#             FAULT_TIMEOUT_MIN = 0.75 min): every other rank must exit non-zero within 60 s naming
+#             it (the table says whether they saw the death or left at the timeout); SIGTERM to
+#             `kda train --nproc-per-node`: one checkpoint, every rank exits 0
+#   launch    3 iterations through torchrun --nproc-per-node (the README's form, static
+#             rendezvous), torchrun --standalone with TORCH_DISABLE_SHARE_RDZV_TCP_STORE=1, kda's
+#             --nproc-per-node and mpirun (or "not available"); a launcher an earlier stage used
+#             with NGPU ranks is cited
 # NGPU < 8 runs the stages of 16; NGPU >= 8 (or EXTRA17=1) adds seed and 1b and orders the
 # stages env build sweep single eq seed 1b faults speed launch (17's items before the speed grid).
 #
@@ -86,6 +90,9 @@ else
     ENGINE=gloo
 fi
 EQ_TOL=${EQ_TOL:-5e-3}
+# the collective timeout of the kill -9 run: a survivor that does not see the death leaves at it
+# (the message then still names the dead rank), one that sees it leaves at once
+FAULT_TIMEOUT_MIN=${FAULT_TIMEOUT_MIN:-0.75}
 EXTRA17=${EXTRA17:-$((NGPU >= 8 ? 1 : 0))}
 RES_GPUS=$((NGPU >= 8 ? 2 : 1)) # the resume's world
 EQ_GBS=$((EQ_MB * NGPU))
@@ -122,16 +129,25 @@ skip() { # NAME WHY: a row of the report's "not run" list, and a line now
 }
 
 # train NAME LAUNCH NPROC DEVS TIMEOUT ARGS...: `kda train` on RUNCFG, CUR_MODEL, SEQ, DEV_ARGS and
-# ARGS, launched LAUNCH (single | kda: --nproc-per-node | torchrun | mpirun | env: multi.py launch,
-# rank r's output in $W/NAME.rank<r>.log), NVML memory of DEVS sampled; rank 0's output in
-# $W/NAME.log. Returns the exit status (124: killed at TIMEOUT).
+# ARGS, launched LAUNCH (single | kda: --nproc-per-node | torchrun | torchrun_sa | mpirun | env:
+# multi.py launch, rank r's output in $W/NAME.rank<r>.log), NVML memory of DEVS sampled; rank 0's
+# output in $W/NAME.log. Returns the exit status (124: killed at TIMEOUT).
+# torchrun: torch's elastic agent serves its own TCP store on MASTER_PORT (the static rendezvous
+# always; c10d unless TORCH_DISABLE_SHARE_RDZV_TCP_STORE=1, torch >= 2.4), where kda's rank 0
+# wants to serve its rendezvous; the launch stage tries both forms, the other stages use kda's
+# launcher or plain variables (env).
 train() {
     local name=$1 launch=$2 n=$3 devs=$4 t=$5 pre=()
     shift 5
     case $launch in
     single) pre=("$KDA" train) ;;
     kda) pre=("$KDA" train --nproc-per-node "$n") ;;
-    torchrun) pre=("${TORCHRUN[@]}" --standalone --nproc-per-node "$n" --no-python "$KDA" train) ;;
+    torchrun) # the README's form: the static rendezvous, whose agent store holds MASTER_PORT
+        pre=("${TORCHRUN[@]}" --nproc-per-node "$n" --master-port $((20000 + RANDOM % 20000))
+            --no-python "$KDA" train) ;;
+    torchrun_sa) # c10d rendezvous with its store not shared: MASTER_PORT is a free port
+        pre=(env TORCH_DISABLE_SHARE_RDZV_TCP_STORE=1 "${TORCHRUN[@]}" --standalone
+            --nproc-per-node "$n" --no-python "$KDA" train) ;;
     mpirun) pre=(mpirun "${MPI_ARGS[@]}" -np "$n" "$KDA" train) ;;
     env) pre=(python3 "$DIST/multi.py" launch --nproc "$n" --log-prefix "$W/$name" -- "$KDA" train) ;;
     esac
@@ -241,15 +257,11 @@ fi
 if want sweep; then
     stage sweep
     if [ -n "$HARNESS" ]; then
-        if [ ${#TORCHRUN[@]} -gt 0 ]; then
-            timeout -k 10 "$(budget 120)" "${TORCHRUN[@]}" --standalone --nproc-per-node "$NGPU" \
-                --no-python "$HARNESS" --engine "$ENGINE" "${SWEEP_ARGS[@]}" \
-                > "$W/kda_sweep.jsonl" 2> "$W/kda_sweep.log"
-        else
-            timeout -k 10 "$(budget 120)" python3 $DIST/multi.py launch --nproc "$NGPU" \
-                --log-prefix "$W/kda_sweep" -- "$HARNESS" --engine "$ENGINE" "${SWEEP_ARGS[@]}" \
-                > "$W/kda_sweep.jsonl" 2> "$W/kda_sweep.log"
-        fi
+        # plain torchrun variables (multi.py launch): under torchrun kda's rank 0 would compete
+        # with torch's agent store for MASTER_PORT (see train)
+        timeout -k 10 "$(budget 120)" python3 $DIST/multi.py launch --nproc "$NGPU" \
+            --log-prefix "$W/kda_sweep" -- "$HARNESS" --engine "$ENGINE" "${SWEEP_ARGS[@]}" \
+            > "$W/kda_sweep.jsonl" 2> "$W/kda_sweep.log"
         echo "kda sweep ($ENGINE): rc=$? ($(grep -c '^{' "$W/kda_sweep.jsonl") sizes)"
         grep -v '^{' "$W/kda_sweep.log" | head -5
         grep '^{' "$W/kda_sweep.jsonl" >> "$W/sweep.jsonl"
@@ -334,7 +346,6 @@ fi
 if want eq; then
     stage eq
     EQ_LAUNCH=kda
-    [ ${#TORCHRUN[@]} -gt 0 ] && EQ_LAUNCH=torchrun
     rm -rf "$W/ck_eqn"
     train eq_ngpu $EQ_LAUNCH "$NGPU" "$ALL_DEVS" "$(budget 200)" \
         --micro_batch_size "$EQ_MB" --global_batch_size "$EQ_GBS" --train_iters "$EQ_STEPS" \
@@ -450,7 +461,8 @@ if want faults; then
         victim=$((NGPU - 1))
         port=$((20000 + RANDOM % 20000))
         dist_launch_env "$NGPU" "$port" "$W/fault_kill" "$KDA" train --config "$RUNCFG" \
-            --model "$MODEL" --seq_length "$SEQ" --no-progress --distributed_timeout_minutes 2 \
+            --model "$MODEL" --seq_length "$SEQ" --no-progress \
+            --distributed_timeout_minutes "$FAULT_TIMEOUT_MIN" \
             "${DEV_ARGS[@]}" --micro_batch_size "$FAULT_MB" \
             --global_batch_size $((FAULT_MB * NGPU)) --train_iters 100000 --train_data_path "$RND"
         pids=("${RANK_PIDS[@]}")
@@ -493,8 +505,9 @@ if want faults; then
             python3 $DIST/multi.py fault --name fault_kill9 --log "$W/fault_kill.rank0.log" \
                 --want "[^\n]*rank ${victim}[^\n]*(gone|killed|exited|crashed)[^\n]*" --rcs "$rcs" \
                 --seconds "$secs" --bound 60 --expect nonzero \
-                --extra what="\"kill -9 of rank $victim mid-step ($NGPU ranks)\"" \
-                named="$named" survivors=$((NGPU - 1)) > "$W/res/fault_kill9.json"
+                --extra what="\"kill -9 of rank $victim mid-step ($NGPU ranks; collective timeout $FAULT_TIMEOUT_MIN min)\"" \
+                named="$named" survivors=$((NGPU - 1)) \
+                timeout_s="$(python3 -c "print(60 * $FAULT_TIMEOUT_MIN)")" > "$W/res/fault_kill9.json"
             grep -h -m1 -E "rank $victim.*(gone|killed|exited|crashed)" "$W/fault_kill.rank0.log"
         else
             echo "  kill -9: rank 0 never reached iteration 3"
@@ -556,10 +569,10 @@ fi
 # run 3 iterations here.
 if want launch; then
     stage launch
-    for l in torchrun kda mpirun; do
+    for l in torchrun torchrun_sa kda mpirun; do
         name=launch_$l
         case $l in
-        torchrun) [ ${#TORCHRUN[@]} -gt 0 ] || { skip "$name" "torchrun: not available"; continue; } ;;
+        torchrun*) [ ${#TORCHRUN[@]} -gt 0 ] || { skip "$name" "torchrun: not available"; continue; } ;;
         mpirun) command -v mpirun > /dev/null || { skip "$name" "mpirun: not available"; continue; } ;;
         esac
         prior=$(python3 - "$W/res" "$l" "$NGPU" << 'EOF'

@@ -627,26 +627,39 @@ def report(results, sweep, ngpu, title, notes, tol):
         out.append("| event | exit statuses | seconds to exit | bound | message | result |")
         out.append("|---|---|---:|---:|---|---|")
         for r in faults:
+            if r.get("timeout_s") and r.get("seconds") is not None and r["seconds"] < 900:
+                r["message"] = (r.get("message") or "–") + (
+                    " (left at the collective timeout: the death was not detected)"
+                    if r["seconds"] >= 0.8 * r["timeout_s"] else " (detected before the timeout)")
             out.append(f"| {r.get('what', r['name'])} | {' '.join(map(str, r['rcs'])) or '–'} | "
                        f"{f(r.get('seconds'), '.1f')} | {r['bound']} | "
-                       f"{(r.get('message') or '–').replace('|', '/')[:160]} | "
+                       f"{(r.get('message') or '–').replace('|', '/')[:260]} | "
                        f"{'PASS' if r['pass'] else 'FAIL'} |")
         out.append("")
 
     # 5. launchers
     out += ["### 5. Launchers", ""]
-    launch = [r for r in results if r.get("stage") == "launch"]
+    launch = [r for r in results if r.get("stage") == "launch"] + \
+        [dict(r, launcher=r["name"][7:]) for r in results
+         if r.get("kind") == "skip" and r["name"].startswith("launch_")]
     if not launch:
         out += ["not run", ""]
     else:
         out.append("| launcher | command | result |")
         out.append("|---|---|---|")
+        labels = {"torchrun": "torchrun --nproc-per-node (static rendezvous: the README's form)",
+                  "torchrun_sa": "TORCH_DISABLE_SHARE_RDZV_TCP_STORE=1 torchrun --standalone",
+                  "kda": "kda train --nproc-per-node", "mpirun": "mpirun -np",
+                  "env": "torchrun's variables, no agent (multi.py launch)"}
         for r in launch:
             res = r.get("skipped") or (
                 (f"{r['cited']}: " if r.get("cited") else "") +
                 f"{status(r)}: {r.get('iters_logged', 0)} iterations, log: data parallel over "
                 f"{r.get('ranks_seen', '?')} ranks ({r.get('engine', '?')})" if r.get("iterations") is not None else status(r))
-            out.append(f"| {r.get('launcher', r['name'])} | `{r.get('cmd', '')}` | {res} |")
+            if r.get("error") and status(r) != "ok":
+                res += ": " + r["error"].replace("|", "/")[:200]
+            lab = labels.get(r.get("launcher"), r.get("launcher") or r["name"])
+            out.append(f"| {lab} | `{r.get('cmd', '')}` | {res} |")
         out.append("")
 
     # 6. issue 17
