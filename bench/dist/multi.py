@@ -614,6 +614,23 @@ def report(results, sweep, ngpu, title, notes, tol):
                            f"{f(du, '.2f')} | {f(ar, '.2f')} | "
                            f"{f(hid and 100 * hid, '.0f')}{'%' if hid is not None else ''} |")
             out.append("")
+        for mb in mbs[:1]:  # the per-op profiles side by side at the smallest micro-batch
+            runs = [(lab, by.get(f"speed_{k}_mb{mb}")) for lab, k in
+                    (("1 GPU", "1gpu"), (f"{ngpu} GPUs", "ngpu"), (f"{ngpu} GPUs ZeRO-1", "zero1"))]
+            runs = [(lab, r["profile"]["rows"]) for lab, r in runs if r and r.get("profile")]
+            if len(runs) < 2:
+                continue
+            ops = []
+            for _, rows_ in runs:
+                ops += [o for o in rows_ if o not in ops]
+            ops = [o for o in ops if "step (wall)" not in o] + ["step (wall)"]
+            out += [f"Per-op profile of one step at mb {mb} (ms; rank 0):", ""]
+            out.append("| op | " + " | ".join(lab for lab, _ in runs) + " |")
+            out.append("|---|" + "---:|" * len(runs))
+            for o in ops:
+                out.append(f"| {o} | " + " | ".join(f(rows_.get(o), ".2f") for _, rows_ in runs)
+                           + " |")
+            out.append("")
         z = next((r.get("zero1_line") for r in results if r.get("zero1_line")), None)
         if z:
             out += [f"ZeRO-1: {z}", ""]
