@@ -187,6 +187,9 @@ static void check_(Bench *b, int64_t n, int rank, int world) {
     if (b->nccl) {
 #ifdef KDA_HAVE_CUDA
         CUDA_CK(cudaMemcpy(b->buf, h, (size_t)n * sizeof *h, cudaMemcpyHostToDevice));
+        // a pageable copy may return before its DMA lands, and our stream does not wait for the
+        // legacy stream (cudaStreamNonBlocking)
+        CUDA_CK(cudaDeviceSynchronize());
         allreduce_(b, n);
         DIST_CK(kda_dist_dev_wait(b->d, b->stream, DIST_ERR));
         CUDA_CK(cudaMemcpy(h, b->buf, (size_t)n * sizeof *h, cudaMemcpyDeviceToHost));

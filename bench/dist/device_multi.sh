@@ -71,7 +71,7 @@ if [ "$DEVICE" = cuda ]; then
     FAULT_MB=${FAULT_MB:-4}
     SEED_GBS=${SEED_GBS:-1024} SEED_MB=${SEED_MB:-64} SEED_STEPS=${SEED_STEPS:-100}
     B1_MB=${B1_MB:-16} B1_TRY_NONE=${B1_TRY_NONE:-32 34} B1_TRY_FULL=${B1_TRY_FULL:-96 128 160}
-    SLOTS=$NGPU # one-GPU jobs side by side, one per GPU
+    SLOTS=${SLOTS:-$NGPU} # one-GPU jobs side by side, one per GPU
     SWEEP_ARGS=(--min-bytes 1M --max-bytes 2G --factor 2)
     ENGINE=nccl
 else
@@ -85,7 +85,7 @@ else
     FAULT_MB=${FAULT_MB:-2}
     SEED_GBS=${SEED_GBS:-16} SEED_MB=${SEED_MB:-2} SEED_STEPS=${SEED_STEPS:-6}
     B1_MB=${B1_MB:-2} B1_TRY_NONE=${B1_TRY_NONE:-4} B1_TRY_FULL=${B1_TRY_FULL:-8}
-    SLOTS=1 # 2 shared cores: one job at a time
+    SLOTS=${SLOTS:-1} # 2 shared cores: one job at a time
     SWEEP_ARGS=(--min-bytes 1M --max-bytes 16M --factor 4)
     ENGINE=gloo
 fi
@@ -244,7 +244,10 @@ if [ "$DEVICE" = cuda ]; then
     dist_random_data "$RND" 4096 $((SEQ + 1)) "$VOCAB"
     "$KDA" tokenize --tokenizer assets/tokenizers/llama3 --input assets/text/moby_dick.txt \
         assets/text/web_bible.txt --output-prefix "$TEXT" --append-eod --workers "$(nproc)" \
-        --quiet > "$W/tokenize.log" 2>&1 || { echo "tokenize failed: $(tail -1 "$W/tokenize.log")"; }
+        --quiet > "$W/tokenize.log" 2>&1 || {
+        echo "tokenize failed: $(tail -1 "$W/tokenize.log"); equality on random ids instead"
+        TEXT=$RND
+    }
     "$KDA" dataset-info "$TEXT" 2>&1 | head -3
 else
     python3 $DIST/multi.py bytes-data "$RND" assets/text/moby_dick.txt --length $((SEQ + 1)) \
