@@ -829,7 +829,7 @@ def main():
     p.add_argument("--ngpu", type=int, required=True)
     p.add_argument("--title", default="Multi-GPU run")
     p.add_argument("--note", action="append", default=[])
-    p.add_argument("--tol", type=float, default=2e-3)
+    p.add_argument("--tol", type=float, default=5e-3)
     a = ap.parse_args()
     {"bytes-data": cmd_bytes_data, "random-data": cmd_random_data, "mem": cmd_mem,
      "launch": cmd_launch, "log": cmd_log, "fault": cmd_fault, "report": cmd_report}[a.sub](a)
