@@ -9,8 +9,9 @@
 #include <string.h>
 
 #include "cuda/cuda_internal.h" // defines: CUDA_CHECK, KDA_CUDA_REQUIRE (and kda_calloc: core/error.h)
-#include "cuda/kda_fast.h"      // defines: kda_fast_keep_floats (the kept layout's first part)
-#include "cuda/kda_tc.h"        // defines: kda_tc_fwd, kda_tc_bwd
+#include "cuda/kda_chunk_layout.cuh" // defines: ChunkArgs, chunk_args, carve, keep_carve_hd
+#include "cuda/kda_fast.h"           // defines: kda_fast_keep_floats (the kept layout's first part)
+#include "cuda/kda_tc.h"             // defines: kda_tc_fwd, kda_tc_bwd
 
 namespace {
 
@@ -314,57 +315,14 @@ __host__ __device__ inline Mat no_mat() {
     return mat(NULL, 0, 0);
 }
 
-// ---- arguments (kda_fast.cu's, same scratch layout) ---------------------------------------------
-// Scratch tensors are chunk-major: chunk id cid = (b·HV + j)·NT + n, each chunk's block contiguous
-// ([C, K], [C, V], [C, C], [K, V] or [K] per chunk); rows past the sequence end are zeros.
-struct TcArgs {
-    int B, T, H, HV, K, V, C, NT, Vt; // Vt: V columns per state-pass block (V % Vt == 0)
-    float scale;
+// ---- arguments: kda_chunk_layout.cuh's ChunkArgs (kda_fast.cu's scratch and kept layout) plus
+// the bf16 tensors and the copy switches
+struct TcArgs : ChunkArgs {
     bool async;   // the state passes prefetch with cp.async (KDA_TC_ASYNC=0: plain copies)
     bool dO_al16; // dO 16-byte aligned: the reverse pass copies it with cp.async
     const kda_bf16 *q, *k, *v, *dO;
-    const float *gcum, *beta, *init_state, *dfinal;
-    float *w, *kg, *qg; // [cid][C][K]  Akk·(βk e^G), k e^{G_last - G}, scale q e^G
-    float *u, *D;       // [cid][C][V]  Akk·(βv), Δ = u - w h
-    float *dDi, *dD;    // [cid][C][V]  Aqkᵀ dO, dΔ = dDi + kg dh
-    float *Aqk;         // [cid][C][C]  scale-included, lower triangle with diagonal
-    float *gl;          // [cid][K]     e^{G_last}
-    float *h, *dh;      // [cid][K][V]  chunk-start state, gradient w.r.t. the chunk-end state
-    kda_bf16 *o, *dv;   // outputs
-    float *final_state, *dinit;
-    float *dq, *dk; // [B, T, H, K]; GVA (HV > H): [B, T, HV, K] scratch, summed by gva_sum
-    float *dg, *dbeta;
+    kda_bf16 *o, *dv; // outputs
 };
-
-struct ChunkPos {
-    int64_t cid, bj; // chunk id, b·HV + j
-    int b, j, hq;    // batch row, value head, q/k head
-    int t0, n;       // first token, rows (1..C)
-};
-
-__host__ __device__ inline ChunkPos chunk_pos(const TcArgs &a, int64_t blk) {
-    ChunkPos p;
-    p.cid = blk;
-    p.bj = blk / a.NT;
-    p.b = (int)(p.bj / a.HV);
-    p.j = (int)(p.bj % a.HV);
-    p.hq = p.j / (a.HV / a.H);
-    p.t0 = (int)(blk % a.NT) * a.C;
-    p.n = a.T - p.t0 < a.C ? a.T - p.t0 : a.C;
-    return p;
-}
-__host__ __device__ inline int64_t qk_at(const TcArgs &a, int b, int t, int h) {
-    return (((int64_t)b * a.T + t) * a.H + h) * a.K;
-}
-__host__ __device__ inline int64_t v_at(const TcArgs &a, int b, int t, int j) {
-    return (((int64_t)b * a.T + t) * a.HV + j) * a.V;
-}
-__host__ __device__ inline int64_t g_at(const TcArgs &a, int b, int t, int j) {
-    return (((int64_t)b * a.T + t) * a.HV + j) * a.K;
-}
-__host__ __device__ inline int64_t beta_at(const TcArgs &a, int b, int t, int j) {
-    return ((int64_t)b * a.T + t) * a.HV + j;
-}
 
 // Row strides of the shared tiles. An mma operand read along rows (A row-major, or B as the
 // transpose of a row-major [n][k] tile) has lanes at (g, t) -> g·s + t: s = 4 mod 32 is
@@ -1010,17 +968,6 @@ __host__ __device__ void bwd_body(const TcArgs &a, int64_t blk, float *sm) {
     FOR(i, n) a.dbeta[beta_at(a, p.b, p.t0 + i, p.j)] = dbs[i];
 }
 
-// GVA: dq/dk per value head [N, HV, K] -> summed per q/k head [N, H, K] (fixed order).
-__host__ __device__ inline void gva_sum_item(float *out, const float *in, int64_t e, int H, int HV,
-                                             int K) {
-    int64_t tok = e / ((int64_t)H * K);
-    int h = (int)(e / K % H), c = (int)(e % K), G = HV / H;
-    float s = 0.0f;
-    for (int r = 0; r < G; r++)
-        s += in[(tok * HV + (int64_t)h * G + r) * K + c];
-    out[e] = s;
-}
-
 // ---- device entry points ------------------------------------------------------------------------
 
 __global__ void __launch_bounds__(TC_THREADS) tc_intra_k(TcArgs a, bool bwd) {
@@ -1047,64 +994,21 @@ __global__ void __launch_bounds__(TC_BWD_THREADS, 2) tc_bwd_k(TcArgs a) {
     extern __shared__ float sm[];
     bwd_body(a, blockIdx.x, sm);
 }
-__global__ void tc_gva_sum_k(float *out, const float *in, int64_t n, int H, int HV, int K) {
-    for (int64_t e = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; e < n;
-         e += (int64_t)gridDim.x * blockDim.x)
-        gva_sum_item(out, in, e, H, HV, K);
-}
 
 // ---- argument setup shared by the device and host drivers ---------------------------------------
-
-int tile_v(int64_t V) {
-    return V > 32 && V % 32 == 0 ? 32 : (int)V;
-}
 
 TcArgs make_args(const KdaDims *d) {
     TcArgs a;
     memset(&a, 0, sizeof a);
-    a.B = (int)d->B, a.T = (int)d->T, a.H = (int)d->H, a.HV = (int)d->HV;
-    a.K = (int)d->K, a.V = (int)d->V, a.C = (int)d->chunk;
-    a.NT = (int)((d->T + d->chunk - 1) / d->chunk);
-    a.Vt = tile_v(d->V);
-    a.scale = d->scale;
+    static_cast<ChunkArgs &>(a) = chunk_args(d);
     return a;
 }
 
-// Scratch floats per chunk and head, and the carving of one buffer into the scratch tensors
-// (kda_fast.cu's layout, so the kept h and Δ are interchangeable).
-size_t scratch_per_chunk(const TcArgs &a) {
-    return (size_t)(3 * a.C * a.K + 4 * a.C * a.V + a.C * a.C + a.K + 2 * a.K * a.V);
-}
-size_t scratch_floats(const TcArgs &a) {
-    size_t chunks = (size_t)a.B * a.HV * a.NT;
-    size_t gva = a.HV != a.H ? 2 * (size_t)a.B * a.T * a.HV * a.K : 0;
-    return chunks * scratch_per_chunk(a) + gva;
-}
-void carve(TcArgs &a, float *p) {
-    size_t ch = (size_t)a.B * a.HV * a.NT, CK = ch * a.C * a.K, CV = ch * a.C * a.V;
-    a.w = p, p += CK;
-    a.kg = p, p += CK;
-    a.qg = p, p += CK;
-    a.u = p, p += CV;
-    a.D = p, p += CV;
-    a.dDi = p, p += CV;
-    a.dD = p, p += CV;
-    a.Aqk = p, p += ch * a.C * a.C;
-    a.gl = p, p += ch * a.K;
-    a.h = p, p += ch * a.K * a.V;
-    a.dh = p, p += ch * a.K * a.V;
-    if (a.HV != a.H) { // per value head dq/dk, summed by gva_sum
-        size_t n = (size_t)a.B * a.T * a.HV * a.K;
-        a.dq = p, p += n;
-        a.dk = p;
-    }
-}
 // keep (M0): h and Δ live in the caller's buffer (h first: kda_fast_keep_floats' layout), then
 // w, kg, qg, Aqk and e^{G_last} (kda_tc_keep_floats), so the backward skips the intra kernel.
 void keep_carve(TcArgs &a, float *keep) {
     size_t ch = (size_t)a.B * a.HV * a.NT, CK = ch * a.C * a.K;
-    a.h = keep, keep += ch * a.K * a.V;
-    a.D = keep, keep += ch * a.C * a.V;
+    keep = keep_carve_hd(a, keep);
     a.w = keep, keep += CK;
     a.kg = keep, keep += CK;
     a.qg = keep, keep += CK;
@@ -1119,15 +1023,6 @@ size_t max_smem_bytes(const TcArgs &a) {
     for (size_t i = 0; i < sizeof s / sizeof s[0]; i++)
         if (s[i] > m) m = s[i];
     return m * sizeof(float);
-}
-
-int set_smem(KdaCudaCtx *ctx, const void *fn, size_t bytes) {
-    if (ctx->plan_off) // KDA_GEMM_PLAN=0: the per-launch attribute call of before
-        CUDA_CHECK(
-            ctx, cudaFuncSetAttribute(fn, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)bytes));
-    else if (kda_cuda_smem_limit(ctx, fn, bytes))
-        return -1;
-    return 0;
 }
 
 // Launches `kern` on `blocks` blocks with `floats` of shared memory. With `ev` (kda_tc_profile)
@@ -1192,13 +1087,7 @@ int tc_bwd(KdaCudaCtx *ctx, cudaEvent_t **ev, float *dq, float *dk, kda_bf16 *dv
         launch(ctx, ev, tc_state_bwd_k, tiles, state_floats(a.C, a.K, a.Vt), TC_THREADS, a) ||
         launch(ctx, ev, tc_bwd_k, chunks, bwd_floats(a.C, a.K, a.V, a.Vt), TC_BWD_THREADS, a))
         return -1;
-    if (a.HV != a.H) {
-        int64_t n = (int64_t)a.B * a.T * a.H * a.K;
-        tc_gva_sum_k<<<grid_for(n), 256, 0, ctx->stream>>>(dq, a.dq, n, a.H, a.HV, a.K);
-        CUDA_CHECK_LAUNCH(ctx);
-        tc_gva_sum_k<<<grid_for(n), 256, 0, ctx->stream>>>(dk, a.dk, n, a.H, a.HV, a.K);
-        CUDA_CHECK_LAUNCH(ctx);
-    }
+    if (a.HV != a.H && gva_sum_launch(ctx, dq, dk, a)) return -1;
     if (ev) CUDA_CHECK(ctx, cudaEventRecord(*(*ev)++, ctx->stream));
     return 0;
 }
@@ -1385,13 +1274,7 @@ extern "C" void kda_tc_bwd_host(float *dq, float *dk, kda_bf16 *dv, float *dg, f
         state_bwd_body(a, b, r.sm);
     for (int64_t b = 0; b < r.chunks; b++)
         bwd_body(a, b, r.sm);
-    if (a.HV != a.H) {
-        int64_t n = (int64_t)a.B * a.T * a.H * a.K;
-        for (int64_t e = 0; e < n; e++) {
-            gva_sum_item(dq, a.dq, e, a.H, a.HV, a.K);
-            gva_sum_item(dk, a.dk, e, a.H, a.HV, a.K);
-        }
-    }
+    if (a.HV != a.H) gva_sum_host(dq, dk, a);
     host_end(&r);
 }
 
