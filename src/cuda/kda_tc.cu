@@ -117,6 +117,41 @@ __host__ __device__ inline void cp_wait_() { // this thread's copies have landed
 #endif
 }
 
+__host__ __device__ inline void cp_wait1_() { // all but this thread's last committed group landed
+#ifdef __CUDA_ARCH__
+    asm volatile("cp.async.wait_group 1;" ::: "memory");
+#endif
+}
+// Barrier `id` (1..15) among the first `threads` threads of the block only (warps 0 .. threads/32
+// - 1 take it; the others run on). A no-op on the host, like sync_.
+__host__ __device__ inline void bar_group_(int id, int threads) {
+#ifdef __CUDA_ARCH__
+    asm volatile("bar.sync %0, %1;" ::"r"(id), "r"(threads) : "memory");
+#else
+    (void)id, (void)threads;
+#endif
+}
+// Reverse inclusive scan of a column of n <= 32 floats in place (col[i·stride] = init + Σ_{i' >= i}
+// col[i'·stride]): one warp, lane i holds row i (all 32 lanes call it together); on the host a
+// serial loop.
+__host__ __device__ inline void warp_rscan_(float *col, int stride, int n, float init) {
+#ifdef __CUDA_ARCH__
+    const int L = lane_();
+    float x = L < n ? col[L * stride] : 0.0f;
+    for (int o = 1; o < 32; o <<= 1) {
+        float y = __shfl_down_sync(0xffffffffu, x, o);
+        if (L + o < 32) x += y;
+    }
+    if (L < n) col[L * stride] = x + init;
+#else
+    float acc = 0.0f;
+    for (int i = n - 1; i >= 0; i--) {
+        acc += col[i * stride];
+        col[i * stride] = acc + init;
+    }
+#endif
+}
+
 // e^x for x <= 0 (ex2.approx on the device: relative error ~2^-22, far below TF32's 2^-11)
 __host__ __device__ inline float fexp(float x) {
 #ifdef __CUDA_ARCH__
@@ -152,6 +187,11 @@ __host__ __device__ inline int imin(int a, int b) {
 
 // Block-strided loop: e = this thread's items of [0, n). Warp-strided: this lane's items.
 #define FOR(e, n) for (int e = tid, e##_end = (n); e < e##_end; e += nth)
+// Block-strided over the threads of warps [w0, w0 + nw) only (all items on the host; the other
+// warps skip the loop).
+#define GFOR(e, n, w0, nw)                                                                         \
+    for (int e = gfor_begin_(w0, nw, n), e##_end = (n), e##_st = gfor_step_(nw); e < e##_end;      \
+         e += e##_st)
 #define WFOR(e, n)                                                                                 \
     for (int e = lane_(), e##_end = (n), e##_st = lane_step_(); e < e##_end; e += e##_st)
 
@@ -226,9 +266,32 @@ __host__ __device__ inline void acc_zero(Acc &a) {
     }
 }
 
+// An operand view of a bf16 tile (kda_fast's layouts keep q, k, v, dO in bf16): element (r, c) at
+// p[r·rs + c·cs]. A bf16 value is exact in TF32, so its fragment bits are the bf16 bits shifted.
+struct MatH {
+    const kda_bf16 *p;
+    int rs, cs;
+};
+__host__ __device__ inline MatH math(const kda_bf16 *p, int rs, int cs) {
+    MatH m;
+    m.p = p, m.rs = rs, m.cs = cs;
+    return m;
+}
+__host__ __device__ inline MatH mat_off(const MatH &m, int r, int c) {
+    return math(m.p + r * m.rs + c * m.cs, m.rs, m.cs);
+}
+// The TF32 bits of operand element (r, c): fp32 rounded (cvt.rna), bf16 widened.
+__host__ __device__ inline unsigned opnd(const Mat &m, int r, int c) {
+    return tf32_bits(mat_at(m, r, c));
+}
+__host__ __device__ inline unsigned opnd(const MatH &m, int r, int c) {
+    return (unsigned)m.p[r * m.rs + c * m.cs] << 16;
+}
+
 // a += A[0:16, 0:Kd] · B[0:Kd, 0:8], operands rounded to TF32 (Kd % 8 == 0). On the device every
 // lane of the warp calls it together (mma.sync is warp-collective).
-__host__ __device__ inline void mma_tile(Acc &a, const Mat &A, const Mat &B, int Kd) {
+template <class MA, class MB>
+__host__ __device__ inline void mma_tile(Acc &a, const MA &A, const MB &B, int Kd) {
 #ifdef __CUDA_ARCH__
     const int L = lane_();
     for (int k0 = 0; k0 < Kd; k0 += 8) {
@@ -237,13 +300,13 @@ __host__ __device__ inline void mma_tile(Acc &a, const Mat &A, const Mat &B, int
         for (int i = 0; i < 4; i++) {
             int r, k;
             frag_a(L, i, r, k);
-            fa[i] = tf32_bits(mat_at(A, r, k0 + k));
+            fa[i] = opnd(A, r, k0 + k);
         }
 #pragma unroll
         for (int i = 0; i < 2; i++) {
             int k, n;
             frag_b(L, i, k, n);
-            fb[i] = tf32_bits(mat_at(B, k0 + k, n));
+            fb[i] = opnd(B, k0 + k, n);
         }
         asm volatile("mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32 {%0,%1,%2,%3}, "
                      "{%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};"
@@ -263,13 +326,13 @@ __host__ __device__ inline void mma_tile(Acc &a, const Mat &A, const Mat &B, int
             for (int i = 0; i < 4; i++) {
                 int r, k;
                 frag_a(L, i, r, k);
-                unsigned u = tf32_bits(mat_at(A, r, k0 + k));
+                unsigned u = opnd(A, r, k0 + k);
                 memcpy(&As[r][k], &u, sizeof u);
             }
             for (int i = 0; i < 2; i++) {
                 int k, n;
                 frag_b(L, i, k, n);
-                unsigned u = tf32_bits(mat_at(B, k0 + k, n));
+                unsigned u = opnd(B, k0 + k, n);
                 memcpy(&Bs[k][n], &u, sizeof u);
             }
         }
@@ -286,15 +349,60 @@ __host__ __device__ inline void mma_tile(Acc &a, const Mat &A, const Mat &B, int
 #endif
 }
 
+// Warp groups: warps [w0, w0 + nw) of the block. On the host the one "warp" is every group.
+__host__ __device__ inline bool in_group_(int w0, int nw) {
+#ifdef __CUDA_ARCH__
+    return warp_() >= w0 && warp_() < w0 + nw;
+#else
+    (void)w0, (void)nw;
+    return true;
+#endif
+}
+__host__ __device__ inline int group_warp_(int w0) { // this warp's index inside its group
+#ifdef __CUDA_ARCH__
+    return warp_() - w0;
+#else
+    (void)w0;
+    return 0;
+#endif
+}
+__host__ __device__ inline int group_nwarp_(int nw) {
+#ifdef __CUDA_ARCH__
+    return nw;
+#else
+    (void)nw;
+    return 1;
+#endif
+}
+
+__host__ __device__ inline int gfor_begin_(int w0, int nw, int n) {
+#ifdef __CUDA_ARCH__
+    return in_group_(w0, nw) ? (int)threadIdx.x - 32 * w0 : n;
+#else
+    (void)w0, (void)nw, (void)n;
+    return 0;
+#endif
+}
+__host__ __device__ inline int gfor_step_(int nw) {
+#ifdef __CUDA_ARCH__
+    return 32 * nw;
+#else
+    (void)nw;
+    return 1;
+#endif
+}
+
 // The [M, N] product tiles of A1 [M, K1] · B1 [K1, N] and, when K2 > 0, A2 [M, K2] · B2 [K2, N],
-// dealt to the warps of the block; epi(r, c, v1, v2) receives every element (r, c) once, from the
-// lane that holds it (v2 = 0 without a second product). M % 16 == 0, N % 8 == 0, K % 8 == 0.
-// The caller puts a barrier between the writes of the operands and this call.
-template <class Epi>
-__host__ __device__ inline void block_mm(int M, int N, Mat A1, Mat B1, int K1, Mat A2, Mat B2,
-                                         int K2, Epi epi) {
+// dealt to the warps w0 .. w0 + nw - 1 of the block (the other warps skip it: several products
+// can run side by side on disjoint groups); epi(r, c, v1, v2) receives every element (r, c) once,
+// from the lane that holds it (v2 = 0 without a second product). M % 16 == 0, N % 8 == 0,
+// K % 8 == 0. The caller puts a barrier between the writes of the operands and this call.
+template <class MA1, class MB1, class MA2, class MB2, class Epi>
+__host__ __device__ inline void block_mm_w(int w0, int nw, int M, int N, MA1 A1, MB1 B1, int K1,
+                                           MA2 A2, MB2 B2, int K2, Epi epi) {
+    if (!in_group_(w0, nw)) return;
     const int nt = N / 8, tiles = (M / 16) * nt;
-    for (int tl = warp_(); tl < tiles; tl += nwarp_()) {
+    for (int tl = group_warp_(w0); tl < tiles; tl += group_nwarp_(nw)) {
         const int m0 = tl / nt * 16, n0 = tl % nt * 8;
         Acc a1, a2;
         acc_zero(a1);
@@ -311,6 +419,12 @@ __host__ __device__ inline void block_mm(int M, int N, Mat A1, Mat B1, int K1, M
         }
     }
 }
+// The same dealt to all warps of the block.
+template <class MA1, class MB1, class MA2, class MB2, class Epi>
+__host__ __device__ inline void block_mm(int M, int N, MA1 A1, MB1 B1, int K1, MA2 A2, MB2 B2,
+                                         int K2, Epi epi) {
+    block_mm_w(0, nwarp_(), M, N, A1, B1, K1, A2, B2, K2, epi);
+}
 __host__ __device__ inline Mat no_mat() {
     return mat(NULL, 0, 0);
 }
@@ -320,6 +434,10 @@ __host__ __device__ inline Mat no_mat() {
 struct TcArgs : ChunkArgs {
     bool async;   // the state passes prefetch with cp.async (KDA_TC_ASYNC=0: plain copies)
     bool dO_al16; // dO 16-byte aligned: the reverse pass copies it with cp.async
+    // v4 (kda_tc_version): 16-byte aligned q and k, v, gcum, and the scratch / kept tensors; an
+    // unaligned one is copied with plain loads
+    bool qk_al16, v_al16, g_al16, s_al16;
+    int ver; // kda_tc_version() of this call: 3 or 4
     const kda_bf16 *q, *k, *v, *dO;
     kda_bf16 *o, *dv; // outputs
 };
@@ -968,6 +1086,486 @@ __host__ __device__ void bwd_body(const TcArgs &a, int64_t blk, float *sm) {
     FOR(i, n) a.dbeta[beta_at(a, p.b, p.t0 + i, p.j)] = dbs[i];
 }
 
+// ==== v4 (kda_tc_version() == 4, the default; KDA_TC_V=3 selects the v3 bodies above) ==========
+// The forward intra and state passes stay v3's. Changed:
+//   * output4_body: the four fp32 tiles land through cp.async in one group (one memory latency per
+//     chunk instead of four dependent loops);
+//   * rstate4_body: the reverse state pass computes dΔ_intra = Aqkᵀ dO itself (one more product
+//     in the step's first mma, no extra barrier), so the kept backward has no ddi kernel and the
+//     plain backward runs the forward's intra (which writes Aqk) instead of the backward's; dO is
+//     an mma operand in bf16 straight from the copy buffer (exact in TF32);
+//   * bwd4_body<C, K, V> (K 32, V 64, chunk 32: the models' dims; other dims run v3's bwd_body):
+//     compile-time dims, every input tile copied by cp.async at the start (q, k, v, dO kept in
+//     bf16), h and dh in a second copy group that lands while the first phases run, the whole V
+//     width of the state terms in one pass, disjoint warp groups running independent products and
+//     the serial inverse side by side, 9 block barriers instead of 17, and the reverse cumsum of
+//     dg as a warp scan.
+
+// A loop unrolled n times on the device (the host compiler gets nothing).
+#ifdef __CUDA_ARCH__
+#define UNROLL_(n)  _Pragma(KDA_STR_(unroll n))
+#define KDA_STR_(x) #x
+#else
+#define UNROLL_(n)
+#endif
+
+// 16 bytes of zeros (rows past the sequence end in the copy buffers).
+__host__ __device__ inline void zero16_(void *dst) {
+    float *f = (float *)dst;
+    f[0] = f[1] = f[2] = f[3] = 0.0f;
+}
+
+// ---- output: o = qg h[n] + Aqk Δ, its four tiles through one copy group
+__host__ __device__ void output4_body(const TcArgs &a, int64_t blk, float *sm) {
+    const int tid = tid_(), nth = nth_();
+    const int C = a.C, K = a.K, V = a.V, LK = pad4(K), LV = pad8(V), LC = pad4(C);
+    const int K4 = K / 4, V4 = V / 4, C4 = C / 4;
+    const bool as = a.async && a.s_al16;
+    const ChunkPos p = chunk_pos(a, blk);
+    float *QG = sm, *Hs = QG + C * LK, *Aq = Hs + K * LV, *Ds = Aq + C * LC;
+    const float *qg = a.qg + p.cid * C * K, *h = a.h + p.cid * K * V;
+    const float *aq = a.Aqk + p.cid * C * C, *D = a.D + p.cid * C * V;
+    FOR(e, C * K4) cp16_(&QG[(e / K4) * LK + e % K4 * 4], &qg[4 * e], as);
+    FOR(e, K * V4) cp16_(&Hs[(e / V4) * LV + e % V4 * 4], &h[4 * e], as);
+    FOR(e, C * C4) cp16_(&Aq[(e / C4) * LC + e % C4 * 4], &aq[4 * e], as);
+    FOR(e, C * V4) cp16_(&Ds[(e / V4) * LV + e % V4 * 4], &D[4 * e], as);
+    cp_commit_();
+    cp_wait_();
+    sync_();
+    block_mm(C, V, mat(QG, LK, 1), mat(Hs, LV, 1), K, mat(Aq, LC, 1), mat(Ds, LV, 1), C,
+             [&](int r, int c, float v1, float v2) {
+                 if (r < p.n) a.o[v_at(a, p.b, p.t0 + r, p.j) + c] = stbf(v1 + v2);
+             });
+}
+
+// ---- reverse state pass with dΔ_intra, one block per (b, value head, V tile)
+// For chunks in reverse: dh[n] = dS; dΔ = Aqkᵀ dO + kg dS; dS = Diag(e^{G_last}) dS + qgᵀ dO - wᵀ
+// dΔ. The next chunk's w, qg (read as transposes: rows padded to 8 mod 32), kg, Aqk, the dO tile
+// (bf16) and e^{G_last} land in the other half of a double buffer while this chunk computes.
+__host__ __device__ inline int rstate4_buf_floats(int C, int K, int Vt) {
+    // Ws, QGs, KGs, Aq, dO (bf16 rows of Vt + 8: half a float each), gls
+    return 2 * C * pad8(K) + C * pad4(K) + C * pad8(C) + C * (Vt + 8) / 2 + K;
+}
+__host__ __device__ inline size_t rstate4_floats(int C, int K, int Vt) {
+    return (size_t)K * pad8(Vt) + (size_t)C * pad8(Vt) + 2 * (size_t)rstate4_buf_floats(C, K, Vt);
+}
+__host__ __device__ void rstate4_prefetch_(const TcArgs &a, int64_t cid, int nc, int v0,
+                                           float *buf) {
+    const int tid = tid_(), nth = nth_();
+    const int C = a.C, K = a.K, Vt = a.Vt, LW = pad8(K), LG = pad4(K), LA = pad8(C);
+    const int LO = Vt + 8, K4 = K / 4, C4 = C / 4, T8 = Vt / 8;
+    const bool as = a.async && a.s_al16, ao = a.async && a.dO_al16;
+    const int64_t bj = cid / a.NT;
+    const int b = (int)(bj / a.HV), j = (int)(bj % a.HV), t0 = nc * C;
+    float *Ws = buf, *QGs = Ws + C * LW, *KGs = QGs + C * LW, *Aq = KGs + C * LG;
+    kda_bf16 *dOb = (kda_bf16 *)(Aq + C * LA);
+    float *gls = (float *)(dOb + C * LO);
+    FOR(e, C * K4) {
+        int i = e / K4, c = e % K4 * 4;
+        cp16_(&Ws[i * LW + c], &a.w[cid * C * K + i * K + c], as);
+        cp16_(&QGs[i * LW + c], &a.qg[cid * C * K + i * K + c], as);
+        cp16_(&KGs[i * LG + c], &a.kg[cid * C * K + i * K + c], as);
+    }
+    FOR(e, C * C4) {
+        int i = e / C4, c = e % C4 * 4;
+        cp16_(&Aq[i * LA + c], &a.Aqk[cid * C * C + i * C + c], as);
+    }
+    FOR(e, C * T8) {
+        int i = e / T8, c = e % T8 * 8;
+        if (t0 + i < a.T)
+            cp16_(&dOb[i * LO + c], &a.dO[v_at(a, b, t0 + i, j) + v0 + c], ao);
+        else
+            zero16_(&dOb[i * LO + c]);
+    }
+    FOR(e, K4) cp16_(&gls[4 * e], &a.gl[cid * K + 4 * e], as);
+    cp_commit_();
+}
+__host__ __device__ void rstate4_body(const TcArgs &a, int64_t blk, float *sm) {
+    const int tid = tid_(), nth = nth_();
+    const int C = a.C, K = a.K, V = a.V, Vt = a.Vt, nvt = V / Vt;
+    const int LT = pad8(Vt), LW = pad8(K), LG = pad4(K), LA = pad8(C), LO = Vt + 8;
+    const int BUF = rstate4_buf_floats(C, K, Vt);
+    const int64_t bj = blk / nvt;
+    const int v0 = (int)(blk % nvt) * Vt;
+    float *dS = sm, *dDs = dS + K * LT, *bufs = dDs + C * LT;
+
+    FOR(e, K * Vt) {
+        int x = e / Vt, c = e % Vt;
+        dS[x * LT + c] = a.dfinal ? a.dfinal[bj * K * V + x * V + v0 + c] : 0.0f;
+    }
+    rstate4_prefetch_(a, bj * a.NT + a.NT - 1, a.NT - 1, v0, bufs);
+    for (int nc = a.NT - 1, par = 0; nc >= 0; nc--, par ^= 1) {
+        const int64_t cid = bj * a.NT + nc;
+        const float *Ws = bufs + par * BUF, *QGs = Ws + C * LW, *KGs = QGs + C * LW;
+        const float *Aq = KGs + C * LG;
+        const kda_bf16 *dOb = (const kda_bf16 *)(Aq + C * LA);
+        const float *gls = (const float *)(dOb + C * LO);
+        cp_wait_();
+        sync_(); // chunk nc's tiles have landed; the previous chunk is done with dS, dDs, its half
+        if (nc > 0) rstate4_prefetch_(a, cid - 1, nc - 1, v0, bufs + (par ^ 1) * BUF);
+        FOR(e, K * Vt) {
+            int x = e / Vt, c = e % Vt;
+            a.dh[cid * K * V + (int64_t)x * V + v0 + c] = dS[x * LT + c];
+        }
+        float *dDg = a.dD + cid * C * V + v0;
+        block_mm(C, Vt, mat(Aq, 1, LA), math(dOb, LO, 1), C, mat(KGs, LG, 1), mat(dS, LT, 1), K,
+                 [&](int r, int c, float vi, float vs) {
+                     float d = vi + vs;
+                     dDs[r * LT + c] = d;
+                     dDg[(int64_t)r * V + c] = d;
+                 });
+        sync_();
+        block_mm(K, Vt, mat(QGs, 1, LW), math(dOb, LO, 1), C, mat(Ws, 1, LW), mat(dDs, LT, 1), C,
+                 [&](int r, int c, float vq, float vw) {
+                     dS[r * LT + c] = gls[r] * dS[r * LT + c] + vq - vw;
+                 });
+    }
+    sync_();
+    if (a.dinit) {
+        FOR(e, K * Vt) {
+            int x = e / Vt, c = e % Vt;
+            a.dinit[bj * K * V + x * V + v0 + c] = dS[x * LT + c];
+        }
+    }
+}
+
+// ---- main backward of one chunk, compile-time dims (the math of bwd_body above)
+#define TC4_THREADS 512 // 16 warps; 2 blocks per SM at K 32 / V 64 / chunk 32 (105 KB each)
+
+// The shared-memory plan of bwd4_body (floats): fp32 [C][K + 4] tiles G, Kb, dq, dk, dG, T1, T2,
+// T3, tk; bf16 [C][K + 8] q, k and [C][V + 8] v, dO; fp32 [C][V + 4] Δ, dΔ; X = h | dh ([K][V +
+// 4] each) until the state terms are done, then dVb [C][V + 4] | dAkk | M ([C][C + 4] each); fp32
+// [C][C + 4] KK, Akk, dAqk, Tm (the inverse's temporary); β, dβ [C]; dΓ_last [K].
+template <int C, int K, int V> struct Bwd4 {
+    static constexpr int LK = K + 4, LV = V + 4, LC = C + 4, LQ = K + 8, LW = V + 8;
+    static constexpr int CK = C * LK, CV = C * LV, CC = C * LC;
+    static constexpr int HQ = C * LQ / 2, HV_ = C * LW / 2; // bf16 tiles in floats
+    static constexpr int XS = 2 * K * LV, XD = CV + 2 * CC, X = XS > XD ? XS : XD;
+    static constexpr int floats = 9 * CK + 2 * HQ + 2 * HV_ + 2 * CV + X + 4 * CC + 2 * C + K;
+    static_assert(C == 2 * SUB && K % 16 == 0 && V % 16 == 0, "bwd4: chunk 32, K, V % 16");
+    static_assert(CK % 4 == 0 && HQ % 4 == 0 && HV_ % 4 == 0 && CV % 4 == 0 && X % 4 == 0 &&
+                      CC % 4 == 0,
+                  "bwd4: every region starts 16-byte aligned (cp.async)");
+};
+
+template <int C, int K, int V>
+__host__ __device__ void bwd4_body(const TcArgs &a, int64_t blk, float *sm) {
+    typedef Bwd4<C, K, V> P;
+    constexpr int LK = P::LK, LV = P::LV, LC = P::LC, LQ = P::LQ, LW = P::LW, R = SUB;
+    constexpr int CK = P::CK, CV = P::CV, CC = P::CC;
+#ifdef __CUDA_ARCH__
+    const int tid = (int)threadIdx.x, warp = tid >> 5;
+    constexpr int nth = TC4_THREADS, nwarp = TC4_THREADS / 32;
+#else
+    const int tid = 0, warp = 0, nth = 1, nwarp = 1;
+#endif
+    const ChunkPos p = chunk_pos(a, blk);
+    const int n = p.n;
+    const bool off = n > SUB;
+    const float scale = a.scale;
+    const bool as = a.async && a.s_al16, aq = a.async && a.qk_al16, av = a.async && a.v_al16;
+    const bool ad = a.async && a.dO_al16, ag = a.async && a.g_al16;
+
+    float *Gs = sm, *Kb = Gs + CK, *dq = Kb + CK, *dk = dq + CK, *dG = dk + CK, *T1 = dG + CK;
+    float *T2 = T1 + CK, *T3 = T2 + CK, *tk = T3 + CK;
+    kda_bf16 *Qh = (kda_bf16 *)(tk + CK), *Kh = Qh + C * LQ, *Vh = Kh + C * LQ, *dOh = Vh + C * LW;
+    float *Ds = (float *)(dOh + C * LW), *dDs = Ds + CV, *X = dDs + CV;
+    float *S0 = X, *dS = X + K * LV, *dVb = X, *dAkk = X + CV, *Mm = dAkk + CC;
+    float *KK = X + P::X, *Ak = KK + CC, *dAqk = Ak + CC, *Tm = dAqk + CC;
+    float *bs = Tm + CC, *dbs = bs + C, *dGl = dbs + C;
+    float *dw = T3, *dKb = T2;                    // from (3) / (4)
+    float *Kf1 = dq, *Kr1 = dq + R * LK;          // (1)-(2), before dq is written
+    float *Qf = T1, *Kfb = T2, *Kr = T3 + R * LK; // (6)-(7), T1..T3 free halves
+
+    // (0) copies: group 1 q, k, v, dO (bf16), G, Δ, dΔ; group 2 h, dh (lands during (1)-(2)).
+    //     Rows past the end: zeros (Δ, dΔ are zero there in the scratch already).
+    {
+        constexpr int K8 = K / 8, V8 = V / 8, K4 = K / 4, V4 = V / 4;
+        FOR(e, C * K8) {
+            int i = e / K8, c = e % K8 * 8;
+            if (i < n) {
+                const int64_t o = qk_at(a, p.b, p.t0 + i, p.hq) + c;
+                cp16_(&Qh[i * LQ + c], &a.q[o], aq);
+                cp16_(&Kh[i * LQ + c], &a.k[o], aq);
+            } else {
+                zero16_(&Qh[i * LQ + c]), zero16_(&Kh[i * LQ + c]);
+            }
+        }
+        FOR(e, C * V8) {
+            int i = e / V8, c = e % V8 * 8;
+            if (i < n) {
+                const int64_t o = v_at(a, p.b, p.t0 + i, p.j) + c;
+                cp16_(&Vh[i * LW + c], &a.v[o], av);
+                cp16_(&dOh[i * LW + c], &a.dO[o], ad);
+            } else {
+                zero16_(&Vh[i * LW + c]), zero16_(&dOh[i * LW + c]);
+            }
+        }
+        FOR(e, C * K4) {
+            int i = e / K4, c = e % K4 * 4;
+            if (i < n)
+                cp16_(&Gs[i * LK + c], &a.gcum[g_at(a, p.b, p.t0 + i, p.j) + c], ag);
+            else
+                zero16_(&Gs[i * LK + c]);
+        }
+        const float *D = a.D + p.cid * C * V, *dD = a.dD + p.cid * C * V;
+        FOR(e, C * V4) {
+            int i = e / V4, c = e % V4 * 4;
+            cp16_(&Ds[i * LV + c], &D[i * V + c], as);
+            cp16_(&dDs[i * LV + c], &dD[i * V + c], as);
+        }
+        cp_commit_();
+        const float *h = a.h + p.cid * K * V, *dh = a.dh + p.cid * K * V;
+        FOR(e, K * V4) {
+            int x = e / V4, c = e % V4 * 4;
+            cp16_(&S0[x * LV + c], &h[x * V + c], as);
+            cp16_(&dS[x * LV + c], &dh[x * V + c], as);
+        }
+        cp_commit_();
+    }
+    FOR(i, C) bs[i] = i < n ? a.beta[beta_at(a, p.b, p.t0 + i, p.j)] : 0.0f;
+    FOR(c, K) dGl[c] = 0.0f;
+    cp_wait1_();
+    sync_();
+
+    // (1) the off-diagonal factors of KK (Kf1 = k_i e^{G_i - G_R} for rows R.., 0 past the end;
+    //     Kr1 = k_j e^{G_R - G_j} for rows ..R-1); Akk := I; KK's diagonal sub-blocks pairwise
+    //     (strict lower); Kb = β k e^G; dAqk = mask_{j<=i}(dO Δᵀ) on the tensor cores
+    if (off) {
+        FOR(e, SUB * K) {
+            int i = e / K, c = e % K, r = R + i;
+            float gR = Gs[R * LK + c], f = r < n ? fexp(Gs[r * LK + c] - gR) : 0.0f;
+            Kf1[i * LK + c] = ldbf(Kh[r * LQ + c]) * f;
+            Kr1[i * LK + c] = ldbf(Kh[i * LQ + c]) * fexp(gR - Gs[i * LK + c]);
+        }
+    }
+    FOR(e, C * C) {
+        int i = e / C, jj = e % C;
+        Ak[i * LC + jj] = i == jj ? 1.0f : 0.0f;
+        if (jj >= i || (i / SUB != jj / SUB && !off)) KK[i * LC + jj] = 0.0f;
+    }
+    FOR(e, C * SUB) {
+        int i = e / SUB, jj = i / SUB * SUB + e % SUB;
+        if (jj >= i) continue;
+        float kk = 0.0f;
+        if (i < n) {
+            UNROLL_(8)
+            for (int c = 0; c < K; c++)
+                kk += ldbf(Kh[i * LQ + c]) * ldbf(Kh[jj * LQ + c]) *
+                      fexp(Gs[i * LK + c] - Gs[jj * LK + c]);
+        }
+        KK[i * LC + jj] = kk;
+    }
+    FOR(e, C * K) {
+        int i = e / K, c = e % K;
+        Kb[i * LK + c] = bs[i] * ldbf(Kh[i * LQ + c]) * fexp(Gs[i * LK + c]);
+    }
+    block_mm(C, C, math(dOh, LW, 1), mat(Ds, 1, LV), V, no_mat(), no_mat(), 0,
+             [&](int r, int c, float v, float) { dAqk[r * LC + c] = r < n && c <= r ? v : 0.0f; });
+    cp_wait_(); // h, dh
+    sync_();
+
+    // (2) side by side: warps 0-1 the forward substitution of Akk's diagonal sub-blocks (one
+    //     each); warps 2-3 KK's off-diagonal sub-block; warps 4-11 T1 = dO S0ᵀ and T3 = dΔ S0ᵀ,
+    //     warps 12-15 T2 = Δ dSᵀ (the state terms, the whole V width)
+    if (in_group_(0, 2)) {
+        for (int I = group_warp_(0); I * SUB < n; I += group_nwarp_(2)) {
+            const int r0 = I * SUB, nb = imin(SUB, n - r0);
+            for (int m = 0; m + 1 < nb; m++) {
+                const int cols = m + 1;
+                WFOR(e, (nb - 1 - m) * cols) {
+                    int r = r0 + m + 1 + e / cols, c = r0 + e % cols;
+                    Ak[r * LC + c] -= bs[r] * KK[r * LC + r0 + m] * Ak[(r0 + m) * LC + c];
+                }
+                syncwarp_();
+            }
+        }
+    }
+    if (off)
+        block_mm_w(2, 2, SUB, SUB, mat(Kf1, LK, 1), mat(Kr1, 1, LK), K, no_mat(), no_mat(), 0,
+                   [&](int r, int c, float v, float) { KK[(R + r) * LC + c] = v; });
+    block_mm_w(4, 8, C, K, math(dOh, LW, 1), mat(S0, 1, LV), V, mat(dDs, LV, 1), mat(S0, 1, LV), V,
+               [&](int r, int c, float vo, float vd) {
+                   T1[r * LK + c] = vo;
+                   T3[r * LK + c] = vd;
+               });
+    block_mm_w(12, 4, C, K, mat(Ds, LV, 1), mat(dS, 1, LV), V, no_mat(), no_mat(), 0,
+               [&](int r, int c, float v, float) { T2[r * LK + c] = v; });
+    sync_();
+
+    // (3) warps 0-1: Akk's off-diagonal block Inv_10 = -Inv_11 (β L_10) Inv_00 (a barrier of
+    //     their own between the two products); warps 2-15: dΓ_last = e^{G_last} Σ_v dS S0 (a warp
+    //     per channel) and the state terms' elementwise part
+    const float *Gl = Gs + (n - 1) * LK;
+    if (off && in_group_(0, 2)) {
+        block_mm_w(0, 2, SUB, SUB, mat(KK + R * LC, LC, 1), mat(Ak, LC, 1), SUB, no_mat(), no_mat(),
+                   0, [&](int r, int c, float v, float) { Tm[r * LC + c] = bs[R + r] * v; });
+        bar_group_(1, 64);
+        block_mm_w(0, 2, SUB, SUB, mat(Ak + R * LC + R, LC, 1), mat(Tm, LC, 1), SUB, no_mat(),
+                   no_mat(), 0, [&](int r, int c, float v, float) { Ak[(R + r) * LC + c] = -v; });
+    }
+    if (in_group_(2, nwarp > 1 ? nwarp - 2 : 1)) {
+        for (int c = group_warp_(2); c < K; c += group_nwarp_(nwarp - 2)) {
+            float s = 0.0f;
+            WFOR(vv, V) s += dS[c * LV + vv] * S0[c * LV + vv];
+            s = warp_sum_(s);
+            if (lane_() == 0) dGl[c] = fexp(Gl[c]) * s;
+        }
+    }
+    GFOR(e, C * K, 2, nwarp - 2) {
+        int i = e / K, c = e % K, x = i * LK + c;
+        float eg = fexp(Gs[x]), el = fexp(Gl[c] - Gs[x]), kx = ldbf(Kh[i * LQ + c]);
+        float dqi = scale * eg * T1[x], tkv = kx * el * T2[x];
+        dq[x] = dqi; // o has (scale q e^G) S0
+        dG[x] = ldbf(Qh[i * LQ + c]) * dqi - tkv;
+        dk[x] = el * T2[x]; // S_end has (k e^{G_last - G})ᵀ Δ
+        tk[x] = tkv;        // summed into dΓ_last in (4)
+        T3[x] = -T3[x];     // dw (Δ = u - w S0)
+    }
+    sync_();
+
+    // (4) dΓ_last += Σ_i tk (a warp per channel); the WY backward, 12 k-steps per warp: warps 0-7
+    //     dAkk = dΔ (βv)ᵀ + dw Kbᵀ (strict lower); warps 8-15 dVb = Akkᵀ dΔ (dv = β dVb) and
+    //     dKb = Akkᵀ dw
+    for (int c = warp; c < K; c += nwarp) {
+        float s = 0.0f;
+        WFOR(i, n) s += tk[i * LK + c];
+        s = warp_sum_(s);
+        if (lane_() == 0) dGl[c] += s;
+    }
+    block_mm_w(0, 8, C, C, mat(dDs, LV, 1), math(Vh, 1, LW), V, mat(dw, LK, 1), mat(Kb, 1, LK), K,
+               [&](int r, int c, float vv, float vk) {
+                   dAkk[r * LC + c] = r < n && c < r ? bs[c] * vv + vk : 0.0f;
+               });
+    block_mm_w(8, 8, C, V, mat(Ak, 1, LC), mat(dDs, LV, 1), C, no_mat(), no_mat(), 0,
+               [&](int r, int c, float v, float) {
+                   dVb[r * LV + c] = v;
+                   if (r < n) a.dv[v_at(a, p.b, p.t0 + r, p.j) + c] = stbf(bs[r] * v);
+               });
+    block_mm_w(8, 8, C, K, mat(Ak, 1, LC), mat(dw, LK, 1), C, no_mat(), no_mat(), 0,
+               [&](int r, int c, float v, float) { dKb[r * LK + c] = v; });
+    sync_();
+
+    // (5) M = Akkᵀ dAkk (warps 0-7); Kb = β k e^G: dk += β e^G dKb, dΓ += Kb dKb; dβ = v·dVb +
+    //     (k e^G)·dKb (a warp per row)
+    block_mm_w(0, 8, C, C, mat(Ak, 1, LC), mat(dAkk, LC, 1), C, no_mat(), no_mat(), 0,
+               [&](int r, int c, float v, float) { Mm[r * LC + c] = v; });
+    FOR(e, C * K) {
+        int i = e / K, c = e % K, x = i * LK + c;
+        dk[x] += bs[i] * fexp(Gs[x]) * dKb[x];
+        dG[x] += Kb[x] * dKb[x];
+    }
+    for (int i = warp; i < C; i += nwarp) {
+        float s = 0.0f;
+        WFOR(v, V) s += ldbf(Vh[i * LW + v]) * dVb[i * LV + v];
+        WFOR(c, K) s += ldbf(Kh[i * LQ + c]) * fexp(Gs[i * LK + c]) * dKb[i * LK + c];
+        s = warp_sum_(s);
+        if (lane_() == 0) dbs[i] = s;
+    }
+    sync_();
+
+    // (6) dL = -M Akkᵀ on the strict lower triangle (into dAkk); the factors of the off-diagonal
+    //     sub-block for (7): Qf = q_i e^{G_i - G_R}, Kfb = β_i k_i e^{G_i - G_R} (rows R.., 0 past
+    //     the end), Kr = k_j e^{G_R - G_j} (rows ..R-1)
+    block_mm(C, C, mat(Mm, LC, 1), mat(Ak, 1, LC), C, no_mat(), no_mat(), 0,
+             [&](int r, int c, float v, float) { dAkk[r * LC + c] = r < n && c < r ? -v : 0.0f; });
+    if (off) {
+        FOR(e, SUB * K) {
+            int i = e / K, c = e % K, r = R + i;
+            float gR = Gs[R * LK + c], f = r < n ? fexp(Gs[r * LK + c] - gR) : 0.0f;
+            Qf[i * LK + c] = ldbf(Qh[r * LQ + c]) * f;
+            Kfb[i * LK + c] = bs[r] * ldbf(Kh[r * LQ + c]) * f;
+            Kr[i * LK + c] = ldbf(Kh[i * LQ + c]) * fexp(gR - Gs[i * LK + c]);
+        }
+    }
+    sync_();
+
+    // (7) pair terms of Aqk (j <= i) and L (j < i) per (row r, channel c) (bwd_body's (7)): the
+    //     off-diagonal sub-block on the tensor cores (warps 0-3: T1 = rowQ, T2 = rowK of rows R..;
+    //     warps 4-7: T3 = colX of rows ..R-1), the diagonal sub-blocks pairwise, added into dq,
+    //     dk, dΓ at once (the off-diagonal part is added in (8)). The pairwise sums run over the
+    //     whole sub-block: the masked entries of dAqk and dL are zero, and the exponents are
+    //     clamped at 0 so that the masked ones stay finite (the others are <= 0 anyway).
+    if (off) {
+        block_mm_w(0, 4, SUB, K, mat(dAqk + R * LC, LC, 1), mat(Kr, LK, 1), SUB,
+                   mat(dAkk + R * LC, LC, 1), mat(Kr, LK, 1), SUB,
+                   [&](int r, int c, float vq, float vl) {
+                       bool in = R + r < n;
+                       float f = in ? fexp(Gs[(R + r) * LK + c] - Gs[R * LK + c]) : 0.0f;
+                       T1[(R + r) * LK + c] = in ? scale * vq * f : 0.0f;
+                       T2[(R + r) * LK + c] = in ? bs[R + r] * vl * f : 0.0f;
+                   });
+        block_mm_w(4, 4, SUB, K, mat(dAqk + R * LC, 1, LC), mat(Qf, LK, 1), SUB,
+                   mat(dAkk + R * LC, 1, LC), mat(Kfb, LK, 1), SUB,
+                   [&](int r, int c, float vq, float vk) {
+                       T3[r * LK + c] = (scale * vq + vk) * fexp(Gs[R * LK + c] - Gs[r * LK + c]);
+                   });
+    }
+    FOR(e, C * K) {
+        int r = e / K, c = e % K, x = r * LK + c;
+        if (r < n) {
+            const int s0 = r / SUB * SUB; // r's sub-block
+            float gr = Gs[x], kr = ldbf(Kh[r * LQ + c]), qr = ldbf(Qh[r * LQ + c]), br = bs[r];
+            float rq = 0.0f, rk = 0.0f, cx = 0.0f;
+            UNROLL_(16)
+            for (int u = 0; u < SUB; u++) {
+                const int jj = s0 + u;
+                float gj = Gs[jj * LK + c];
+                float kj = ldbf(Kh[jj * LQ + c]) * fexp(fminf(gr - gj, 0.0f));
+                rq += dAqk[r * LC + jj] * kj;
+                rk += dAkk[r * LC + jj] * kj;
+                float ex = fexp(fminf(gj - gr, 0.0f));
+                float av = scale * dAqk[jj * LC + r], lv = bs[jj] * dAkk[jj * LC + r];
+                cx += (av * ldbf(Qh[jj * LQ + c]) + lv * ldbf(Kh[jj * LQ + c])) * ex;
+            }
+            rq *= scale, rk *= br;
+            dq[x] += rq;
+            dk[x] += rk + cx;
+            dG[x] += qr * rq + kr * rk - kr * cx;
+        }
+    }
+    for (int i = warp; i < n; i += nwarp) {
+        float s = 0.0f;
+        WFOR(jj, i) s += dAkk[i * LC + jj] * KK[i * LC + jj];
+        s = warp_sum_(s);
+        if (lane_() == 0) dbs[i] += s;
+    }
+    sync_();
+
+    // (8) the off-diagonal pair terms into dΓ; dg = the reverse chunk-local cumsum of dΓ from
+    //     dΓ_last (a warp scan per channel, in place); then dq, dk (with their off-diagonal
+    //     terms), dg and dβ written out row by row
+    for (int c = warp; c < K; c += nwarp) {
+        if (off) {
+            WFOR(i, n) {
+                int x = i * LK + c;
+                float qx = ldbf(Qh[i * LQ + c]), kx = ldbf(Kh[i * LQ + c]);
+                dG[x] += i >= R ? qx * T1[x] + kx * T2[x] : -kx * T3[x];
+            }
+            syncwarp_();
+        }
+        warp_rscan_(dG + c, LK, n, dGl[c]);
+    }
+    sync_();
+    const int gva = a.HV != a.H, heads = gva ? a.HV : a.H, hw = gva ? p.j : p.hq;
+    FOR(e, n * K) {
+        int i = e / K, c = e % K, x = i * LK + c;
+        float oq = off && i >= R ? T1[x] : 0.0f;
+        float ok = off ? (i >= R ? T2[x] : T3[x]) : 0.0f;
+        int64_t o = (((int64_t)p.b * a.T + p.t0 + i) * heads + hw) * K + c;
+        a.dq[o] = dq[x] + oq;
+        a.dk[o] = dk[x] + ok;
+        a.dg[g_at(a, p.b, p.t0 + i, p.j) + c] = dG[x];
+    }
+    FOR(i, n) a.dbeta[beta_at(a, p.b, p.t0 + i, p.j)] = dbs[i];
+    (void)nth;
+}
+
+// The dims bwd4_body is instantiated for (the models': K 32, V 64, chunk 32).
+__host__ __device__ inline bool bwd4_dims(const ChunkArgs &a) {
+    return a.C == 32 && a.K == 32 && a.V == 64;
+}
+
 // ---- device entry points ------------------------------------------------------------------------
 
 __global__ void __launch_bounds__(TC_THREADS) tc_intra_k(TcArgs a, bool bwd) {
@@ -994,6 +1592,18 @@ __global__ void __launch_bounds__(TC_BWD_THREADS, 2) tc_bwd_k(TcArgs a) {
     extern __shared__ float sm[];
     bwd_body(a, blockIdx.x, sm);
 }
+__global__ void __launch_bounds__(TC_THREADS) tc_output4_k(TcArgs a) {
+    extern __shared__ float sm[];
+    output4_body(a, blockIdx.x, sm);
+}
+__global__ void __launch_bounds__(TC_THREADS) tc_rstate4_k(TcArgs a) {
+    extern __shared__ float sm[];
+    rstate4_body(a, blockIdx.x, sm);
+}
+__global__ void __launch_bounds__(TC4_THREADS, 2) tc_bwd4_k(TcArgs a) {
+    extern __shared__ float sm[];
+    bwd4_body<32, 32, 64>(a, blockIdx.x, sm);
+}
 
 // ---- argument setup shared by the device and host drivers ---------------------------------------
 
@@ -1016,10 +1626,12 @@ void keep_carve(TcArgs &a, float *keep) {
     a.gl = keep;
 }
 
+// Both versions' kernels must fit (the version is chosen per call).
 size_t max_smem_bytes(const TcArgs &a) {
     size_t m = intra_floats(a.C, a.K, a.V, true);
+    size_t b4 = bwd4_dims(a) ? (size_t)Bwd4<32, 32, 64>::floats : 0;
     size_t s[] = {state_floats(a.C, a.K, a.Vt), output_floats(a.C, a.K, a.V),
-                  bwd_floats(a.C, a.K, a.V, a.Vt)};
+                  bwd_floats(a.C, a.K, a.V, a.Vt), rstate4_floats(a.C, a.K, a.Vt), b4};
     for (size_t i = 0; i < sizeof s / sizeof s[0]; i++)
         if (s[i] > m) m = s[i];
     return m * sizeof(float);
@@ -1042,11 +1654,27 @@ int prepare(KdaCudaCtx *ctx, TcArgs &a, const KdaDims *d) {
     a = make_args(d);
     const char *as = getenv("KDA_TC_ASYNC"); // "0": the state passes' copies without cp.async
     a.async = !(as && !strcmp(as, "0"));
+    a.ver = kda_tc_version();
     KDA_CUDA_REQUIRE(ctx, kda_tc_supported(d, ctx->info.smem_per_block_optin));
     float *ws = (float *)kda_cuda_scratch(ctx, scratch_floats(a) * sizeof(float));
     if (!ws) return -1;
     carve(a, ws);
     return 0;
+}
+
+bool al16_(const void *p) {
+    return (uintptr_t)p % 16 == 0;
+}
+// The v4 copy switches: which tensors are 16-byte aligned (all pointers set).
+void set_align(TcArgs &a) {
+    a.qk_al16 = al16_(a.q) && al16_(a.k);
+    a.v_al16 = al16_(a.v);
+    a.dO_al16 = al16_(a.dO);
+    a.g_al16 = al16_(a.gcum);
+    const void *s[] = {a.w, a.kg, a.qg, a.Aqk, a.gl, a.h, a.dh, a.D, a.dD};
+    a.s_al16 = true;
+    for (size_t i = 0; i < sizeof s / sizeof s[0]; i++)
+        a.s_al16 = a.s_al16 && al16_(s[i]);
 }
 
 int tc_fwd(KdaCudaCtx *ctx, cudaEvent_t **ev, kda_bf16 *o, float *final_state, const kda_bf16 *q,
@@ -1057,15 +1685,20 @@ int tc_fwd(KdaCudaCtx *ctx, cudaEvent_t **ev, kda_bf16 *o, float *final_state, c
     if (keep) keep_carve(a, keep);
     a.q = q, a.k = k, a.v = v, a.gcum = gcum, a.beta = beta, a.init_state = init_state;
     a.o = o, a.final_state = final_state;
+    set_align(a);
     int64_t chunks = (int64_t)a.B * a.HV * a.NT, tiles = (int64_t)a.B * a.HV * (a.V / a.Vt);
     if (launch(ctx, ev, tc_intra_k, chunks, intra_floats(a.C, a.K, a.V, false), TC_THREADS, a,
                false) ||
         launch(ctx, ev, tc_state_k, tiles, state_floats(a.C, a.K, a.Vt), TC_THREADS, a) ||
-        launch(ctx, ev, tc_output_k, chunks, output_floats(a.C, a.K, a.V), TC_THREADS, a))
+        launch(ctx, ev, a.ver == 4 ? tc_output4_k : tc_output_k, chunks,
+               output_floats(a.C, a.K, a.V), TC_THREADS, a))
         return -1;
     return 0;
 }
 
+// v3: [ddi (kept) | intra (bwd form) + state], reverse state, main backward. v4: [intra (forward
+// form: writes Aqk) + state], the reverse state pass with dΔ_intra, the main backward (bwd4_body
+// at its dims, else v3's).
 int tc_bwd(KdaCudaCtx *ctx, cudaEvent_t **ev, float *dq, float *dk, kda_bf16 *dv, float *dg,
            float *dbeta, float *dinit_state, const kda_bf16 *d_o, const float *dfinal_state,
            const kda_bf16 *q, const kda_bf16 *k, const kda_bf16 *v, const float *gcum,
@@ -1074,19 +1707,28 @@ int tc_bwd(KdaCudaCtx *ctx, cudaEvent_t **ev, float *dq, float *dk, kda_bf16 *dv
     if (prepare(ctx, a, d)) return -1;
     if (kept) keep_carve(a, (float *)kept); // read only: intra and the state pass are skipped
     a.q = q, a.k = k, a.v = v, a.dO = d_o, a.gcum = gcum, a.beta = beta;
-    a.dO_al16 = (uintptr_t)d_o % 16 == 0;
     a.init_state = init_state, a.dfinal = dfinal_state;
     a.dv = dv, a.dg = dg, a.dbeta = dbeta, a.dinit = dinit_state;
     if (a.HV == a.H) a.dq = dq, a.dk = dk;
+    set_align(a);
+    const bool v4 = a.ver == 4;
     int64_t chunks = (int64_t)a.B * a.HV * a.NT, tiles = (int64_t)a.B * a.HV * (a.V / a.Vt);
-    if ((kept && launch(ctx, ev, tc_ddi_k, chunks, ddi_floats(a.C, a.V), TC_THREADS, a)) ||
-        (!kept && launch(ctx, ev, tc_intra_k, chunks, intra_floats(a.C, a.K, a.V, true), TC_THREADS,
-                         a, true)) ||
+    if ((kept && !v4 && launch(ctx, ev, tc_ddi_k, chunks, ddi_floats(a.C, a.V), TC_THREADS, a)) ||
+        (!kept && launch(ctx, ev, tc_intra_k, chunks, intra_floats(a.C, a.K, a.V, !v4), TC_THREADS,
+                         a, !v4)) ||
         (!kept &&
          launch(ctx, ev, tc_state_k, tiles, state_floats(a.C, a.K, a.Vt), TC_THREADS, a)) ||
-        launch(ctx, ev, tc_state_bwd_k, tiles, state_floats(a.C, a.K, a.Vt), TC_THREADS, a) ||
-        launch(ctx, ev, tc_bwd_k, chunks, bwd_floats(a.C, a.K, a.V, a.Vt), TC_BWD_THREADS, a))
+        (!v4 &&
+         launch(ctx, ev, tc_state_bwd_k, tiles, state_floats(a.C, a.K, a.Vt), TC_THREADS, a)) ||
+        (v4 && launch(ctx, ev, tc_rstate4_k, tiles, rstate4_floats(a.C, a.K, a.Vt), TC_THREADS, a)))
         return -1;
+    if (v4 && bwd4_dims(a)) {
+        if (launch(ctx, ev, tc_bwd4_k, chunks, (size_t)Bwd4<32, 32, 64>::floats, TC4_THREADS, a))
+            return -1;
+    } else if (launch(ctx, ev, tc_bwd_k, chunks, bwd_floats(a.C, a.K, a.V, a.Vt), TC_BWD_THREADS,
+                      a)) {
+        return -1;
+    }
     if (a.HV != a.H && gva_sum_launch(ctx, dq, dk, a)) return -1;
     if (ev) CUDA_CHECK(ctx, cudaEventRecord(*(*ev)++, ctx->stream));
     return 0;
@@ -1120,6 +1762,7 @@ struct HostRun {
 
 void host_begin(HostRun *r, const KdaDims *d) {
     r->a = make_args(d);
+    r->a.ver = kda_tc_version();
     r->ws = (float *)kda_calloc(scratch_floats(r->a), sizeof(float));
     r->sm = (float *)kda_calloc(max_smem_bytes(r->a) / sizeof(float), sizeof(float));
     carve(r->a, r->ws);
@@ -1138,6 +1781,25 @@ void host_end(HostRun *r) {
 extern "C" int kda_tc_selected(void) {
     const char *s = getenv("KDA_CORE"); // the default since the GPU run of 2026-12-03 (53/53)
     return !(s && !strcmp(s, "simt"));
+}
+
+static int g_tc_version; // kda_tc_set_version's override; 0: none
+
+extern "C" int kda_tc_version(void) {
+    if (g_tc_version) return g_tc_version;
+    const char *s = getenv("KDA_TC_V");
+    return s && !strcmp(s, "3") ? 3 : 4;
+}
+
+extern "C" int kda_tc_set_version(int v) {
+    int prev = g_tc_version;
+    g_tc_version = v == 3 || v == 4 ? v : 0;
+    return prev;
+}
+
+extern "C" int kda_tc_bwd_main_version(const KdaDims *d) {
+    TcArgs a = make_args(d);
+    return kda_tc_version() == 4 && bwd4_dims(a) ? 4 : 3;
 }
 
 extern "C" int kda_tc_supported(const KdaDims *d, size_t smem_optin) {
@@ -1239,15 +1901,21 @@ extern "C" void kda_tc_fwd_host(kda_bf16 *o, float *final_state, const kda_bf16 
     if (keep) keep_carve(a, keep);
     a.q = q, a.k = k, a.v = v, a.gcum = gcum, a.beta = beta, a.init_state = init_state;
     a.o = o, a.final_state = final_state;
+    set_align(a);
     for (int64_t b = 0; b < r.chunks; b++)
         intra_body(a, b, r.sm, false);
     for (int64_t b = 0; b < r.tiles; b++)
         state_body(a, b, r.sm);
-    for (int64_t b = 0; b < r.chunks; b++)
-        output_body(a, b, r.sm);
+    for (int64_t b = 0; b < r.chunks; b++) {
+        if (a.ver == 4)
+            output4_body(a, b, r.sm);
+        else
+            output_body(a, b, r.sm);
+    }
     host_end(&r);
 }
 
+// The device drivers' kernel sequences (tc_fwd / tc_bwd), body by body.
 extern "C" void kda_tc_bwd_host(float *dq, float *dk, kda_bf16 *dv, float *dg, float *dbeta,
                                 float *dinit_state, const kda_bf16 *d_o, const float *dfinal_state,
                                 const kda_bf16 *q, const kda_bf16 *k, const kda_bf16 *v,
@@ -1258,22 +1926,31 @@ extern "C" void kda_tc_bwd_host(float *dq, float *dk, kda_bf16 *dv, float *dg, f
     TcArgs &a = r.a;
     if (kept) keep_carve(a, (float *)kept);
     a.q = q, a.k = k, a.v = v, a.dO = d_o, a.gcum = gcum, a.beta = beta;
-    a.dO_al16 = (uintptr_t)d_o % 16 == 0;
     a.init_state = init_state, a.dfinal = dfinal_state;
     a.dv = dv, a.dg = dg, a.dbeta = dbeta, a.dinit = dinit_state;
     if (a.HV == a.H) a.dq = dq, a.dk = dk;
+    set_align(a);
+    const bool v4 = a.ver == 4;
     for (int64_t b = 0; b < r.chunks; b++) {
-        if (kept)
+        if (!kept)
+            intra_body(a, b, r.sm, !v4);
+        else if (!v4)
             ddi_body(a, b, r.sm);
-        else
-            intra_body(a, b, r.sm, true);
     }
     for (int64_t b = 0; b < r.tiles && !kept; b++)
         state_body(a, b, r.sm);
-    for (int64_t b = 0; b < r.tiles; b++)
-        state_bwd_body(a, b, r.sm);
-    for (int64_t b = 0; b < r.chunks; b++)
-        bwd_body(a, b, r.sm);
+    for (int64_t b = 0; b < r.tiles; b++) {
+        if (v4)
+            rstate4_body(a, b, r.sm);
+        else
+            state_bwd_body(a, b, r.sm);
+    }
+    for (int64_t b = 0; b < r.chunks; b++) {
+        if (v4 && bwd4_dims(a))
+            bwd4_body<32, 32, 64>(a, b, r.sm);
+        else
+            bwd_body(a, b, r.sm);
+    }
     if (a.HV != a.H) gva_sum_host(dq, dk, a);
     host_end(&r);
 }

@@ -46,6 +46,18 @@ extern "C" {
 // 0 when KDA_CORE=simt is set in the environment, else 1 (read on every call; the caller caches
 // it).
 int kda_tc_selected(void);
+// The kernel version of the next calls (read on every call): 4 (the default), or 3 when
+// KDA_TC_V=3 is set, unless kda_tc_set_version overrides it. v4: the output's tiles and the main
+// backward's inputs through cp.async, the reverse state pass computing dΔ_intra itself, and (at K
+// 32, V 64, chunk 32) the main backward with compile-time dims and side-by-side warp groups; v3
+// stays whole for A/B runs (bench/kda_kernel/bench_gpu.c) and as a fallback.
+int kda_tc_version(void);
+// Overrides kda_tc_version for this process: 3 or 4; 0 returns to the environment. Returns the
+// previous override (0: none). For tests and benchmarks (not thread-safe).
+int kda_tc_set_version(int v);
+// The main backward's version for dims d at the current kda_tc_version(): 4 where bwd4 is
+// instantiated (K 32, V 64, chunk 32), else 3.
+int kda_tc_bwd_main_version(const KdaDims *d);
 // 1 when the tensor-core kernels take these dims with `smem_optin` bytes of shared memory per
 // block (see the list above), else 0.
 int kda_tc_supported(const KdaDims *d, size_t smem_optin);
