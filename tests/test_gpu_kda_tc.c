@@ -12,6 +12,10 @@
 // 3e-3 for fp32 outputs (inside FLA's 5e-3 / 8e-3 / 2e-2), 1e-2 for the bf16 outputs o and dv
 // (bf16 rounding alone ~2e-3). The same tolerances hold against kda_fast (whose own error is
 // ~1e-6). A wrong fragment layout, term or race shows as >= 1e-1 or NaN.
+// Both kernel versions (kda_tc_set_version 3 and 4; 4 is the default) run every shape; v4 against
+// v3 on the same inputs must agree to fp32 reassociation (1e-5: the same TF32 products, other
+// summation orders in the pair sums and the dg scan), which is what shows a v4 race or a v4 phase
+// reading a tile too early (the host emulation cannot).
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -240,8 +244,7 @@ static const TcShape TC_SHAPES[] = {
     {1, 300, 2, 4, 32, 64, 32, 1, 30.0f},
 };
 
-// mode 0 forward, 1 backward (+ the kept forms); small_only: B·T·HV <= 1024 (compute-sanitizer).
-static void tc_sweep_(int mode, uint64_t seed, int small_only) {
+static void tc_sweep_one_(int mode, uint64_t seed, int small_only) {
     KdaRng r;
     rng_seed(&r, seed);
     for (size_t i = 0; i < sizeof TC_SHAPES / sizeof TC_SHAPES[0]; i++) {
@@ -263,6 +266,17 @@ static void tc_sweep_(int mode, uint64_t seed, int small_only) {
     }
 }
 
+// mode 0 forward, 1 backward (+ the kept forms); small_only: B·T·HV <= 1024 (compute-sanitizer);
+// both versions, v3 then v4, on fresh inputs each.
+static void tc_sweep_(int mode, uint64_t seed, int small_only) {
+    for (int ver = 3; ver <= 4; ver++) {
+        int prev = kda_tc_set_version(ver);
+        printf("  -- kda_tc v%d\n", ver);
+        tc_sweep_one_(mode, seed + (uint64_t)ver, small_only);
+        kda_tc_set_version(prev);
+    }
+}
+
 KDA_TEST_GPU(gpu_kda_tc_fwd) {
     if (!gpu_()) return;
     tc_sweep_(0, 511, 0);
@@ -273,30 +287,105 @@ KDA_TEST_GPU(gpu_kda_tc_bwd) {
     tc_sweep_(1, 512, 0);
 }
 
-// The reverse state pass copies dO with cp.async when it is 16-byte aligned and with plain loads
-// otherwise (the model's activations need not be aligned): both paths must give the same bits.
-KDA_TEST_GPU(gpu_kda_tc_misaligned_do) {
+// The kernels copy q, k, v, dO (bf16) and gcum with cp.async when they are 16-byte aligned and
+// with plain loads otherwise (the model's activations need not be aligned): both paths must give
+// the same bits, in both versions (v3 copies only dO with cp.async).
+KDA_TEST_GPU(gpu_kda_tc_misaligned) {
     if (!gpu_()) return;
     KdaRng r;
     rng_seed(&r, 515);
     KdaCase c;
     kda_case_make(&c, &r, 2, 65, 2, 2, 32, 64, 32, 1);
     DevIn in = dev_in_(&c);
-    BwdOut al = gpu_bwd_(&c, &in, 0, NULL);
-    kda_bf16 *mis = kda_cuda_alloc(&g_tctx, (size_t)(c.nv + 8) * 2);
-    KDA_ASSERT(mis && kda_cuda_put_bf16(&g_tctx, mis + 1, c.dO, c.nv) == 0);
-    void *aligned_dO = in.dO;
-    in.dO = mis + 1; // 2 bytes past a 256-byte boundary
-    BwdOut un = gpu_bwd_(&c, &in, 0, NULL);
-    in.dO = aligned_dO;
-    for (int i = 0; i < 6; i++)
-        CHECK_MSG(al.g[i] && un.g[i] &&
-                      !memcmp(al.g[i], un.g[i], (size_t)bwd_n_(&c, i) * sizeof(float)),
-                  "%s differs between aligned and misaligned dO", BWD_NAMES[i]);
-    kda_cuda_release(mis);
-    bwd_out_free_(&al), bwd_out_free_(&un);
+    kda_bf16 *mq = kda_cuda_alloc(&g_tctx, (size_t)(c.nqk + 8) * 2);
+    kda_bf16 *mk = kda_cuda_alloc(&g_tctx, (size_t)(c.nqk + 8) * 2);
+    kda_bf16 *mv = kda_cuda_alloc(&g_tctx, (size_t)(c.nv + 8) * 2);
+    kda_bf16 *mo = kda_cuda_alloc(&g_tctx, (size_t)(c.nv + 8) * 2);
+    float *mg = kda_cuda_alloc(&g_tctx, (size_t)(c.ng + 4) * 4);
+    KDA_ASSERT(mq && mk && mv && mo && mg);
+    // 2 bytes (bf16) and 4 bytes (gcum) past a 256-byte boundary
+    KDA_ASSERT(kda_cuda_put_bf16(&g_tctx, mq + 1, c.q, c.nqk) == 0 &&
+               kda_cuda_put_bf16(&g_tctx, mk + 1, c.k, c.nqk) == 0 &&
+               kda_cuda_put_bf16(&g_tctx, mv + 1, c.v, c.nv) == 0 &&
+               kda_cuda_put_bf16(&g_tctx, mo + 1, c.dO, c.nv) == 0 &&
+               kda_cuda_put_f32(&g_tctx, mg + 1, c.gcum, c.ng) == 0);
+    DevIn mis = in;
+    mis.q = mq + 1, mis.k = mk + 1, mis.v = mv + 1, mis.dO = mo + 1, mis.gc = mg + 1;
+    for (int ver = 3; ver <= 4; ver++) {
+        int prev = kda_tc_set_version(ver);
+        FwdOut fa = gpu_fwd_(&c, &in, 0, NULL), fu = gpu_fwd_(&c, &mis, 0, NULL);
+        CHECK_MSG(fa.o && fu.o && !memcmp(fa.o, fu.o, (size_t)c.nv * sizeof(float)),
+                  "v%d: o differs between aligned and misaligned inputs", ver);
+        BwdOut al = gpu_bwd_(&c, &in, 0, NULL), un = gpu_bwd_(&c, &mis, 0, NULL);
+        for (int i = 0; i < 6; i++)
+            CHECK_MSG(al.g[i] && un.g[i] &&
+                          !memcmp(al.g[i], un.g[i], (size_t)bwd_n_(&c, i) * sizeof(float)),
+                      "v%d: %s differs between aligned and misaligned inputs", ver, BWD_NAMES[i]);
+        fwd_out_free_(&fa), fwd_out_free_(&fu), bwd_out_free_(&al), bwd_out_free_(&un);
+        kda_tc_set_version(prev);
+    }
+    kda_cuda_release(mq), kda_cuda_release(mk), kda_cuda_release(mv), kda_cuda_release(mo);
+    kda_cuda_release(mg);
     dev_in_free_(&in);
     kda_case_free(&c);
+}
+
+// v4 against v3 on the same inputs, plain and kept forms: 1e-5 rel RMS (fp32 reassociation; see
+// the file comment), at the model's layer shape (16 x 2048 x 8), T not a multiple of the chunk,
+// T = 1, GVA 4x with a strong gate, and chunk 16 (v4's reverse pass and output, v3's main).
+KDA_TEST_GPU(gpu_kda_tc_v4_matches_v3) {
+    if (!gpu_()) return;
+    static const TcShape S[] = {{16, 2048, 8, 8, 32, 64, 32, 1, 0},
+                                {2, 65, 2, 2, 32, 64, 32, 1, 0},
+                                {2, 1, 2, 2, 32, 64, 32, 0, 0},
+                                {1, 300, 2, 8, 32, 64, 32, 1, 30.0f},
+                                {1, 130, 2, 2, 32, 64, 16, 1, 0}};
+    KdaRng r;
+    rng_seed(&r, 516);
+    for (size_t i = 0; i < sizeof S / sizeof S[0]; i++) {
+        const TcShape *s = &S[i];
+        printf("  B=%lld T=%lld H=%lld HV=%lld chunk=%lld gmax=%g\n", (long long)s->B,
+               (long long)s->T, (long long)s->H, (long long)s->HV, (long long)s->C,
+               (double)s->gmax);
+        KdaCase c;
+        kda_case_make(&c, &r, s->B, s->T, s->H, s->HV, s->K, s->V, s->C, s->state);
+        if (s->gmax > 0) kda_case_strong_gate(&c, &r, s->gmax);
+        DevIn in = dev_in_(&c);
+        size_t nk = kda_tc_keep_floats(&c.d);
+        float *keep = kda_cuda_alloc(&g_tctx, nk * 4);
+        KDA_ASSERT(keep);
+        FwdOut f[2], fk[2];
+        BwdOut b[2], bk[2];
+        for (int v = 0; v < 2; v++) {
+            int prev = kda_tc_set_version(v ? 4 : 3);
+            CHECK(kda_tc_version() == (v ? 4 : 3));
+            f[v] = gpu_fwd_(&c, &in, 0, NULL);
+            b[v] = gpu_bwd_(&c, &in, 0, NULL);
+            KDA_ASSERT(kda_cuda_poison(&g_tctx, keep, nk * 4) == 0);
+            fk[v] = gpu_fwd_(&c, &in, 1, keep);
+            bk[v] = gpu_bwd_(&c, &in, 1, keep);
+            kda_tc_set_version(prev);
+        }
+        if (f[0].o && f[1].o) {
+            kda_case_expect("v4 vs v3 o", f[0].o, f[1].o, c.nv, 1e-5);
+            kda_case_expect("v4 vs v3 final state", f[0].fs, f[1].fs, c.ns, 1e-5);
+            kda_case_expect("v4 vs v3 o (keep)", fk[0].o, fk[1].o, c.nv, 1e-5);
+        }
+        for (int g = 0; g < 6; g++) {
+            char what[64];
+            if (!b[0].g[g] || !b[1].g[g] || !bk[0].g[g] || !bk[1].g[g]) break;
+            snprintf(what, sizeof what, "v4 vs v3 %s", BWD_NAMES[g]);
+            kda_case_expect(what, b[0].g[g], b[1].g[g], bwd_n_(&c, g), 1e-5);
+            snprintf(what, sizeof what, "v4 vs v3 %s (kept)", BWD_NAMES[g]);
+            kda_case_expect(what, bk[0].g[g], bk[1].g[g], bwd_n_(&c, g), 1e-5);
+        }
+        for (int v = 0; v < 2; v++)
+            fwd_out_free_(&f[v]), fwd_out_free_(&fk[v]), bwd_out_free_(&b[v]),
+                bwd_out_free_(&bk[v]);
+        kda_cuda_release(keep);
+        dev_in_free_(&in);
+        kda_case_free(&c);
+    }
 }
 
 // The small shapes only, forward and backward: what compute-sanitizer (memcheck, racecheck) runs.
