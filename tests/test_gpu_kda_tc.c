@@ -13,9 +13,10 @@
 // (bf16 rounding alone ~2e-3). The same tolerances hold against kda_fast (whose own error is
 // ~1e-6). A wrong fragment layout, term or race shows as >= 1e-1 or NaN.
 // Both kernel versions (kda_tc_set_version 3 and 4; 4 is the default) run every shape; v4 against
-// v3 on the same inputs must agree to fp32 reassociation (1e-5: the same TF32 products, other
-// summation orders in the pair sums and the dg scan), which is what shows a v4 race or a v4 phase
-// reading a tile too early (the host emulation cannot).
+// v3 on the same inputs must agree to fp32 reassociation (TOL_V4_V3 = 2e-5: the same TF32
+// products, other summation orders in the pair sums and the dg scan; the host emulation sees at
+// most 1.6e-6, dg under a -30-nat gate), which is what shows a v4 race or a v4 phase reading a
+// tile too early (>= 1e-3; the host emulation cannot see those).
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -34,6 +35,7 @@
 
 #define TOL_TC_F32  3e-3
 #define TOL_TC_BF16 1e-2
+#define TOL_V4_V3   2e-5
 
 static KdaCudaCtx g_tctx;
 static int g_tstate; // 0 untried, 1 ready, -1 failed
@@ -330,7 +332,7 @@ KDA_TEST_GPU(gpu_kda_tc_misaligned) {
     kda_case_free(&c);
 }
 
-// v4 against v3 on the same inputs, plain and kept forms: 1e-5 rel RMS (fp32 reassociation; see
+// v4 against v3 on the same inputs, plain and kept forms: TOL_V4_V3 rel RMS (reassociation; see
 // the file comment), at the model's layer shape (16 x 2048 x 8), T not a multiple of the chunk,
 // T = 1, GVA 4x with a strong gate, and chunk 16 (v4's reverse pass and output, v3's main).
 KDA_TEST_GPU(gpu_kda_tc_v4_matches_v3) {
@@ -367,17 +369,17 @@ KDA_TEST_GPU(gpu_kda_tc_v4_matches_v3) {
             kda_tc_set_version(prev);
         }
         if (f[0].o && f[1].o) {
-            kda_case_expect("v4 vs v3 o", f[0].o, f[1].o, c.nv, 1e-5);
-            kda_case_expect("v4 vs v3 final state", f[0].fs, f[1].fs, c.ns, 1e-5);
-            kda_case_expect("v4 vs v3 o (keep)", fk[0].o, fk[1].o, c.nv, 1e-5);
+            kda_case_expect("v4 vs v3 o", f[0].o, f[1].o, c.nv, TOL_V4_V3);
+            kda_case_expect("v4 vs v3 final state", f[0].fs, f[1].fs, c.ns, TOL_V4_V3);
+            kda_case_expect("v4 vs v3 o (keep)", fk[0].o, fk[1].o, c.nv, TOL_V4_V3);
         }
         for (int g = 0; g < 6; g++) {
             char what[64];
             if (!b[0].g[g] || !b[1].g[g] || !bk[0].g[g] || !bk[1].g[g]) break;
             snprintf(what, sizeof what, "v4 vs v3 %s", BWD_NAMES[g]);
-            kda_case_expect(what, b[0].g[g], b[1].g[g], bwd_n_(&c, g), 1e-5);
+            kda_case_expect(what, b[0].g[g], b[1].g[g], bwd_n_(&c, g), TOL_V4_V3);
             snprintf(what, sizeof what, "v4 vs v3 %s (kept)", BWD_NAMES[g]);
-            kda_case_expect(what, bk[0].g[g], bk[1].g[g], bwd_n_(&c, g), 1e-5);
+            kda_case_expect(what, bk[0].g[g], bk[1].g[g], bwd_n_(&c, g), TOL_V4_V3);
         }
         for (int v = 0; v < 2; v++)
             fwd_out_free_(&f[v]), fwd_out_free_(&fk[v]), bwd_out_free_(&b[v]),

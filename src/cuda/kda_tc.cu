@@ -1484,8 +1484,10 @@ __host__ __device__ void bwd4_body(const TcArgs &a, int64_t blk, float *sm) {
     //     off-diagonal sub-block on the tensor cores (warps 0-3: T1 = rowQ, T2 = rowK of rows R..;
     //     warps 4-7: T3 = colX of rows ..R-1), the diagonal sub-blocks pairwise, added into dq,
     //     dk, dΓ at once (the off-diagonal part is added in (8)). The pairwise sums run over the
-    //     whole sub-block: the masked entries of dAqk and dL are zero, and the exponents are
-    //     clamped at 0 so that the masked ones stay finite (the others are <= 0 anyway).
+    //     whole sub-block with one exponential per pair, e^{-|G_r - G_j|}: the row sums need
+    //     e^{G_r - G_j} for j <= r, the column sum e^{G_j - G_r} for j >= r, both <= 0 in the
+    //     exponent (G is non-increasing), and the other side's entries of dAqk and dL are zero
+    //     (masked), so the one finite factor serves both.
     if (off) {
         block_mm_w(0, 4, SUB, K, mat(dAqk + R * LC, LC, 1), mat(Kr, LK, 1), SUB,
                    mat(dAkk + R * LC, LC, 1), mat(Kr, LK, 1), SUB,
@@ -1510,13 +1512,11 @@ __host__ __device__ void bwd4_body(const TcArgs &a, int64_t blk, float *sm) {
             UNROLL_(16)
             for (int u = 0; u < SUB; u++) {
                 const int jj = s0 + u;
-                float gj = Gs[jj * LK + c];
-                float kj = ldbf(Kh[jj * LQ + c]) * fexp(fminf(gr - gj, 0.0f));
-                rq += dAqk[r * LC + jj] * kj;
-                rk += dAkk[r * LC + jj] * kj;
-                float ex = fexp(fminf(gj - gr, 0.0f));
+                float ex = fexp(-fabsf(gr - Gs[jj * LK + c])), kj = ldbf(Kh[jj * LQ + c]);
+                rq += dAqk[r * LC + jj] * kj * ex;
+                rk += dAkk[r * LC + jj] * kj * ex;
                 float av = scale * dAqk[jj * LC + r], lv = bs[jj] * dAkk[jj * LC + r];
-                cx += (av * ldbf(Qh[jj * LQ + c]) + lv * ldbf(Kh[jj * LQ + c])) * ex;
+                cx += (av * ldbf(Qh[jj * LQ + c]) + lv * kj) * ex;
             }
             rq *= scale, rk *= br;
             dq[x] += rq;
