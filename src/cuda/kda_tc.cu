@@ -1109,6 +1109,24 @@ __host__ __device__ void bwd_body(const TcArgs &a, int64_t blk, float *sm) {
 #define UNROLL_(n)
 #endif
 
+// x[0..8) = 8 bf16 at src widened (one 16-byte load when src is 16-byte aligned).
+__host__ __device__ inline void ld8bf_(float x[8], const kda_bf16 *src, bool al16) {
+#ifdef __CUDA_ARCH__
+    if (al16) {
+        uint4 u = *(const uint4 *)src;
+        unsigned w[4] = {u.x, u.y, u.z, u.w};
+        for (int i = 0; i < 4; i++)
+            x[2 * i] = __uint_as_float(w[i] << 16),
+                  x[2 * i + 1] = __uint_as_float(w[i] & 0xffff0000u);
+        return;
+    }
+#else
+    (void)al16;
+#endif
+    for (int i = 0; i < 8; i++)
+        x[i] = ldbf(src[i]);
+}
+
 // 16 bytes of zeros (rows past the sequence end in the copy buffers).
 __host__ __device__ inline void zero16_(void *dst) {
     float *f = (float *)dst;
@@ -1561,7 +1579,167 @@ __host__ __device__ void bwd4_body(const TcArgs &a, int64_t blk, float *sm) {
     (void)nth;
 }
 
-// The dims bwd4_body is instantiated for (the models': K 32, V 64, chunk 32).
+// ---- forward intra of one chunk, compile-time dims (the math of intra_body's forward form)
+// Shared memory (floats): bf16 [C][K + 8] q, k; fp32 [C][V + 8] βv (v3's operand of u, so that
+// both versions round the same values to TF32), [C][K + 4] G, Kb, [C][C + 4] Aqk, L, Akk; the
+// off-diagonal factors Qf, Kf, Kr [16][K + 4] and the inverse's temporary Tm [16][C + 4]; β [C].
+template <int C, int K, int V> struct Intra4 {
+    static constexpr int LK = K + 4, LC = C + 4, LQ = K + 8, LV = V + 8;
+    static constexpr int CK = C * LK, CC = C * LC, HQ = C * LQ / 2, CV = C * LV;
+    static constexpr int floats = 2 * HQ + CV + 2 * CK + 3 * CC + 3 * SUB * LK + SUB * LC + C;
+    static_assert(C == 2 * SUB && K % 16 == 0 && V % 16 == 0, "intra4: chunk 32, K, V % 16");
+    static_assert(HQ % 4 == 0 && CV % 4 == 0 && CK % 4 == 0, "intra4: 16-byte aligned regions");
+};
+
+template <int C, int K, int V>
+__host__ __device__ void intra4_body(const TcArgs &a, int64_t blk, float *sm) {
+    typedef Intra4<C, K, V> P;
+    constexpr int LK = P::LK, LC = P::LC, LQ = P::LQ, LV = P::LV, R = SUB;
+#ifdef __CUDA_ARCH__
+    const int tid = (int)threadIdx.x;
+    constexpr int nth = TC_THREADS;
+#else
+    const int tid = 0, nth = 1;
+#endif
+    const ChunkPos p = chunk_pos(a, blk);
+    const int n = p.n;
+    const bool off = n > SUB;
+    const float scale = a.scale;
+    const bool aq = a.async && a.qk_al16, ag = a.async && a.g_al16;
+    kda_bf16 *Qh = (kda_bf16 *)sm, *Kh = Qh + C * LQ;
+    float *Vb = (float *)(Kh + C * LQ), *Gs = Vb + P::CV, *Kb = Gs + P::CK, *Aq = Kb + P::CK;
+    float *Ls = Aq + P::CC, *Ak = Ls + P::CC, *Qf = Ak + P::CC, *Kf = Qf + SUB * LK;
+    float *Kr = Kf + SUB * LK, *Tm = Kr + SUB * LK, *bs = Tm + SUB * LC;
+
+    // (0) copies (one group): q, k (bf16), G; v as 16-byte loads times β into βv (in flight with
+    //     the copies); rows past the end zeros
+    {
+        constexpr int K8 = K / 8, V8 = V / 8, K4 = K / 4;
+        FOR(e, C * K8) {
+            int i = e / K8, c = e % K8 * 8;
+            if (i < n) {
+                const int64_t o = qk_at(a, p.b, p.t0 + i, p.hq) + c;
+                cp16_(&Qh[i * LQ + c], &a.q[o], aq);
+                cp16_(&Kh[i * LQ + c], &a.k[o], aq);
+            } else {
+                zero16_(&Qh[i * LQ + c]), zero16_(&Kh[i * LQ + c]);
+            }
+        }
+        FOR(e, C * V8) {
+            int i = e / V8, c = e % V8 * 8;
+            float x[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+            float b = 0.0f;
+            if (i < n) {
+                ld8bf_(x, &a.v[v_at(a, p.b, p.t0 + i, p.j) + c], a.v_al16);
+                b = a.beta[beta_at(a, p.b, p.t0 + i, p.j)];
+            }
+            for (int u = 0; u < 8; u++)
+                Vb[i * LV + c + u] = x[u] * b;
+        }
+        FOR(e, C * K4) {
+            int i = e / K4, c = e % K4 * 4;
+            if (i < n)
+                cp16_(&Gs[i * LK + c], &a.gcum[g_at(a, p.b, p.t0 + i, p.j) + c], ag);
+            else
+                zero16_(&Gs[i * LK + c]);
+        }
+        cp_commit_();
+    }
+    FOR(i, C) bs[i] = i < n ? a.beta[beta_at(a, p.b, p.t0 + i, p.j)] : 0.0f;
+    cp_wait_();
+    sync_();
+
+    // (1) the off-diagonal factors (Qf = q_i e^{G_i - G_R}, Kf = β_i k_i e^{G_i - G_R} for rows
+    //     R.., 0 past the end; Kr = k_j e^{G_R - G_j} for rows ..R-1); Akk := I and the zeros; the
+    //     diagonal sub-blocks' pairs of Aqk (j <= i) and L (j < i) in fp32; Kb = β k e^G; qg, kg
+    //     and e^{G_last} written out
+    if (off) {
+        FOR(e, SUB * K) {
+            int i = e / K, c = e % K, r = R + i;
+            float gR = Gs[R * LK + c], f = r < n ? fexp(Gs[r * LK + c] - gR) : 0.0f;
+            Qf[i * LK + c] = ldbf(Qh[r * LQ + c]) * f;
+            Kf[i * LK + c] = bs[r] * ldbf(Kh[r * LQ + c]) * f;
+            Kr[i * LK + c] = ldbf(Kh[i * LQ + c]) * fexp(gR - Gs[i * LK + c]);
+        }
+    }
+    FOR(e, C * C) {
+        int i = e / C, jj = e % C;
+        Ak[i * LC + jj] = i == jj ? 1.0f : 0.0f;
+        if (jj > i || (i / SUB != jj / SUB && !off)) Aq[i * LC + jj] = Ls[i * LC + jj] = 0.0f;
+    }
+    FOR(e, C * SUB) {
+        int i = e / SUB, jj = i / SUB * SUB + e % SUB;
+        if (jj > i) continue;
+        float l = 0.0f, q = 0.0f;
+        if (i < n) {
+            UNROLL_(8)
+            for (int c = 0; c < K; c++) {
+                float kd = ldbf(Kh[jj * LQ + c]) * fexp(Gs[i * LK + c] - Gs[jj * LK + c]);
+                l += ldbf(Kh[i * LQ + c]) * kd;
+                q += ldbf(Qh[i * LQ + c]) * kd;
+            }
+        }
+        Aq[i * LC + jj] = scale * q;
+        Ls[i * LC + jj] = jj < i ? bs[i] * l : 0.0f;
+    }
+    float *qgg = a.qg + p.cid * C * K, *kgg = a.kg + p.cid * C * K;
+    const float *Gl = Gs + (n - 1) * LK;
+    FOR(e, C * K) {
+        int i = e / K, c = e % K;
+        float g = Gs[i * LK + c], eg = fexp(g), kx = ldbf(Kh[i * LQ + c]);
+        Kb[i * LK + c] = bs[i] * kx * eg;
+        qgg[e] = scale * ldbf(Qh[i * LQ + c]) * eg;
+        kgg[e] = kx * fexp(Gl[c] - g);
+    }
+    FOR(c, K) a.gl[p.cid * K + c] = fexp(Gl[c]);
+    sync_();
+
+    // (2) side by side: warps 0-1 the off-diagonal sub-block of Aqk and L on the tensor cores;
+    //     warps 2-3 the forward substitution of Akk's diagonal sub-blocks (one each)
+    if (off)
+        block_mm_w(0, 2, SUB, SUB, mat(Qf, LK, 1), mat(Kr, 1, LK), K, mat(Kf, LK, 1),
+                   mat(Kr, 1, LK), K, [&](int r, int c, float vq, float vk) {
+                       Aq[(R + r) * LC + c] = scale * vq;
+                       Ls[(R + r) * LC + c] = vk;
+                   });
+    if (in_group_(2, 2)) {
+        for (int I = group_warp_(2); I * SUB < n; I += group_nwarp_(2)) {
+            const int r0 = I * SUB, nb = imin(SUB, n - r0);
+            for (int m = 0; m + 1 < nb; m++) {
+                const int cols = m + 1;
+                WFOR(e, (nb - 1 - m) * cols) {
+                    int r = r0 + m + 1 + e / cols, c = r0 + e % cols;
+                    Ak[r * LC + c] -= Ls[r * LC + r0 + m] * Ak[(r0 + m) * LC + c];
+                }
+                syncwarp_();
+            }
+        }
+    }
+    sync_();
+
+    // (3) warps 0-1: Inv_10 = -Inv_11 L_10 Inv_00 (a barrier of their own between the two
+    //     products); warps 2-7: Aqk written out
+    if (off && in_group_(0, 2)) {
+        block_mm_w(0, 2, SUB, SUB, mat(Ls + R * LC, LC, 1), mat(Ak, LC, 1), SUB, no_mat(), no_mat(),
+                   0, [&](int r, int c, float v, float) { Tm[r * LC + c] = v; });
+        bar_group_(1, 64);
+        block_mm_w(0, 2, SUB, SUB, mat(Ak + R * LC + R, LC, 1), mat(Tm, LC, 1), SUB, no_mat(),
+                   no_mat(), 0, [&](int r, int c, float v, float) { Ak[(R + r) * LC + c] = -v; });
+    }
+    float *aqg = a.Aqk + p.cid * C * C;
+    GFOR(e, C * C, 2, TC_THREADS / 32 - 2) aqg[e] = Aq[(e / C) * LC + e % C];
+    sync_();
+
+    // (4) w = Akk Kb, u = Akk βv (8 + 16 tiles, 3 per warp)
+    float *wg = a.w + p.cid * C * K, *ug = a.u + p.cid * C * V;
+    block_mm(C, K, mat(Ak, LC, 1), mat(Kb, LK, 1), C, no_mat(), no_mat(), 0,
+             [&](int r, int c, float v, float) { wg[r * K + c] = v; });
+    block_mm(C, V, mat(Ak, LC, 1), mat(Vb, LV, 1), C, no_mat(), no_mat(), 0,
+             [&](int r, int c, float v, float) { ug[r * V + c] = v; });
+    (void)nth;
+}
+
+// The dims bwd4_body and intra4_body are instantiated for (the models': K 32, V 64, chunk 32).
 __host__ __device__ inline bool bwd4_dims(const ChunkArgs &a) {
     return a.C == 32 && a.K == 32 && a.V == 64;
 }
@@ -1600,6 +1778,10 @@ __global__ void __launch_bounds__(TC_THREADS) tc_rstate4_k(TcArgs a) {
     extern __shared__ float sm[];
     rstate4_body(a, blockIdx.x, sm);
 }
+__global__ void __launch_bounds__(TC_THREADS) tc_intra4_k(TcArgs a) {
+    extern __shared__ float sm[];
+    intra4_body<32, 32, 64>(a, blockIdx.x, sm);
+}
 __global__ void __launch_bounds__(TC4_THREADS, 2) tc_bwd4_k(TcArgs a) {
     extern __shared__ float sm[];
     bwd4_body<32, 32, 64>(a, blockIdx.x, sm);
@@ -1629,7 +1811,7 @@ void keep_carve(TcArgs &a, float *keep) {
 // Both versions' kernels must fit (the version is chosen per call).
 size_t max_smem_bytes(const TcArgs &a) {
     size_t m = intra_floats(a.C, a.K, a.V, true);
-    size_t b4 = bwd4_dims(a) ? (size_t)Bwd4<32, 32, 64>::floats : 0;
+    size_t b4 = bwd4_dims(a) ? (size_t)Bwd4<32, 32, 64>::floats : 0; // >= Intra4's
     size_t s[] = {state_floats(a.C, a.K, a.Vt), output_floats(a.C, a.K, a.V),
                   bwd_floats(a.C, a.K, a.V, a.Vt), rstate4_floats(a.C, a.K, a.Vt), b4};
     for (size_t i = 0; i < sizeof s / sizeof s[0]; i++)
@@ -1662,6 +1844,16 @@ int prepare(KdaCudaCtx *ctx, TcArgs &a, const KdaDims *d) {
     return 0;
 }
 
+// The forward's intra kernel: v4's at its dims, else v3's (forward form: writes Aqk).
+int launch_intra_fwd(KdaCudaCtx *ctx, cudaEvent_t **ev, const TcArgs &a) {
+    int64_t chunks = (int64_t)a.B * a.HV * a.NT;
+    if (a.ver == 4 && bwd4_dims(a))
+        return launch(ctx, ev, tc_intra4_k, chunks, (size_t)Intra4<32, 32, 64>::floats, TC_THREADS,
+                      a);
+    return launch(ctx, ev, tc_intra_k, chunks, intra_floats(a.C, a.K, a.V, false), TC_THREADS, a,
+                  false);
+}
+
 bool al16_(const void *p) {
     return (uintptr_t)p % 16 == 0;
 }
@@ -1687,8 +1879,7 @@ int tc_fwd(KdaCudaCtx *ctx, cudaEvent_t **ev, kda_bf16 *o, float *final_state, c
     a.o = o, a.final_state = final_state;
     set_align(a);
     int64_t chunks = (int64_t)a.B * a.HV * a.NT, tiles = (int64_t)a.B * a.HV * (a.V / a.Vt);
-    if (launch(ctx, ev, tc_intra_k, chunks, intra_floats(a.C, a.K, a.V, false), TC_THREADS, a,
-               false) ||
+    if (launch_intra_fwd(ctx, ev, a) ||
         launch(ctx, ev, tc_state_k, tiles, state_floats(a.C, a.K, a.Vt), TC_THREADS, a) ||
         launch(ctx, ev, a.ver == 4 ? tc_output4_k : tc_output_k, chunks,
                output_floats(a.C, a.K, a.V), TC_THREADS, a))
@@ -1714,8 +1905,10 @@ int tc_bwd(KdaCudaCtx *ctx, cudaEvent_t **ev, float *dq, float *dk, kda_bf16 *dv
     const bool v4 = a.ver == 4;
     int64_t chunks = (int64_t)a.B * a.HV * a.NT, tiles = (int64_t)a.B * a.HV * (a.V / a.Vt);
     if ((kept && !v4 && launch(ctx, ev, tc_ddi_k, chunks, ddi_floats(a.C, a.V), TC_THREADS, a)) ||
-        (!kept && launch(ctx, ev, tc_intra_k, chunks, intra_floats(a.C, a.K, a.V, !v4), TC_THREADS,
-                         a, !v4)) ||
+        (!kept && !v4 &&
+         launch(ctx, ev, tc_intra_k, chunks, intra_floats(a.C, a.K, a.V, true), TC_THREADS, a,
+                true)) ||
+        (!kept && v4 && launch_intra_fwd(ctx, ev, a)) ||
         (!kept &&
          launch(ctx, ev, tc_state_k, tiles, state_floats(a.C, a.K, a.Vt), TC_THREADS, a)) ||
         (!v4 &&
@@ -1768,6 +1961,13 @@ void host_begin(HostRun *r, const KdaDims *d) {
     carve(r->a, r->ws);
     r->chunks = (int64_t)r->a.B * r->a.HV * r->a.NT;
     r->tiles = (int64_t)r->a.B * r->a.HV * (r->a.V / r->a.Vt);
+}
+// launch_intra_fwd's choice, on the host.
+void intra_fwd_host(const TcArgs &a, int64_t b, float *sm) {
+    if (a.ver == 4 && bwd4_dims(a))
+        intra4_body<32, 32, 64>(a, b, sm);
+    else
+        intra_body(a, b, sm, false);
 }
 void host_end(HostRun *r) {
     free(r->ws);
@@ -1903,7 +2103,7 @@ extern "C" void kda_tc_fwd_host(kda_bf16 *o, float *final_state, const kda_bf16 
     a.o = o, a.final_state = final_state;
     set_align(a);
     for (int64_t b = 0; b < r.chunks; b++)
-        intra_body(a, b, r.sm, false);
+        intra_fwd_host(a, b, r.sm);
     for (int64_t b = 0; b < r.tiles; b++)
         state_body(a, b, r.sm);
     for (int64_t b = 0; b < r.chunks; b++) {
@@ -1932,8 +2132,10 @@ extern "C" void kda_tc_bwd_host(float *dq, float *dk, kda_bf16 *dv, float *dg, f
     set_align(a);
     const bool v4 = a.ver == 4;
     for (int64_t b = 0; b < r.chunks; b++) {
-        if (!kept)
-            intra_body(a, b, r.sm, !v4);
+        if (!kept && v4)
+            intra_fwd_host(a, b, r.sm);
+        else if (!kept)
+            intra_body(a, b, r.sm, true);
         else if (!v4)
             ddi_body(a, b, r.sm);
     }
