@@ -1156,6 +1156,80 @@ __host__ __device__ void output4_body(const TcArgs &a, int64_t blk, float *sm) {
              });
 }
 
+// ---- the state passes of v4: an NS-stage cp.async pipeline (chunk n + NS - 1 is copied while
+// chunk n computes: the latency of a copy is spread over NS - 1 steps of the chain instead of one)
+// and, at the models' dims, compile-time C, K, Vt (the products' k-loops unrolled). Template
+// dims 0: the run-time dims of a.
+
+// cp.async.wait_group N: all but this thread's N most recent groups have landed.
+template <int N> __host__ __device__ inline void cp_wait_n_() {
+#ifdef __CUDA_ARCH__
+    asm volatile("cp.async.wait_group %0;" ::"n"(N) : "memory");
+#endif
+}
+
+// Stages of the pipelines at the models' dims (the state passes' blocks: 2 per SM) and elsewhere.
+#define TC4_STAGES 4
+
+// ---- forward state pass: h[n] = S; Δ = u - w S; S = Diag(e^{G_last}) S + kgᵀ Δ (state_body's
+// math), one block per (b, value head, V tile)
+__host__ __device__ inline size_t state4_floats(int C, int K, int Vt, int ns) {
+    return (size_t)K * pad8(Vt) + (size_t)ns * state_buf_floats(C, K, Vt);
+}
+template <int C_, int K_, int VT_, int NS>
+__host__ __device__ void state4_body(const TcArgs &a, int64_t blk, float *sm) {
+    const int tid = tid_(), nth = nth_();
+    const int C = C_ ? C_ : a.C, K = K_ ? K_ : a.K, Vt = VT_ ? VT_ : a.Vt, V = a.V, nvt = V / Vt;
+    const int LT = pad8(Vt), LW = pad4(K), LG = pad8(K), BUF = state_buf_floats(C, K, Vt);
+    const int64_t bj = blk / nvt;
+    const int v0 = (int)(blk % nvt) * Vt, NT = a.NT;
+    float *S = sm, *bufs = S + K * LT;
+
+    FOR(e, K * Vt) {
+        int x = e / Vt, c = e % Vt;
+        S[x * LT + c] = a.init_state ? a.init_state[bj * K * V + x * V + v0 + c] : 0.0f;
+    }
+    for (int s = 0; s < NS - 1; s++) { // the pipeline's first NS - 1 chunks, a group each
+        if (s < NT)
+            state_prefetch_(a, bj * NT + s, v0, bufs + s * BUF);
+        else
+            cp_commit_();
+    }
+    for (int nc = 0; nc < NT; nc++) {
+        const int64_t cid = bj * NT + nc;
+        float *Ws = bufs + (nc % NS) * BUF, *KGs = Ws + C * LW, *Ds = KGs + C * LG;
+        float *gls = Ds + C * LT;
+        cp_wait_n_<NS - 2>();
+        sync_(); // chunk nc's tiles have landed; chunk nc - 1 is done with S and its buffer
+        const int nx = nc + NS - 1;
+        if (nx < NT)
+            state_prefetch_(a, cid + NS - 1, v0, bufs + (nx % NS) * BUF);
+        else
+            cp_commit_();
+        FOR(e, K * Vt) {
+            int x = e / Vt, c = e % Vt;
+            a.h[cid * K * V + (int64_t)x * V + v0 + c] = S[x * LT + c];
+        }
+        float *Dg = a.D + cid * C * V + v0;
+        block_mm(C, Vt, mat(Ws, LW, 1), mat(S, LT, 1), K, no_mat(), no_mat(), 0,
+                 [&](int r, int c, float v, float) { // Ds holds u: Δ = u - w S in place
+                     float d = Ds[r * LT + c] - v;
+                     Ds[r * LT + c] = d;
+                     Dg[(int64_t)r * V + c] = d;
+                 });
+        sync_();
+        block_mm(K, Vt, mat(KGs, 1, LG), mat(Ds, LT, 1), C, no_mat(), no_mat(), 0,
+                 [&](int r, int c, float v, float) { S[r * LT + c] = gls[r] * S[r * LT + c] + v; });
+    }
+    sync_();
+    if (a.final_state) {
+        FOR(e, K * Vt) {
+            int x = e / Vt, c = e % Vt;
+            a.final_state[bj * K * V + x * V + v0 + c] = S[x * LT + c];
+        }
+    }
+}
+
 // ---- reverse state pass with dΔ_intra, one block per (b, value head, V tile)
 // For chunks in reverse: dh[n] = dS; dΔ = Aqkᵀ dO + kg dS; dS = Diag(e^{G_last}) dS + qgᵀ dO - wᵀ
 // dΔ. The next chunk's w, qg (read as transposes: rows padded to 8 mod 32), kg, Aqk, the dO tile
@@ -1164,13 +1238,16 @@ __host__ __device__ inline int rstate4_buf_floats(int C, int K, int Vt) {
     // Ws, QGs, KGs, Aq, dO (bf16 rows of Vt + 8: half a float each), gls
     return 2 * C * pad8(K) + C * pad4(K) + C * pad8(C) + C * (Vt + 8) / 2 + K;
 }
-__host__ __device__ inline size_t rstate4_floats(int C, int K, int Vt) {
-    return (size_t)K * pad8(Vt) + (size_t)C * pad8(Vt) + 2 * (size_t)rstate4_buf_floats(C, K, Vt);
+__host__ __device__ inline size_t rstate4_floats(int C, int K, int Vt, int ns) {
+    return (size_t)K * pad8(Vt) + (size_t)C * pad8(Vt) +
+           (size_t)ns * (size_t)rstate4_buf_floats(C, K, Vt);
 }
+template <int C_, int K_, int VT_>
 __host__ __device__ void rstate4_prefetch_(const TcArgs &a, int64_t cid, int nc, int v0,
                                            float *buf) {
     const int tid = tid_(), nth = nth_();
-    const int C = a.C, K = a.K, Vt = a.Vt, LW = pad8(K), LG = pad4(K), LA = pad8(C);
+    const int C = C_ ? C_ : a.C, K = K_ ? K_ : a.K, Vt = VT_ ? VT_ : a.Vt;
+    const int LW = pad8(K), LG = pad4(K), LA = pad8(C);
     const int LO = Vt + 8, K4 = K / 4, C4 = C / 4, T8 = Vt / 8;
     const bool as = a.async && a.s_al16, ao = a.async && a.dO_al16;
     const int64_t bj = cid / a.NT;
@@ -1198,11 +1275,12 @@ __host__ __device__ void rstate4_prefetch_(const TcArgs &a, int64_t cid, int nc,
     FOR(e, K4) cp16_(&gls[4 * e], &a.gl[cid * K + 4 * e], as);
     cp_commit_();
 }
+template <int C_, int K_, int VT_, int NS>
 __host__ __device__ void rstate4_body(const TcArgs &a, int64_t blk, float *sm) {
     const int tid = tid_(), nth = nth_();
-    const int C = a.C, K = a.K, V = a.V, Vt = a.Vt, nvt = V / Vt;
+    const int C = C_ ? C_ : a.C, K = K_ ? K_ : a.K, Vt = VT_ ? VT_ : a.Vt, V = a.V, nvt = V / Vt;
     const int LT = pad8(Vt), LW = pad8(K), LG = pad4(K), LA = pad8(C), LO = Vt + 8;
-    const int BUF = rstate4_buf_floats(C, K, Vt);
+    const int BUF = rstate4_buf_floats(C, K, Vt), NT = a.NT;
     const int64_t bj = blk / nvt;
     const int v0 = (int)(blk % nvt) * Vt;
     float *dS = sm, *dDs = dS + K * LT, *bufs = dDs + C * LT;
@@ -1211,16 +1289,28 @@ __host__ __device__ void rstate4_body(const TcArgs &a, int64_t blk, float *sm) {
         int x = e / Vt, c = e % Vt;
         dS[x * LT + c] = a.dfinal ? a.dfinal[bj * K * V + x * V + v0 + c] : 0.0f;
     }
-    rstate4_prefetch_(a, bj * a.NT + a.NT - 1, a.NT - 1, v0, bufs);
-    for (int nc = a.NT - 1, par = 0; nc >= 0; nc--, par ^= 1) {
-        const int64_t cid = bj * a.NT + nc;
-        const float *Ws = bufs + par * BUF, *QGs = Ws + C * LW, *KGs = QGs + C * LW;
+    // chunks in reverse: step s handles chunk NT - 1 - s in buffer s % NS
+    for (int s = 0; s < NS - 1; s++) {
+        if (s < NT)
+            rstate4_prefetch_<C_, K_, VT_>(a, bj * NT + NT - 1 - s, NT - 1 - s, v0, bufs + s * BUF);
+        else
+            cp_commit_();
+    }
+    for (int st = 0; st < NT; st++) {
+        const int nc = NT - 1 - st;
+        const int64_t cid = bj * NT + nc;
+        const float *Ws = bufs + (st % NS) * BUF, *QGs = Ws + C * LW, *KGs = QGs + C * LW;
         const float *Aq = KGs + C * LG;
         const kda_bf16 *dOb = (const kda_bf16 *)(Aq + C * LA);
         const float *gls = (const float *)(dOb + C * LO);
-        cp_wait_();
-        sync_(); // chunk nc's tiles have landed; the previous chunk is done with dS, dDs, its half
-        if (nc > 0) rstate4_prefetch_(a, cid - 1, nc - 1, v0, bufs + (par ^ 1) * BUF);
+        cp_wait_n_<NS - 2>();
+        sync_(); // chunk nc's tiles have landed; the previous step is done with dS, dDs, its half
+        const int sx = st + NS - 1;
+        if (sx < NT)
+            rstate4_prefetch_<C_, K_, VT_>(a, bj * NT + NT - 1 - sx, NT - 1 - sx, v0,
+                                           bufs + (sx % NS) * BUF);
+        else
+            cp_commit_();
         FOR(e, K * Vt) {
             int x = e / Vt, c = e % Vt;
             a.dh[cid * K * V + (int64_t)x * V + v0 + c] = dS[x * LT + c];
@@ -1774,9 +1864,15 @@ __global__ void __launch_bounds__(TC_THREADS) tc_output4_k(TcArgs a) {
     extern __shared__ float sm[];
     output4_body(a, blockIdx.x, sm);
 }
+template <int C_, int K_, int VT_, int NS>
+__global__ void __launch_bounds__(TC_THREADS) tc_state4_k(TcArgs a) {
+    extern __shared__ float sm[];
+    state4_body<C_, K_, VT_, NS>(a, blockIdx.x, sm);
+}
+template <int C_, int K_, int VT_, int NS>
 __global__ void __launch_bounds__(TC_THREADS) tc_rstate4_k(TcArgs a) {
     extern __shared__ float sm[];
-    rstate4_body(a, blockIdx.x, sm);
+    rstate4_body<C_, K_, VT_, NS>(a, blockIdx.x, sm);
 }
 __global__ void __launch_bounds__(TC_THREADS) tc_intra4_k(TcArgs a) {
     extern __shared__ float sm[];
@@ -1808,12 +1904,22 @@ void keep_carve(TcArgs &a, float *keep) {
     a.gl = keep;
 }
 
+// The pipeline depth of v4's state passes: TC4_STAGES at the models' dims (two blocks per SM
+// still fit), else 2 (v3's double buffer).
+int stages4(const ChunkArgs &a) {
+    return bwd4_dims(a) ? TC4_STAGES : 2;
+}
+
 // Both versions' kernels must fit (the version is chosen per call).
 size_t max_smem_bytes(const TcArgs &a) {
     size_t m = intra_floats(a.C, a.K, a.V, true);
     size_t b4 = bwd4_dims(a) ? (size_t)Bwd4<32, 32, 64>::floats : 0; // >= Intra4's
-    size_t s[] = {state_floats(a.C, a.K, a.Vt), output_floats(a.C, a.K, a.V),
-                  bwd_floats(a.C, a.K, a.V, a.Vt), rstate4_floats(a.C, a.K, a.Vt), b4};
+    size_t s[] = {state_floats(a.C, a.K, a.Vt),
+                  output_floats(a.C, a.K, a.V),
+                  bwd_floats(a.C, a.K, a.V, a.Vt),
+                  state4_floats(a.C, a.K, a.Vt, stages4(a)),
+                  rstate4_floats(a.C, a.K, a.Vt, stages4(a)),
+                  b4};
     for (size_t i = 0; i < sizeof s / sizeof s[0]; i++)
         if (s[i] > m) m = s[i];
     return m * sizeof(float);
@@ -1842,6 +1948,25 @@ int prepare(KdaCudaCtx *ctx, TcArgs &a, const KdaDims *d) {
     if (!ws) return -1;
     carve(a, ws);
     return 0;
+}
+
+// v4's state passes: compile-time dims and TC4_STAGES at the models' dims, else run-time dims and
+// a double buffer.
+int launch_state_fwd(KdaCudaCtx *ctx, cudaEvent_t **ev, const TcArgs &a) {
+    int64_t tiles = (int64_t)a.B * a.HV * (a.V / a.Vt);
+    if (a.ver != 4)
+        return launch(ctx, ev, tc_state_k, tiles, state_floats(a.C, a.K, a.Vt), TC_THREADS, a);
+    size_t f = state4_floats(a.C, a.K, a.Vt, stages4(a));
+    if (bwd4_dims(a))
+        return launch(ctx, ev, tc_state4_k<32, 32, 32, TC4_STAGES>, tiles, f, TC_THREADS, a);
+    return launch(ctx, ev, tc_state4_k<0, 0, 0, 2>, tiles, f, TC_THREADS, a);
+}
+int launch_rstate4(KdaCudaCtx *ctx, cudaEvent_t **ev, const TcArgs &a) {
+    int64_t tiles = (int64_t)a.B * a.HV * (a.V / a.Vt);
+    size_t f = rstate4_floats(a.C, a.K, a.Vt, stages4(a));
+    if (bwd4_dims(a))
+        return launch(ctx, ev, tc_rstate4_k<32, 32, 32, TC4_STAGES>, tiles, f, TC_THREADS, a);
+    return launch(ctx, ev, tc_rstate4_k<0, 0, 0, 2>, tiles, f, TC_THREADS, a);
 }
 
 // The forward's intra kernel: v4's at its dims, else v3's (forward form: writes Aqk).
@@ -1878,9 +2003,8 @@ int tc_fwd(KdaCudaCtx *ctx, cudaEvent_t **ev, kda_bf16 *o, float *final_state, c
     a.q = q, a.k = k, a.v = v, a.gcum = gcum, a.beta = beta, a.init_state = init_state;
     a.o = o, a.final_state = final_state;
     set_align(a);
-    int64_t chunks = (int64_t)a.B * a.HV * a.NT, tiles = (int64_t)a.B * a.HV * (a.V / a.Vt);
-    if (launch_intra_fwd(ctx, ev, a) ||
-        launch(ctx, ev, tc_state_k, tiles, state_floats(a.C, a.K, a.Vt), TC_THREADS, a) ||
+    int64_t chunks = (int64_t)a.B * a.HV * a.NT;
+    if (launch_intra_fwd(ctx, ev, a) || launch_state_fwd(ctx, ev, a) ||
         launch(ctx, ev, a.ver == 4 ? tc_output4_k : tc_output_k, chunks,
                output_floats(a.C, a.K, a.V), TC_THREADS, a))
         return -1;
@@ -1908,12 +2032,10 @@ int tc_bwd(KdaCudaCtx *ctx, cudaEvent_t **ev, float *dq, float *dk, kda_bf16 *dv
         (!kept && !v4 &&
          launch(ctx, ev, tc_intra_k, chunks, intra_floats(a.C, a.K, a.V, true), TC_THREADS, a,
                 true)) ||
-        (!kept && v4 && launch_intra_fwd(ctx, ev, a)) ||
-        (!kept &&
-         launch(ctx, ev, tc_state_k, tiles, state_floats(a.C, a.K, a.Vt), TC_THREADS, a)) ||
+        (!kept && v4 && launch_intra_fwd(ctx, ev, a)) || (!kept && launch_state_fwd(ctx, ev, a)) ||
         (!v4 &&
          launch(ctx, ev, tc_state_bwd_k, tiles, state_floats(a.C, a.K, a.Vt), TC_THREADS, a)) ||
-        (v4 && launch(ctx, ev, tc_rstate4_k, tiles, rstate4_floats(a.C, a.K, a.Vt), TC_THREADS, a)))
+        (v4 && launch_rstate4(ctx, ev, a)))
         return -1;
     if (v4 && bwd4_dims(a)) {
         if (launch(ctx, ev, tc_bwd4_k, chunks, (size_t)Bwd4<32, 32, 64>::floats, TC4_THREADS, a))
@@ -1961,6 +2083,15 @@ void host_begin(HostRun *r, const KdaDims *d) {
     carve(r->a, r->ws);
     r->chunks = (int64_t)r->a.B * r->a.HV * r->a.NT;
     r->tiles = (int64_t)r->a.B * r->a.HV * (r->a.V / r->a.Vt);
+}
+// launch_state_fwd's choice, on the host.
+void state_fwd_host(const TcArgs &a, int64_t b, float *sm) {
+    if (a.ver == 4 && bwd4_dims(a))
+        state4_body<32, 32, 32, TC4_STAGES>(a, b, sm);
+    else if (a.ver == 4)
+        state4_body<0, 0, 0, 2>(a, b, sm);
+    else
+        state_body(a, b, sm);
 }
 // launch_intra_fwd's choice, on the host.
 void intra_fwd_host(const TcArgs &a, int64_t b, float *sm) {
@@ -2105,7 +2236,7 @@ extern "C" void kda_tc_fwd_host(kda_bf16 *o, float *final_state, const kda_bf16 
     for (int64_t b = 0; b < r.chunks; b++)
         intra_fwd_host(a, b, r.sm);
     for (int64_t b = 0; b < r.tiles; b++)
-        state_body(a, b, r.sm);
+        state_fwd_host(a, b, r.sm);
     for (int64_t b = 0; b < r.chunks; b++) {
         if (a.ver == 4)
             output4_body(a, b, r.sm);
@@ -2140,10 +2271,12 @@ extern "C" void kda_tc_bwd_host(float *dq, float *dk, kda_bf16 *dv, float *dg, f
             ddi_body(a, b, r.sm);
     }
     for (int64_t b = 0; b < r.tiles && !kept; b++)
-        state_body(a, b, r.sm);
+        state_fwd_host(a, b, r.sm);
     for (int64_t b = 0; b < r.tiles; b++) {
-        if (v4)
-            rstate4_body(a, b, r.sm);
+        if (v4 && bwd4_dims(a))
+            rstate4_body<32, 32, 32, TC4_STAGES>(a, b, r.sm);
+        else if (v4)
+            rstate4_body<0, 0, 0, 2>(a, b, r.sm);
         else
             state_bwd_body(a, b, r.sm);
     }
