@@ -235,11 +235,45 @@ KDA_TEST(kda_tc_host_bwd_kept) {
     sweep_(2, 403, 4);
 }
 
-// v4 against v3 on the same inputs (kept forward + backward, K 32 / V 64 / chunk 32: every v4
-// body runs): the same TF32 products with the same operands, so the outputs agree to fp32
-// reassociation (the pair sums, the dg scan and the dβ sums add in another order): rel RMS
-// <= 1e-5, 100x under the tolerance against the reference. A v4 phase that reads a tile before it
-// is complete, a wrong alias or a wrong fragment of a bf16 operand shows as >= 1e-3.
+// v4 against v3 on the same inputs, K 32 / V 64 / chunk 32 (every v4 body runs), outputs o, dq,
+// dk, dv, dg, dβ, d initial state. Plain forms: the same TF32 products with the same operands, so
+// the outputs agree to fp32 reassociation (pair sums, dg scan, dβ sums in another order): rel RMS
+// <= 1e-5, 100x under the tolerance against the reference; a v4 phase that reads a tile before it
+// is complete, a wrong alias or a wrong fragment of a bf16 operand shows as >= 1e-3. Kept forms:
+// the forward is the same (1e-5), v4's backward takes the forward's Akk, whose off-diagonal block
+// rounds L = β KK to TF32 where v3's backward rounds KK (~2^-11 on that block: <= 4e-4 seen on
+// dv): 2e-3, the same order as the TF32 error against the reference (a wrong kept tile: >= 1e-2).
+static void v4_vs_v3_(const TcCase *f, int kept, double tol_bwd) {
+    const KdaCase *c = &f->c;
+    const int64_t n[7] = {c->nv, c->nqk, c->nqk, c->nv, c->ng, c->nb, c->ns};
+    float *out[2][7];
+    for (int v = 0; v < 2; v++) {
+        int prev = kda_tc_set_version(v ? 4 : 3);
+        CHECK(kda_tc_bwd_main_version(&c->d) == (v ? 4 : 3));
+        size_t nk = kda_tc_keep_floats(&c->d);
+        float *keep = kept ? malloc(nk * 4) : NULL;
+        if (keep) memset(keep, 0xff, nk * 4);
+        kda_bf16 *o = malloc((size_t)c->nv * 2), *dv = malloc((size_t)c->nv * 2);
+        for (int t = 1; t < 7; t++)
+            out[v][t] = malloc((size_t)n[t] * 4), memset(out[v][t], 0xff, (size_t)n[t] * 4);
+        kda_tc_fwd_host(o, NULL, f->qb, f->kb, f->vb, c->gcum, c->beta, c->S0, &c->d, keep);
+        kda_tc_bwd_host(out[v][1], out[v][2], dv, out[v][4], out[v][5], out[v][6], f->dOb, c->dST,
+                        f->qb, f->kb, f->vb, c->gcum, c->beta, c->S0, &c->d, keep);
+        out[v][0] = from_bf16_(o, c->nv);
+        free(out[v][3]);
+        out[v][3] = from_bf16_(dv, c->nv);
+        free(keep), free(o), free(dv);
+        kda_tc_set_version(prev);
+    }
+    static const char *names[7] = {"o", "dq", "dk", "dv", "dg", "dbeta", "d initial state"};
+    for (int t = 0; t < 7; t++) {
+        char what[64];
+        snprintf(what, sizeof what, "v4 vs v3 %s%s", names[t], kept ? " (kept)" : "");
+        kda_case_expect(what, out[0][t], out[1][t], n[t], t == 0 ? 1e-5 : tol_bwd);
+        free(out[0][t]), free(out[1][t]);
+    }
+}
+
 KDA_TEST(kda_tc_host_v4_matches_v3) {
     static const Shape S[] = {{2, 65, 2, 2, 32, 64, 32, 1, 0},
                               {1, 17, 1, 1, 32, 64, 32, 1, 0},
@@ -251,40 +285,10 @@ KDA_TEST(kda_tc_host_v4_matches_v3) {
         const Shape *s = &S[i];
         TcCase f;
         case_make_(&f, &r, s->B, s->T, s->H, s->HV, s->K, s->V, s->C, s->state, s->gmax);
-        const KdaCase *c = &f.c;
         printf("  B=%lld T=%lld HV=%lld gmax=%g\n", (long long)s->B, (long long)s->T,
                (long long)s->HV, (double)s->gmax);
-        const int64_t n[7] = {c->nv, c->nqk, c->nqk, c->nv, c->ng, c->nb, c->ns};
-        float *out[2][7];
-        for (int v = 0; v < 2; v++) {
-            int prev = kda_tc_set_version(v ? 4 : 3);
-            CHECK(kda_tc_bwd_main_version(&c->d) == (v ? 4 : 3));
-            size_t nk = kda_tc_keep_floats(&c->d);
-            float *kept = malloc(nk * 4);
-            memset(kept, 0xff, nk * 4);
-            kda_bf16 *o = malloc((size_t)c->nv * 2), *dv = malloc((size_t)c->nv * 2);
-            for (int t = 1; t < 7; t++)
-                out[v][t] = malloc((size_t)n[t] * 4), memset(out[v][t], 0xff, (size_t)n[t] * 4);
-            kda_tc_fwd_host(o, NULL, f.qb, f.kb, f.vb, c->gcum, c->beta, c->S0, &c->d, kept);
-            kda_tc_bwd_host(out[v][1], out[v][2], dv, out[v][4], out[v][5], out[v][6], f.dOb,
-                            c->dST, f.qb, f.kb, f.vb, c->gcum, c->beta, c->S0, &c->d, kept);
-            out[v][0] = from_bf16_(o, c->nv);
-            free(out[v][3]);
-            out[v][3] = from_bf16_(dv, c->nv);
-            free(kept), free(o), free(dv);
-            kda_tc_set_version(prev);
-        }
-        static const char *names[7] = {"v4 vs v3 o",
-                                       "v4 vs v3 dq",
-                                       "v4 vs v3 dk",
-                                       "v4 vs v3 dv",
-                                       "v4 vs v3 dg",
-                                       "v4 vs v3 dbeta",
-                                       "v4 vs v3 d initial state"};
-        for (int t = 0; t < 7; t++) {
-            kda_case_expect(names[t], out[0][t], out[1][t], n[t], 1e-5);
-            free(out[0][t]), free(out[1][t]);
-        }
+        v4_vs_v3_(&f, 0, 1e-5);
+        v4_vs_v3_(&f, 1, 2e-3);
         case_free_(&f);
     }
 }

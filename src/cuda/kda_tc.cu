@@ -437,7 +437,8 @@ struct TcArgs : ChunkArgs {
     // v4 (kda_tc_version): 16-byte aligned q and k, v, gcum, and the scratch / kept tensors; an
     // unaligned one is copied with plain loads
     bool qk_al16, v_al16, g_al16, s_al16;
-    int ver; // kda_tc_version() of this call: 3 or 4
+    int ver;         // kda_tc_version() of this call: 3 or 4
+    float *Akk, *KK; // kept (v4 at bwd4_dims): [cid][C][C] Akk, KK; NULL without a kept buffer
     const kda_bf16 *q, *k, *v, *dO;
     kda_bf16 *o, *dv; // outputs
 };
@@ -1356,7 +1357,9 @@ template <int C, int K, int V> struct Bwd4 {
                   "bwd4: every region starts 16-byte aligned (cp.async)");
 };
 
-template <int C, int K, int V>
+// KA: Akk and KK come from the kept buffer (a.Akk, a.KK: the forward intra's), so (1)-(3) reduce
+// to Kb and the products that need no Akk; else they are computed here (v3's algorithm).
+template <int C, int K, int V, bool KA>
 __host__ __device__ void bwd4_body(const TcArgs &a, int64_t blk, float *sm) {
     typedef Bwd4<C, K, V> P;
     constexpr int LK = P::LK, LV = P::LV, LC = P::LC, LQ = P::LQ, LW = P::LW, R = SUB;
@@ -1422,6 +1425,15 @@ __host__ __device__ void bwd4_body(const TcArgs &a, int64_t blk, float *sm) {
             cp16_(&Ds[i * LV + c], &D[i * V + c], as);
             cp16_(&dDs[i * LV + c], &dD[i * V + c], as);
         }
+        if (KA) {
+            constexpr int C4 = C / 4;
+            const float *akg = a.Akk + p.cid * C * C, *kkg = a.KK + p.cid * C * C;
+            FOR(e, C * C4) {
+                int i = e / C4, c = e % C4 * 4;
+                cp16_(&Ak[i * LC + c], &akg[i * C + c], as);
+                cp16_(&KK[i * LC + c], &kkg[i * C + c], as);
+            }
+        }
         cp_commit_();
         const float *h = a.h + p.cid * K * V, *dh = a.dh + p.cid * K * V;
         FOR(e, K * V4) {
@@ -1433,104 +1445,147 @@ __host__ __device__ void bwd4_body(const TcArgs &a, int64_t blk, float *sm) {
     }
     FOR(i, C) bs[i] = i < n ? a.beta[beta_at(a, p.b, p.t0 + i, p.j)] : 0.0f;
     FOR(c, K) dGl[c] = 0.0f;
-    cp_wait1_();
-    sync_();
-
-    // (1) the off-diagonal factors of KK (Kf1 = k_i e^{G_i - G_R} for rows R.., 0 past the end;
-    //     Kr1 = k_j e^{G_R - G_j} for rows ..R-1); Akk := I; KK's diagonal sub-blocks pairwise
-    //     (strict lower); Kb = β k e^G; dAqk = mask_{j<=i}(dO Δᵀ) on the tensor cores
-    if (off) {
-        FOR(e, SUB * K) {
-            int i = e / K, c = e % K, r = R + i;
-            float gR = Gs[R * LK + c], f = r < n ? fexp(Gs[r * LK + c] - gR) : 0.0f;
-            Kf1[i * LK + c] = ldbf(Kh[r * LQ + c]) * f;
-            Kr1[i * LK + c] = ldbf(Kh[i * LQ + c]) * fexp(gR - Gs[i * LK + c]);
-        }
-    }
-    FOR(e, C * C) {
-        int i = e / C, jj = e % C;
-        Ak[i * LC + jj] = i == jj ? 1.0f : 0.0f;
-        if (jj >= i || (i / SUB != jj / SUB && !off)) KK[i * LC + jj] = 0.0f;
-    }
-    FOR(e, C * SUB) {
-        int i = e / SUB, jj = i / SUB * SUB + e % SUB;
-        if (jj >= i) continue;
-        float kk = 0.0f;
-        if (i < n) {
-            UNROLL_(8)
-            for (int c = 0; c < K; c++)
-                kk += ldbf(Kh[i * LQ + c]) * ldbf(Kh[jj * LQ + c]) *
-                      fexp(Gs[i * LK + c] - Gs[jj * LK + c]);
-        }
-        KK[i * LC + jj] = kk;
-    }
-    FOR(e, C * K) {
-        int i = e / K, c = e % K;
-        Kb[i * LK + c] = bs[i] * ldbf(Kh[i * LQ + c]) * fexp(Gs[i * LK + c]);
-    }
-    block_mm(C, C, math(dOh, LW, 1), mat(Ds, 1, LV), V, no_mat(), no_mat(), 0,
-             [&](int r, int c, float v, float) { dAqk[r * LC + c] = r < n && c <= r ? v : 0.0f; });
-    cp_wait_(); // h, dh
-    sync_();
-
-    // (2) side by side: warps 0-1 the forward substitution of Akk's diagonal sub-blocks (one
-    //     each); warps 2-3 KK's off-diagonal sub-block; warps 4-11 T1 = dO S0ᵀ and T3 = dΔ S0ᵀ,
-    //     warps 12-15 T2 = Δ dSᵀ (the state terms, the whole V width)
-    if (in_group_(0, 2)) {
-        for (int I = group_warp_(0); I * SUB < n; I += group_nwarp_(2)) {
-            const int r0 = I * SUB, nb = imin(SUB, n - r0);
-            for (int m = 0; m + 1 < nb; m++) {
-                const int cols = m + 1;
-                WFOR(e, (nb - 1 - m) * cols) {
-                    int r = r0 + m + 1 + e / cols, c = r0 + e % cols;
-                    Ak[r * LC + c] -= bs[r] * KK[r * LC + r0 + m] * Ak[(r0 + m) * LC + c];
-                }
-                syncwarp_();
-            }
-        }
-    }
-    if (off)
-        block_mm_w(2, 2, SUB, SUB, mat(Kf1, LK, 1), mat(Kr1, 1, LK), K, no_mat(), no_mat(), 0,
-                   [&](int r, int c, float v, float) { KK[(R + r) * LC + c] = v; });
-    block_mm_w(4, 8, C, K, math(dOh, LW, 1), mat(S0, 1, LV), V, mat(dDs, LV, 1), mat(S0, 1, LV), V,
-               [&](int r, int c, float vo, float vd) {
-                   T1[r * LK + c] = vo;
-                   T3[r * LK + c] = vd;
-               });
-    block_mm_w(12, 4, C, K, mat(Ds, LV, 1), mat(dS, 1, LV), V, no_mat(), no_mat(), 0,
-               [&](int r, int c, float v, float) { T2[r * LK + c] = v; });
-    sync_();
-
-    // (3) warps 0-1: Akk's off-diagonal block Inv_10 = -Inv_11 (β L_10) Inv_00 (a barrier of
-    //     their own between the two products); warps 2-15: dΓ_last = e^{G_last} Σ_v dS S0 (a warp
-    //     per channel) and the state terms' elementwise part
     const float *Gl = Gs + (n - 1) * LK;
-    if (off && in_group_(0, 2)) {
-        block_mm_w(0, 2, SUB, SUB, mat(KK + R * LC, LC, 1), mat(Ak, LC, 1), SUB, no_mat(), no_mat(),
-                   0, [&](int r, int c, float v, float) { Tm[r * LC + c] = bs[R + r] * v; });
-        bar_group_(1, 64);
-        block_mm_w(0, 2, SUB, SUB, mat(Ak + R * LC + R, LC, 1), mat(Tm, LC, 1), SUB, no_mat(),
-                   no_mat(), 0, [&](int r, int c, float v, float) { Ak[(R + r) * LC + c] = -v; });
-    }
-    if (in_group_(2, nwarp > 1 ? nwarp - 2 : 1)) {
-        for (int c = group_warp_(2); c < K; c += group_nwarp_(nwarp - 2)) {
+    if (KA) {
+        // (1-3, kept Akk and KK) after both groups: Kb = β k e^G; warps 0-7 T1 = dO S0ᵀ and T3 =
+        //     dΔ S0ᵀ, warps 8-15 dAqk = mask(dO Δᵀ) and T2 = Δ dSᵀ (16 k-steps per warp); then
+        //     dΓ_last's state part and the state terms' elementwise part
+        cp_wait_();
+        sync_();
+        FOR(e, C * K) {
+            int i = e / K, c = e % K;
+            Kb[i * LK + c] = bs[i] * ldbf(Kh[i * LQ + c]) * fexp(Gs[i * LK + c]);
+        }
+        block_mm_w(0, 8, C, K, math(dOh, LW, 1), mat(S0, 1, LV), V, mat(dDs, LV, 1), mat(S0, 1, LV),
+                   V, [&](int r, int c, float vo, float vd) {
+                       T1[r * LK + c] = vo;
+                       T3[r * LK + c] = vd;
+                   });
+        block_mm_w(
+            8, 8, C, C, math(dOh, LW, 1), mat(Ds, 1, LV), V, no_mat(), no_mat(), 0,
+            [&](int r, int c, float v, float) { dAqk[r * LC + c] = r < n && c <= r ? v : 0.0f; });
+        block_mm_w(8, 8, C, K, mat(Ds, LV, 1), mat(dS, 1, LV), V, no_mat(), no_mat(), 0,
+                   [&](int r, int c, float v, float) { T2[r * LK + c] = v; });
+        sync_();
+        for (int c = warp; c < K; c += nwarp) {
             float s = 0.0f;
             WFOR(vv, V) s += dS[c * LV + vv] * S0[c * LV + vv];
             s = warp_sum_(s);
             if (lane_() == 0) dGl[c] = fexp(Gl[c]) * s;
         }
-    }
-    GFOR(e, C * K, 2, nwarp - 2) {
-        int i = e / K, c = e % K, x = i * LK + c;
-        float eg = fexp(Gs[x]), el = fexp(Gl[c] - Gs[x]), kx = ldbf(Kh[i * LQ + c]);
-        float dqi = scale * eg * T1[x], tkv = kx * el * T2[x];
-        dq[x] = dqi; // o has (scale q e^G) S0
-        dG[x] = ldbf(Qh[i * LQ + c]) * dqi - tkv;
-        dk[x] = el * T2[x]; // S_end has (k e^{G_last - G})ᵀ Δ
-        tk[x] = tkv;        // summed into dΓ_last in (4)
-        T3[x] = -T3[x];     // dw (Δ = u - w S0)
-    }
-    sync_();
+        FOR(e, C * K) {
+            int i = e / K, c = e % K, x = i * LK + c;
+            float eg = fexp(Gs[x]), el = fexp(Gl[c] - Gs[x]), kx = ldbf(Kh[i * LQ + c]);
+            float dqi = scale * eg * T1[x], tkv = kx * el * T2[x];
+            dq[x] = dqi;
+            dG[x] = ldbf(Qh[i * LQ + c]) * dqi - tkv;
+            dk[x] = el * T2[x];
+            tk[x] = tkv;
+            T3[x] = -T3[x];
+        }
+        sync_();
+    } else {
+        cp_wait1_();
+        sync_();
+
+        // (1) the off-diagonal factors of KK (Kf1 = k_i e^{G_i - G_R} for rows R.., 0 past the end;
+        //     Kr1 = k_j e^{G_R - G_j} for rows ..R-1); Akk := I; KK's diagonal sub-blocks pairwise
+        //     (strict lower); Kb = β k e^G; dAqk = mask_{j<=i}(dO Δᵀ) on the tensor cores
+        if (off) {
+            FOR(e, SUB * K) {
+                int i = e / K, c = e % K, r = R + i;
+                float gR = Gs[R * LK + c], f = r < n ? fexp(Gs[r * LK + c] - gR) : 0.0f;
+                Kf1[i * LK + c] = ldbf(Kh[r * LQ + c]) * f;
+                Kr1[i * LK + c] = ldbf(Kh[i * LQ + c]) * fexp(gR - Gs[i * LK + c]);
+            }
+        }
+        FOR(e, C * C) {
+            int i = e / C, jj = e % C;
+            Ak[i * LC + jj] = i == jj ? 1.0f : 0.0f;
+            if (jj >= i || (i / SUB != jj / SUB && !off)) KK[i * LC + jj] = 0.0f;
+        }
+        FOR(e, C * SUB) {
+            int i = e / SUB, jj = i / SUB * SUB + e % SUB;
+            if (jj >= i) continue;
+            float kk = 0.0f;
+            if (i < n) {
+                UNROLL_(8)
+                for (int c = 0; c < K; c++)
+                    kk += ldbf(Kh[i * LQ + c]) * ldbf(Kh[jj * LQ + c]) *
+                          fexp(Gs[i * LK + c] - Gs[jj * LK + c]);
+            }
+            KK[i * LC + jj] = kk;
+        }
+        FOR(e, C * K) {
+            int i = e / K, c = e % K;
+            Kb[i * LK + c] = bs[i] * ldbf(Kh[i * LQ + c]) * fexp(Gs[i * LK + c]);
+        }
+        block_mm(
+            C, C, math(dOh, LW, 1), mat(Ds, 1, LV), V, no_mat(), no_mat(), 0,
+            [&](int r, int c, float v, float) { dAqk[r * LC + c] = r < n && c <= r ? v : 0.0f; });
+        cp_wait_(); // h, dh
+        sync_();
+
+        // (2) side by side: warps 0-1 the forward substitution of Akk's diagonal sub-blocks (one
+        //     each); warps 2-3 KK's off-diagonal sub-block; warps 4-11 T1 = dO S0ᵀ and T3 = dΔ S0ᵀ,
+        //     warps 12-15 T2 = Δ dSᵀ (the state terms, the whole V width)
+        if (in_group_(0, 2)) {
+            for (int I = group_warp_(0); I * SUB < n; I += group_nwarp_(2)) {
+                const int r0 = I * SUB, nb = imin(SUB, n - r0);
+                for (int m = 0; m + 1 < nb; m++) {
+                    const int cols = m + 1;
+                    WFOR(e, (nb - 1 - m) * cols) {
+                        int r = r0 + m + 1 + e / cols, c = r0 + e % cols;
+                        Ak[r * LC + c] -= bs[r] * KK[r * LC + r0 + m] * Ak[(r0 + m) * LC + c];
+                    }
+                    syncwarp_();
+                }
+            }
+        }
+        if (off)
+            block_mm_w(2, 2, SUB, SUB, mat(Kf1, LK, 1), mat(Kr1, 1, LK), K, no_mat(), no_mat(), 0,
+                       [&](int r, int c, float v, float) { KK[(R + r) * LC + c] = v; });
+        block_mm_w(4, 8, C, K, math(dOh, LW, 1), mat(S0, 1, LV), V, mat(dDs, LV, 1), mat(S0, 1, LV),
+                   V, [&](int r, int c, float vo, float vd) {
+                       T1[r * LK + c] = vo;
+                       T3[r * LK + c] = vd;
+                   });
+        block_mm_w(12, 4, C, K, mat(Ds, LV, 1), mat(dS, 1, LV), V, no_mat(), no_mat(), 0,
+                   [&](int r, int c, float v, float) { T2[r * LK + c] = v; });
+        sync_();
+
+        // (3) warps 0-1: Akk's off-diagonal block Inv_10 = -Inv_11 (β L_10) Inv_00 (a barrier of
+        //     their own between the two products); warps 2-15: dΓ_last = e^{G_last} Σ_v dS S0 (a
+        //     warp per channel) and the state terms' elementwise part
+        if (off && in_group_(0, 2)) {
+            block_mm_w(0, 2, SUB, SUB, mat(KK + R * LC, LC, 1), mat(Ak, LC, 1), SUB, no_mat(),
+                       no_mat(), 0,
+                       [&](int r, int c, float v, float) { Tm[r * LC + c] = bs[R + r] * v; });
+            bar_group_(1, 64);
+            block_mm_w(0, 2, SUB, SUB, mat(Ak + R * LC + R, LC, 1), mat(Tm, LC, 1), SUB, no_mat(),
+                       no_mat(), 0,
+                       [&](int r, int c, float v, float) { Ak[(R + r) * LC + c] = -v; });
+        }
+        if (in_group_(2, nwarp > 1 ? nwarp - 2 : 1)) {
+            for (int c = group_warp_(2); c < K; c += group_nwarp_(nwarp - 2)) {
+                float s = 0.0f;
+                WFOR(vv, V) s += dS[c * LV + vv] * S0[c * LV + vv];
+                s = warp_sum_(s);
+                if (lane_() == 0) dGl[c] = fexp(Gl[c]) * s;
+            }
+        }
+        GFOR(e, C * K, 2, nwarp - 2) {
+            int i = e / K, c = e % K, x = i * LK + c;
+            float eg = fexp(Gs[x]), el = fexp(Gl[c] - Gs[x]), kx = ldbf(Kh[i * LQ + c]);
+            float dqi = scale * eg * T1[x], tkv = kx * el * T2[x];
+            dq[x] = dqi; // o has (scale q e^G) S0
+            dG[x] = ldbf(Qh[i * LQ + c]) * dqi - tkv;
+            dk[x] = el * T2[x]; // S_end has (k e^{G_last - G})ᵀ Δ
+            tk[x] = tkv;        // summed into dΓ_last in (4)
+            T3[x] = -T3[x];     // dw (Δ = u - w S0)
+        }
+        sync_();
+    } // KA
 
     // (4) dΓ_last += Σ_i tk (a warp per channel); the WY backward, 12 k-steps per warp: warps 0-7
     //     dAkk = dΔ (βv)ᵀ + dw Kbᵀ (strict lower); warps 8-15 dVb = Akkᵀ dΔ (dv = β dVb) and
@@ -1672,11 +1727,12 @@ __host__ __device__ void bwd4_body(const TcArgs &a, int64_t blk, float *sm) {
 // ---- forward intra of one chunk, compile-time dims (the math of intra_body's forward form)
 // Shared memory (floats): bf16 [C][K + 8] q, k; fp32 [C][V + 8] βv (v3's operand of u, so that
 // both versions round the same values to TF32), [C][K + 4] G, Kb, [C][C + 4] Aqk, L, Akk; the
-// off-diagonal factors Qf, Kf, Kr [16][K + 4] and the inverse's temporary Tm [16][C + 4]; β [C].
+// off-diagonal factors Qf, Kf, Kr, Kf0 [16][K + 4] and the inverse's temporary Tm [16][C + 4];
+// KK [C][C + 4] (kept for the main backward, with Akk, when a.Akk is set); β [C].
 template <int C, int K, int V> struct Intra4 {
     static constexpr int LK = K + 4, LC = C + 4, LQ = K + 8, LV = V + 8;
     static constexpr int CK = C * LK, CC = C * LC, HQ = C * LQ / 2, CV = C * LV;
-    static constexpr int floats = 2 * HQ + CV + 2 * CK + 3 * CC + 3 * SUB * LK + SUB * LC + C;
+    static constexpr int floats = 2 * HQ + CV + 2 * CK + 4 * CC + 4 * SUB * LK + SUB * LC + C;
     static_assert(C == 2 * SUB && K % 16 == 0 && V % 16 == 0, "intra4: chunk 32, K, V % 16");
     static_assert(HQ % 4 == 0 && CV % 4 == 0 && CK % 4 == 0, "intra4: 16-byte aligned regions");
 };
@@ -1699,7 +1755,9 @@ __host__ __device__ void intra4_body(const TcArgs &a, int64_t blk, float *sm) {
     kda_bf16 *Qh = (kda_bf16 *)sm, *Kh = Qh + C * LQ;
     float *Vb = (float *)(Kh + C * LQ), *Gs = Vb + P::CV, *Kb = Gs + P::CK, *Aq = Kb + P::CK;
     float *Ls = Aq + P::CC, *Ak = Ls + P::CC, *Qf = Ak + P::CC, *Kf = Qf + SUB * LK;
-    float *Kr = Kf + SUB * LK, *Tm = Kr + SUB * LK, *bs = Tm + SUB * LC;
+    float *Kr = Kf + SUB * LK, *Kf0 = Kr + SUB * LK, *Tm = Kf0 + SUB * LK, *KKs = Tm + SUB * LC;
+    float *bs = KKs + P::CC;
+    const bool keepA = a.Akk != NULL; // write Akk and KK for bwd4_body<.., true>
 
     // (0) copies (one group): q, k (bf16), G; v as 16-byte loads times β into βv (in flight with
     //     the copies); rows past the end zeros
@@ -1740,15 +1798,18 @@ __host__ __device__ void intra4_body(const TcArgs &a, int64_t blk, float *sm) {
     sync_();
 
     // (1) the off-diagonal factors (Qf = q_i e^{G_i - G_R}, Kf = β_i k_i e^{G_i - G_R} for rows
-    //     R.., 0 past the end; Kr = k_j e^{G_R - G_j} for rows ..R-1); Akk := I and the zeros; the
-    //     diagonal sub-blocks' pairs of Aqk (j <= i) and L (j < i) in fp32; Kb = β k e^G; qg, kg
-    //     and e^{G_last} written out
+    //     R.., 0 past the end; Kr = k_j e^{G_R - G_j} for rows ..R-1; Kf0 = Kf / β, the main
+    //     backward's operand of KK); Akk := I and the zeros; the diagonal sub-blocks' pairs of
+    //     Aqk (j <= i) and L = β KK (j < i) in fp32; Kb = β k e^G; qg, kg and e^{G_last} written
+    //     out
     if (off) {
         FOR(e, SUB * K) {
             int i = e / K, c = e % K, r = R + i;
             float gR = Gs[R * LK + c], f = r < n ? fexp(Gs[r * LK + c] - gR) : 0.0f;
+            float kf = ldbf(Kh[r * LQ + c]) * f;
             Qf[i * LK + c] = ldbf(Qh[r * LQ + c]) * f;
-            Kf[i * LK + c] = bs[r] * ldbf(Kh[r * LQ + c]) * f;
+            Kf[i * LK + c] = bs[r] * kf;
+            Kf0[i * LK + c] = kf;
             Kr[i * LK + c] = ldbf(Kh[i * LQ + c]) * fexp(gR - Gs[i * LK + c]);
         }
     }
@@ -1756,6 +1817,7 @@ __host__ __device__ void intra4_body(const TcArgs &a, int64_t blk, float *sm) {
         int i = e / C, jj = e % C;
         Ak[i * LC + jj] = i == jj ? 1.0f : 0.0f;
         if (jj > i || (i / SUB != jj / SUB && !off)) Aq[i * LC + jj] = Ls[i * LC + jj] = 0.0f;
+        if (jj >= i || (i / SUB != jj / SUB && !off)) KKs[i * LC + jj] = 0.0f;
     }
     FOR(e, C * SUB) {
         int i = e / SUB, jj = i / SUB * SUB + e % SUB;
@@ -1771,6 +1833,7 @@ __host__ __device__ void intra4_body(const TcArgs &a, int64_t blk, float *sm) {
         }
         Aq[i * LC + jj] = scale * q;
         Ls[i * LC + jj] = jj < i ? bs[i] * l : 0.0f;
+        if (jj < i) KKs[i * LC + jj] = l;
     }
     float *qgg = a.qg + p.cid * C * K, *kgg = a.kg + p.cid * C * K;
     const float *Gl = Gs + (n - 1) * LK;
@@ -1785,13 +1848,17 @@ __host__ __device__ void intra4_body(const TcArgs &a, int64_t blk, float *sm) {
     sync_();
 
     // (2) side by side: warps 0-1 the off-diagonal sub-block of Aqk and L on the tensor cores;
-    //     warps 2-3 the forward substitution of Akk's diagonal sub-blocks (one each)
+    //     warps 2-3 the forward substitution of Akk's diagonal sub-blocks (one each); warps 4-5
+    //     KK's off-diagonal sub-block (kept only: the main backward's own product, bitwise)
     if (off)
         block_mm_w(0, 2, SUB, SUB, mat(Qf, LK, 1), mat(Kr, 1, LK), K, mat(Kf, LK, 1),
                    mat(Kr, 1, LK), K, [&](int r, int c, float vq, float vk) {
                        Aq[(R + r) * LC + c] = scale * vq;
                        Ls[(R + r) * LC + c] = vk;
                    });
+    if (off && keepA)
+        block_mm_w(4, 2, SUB, SUB, mat(Kf0, LK, 1), mat(Kr, 1, LK), K, no_mat(), no_mat(), 0,
+                   [&](int r, int c, float v, float) { KKs[(R + r) * LC + c] = v; });
     if (in_group_(2, 2)) {
         for (int I = group_warp_(2); I * SUB < n; I += group_nwarp_(2)) {
             const int r0 = I * SUB, nb = imin(SUB, n - r0);
@@ -1820,12 +1887,19 @@ __host__ __device__ void intra4_body(const TcArgs &a, int64_t blk, float *sm) {
     GFOR(e, C * C, 2, TC_THREADS / 32 - 2) aqg[e] = Aq[(e / C) * LC + e % C];
     sync_();
 
-    // (4) w = Akk Kb, u = Akk βv (8 + 16 tiles, 3 per warp)
+    // (4) w = Akk Kb, u = Akk βv (8 + 16 tiles, 3 per warp); kept: Akk and KK written out
     float *wg = a.w + p.cid * C * K, *ug = a.u + p.cid * C * V;
     block_mm(C, K, mat(Ak, LC, 1), mat(Kb, LK, 1), C, no_mat(), no_mat(), 0,
              [&](int r, int c, float v, float) { wg[r * K + c] = v; });
     block_mm(C, V, mat(Ak, LC, 1), mat(Vb, LV, 1), C, no_mat(), no_mat(), 0,
              [&](int r, int c, float v, float) { ug[r * V + c] = v; });
+    if (keepA) {
+        float *akg = a.Akk + p.cid * C * C, *kkg = a.KK + p.cid * C * C;
+        FOR(e, C * C) {
+            akg[e] = Ak[(e / C) * LC + e % C];
+            kkg[e] = KKs[(e / C) * LC + e % C];
+        }
+    }
     (void)nth;
 }
 
@@ -1880,7 +1954,11 @@ __global__ void __launch_bounds__(TC_THREADS) tc_intra4_k(TcArgs a) {
 }
 __global__ void __launch_bounds__(TC4_THREADS, 2) tc_bwd4_k(TcArgs a) {
     extern __shared__ float sm[];
-    bwd4_body<32, 32, 64>(a, blockIdx.x, sm);
+    bwd4_body<32, 32, 64, false>(a, blockIdx.x, sm);
+}
+__global__ void __launch_bounds__(TC4_THREADS, 2) tc_bwd4k_k(TcArgs a) {
+    extern __shared__ float sm[];
+    bwd4_body<32, 32, 64, true>(a, blockIdx.x, sm);
 }
 
 // ---- argument setup shared by the device and host drivers ---------------------------------------
@@ -1893,7 +1971,8 @@ TcArgs make_args(const KdaDims *d) {
 }
 
 // keep (M0): h and Δ live in the caller's buffer (h first: kda_fast_keep_floats' layout), then
-// w, kg, qg, Aqk and e^{G_last} (kda_tc_keep_floats), so the backward skips the intra kernel.
+// w, kg, qg, Aqk and e^{G_last} (kda_tc_keep_floats), so the backward skips the intra kernel,
+// then Akk and KK (v4 at bwd4_dims: its main backward skips the inverse).
 void keep_carve(TcArgs &a, float *keep) {
     size_t ch = (size_t)a.B * a.HV * a.NT, CK = ch * a.C * a.K;
     keep = keep_carve_hd(a, keep);
@@ -1901,7 +1980,9 @@ void keep_carve(TcArgs &a, float *keep) {
     a.kg = keep, keep += CK;
     a.qg = keep, keep += CK;
     a.Aqk = keep, keep += ch * a.C * a.C;
-    a.gl = keep;
+    a.gl = keep, keep += ch * a.K;
+    a.Akk = keep, keep += ch * a.C * a.C;
+    a.KK = keep;
 }
 
 // The pipeline depth of v4's state passes: TC4_STAGES at the models' dims (two blocks per SM
@@ -2038,7 +2119,8 @@ int tc_bwd(KdaCudaCtx *ctx, cudaEvent_t **ev, float *dq, float *dk, kda_bf16 *dv
         (v4 && launch_rstate4(ctx, ev, a)))
         return -1;
     if (v4 && bwd4_dims(a)) {
-        if (launch(ctx, ev, tc_bwd4_k, chunks, (size_t)Bwd4<32, 32, 64>::floats, TC4_THREADS, a))
+        if (launch(ctx, ev, kept ? tc_bwd4k_k : tc_bwd4_k, chunks, (size_t)Bwd4<32, 32, 64>::floats,
+                   TC4_THREADS, a))
             return -1;
     } else if (launch(ctx, ev, tc_bwd_k, chunks, bwd_floats(a.C, a.K, a.V, a.Vt), TC_BWD_THREADS,
                       a)) {
@@ -2152,7 +2234,7 @@ extern "C" int kda_tc_fwd(KdaCudaCtx *ctx, kda_bf16 *o, float *final_state, cons
 extern "C" size_t kda_tc_keep_floats(const KdaDims *d) {
     TcArgs a = make_args(d);
     size_t ch = (size_t)a.B * a.HV * a.NT;
-    return kda_fast_keep_floats(d) + ch * (3 * (size_t)a.C * a.K + (size_t)a.C * a.C + a.K);
+    return kda_fast_keep_floats(d) + ch * (3 * (size_t)a.C * a.K + 3 * (size_t)a.C * a.C + a.K);
 }
 
 extern "C" int kda_tc_fwd_keep(KdaCudaCtx *ctx, kda_bf16 *o, float *final_state, const kda_bf16 *q,
@@ -2282,7 +2364,8 @@ extern "C" void kda_tc_bwd_host(float *dq, float *dk, kda_bf16 *dv, float *dg, f
     }
     for (int64_t b = 0; b < r.chunks; b++) {
         if (v4 && bwd4_dims(a))
-            bwd4_body<32, 32, 64>(a, b, r.sm);
+            kept ? bwd4_body<32, 32, 64, true>(a, b, r.sm)
+                 : bwd4_body<32, 32, 64, false>(a, b, r.sm);
         else
             bwd_body(a, b, r.sm);
     }

@@ -13,7 +13,10 @@
 // The kept buffer of the M0 forms (kda_tc_keep_floats(d) floats, fp32) starts with kda_fast's
 // layout (kda_fast_keep_floats(d) floats: h [B·HV·NT, K, V] then Δ [B·HV·NT, C, V]), so
 // kda_fast_bwd_kept can read what kda_tc_fwd_keep wrote; then w, kg, qg [B·HV·NT, C, K], Aqk
-// [B·HV·NT, C, C] and e^{G_last} [B·HV·NT, K], which let kda_tc_bwd_kept skip the intra kernel.
+// [B·HV·NT, C, C] and e^{G_last} [B·HV·NT, K], which let kda_tc_bwd_kept skip the intra kernel;
+// then Akk = (I + L)^-1 and KK (L = diag(β) KK, strict lower) [B·HV·NT, C, C], written by kernel
+// version 4 at K 32 / V 64 / chunk 32 only, where its main backward reads them instead of
+// inverting again.
 //
 // Numerics (kda-model.md §6.1-6.2, FLA's scheme):
 //   * products on TF32 tensor cores: operands rounded to TF32 (10-bit mantissa, round to nearest,
@@ -74,7 +77,8 @@ int kda_tc_bwd(KdaCudaCtx *ctx, float *dq, float *dk, kda_bf16 *dv, float *dg, f
                const kda_bf16 *q, const kda_bf16 *k, const kda_bf16 *v, const float *gcum,
                const float *beta, const float *init_state, const KdaDims *d);
 // M0 forms: keep (written) / kept (read) are kda_tc_keep_floats(d) floats (layout above); kept
-// must hold kda_tc_fwd_keep's values for the same inputs and dims.
+// must hold kda_tc_fwd_keep's values for the same inputs, dims and kernel version
+// (kda_tc_version).
 size_t kda_tc_keep_floats(const KdaDims *d);
 int kda_tc_fwd_keep(KdaCudaCtx *ctx, kda_bf16 *o, float *final_state, const kda_bf16 *q,
                     const kda_bf16 *k, const kda_bf16 *v, const float *gcum, const float *beta,
