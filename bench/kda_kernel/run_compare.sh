@@ -10,7 +10,7 @@
 # (kda_tc.h, the model's default core; kernel version 4 is the default, KDA_TC_V=3 selects v3) and
 # FLA, for the core forward, forward + backward, the kept-state (M0) forward + backward the model
 # runs, and the layer rows. Check the tensor-core kernels first: ./build-gpu/kda_test gpu_kda_tc
-# (must print "5 passed, 0 failed").
+# (must print "6 passed, 0 failed").
 # Environment: FLA_ONE_CONFIG=1 (default; 0 = FLA's full autotune, minutes per shape on a fresh
 # machine), SHAPES="32x64 128x128" (FLA's KxV; bench_gpu.c runs K32 V64 only), KDA_LIMIT=450
 # (seconds for the whole script).
