@@ -387,26 +387,36 @@ int main(void) {
         else
             printf("%-40s %10.3f %9.0f GB/s\n", rows[i].name, ms, rows[i].bytes / ms / 1e6);
     }
-    // Per-kernel breakdown of the fast path and of the tensor-core path, v3 then v4
-    // (kda_fast_profile / kda_tc_profile: min of 10, own inputs, the plain (not kept) forms; v4's
-    // backward intra is the forward's form and its reverse state pass includes dΔ_intra)
-    for (int path = 0; path < 3; path++) {
+    // Per-kernel breakdown of the fast path and of the tensor-core path, v3 then v4, plain forms
+    // (kda_fast_profile / kda_tc_profile: min of 10, own inputs; v4's backward intra is the
+    // forward's form and its reverse state pass includes dΔ_intra), then the tensor-core kept
+    // forms (kda_tc_profile_kept: what the model runs)
+    for (int path = 0; path < 5; path++) {
         static const char *names[8] = {
             "fwd intra",         "fwd state", "fwd output", "bwd intra", "bwd state (recompute)",
             "bwd reverse state", "bwd main",  "bwd gva sum"};
-        static const char *paths[3] = {"fast", "tc v3", "tc v4"};
+        static const char *kept_names[8] = {
+            "fwd intra",         "fwd state", "fwd output",  "bwd ddi",
+            "bwd reverse state", "bwd main",  "bwd gva sum", "-"};
+        static const char *paths[5] = {"fast", "tc v3", "tc v4", "tc v3 kept", "tc v4 kept"};
         KdaDims dd[2] = {z.d32, z.d128};
         for (int s = 0; s < 2; s++) {
             float kms[8];
             if (path > 0 && !kda_tc_supported(&dd[s], g.info.smem_per_block_optin)) continue;
-            if (path > 0) kda_tc_set_version(path == 1 ? 3 : 4);
-            if (path ? kda_tc_profile(&g, &dd[s], 10, kms) : kda_fast_profile(&g, &dd[s], 10, kms))
-                die_("profile");
+            if (path > 0) kda_tc_set_version(path % 2 ? 3 : 4);
+            int rc = path == 0  ? kda_fast_profile(&g, &dd[s], 10, kms)
+                     : path < 3 ? kda_tc_profile(&g, &dd[s], 10, kms)
+                                : kda_tc_profile_kept(&g, &dd[s], 10, kms);
+            if (rc) die_("profile");
             printf("%s path per kernel, K%lld V%lld chunk %lld:\n", paths[path], (long long)dd[s].K,
                    (long long)dd[s].V, (long long)dd[s].chunk);
-            for (int i = 0; i < 8; i++)
-                printf("  %-28s %8.3f ms %7.2f ns/token-head\n", names[i], kms[i],
-                       kms[i] * 1e6 / th);
+            float sum = 0.0f;
+            for (int i = 0; i < (path >= 3 ? 7 : 8); i++) {
+                printf("  %-28s %8.3f ms %7.2f ns/token-head\n",
+                       path >= 3 ? kept_names[i] : names[i], kms[i], kms[i] * 1e6 / th);
+                sum += kms[i];
+            }
+            printf("  %-28s %8.3f ms\n", "sum", sum);
         }
     }
     kda_tc_set_version(0);

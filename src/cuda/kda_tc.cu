@@ -2069,7 +2069,7 @@ void set_align(TcArgs &a) {
     a.v_al16 = al16_(a.v);
     a.dO_al16 = al16_(a.dO);
     a.g_al16 = al16_(a.gcum);
-    const void *s[] = {a.w, a.kg, a.qg, a.Aqk, a.gl, a.h, a.dh, a.D, a.dD};
+    const void *s[] = {a.w, a.kg, a.qg, a.Aqk, a.gl, a.h, a.dh, a.D, a.dD, a.Akk, a.KK};
     a.s_al16 = true;
     for (size_t i = 0; i < sizeof s / sizeof s[0]; i++)
         a.s_al16 = a.s_al16 && al16_(s[i]);
@@ -2109,6 +2109,8 @@ int tc_bwd(KdaCudaCtx *ctx, cudaEvent_t **ev, float *dq, float *dk, kda_bf16 *dv
     set_align(a);
     const bool v4 = a.ver == 4;
     int64_t chunks = (int64_t)a.B * a.HV * a.NT, tiles = (int64_t)a.B * a.HV * (a.V / a.Vt);
+    if (ev && kept && v4) // kda_tc_profile_kept: v4 has no ddi kernel (an empty slot)
+        CUDA_CHECK(ctx, cudaEventRecord(*(*ev)++, ctx->stream));
     if ((kept && !v4 && launch(ctx, ev, tc_ddi_k, chunks, ddi_floats(a.C, a.V), TC_THREADS, a)) ||
         (!kept && !v4 &&
          launch(ctx, ev, tc_intra_k, chunks, intra_floats(a.C, a.K, a.V, true), TC_THREADS, a,
@@ -2264,35 +2266,38 @@ extern "C" int kda_tc_bwd_kept(KdaCudaCtx *ctx, float *dq, float *dk, kda_bf16 *
                   beta, init_state, d, kept);
 }
 
-extern "C" int kda_tc_profile(KdaCudaCtx *ctx, const KdaDims *d, int reps, float ms[8]) {
+// kda_tc_profile / kda_tc_profile_kept: kept = 1 runs the M0 forms (the model's path).
+static int tc_profile_(KdaCudaCtx *ctx, const KdaDims *d, int reps, float ms[8], int kept) {
     int64_t nqk = d->B * d->T * d->H * d->K, nv = d->B * d->T * d->HV * d->V;
     int64_t ng = d->B * d->T * d->HV * d->K, nb = d->B * d->T * d->HV;
     size_t bytes = (size_t)(2 * nqk + 3 * nv) * 2 + (size_t)(2 * ng + 2 * nb + 2 * nqk) * 4;
-    char *buf = (char *)kda_cuda_alloc(ctx, bytes);
+    size_t kbytes = kept ? kda_tc_keep_floats(d) * sizeof(float) : 0;
+    char *buf = (char *)kda_cuda_alloc(ctx, bytes + kbytes);
     if (!buf) return -1;
     kda_bf16 *q = (kda_bf16 *)buf, *k = q + nqk, *v = k + nqk, *dO = v + nv, *o = dO + nv;
     float *gcum = (float *)(o + nv), *beta = gcum + ng, *dg = beta + nb, *dbeta = dg + ng;
     float *dq = dbeta + nb, *dk = dq + nqk;
-    kda_bf16 *dv = o; // o is not read by the backward
+    float *keep = kept ? (float *)(buf + bytes) : NULL; // bytes: a multiple of 16 (even dims)
+    kda_bf16 *dv = o;                                   // o is not read by the backward
     cudaEvent_t ev[9];
-    int rc = 0, made = 0;
+    int rc = 0, made = 0, nev = kept ? 8 : 9;
     for (; made < 9 && rc == 0; made++)
         if (cudaEventCreate(&ev[made]) != cudaSuccess) rc = -1;
     for (int i = 0; i < 8; i++)
-        ms[i] = 1e30f;
+        ms[i] = i < nev - 1 ? 1e30f : 0.0f;
     tc_profile_fill_k<<<grid_for(nv > ng ? nv : ng), 256, 0, ctx->stream>>>(q, k, v, dO, gcum, beta,
                                                                             *d);
     for (int r = 0; r < reps && rc == 0; r++) {
         cudaEvent_t *e = ev;
         if (cudaEventRecord(*e++, ctx->stream) != cudaSuccess ||
-            tc_fwd(ctx, &e, o, NULL, q, k, v, gcum, beta, NULL, d, NULL) ||
+            tc_fwd(ctx, &e, o, NULL, q, k, v, gcum, beta, NULL, d, keep) ||
             tc_bwd(ctx, &e, dq, dk, dv, dg, dbeta, NULL, dO, NULL, q, k, v, gcum, beta, NULL, d,
-                   NULL) ||
+                   keep) ||
             kda_cuda_sync(ctx)) {
             rc = -1;
             break;
         }
-        for (int i = 0; i < 8; i++) { // per-kernel minimum over the repetitions
+        for (int i = 0; i + 1 < nev; i++) { // per-kernel minimum over the repetitions
             float t = 0.0f;
             cudaEventElapsedTime(&t, ev[i], ev[i + 1]);
             ms[i] = t < ms[i] ? t : ms[i];
@@ -2302,6 +2307,14 @@ extern "C" int kda_tc_profile(KdaCudaCtx *ctx, const KdaDims *d, int reps, float
         cudaEventDestroy(ev[i]);
     kda_cuda_release(buf);
     return rc;
+}
+
+extern "C" int kda_tc_profile(KdaCudaCtx *ctx, const KdaDims *d, int reps, float ms[8]) {
+    return tc_profile_(ctx, d, reps, ms, 0);
+}
+
+extern "C" int kda_tc_profile_kept(KdaCudaCtx *ctx, const KdaDims *d, int reps, float ms[8]) {
+    return tc_profile_(ctx, d, reps, ms, 1);
 }
 
 extern "C" void kda_tc_fwd_host(kda_bf16 *o, float *final_state, const kda_bf16 *q,

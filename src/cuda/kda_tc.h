@@ -93,6 +93,10 @@ int kda_tc_bwd_kept(KdaCudaCtx *ctx, float *dq, float *dk, kda_bf16 *dv, float *
 // internal pseudo-random inputs of dims d, each launch's minimum milliseconds in ms: intra, state,
 // output (forward); intra, state, reverse state, main backward, GVA sum (backward).
 int kda_tc_profile(KdaCudaCtx *ctx, const KdaDims *d, int reps, float ms[8]);
+// The same for the M0 forms (kda_tc_fwd_keep, kda_tc_bwd_kept: the model's path): intra, state,
+// output (forward); ddi (v3; 0 in v4, which has none), reverse state, main backward, GVA sum
+// (backward); ms[7] = 0.
+int kda_tc_profile_kept(KdaCudaCtx *ctx, const KdaDims *d, int reps, float ms[8]);
 
 // Host emulation: the same kernel bodies on host memory (same arguments, host pointers); keep /
 // kept NULL: the plain forms.
