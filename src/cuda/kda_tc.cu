@@ -644,48 +644,11 @@ __host__ __device__ void state_prefetch_(const TcArgs &a, int64_t cid, int v0, f
     FOR(e, K4) cp16_(&gls[4 * e], &a.gl[cid * K + 4 * e], a.async);
     cp_commit_();
 }
+template <int C_, int K_, int VT_, int NS>
+__host__ __device__ void state4_body(const TcArgs &a, int64_t blk, float *sm);
+// v3's pass is v4's at run-time dims with a double buffer (below).
 __host__ __device__ void state_body(const TcArgs &a, int64_t blk, float *sm) {
-    const int tid = tid_(), nth = nth_();
-    const int C = a.C, K = a.K, V = a.V, Vt = a.Vt, nvt = V / Vt;
-    const int LT = pad8(Vt), LW = pad4(K), LG = pad8(K), BUF = state_buf_floats(C, K, Vt);
-    const int64_t bj = blk / nvt;
-    const int v0 = (int)(blk % nvt) * Vt;
-    float *S = sm, *bufs = S + K * LT;
-
-    FOR(e, K * Vt) {
-        int x = e / Vt, c = e % Vt;
-        S[x * LT + c] = a.init_state ? a.init_state[bj * K * V + x * V + v0 + c] : 0.0f;
-    }
-    state_prefetch_(a, bj * a.NT, v0, bufs);
-    for (int nc = 0; nc < a.NT; nc++) {
-        const int64_t cid = bj * a.NT + nc;
-        float *Ws = bufs + (nc & 1) * BUF, *KGs = Ws + C * LW, *Ds = KGs + C * LG;
-        float *gls = Ds + C * LT;
-        cp_wait_();
-        sync_(); // chunk nc's tiles have landed; the previous chunk is done with S and the buffers
-        if (nc + 1 < a.NT) state_prefetch_(a, cid + 1, v0, bufs + ((nc + 1) & 1) * BUF);
-        FOR(e, K * Vt) {
-            int x = e / Vt, c = e % Vt;
-            a.h[cid * K * V + (int64_t)x * V + v0 + c] = S[x * LT + c];
-        }
-        float *Dg = a.D + cid * C * V + v0;
-        block_mm(C, Vt, mat(Ws, LW, 1), mat(S, LT, 1), K, no_mat(), no_mat(), 0,
-                 [&](int r, int c, float v, float) { // Ds holds u: Δ = u - w S in place
-                     float d = Ds[r * LT + c] - v;
-                     Ds[r * LT + c] = d;
-                     Dg[(int64_t)r * V + c] = d;
-                 });
-        sync_();
-        block_mm(K, Vt, mat(KGs, 1, LG), mat(Ds, LT, 1), C, no_mat(), no_mat(), 0,
-                 [&](int r, int c, float v, float) { S[r * LT + c] = gls[r] * S[r * LT + c] + v; });
-    }
-    sync_();
-    if (a.final_state) {
-        FOR(e, K * Vt) {
-            int x = e / Vt, c = e % Vt;
-            a.final_state[bj * K * V + x * V + v0 + c] = S[x * LT + c];
-        }
-    }
+    state4_body<0, 0, 0, 2>(a, blk, sm);
 }
 
 // ---- output: o = qg h[n] + Aqk Δ, chunk-parallel ------------------------------------------------
@@ -1172,8 +1135,8 @@ template <int N> __host__ __device__ inline void cp_wait_n_() {
 // Stages of the pipelines at the models' dims (the state passes' blocks: 2 per SM) and elsewhere.
 #define TC4_STAGES 4
 
-// ---- forward state pass: h[n] = S; Δ = u - w S; S = Diag(e^{G_last}) S + kgᵀ Δ (state_body's
-// math), one block per (b, value head, V tile)
+// ---- forward state pass: h[n] = S; Δ = u - w S; S = Diag(e^{G_last}) S + kgᵀ Δ, one block per
+// (b, value head, V tile); v3's state_body is <0, 0, 0, 2>
 __host__ __device__ inline size_t state4_floats(int C, int K, int Vt, int ns) {
     return (size_t)K * pad8(Vt) + (size_t)ns * state_buf_floats(C, K, Vt);
 }
