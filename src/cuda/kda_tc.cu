@@ -1091,6 +1091,17 @@ __host__ __device__ inline void ld8bf_(float x[8], const kda_bf16 *src, bool al1
         x[i] = ldbf(src[i]);
 }
 
+// x[0..4) = p[0..4) (one 16-byte shared load on the device: p is 16-byte aligned).
+__host__ __device__ inline void ld4_(float x[4], const float *p) {
+#ifdef __CUDA_ARCH__
+    float4 v = *(const float4 *)p;
+    x[0] = v.x, x[1] = v.y, x[2] = v.z, x[3] = v.w;
+#else
+    for (int i = 0; i < 4; i++)
+        x[i] = p[i];
+#endif
+}
+
 // 16 bytes of zeros (rows past the sequence end in the copy buffers).
 __host__ __device__ inline void zero16_(void *dst) {
     float *f = (float *)dst;
@@ -1350,6 +1361,8 @@ __host__ __device__ void bwd4_body(const TcArgs &a, int64_t blk, float *sm) {
     float *dw = T3, *dKb = T2;                    // from (3) / (4)
     float *Kf1 = dq, *Kr1 = dq + R * LK;          // (1)-(2), before dq is written
     float *Qf = T1, *Kfb = T2, *Kr = T3 + R * LK; // (6)-(7), T1..T3 free halves
+    float *At = tk, *Lt = Kb; // (6)-(7): scale dAqkᵀ, (β dL)ᵀ [C][C + 4] (tk, Kb free after (5))
+    static_assert(C * LC <= CK, "bwd4: At, Lt fit the tk, Kb tiles");
 
     // (0) copies: group 1 q, k, v, dO (bf16), G, Δ, dΔ; group 2 h, dh (lands during (1)-(2)).
     //     Rows past the end: zeros (Δ, dΔ are zero there in the scratch already).
@@ -1594,7 +1607,15 @@ __host__ __device__ void bwd4_body(const TcArgs &a, int64_t blk, float *sm) {
     //     sub-block for (7): Qf = q_i e^{G_i - G_R}, Kfb = β_i k_i e^{G_i - G_R} (rows R.., 0 past
     //     the end), Kr = k_j e^{G_R - G_j} (rows ..R-1)
     block_mm(C, C, mat(Mm, LC, 1), mat(Ak, 1, LC), C, no_mat(), no_mat(), 0,
-             [&](int r, int c, float v, float) { dAkk[r * LC + c] = r < n && c < r ? -v : 0.0f; });
+             [&](int r, int c, float v, float) {
+                 float l = r < n && c < r ? -v : 0.0f;
+                 dAkk[r * LC + c] = l;
+                 Lt[c * LC + r] = bs[r] * l;
+             });
+    FOR(e, C * C) {
+        int i = e / C, jj = e % C;
+        At[jj * LC + i] = scale * dAqk[i * LC + jj];
+    }
     if (off) {
         FOR(e, SUB * K) {
             int i = e / K, c = e % K, r = R + i;
@@ -1629,22 +1650,41 @@ __host__ __device__ void bwd4_body(const TcArgs &a, int64_t blk, float *sm) {
                        T3[r * LK + c] = (scale * vq + vk) * fexp(Gs[R * LK + c] - Gs[r * LK + c]);
                    });
     }
-    FOR(e, C * K) {
-        int r = e / K, c = e % K, x = r * LK + c;
-        if (r < n) {
-            const int s0 = r / SUB * SUB; // r's sub-block
-            float gr = Gs[x], kr = ldbf(Kh[r * LQ + c]), qr = ldbf(Qh[r * LQ + c]), br = bs[r];
-            float rq = 0.0f, rk = 0.0f, cx = 0.0f;
-            UNROLL_(16)
-            for (int u = 0; u < SUB; u++) {
-                const int jj = s0 + u;
-                float ex = fexp(-fabsf(gr - Gs[jj * LK + c])), kj = ldbf(Kh[jj * LQ + c]);
-                rq += dAqk[r * LC + jj] * kj * ex;
-                rk += dAkk[r * LC + jj] * kj * ex;
-                float av = scale * dAqk[jj * LC + r], lv = bs[jj] * dAkk[jj * LC + r];
-                cx += (av * ldbf(Qh[jj * LQ + c]) + lv * kj) * ex;
+    // (a thread: channel c of rows r1 and r1 + 8 of one sub-block, which share the loads of G, k,
+    // q at every column j; the row coefficients come 4 at a time from dAqk, dL and their
+    // transposes At = scale dAqkᵀ, Lt = (β dL)ᵀ)
+    FOR(e, SUB * K) {
+        const int c = e % K, rb = e / K, s0 = rb / (SUB / 2) * SUB, r1 = s0 + rb % (SUB / 2);
+        if (r1 >= n) continue;
+        const int rr[2] = {r1, r1 + SUB / 2};
+        float gr[2], acc[2][3] = {{0.0f, 0.0f, 0.0f}, {0.0f, 0.0f, 0.0f}};
+        for (int h = 0; h < 2; h++)
+            gr[h] = Gs[rr[h] * LK + c];
+        UNROLL_(4)
+        for (int u0 = 0; u0 < SUB; u0 += 4) {
+            float gj[4], kj[4], qj[4];
+            for (int t = 0; t < 4; t++) {
+                const int jj = s0 + u0 + t;
+                gj[t] = Gs[jj * LK + c], kj[t] = ldbf(Kh[jj * LQ + c]),
+                qj[t] = ldbf(Qh[jj * LQ + c]);
             }
-            rq *= scale, rk *= br;
+            for (int h = 0; h < 2; h++) {
+                float cq[4], cl[4], ca[4], cb[4];
+                ld4_(cq, &dAqk[rr[h] * LC + s0 + u0]), ld4_(cl, &dAkk[rr[h] * LC + s0 + u0]);
+                ld4_(ca, &At[rr[h] * LC + s0 + u0]), ld4_(cb, &Lt[rr[h] * LC + s0 + u0]);
+                for (int t = 0; t < 4; t++) {
+                    float ex = fexp(-fabsf(gr[h] - gj[t]));
+                    acc[h][0] += cq[t] * kj[t] * ex;
+                    acc[h][1] += cl[t] * kj[t] * ex;
+                    acc[h][2] += (ca[t] * qj[t] + cb[t] * kj[t]) * ex;
+                }
+            }
+        }
+        for (int h = 0; h < 2; h++) {
+            const int r = rr[h], x = r * LK + c;
+            if (r >= n) break;
+            float kr = ldbf(Kh[r * LQ + c]), qr = ldbf(Qh[r * LQ + c]);
+            float rq = acc[h][0] * scale, rk = acc[h][1] * bs[r], cx = acc[h][2];
             dq[x] += rq;
             dk[x] += rk + cx;
             dG[x] += qr * rq + kr * rk - kr * cx;
