@@ -1740,6 +1740,15 @@ template <int C, int K, int V> struct Intra4 {
     static_assert(HQ % 4 == 0 && CV % 4 == 0 && CK % 4 == 0, "intra4: 16-byte aligned regions");
 };
 
+// The t-th pair (i, j), j <= i, of a 16 x 16 lower triangle in row order (t < TRI).
+#define TRI (SUB * (SUB + 1) / 2)
+__host__ __device__ inline void tri_pair_(int t, int &i, int &j) {
+    i = (int)((sqrtf(8.0f * (float)t + 1.0f) - 1.0f) * 0.5f);
+    if ((i + 1) * (i + 2) / 2 <= t) i++; // sqrtf rounding, either way
+    if (i * (i + 1) / 2 > t) i--;
+    j = t - i * (i + 1) / 2;
+}
+
 template <int C, int K, int V>
 __host__ __device__ void intra4_body(const TcArgs &a, int64_t blk, float *sm) {
     typedef Intra4<C, K, V> P;
@@ -1822,9 +1831,12 @@ __host__ __device__ void intra4_body(const TcArgs &a, int64_t blk, float *sm) {
         if (jj > i || (i / SUB != jj / SUB && !off)) Aq[i * LC + jj] = Ls[i * LC + jj] = 0.0f;
         if (jj >= i || (i / SUB != jj / SUB && !off)) KKs[i * LC + jj] = 0.0f;
     }
-    FOR(e, C * SUB) {
-        int i = e / SUB, jj = i / SUB * SUB + e % SUB;
-        if (jj > i) continue;
+    // (the pairs j <= i of the two 16 x 16 sub-blocks, 136 each, enumerated densely so that no
+    // lane of a warp idles on an upper-triangle pair)
+    FOR(e, 2 * TRI) {
+        int i, jj;
+        tri_pair_(e % TRI, i, jj);
+        i += e / TRI * SUB, jj += e / TRI * SUB;
         float l = 0.0f, q = 0.0f;
         if (i < n) {
             UNROLL_(8)
