@@ -1051,19 +1051,23 @@ __host__ __device__ void bwd_body(const TcArgs &a, int64_t blk, float *sm) {
 }
 
 // ==== v4 (kda_tc_version() == 4, the default; KDA_TC_V=3 selects the v3 bodies above) ==========
-// The forward intra and state passes stay v3's. Changed:
-//   * output4_body: the four fp32 tiles land through cp.async in one group (one memory latency per
-//     chunk instead of four dependent loops);
-//   * rstate4_body: the reverse state pass computes dΔ_intra = Aqkᵀ dO itself (one more product
-//     in the step's first mma, no extra barrier), so the kept backward has no ddi kernel and the
-//     plain backward runs the forward's intra (which writes Aqk) instead of the backward's; dO is
-//     an mma operand in bf16 straight from the copy buffer (exact in TF32);
-//   * bwd4_body<C, K, V> (K 32, V 64, chunk 32: the models' dims; other dims run v3's bwd_body):
-//     compile-time dims, every input tile copied by cp.async at the start (q, k, v, dO kept in
-//     bf16), h and dh in a second copy group that lands while the first phases run, the whole V
-//     width of the state terms in one pass, disjoint warp groups running independent products and
-//     the serial inverse side by side, 9 block barriers instead of 17, and the reverse cumsum of
-//     dg as a warp scan.
+// At K 32 / V 64 / chunk 32 (the models' dims; others run v3's intra and main backward):
+//   * intra4_body: compile-time dims; q, k, G through cp.async, βv loaded alongside; the dense
+//     enumeration of the diagonal pairs; the off-diagonal block beside the forward substitution;
+//     with a kept buffer it also keeps Akk and KK;
+//   * state4_body / rstate4_body: a TC4_STAGES-deep cp.async pipeline and compile-time dims (other
+//     dims: run-time dims, double buffer; v3's forward pass is state4_body<0, 0, 0, 2>); the
+//     reverse pass computes dΔ_intra = Aqkᵀ dO itself (one more product in the step's first mma,
+//     no extra barrier), so the kept backward has no ddi kernel and the plain backward runs the
+//     forward's intra (which writes Aqk); dO is an mma operand in bf16 straight from the copy
+//     buffer (exact in TF32);
+//   * bwd4_body<C, K, V, KA>: compile-time dims, every input tile copied by cp.async at the start
+//     (q, k, v, dO kept in bf16), h and dh in a second copy group, the whole V width of the state
+//     terms in one pass, disjoint warp groups running independent products side by side, the
+//     diagonal pair sums with shared loads and vector coefficient loads, dg's reverse cumsum as a
+//     warp scan; KA (kept forms): Akk and KK from the forward, no inverse (7 block barriers; the
+//     plain form inverts as v3 does, 9 barriers; v3: 17);
+//   * output4_body (all dims): the four fp32 tiles through one cp.async group.
 
 // A loop unrolled n times on the device (the host compiler gets nothing).
 #ifdef __CUDA_ARCH__

@@ -2,7 +2,8 @@
 // the chunk-parallel algorithm of kda_fast.h with every GEMM-shaped product on mma, and the
 // intra-chunk pair terms factored through 16-token sub-block boundaries. The model's default
 // core where it fits (kda_tc_supported) since the GPU run of 2026-12-03; KDA_CORE=simt selects
-// the SIMT path of kda_fast.h, which stays the GPU oracle of this one.
+// the SIMT path of kda_fast.h, which stays the GPU oracle of this one. Two kernel versions
+// (kda_tc_version): v4, the default, and v3, kept whole for A/B runs (KDA_TC_V=3).
 //
 // Same arguments, layouts and dtypes as kda_fast.h (and kda_cuda.h):
 //   q, k   [B, T, H, K]   bf16, L2-normalized          v, o, do  [B, T, HV, V] bf16
