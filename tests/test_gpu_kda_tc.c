@@ -367,8 +367,9 @@ KDA_TEST_GPU(gpu_kda_tc_v4_matches_v3) {
         size_t nk = kda_tc_keep_floats(&c.d);
         float *keep = kda_cuda_alloc(&g_tctx, nk * 4);
         KDA_ASSERT(keep);
-        FwdOut f[2], fk[2];
+        FwdOut f[2] = {{NULL, NULL}, {NULL, NULL}}, fk[2] = {{NULL, NULL}, {NULL, NULL}};
         BwdOut b[2], bk[2];
+        memset(b, 0, sizeof b), memset(bk, 0, sizeof bk);
         for (int v = 0; v < 2; v++) {
             int prev = kda_tc_set_version(v ? 4 : 3);
             CHECK(kda_tc_version() == (v ? 4 : 3));

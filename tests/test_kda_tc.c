@@ -246,7 +246,7 @@ KDA_TEST(kda_tc_host_bwd_kept) {
 static void v4_vs_v3_(const TcCase *f, int kept, double tol_bwd) {
     const KdaCase *c = &f->c;
     const int64_t n[7] = {c->nv, c->nqk, c->nqk, c->nv, c->ng, c->nb, c->ns};
-    float *out[2][7];
+    float *out[2][7] = {{NULL}};
     for (int v = 0; v < 2; v++) {
         int prev = kda_tc_set_version(v ? 4 : 3);
         CHECK(kda_tc_bwd_main_version(&c->d) == (v ? 4 : 3));
