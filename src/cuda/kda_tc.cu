@@ -438,6 +438,7 @@ struct TcArgs : ChunkArgs {
     // unaligned one is copied with plain loads
     bool qk_al16, v_al16, g_al16, s_al16;
     int ver;         // kda_tc_version() of this call: 3 or 4
+    bool state_o;    // v4 forward: the state pass writes o as well (no output kernel)
     float *Akk, *KK; // kept (v4 at bwd4_dims): [cid][C][C] Akk, KK; NULL without a kept buffer
     const kda_bf16 *q, *k, *v, *dO;
     kda_bf16 *o, *dv; // outputs
@@ -642,6 +643,18 @@ __host__ __device__ void state_prefetch_(const TcArgs &a, int64_t cid, int v0, f
         cp16_(&Us[i * LT + c], &a.u[cid * C * V + (int64_t)i * V + v0 + c], a.async);
     }
     FOR(e, K4) cp16_(&gls[4 * e], &a.gl[cid * K + 4 * e], a.async);
+    if (a.state_o) { // v4: qg and Aqk of the chunk for o (after gls: state_obuf_floats)
+        const int LQ = pad4(K), LA = pad4(C), C4 = C / 4;
+        float *QG = gls + K, *Aq = QG + C * LQ;
+        FOR(e, C * K4) {
+            int i = e / K4, c = e % K4 * 4;
+            cp16_(&QG[i * LQ + c], &a.qg[cid * C * K + i * K + c], a.async);
+        }
+        FOR(e, C * C4) {
+            int i = e / C4, c = e % C4 * 4;
+            cp16_(&Aq[i * LA + c], &a.Aqk[cid * C * C + i * C + c], a.async);
+        }
+    }
     cp_commit_();
 }
 template <int C_, int K_, int VT_, int NS>
@@ -1067,7 +1080,8 @@ __host__ __device__ void bwd_body(const TcArgs &a, int64_t blk, float *sm) {
 //     diagonal pair sums with shared loads and vector coefficient loads, dg's reverse cumsum as a
 //     warp scan; KA (kept forms): Akk and KK from the forward, no inverse (7 block barriers; the
 //     plain form inverts as v3 does, 9 barriers; v3: 17);
-//   * output4_body (all dims): the four fp32 tiles through one cp.async group.
+//   * no output kernel (all dims): the forward state pass computes o = qg h + Aqk Δ per V tile
+//     from the chunk-start state beside the state update (output_body's product, same operands).
 
 // A loop unrolled n times on the device (the host compiler gets nothing).
 #ifdef __CUDA_ARCH__
@@ -1112,29 +1126,6 @@ __host__ __device__ inline void zero16_(void *dst) {
     f[0] = f[1] = f[2] = f[3] = 0.0f;
 }
 
-// ---- output: o = qg h[n] + Aqk Δ, its four tiles through one copy group
-__host__ __device__ void output4_body(const TcArgs &a, int64_t blk, float *sm) {
-    const int tid = tid_(), nth = nth_();
-    const int C = a.C, K = a.K, V = a.V, LK = pad4(K), LV = pad8(V), LC = pad4(C);
-    const int K4 = K / 4, V4 = V / 4, C4 = C / 4;
-    const bool as = a.async && a.s_al16;
-    const ChunkPos p = chunk_pos(a, blk);
-    float *QG = sm, *Hs = QG + C * LK, *Aq = Hs + K * LV, *Ds = Aq + C * LC;
-    const float *qg = a.qg + p.cid * C * K, *h = a.h + p.cid * K * V;
-    const float *aq = a.Aqk + p.cid * C * C, *D = a.D + p.cid * C * V;
-    FOR(e, C * K4) cp16_(&QG[(e / K4) * LK + e % K4 * 4], &qg[4 * e], as);
-    FOR(e, K * V4) cp16_(&Hs[(e / V4) * LV + e % V4 * 4], &h[4 * e], as);
-    FOR(e, C * C4) cp16_(&Aq[(e / C4) * LC + e % C4 * 4], &aq[4 * e], as);
-    FOR(e, C * V4) cp16_(&Ds[(e / V4) * LV + e % V4 * 4], &D[4 * e], as);
-    cp_commit_();
-    cp_wait_();
-    sync_();
-    block_mm(C, V, mat(QG, LK, 1), mat(Hs, LV, 1), K, mat(Aq, LC, 1), mat(Ds, LV, 1), C,
-             [&](int r, int c, float v1, float v2) {
-                 if (r < p.n) a.o[v_at(a, p.b, p.t0 + r, p.j) + c] = stbf(v1 + v2);
-             });
-}
-
 // ---- the state passes of v4: an NS-stage cp.async pipeline (chunk n + NS - 1 is copied while
 // chunk n computes: the latency of a copy is spread over NS - 1 steps of the chain instead of one)
 // and, at the models' dims, compile-time C, K, Vt (the products' k-loops unrolled). Template
@@ -1152,17 +1143,25 @@ template <int N> __host__ __device__ inline void cp_wait_n_() {
 
 // ---- forward state pass: h[n] = S; Δ = u - w S; S = Diag(e^{G_last}) S + kgᵀ Δ, one block per
 // (b, value head, V tile); v3's state_body is <0, 0, 0, 2>
-__host__ __device__ inline size_t state4_floats(int C, int K, int Vt, int ns) {
-    return (size_t)K * pad8(Vt) + (size_t)ns * state_buf_floats(C, K, Vt);
+// with o (state_o): a second S tile (o reads the chunk-start S while the update writes the next)
+// and qg, Aqk in every stage
+__host__ __device__ inline int state_obuf_floats(int C, int K) {
+    return C * pad4(K) + C * pad4(C);
+}
+__host__ __device__ inline size_t state4_floats(int C, int K, int Vt, int ns, bool with_o) {
+    int buf = state_buf_floats(C, K, Vt) + (with_o ? state_obuf_floats(C, K) : 0);
+    return (size_t)(with_o ? 2 : 1) * K * pad8(Vt) + (size_t)ns * buf;
 }
 template <int C_, int K_, int VT_, int NS>
 __host__ __device__ void state4_body(const TcArgs &a, int64_t blk, float *sm) {
     const int tid = tid_(), nth = nth_();
     const int C = C_ ? C_ : a.C, K = K_ ? K_ : a.K, Vt = VT_ ? VT_ : a.Vt, V = a.V, nvt = V / Vt;
-    const int LT = pad8(Vt), LW = pad4(K), LG = pad8(K), BUF = state_buf_floats(C, K, Vt);
+    const bool fo = a.state_o;
+    const int LT = pad8(Vt), LW = pad4(K), LG = pad8(K), LQ = pad4(K), LA = pad4(C);
+    const int BUF = state_buf_floats(C, K, Vt) + (fo ? state_obuf_floats(C, K) : 0);
     const int64_t bj = blk / nvt;
-    const int v0 = (int)(blk % nvt) * Vt, NT = a.NT;
-    float *S = sm, *bufs = S + K * LT;
+    const int v0 = (int)(blk % nvt) * Vt, NT = a.NT, b = (int)(bj / a.HV), j = (int)(bj % a.HV);
+    float *S = sm, *S2 = fo ? S + K * LT : S, *bufs = S + (fo ? 2 : 1) * K * LT;
 
     FOR(e, K * Vt) {
         int x = e / Vt, c = e % Vt;
@@ -1197,8 +1196,25 @@ __host__ __device__ void state4_body(const TcArgs &a, int64_t blk, float *sm) {
                      Dg[(int64_t)r * V + c] = d;
                  });
         sync_();
-        block_mm(K, Vt, mat(KGs, 1, LG), mat(Ds, LT, 1), C, no_mat(), no_mat(), 0,
-                 [&](int r, int c, float v, float) { S[r * LT + c] = gls[r] * S[r * LT + c] + v; });
+        if (!fo) {
+            block_mm(
+                K, Vt, mat(KGs, 1, LG), mat(Ds, LT, 1), C, no_mat(), no_mat(), 0,
+                [&](int r, int c, float v, float) { S[r * LT + c] = gls[r] * S[r * LT + c] + v; });
+            continue;
+        }
+        // with o: the next S into S2, and o = qg S + Aqk Δ (output_body's product, on this V tile)
+        // from the chunk-start S, side by side (2 tiles per warp); then S and S2 swap
+        const float *QG = gls + K, *Aq = QG + C * LQ;
+        const int t0 = nc * C, nr = imin(C, a.T - t0);
+        block_mm(
+            K, Vt, mat(KGs, 1, LG), mat(Ds, LT, 1), C, no_mat(), no_mat(), 0,
+            [&](int r, int c, float v, float) { S2[r * LT + c] = gls[r] * S[r * LT + c] + v; });
+        block_mm(C, Vt, mat(QG, LQ, 1), mat(S, LT, 1), K, mat(Aq, LA, 1), mat(Ds, LT, 1), C,
+                 [&](int r, int c, float v1, float v2) {
+                     if (r < nr) a.o[v_at(a, b, t0 + r, j) + v0 + c] = stbf(v1 + v2);
+                 });
+        float *t = S;
+        S = S2, S2 = t;
     }
     sync_();
     if (a.final_state) {
@@ -1953,10 +1969,6 @@ __global__ void __launch_bounds__(TC_BWD_THREADS, 2) tc_bwd_k(TcArgs a) {
     extern __shared__ float sm[];
     bwd_body(a, blockIdx.x, sm);
 }
-__global__ void __launch_bounds__(TC_THREADS) tc_output4_k(TcArgs a) {
-    extern __shared__ float sm[];
-    output4_body(a, blockIdx.x, sm);
-}
 template <int C_, int K_, int VT_, int NS>
 __global__ void __launch_bounds__(TC_THREADS) tc_state4_k(TcArgs a) {
     extern __shared__ float sm[];
@@ -2017,7 +2029,7 @@ size_t max_smem_bytes(const TcArgs &a) {
     size_t s[] = {state_floats(a.C, a.K, a.Vt),
                   output_floats(a.C, a.K, a.V),
                   bwd_floats(a.C, a.K, a.V, a.Vt),
-                  state4_floats(a.C, a.K, a.Vt, stages4(a)),
+                  state4_floats(a.C, a.K, a.Vt, stages4(a), true),
                   rstate4_floats(a.C, a.K, a.Vt, stages4(a)),
                   b4};
     for (size_t i = 0; i < sizeof s / sizeof s[0]; i++)
@@ -2056,7 +2068,7 @@ int launch_state_fwd(KdaCudaCtx *ctx, cudaEvent_t **ev, const TcArgs &a) {
     int64_t tiles = (int64_t)a.B * a.HV * (a.V / a.Vt);
     if (a.ver != 4)
         return launch(ctx, ev, tc_state_k, tiles, state_floats(a.C, a.K, a.Vt), TC_THREADS, a);
-    size_t f = state4_floats(a.C, a.K, a.Vt, stages4(a));
+    size_t f = state4_floats(a.C, a.K, a.Vt, stages4(a), a.state_o);
     if (bwd4_dims(a))
         return launch(ctx, ev, tc_state4_k<32, 32, 32, TC4_STAGES>, tiles, f, TC_THREADS, a);
     return launch(ctx, ev, tc_state4_k<0, 0, 0, 2>, tiles, f, TC_THREADS, a);
@@ -2102,12 +2114,15 @@ int tc_fwd(KdaCudaCtx *ctx, cudaEvent_t **ev, kda_bf16 *o, float *final_state, c
     if (keep) keep_carve(a, keep);
     a.q = q, a.k = k, a.v = v, a.gcum = gcum, a.beta = beta, a.init_state = init_state;
     a.o = o, a.final_state = final_state;
+    a.state_o = a.ver == 4; // v4: o from the state pass
     set_align(a);
     int64_t chunks = (int64_t)a.B * a.HV * a.NT;
-    if (launch_intra_fwd(ctx, ev, a) || launch_state_fwd(ctx, ev, a) ||
-        launch(ctx, ev, a.ver == 4 ? tc_output4_k : tc_output_k, chunks,
-               output_floats(a.C, a.K, a.V), TC_THREADS, a))
+    if (launch_intra_fwd(ctx, ev, a) || launch_state_fwd(ctx, ev, a)) return -1;
+    if (a.state_o) { // kda_tc_profile: an empty output slot
+        if (ev) CUDA_CHECK(ctx, cudaEventRecord(*(*ev)++, ctx->stream));
+    } else if (launch(ctx, ev, tc_output_k, chunks, output_floats(a.C, a.K, a.V), TC_THREADS, a)) {
         return -1;
+    }
     return 0;
 }
 
@@ -2347,16 +2362,13 @@ extern "C" void kda_tc_fwd_host(kda_bf16 *o, float *final_state, const kda_bf16 
     a.q = q, a.k = k, a.v = v, a.gcum = gcum, a.beta = beta, a.init_state = init_state;
     a.o = o, a.final_state = final_state;
     set_align(a);
+    a.state_o = a.ver == 4; // v4: o from the state pass
     for (int64_t b = 0; b < r.chunks; b++)
         intra_fwd_host(a, b, r.sm);
     for (int64_t b = 0; b < r.tiles; b++)
         state_fwd_host(a, b, r.sm);
-    for (int64_t b = 0; b < r.chunks; b++) {
-        if (a.ver == 4)
-            output4_body(a, b, r.sm);
-        else
-            output_body(a, b, r.sm);
-    }
+    for (int64_t b = 0; b < r.chunks && !a.state_o; b++)
+        output_body(a, b, r.sm);
     host_end(&r);
 }
 
