@@ -65,6 +65,15 @@ __host__ __device__ inline int nwarp_() {
     return 1;
 #endif
 }
+// The block size N as a compile-time constant on the device (bodies launched with exactly N
+// threads: loop trip counts without a division by blockDim); 1 on the host.
+template <int N> __host__ __device__ constexpr int nth_c_() {
+#ifdef __CUDA_ARCH__
+    return N;
+#else
+    return 1;
+#endif
+}
 __host__ __device__ inline void sync_() {
 #ifdef __CUDA_ARCH__
     __syncthreads();
@@ -628,9 +637,12 @@ __host__ __device__ void intra_body(const TcArgs &a, int64_t blk, float *sm, boo
 __host__ __device__ inline int state_buf_floats(int C, int K, int Vt) {
     return C * pad4(K) + C * pad8(K) + C * pad8(Vt) + K; // Ws, KGs, Us, gls
 }
+// (template dims 0: a's; TC_THREADS threads on the device)
+template <int C_, int K_, int VT_>
 __host__ __device__ void state_prefetch_(const TcArgs &a, int64_t cid, int v0, float *buf) {
-    const int tid = tid_(), nth = nth_();
-    const int C = a.C, K = a.K, V = a.V, Vt = a.Vt, LW = pad4(K), LG = pad8(K), LT = pad8(Vt);
+    const int tid = tid_(), nth = nth_c_<TC_THREADS>();
+    const int C = C_ ? C_ : a.C, K = K_ ? K_ : a.K, V = a.V, Vt = VT_ ? VT_ : a.Vt, LW = pad4(K),
+              LG = pad8(K), LT = pad8(Vt);
     float *Ws = buf, *KGs = Ws + C * LW, *Us = KGs + C * LG, *gls = Us + C * LT;
     const int K4 = K / 4, T4 = Vt / 4;
     FOR(e, C * K4) {
@@ -1154,7 +1166,7 @@ __host__ __device__ inline size_t state4_floats(int C, int K, int Vt, int ns, bo
 }
 template <int C_, int K_, int VT_, int NS>
 __host__ __device__ void state4_body(const TcArgs &a, int64_t blk, float *sm) {
-    const int tid = tid_(), nth = nth_();
+    const int tid = tid_(), nth = nth_c_<TC_THREADS>();
     const int C = C_ ? C_ : a.C, K = K_ ? K_ : a.K, Vt = VT_ ? VT_ : a.Vt, V = a.V, nvt = V / Vt;
     const bool fo = a.state_o;
     const int LT = pad8(Vt), LW = pad4(K), LG = pad8(K), LQ = pad4(K), LA = pad4(C);
@@ -1169,7 +1181,7 @@ __host__ __device__ void state4_body(const TcArgs &a, int64_t blk, float *sm) {
     }
     for (int s = 0; s < NS - 1; s++) { // the pipeline's first NS - 1 chunks, a group each
         if (s < NT)
-            state_prefetch_(a, bj * NT + s, v0, bufs + s * BUF);
+            state_prefetch_<C_, K_, VT_>(a, bj * NT + s, v0, bufs + s * BUF);
         else
             cp_commit_();
     }
@@ -1181,7 +1193,7 @@ __host__ __device__ void state4_body(const TcArgs &a, int64_t blk, float *sm) {
         sync_(); // chunk nc's tiles have landed; chunk nc - 1 is done with S and its buffer
         const int nx = nc + NS - 1;
         if (nx < NT)
-            state_prefetch_(a, cid + NS - 1, v0, bufs + (nx % NS) * BUF);
+            state_prefetch_<C_, K_, VT_>(a, cid + NS - 1, v0, bufs + (nx % NS) * BUF);
         else
             cp_commit_();
         FOR(e, K * Vt) {
@@ -1238,15 +1250,14 @@ __host__ __device__ inline size_t rstate4_floats(int C, int K, int Vt, int ns) {
            (size_t)ns * (size_t)rstate4_buf_floats(C, K, Vt);
 }
 template <int C_, int K_, int VT_>
-__host__ __device__ void rstate4_prefetch_(const TcArgs &a, int64_t cid, int nc, int v0,
-                                           float *buf) {
-    const int tid = tid_(), nth = nth_();
+__host__ __device__ void rstate4_prefetch_(const TcArgs &a, int64_t cid, int nc, int v0, int b,
+                                           int j, float *buf) {
+    const int tid = tid_(), nth = nth_c_<TC_THREADS>();
     const int C = C_ ? C_ : a.C, K = K_ ? K_ : a.K, Vt = VT_ ? VT_ : a.Vt;
     const int LW = pad8(K), LG = pad4(K), LA = pad8(C);
     const int LO = Vt + 8, K4 = K / 4, C4 = C / 4, T8 = Vt / 8;
     const bool as = a.async && a.s_al16, ao = a.async && a.dO_al16;
-    const int64_t bj = cid / a.NT;
-    const int b = (int)(bj / a.HV), j = (int)(bj % a.HV), t0 = nc * C;
+    const int t0 = nc * C;
     float *Ws = buf, *QGs = Ws + C * LW, *KGs = QGs + C * LW, *Aq = KGs + C * LG;
     kda_bf16 *dOb = (kda_bf16 *)(Aq + C * LA);
     float *gls = (float *)(dOb + C * LO);
@@ -1272,12 +1283,12 @@ __host__ __device__ void rstate4_prefetch_(const TcArgs &a, int64_t cid, int nc,
 }
 template <int C_, int K_, int VT_, int NS>
 __host__ __device__ void rstate4_body(const TcArgs &a, int64_t blk, float *sm) {
-    const int tid = tid_(), nth = nth_();
+    const int tid = tid_(), nth = nth_c_<TC_THREADS>();
     const int C = C_ ? C_ : a.C, K = K_ ? K_ : a.K, Vt = VT_ ? VT_ : a.Vt, V = a.V, nvt = V / Vt;
     const int LT = pad8(Vt), LW = pad8(K), LG = pad4(K), LA = pad8(C), LO = Vt + 8;
     const int BUF = rstate4_buf_floats(C, K, Vt), NT = a.NT;
     const int64_t bj = blk / nvt;
-    const int v0 = (int)(blk % nvt) * Vt;
+    const int v0 = (int)(blk % nvt) * Vt, b = (int)(bj / a.HV), j = (int)(bj % a.HV);
     float *dS = sm, *dDs = dS + K * LT, *bufs = dDs + C * LT;
 
     FOR(e, K * Vt) {
@@ -1287,7 +1298,8 @@ __host__ __device__ void rstate4_body(const TcArgs &a, int64_t blk, float *sm) {
     // chunks in reverse: step s handles chunk NT - 1 - s in buffer s % NS
     for (int s = 0; s < NS - 1; s++) {
         if (s < NT)
-            rstate4_prefetch_<C_, K_, VT_>(a, bj * NT + NT - 1 - s, NT - 1 - s, v0, bufs + s * BUF);
+            rstate4_prefetch_<C_, K_, VT_>(a, bj * NT + NT - 1 - s, NT - 1 - s, v0, b, j,
+                                           bufs + s * BUF);
         else
             cp_commit_();
     }
@@ -1302,7 +1314,7 @@ __host__ __device__ void rstate4_body(const TcArgs &a, int64_t blk, float *sm) {
         sync_(); // chunk nc's tiles have landed; the previous step is done with dS, dDs, its half
         const int sx = st + NS - 1;
         if (sx < NT)
-            rstate4_prefetch_<C_, K_, VT_>(a, bj * NT + NT - 1 - sx, NT - 1 - sx, v0,
+            rstate4_prefetch_<C_, K_, VT_>(a, bj * NT + NT - 1 - sx, NT - 1 - sx, v0, b, j,
                                            bufs + (sx % NS) * BUF);
         else
             cp_commit_();
