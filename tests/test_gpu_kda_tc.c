@@ -12,6 +12,11 @@
 // 3e-3 for fp32 outputs (inside FLA's 5e-3 / 8e-3 / 2e-2), 1e-2 for the bf16 outputs o and dv
 // (bf16 rounding alone ~2e-3). The same tolerances hold against kda_fast (whose own error is
 // ~1e-6). A wrong fragment layout, term or race shows as >= 1e-1 or NaN.
+// Both kernel versions (kda_tc_set_version 3 and 4; 4 is the default) run every shape; v4 against
+// v3 on the same inputs must agree to fp32 reassociation (TOL_V4_V3 = 2e-5: the same TF32
+// products, other summation orders in the pair sums and the dg scan; the host emulation sees at
+// most 1.6e-6, dg under a -30-nat gate), which is what shows a v4 race or a v4 phase reading a
+// tile too early (>= 1e-3; the host emulation cannot see those).
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -22,6 +27,7 @@
 #ifdef KDA_HAVE_CUDA
 
 #include "core/rng.h"     // defines: KdaRng
+#include "core/util.h"    // defines: f32_to_bf16, bf16_to_f32
 #include "cpu/kda_core.h" // defines: KdaDims, kda_chunk_fwd, kda_chunk_bwd
 #include "cuda/cuda_common.h"
 #include "cuda/kda_fast.h" // defines: kda_fast_fwd, kda_fast_bwd, kda_fast_bwd_kept
@@ -30,6 +36,16 @@
 
 #define TOL_TC_F32  3e-3
 #define TOL_TC_BF16 1e-2
+#define TOL_V4_V3   2e-5
+// v4's kept backward takes the forward's Akk, whose off-diagonal block rounds L = β KK to TF32
+// where v3's backward rounds KK: ~2^-11 on that block (the host emulation sees <= 4e-4 on dv)
+#define TOL_V4_V3_KEPT 2e-3
+// the device against the host emulation of the same bodies: TF32 rounding is the same; what
+// differs is the tensor cores' internal accumulation, __expf against expf and FMA contraction
+// (~1e-7 each, 1e-6 after the 64-chunk chains); bf16 outputs can flip an ulp (3.9e-3) where the
+// fp32 value sits on a rounding boundary
+#define TOL_HOST_F32  2e-5
+#define TOL_HOST_BF16 1e-3
 
 static KdaCudaCtx g_tctx;
 static int g_tstate; // 0 untried, 1 ready, -1 failed
@@ -240,8 +256,7 @@ static const TcShape TC_SHAPES[] = {
     {1, 300, 2, 4, 32, 64, 32, 1, 30.0f},
 };
 
-// mode 0 forward, 1 backward (+ the kept forms); small_only: B·T·HV <= 1024 (compute-sanitizer).
-static void tc_sweep_(int mode, uint64_t seed, int small_only) {
+static void tc_sweep_one_(int mode, uint64_t seed, int small_only) {
     KdaRng r;
     rng_seed(&r, seed);
     for (size_t i = 0; i < sizeof TC_SHAPES / sizeof TC_SHAPES[0]; i++) {
@@ -263,6 +278,17 @@ static void tc_sweep_(int mode, uint64_t seed, int small_only) {
     }
 }
 
+// mode 0 forward, 1 backward (+ the kept forms); small_only: B·T·HV <= 1024 (compute-sanitizer);
+// both versions, v3 then v4, on fresh inputs each.
+static void tc_sweep_(int mode, uint64_t seed, int small_only) {
+    for (int ver = 3; ver <= 4; ver++) {
+        int prev = kda_tc_set_version(ver);
+        printf("  -- kda_tc v%d\n", ver);
+        tc_sweep_one_(mode, seed + (uint64_t)ver, small_only);
+        kda_tc_set_version(prev);
+    }
+}
+
 KDA_TEST_GPU(gpu_kda_tc_fwd) {
     if (!gpu_()) return;
     tc_sweep_(0, 511, 0);
@@ -273,30 +299,192 @@ KDA_TEST_GPU(gpu_kda_tc_bwd) {
     tc_sweep_(1, 512, 0);
 }
 
-// The reverse state pass copies dO with cp.async when it is 16-byte aligned and with plain loads
-// otherwise (the model's activations need not be aligned): both paths must give the same bits.
-KDA_TEST_GPU(gpu_kda_tc_misaligned_do) {
+// The kernels copy q, k, v, dO (bf16) and gcum with cp.async when they are 16-byte aligned and
+// with plain loads otherwise (the model's activations need not be aligned): both paths must give
+// the same bits, in both versions (v3 copies only dO with cp.async).
+KDA_TEST_GPU(gpu_kda_tc_misaligned) {
     if (!gpu_()) return;
     KdaRng r;
     rng_seed(&r, 515);
     KdaCase c;
     kda_case_make(&c, &r, 2, 65, 2, 2, 32, 64, 32, 1);
     DevIn in = dev_in_(&c);
-    BwdOut al = gpu_bwd_(&c, &in, 0, NULL);
-    kda_bf16 *mis = kda_cuda_alloc(&g_tctx, (size_t)(c.nv + 8) * 2);
-    KDA_ASSERT(mis && kda_cuda_put_bf16(&g_tctx, mis + 1, c.dO, c.nv) == 0);
-    void *aligned_dO = in.dO;
-    in.dO = mis + 1; // 2 bytes past a 256-byte boundary
-    BwdOut un = gpu_bwd_(&c, &in, 0, NULL);
-    in.dO = aligned_dO;
-    for (int i = 0; i < 6; i++)
-        CHECK_MSG(al.g[i] && un.g[i] &&
-                      !memcmp(al.g[i], un.g[i], (size_t)bwd_n_(&c, i) * sizeof(float)),
-                  "%s differs between aligned and misaligned dO", BWD_NAMES[i]);
-    kda_cuda_release(mis);
-    bwd_out_free_(&al), bwd_out_free_(&un);
+    kda_bf16 *mq = kda_cuda_alloc(&g_tctx, (size_t)(c.nqk + 8) * 2);
+    kda_bf16 *mk = kda_cuda_alloc(&g_tctx, (size_t)(c.nqk + 8) * 2);
+    kda_bf16 *mv = kda_cuda_alloc(&g_tctx, (size_t)(c.nv + 8) * 2);
+    kda_bf16 *mo = kda_cuda_alloc(&g_tctx, (size_t)(c.nv + 8) * 2);
+    float *mg = kda_cuda_alloc(&g_tctx, (size_t)(c.ng + 4) * 4);
+    KDA_ASSERT(mq && mk && mv && mo && mg);
+    // 2 bytes (bf16) and 4 bytes (gcum) past a 256-byte boundary
+    KDA_ASSERT(kda_cuda_put_bf16(&g_tctx, mq + 1, c.q, c.nqk) == 0 &&
+               kda_cuda_put_bf16(&g_tctx, mk + 1, c.k, c.nqk) == 0 &&
+               kda_cuda_put_bf16(&g_tctx, mv + 1, c.v, c.nv) == 0 &&
+               kda_cuda_put_bf16(&g_tctx, mo + 1, c.dO, c.nv) == 0 &&
+               kda_cuda_put_f32(&g_tctx, mg + 1, c.gcum, c.ng) == 0);
+    DevIn mis = in;
+    mis.q = mq + 1, mis.k = mk + 1, mis.v = mv + 1, mis.dO = mo + 1, mis.gc = mg + 1;
+    for (int ver = 3; ver <= 4; ver++) {
+        int prev = kda_tc_set_version(ver);
+        FwdOut fa = gpu_fwd_(&c, &in, 0, NULL), fu = gpu_fwd_(&c, &mis, 0, NULL);
+        CHECK_MSG(fa.o && fu.o && !memcmp(fa.o, fu.o, (size_t)c.nv * sizeof(float)),
+                  "v%d: o differs between aligned and misaligned inputs", ver);
+        BwdOut al = gpu_bwd_(&c, &in, 0, NULL), un = gpu_bwd_(&c, &mis, 0, NULL);
+        for (int i = 0; i < 6; i++)
+            CHECK_MSG(al.g[i] && un.g[i] &&
+                          !memcmp(al.g[i], un.g[i], (size_t)bwd_n_(&c, i) * sizeof(float)),
+                      "v%d: %s differs between aligned and misaligned inputs", ver, BWD_NAMES[i]);
+        fwd_out_free_(&fa), fwd_out_free_(&fu), bwd_out_free_(&al), bwd_out_free_(&un);
+        kda_tc_set_version(prev);
+    }
+    kda_cuda_release(mq), kda_cuda_release(mk), kda_cuda_release(mv), kda_cuda_release(mo);
+    kda_cuda_release(mg);
     dev_in_free_(&in);
     kda_case_free(&c);
+}
+
+// v4 against v3 on the same inputs, plain forms and the kept forward: TOL_V4_V3 rel RMS
+// (reassociation; see the file comment), the kept backward TOL_V4_V3_KEPT, at the model's layer
+// shape (16 x 2048 x 8), T not a multiple of the chunk, T = 1, GVA 4x with a strong gate, and chunk
+// 16 (v4's reverse pass and output, v3's main).
+KDA_TEST_GPU(gpu_kda_tc_v4_matches_v3) {
+    if (!gpu_()) return;
+    static const TcShape S[] = {{16, 2048, 8, 8, 32, 64, 32, 1, 0},
+                                {2, 65, 2, 2, 32, 64, 32, 1, 0},
+                                {2, 1, 2, 2, 32, 64, 32, 0, 0},
+                                {1, 300, 2, 8, 32, 64, 32, 1, 30.0f},
+                                {1, 130, 2, 2, 32, 64, 16, 1, 0}};
+    KdaRng r;
+    rng_seed(&r, 516);
+    for (size_t i = 0; i < sizeof S / sizeof S[0]; i++) {
+        const TcShape *s = &S[i];
+        printf("  B=%lld T=%lld H=%lld HV=%lld chunk=%lld gmax=%g\n", (long long)s->B,
+               (long long)s->T, (long long)s->H, (long long)s->HV, (long long)s->C,
+               (double)s->gmax);
+        KdaCase c;
+        kda_case_make(&c, &r, s->B, s->T, s->H, s->HV, s->K, s->V, s->C, s->state);
+        if (s->gmax > 0) kda_case_strong_gate(&c, &r, s->gmax);
+        DevIn in = dev_in_(&c);
+        size_t nk = kda_tc_keep_floats(&c.d);
+        float *keep = kda_cuda_alloc(&g_tctx, nk * 4);
+        KDA_ASSERT(keep);
+        FwdOut f[2] = {{NULL, NULL}, {NULL, NULL}}, fk[2] = {{NULL, NULL}, {NULL, NULL}};
+        BwdOut b[2], bk[2];
+        memset(b, 0, sizeof b), memset(bk, 0, sizeof bk);
+        for (int v = 0; v < 2; v++) {
+            int prev = kda_tc_set_version(v ? 4 : 3);
+            CHECK(kda_tc_version() == (v ? 4 : 3));
+            f[v] = gpu_fwd_(&c, &in, 0, NULL);
+            b[v] = gpu_bwd_(&c, &in, 0, NULL);
+            KDA_ASSERT(kda_cuda_poison(&g_tctx, keep, nk * 4) == 0);
+            fk[v] = gpu_fwd_(&c, &in, 1, keep);
+            bk[v] = gpu_bwd_(&c, &in, 1, keep);
+            kda_tc_set_version(prev);
+        }
+        if (f[0].o && f[1].o) {
+            kda_case_expect("v4 vs v3 o", f[0].o, f[1].o, c.nv, TOL_V4_V3);
+            kda_case_expect("v4 vs v3 final state", f[0].fs, f[1].fs, c.ns, TOL_V4_V3);
+            kda_case_expect("v4 vs v3 o (keep)", fk[0].o, fk[1].o, c.nv, TOL_V4_V3);
+        }
+        for (int g = 0; g < 6; g++) {
+            char what[64];
+            if (!b[0].g[g] || !b[1].g[g] || !bk[0].g[g] || !bk[1].g[g]) break;
+            snprintf(what, sizeof what, "v4 vs v3 %s", BWD_NAMES[g]);
+            kda_case_expect(what, b[0].g[g], b[1].g[g], bwd_n_(&c, g), TOL_V4_V3);
+            snprintf(what, sizeof what, "v4 vs v3 %s (kept)", BWD_NAMES[g]);
+            kda_case_expect(what, bk[0].g[g], bk[1].g[g], bwd_n_(&c, g), TOL_V4_V3_KEPT);
+        }
+        for (int v = 0; v < 2; v++)
+            fwd_out_free_(&f[v]), fwd_out_free_(&fk[v]), bwd_out_free_(&b[v]),
+                bwd_out_free_(&bk[v]);
+        kda_cuda_release(keep);
+        dev_in_free_(&in);
+        kda_case_free(&c);
+    }
+}
+
+// The device against the host emulation of the same kernel bodies (kda_tc_fwd_host /
+// kda_tc_bwd_host), both versions, plain and kept forms: the race and fragment-layout check of
+// every body (the v4 kept backward included), at TOL_HOST_F32 / TOL_HOST_BF16 (see above). Shapes:
+// T not a multiple of the chunk with states, GVA 4x under a -30-nat gate, 64 chunks in series,
+// and two dims that run v3's intra and main backward inside v4 (K16 V24, K = V = 128 chunk 16).
+static kda_bf16 *host_bf16_(const float *x, int64_t n) {
+    kda_bf16 *b = malloc((size_t)(n > 0 ? n : 1) * sizeof(kda_bf16));
+    for (int64_t i = 0; i < n; i++)
+        b[i] = f32_to_bf16(x[i]);
+    return b;
+}
+static float *host_f32_(const kda_bf16 *b, int64_t n) {
+    float *x = malloc((size_t)(n > 0 ? n : 1) * sizeof(float));
+    for (int64_t i = 0; i < n; i++)
+        x[i] = bf16_to_f32(b[i]);
+    return x;
+}
+
+KDA_TEST_GPU(gpu_kda_tc_matches_host) {
+    if (!gpu_()) return;
+    static const TcShape S[] = {{2, 65, 2, 2, 32, 64, 32, 1, 0},
+                                {1, 300, 2, 8, 32, 64, 32, 1, 30.0f},
+                                {1, 2048, 1, 1, 32, 64, 32, 1, 0},
+                                {1, 97, 1, 4, 16, 24, 32, 1, 0},
+                                {1, 130, 1, 1, 128, 128, 16, 1, 0}};
+    KdaRng r;
+    rng_seed(&r, 517);
+    for (size_t i = 0; i < sizeof S / sizeof S[0]; i++) {
+        const TcShape *s = &S[i];
+        KdaCase c;
+        kda_case_make(&c, &r, s->B, s->T, s->H, s->HV, s->K, s->V, s->C, s->state);
+        if (s->gmax > 0) kda_case_strong_gate(&c, &r, s->gmax);
+        DevIn in = dev_in_(&c);
+        kda_bf16 *qb = host_bf16_(c.q, c.nqk), *kb = host_bf16_(c.k, c.nqk);
+        kda_bf16 *vb = host_bf16_(c.v, c.nv), *dOb = host_bf16_(c.dO, c.nv);
+        size_t nk = kda_tc_keep_floats(&c.d);
+        float *keep = kda_cuda_alloc(&g_tctx, nk * 4), *hkeep = malloc(nk * 4);
+        KDA_ASSERT(keep && hkeep);
+        for (int ver = 3; ver <= 4; ver++) {
+            for (int kept = 0; kept <= 1; kept++) {
+                printf("  v%d %s B=%lld T=%lld H=%lld HV=%lld K=%lld V=%lld chunk=%lld gmax=%g\n",
+                       ver, kept ? "kept" : "plain", (long long)s->B, (long long)s->T,
+                       (long long)s->H, (long long)s->HV, (long long)s->K, (long long)s->V,
+                       (long long)s->C, (double)s->gmax);
+                int prev = kda_tc_set_version(ver);
+                // host
+                kda_bf16 *ho = malloc((size_t)c.nv * 2), *hdv = malloc((size_t)c.nv * 2);
+                float *hfs = malloc((size_t)c.ns * 4);
+                BwdOut h;
+                for (int g = 0; g < 6; g++)
+                    h.g[g] = malloc((size_t)bwd_n_(&c, g) * 4);
+                memset(hkeep, 0xff, nk * 4);
+                kda_tc_fwd_host(ho, hfs, qb, kb, vb, c.gcum, c.beta, c.S0, &c.d,
+                                kept ? hkeep : NULL);
+                kda_tc_bwd_host(h.g[0], h.g[1], hdv, h.g[3], h.g[4], h.g[5], dOb, c.dST, qb, kb, vb,
+                                c.gcum, c.beta, c.S0, &c.d, kept ? hkeep : NULL);
+                free(h.g[2]);
+                h.g[2] = host_f32_(hdv, c.nv);
+                float *hof = host_f32_(ho, c.nv);
+                // device
+                KDA_ASSERT(kda_cuda_poison(&g_tctx, keep, nk * 4) == 0);
+                FwdOut f = gpu_fwd_(&c, &in, kept, kept ? keep : NULL);
+                BwdOut b = gpu_bwd_(&c, &in, kept, kept ? keep : NULL);
+                if (f.o) {
+                    kda_case_expect("device vs host o bf16", hof, f.o, c.nv, TOL_HOST_BF16);
+                    kda_case_expect("device vs host final state", hfs, f.fs, c.ns, TOL_HOST_F32);
+                }
+                for (int g = 0; g < 6 && b.g[g]; g++) {
+                    char what[64];
+                    snprintf(what, sizeof what, "device vs host %s", BWD_NAMES[g]);
+                    kda_case_expect(what, h.g[g], b.g[g], bwd_n_(&c, g),
+                                    g == 2 ? TOL_HOST_BF16 : TOL_HOST_F32);
+                }
+                fwd_out_free_(&f), bwd_out_free_(&b), bwd_out_free_(&h);
+                free(ho), free(hdv), free(hfs), free(hof);
+                kda_tc_set_version(prev);
+            }
+        }
+        kda_cuda_release(keep);
+        free(hkeep), free(qb), free(kb), free(vb), free(dOb);
+        dev_in_free_(&in);
+        kda_case_free(&c);
+    }
 }
 
 // The small shapes only, forward and backward: what compute-sanitizer (memcheck, racecheck) runs.

@@ -14,7 +14,7 @@
 #include "cuda/gemm_cuda.h"   // defines: kda_cuda_gemm_*
 #include "cuda/kda_cuda.h"    // defines: kda_cuda_chunk_fwd, kda_cuda_recurrent_bwd
 #include "cuda/kda_fast.h"    // defines: kda_fast_chunk
-#include "cuda/kda_tc.h"      // defines: kda_tc_fwd, kda_tc_bwd, kda_tc_profile
+#include "cuda/kda_tc.h"      // defines: kda_tc_fwd, kda_tc_bwd, kda_tc_profile, kda_tc_set_version
 #include "cuda/ops_cuda.h"    // defines: kda_cuda_* ops
 
 static KdaCudaCtx g;
@@ -93,6 +93,7 @@ typedef struct {
     KdaDims d, d32; // chunk 64 (the v1 kernels) and the fast path's chunk
     float *gcum32;  // gcum summed over the fast chunk
     float *keep;    // the M0 kept state at d32 (kda_tc_keep_floats >= kda_fast_keep_floats)
+    float *keep128; // the same at d128 (tensor-core rows)
     void *q128, *k128, *v128, *o128, *dO128, *dv128; // K = V = 128 (fast path only)
     float *gcum128, *dq128, *dk128, *dg128;
     KdaDims d128;
@@ -179,14 +180,18 @@ static int b_fast128_fwdbwd(void *a) {
            kda_cuda_chunk_bwd(&g, z.dq128, z.dk128, z.dv128, z.dg128, z.dbeta, NULL, z.dO128, NULL,
                               z.q128, z.k128, z.v128, z.gcum128, z.beta, NULL, &z.d128);
 }
-// The tensor-core core (kda_tc.h; KDA_CORE=tc in the model) on the same inputs and dims as the
-// fast rows above.
+// The tensor-core core (kda_tc.h, the model's default core) on the same inputs and dims as the
+// fast rows above; each row runs kernel version tc_ver_ (kda_tc_set_version: 4, the default, in
+// the 'kda tc ...' rows; 3 in the 'kda tc3 ...' rows).
+static int tc_ver_ = 4;
 static int b_tc_fwd(void *a) {
     (void)a;
+    kda_tc_set_version(tc_ver_);
     return kda_tc_fwd(&g, z.o, NULL, z.q, z.k, z.v, z.gcum32, z.beta, NULL, &z.d32);
 }
 static int b_tc_bwd(void *a) {
     (void)a;
+    kda_tc_set_version(tc_ver_);
     return kda_tc_bwd(&g, z.dq, z.dk, z.dv, z.dg, z.dbeta, NULL, z.dO, NULL, z.q, z.k, z.v,
                       z.gcum32, z.beta, NULL, &z.d32);
 }
@@ -195,13 +200,17 @@ static int b_tc_fwdbwd(void *a) {
 }
 static int b_tc128_fwd(void *a) {
     (void)a;
+    kda_tc_set_version(tc_ver_);
     return kda_tc_fwd(&g, z.o128, NULL, z.q128, z.k128, z.v128, z.gcum128, z.beta, NULL, &z.d128);
 }
-static int b_tc128_fwdbwd(void *a) {
+static int b_tc128_bwd(void *a) {
     (void)a;
-    return b_tc128_fwd(a) ||
-           kda_tc_bwd(&g, z.dq128, z.dk128, z.dv128, z.dg128, z.dbeta, NULL, z.dO128, NULL, z.q128,
+    kda_tc_set_version(tc_ver_);
+    return kda_tc_bwd(&g, z.dq128, z.dk128, z.dv128, z.dg128, z.dbeta, NULL, z.dO128, NULL, z.q128,
                       z.k128, z.v128, z.gcum128, z.beta, NULL, &z.d128);
+}
+static int b_tc128_fwdbwd(void *a) {
+    return b_tc128_fwd(a) || b_tc128_bwd(a);
 }
 // M0, what the model runs (KDA_CORE_KEEP default): the forward keeps h and Δ, the backward reads
 // them and skips its state pass.
@@ -214,18 +223,43 @@ static int b_fast_kept(void *a) {
 }
 static int b_tc_kept(void *a) {
     (void)a;
+    kda_tc_set_version(tc_ver_);
     return kda_tc_fwd_keep(&g, z.o, NULL, z.q, z.k, z.v, z.gcum32, z.beta, NULL, &z.d32, z.keep) ||
            kda_tc_bwd_kept(&g, z.dq, z.dk, z.dv, z.dg, z.dbeta, NULL, z.dO, NULL, z.q, z.k, z.v,
                            z.gcum32, z.beta, NULL, &z.d32, z.keep);
 }
-// The same with the state passes' copies done without cp.async (KDA_TC_ASYNC=0): what the
-// prefetch buys.
+static int b_tc128_kept(void *a) {
+    (void)a;
+    kda_tc_set_version(tc_ver_);
+    return kda_tc_fwd_keep(&g, z.o128, NULL, z.q128, z.k128, z.v128, z.gcum128, z.beta, NULL,
+                           &z.d128, z.keep128) ||
+           kda_tc_bwd_kept(&g, z.dq128, z.dk128, z.dv128, z.dg128, z.dbeta, NULL, z.dO128, NULL,
+                           z.q128, z.k128, z.v128, z.gcum128, z.beta, NULL, &z.d128, z.keep128);
+}
+// The same with the copies done without cp.async (KDA_TC_ASYNC=0): what the prefetch buys.
 static int b_tc_kept_sync(void *a) {
     setenv("KDA_TC_ASYNC", "0", 1);
     int rc = b_tc_kept(a);
     unsetenv("KDA_TC_ASYNC");
     return rc;
 }
+// The 'kda tc3 ...' rows: the same calls on kernel version 3.
+#define TC3_(name)                                                                                 \
+    static int name##3(void *a) {                                                                  \
+        tc_ver_ = 3;                                                                               \
+        int rc = name(a);                                                                          \
+        tc_ver_ = 4;                                                                               \
+        return rc;                                                                                 \
+    }
+TC3_(b_tc_fwd)
+TC3_(b_tc_bwd)
+TC3_(b_tc_fwdbwd)
+TC3_(b_tc_kept)
+TC3_(b_tc_kept_sync)
+TC3_(b_tc128_fwd)
+TC3_(b_tc128_bwd)
+TC3_(b_tc128_fwdbwd)
+TC3_(b_tc128_kept)
 static int b_adamw(void *a) {
     (void)a;
     return kda_cuda_adamw(&g, z.p, z.pb, z.grad, z.m, z.vv, NPARAM, &z.s, NULL);
@@ -295,6 +329,7 @@ int main(void) {
                                      z.d128.chunk))
             die_("gate 128");
     }
+    z.keep128 = rand_buf_(&r, (int64_t)kda_tc_keep_floats(&z.d128), 4, 0, 1);
     printf("fast path chunk: %lld (K32 V64), %lld (K128 V128)\n", (long long)C32,
            (long long)z.d128.chunk);
     double th = (double)B * T * H; // token-heads
@@ -319,14 +354,25 @@ int main(void) {
         {"kda fast fwd+bwd 16x2048 H8 K32 V64", b_fast_fwdbwd, 0, 0, 1},
         {"kda fast fwd 16x2048 H8 K128 V128", b_fast128_fwd, 0, 0, 1},
         {"kda fast fwd+bwd 16x2048 H8 K128 V128", b_fast128_fwdbwd, 0, 0, 1},
-        {"kda tc fwd 16x2048 H8 K32 V64", b_tc_fwd, 0, 0, 1},
-        {"kda tc bwd 16x2048 H8 K32 V64", b_tc_bwd, 0, 0, 1},
-        {"kda tc fwd+bwd 16x2048 H8 K32 V64", b_tc_fwdbwd, 0, 0, 1},
         {"kda fast fwd+bwd kept 16x2048 H8 K32 V64", b_fast_kept, 0, 0, 1},
+        {"kda tc3 fwd 16x2048 H8 K32 V64", b_tc_fwd3, 0, 0, 1},
+        {"kda tc fwd 16x2048 H8 K32 V64", b_tc_fwd, 0, 0, 1},
+        {"kda tc3 bwd 16x2048 H8 K32 V64", b_tc_bwd3, 0, 0, 1},
+        {"kda tc bwd 16x2048 H8 K32 V64", b_tc_bwd, 0, 0, 1},
+        {"kda tc3 fwd+bwd 16x2048 H8 K32 V64", b_tc_fwdbwd3, 0, 0, 1},
+        {"kda tc fwd+bwd 16x2048 H8 K32 V64", b_tc_fwdbwd, 0, 0, 1},
+        {"kda tc3 fwd+bwd kept 16x2048 H8 K32 V64", b_tc_kept3, 0, 0, 1},
         {"kda tc fwd+bwd kept 16x2048 H8 K32 V64", b_tc_kept, 0, 0, 1},
+        {"kda tc3 fwd+bwd kept sync 16x2048 H8 K32 V64", b_tc_kept_sync3, 0, 0, 1},
         {"kda tc fwd+bwd kept sync 16x2048 H8 K32 V64", b_tc_kept_sync, 0, 0, 1},
+        {"kda tc3 fwd 16x2048 H8 K128 V128", b_tc128_fwd3, 0, 0, 1},
         {"kda tc fwd 16x2048 H8 K128 V128", b_tc128_fwd, 0, 0, 1},
+        {"kda tc3 bwd 16x2048 H8 K128 V128", b_tc128_bwd3, 0, 0, 1},
+        {"kda tc bwd 16x2048 H8 K128 V128", b_tc128_bwd, 0, 0, 1},
+        {"kda tc3 fwd+bwd 16x2048 H8 K128 V128", b_tc128_fwdbwd3, 0, 0, 1},
         {"kda tc fwd+bwd 16x2048 H8 K128 V128", b_tc128_fwdbwd, 0, 0, 1},
+        {"kda tc3 fwd+bwd kept 16x2048 H8 K128 V128", b_tc128_kept3, 0, 0, 1},
+        {"kda tc fwd+bwd kept 16x2048 H8 K128 V128", b_tc128_kept, 0, 0, 1},
         {"kda v1 chunk fwd 16x2048 H8 K32 V64", b_kda_fwd, 0, 0, 1},
         {"kda v1 recurrent bwd 16x2048 H8 K32 V64", b_kda_bwd, 0, 0, 1},
         {"kda v1 chunk bwd 16x2048 H8 K32 V64", b_kda_cbwd, 0, 0, 1},
@@ -341,25 +387,39 @@ int main(void) {
         else
             printf("%-40s %10.3f %9.0f GB/s\n", rows[i].name, ms, rows[i].bytes / ms / 1e6);
     }
-    // Per-kernel breakdown of the fast path and of the tensor-core path (kda_fast_profile /
-    // kda_tc_profile: min of 10, own inputs)
-    for (int path = 0; path < 2; path++) {
+    // Per-kernel breakdown of the fast path and of the tensor-core path, v3 then v4, plain forms
+    // (kda_fast_profile / kda_tc_profile: min of 10, own inputs; v4's backward intra is the
+    // forward's form and its reverse state pass includes dΔ_intra), then the tensor-core kept
+    // forms (kda_tc_profile_kept: what the model runs)
+    for (int path = 0; path < 5; path++) {
         static const char *names[8] = {
             "fwd intra",         "fwd state", "fwd output", "bwd intra", "bwd state (recompute)",
             "bwd reverse state", "bwd main",  "bwd gva sum"};
+        static const char *kept_names[8] = {
+            "fwd intra",         "fwd state", "fwd output",  "bwd ddi",
+            "bwd reverse state", "bwd main",  "bwd gva sum", "-"};
+        static const char *paths[5] = {"fast", "tc v3", "tc v4", "tc v3 kept", "tc v4 kept"};
         KdaDims dd[2] = {z.d32, z.d128};
         for (int s = 0; s < 2; s++) {
             float kms[8];
-            if (path == 1 && !kda_tc_supported(&dd[s], g.info.smem_per_block_optin)) continue;
-            if (path ? kda_tc_profile(&g, &dd[s], 10, kms) : kda_fast_profile(&g, &dd[s], 10, kms))
-                die_("profile");
-            printf("%s path per kernel, K%lld V%lld chunk %lld:\n", path ? "tc" : "fast",
-                   (long long)dd[s].K, (long long)dd[s].V, (long long)dd[s].chunk);
-            for (int i = 0; i < 8; i++)
-                printf("  %-28s %8.3f ms %7.2f ns/token-head\n", names[i], kms[i],
-                       kms[i] * 1e6 / th);
+            if (path > 0 && !kda_tc_supported(&dd[s], g.info.smem_per_block_optin)) continue;
+            if (path > 0) kda_tc_set_version(path % 2 ? 3 : 4);
+            int rc = path == 0  ? kda_fast_profile(&g, &dd[s], 10, kms)
+                     : path < 3 ? kda_tc_profile(&g, &dd[s], 10, kms)
+                                : kda_tc_profile_kept(&g, &dd[s], 10, kms);
+            if (rc) die_("profile");
+            printf("%s path per kernel, K%lld V%lld chunk %lld:\n", paths[path], (long long)dd[s].K,
+                   (long long)dd[s].V, (long long)dd[s].chunk);
+            float sum = 0.0f;
+            for (int i = 0; i < (path >= 3 ? 7 : 8); i++) {
+                printf("  %-28s %8.3f ms %7.2f ns/token-head\n",
+                       path >= 3 ? kept_names[i] : names[i], kms[i], kms[i] * 1e6 / th);
+                sum += kms[i];
+            }
+            printf("  %-28s %8.3f ms\n", "sum", sum);
         }
     }
+    kda_tc_set_version(0);
     // AdamW and grad norm over 300M fp32 parameters (separate buffers, allocated last)
     z.p = rand_buf_(&r, NPARAM, 4, 0, .02f), z.grad = rand_buf_(&r, NPARAM, 4, 0, 1e-3f);
     z.m = rand_buf_(&r, NPARAM, 4, 0, 1e-3f), z.vv = rand_buf_(&r, NPARAM, 4, 1e-6f, 1e-7f);

@@ -185,7 +185,8 @@ def _ratio(f, k):
 
 def compare(c_text, fla_rows):
     """Markdown: bench_gpu.c's SIMT rows (kda_fast, 'kda fast ...') and tensor-core rows (kda_tc,
-    KDA_CORE=tc: 'kda tc ...') beside FLA per (shape, what), ratios FLA ms / kda.c ms."""
+    the model's default core: 'kda tc3 ...' kernel version 3, 'kda tc ...' version 4, the default)
+    beside FLA per (shape, what), ratios FLA ms / kda.c ms."""
     c, cshapes = parse_bench_gpu(c_text)
     fla = {(r["B"], r["T"], r["H"], r["K"], r["V"], r["mode"]): r for r in fla_rows}
     what = [  # (label, FLA mode, FLA field, core row, gate rows added on the kda.c side)
@@ -197,8 +198,9 @@ def compare(c_text, fla_rows):
          ("gate+cumsum fwd", "gate bwd")),
     ]
     shapes = sorted({k[:5] for k in fla} | cshapes)
-    out = ["| shape | what | kda.c SIMT ms | kda.c TC ms | FLA ms | FLA / SIMT | FLA / TC "
-           "(>1: kda.c faster) |", "|---|---|---:|---:|---:|---:|---:|"]
+    out = ["| shape | what | kda.c SIMT ms | kda.c TC v3 ms | kda.c TC v4 ms | FLA ms | FLA / SIMT "
+           "| FLA / TC v3 | FLA / TC v4 (>1: kda.c faster) |",
+           "|---|---|---:|---:|---:|---:|---:|---:|---:|"]
     for sh in shapes:
         name = "B%d T%d H%d K%d V%d" % sh
         bname = "%dx%d H%d K%d V%d" % sh
@@ -208,15 +210,17 @@ def compare(c_text, fla_rows):
             gate_ms = _c_ms(c, *gate) if gate else 0.0
             if gate and sh[3:] != (32, 64):
                 gate_ms = None  # bench_gpu.c times the gate at K32 only
-            ks = [c.get(f"kda {impl} {core} {bname}") for impl in ("fast", "tc")]
+            ks = [c.get(f"kda {impl} {core} {bname}") for impl in ("fast", "tc3", "tc")]
             ks = [k + gate_ms if k is not None and gate_ms is not None else None for k in ks]
-            if f is None and ks == [None, None]:
+            if f is None and ks == [None, None, None]:
                 continue
             fc = f"{f:.3f}" if f is not None else ("failed" if "error" in r else "–")
-            out.append(f"| {name} | {label} | {_fmt(ks[0], 'n/a')} | {_fmt(ks[1], 'n/a')} | {fc} "
-                       f"| {_ratio(f, ks[0])} | {_ratio(f, ks[1])} |")
+            out.append(f"| {name} | {label} | {_fmt(ks[0], 'n/a')} | {_fmt(ks[1], 'n/a')} "
+                       f"| {_fmt(ks[2], 'n/a')} | {fc} | {_ratio(f, ks[0])} | {_ratio(f, ks[1])} "
+                       f"| {_ratio(f, ks[2])} |")
     out += ["", "kda.c rows (bench_gpu.c, CUDA events, median of 10): SIMT = 'kda fast ...' "
-            "(kda_fast.h, the default), TC = 'kda tc ...' (kda_tc.h, KDA_CORE=tc); 'kept' = the "
+            "(kda_fast.h, KDA_CORE=simt), TC v3 / v4 = 'kda tc3 ...' / 'kda tc ...' (kda_tc.h, "
+            "the default core; KDA_TC_V=3 selects v3, v4 is the default); 'kept' = the "
             "M0 forms (fwd_keep + bwd_kept, no state recompute: what the model runs; FLA "
             "recomputes, so its column repeats the plain fwd+bwd); layer = core + "
             "'gate+cumsum fwd' (+ 'gate bwd'). bench_gpu.c times the L2 norms and β sigmoid "

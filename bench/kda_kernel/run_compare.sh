@@ -6,10 +6,11 @@
 #
 # Usage (repository root, on the GPU machine; carry .devdeps and .whl):
 #   bash bench/kda_kernel/run_compare.sh
-# The table has three kda.c-vs-FLA columns: SIMT (kda_fast.h, the default core), TC (kda_tc.h, the
-# tensor-core core that KDA_CORE=tc selects in the model) and FLA, for the core forward, forward +
-# backward, the kept-state (M0) forward + backward the model runs, and the layer rows. Check the
-# tensor-core kernels first: ./build-gpu/kda_test gpu_kda_tc (must print "4 passed, 0 failed").
+# The table has four kda.c-vs-FLA columns: SIMT (kda_fast.h, KDA_CORE=simt), TC v3 and TC v4
+# (kda_tc.h, the model's default core; kernel version 4 is the default, KDA_TC_V=3 selects v3) and
+# FLA, for the core forward, forward + backward, the kept-state (M0) forward + backward the model
+# runs, and the layer rows. Check the tensor-core kernels first: ./build-gpu/kda_test gpu_kda_tc
+# (must print "6 passed, 0 failed").
 # Environment: FLA_ONE_CONFIG=1 (default; 0 = FLA's full autotune, minutes per shape on a fresh
 # machine), SHAPES="32x64 128x128" (FLA's KxV; bench_gpu.c runs K32 V64 only), KDA_LIMIT=450
 # (seconds for the whole script).

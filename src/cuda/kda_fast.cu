@@ -6,7 +6,8 @@
 #include <string.h>
 
 #include "cuda/cuda_internal.h" // defines: bf2f, f2bf, CUDA_CHECK, KDA_CUDA_REQUIRE (and kda_calloc)
-#include "cuda/kda_fast.h"      // defines: kda_fast_fwd, kda_fast_bwd
+#include "cuda/kda_chunk_layout.cuh" // defines: ChunkArgs, chunk_args, carve, gva_sum_launch
+#include "cuda/kda_fast.h"           // defines: kda_fast_fwd, kda_fast_bwd
 
 namespace {
 
@@ -61,24 +62,8 @@ __host__ __device__ inline void ste(float *p, float f) {
 // Block-strided loop: e = this thread's items of [0, n).
 #define FOR(e, n) for (int e = tid, e##_end = (n); e < e##_end; e += nth)
 
-// ---- arguments ----------------------------------------------------------------------------------
-// Scratch tensors are chunk-major: chunk id cid = (b·HV + j)·NT + n, each chunk's block contiguous
-// ([C, K], [C, V], [C, C], [K, V] or [K] per chunk); rows past the sequence end are zeros.
-// FastArgs: everything but the q, k, v, o (dO, dv) tensors, whose storage type E is FastIo's.
-struct FastArgs {
-    int B, T, H, HV, K, V, C, NT, Vt; // Vt: V columns per state-pass block (V % Vt == 0)
-    float scale;
-    const float *gcum, *beta, *init_state, *dfinal;
-    float *w, *kg, *qg; // [cid][C][K]  Akk·(βk e^G), k e^{G_last - G}, scale q e^G
-    float *u, *D;       // [cid][C][V]  Akk·(βv), Δ = u - w h
-    float *dDi, *dD;    // [cid][C][V]  Aqkᵀ dO, dΔ = dDi + kg dh
-    float *Aqk;         // [cid][C][C]  scale-included, lower triangle with diagonal
-    float *gl;          // [cid][K]     e^{G_last}
-    float *h, *dh;      // [cid][K][V]  chunk-start state, gradient w.r.t. the chunk-end state
-    float *final_state, *dinit;
-    float *dq, *dk; // [B, T, H, K]; GVA (HV > H): [B, T, HV, K] scratch, summed by gva_sum
-    float *dg, *dbeta;
-};
+// ---- arguments: kda_chunk_layout.cuh's (the scratch and kept-state layout shared with kda_tc.cu)
+typedef ChunkArgs FastArgs;
 // The input and output tensors, E = kda_bf16 (training, and the backward always) or float (the
 // forward of the fp32 scoring path).
 template <class E> struct FastIo : FastArgs {
@@ -86,36 +71,6 @@ template <class E> struct FastIo : FastArgs {
     E *o, *dv; // outputs
 };
 typedef FastIo<kda_bf16> FastBf;
-
-struct ChunkPos {
-    int64_t cid, bj; // chunk id, b·HV + j
-    int b, j, hq;    // batch row, value head, q/k head
-    int t0, n;       // first token, rows (1..C)
-};
-
-__host__ __device__ inline ChunkPos chunk_pos(const FastArgs &a, int64_t blk) {
-    ChunkPos p;
-    p.cid = blk;
-    p.bj = blk / a.NT;
-    p.b = (int)(p.bj / a.HV);
-    p.j = (int)(p.bj % a.HV);
-    p.hq = p.j / (a.HV / a.H);
-    p.t0 = (int)(blk % a.NT) * a.C;
-    p.n = a.T - p.t0 < a.C ? a.T - p.t0 : a.C;
-    return p;
-}
-__host__ __device__ inline int64_t qk_at(const FastArgs &a, int b, int t, int h) {
-    return (((int64_t)b * a.T + t) * a.H + h) * a.K;
-}
-__host__ __device__ inline int64_t v_at(const FastArgs &a, int b, int t, int j) {
-    return (((int64_t)b * a.T + t) * a.HV + j) * a.V;
-}
-__host__ __device__ inline int64_t g_at(const FastArgs &a, int b, int t, int j) {
-    return (((int64_t)b * a.T + t) * a.HV + j) * a.K;
-}
-__host__ __device__ inline int64_t beta_at(const FastArgs &a, int b, int t, int j) {
-    return ((int64_t)b * a.T + t) * a.HV + j;
-}
 
 // Shared-memory sizes in floats (row strides padded by one float so that a warp reading one
 // column of many rows hits 32 different banks).
@@ -603,17 +558,6 @@ __host__ __device__ void bwd_body(const FastBf &a, int64_t blk, float *sm) {
     FOR(i, n) a.dbeta[beta_at(a, p.b, p.t0 + i, p.j)] = dbs[i];
 }
 
-// GVA: dq/dk per value head [N, HV, K] -> summed per q/k head [N, H, K] (fixed order).
-__host__ __device__ inline void gva_sum_item(float *out, const float *in, int64_t e, int H, int HV,
-                                             int K) {
-    int64_t tok = e / ((int64_t)H * K);
-    int h = (int)(e / K % H), c = (int)(e % K), G = HV / H;
-    float s = 0.0f;
-    for (int r = 0; r < G; r++)
-        s += in[(tok * HV + (int64_t)h * G + r) * K + c];
-    out[e] = s;
-}
-
 // ---- device entry points ------------------------------------------------------------------------
 
 template <class E> __global__ void __launch_bounds__(FAST_THREADS) intra_k(FastIo<E> a, bool bwd) {
@@ -636,57 +580,8 @@ __global__ void __launch_bounds__(FAST_THREADS) bwd_k(FastBf a) {
     extern __shared__ float sm[];
     bwd_body(a, blockIdx.x, sm);
 }
-__global__ void gva_sum_k(float *out, const float *in, int64_t n, int H, int HV, int K) {
-    for (int64_t e = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; e < n;
-         e += (int64_t)gridDim.x * blockDim.x)
-        gva_sum_item(out, in, e, H, HV, K);
-}
 
 // ---- argument setup shared by the device and host drivers ---------------------------------------
-
-int tile_v(int64_t V) {
-    return V > 32 && V % 32 == 0 ? 32 : (int)V;
-}
-
-FastArgs make_args(const KdaDims *d) {
-    FastArgs a;
-    memset(&a, 0, sizeof a);
-    a.B = (int)d->B, a.T = (int)d->T, a.H = (int)d->H, a.HV = (int)d->HV;
-    a.K = (int)d->K, a.V = (int)d->V, a.C = (int)d->chunk;
-    a.NT = (int)((d->T + d->chunk - 1) / d->chunk);
-    a.Vt = tile_v(d->V);
-    a.scale = d->scale;
-    return a;
-}
-
-// Scratch floats per chunk and head, and the carving of one buffer into the scratch tensors.
-size_t scratch_per_chunk(const FastArgs &a) {
-    return (size_t)(3 * a.C * a.K + 4 * a.C * a.V + a.C * a.C + a.K + 2 * a.K * a.V);
-}
-size_t scratch_floats(const FastArgs &a) {
-    size_t chunks = (size_t)a.B * a.HV * a.NT;
-    size_t gva = a.HV != a.H ? 2 * (size_t)a.B * a.T * a.HV * a.K : 0;
-    return chunks * scratch_per_chunk(a) + gva;
-}
-void carve(FastArgs &a, float *p) {
-    size_t ch = (size_t)a.B * a.HV * a.NT, CK = ch * a.C * a.K, CV = ch * a.C * a.V;
-    a.w = p, p += CK;
-    a.kg = p, p += CK;
-    a.qg = p, p += CK;
-    a.u = p, p += CV;
-    a.D = p, p += CV;
-    a.dDi = p, p += CV;
-    a.dD = p, p += CV;
-    a.Aqk = p, p += ch * a.C * a.C;
-    a.gl = p, p += ch * a.K;
-    a.h = p, p += ch * a.K * a.V;
-    a.dh = p, p += ch * a.K * a.V;
-    if (a.HV != a.H) { // per value head dq/dk, summed by gva_sum
-        size_t n = (size_t)a.B * a.T * a.HV * a.K;
-        a.dq = p, p += n;
-        a.dk = p;
-    }
-}
 
 size_t max_smem_bytes(const FastArgs &a) {
     size_t m = intra_floats(a.C, a.K, a.V, true);
@@ -695,15 +590,6 @@ size_t max_smem_bytes(const FastArgs &a) {
     for (size_t i = 0; i < sizeof s / sizeof s[0]; i++)
         if (s[i] > m) m = s[i];
     return m * sizeof(float);
-}
-
-int set_smem(KdaCudaCtx *ctx, const void *fn, size_t bytes) {
-    if (ctx->plan_off) // KDA_GEMM_PLAN=0: the per-launch attribute call of before
-        CUDA_CHECK(
-            ctx, cudaFuncSetAttribute(fn, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)bytes));
-    else if (kda_cuda_smem_limit(ctx, fn, bytes))
-        return -1;
-    return 0;
 }
 
 // Launches `kern` on `blocks` blocks with `floats` of shared memory. With `ev` (kda_fast_profile)
@@ -720,7 +606,7 @@ int launch(KdaCudaCtx *ctx, cudaEvent_t **ev, void (*kern)(Args...), int64_t blo
 }
 
 int prepare(KdaCudaCtx *ctx, FastArgs &a, const KdaDims *d) {
-    a = make_args(d);
+    a = chunk_args(d);
     KDA_CUDA_REQUIRE(ctx, kda_fast_supported(d, ctx->info.smem_per_block_optin));
     float *ws = (float *)kda_cuda_scratch(ctx, scratch_floats(a) * sizeof(float));
     if (!ws) return -1;
@@ -743,26 +629,18 @@ extern "C" int64_t kda_fast_chunk(int64_t K, int64_t V, size_t smem_optin) {
 extern "C" int kda_fast_supported(const KdaDims *d, size_t smem_optin) {
     if (d->chunk < 1 || d->chunk > 64 || d->K < 1 || d->V < 1 || d->H < 1 || d->HV % d->H) return 0;
     if (d->B * d->T * d->HV * (d->K > d->V ? d->K : d->V) >= ((int64_t)1 << 31)) return 0;
-    FastArgs a = make_args(d);
+    FastArgs a = chunk_args(d);
     return max_smem_bytes(a) <= smem_optin;
 }
 
 namespace {
-// keep (M0): h and Δ go to keep (h first, kda_fast_keep_floats) instead of the scratch, for a
-// backward that reads them instead of recomputing them.
-void keep_carve(FastArgs &a, float *keep) {
-    size_t ch = (size_t)a.B * a.HV * a.NT;
-    a.h = keep;
-    a.D = keep + ch * a.K * a.V;
-}
-
 template <class E>
 int fast_fwd(KdaCudaCtx *ctx, cudaEvent_t **ev, E *o, float *final_state, const E *q, const E *k,
              const E *v, const float *gcum, const float *beta, const float *init_state,
              const KdaDims *d, float *keep) {
     FastIo<E> a = {};
     if (prepare(ctx, a, d)) return -1;
-    if (keep) keep_carve(a, keep);
+    if (keep) keep_carve_hd(a, keep); // M0: h and Δ go to keep (h first)
     a.q = q, a.k = k, a.v = v, a.gcum = gcum, a.beta = beta, a.init_state = init_state;
     a.o = o, a.final_state = final_state;
     int64_t chunks = (int64_t)a.B * a.HV * a.NT, tiles = (int64_t)a.B * a.HV * (a.V / a.Vt);
@@ -780,7 +658,8 @@ int fast_bwd(KdaCudaCtx *ctx, cudaEvent_t **ev, float *dq, float *dk, kda_bf16 *
              const float *beta, const float *init_state, const KdaDims *d, const float *kept) {
     FastBf a = {};
     if (prepare(ctx, a, d)) return -1;
-    if (kept) keep_carve(a, (float *)kept); // read only: the state pass that writes them is skipped
+    if (kept)
+        keep_carve_hd(a, (float *)kept); // read only: the state pass that writes them is skipped
     a.q = q, a.k = k, a.v = v, a.dO = d_o, a.gcum = gcum, a.beta = beta;
     a.init_state = init_state, a.dfinal = dfinal_state;
     a.dv = dv, a.dg = dg, a.dbeta = dbeta, a.dinit = dinit_state;
@@ -792,13 +671,7 @@ int fast_bwd(KdaCudaCtx *ctx, cudaEvent_t **ev, float *dq, float *dk, kda_bf16 *
         launch(ctx, ev, state_bwd_k, tiles, state_floats(a.C, a.K, a.Vt), a) ||
         launch(ctx, ev, bwd_k, chunks, bwd_floats(a.C, a.K, a.V, a.Vt), a))
         return -1;
-    if (a.HV != a.H) {
-        int64_t n = (int64_t)a.B * a.T * a.H * a.K;
-        gva_sum_k<<<grid_for(n), 256, 0, ctx->stream>>>(dq, a.dq, n, a.H, a.HV, a.K);
-        CUDA_CHECK_LAUNCH(ctx);
-        gva_sum_k<<<grid_for(n), 256, 0, ctx->stream>>>(dk, a.dk, n, a.H, a.HV, a.K);
-        CUDA_CHECK_LAUNCH(ctx);
-    }
+    if (a.HV != a.H && gva_sum_launch(ctx, dq, dk, a)) return -1;
     if (ev) CUDA_CHECK(ctx, cudaEventRecord(*(*ev)++, ctx->stream));
     return 0;
 }
@@ -836,7 +709,7 @@ extern "C" int kda_fast_fwd_f32(KdaCudaCtx *ctx, float *o, float *final_state, c
 }
 
 extern "C" size_t kda_fast_keep_floats(const KdaDims *d) {
-    FastArgs a = make_args(d);
+    FastArgs a = chunk_args(d);
     size_t ch = (size_t)a.B * a.HV * a.NT;
     return ch * ((size_t)a.K * a.V + (size_t)a.C * a.V);
 }
@@ -919,7 +792,7 @@ template <class E> struct HostRun {
 
 template <class E> void host_begin(HostRun<E> *r, const KdaDims *d) {
     r->a = FastIo<E>{};
-    static_cast<FastArgs &>(r->a) = make_args(d);
+    static_cast<FastArgs &>(r->a) = chunk_args(d);
     r->ws = (float *)kda_calloc(scratch_floats(r->a), sizeof(float));
     r->sm = (float *)kda_calloc(max_smem_bytes(r->a) / sizeof(float), sizeof(float));
     carve(r->a, r->ws);
@@ -938,7 +811,7 @@ void fwd_host(E *o, float *final_state, const E *q, const E *k, const E *v, cons
     HostRun<E> r;
     host_begin(&r, d);
     FastIo<E> &a = r.a;
-    if (keep) keep_carve(a, keep);
+    if (keep) keep_carve_hd(a, keep); // M0: h and Δ go to keep (h first)
     a.q = q, a.k = k, a.v = v, a.gcum = gcum, a.beta = beta, a.init_state = init_state;
     a.o = o, a.final_state = final_state;
     for (int64_t b = 0; b < r.chunks; b++)
@@ -988,7 +861,7 @@ extern "C" void kda_fast_bwd_kept_host(float *dq, float *dk, kda_bf16 *dv, float
     HostRun<kda_bf16> r;
     host_begin(&r, d);
     FastBf &a = r.a;
-    if (kept) keep_carve(a, (float *)kept);
+    if (kept) keep_carve_hd(a, (float *)kept);
     a.q = q, a.k = k, a.v = v, a.dO = d_o, a.gcum = gcum, a.beta = beta;
     a.init_state = init_state, a.dfinal = dfinal_state;
     a.dv = dv, a.dg = dg, a.dbeta = dbeta, a.dinit = dinit_state;
@@ -1001,12 +874,6 @@ extern "C" void kda_fast_bwd_kept_host(float *dq, float *dk, kda_bf16 *dv, float
         state_bwd_body(a, b, r.sm);
     for (int64_t b = 0; b < r.chunks; b++)
         bwd_body(a, b, r.sm);
-    if (a.HV != a.H) {
-        int64_t n = (int64_t)a.B * a.T * a.H * a.K;
-        for (int64_t e = 0; e < n; e++) {
-            gva_sum_item(dq, a.dq, e, a.H, a.HV, a.K);
-            gva_sum_item(dk, a.dk, e, a.H, a.HV, a.K);
-        }
-    }
+    if (a.HV != a.H) gva_sum_host(dq, dk, a);
     host_end(&r);
 }

@@ -9,8 +9,9 @@
 #include <string.h>
 
 #include "cuda/cuda_internal.h" // defines: CUDA_CHECK, KDA_CUDA_REQUIRE (and kda_calloc: core/error.h)
-#include "cuda/kda_fast.h"      // defines: kda_fast_keep_floats (the kept layout's first part)
-#include "cuda/kda_tc.h"        // defines: kda_tc_fwd, kda_tc_bwd
+#include "cuda/kda_chunk_layout.cuh" // defines: ChunkArgs, chunk_args, carve, keep_carve_hd
+#include "cuda/kda_fast.h"           // defines: kda_fast_keep_floats (the kept layout's first part)
+#include "cuda/kda_tc.h"             // defines: kda_tc_fwd, kda_tc_bwd
 
 namespace {
 
@@ -60,6 +61,15 @@ __host__ __device__ inline int warp_() {
 __host__ __device__ inline int nwarp_() {
 #ifdef __CUDA_ARCH__
     return (int)(blockDim.x >> 5);
+#else
+    return 1;
+#endif
+}
+// The block size N as a compile-time constant on the device (bodies launched with exactly N
+// threads: loop trip counts without a division by blockDim); 1 on the host.
+template <int N> __host__ __device__ constexpr int nth_c_() {
+#ifdef __CUDA_ARCH__
+    return N;
 #else
     return 1;
 #endif
@@ -116,6 +126,41 @@ __host__ __device__ inline void cp_wait_() { // this thread's copies have landed
 #endif
 }
 
+__host__ __device__ inline void cp_wait1_() { // all but this thread's last committed group landed
+#ifdef __CUDA_ARCH__
+    asm volatile("cp.async.wait_group 1;" ::: "memory");
+#endif
+}
+// Barrier `id` (1..15) among the first `threads` threads of the block only (warps 0 .. threads/32
+// - 1 take it; the others run on). A no-op on the host, like sync_.
+__host__ __device__ inline void bar_group_(int id, int threads) {
+#ifdef __CUDA_ARCH__
+    asm volatile("bar.sync %0, %1;" ::"r"(id), "r"(threads) : "memory");
+#else
+    (void)id, (void)threads;
+#endif
+}
+// Reverse inclusive scan of a column of n <= 32 floats in place (col[i·stride] = init + Σ_{i' >= i}
+// col[i'·stride]): one warp, lane i holds row i (all 32 lanes call it together); on the host a
+// serial loop.
+__host__ __device__ inline void warp_rscan_(float *col, int stride, int n, float init) {
+#ifdef __CUDA_ARCH__
+    const int L = lane_();
+    float x = L < n ? col[L * stride] : 0.0f;
+    for (int o = 1; o < 32; o <<= 1) {
+        float y = __shfl_down_sync(0xffffffffu, x, o);
+        if (L + o < 32) x += y;
+    }
+    if (L < n) col[L * stride] = x + init;
+#else
+    float acc = 0.0f;
+    for (int i = n - 1; i >= 0; i--) {
+        acc += col[i * stride];
+        col[i * stride] = acc + init;
+    }
+#endif
+}
+
 // e^x for x <= 0 (ex2.approx on the device: relative error ~2^-22, far below TF32's 2^-11)
 __host__ __device__ inline float fexp(float x) {
 #ifdef __CUDA_ARCH__
@@ -151,6 +196,11 @@ __host__ __device__ inline int imin(int a, int b) {
 
 // Block-strided loop: e = this thread's items of [0, n). Warp-strided: this lane's items.
 #define FOR(e, n) for (int e = tid, e##_end = (n); e < e##_end; e += nth)
+// Block-strided over the threads of warps [w0, w0 + nw) only (all items on the host; the other
+// warps skip the loop).
+#define GFOR(e, n, w0, nw)                                                                         \
+    for (int e = gfor_begin_(w0, nw, n), e##_end = (n), e##_st = gfor_step_(nw); e < e##_end;      \
+         e += e##_st)
 #define WFOR(e, n)                                                                                 \
     for (int e = lane_(), e##_end = (n), e##_st = lane_step_(); e < e##_end; e += e##_st)
 
@@ -225,9 +275,32 @@ __host__ __device__ inline void acc_zero(Acc &a) {
     }
 }
 
+// An operand view of a bf16 tile (kda_fast's layouts keep q, k, v, dO in bf16): element (r, c) at
+// p[r·rs + c·cs]. A bf16 value is exact in TF32, so its fragment bits are the bf16 bits shifted.
+struct MatH {
+    const kda_bf16 *p;
+    int rs, cs;
+};
+__host__ __device__ inline MatH math(const kda_bf16 *p, int rs, int cs) {
+    MatH m;
+    m.p = p, m.rs = rs, m.cs = cs;
+    return m;
+}
+__host__ __device__ inline MatH mat_off(const MatH &m, int r, int c) {
+    return math(m.p + r * m.rs + c * m.cs, m.rs, m.cs);
+}
+// The TF32 bits of operand element (r, c): fp32 rounded (cvt.rna), bf16 widened.
+__host__ __device__ inline unsigned opnd(const Mat &m, int r, int c) {
+    return tf32_bits(mat_at(m, r, c));
+}
+__host__ __device__ inline unsigned opnd(const MatH &m, int r, int c) {
+    return (unsigned)m.p[r * m.rs + c * m.cs] << 16;
+}
+
 // a += A[0:16, 0:Kd] · B[0:Kd, 0:8], operands rounded to TF32 (Kd % 8 == 0). On the device every
 // lane of the warp calls it together (mma.sync is warp-collective).
-__host__ __device__ inline void mma_tile(Acc &a, const Mat &A, const Mat &B, int Kd) {
+template <class MA, class MB>
+__host__ __device__ inline void mma_tile(Acc &a, const MA &A, const MB &B, int Kd) {
 #ifdef __CUDA_ARCH__
     const int L = lane_();
     for (int k0 = 0; k0 < Kd; k0 += 8) {
@@ -236,13 +309,13 @@ __host__ __device__ inline void mma_tile(Acc &a, const Mat &A, const Mat &B, int
         for (int i = 0; i < 4; i++) {
             int r, k;
             frag_a(L, i, r, k);
-            fa[i] = tf32_bits(mat_at(A, r, k0 + k));
+            fa[i] = opnd(A, r, k0 + k);
         }
 #pragma unroll
         for (int i = 0; i < 2; i++) {
             int k, n;
             frag_b(L, i, k, n);
-            fb[i] = tf32_bits(mat_at(B, k0 + k, n));
+            fb[i] = opnd(B, k0 + k, n);
         }
         asm volatile("mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32 {%0,%1,%2,%3}, "
                      "{%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};"
@@ -262,13 +335,13 @@ __host__ __device__ inline void mma_tile(Acc &a, const Mat &A, const Mat &B, int
             for (int i = 0; i < 4; i++) {
                 int r, k;
                 frag_a(L, i, r, k);
-                unsigned u = tf32_bits(mat_at(A, r, k0 + k));
+                unsigned u = opnd(A, r, k0 + k);
                 memcpy(&As[r][k], &u, sizeof u);
             }
             for (int i = 0; i < 2; i++) {
                 int k, n;
                 frag_b(L, i, k, n);
-                unsigned u = tf32_bits(mat_at(B, k0 + k, n));
+                unsigned u = opnd(B, k0 + k, n);
                 memcpy(&Bs[k][n], &u, sizeof u);
             }
         }
@@ -285,15 +358,60 @@ __host__ __device__ inline void mma_tile(Acc &a, const Mat &A, const Mat &B, int
 #endif
 }
 
+// Warp groups: warps [w0, w0 + nw) of the block. On the host the one "warp" is every group.
+__host__ __device__ inline bool in_group_(int w0, int nw) {
+#ifdef __CUDA_ARCH__
+    return warp_() >= w0 && warp_() < w0 + nw;
+#else
+    (void)w0, (void)nw;
+    return true;
+#endif
+}
+__host__ __device__ inline int group_warp_(int w0) { // this warp's index inside its group
+#ifdef __CUDA_ARCH__
+    return warp_() - w0;
+#else
+    (void)w0;
+    return 0;
+#endif
+}
+__host__ __device__ inline int group_nwarp_(int nw) {
+#ifdef __CUDA_ARCH__
+    return nw;
+#else
+    (void)nw;
+    return 1;
+#endif
+}
+
+__host__ __device__ inline int gfor_begin_(int w0, int nw, int n) {
+#ifdef __CUDA_ARCH__
+    return in_group_(w0, nw) ? (int)threadIdx.x - 32 * w0 : n;
+#else
+    (void)w0, (void)nw, (void)n;
+    return 0;
+#endif
+}
+__host__ __device__ inline int gfor_step_(int nw) {
+#ifdef __CUDA_ARCH__
+    return 32 * nw;
+#else
+    (void)nw;
+    return 1;
+#endif
+}
+
 // The [M, N] product tiles of A1 [M, K1] · B1 [K1, N] and, when K2 > 0, A2 [M, K2] · B2 [K2, N],
-// dealt to the warps of the block; epi(r, c, v1, v2) receives every element (r, c) once, from the
-// lane that holds it (v2 = 0 without a second product). M % 16 == 0, N % 8 == 0, K % 8 == 0.
-// The caller puts a barrier between the writes of the operands and this call.
-template <class Epi>
-__host__ __device__ inline void block_mm(int M, int N, Mat A1, Mat B1, int K1, Mat A2, Mat B2,
-                                         int K2, Epi epi) {
+// dealt to the warps w0 .. w0 + nw - 1 of the block (the other warps skip it: several products
+// can run side by side on disjoint groups); epi(r, c, v1, v2) receives every element (r, c) once,
+// from the lane that holds it (v2 = 0 without a second product). M % 16 == 0, N % 8 == 0,
+// K % 8 == 0. The caller puts a barrier between the writes of the operands and this call.
+template <class MA1, class MB1, class MA2, class MB2, class Epi>
+__host__ __device__ inline void block_mm_w(int w0, int nw, int M, int N, MA1 A1, MB1 B1, int K1,
+                                           MA2 A2, MB2 B2, int K2, Epi epi) {
+    if (!in_group_(w0, nw)) return;
     const int nt = N / 8, tiles = (M / 16) * nt;
-    for (int tl = warp_(); tl < tiles; tl += nwarp_()) {
+    for (int tl = group_warp_(w0); tl < tiles; tl += group_nwarp_(nw)) {
         const int m0 = tl / nt * 16, n0 = tl % nt * 8;
         Acc a1, a2;
         acc_zero(a1);
@@ -310,61 +428,30 @@ __host__ __device__ inline void block_mm(int M, int N, Mat A1, Mat B1, int K1, M
         }
     }
 }
+// The same dealt to all warps of the block.
+template <class MA1, class MB1, class MA2, class MB2, class Epi>
+__host__ __device__ inline void block_mm(int M, int N, MA1 A1, MB1 B1, int K1, MA2 A2, MB2 B2,
+                                         int K2, Epi epi) {
+    block_mm_w(0, nwarp_(), M, N, A1, B1, K1, A2, B2, K2, epi);
+}
 __host__ __device__ inline Mat no_mat() {
     return mat(NULL, 0, 0);
 }
 
-// ---- arguments (kda_fast.cu's, same scratch layout) ---------------------------------------------
-// Scratch tensors are chunk-major: chunk id cid = (b·HV + j)·NT + n, each chunk's block contiguous
-// ([C, K], [C, V], [C, C], [K, V] or [K] per chunk); rows past the sequence end are zeros.
-struct TcArgs {
-    int B, T, H, HV, K, V, C, NT, Vt; // Vt: V columns per state-pass block (V % Vt == 0)
-    float scale;
+// ---- arguments: kda_chunk_layout.cuh's ChunkArgs (kda_fast.cu's scratch and kept layout) plus
+// the bf16 tensors and the copy switches
+struct TcArgs : ChunkArgs {
     bool async;   // the state passes prefetch with cp.async (KDA_TC_ASYNC=0: plain copies)
     bool dO_al16; // dO 16-byte aligned: the reverse pass copies it with cp.async
+    // v4 (kda_tc_version): 16-byte aligned q and k, v, gcum, and the scratch / kept tensors; an
+    // unaligned one is copied with plain loads
+    bool qk_al16, v_al16, g_al16, s_al16;
+    int ver;         // kda_tc_version() of this call: 3 or 4
+    bool state_o;    // v4 forward: the state pass writes o as well (no output kernel)
+    float *Akk, *KK; // kept (v4 at bwd4_dims): [cid][C][C] Akk, KK; NULL without a kept buffer
     const kda_bf16 *q, *k, *v, *dO;
-    const float *gcum, *beta, *init_state, *dfinal;
-    float *w, *kg, *qg; // [cid][C][K]  Akk·(βk e^G), k e^{G_last - G}, scale q e^G
-    float *u, *D;       // [cid][C][V]  Akk·(βv), Δ = u - w h
-    float *dDi, *dD;    // [cid][C][V]  Aqkᵀ dO, dΔ = dDi + kg dh
-    float *Aqk;         // [cid][C][C]  scale-included, lower triangle with diagonal
-    float *gl;          // [cid][K]     e^{G_last}
-    float *h, *dh;      // [cid][K][V]  chunk-start state, gradient w.r.t. the chunk-end state
-    kda_bf16 *o, *dv;   // outputs
-    float *final_state, *dinit;
-    float *dq, *dk; // [B, T, H, K]; GVA (HV > H): [B, T, HV, K] scratch, summed by gva_sum
-    float *dg, *dbeta;
+    kda_bf16 *o, *dv; // outputs
 };
-
-struct ChunkPos {
-    int64_t cid, bj; // chunk id, b·HV + j
-    int b, j, hq;    // batch row, value head, q/k head
-    int t0, n;       // first token, rows (1..C)
-};
-
-__host__ __device__ inline ChunkPos chunk_pos(const TcArgs &a, int64_t blk) {
-    ChunkPos p;
-    p.cid = blk;
-    p.bj = blk / a.NT;
-    p.b = (int)(p.bj / a.HV);
-    p.j = (int)(p.bj % a.HV);
-    p.hq = p.j / (a.HV / a.H);
-    p.t0 = (int)(blk % a.NT) * a.C;
-    p.n = a.T - p.t0 < a.C ? a.T - p.t0 : a.C;
-    return p;
-}
-__host__ __device__ inline int64_t qk_at(const TcArgs &a, int b, int t, int h) {
-    return (((int64_t)b * a.T + t) * a.H + h) * a.K;
-}
-__host__ __device__ inline int64_t v_at(const TcArgs &a, int b, int t, int j) {
-    return (((int64_t)b * a.T + t) * a.HV + j) * a.V;
-}
-__host__ __device__ inline int64_t g_at(const TcArgs &a, int b, int t, int j) {
-    return (((int64_t)b * a.T + t) * a.HV + j) * a.K;
-}
-__host__ __device__ inline int64_t beta_at(const TcArgs &a, int b, int t, int j) {
-    return ((int64_t)b * a.T + t) * a.HV + j;
-}
 
 // Row strides of the shared tiles. An mma operand read along rows (A row-major, or B as the
 // transpose of a row-major [n][k] tile) has lanes at (g, t) -> g·s + t: s = 4 mod 32 is
@@ -550,9 +637,12 @@ __host__ __device__ void intra_body(const TcArgs &a, int64_t blk, float *sm, boo
 __host__ __device__ inline int state_buf_floats(int C, int K, int Vt) {
     return C * pad4(K) + C * pad8(K) + C * pad8(Vt) + K; // Ws, KGs, Us, gls
 }
+// (template dims 0: a's; TC_THREADS threads on the device)
+template <int C_, int K_, int VT_>
 __host__ __device__ void state_prefetch_(const TcArgs &a, int64_t cid, int v0, float *buf) {
-    const int tid = tid_(), nth = nth_();
-    const int C = a.C, K = a.K, V = a.V, Vt = a.Vt, LW = pad4(K), LG = pad8(K), LT = pad8(Vt);
+    const int tid = tid_(), nth = nth_c_<TC_THREADS>();
+    const int C = C_ ? C_ : a.C, K = K_ ? K_ : a.K, V = a.V, Vt = VT_ ? VT_ : a.Vt, LW = pad4(K),
+              LG = pad8(K), LT = pad8(Vt);
     float *Ws = buf, *KGs = Ws + C * LW, *Us = KGs + C * LG, *gls = Us + C * LT;
     const int K4 = K / 4, T4 = Vt / 4;
     FOR(e, C * K4) {
@@ -565,50 +655,25 @@ __host__ __device__ void state_prefetch_(const TcArgs &a, int64_t cid, int v0, f
         cp16_(&Us[i * LT + c], &a.u[cid * C * V + (int64_t)i * V + v0 + c], a.async);
     }
     FOR(e, K4) cp16_(&gls[4 * e], &a.gl[cid * K + 4 * e], a.async);
+    if (a.state_o) { // v4: qg and Aqk of the chunk for o (after gls: state_obuf_floats)
+        const int LQ = pad4(K), LA = pad4(C), C4 = C / 4;
+        float *QG = gls + K, *Aq = QG + C * LQ;
+        FOR(e, C * K4) {
+            int i = e / K4, c = e % K4 * 4;
+            cp16_(&QG[i * LQ + c], &a.qg[cid * C * K + i * K + c], a.async);
+        }
+        FOR(e, C * C4) {
+            int i = e / C4, c = e % C4 * 4;
+            cp16_(&Aq[i * LA + c], &a.Aqk[cid * C * C + i * C + c], a.async);
+        }
+    }
     cp_commit_();
 }
+template <int C_, int K_, int VT_, int NS>
+__host__ __device__ void state4_body(const TcArgs &a, int64_t blk, float *sm);
+// v3's pass is v4's at run-time dims with a double buffer (below).
 __host__ __device__ void state_body(const TcArgs &a, int64_t blk, float *sm) {
-    const int tid = tid_(), nth = nth_();
-    const int C = a.C, K = a.K, V = a.V, Vt = a.Vt, nvt = V / Vt;
-    const int LT = pad8(Vt), LW = pad4(K), LG = pad8(K), BUF = state_buf_floats(C, K, Vt);
-    const int64_t bj = blk / nvt;
-    const int v0 = (int)(blk % nvt) * Vt;
-    float *S = sm, *bufs = S + K * LT;
-
-    FOR(e, K * Vt) {
-        int x = e / Vt, c = e % Vt;
-        S[x * LT + c] = a.init_state ? a.init_state[bj * K * V + x * V + v0 + c] : 0.0f;
-    }
-    state_prefetch_(a, bj * a.NT, v0, bufs);
-    for (int nc = 0; nc < a.NT; nc++) {
-        const int64_t cid = bj * a.NT + nc;
-        float *Ws = bufs + (nc & 1) * BUF, *KGs = Ws + C * LW, *Ds = KGs + C * LG;
-        float *gls = Ds + C * LT;
-        cp_wait_();
-        sync_(); // chunk nc's tiles have landed; the previous chunk is done with S and the buffers
-        if (nc + 1 < a.NT) state_prefetch_(a, cid + 1, v0, bufs + ((nc + 1) & 1) * BUF);
-        FOR(e, K * Vt) {
-            int x = e / Vt, c = e % Vt;
-            a.h[cid * K * V + (int64_t)x * V + v0 + c] = S[x * LT + c];
-        }
-        float *Dg = a.D + cid * C * V + v0;
-        block_mm(C, Vt, mat(Ws, LW, 1), mat(S, LT, 1), K, no_mat(), no_mat(), 0,
-                 [&](int r, int c, float v, float) { // Ds holds u: Δ = u - w S in place
-                     float d = Ds[r * LT + c] - v;
-                     Ds[r * LT + c] = d;
-                     Dg[(int64_t)r * V + c] = d;
-                 });
-        sync_();
-        block_mm(K, Vt, mat(KGs, 1, LG), mat(Ds, LT, 1), C, no_mat(), no_mat(), 0,
-                 [&](int r, int c, float v, float) { S[r * LT + c] = gls[r] * S[r * LT + c] + v; });
-    }
-    sync_();
-    if (a.final_state) {
-        FOR(e, K * Vt) {
-            int x = e / Vt, c = e % Vt;
-            a.final_state[bj * K * V + x * V + v0 + c] = S[x * LT + c];
-        }
-    }
+    state4_body<0, 0, 0, 2>(a, blk, sm);
 }
 
 // ---- output: o = qg h[n] + Aqk Δ, chunk-parallel ------------------------------------------------
@@ -1010,15 +1075,884 @@ __host__ __device__ void bwd_body(const TcArgs &a, int64_t blk, float *sm) {
     FOR(i, n) a.dbeta[beta_at(a, p.b, p.t0 + i, p.j)] = dbs[i];
 }
 
-// GVA: dq/dk per value head [N, HV, K] -> summed per q/k head [N, H, K] (fixed order).
-__host__ __device__ inline void gva_sum_item(float *out, const float *in, int64_t e, int H, int HV,
-                                             int K) {
-    int64_t tok = e / ((int64_t)H * K);
-    int h = (int)(e / K % H), c = (int)(e % K), G = HV / H;
-    float s = 0.0f;
-    for (int r = 0; r < G; r++)
-        s += in[(tok * HV + (int64_t)h * G + r) * K + c];
-    out[e] = s;
+// ==== v4 (kda_tc_version() == 4, the default; KDA_TC_V=3 selects the v3 bodies above) ==========
+// At K 32 / V 64 / chunk 32 (the models' dims; others run v3's intra and main backward):
+//   * intra4_body: compile-time dims; q, k, G through cp.async, βv loaded alongside; the dense
+//     enumeration of the diagonal pairs; the off-diagonal block beside the forward substitution;
+//     with a kept buffer it also keeps Akk and KK;
+//   * state4_body / rstate4_body: a TC4_STAGES-deep cp.async pipeline and compile-time dims (other
+//     dims: run-time dims, double buffer; v3's forward pass is state4_body<0, 0, 0, 2>); the
+//     reverse pass computes dΔ_intra = Aqkᵀ dO itself (one more product in the step's first mma,
+//     no extra barrier), so the kept backward has no ddi kernel and the plain backward runs the
+//     forward's intra (which writes Aqk); dO is an mma operand in bf16 straight from the copy
+//     buffer (exact in TF32);
+//   * bwd4_body<C, K, V, KA>: compile-time dims, every input tile copied by cp.async at the start
+//     (q, k, v, dO kept in bf16), h and dh in a second copy group, the whole V width of the state
+//     terms in one pass, disjoint warp groups running independent products side by side, the
+//     diagonal pair sums with shared loads and vector coefficient loads, dg's reverse cumsum as a
+//     warp scan; KA (kept forms): Akk and KK from the forward, no inverse (7 block barriers; the
+//     plain form inverts as v3 does, 9 barriers; v3: 17);
+//   * no output kernel (all dims): the forward state pass computes o = qg h + Aqk Δ per V tile
+//     from the chunk-start state beside the state update (output_body's product, same operands).
+
+// A loop unrolled n times on the device (the host compiler gets nothing).
+#ifdef __CUDA_ARCH__
+#define UNROLL_(n)  _Pragma(KDA_STR_(unroll n))
+#define KDA_STR_(x) #x
+#else
+#define UNROLL_(n)
+#endif
+
+// x[0..8) = 8 bf16 at src widened (one 16-byte load when src is 16-byte aligned).
+__host__ __device__ inline void ld8bf_(float x[8], const kda_bf16 *src, bool al16) {
+#ifdef __CUDA_ARCH__
+    if (al16) {
+        uint4 u = *(const uint4 *)src;
+        unsigned w[4] = {u.x, u.y, u.z, u.w};
+        for (int i = 0; i < 4; i++)
+            x[2 * i] = __uint_as_float(w[i] << 16),
+                  x[2 * i + 1] = __uint_as_float(w[i] & 0xffff0000u);
+        return;
+    }
+#else
+    (void)al16;
+#endif
+    for (int i = 0; i < 8; i++)
+        x[i] = ldbf(src[i]);
+}
+
+// x[0..4) = p[0..4) (one 16-byte shared load on the device: p is 16-byte aligned).
+__host__ __device__ inline void ld4_(float x[4], const float *p) {
+#ifdef __CUDA_ARCH__
+    float4 v = *(const float4 *)p;
+    x[0] = v.x, x[1] = v.y, x[2] = v.z, x[3] = v.w;
+#else
+    for (int i = 0; i < 4; i++)
+        x[i] = p[i];
+#endif
+}
+
+// 16 bytes of zeros (rows past the sequence end in the copy buffers).
+__host__ __device__ inline void zero16_(void *dst) {
+    float *f = (float *)dst;
+    f[0] = f[1] = f[2] = f[3] = 0.0f;
+}
+
+// ---- the state passes of v4: an NS-stage cp.async pipeline (chunk n + NS - 1 is copied while
+// chunk n computes: the latency of a copy is spread over NS - 1 steps of the chain instead of one)
+// and, at the models' dims, compile-time C, K, Vt (the products' k-loops unrolled). Template
+// dims 0: the run-time dims of a.
+
+// cp.async.wait_group N: all but this thread's N most recent groups have landed.
+template <int N> __host__ __device__ inline void cp_wait_n_() {
+#ifdef __CUDA_ARCH__
+    asm volatile("cp.async.wait_group %0;" ::"n"(N) : "memory");
+#endif
+}
+
+// Stages of the pipelines at the models' dims (the state passes' blocks: 2 per SM) and elsewhere.
+#define TC4_STAGES 4
+
+// ---- forward state pass: h[n] = S; Δ = u - w S; S = Diag(e^{G_last}) S + kgᵀ Δ, one block per
+// (b, value head, V tile); v3's state_body is <0, 0, 0, 2>
+// with o (state_o): a second S tile (o reads the chunk-start S while the update writes the next)
+// and qg, Aqk in every stage
+__host__ __device__ inline int state_obuf_floats(int C, int K) {
+    return C * pad4(K) + C * pad4(C);
+}
+__host__ __device__ inline size_t state4_floats(int C, int K, int Vt, int ns, bool with_o) {
+    int buf = state_buf_floats(C, K, Vt) + (with_o ? state_obuf_floats(C, K) : 0);
+    return (size_t)(with_o ? 2 : 1) * K * pad8(Vt) + (size_t)ns * buf;
+}
+template <int C_, int K_, int VT_, int NS>
+__host__ __device__ void state4_body(const TcArgs &a, int64_t blk, float *sm) {
+    const int tid = tid_(), nth = nth_c_<TC_THREADS>();
+    const int C = C_ ? C_ : a.C, K = K_ ? K_ : a.K, Vt = VT_ ? VT_ : a.Vt, V = a.V, nvt = V / Vt;
+    const bool fo = a.state_o;
+    const int LT = pad8(Vt), LW = pad4(K), LG = pad8(K), LQ = pad4(K), LA = pad4(C);
+    const int BUF = state_buf_floats(C, K, Vt) + (fo ? state_obuf_floats(C, K) : 0);
+    const int64_t bj = blk / nvt;
+    const int v0 = (int)(blk % nvt) * Vt, NT = a.NT, b = (int)(bj / a.HV), j = (int)(bj % a.HV);
+    float *S = sm, *S2 = fo ? S + K * LT : S, *bufs = S + (fo ? 2 : 1) * K * LT;
+
+    FOR(e, K * Vt) {
+        int x = e / Vt, c = e % Vt;
+        S[x * LT + c] = a.init_state ? a.init_state[bj * K * V + x * V + v0 + c] : 0.0f;
+    }
+    for (int s = 0; s < NS - 1; s++) { // the pipeline's first NS - 1 chunks, a group each
+        if (s < NT)
+            state_prefetch_<C_, K_, VT_>(a, bj * NT + s, v0, bufs + s * BUF);
+        else
+            cp_commit_();
+    }
+    for (int nc = 0; nc < NT; nc++) {
+        const int64_t cid = bj * NT + nc;
+        float *Ws = bufs + (nc % NS) * BUF, *KGs = Ws + C * LW, *Ds = KGs + C * LG;
+        float *gls = Ds + C * LT;
+        cp_wait_n_<NS - 2>();
+        sync_(); // chunk nc's tiles have landed; chunk nc - 1 is done with S and its buffer
+        const int nx = nc + NS - 1;
+        if (nx < NT)
+            state_prefetch_<C_, K_, VT_>(a, cid + NS - 1, v0, bufs + (nx % NS) * BUF);
+        else
+            cp_commit_();
+        FOR(e, K * Vt) {
+            int x = e / Vt, c = e % Vt;
+            a.h[cid * K * V + (int64_t)x * V + v0 + c] = S[x * LT + c];
+        }
+        float *Dg = a.D + cid * C * V + v0;
+        block_mm(C, Vt, mat(Ws, LW, 1), mat(S, LT, 1), K, no_mat(), no_mat(), 0,
+                 [&](int r, int c, float v, float) { // Ds holds u: Δ = u - w S in place
+                     float d = Ds[r * LT + c] - v;
+                     Ds[r * LT + c] = d;
+                     Dg[(int64_t)r * V + c] = d;
+                 });
+        sync_();
+        if (!fo) {
+            block_mm(
+                K, Vt, mat(KGs, 1, LG), mat(Ds, LT, 1), C, no_mat(), no_mat(), 0,
+                [&](int r, int c, float v, float) { S[r * LT + c] = gls[r] * S[r * LT + c] + v; });
+            continue;
+        }
+        // with o: the next S into S2, and o = qg S + Aqk Δ (output_body's product, on this V tile)
+        // from the chunk-start S, side by side (2 tiles per warp); then S and S2 swap
+        const float *QG = gls + K, *Aq = QG + C * LQ;
+        const int t0 = nc * C, nr = imin(C, a.T - t0);
+        block_mm(
+            K, Vt, mat(KGs, 1, LG), mat(Ds, LT, 1), C, no_mat(), no_mat(), 0,
+            [&](int r, int c, float v, float) { S2[r * LT + c] = gls[r] * S[r * LT + c] + v; });
+        block_mm(C, Vt, mat(QG, LQ, 1), mat(S, LT, 1), K, mat(Aq, LA, 1), mat(Ds, LT, 1), C,
+                 [&](int r, int c, float v1, float v2) {
+                     if (r < nr) a.o[v_at(a, b, t0 + r, j) + v0 + c] = stbf(v1 + v2);
+                 });
+        float *t = S;
+        S = S2, S2 = t;
+    }
+    sync_();
+    if (a.final_state) {
+        FOR(e, K * Vt) {
+            int x = e / Vt, c = e % Vt;
+            a.final_state[bj * K * V + x * V + v0 + c] = S[x * LT + c];
+        }
+    }
+}
+
+// ---- reverse state pass with dΔ_intra, one block per (b, value head, V tile)
+// For chunks in reverse: dh[n] = dS; dΔ = Aqkᵀ dO + kg dS; dS = Diag(e^{G_last}) dS + qgᵀ dO - wᵀ
+// dΔ. The next chunk's w, qg (read as transposes: rows padded to 8 mod 32), kg, Aqk, the dO tile
+// (bf16) and e^{G_last} land in the other half of a double buffer while this chunk computes.
+__host__ __device__ inline int rstate4_buf_floats(int C, int K, int Vt) {
+    // Ws, QGs, KGs, Aq, dO (bf16 rows of Vt + 8: half a float each), gls
+    return 2 * C * pad8(K) + C * pad4(K) + C * pad8(C) + C * (Vt + 8) / 2 + K;
+}
+__host__ __device__ inline size_t rstate4_floats(int C, int K, int Vt, int ns) {
+    return (size_t)K * pad8(Vt) + (size_t)C * pad8(Vt) +
+           (size_t)ns * (size_t)rstate4_buf_floats(C, K, Vt);
+}
+template <int C_, int K_, int VT_>
+__host__ __device__ void rstate4_prefetch_(const TcArgs &a, int64_t cid, int nc, int v0, int b,
+                                           int j, float *buf) {
+    const int tid = tid_(), nth = nth_c_<TC_THREADS>();
+    const int C = C_ ? C_ : a.C, K = K_ ? K_ : a.K, Vt = VT_ ? VT_ : a.Vt;
+    const int LW = pad8(K), LG = pad4(K), LA = pad8(C);
+    const int LO = Vt + 8, K4 = K / 4, C4 = C / 4, T8 = Vt / 8;
+    const bool as = a.async && a.s_al16, ao = a.async && a.dO_al16;
+    const int t0 = nc * C;
+    float *Ws = buf, *QGs = Ws + C * LW, *KGs = QGs + C * LW, *Aq = KGs + C * LG;
+    kda_bf16 *dOb = (kda_bf16 *)(Aq + C * LA);
+    float *gls = (float *)(dOb + C * LO);
+    FOR(e, C * K4) {
+        int i = e / K4, c = e % K4 * 4;
+        cp16_(&Ws[i * LW + c], &a.w[cid * C * K + i * K + c], as);
+        cp16_(&QGs[i * LW + c], &a.qg[cid * C * K + i * K + c], as);
+        cp16_(&KGs[i * LG + c], &a.kg[cid * C * K + i * K + c], as);
+    }
+    FOR(e, C * C4) {
+        int i = e / C4, c = e % C4 * 4;
+        cp16_(&Aq[i * LA + c], &a.Aqk[cid * C * C + i * C + c], as);
+    }
+    FOR(e, C * T8) {
+        int i = e / T8, c = e % T8 * 8;
+        if (t0 + i < a.T)
+            cp16_(&dOb[i * LO + c], &a.dO[v_at(a, b, t0 + i, j) + v0 + c], ao);
+        else
+            zero16_(&dOb[i * LO + c]);
+    }
+    FOR(e, K4) cp16_(&gls[4 * e], &a.gl[cid * K + 4 * e], as);
+    cp_commit_();
+}
+template <int C_, int K_, int VT_, int NS>
+__host__ __device__ void rstate4_body(const TcArgs &a, int64_t blk, float *sm) {
+    const int tid = tid_(), nth = nth_c_<TC_THREADS>();
+    const int C = C_ ? C_ : a.C, K = K_ ? K_ : a.K, Vt = VT_ ? VT_ : a.Vt, V = a.V, nvt = V / Vt;
+    const int LT = pad8(Vt), LW = pad8(K), LG = pad4(K), LA = pad8(C), LO = Vt + 8;
+    const int BUF = rstate4_buf_floats(C, K, Vt), NT = a.NT;
+    const int64_t bj = blk / nvt;
+    const int v0 = (int)(blk % nvt) * Vt, b = (int)(bj / a.HV), j = (int)(bj % a.HV);
+    float *dS = sm, *dDs = dS + K * LT, *bufs = dDs + C * LT;
+
+    FOR(e, K * Vt) {
+        int x = e / Vt, c = e % Vt;
+        dS[x * LT + c] = a.dfinal ? a.dfinal[bj * K * V + x * V + v0 + c] : 0.0f;
+    }
+    // chunks in reverse: step s handles chunk NT - 1 - s in buffer s % NS
+    for (int s = 0; s < NS - 1; s++) {
+        if (s < NT)
+            rstate4_prefetch_<C_, K_, VT_>(a, bj * NT + NT - 1 - s, NT - 1 - s, v0, b, j,
+                                           bufs + s * BUF);
+        else
+            cp_commit_();
+    }
+    for (int st = 0; st < NT; st++) {
+        const int nc = NT - 1 - st;
+        const int64_t cid = bj * NT + nc;
+        const float *Ws = bufs + (st % NS) * BUF, *QGs = Ws + C * LW, *KGs = QGs + C * LW;
+        const float *Aq = KGs + C * LG;
+        const kda_bf16 *dOb = (const kda_bf16 *)(Aq + C * LA);
+        const float *gls = (const float *)(dOb + C * LO);
+        cp_wait_n_<NS - 2>();
+        sync_(); // chunk nc's tiles have landed; the previous step is done with dS, dDs, its half
+        const int sx = st + NS - 1;
+        if (sx < NT)
+            rstate4_prefetch_<C_, K_, VT_>(a, bj * NT + NT - 1 - sx, NT - 1 - sx, v0, b, j,
+                                           bufs + (sx % NS) * BUF);
+        else
+            cp_commit_();
+        FOR(e, K * Vt) {
+            int x = e / Vt, c = e % Vt;
+            a.dh[cid * K * V + (int64_t)x * V + v0 + c] = dS[x * LT + c];
+        }
+        float *dDg = a.dD + cid * C * V + v0;
+        block_mm(C, Vt, mat(Aq, 1, LA), math(dOb, LO, 1), C, mat(KGs, LG, 1), mat(dS, LT, 1), K,
+                 [&](int r, int c, float vi, float vs) {
+                     float d = vi + vs;
+                     dDs[r * LT + c] = d;
+                     dDg[(int64_t)r * V + c] = d;
+                 });
+        sync_();
+        block_mm(K, Vt, mat(QGs, 1, LW), math(dOb, LO, 1), C, mat(Ws, 1, LW), mat(dDs, LT, 1), C,
+                 [&](int r, int c, float vq, float vw) {
+                     dS[r * LT + c] = gls[r] * dS[r * LT + c] + vq - vw;
+                 });
+    }
+    sync_();
+    if (a.dinit) {
+        FOR(e, K * Vt) {
+            int x = e / Vt, c = e % Vt;
+            a.dinit[bj * K * V + x * V + v0 + c] = dS[x * LT + c];
+        }
+    }
+}
+
+// ---- main backward of one chunk, compile-time dims (the math of bwd_body above)
+#define TC4_THREADS 512 // 16 warps; 2 blocks per SM at K 32 / V 64 / chunk 32 (105 KB each)
+
+// The shared-memory plan of bwd4_body (floats): fp32 [C][K + 4] tiles G, Kb, dq, dk, dG, T1, T2,
+// T3, tk; bf16 [C][K + 8] q, k and [C][V + 8] v, dO; fp32 [C][V + 4] Δ, dΔ; X = h | dh ([K][V +
+// 4] each) until the state terms are done, then dVb [C][V + 4] | dAkk | M ([C][C + 4] each); fp32
+// [C][C + 4] KK, Akk, dAqk, Tm (the inverse's temporary); β, dβ [C]; dΓ_last [K].
+template <int C, int K, int V> struct Bwd4 {
+    static constexpr int LK = K + 4, LV = V + 4, LC = C + 4, LQ = K + 8, LW = V + 8;
+    static constexpr int CK = C * LK, CV = C * LV, CC = C * LC;
+    static constexpr int HQ = C * LQ / 2, HV_ = C * LW / 2; // bf16 tiles in floats
+    static constexpr int XS = 2 * K * LV, XD = CV + 2 * CC, X = XS > XD ? XS : XD;
+    static constexpr int floats = 9 * CK + 2 * HQ + 2 * HV_ + 2 * CV + X + 4 * CC + 2 * C + K;
+    static_assert(C == 2 * SUB && K % 16 == 0 && V % 16 == 0, "bwd4: chunk 32, K, V % 16");
+    static_assert(CK % 4 == 0 && HQ % 4 == 0 && HV_ % 4 == 0 && CV % 4 == 0 && X % 4 == 0 &&
+                      CC % 4 == 0,
+                  "bwd4: every region starts 16-byte aligned (cp.async)");
+};
+
+// KA: Akk and KK come from the kept buffer (a.Akk, a.KK: the forward intra's), so (1)-(3) reduce
+// to Kb and the products that need no Akk; else they are computed here (v3's algorithm).
+template <int C, int K, int V, bool KA>
+__host__ __device__ void bwd4_body(const TcArgs &a, int64_t blk, float *sm) {
+    typedef Bwd4<C, K, V> P;
+    constexpr int LK = P::LK, LV = P::LV, LC = P::LC, LQ = P::LQ, LW = P::LW, R = SUB;
+    constexpr int CK = P::CK, CV = P::CV, CC = P::CC;
+#ifdef __CUDA_ARCH__
+    const int tid = (int)threadIdx.x, warp = tid >> 5;
+    constexpr int nth = TC4_THREADS, nwarp = TC4_THREADS / 32;
+#else
+    const int tid = 0, warp = 0, nth = 1, nwarp = 1;
+#endif
+    const ChunkPos p = chunk_pos(a, blk);
+    const int n = p.n;
+    const bool off = n > SUB;
+    const float scale = a.scale;
+    const bool as = a.async && a.s_al16, aq = a.async && a.qk_al16, av = a.async && a.v_al16;
+    const bool ad = a.async && a.dO_al16, ag = a.async && a.g_al16;
+
+    float *Gs = sm, *Kb = Gs + CK, *dq = Kb + CK, *dk = dq + CK, *dG = dk + CK, *T1 = dG + CK;
+    float *T2 = T1 + CK, *T3 = T2 + CK, *tk = T3 + CK;
+    kda_bf16 *Qh = (kda_bf16 *)(tk + CK), *Kh = Qh + C * LQ, *Vh = Kh + C * LQ, *dOh = Vh + C * LW;
+    float *Ds = (float *)(dOh + C * LW), *dDs = Ds + CV, *X = dDs + CV;
+    float *S0 = X, *dS = X + K * LV, *dVb = X, *dAkk = X + CV, *Mm = dAkk + CC;
+    float *KK = X + P::X, *Ak = KK + CC, *dAqk = Ak + CC, *Tm = dAqk + CC;
+    float *bs = Tm + CC, *dbs = bs + C, *dGl = dbs + C;
+    float *dw = T3, *dKb = T2;                    // from (3) / (4)
+    float *Kf1 = dq, *Kr1 = dq + R * LK;          // (1)-(2), before dq is written
+    float *Qf = T1, *Kfb = T2, *Kr = T3 + R * LK; // (6)-(7), T1..T3 free halves
+    float *At = tk, *Lt = Kb; // (6)-(7): scale dAqkᵀ, (β dL)ᵀ [C][C + 4] (tk, Kb free after (5))
+    static_assert(C * LC <= CK, "bwd4: At, Lt fit the tk, Kb tiles");
+
+    // (0) copies: group 1 q, k, v, dO (bf16), G, Δ, dΔ; group 2 h, dh (lands during (1)-(2)).
+    //     Rows past the end: zeros (Δ, dΔ are zero there in the scratch already).
+    {
+        constexpr int K8 = K / 8, V8 = V / 8, K4 = K / 4, V4 = V / 4;
+        FOR(e, C * K8) {
+            int i = e / K8, c = e % K8 * 8;
+            if (i < n) {
+                const int64_t o = qk_at(a, p.b, p.t0 + i, p.hq) + c;
+                cp16_(&Qh[i * LQ + c], &a.q[o], aq);
+                cp16_(&Kh[i * LQ + c], &a.k[o], aq);
+            } else {
+                zero16_(&Qh[i * LQ + c]), zero16_(&Kh[i * LQ + c]);
+            }
+        }
+        FOR(e, C * V8) {
+            int i = e / V8, c = e % V8 * 8;
+            if (i < n) {
+                const int64_t o = v_at(a, p.b, p.t0 + i, p.j) + c;
+                cp16_(&Vh[i * LW + c], &a.v[o], av);
+                cp16_(&dOh[i * LW + c], &a.dO[o], ad);
+            } else {
+                zero16_(&Vh[i * LW + c]), zero16_(&dOh[i * LW + c]);
+            }
+        }
+        FOR(e, C * K4) {
+            int i = e / K4, c = e % K4 * 4;
+            if (i < n)
+                cp16_(&Gs[i * LK + c], &a.gcum[g_at(a, p.b, p.t0 + i, p.j) + c], ag);
+            else
+                zero16_(&Gs[i * LK + c]);
+        }
+        const float *D = a.D + p.cid * C * V, *dD = a.dD + p.cid * C * V;
+        FOR(e, C * V4) {
+            int i = e / V4, c = e % V4 * 4;
+            cp16_(&Ds[i * LV + c], &D[i * V + c], as);
+            cp16_(&dDs[i * LV + c], &dD[i * V + c], as);
+        }
+        if (KA) {
+            constexpr int C4 = C / 4;
+            const float *akg = a.Akk + p.cid * C * C, *kkg = a.KK + p.cid * C * C;
+            FOR(e, C * C4) {
+                int i = e / C4, c = e % C4 * 4;
+                cp16_(&Ak[i * LC + c], &akg[i * C + c], as);
+                cp16_(&KK[i * LC + c], &kkg[i * C + c], as);
+            }
+        }
+        cp_commit_();
+        const float *h = a.h + p.cid * K * V, *dh = a.dh + p.cid * K * V;
+        FOR(e, K * V4) {
+            int x = e / V4, c = e % V4 * 4;
+            cp16_(&S0[x * LV + c], &h[x * V + c], as);
+            cp16_(&dS[x * LV + c], &dh[x * V + c], as);
+        }
+        cp_commit_();
+    }
+    FOR(i, C) bs[i] = i < n ? a.beta[beta_at(a, p.b, p.t0 + i, p.j)] : 0.0f;
+    FOR(c, K) dGl[c] = 0.0f;
+    const float *Gl = Gs + (n - 1) * LK;
+    if (KA) {
+        // (1-3, kept Akk and KK) after both groups: Kb = β k e^G; warps 0-7 T1 = dO S0ᵀ and T3 =
+        //     dΔ S0ᵀ, warps 8-15 dAqk = mask(dO Δᵀ) and T2 = Δ dSᵀ (16 k-steps per warp); then
+        //     dΓ_last's state part and the state terms' elementwise part
+        cp_wait_();
+        sync_();
+        FOR(e, C * K) {
+            int i = e / K, c = e % K;
+            Kb[i * LK + c] = bs[i] * ldbf(Kh[i * LQ + c]) * fexp(Gs[i * LK + c]);
+        }
+        block_mm_w(0, 8, C, K, math(dOh, LW, 1), mat(S0, 1, LV), V, mat(dDs, LV, 1), mat(S0, 1, LV),
+                   V, [&](int r, int c, float vo, float vd) {
+                       T1[r * LK + c] = vo;
+                       T3[r * LK + c] = vd;
+                   });
+        block_mm_w(
+            8, 8, C, C, math(dOh, LW, 1), mat(Ds, 1, LV), V, no_mat(), no_mat(), 0,
+            [&](int r, int c, float v, float) { dAqk[r * LC + c] = r < n && c <= r ? v : 0.0f; });
+        block_mm_w(8, 8, C, K, mat(Ds, LV, 1), mat(dS, 1, LV), V, no_mat(), no_mat(), 0,
+                   [&](int r, int c, float v, float) { T2[r * LK + c] = v; });
+        sync_();
+        for (int c = warp; c < K; c += nwarp) {
+            float s = 0.0f;
+            WFOR(vv, V) s += dS[c * LV + vv] * S0[c * LV + vv];
+            s = warp_sum_(s);
+            if (lane_() == 0) dGl[c] = fexp(Gl[c]) * s;
+        }
+        FOR(e, C * K) {
+            int i = e / K, c = e % K, x = i * LK + c;
+            float eg = fexp(Gs[x]), el = fexp(Gl[c] - Gs[x]), kx = ldbf(Kh[i * LQ + c]);
+            float dqi = scale * eg * T1[x], tkv = kx * el * T2[x];
+            dq[x] = dqi;
+            dG[x] = ldbf(Qh[i * LQ + c]) * dqi - tkv;
+            dk[x] = el * T2[x];
+            tk[x] = tkv;
+            T3[x] = -T3[x];
+        }
+        sync_();
+    } else {
+        cp_wait1_();
+        sync_();
+
+        // (1) the off-diagonal factors of KK (Kf1 = k_i e^{G_i - G_R} for rows R.., 0 past the end;
+        //     Kr1 = k_j e^{G_R - G_j} for rows ..R-1); Akk := I; KK's diagonal sub-blocks pairwise
+        //     (strict lower); Kb = β k e^G; dAqk = mask_{j<=i}(dO Δᵀ) on the tensor cores
+        if (off) {
+            FOR(e, SUB * K) {
+                int i = e / K, c = e % K, r = R + i;
+                float gR = Gs[R * LK + c], f = r < n ? fexp(Gs[r * LK + c] - gR) : 0.0f;
+                Kf1[i * LK + c] = ldbf(Kh[r * LQ + c]) * f;
+                Kr1[i * LK + c] = ldbf(Kh[i * LQ + c]) * fexp(gR - Gs[i * LK + c]);
+            }
+        }
+        FOR(e, C * C) {
+            int i = e / C, jj = e % C;
+            Ak[i * LC + jj] = i == jj ? 1.0f : 0.0f;
+            if (jj >= i || (i / SUB != jj / SUB && !off)) KK[i * LC + jj] = 0.0f;
+        }
+        FOR(e, C * SUB) {
+            int i = e / SUB, jj = i / SUB * SUB + e % SUB;
+            if (jj >= i) continue;
+            float kk = 0.0f;
+            if (i < n) {
+                UNROLL_(8)
+                for (int c = 0; c < K; c++)
+                    kk += ldbf(Kh[i * LQ + c]) * ldbf(Kh[jj * LQ + c]) *
+                          fexp(Gs[i * LK + c] - Gs[jj * LK + c]);
+            }
+            KK[i * LC + jj] = kk;
+        }
+        FOR(e, C * K) {
+            int i = e / K, c = e % K;
+            Kb[i * LK + c] = bs[i] * ldbf(Kh[i * LQ + c]) * fexp(Gs[i * LK + c]);
+        }
+        block_mm(
+            C, C, math(dOh, LW, 1), mat(Ds, 1, LV), V, no_mat(), no_mat(), 0,
+            [&](int r, int c, float v, float) { dAqk[r * LC + c] = r < n && c <= r ? v : 0.0f; });
+        cp_wait_(); // h, dh
+        sync_();
+
+        // (2) side by side: warps 0-1 the forward substitution of Akk's diagonal sub-blocks (one
+        //     each); warps 2-3 KK's off-diagonal sub-block; warps 4-11 T1 = dO S0ᵀ and T3 = dΔ S0ᵀ,
+        //     warps 12-15 T2 = Δ dSᵀ (the state terms, the whole V width)
+        if (in_group_(0, 2)) {
+            for (int I = group_warp_(0); I * SUB < n; I += group_nwarp_(2)) {
+                const int r0 = I * SUB, nb = imin(SUB, n - r0);
+                for (int m = 0; m + 1 < nb; m++) {
+                    const int cols = m + 1;
+                    WFOR(e, (nb - 1 - m) * cols) {
+                        int r = r0 + m + 1 + e / cols, c = r0 + e % cols;
+                        Ak[r * LC + c] -= bs[r] * KK[r * LC + r0 + m] * Ak[(r0 + m) * LC + c];
+                    }
+                    syncwarp_();
+                }
+            }
+        }
+        if (off)
+            block_mm_w(2, 2, SUB, SUB, mat(Kf1, LK, 1), mat(Kr1, 1, LK), K, no_mat(), no_mat(), 0,
+                       [&](int r, int c, float v, float) { KK[(R + r) * LC + c] = v; });
+        block_mm_w(4, 8, C, K, math(dOh, LW, 1), mat(S0, 1, LV), V, mat(dDs, LV, 1), mat(S0, 1, LV),
+                   V, [&](int r, int c, float vo, float vd) {
+                       T1[r * LK + c] = vo;
+                       T3[r * LK + c] = vd;
+                   });
+        block_mm_w(12, 4, C, K, mat(Ds, LV, 1), mat(dS, 1, LV), V, no_mat(), no_mat(), 0,
+                   [&](int r, int c, float v, float) { T2[r * LK + c] = v; });
+        sync_();
+
+        // (3) warps 0-1: Akk's off-diagonal block Inv_10 = -Inv_11 (β L_10) Inv_00 (a barrier of
+        //     their own between the two products); warps 2-15: dΓ_last = e^{G_last} Σ_v dS S0 (a
+        //     warp per channel) and the state terms' elementwise part
+        if (off && in_group_(0, 2)) {
+            block_mm_w(0, 2, SUB, SUB, mat(KK + R * LC, LC, 1), mat(Ak, LC, 1), SUB, no_mat(),
+                       no_mat(), 0,
+                       [&](int r, int c, float v, float) { Tm[r * LC + c] = bs[R + r] * v; });
+            bar_group_(1, 64);
+            block_mm_w(0, 2, SUB, SUB, mat(Ak + R * LC + R, LC, 1), mat(Tm, LC, 1), SUB, no_mat(),
+                       no_mat(), 0,
+                       [&](int r, int c, float v, float) { Ak[(R + r) * LC + c] = -v; });
+        }
+        if (in_group_(2, nwarp > 1 ? nwarp - 2 : 1)) {
+            for (int c = group_warp_(2); c < K; c += group_nwarp_(nwarp - 2)) {
+                float s = 0.0f;
+                WFOR(vv, V) s += dS[c * LV + vv] * S0[c * LV + vv];
+                s = warp_sum_(s);
+                if (lane_() == 0) dGl[c] = fexp(Gl[c]) * s;
+            }
+        }
+        GFOR(e, C * K, 2, nwarp - 2) {
+            int i = e / K, c = e % K, x = i * LK + c;
+            float eg = fexp(Gs[x]), el = fexp(Gl[c] - Gs[x]), kx = ldbf(Kh[i * LQ + c]);
+            float dqi = scale * eg * T1[x], tkv = kx * el * T2[x];
+            dq[x] = dqi; // o has (scale q e^G) S0
+            dG[x] = ldbf(Qh[i * LQ + c]) * dqi - tkv;
+            dk[x] = el * T2[x]; // S_end has (k e^{G_last - G})ᵀ Δ
+            tk[x] = tkv;        // summed into dΓ_last in (4)
+            T3[x] = -T3[x];     // dw (Δ = u - w S0)
+        }
+        sync_();
+    } // KA
+
+    // (4) dΓ_last += Σ_i tk (a warp per channel); the WY backward, 12 k-steps per warp: warps 0-7
+    //     dAkk = dΔ (βv)ᵀ + dw Kbᵀ (strict lower); warps 8-15 dVb = Akkᵀ dΔ (dv = β dVb) and
+    //     dKb = Akkᵀ dw
+    for (int c = warp; c < K; c += nwarp) {
+        float s = 0.0f;
+        WFOR(i, n) s += tk[i * LK + c];
+        s = warp_sum_(s);
+        if (lane_() == 0) dGl[c] += s;
+    }
+    block_mm_w(0, 8, C, C, mat(dDs, LV, 1), math(Vh, 1, LW), V, mat(dw, LK, 1), mat(Kb, 1, LK), K,
+               [&](int r, int c, float vv, float vk) {
+                   dAkk[r * LC + c] = r < n && c < r ? bs[c] * vv + vk : 0.0f;
+               });
+    block_mm_w(8, 8, C, V, mat(Ak, 1, LC), mat(dDs, LV, 1), C, no_mat(), no_mat(), 0,
+               [&](int r, int c, float v, float) {
+                   dVb[r * LV + c] = v;
+                   if (r < n) a.dv[v_at(a, p.b, p.t0 + r, p.j) + c] = stbf(bs[r] * v);
+               });
+    block_mm_w(8, 8, C, K, mat(Ak, 1, LC), mat(dw, LK, 1), C, no_mat(), no_mat(), 0,
+               [&](int r, int c, float v, float) { dKb[r * LK + c] = v; });
+    sync_();
+
+    // (5) M = Akkᵀ dAkk (warps 0-7); Kb = β k e^G: dk += β e^G dKb, dΓ += Kb dKb; dβ = v·dVb +
+    //     (k e^G)·dKb (a warp per row)
+    block_mm_w(0, 8, C, C, mat(Ak, 1, LC), mat(dAkk, LC, 1), C, no_mat(), no_mat(), 0,
+               [&](int r, int c, float v, float) { Mm[r * LC + c] = v; });
+    FOR(e, C * K) {
+        int i = e / K, c = e % K, x = i * LK + c;
+        dk[x] += bs[i] * fexp(Gs[x]) * dKb[x];
+        dG[x] += Kb[x] * dKb[x];
+    }
+    for (int i = warp; i < C; i += nwarp) {
+        float s = 0.0f;
+        WFOR(v, V) s += ldbf(Vh[i * LW + v]) * dVb[i * LV + v];
+        WFOR(c, K) s += ldbf(Kh[i * LQ + c]) * fexp(Gs[i * LK + c]) * dKb[i * LK + c];
+        s = warp_sum_(s);
+        if (lane_() == 0) dbs[i] = s;
+    }
+    sync_();
+
+    // (6) dL = -M Akkᵀ on the strict lower triangle (into dAkk); the factors of the off-diagonal
+    //     sub-block for (7): Qf = q_i e^{G_i - G_R}, Kfb = β_i k_i e^{G_i - G_R} (rows R.., 0 past
+    //     the end), Kr = k_j e^{G_R - G_j} (rows ..R-1)
+    block_mm(C, C, mat(Mm, LC, 1), mat(Ak, 1, LC), C, no_mat(), no_mat(), 0,
+             [&](int r, int c, float v, float) {
+                 float l = r < n && c < r ? -v : 0.0f;
+                 dAkk[r * LC + c] = l;
+                 Lt[c * LC + r] = bs[r] * l;
+             });
+    FOR(e, C * C) {
+        int i = e / C, jj = e % C;
+        At[jj * LC + i] = scale * dAqk[i * LC + jj];
+    }
+    if (off) {
+        FOR(e, SUB * K) {
+            int i = e / K, c = e % K, r = R + i;
+            float gR = Gs[R * LK + c], f = r < n ? fexp(Gs[r * LK + c] - gR) : 0.0f;
+            Qf[i * LK + c] = ldbf(Qh[r * LQ + c]) * f;
+            Kfb[i * LK + c] = bs[r] * ldbf(Kh[r * LQ + c]) * f;
+            Kr[i * LK + c] = ldbf(Kh[i * LQ + c]) * fexp(gR - Gs[i * LK + c]);
+        }
+    }
+    sync_();
+
+    // (7) pair terms of Aqk (j <= i) and L (j < i) per (row r, channel c) (bwd_body's (7)): the
+    //     off-diagonal sub-block on the tensor cores (warps 0-3: T1 = rowQ, T2 = rowK of rows R..;
+    //     warps 4-7: T3 = colX of rows ..R-1), the diagonal sub-blocks pairwise, added into dq,
+    //     dk, dΓ at once (the off-diagonal part is added in (8)). The pairwise sums run over the
+    //     whole sub-block with one exponential per pair, e^{-|G_r - G_j|}: the row sums need
+    //     e^{G_r - G_j} for j <= r, the column sum e^{G_j - G_r} for j >= r, both <= 0 in the
+    //     exponent (G is non-increasing), and the other side's entries of dAqk and dL are zero
+    //     (masked), so the one finite factor serves both.
+    if (off) {
+        block_mm_w(0, 4, SUB, K, mat(dAqk + R * LC, LC, 1), mat(Kr, LK, 1), SUB,
+                   mat(dAkk + R * LC, LC, 1), mat(Kr, LK, 1), SUB,
+                   [&](int r, int c, float vq, float vl) {
+                       bool in = R + r < n;
+                       float f = in ? fexp(Gs[(R + r) * LK + c] - Gs[R * LK + c]) : 0.0f;
+                       T1[(R + r) * LK + c] = in ? scale * vq * f : 0.0f;
+                       T2[(R + r) * LK + c] = in ? bs[R + r] * vl * f : 0.0f;
+                   });
+        block_mm_w(4, 4, SUB, K, mat(dAqk + R * LC, 1, LC), mat(Qf, LK, 1), SUB,
+                   mat(dAkk + R * LC, 1, LC), mat(Kfb, LK, 1), SUB,
+                   [&](int r, int c, float vq, float vk) {
+                       T3[r * LK + c] = (scale * vq + vk) * fexp(Gs[R * LK + c] - Gs[r * LK + c]);
+                   });
+    }
+    // (a thread: channel c of rows r1 and r1 + 8 of one sub-block, which share the loads of G, k,
+    // q at every column j; the row coefficients come 4 at a time from dAqk, dL and their
+    // transposes At = scale dAqkᵀ, Lt = (β dL)ᵀ)
+    FOR(e, SUB * K) {
+        const int c = e % K, rb = e / K, s0 = rb / (SUB / 2) * SUB, r1 = s0 + rb % (SUB / 2);
+        if (r1 >= n) continue;
+        const int rr[2] = {r1, r1 + SUB / 2};
+        float gr[2], acc[2][3] = {{0.0f, 0.0f, 0.0f}, {0.0f, 0.0f, 0.0f}};
+        for (int h = 0; h < 2; h++)
+            gr[h] = Gs[rr[h] * LK + c];
+        UNROLL_(4)
+        for (int u0 = 0; u0 < SUB; u0 += 4) {
+            float gj[4], kj[4], qj[4];
+            for (int t = 0; t < 4; t++) {
+                const int jj = s0 + u0 + t;
+                gj[t] = Gs[jj * LK + c], kj[t] = ldbf(Kh[jj * LQ + c]),
+                qj[t] = ldbf(Qh[jj * LQ + c]);
+            }
+            for (int h = 0; h < 2; h++) {
+                float cq[4], cl[4], ca[4], cb[4];
+                ld4_(cq, &dAqk[rr[h] * LC + s0 + u0]), ld4_(cl, &dAkk[rr[h] * LC + s0 + u0]);
+                ld4_(ca, &At[rr[h] * LC + s0 + u0]), ld4_(cb, &Lt[rr[h] * LC + s0 + u0]);
+                for (int t = 0; t < 4; t++) {
+                    float ex = fexp(-fabsf(gr[h] - gj[t]));
+                    acc[h][0] += cq[t] * kj[t] * ex;
+                    acc[h][1] += cl[t] * kj[t] * ex;
+                    acc[h][2] += (ca[t] * qj[t] + cb[t] * kj[t]) * ex;
+                }
+            }
+        }
+        for (int h = 0; h < 2; h++) {
+            const int r = rr[h], x = r * LK + c;
+            if (r >= n) break;
+            float kr = ldbf(Kh[r * LQ + c]), qr = ldbf(Qh[r * LQ + c]);
+            float rq = acc[h][0] * scale, rk = acc[h][1] * bs[r], cx = acc[h][2];
+            dq[x] += rq;
+            dk[x] += rk + cx;
+            dG[x] += qr * rq + kr * rk - kr * cx;
+        }
+    }
+    for (int i = warp; i < n; i += nwarp) {
+        float s = 0.0f;
+        WFOR(jj, i) s += dAkk[i * LC + jj] * KK[i * LC + jj];
+        s = warp_sum_(s);
+        if (lane_() == 0) dbs[i] += s;
+    }
+    sync_();
+
+    // (8) the off-diagonal pair terms into dΓ; dg = the reverse chunk-local cumsum of dΓ from
+    //     dΓ_last (a warp scan per channel, in place); then dq, dk (with their off-diagonal
+    //     terms), dg and dβ written out row by row
+    for (int c = warp; c < K; c += nwarp) {
+        if (off) {
+            WFOR(i, n) {
+                int x = i * LK + c;
+                float qx = ldbf(Qh[i * LQ + c]), kx = ldbf(Kh[i * LQ + c]);
+                dG[x] += i >= R ? qx * T1[x] + kx * T2[x] : -kx * T3[x];
+            }
+            syncwarp_();
+        }
+        warp_rscan_(dG + c, LK, n, dGl[c]);
+    }
+    sync_();
+    const int gva = a.HV != a.H, heads = gva ? a.HV : a.H, hw = gva ? p.j : p.hq;
+    FOR(e, n * K) {
+        int i = e / K, c = e % K, x = i * LK + c;
+        float oq = off && i >= R ? T1[x] : 0.0f;
+        float ok = off ? (i >= R ? T2[x] : T3[x]) : 0.0f;
+        int64_t o = (((int64_t)p.b * a.T + p.t0 + i) * heads + hw) * K + c;
+        a.dq[o] = dq[x] + oq;
+        a.dk[o] = dk[x] + ok;
+        a.dg[g_at(a, p.b, p.t0 + i, p.j) + c] = dG[x];
+    }
+    FOR(i, n) a.dbeta[beta_at(a, p.b, p.t0 + i, p.j)] = dbs[i];
+    (void)nth;
+}
+
+// ---- forward intra of one chunk, compile-time dims (the math of intra_body's forward form)
+// Shared memory (floats): bf16 [C][K + 8] q, k; fp32 [C][V + 8] βv (v3's operand of u, so that
+// both versions round the same values to TF32), [C][K + 4] G, Kb, [C][C + 4] Aqk, L, Akk; the
+// off-diagonal factors Qf, Kf, Kr, Kf0 [16][K + 4] and the inverse's temporary Tm [16][C + 4];
+// KK [C][C + 4] (kept for the main backward, with Akk, when a.Akk is set); β [C].
+template <int C, int K, int V> struct Intra4 {
+    static constexpr int LK = K + 4, LC = C + 4, LQ = K + 8, LV = V + 8;
+    static constexpr int CK = C * LK, CC = C * LC, HQ = C * LQ / 2, CV = C * LV;
+    static constexpr int floats = 2 * HQ + CV + 2 * CK + 4 * CC + 4 * SUB * LK + SUB * LC + C;
+    static_assert(C == 2 * SUB && K % 16 == 0 && V % 16 == 0, "intra4: chunk 32, K, V % 16");
+    static_assert(HQ % 4 == 0 && CV % 4 == 0 && CK % 4 == 0, "intra4: 16-byte aligned regions");
+};
+
+// The t-th pair (i, j), j <= i, of a 16 x 16 lower triangle in row order (t < TRI).
+#define TRI (SUB * (SUB + 1) / 2)
+__host__ __device__ inline void tri_pair_(int t, int &i, int &j) {
+    i = (int)((sqrtf(8.0f * (float)t + 1.0f) - 1.0f) * 0.5f);
+    if ((i + 1) * (i + 2) / 2 <= t) i++; // sqrtf rounding, either way
+    if (i * (i + 1) / 2 > t) i--;
+    j = t - i * (i + 1) / 2;
+}
+
+template <int C, int K, int V>
+__host__ __device__ void intra4_body(const TcArgs &a, int64_t blk, float *sm) {
+    typedef Intra4<C, K, V> P;
+    constexpr int LK = P::LK, LC = P::LC, LQ = P::LQ, LV = P::LV, R = SUB;
+#ifdef __CUDA_ARCH__
+    const int tid = (int)threadIdx.x;
+    constexpr int nth = TC_THREADS;
+#else
+    const int tid = 0, nth = 1;
+#endif
+    const ChunkPos p = chunk_pos(a, blk);
+    const int n = p.n;
+    const bool off = n > SUB;
+    const float scale = a.scale;
+    const bool aq = a.async && a.qk_al16, ag = a.async && a.g_al16;
+    kda_bf16 *Qh = (kda_bf16 *)sm, *Kh = Qh + C * LQ;
+    float *Vb = (float *)(Kh + C * LQ), *Gs = Vb + P::CV, *Kb = Gs + P::CK, *Aq = Kb + P::CK;
+    float *Ls = Aq + P::CC, *Ak = Ls + P::CC, *Qf = Ak + P::CC, *Kf = Qf + SUB * LK;
+    float *Kr = Kf + SUB * LK, *Kf0 = Kr + SUB * LK, *Tm = Kf0 + SUB * LK, *KKs = Tm + SUB * LC;
+    float *bs = KKs + P::CC;
+    const bool keepA = a.Akk != NULL; // write Akk and KK for bwd4_body<.., true>
+
+    // (0) copies (one group): q, k (bf16), G; v as 16-byte loads times β into βv (in flight with
+    //     the copies); rows past the end zeros
+    {
+        constexpr int K8 = K / 8, V8 = V / 8, K4 = K / 4;
+        FOR(e, C * K8) {
+            int i = e / K8, c = e % K8 * 8;
+            if (i < n) {
+                const int64_t o = qk_at(a, p.b, p.t0 + i, p.hq) + c;
+                cp16_(&Qh[i * LQ + c], &a.q[o], aq);
+                cp16_(&Kh[i * LQ + c], &a.k[o], aq);
+            } else {
+                zero16_(&Qh[i * LQ + c]), zero16_(&Kh[i * LQ + c]);
+            }
+        }
+        FOR(e, C * V8) {
+            int i = e / V8, c = e % V8 * 8;
+            float x[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+            float b = 0.0f;
+            if (i < n) {
+                ld8bf_(x, &a.v[v_at(a, p.b, p.t0 + i, p.j) + c], a.v_al16);
+                b = a.beta[beta_at(a, p.b, p.t0 + i, p.j)];
+            }
+            for (int u = 0; u < 8; u++)
+                Vb[i * LV + c + u] = x[u] * b;
+        }
+        FOR(e, C * K4) {
+            int i = e / K4, c = e % K4 * 4;
+            if (i < n)
+                cp16_(&Gs[i * LK + c], &a.gcum[g_at(a, p.b, p.t0 + i, p.j) + c], ag);
+            else
+                zero16_(&Gs[i * LK + c]);
+        }
+        cp_commit_();
+    }
+    FOR(i, C) bs[i] = i < n ? a.beta[beta_at(a, p.b, p.t0 + i, p.j)] : 0.0f;
+    cp_wait_();
+    sync_();
+
+    // (1) the off-diagonal factors (Qf = q_i e^{G_i - G_R}, Kf = β_i k_i e^{G_i - G_R} for rows
+    //     R.., 0 past the end; Kr = k_j e^{G_R - G_j} for rows ..R-1; Kf0 = Kf / β, the main
+    //     backward's operand of KK); Akk := I and the zeros; the diagonal sub-blocks' pairs of
+    //     Aqk (j <= i) and L = β KK (j < i) in fp32; Kb = β k e^G; qg, kg and e^{G_last} written
+    //     out
+    if (off) {
+        FOR(e, SUB * K) {
+            int i = e / K, c = e % K, r = R + i;
+            float gR = Gs[R * LK + c], f = r < n ? fexp(Gs[r * LK + c] - gR) : 0.0f;
+            float kf = ldbf(Kh[r * LQ + c]) * f;
+            Qf[i * LK + c] = ldbf(Qh[r * LQ + c]) * f;
+            Kf[i * LK + c] = bs[r] * kf;
+            Kf0[i * LK + c] = kf;
+            Kr[i * LK + c] = ldbf(Kh[i * LQ + c]) * fexp(gR - Gs[i * LK + c]);
+        }
+    }
+    FOR(e, C * C) {
+        int i = e / C, jj = e % C;
+        Ak[i * LC + jj] = i == jj ? 1.0f : 0.0f;
+        if (jj > i || (i / SUB != jj / SUB && !off)) Aq[i * LC + jj] = Ls[i * LC + jj] = 0.0f;
+        if (jj >= i || (i / SUB != jj / SUB && !off)) KKs[i * LC + jj] = 0.0f;
+    }
+    // (the pairs j <= i of the two 16 x 16 sub-blocks, 136 each, enumerated densely so that no
+    // lane of a warp idles on an upper-triangle pair)
+    FOR(e, 2 * TRI) {
+        int i, jj;
+        tri_pair_(e % TRI, i, jj);
+        i += e / TRI * SUB, jj += e / TRI * SUB;
+        float l = 0.0f, q = 0.0f;
+        if (i < n) {
+            UNROLL_(8)
+            for (int c = 0; c < K; c++) {
+                float kd = ldbf(Kh[jj * LQ + c]) * fexp(Gs[i * LK + c] - Gs[jj * LK + c]);
+                l += ldbf(Kh[i * LQ + c]) * kd;
+                q += ldbf(Qh[i * LQ + c]) * kd;
+            }
+        }
+        Aq[i * LC + jj] = scale * q;
+        Ls[i * LC + jj] = jj < i ? bs[i] * l : 0.0f;
+        if (jj < i) KKs[i * LC + jj] = l;
+    }
+    float *qgg = a.qg + p.cid * C * K, *kgg = a.kg + p.cid * C * K;
+    const float *Gl = Gs + (n - 1) * LK;
+    FOR(e, C * K) {
+        int i = e / K, c = e % K;
+        float g = Gs[i * LK + c], eg = fexp(g), kx = ldbf(Kh[i * LQ + c]);
+        Kb[i * LK + c] = bs[i] * kx * eg;
+        qgg[e] = scale * ldbf(Qh[i * LQ + c]) * eg;
+        kgg[e] = kx * fexp(Gl[c] - g);
+    }
+    FOR(c, K) a.gl[p.cid * K + c] = fexp(Gl[c]);
+    sync_();
+
+    // (2) side by side: warps 0-1 the off-diagonal sub-block of Aqk and L on the tensor cores;
+    //     warps 2-3 the forward substitution of Akk's diagonal sub-blocks (one each); warps 4-5
+    //     KK's off-diagonal sub-block (kept only: the main backward's own product, bitwise)
+    if (off)
+        block_mm_w(0, 2, SUB, SUB, mat(Qf, LK, 1), mat(Kr, 1, LK), K, mat(Kf, LK, 1),
+                   mat(Kr, 1, LK), K, [&](int r, int c, float vq, float vk) {
+                       Aq[(R + r) * LC + c] = scale * vq;
+                       Ls[(R + r) * LC + c] = vk;
+                   });
+    if (off && keepA)
+        block_mm_w(4, 2, SUB, SUB, mat(Kf0, LK, 1), mat(Kr, 1, LK), K, no_mat(), no_mat(), 0,
+                   [&](int r, int c, float v, float) { KKs[(R + r) * LC + c] = v; });
+    if (in_group_(2, 2)) {
+        for (int I = group_warp_(2); I * SUB < n; I += group_nwarp_(2)) {
+            const int r0 = I * SUB, nb = imin(SUB, n - r0);
+            for (int m = 0; m + 1 < nb; m++) {
+                const int cols = m + 1;
+                WFOR(e, (nb - 1 - m) * cols) {
+                    int r = r0 + m + 1 + e / cols, c = r0 + e % cols;
+                    Ak[r * LC + c] -= Ls[r * LC + r0 + m] * Ak[(r0 + m) * LC + c];
+                }
+                syncwarp_();
+            }
+        }
+    }
+    sync_();
+
+    // (3) warps 0-1: Inv_10 = -Inv_11 L_10 Inv_00 (a barrier of their own between the two
+    //     products); warps 2-7: Aqk written out
+    if (off && in_group_(0, 2)) {
+        block_mm_w(0, 2, SUB, SUB, mat(Ls + R * LC, LC, 1), mat(Ak, LC, 1), SUB, no_mat(), no_mat(),
+                   0, [&](int r, int c, float v, float) { Tm[r * LC + c] = v; });
+        bar_group_(1, 64);
+        block_mm_w(0, 2, SUB, SUB, mat(Ak + R * LC + R, LC, 1), mat(Tm, LC, 1), SUB, no_mat(),
+                   no_mat(), 0, [&](int r, int c, float v, float) { Ak[(R + r) * LC + c] = -v; });
+    }
+    float *aqg = a.Aqk + p.cid * C * C;
+    GFOR(e, C * C, 2, TC_THREADS / 32 - 2) aqg[e] = Aq[(e / C) * LC + e % C];
+    sync_();
+
+    // (4) w = Akk Kb, u = Akk βv (8 + 16 tiles, 3 per warp); kept: Akk and KK written out
+    float *wg = a.w + p.cid * C * K, *ug = a.u + p.cid * C * V;
+    block_mm(C, K, mat(Ak, LC, 1), mat(Kb, LK, 1), C, no_mat(), no_mat(), 0,
+             [&](int r, int c, float v, float) { wg[r * K + c] = v; });
+    block_mm(C, V, mat(Ak, LC, 1), mat(Vb, LV, 1), C, no_mat(), no_mat(), 0,
+             [&](int r, int c, float v, float) { ug[r * V + c] = v; });
+    if (keepA) {
+        float *akg = a.Akk + p.cid * C * C, *kkg = a.KK + p.cid * C * C;
+        FOR(e, C * C) {
+            akg[e] = Ak[(e / C) * LC + e % C];
+            kkg[e] = KKs[(e / C) * LC + e % C];
+        }
+    }
+    (void)nth;
+}
+
+// The dims bwd4_body and intra4_body are instantiated for (the models': K 32, V 64, chunk 32).
+__host__ __device__ inline bool bwd4_dims(const ChunkArgs &a) {
+    return a.C == 32 && a.K == 32 && a.V == 64;
 }
 
 // ---- device entry points ------------------------------------------------------------------------
@@ -1047,87 +1981,72 @@ __global__ void __launch_bounds__(TC_BWD_THREADS, 2) tc_bwd_k(TcArgs a) {
     extern __shared__ float sm[];
     bwd_body(a, blockIdx.x, sm);
 }
-__global__ void tc_gva_sum_k(float *out, const float *in, int64_t n, int H, int HV, int K) {
-    for (int64_t e = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; e < n;
-         e += (int64_t)gridDim.x * blockDim.x)
-        gva_sum_item(out, in, e, H, HV, K);
+template <int C_, int K_, int VT_, int NS>
+__global__ void __launch_bounds__(TC_THREADS) tc_state4_k(TcArgs a) {
+    extern __shared__ float sm[];
+    state4_body<C_, K_, VT_, NS>(a, blockIdx.x, sm);
+}
+template <int C_, int K_, int VT_, int NS>
+__global__ void __launch_bounds__(TC_THREADS) tc_rstate4_k(TcArgs a) {
+    extern __shared__ float sm[];
+    rstate4_body<C_, K_, VT_, NS>(a, blockIdx.x, sm);
+}
+__global__ void __launch_bounds__(TC_THREADS) tc_intra4_k(TcArgs a) {
+    extern __shared__ float sm[];
+    intra4_body<32, 32, 64>(a, blockIdx.x, sm);
+}
+__global__ void __launch_bounds__(TC4_THREADS, 2) tc_bwd4_k(TcArgs a) {
+    extern __shared__ float sm[];
+    bwd4_body<32, 32, 64, false>(a, blockIdx.x, sm);
+}
+__global__ void __launch_bounds__(TC4_THREADS, 2) tc_bwd4k_k(TcArgs a) {
+    extern __shared__ float sm[];
+    bwd4_body<32, 32, 64, true>(a, blockIdx.x, sm);
 }
 
 // ---- argument setup shared by the device and host drivers ---------------------------------------
 
-int tile_v(int64_t V) {
-    return V > 32 && V % 32 == 0 ? 32 : (int)V;
-}
-
 TcArgs make_args(const KdaDims *d) {
     TcArgs a;
     memset(&a, 0, sizeof a);
-    a.B = (int)d->B, a.T = (int)d->T, a.H = (int)d->H, a.HV = (int)d->HV;
-    a.K = (int)d->K, a.V = (int)d->V, a.C = (int)d->chunk;
-    a.NT = (int)((d->T + d->chunk - 1) / d->chunk);
-    a.Vt = tile_v(d->V);
-    a.scale = d->scale;
+    static_cast<ChunkArgs &>(a) = chunk_args(d);
     return a;
 }
 
-// Scratch floats per chunk and head, and the carving of one buffer into the scratch tensors
-// (kda_fast.cu's layout, so the kept h and Δ are interchangeable).
-size_t scratch_per_chunk(const TcArgs &a) {
-    return (size_t)(3 * a.C * a.K + 4 * a.C * a.V + a.C * a.C + a.K + 2 * a.K * a.V);
-}
-size_t scratch_floats(const TcArgs &a) {
-    size_t chunks = (size_t)a.B * a.HV * a.NT;
-    size_t gva = a.HV != a.H ? 2 * (size_t)a.B * a.T * a.HV * a.K : 0;
-    return chunks * scratch_per_chunk(a) + gva;
-}
-void carve(TcArgs &a, float *p) {
-    size_t ch = (size_t)a.B * a.HV * a.NT, CK = ch * a.C * a.K, CV = ch * a.C * a.V;
-    a.w = p, p += CK;
-    a.kg = p, p += CK;
-    a.qg = p, p += CK;
-    a.u = p, p += CV;
-    a.D = p, p += CV;
-    a.dDi = p, p += CV;
-    a.dD = p, p += CV;
-    a.Aqk = p, p += ch * a.C * a.C;
-    a.gl = p, p += ch * a.K;
-    a.h = p, p += ch * a.K * a.V;
-    a.dh = p, p += ch * a.K * a.V;
-    if (a.HV != a.H) { // per value head dq/dk, summed by gva_sum
-        size_t n = (size_t)a.B * a.T * a.HV * a.K;
-        a.dq = p, p += n;
-        a.dk = p;
-    }
-}
 // keep (M0): h and Δ live in the caller's buffer (h first: kda_fast_keep_floats' layout), then
-// w, kg, qg, Aqk and e^{G_last} (kda_tc_keep_floats), so the backward skips the intra kernel.
+// w, kg, qg, Aqk and e^{G_last} (kda_tc_keep_floats), so the backward skips the intra kernel,
+// then Akk and KK (v4 at bwd4_dims: its main backward skips the inverse).
 void keep_carve(TcArgs &a, float *keep) {
     size_t ch = (size_t)a.B * a.HV * a.NT, CK = ch * a.C * a.K;
-    a.h = keep, keep += ch * a.K * a.V;
-    a.D = keep, keep += ch * a.C * a.V;
+    keep = keep_carve_hd(a, keep);
     a.w = keep, keep += CK;
     a.kg = keep, keep += CK;
     a.qg = keep, keep += CK;
     a.Aqk = keep, keep += ch * a.C * a.C;
-    a.gl = keep;
+    a.gl = keep, keep += ch * a.K;
+    a.Akk = keep, keep += ch * a.C * a.C;
+    a.KK = keep;
 }
 
+// The pipeline depth of v4's state passes: TC4_STAGES at the models' dims (two blocks per SM
+// still fit), else 2 (v3's double buffer).
+int stages4(const ChunkArgs &a) {
+    return bwd4_dims(a) ? TC4_STAGES : 2;
+}
+
+// Both versions' kernels must fit (the version is chosen per call).
 size_t max_smem_bytes(const TcArgs &a) {
     size_t m = intra_floats(a.C, a.K, a.V, true);
-    size_t s[] = {state_floats(a.C, a.K, a.Vt), output_floats(a.C, a.K, a.V),
-                  bwd_floats(a.C, a.K, a.V, a.Vt)};
+    size_t b4 = bwd4_dims(a) ? (size_t)Bwd4<32, 32, 64>::floats : 0; // >= Intra4's
+    size_t s[] = {state_floats(a.C, a.K, a.Vt),
+                  output_floats(a.C, a.K, a.V),
+                  bwd_floats(a.C, a.K, a.V, a.Vt),
+                  state4_floats(a.C, a.K, a.Vt, stages4(a), true),
+                  rstate4_floats(a.C, a.K, a.Vt, stages4(a)),
+                  b4};
     for (size_t i = 0; i < sizeof s / sizeof s[0]; i++)
         if (s[i] > m) m = s[i];
     return m * sizeof(float);
-}
-
-int set_smem(KdaCudaCtx *ctx, const void *fn, size_t bytes) {
-    if (ctx->plan_off) // KDA_GEMM_PLAN=0: the per-launch attribute call of before
-        CUDA_CHECK(
-            ctx, cudaFuncSetAttribute(fn, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)bytes));
-    else if (kda_cuda_smem_limit(ctx, fn, bytes))
-        return -1;
-    return 0;
 }
 
 // Launches `kern` on `blocks` blocks with `floats` of shared memory. With `ev` (kda_tc_profile)
@@ -1147,11 +2066,56 @@ int prepare(KdaCudaCtx *ctx, TcArgs &a, const KdaDims *d) {
     a = make_args(d);
     const char *as = getenv("KDA_TC_ASYNC"); // "0": the state passes' copies without cp.async
     a.async = !(as && !strcmp(as, "0"));
+    a.ver = kda_tc_version();
     KDA_CUDA_REQUIRE(ctx, kda_tc_supported(d, ctx->info.smem_per_block_optin));
     float *ws = (float *)kda_cuda_scratch(ctx, scratch_floats(a) * sizeof(float));
     if (!ws) return -1;
     carve(a, ws);
     return 0;
+}
+
+// v4's state passes: compile-time dims and TC4_STAGES at the models' dims, else run-time dims and
+// a double buffer.
+int launch_state_fwd(KdaCudaCtx *ctx, cudaEvent_t **ev, const TcArgs &a) {
+    int64_t tiles = (int64_t)a.B * a.HV * (a.V / a.Vt);
+    if (a.ver != 4)
+        return launch(ctx, ev, tc_state_k, tiles, state_floats(a.C, a.K, a.Vt), TC_THREADS, a);
+    size_t f = state4_floats(a.C, a.K, a.Vt, stages4(a), a.state_o);
+    if (bwd4_dims(a))
+        return launch(ctx, ev, tc_state4_k<32, 32, 32, TC4_STAGES>, tiles, f, TC_THREADS, a);
+    return launch(ctx, ev, tc_state4_k<0, 0, 0, 2>, tiles, f, TC_THREADS, a);
+}
+int launch_rstate4(KdaCudaCtx *ctx, cudaEvent_t **ev, const TcArgs &a) {
+    int64_t tiles = (int64_t)a.B * a.HV * (a.V / a.Vt);
+    size_t f = rstate4_floats(a.C, a.K, a.Vt, stages4(a));
+    if (bwd4_dims(a))
+        return launch(ctx, ev, tc_rstate4_k<32, 32, 32, TC4_STAGES>, tiles, f, TC_THREADS, a);
+    return launch(ctx, ev, tc_rstate4_k<0, 0, 0, 2>, tiles, f, TC_THREADS, a);
+}
+
+// The forward's intra kernel: v4's at its dims, else v3's (forward form: writes Aqk).
+int launch_intra_fwd(KdaCudaCtx *ctx, cudaEvent_t **ev, const TcArgs &a) {
+    int64_t chunks = (int64_t)a.B * a.HV * a.NT;
+    if (a.ver == 4 && bwd4_dims(a))
+        return launch(ctx, ev, tc_intra4_k, chunks, (size_t)Intra4<32, 32, 64>::floats, TC_THREADS,
+                      a);
+    return launch(ctx, ev, tc_intra_k, chunks, intra_floats(a.C, a.K, a.V, false), TC_THREADS, a,
+                  false);
+}
+
+bool al16_(const void *p) {
+    return (uintptr_t)p % 16 == 0;
+}
+// The v4 copy switches: which tensors are 16-byte aligned (all pointers set).
+void set_align(TcArgs &a) {
+    a.qk_al16 = al16_(a.q) && al16_(a.k);
+    a.v_al16 = al16_(a.v);
+    a.dO_al16 = al16_(a.dO);
+    a.g_al16 = al16_(a.gcum);
+    const void *s[] = {a.w, a.kg, a.qg, a.Aqk, a.gl, a.h, a.dh, a.D, a.dD, a.Akk, a.KK};
+    a.s_al16 = true;
+    for (size_t i = 0; i < sizeof s / sizeof s[0]; i++)
+        a.s_al16 = a.s_al16 && al16_(s[i]);
 }
 
 int tc_fwd(KdaCudaCtx *ctx, cudaEvent_t **ev, kda_bf16 *o, float *final_state, const kda_bf16 *q,
@@ -1162,15 +2126,21 @@ int tc_fwd(KdaCudaCtx *ctx, cudaEvent_t **ev, kda_bf16 *o, float *final_state, c
     if (keep) keep_carve(a, keep);
     a.q = q, a.k = k, a.v = v, a.gcum = gcum, a.beta = beta, a.init_state = init_state;
     a.o = o, a.final_state = final_state;
-    int64_t chunks = (int64_t)a.B * a.HV * a.NT, tiles = (int64_t)a.B * a.HV * (a.V / a.Vt);
-    if (launch(ctx, ev, tc_intra_k, chunks, intra_floats(a.C, a.K, a.V, false), TC_THREADS, a,
-               false) ||
-        launch(ctx, ev, tc_state_k, tiles, state_floats(a.C, a.K, a.Vt), TC_THREADS, a) ||
-        launch(ctx, ev, tc_output_k, chunks, output_floats(a.C, a.K, a.V), TC_THREADS, a))
+    a.state_o = a.ver == 4; // v4: o from the state pass
+    set_align(a);
+    int64_t chunks = (int64_t)a.B * a.HV * a.NT;
+    if (launch_intra_fwd(ctx, ev, a) || launch_state_fwd(ctx, ev, a)) return -1;
+    if (a.state_o) { // kda_tc_profile: an empty output slot
+        if (ev) CUDA_CHECK(ctx, cudaEventRecord(*(*ev)++, ctx->stream));
+    } else if (launch(ctx, ev, tc_output_k, chunks, output_floats(a.C, a.K, a.V), TC_THREADS, a)) {
         return -1;
+    }
     return 0;
 }
 
+// v3: [ddi (kept) | intra (bwd form) + state], reverse state, main backward. v4: [intra (forward
+// form: writes Aqk) + state], the reverse state pass with dΔ_intra, the main backward (bwd4_body
+// at its dims, else v3's).
 int tc_bwd(KdaCudaCtx *ctx, cudaEvent_t **ev, float *dq, float *dk, kda_bf16 *dv, float *dg,
            float *dbeta, float *dinit_state, const kda_bf16 *d_o, const float *dfinal_state,
            const kda_bf16 *q, const kda_bf16 *k, const kda_bf16 *v, const float *gcum,
@@ -1179,26 +2149,32 @@ int tc_bwd(KdaCudaCtx *ctx, cudaEvent_t **ev, float *dq, float *dk, kda_bf16 *dv
     if (prepare(ctx, a, d)) return -1;
     if (kept) keep_carve(a, (float *)kept); // read only: intra and the state pass are skipped
     a.q = q, a.k = k, a.v = v, a.dO = d_o, a.gcum = gcum, a.beta = beta;
-    a.dO_al16 = (uintptr_t)d_o % 16 == 0;
     a.init_state = init_state, a.dfinal = dfinal_state;
     a.dv = dv, a.dg = dg, a.dbeta = dbeta, a.dinit = dinit_state;
     if (a.HV == a.H) a.dq = dq, a.dk = dk;
+    set_align(a);
+    const bool v4 = a.ver == 4;
     int64_t chunks = (int64_t)a.B * a.HV * a.NT, tiles = (int64_t)a.B * a.HV * (a.V / a.Vt);
-    if ((kept && launch(ctx, ev, tc_ddi_k, chunks, ddi_floats(a.C, a.V), TC_THREADS, a)) ||
-        (!kept && launch(ctx, ev, tc_intra_k, chunks, intra_floats(a.C, a.K, a.V, true), TC_THREADS,
-                         a, true)) ||
-        (!kept &&
-         launch(ctx, ev, tc_state_k, tiles, state_floats(a.C, a.K, a.Vt), TC_THREADS, a)) ||
-        launch(ctx, ev, tc_state_bwd_k, tiles, state_floats(a.C, a.K, a.Vt), TC_THREADS, a) ||
-        launch(ctx, ev, tc_bwd_k, chunks, bwd_floats(a.C, a.K, a.V, a.Vt), TC_BWD_THREADS, a))
+    if (ev && kept && v4) // kda_tc_profile_kept: v4 has no ddi kernel (an empty slot)
+        CUDA_CHECK(ctx, cudaEventRecord(*(*ev)++, ctx->stream));
+    if ((kept && !v4 && launch(ctx, ev, tc_ddi_k, chunks, ddi_floats(a.C, a.V), TC_THREADS, a)) ||
+        (!kept && !v4 &&
+         launch(ctx, ev, tc_intra_k, chunks, intra_floats(a.C, a.K, a.V, true), TC_THREADS, a,
+                true)) ||
+        (!kept && v4 && launch_intra_fwd(ctx, ev, a)) || (!kept && launch_state_fwd(ctx, ev, a)) ||
+        (!v4 &&
+         launch(ctx, ev, tc_state_bwd_k, tiles, state_floats(a.C, a.K, a.Vt), TC_THREADS, a)) ||
+        (v4 && launch_rstate4(ctx, ev, a)))
         return -1;
-    if (a.HV != a.H) {
-        int64_t n = (int64_t)a.B * a.T * a.H * a.K;
-        tc_gva_sum_k<<<grid_for(n), 256, 0, ctx->stream>>>(dq, a.dq, n, a.H, a.HV, a.K);
-        CUDA_CHECK_LAUNCH(ctx);
-        tc_gva_sum_k<<<grid_for(n), 256, 0, ctx->stream>>>(dk, a.dk, n, a.H, a.HV, a.K);
-        CUDA_CHECK_LAUNCH(ctx);
+    if (v4 && bwd4_dims(a)) {
+        if (launch(ctx, ev, kept ? tc_bwd4k_k : tc_bwd4_k, chunks, (size_t)Bwd4<32, 32, 64>::floats,
+                   TC4_THREADS, a))
+            return -1;
+    } else if (launch(ctx, ev, tc_bwd_k, chunks, bwd_floats(a.C, a.K, a.V, a.Vt), TC_BWD_THREADS,
+                      a)) {
+        return -1;
     }
+    if (a.HV != a.H && gva_sum_launch(ctx, dq, dk, a)) return -1;
     if (ev) CUDA_CHECK(ctx, cudaEventRecord(*(*ev)++, ctx->stream));
     return 0;
 }
@@ -1231,11 +2207,28 @@ struct HostRun {
 
 void host_begin(HostRun *r, const KdaDims *d) {
     r->a = make_args(d);
+    r->a.ver = kda_tc_version();
     r->ws = (float *)kda_calloc(scratch_floats(r->a), sizeof(float));
     r->sm = (float *)kda_calloc(max_smem_bytes(r->a) / sizeof(float), sizeof(float));
     carve(r->a, r->ws);
     r->chunks = (int64_t)r->a.B * r->a.HV * r->a.NT;
     r->tiles = (int64_t)r->a.B * r->a.HV * (r->a.V / r->a.Vt);
+}
+// launch_state_fwd's choice, on the host.
+void state_fwd_host(const TcArgs &a, int64_t b, float *sm) {
+    if (a.ver == 4 && bwd4_dims(a))
+        state4_body<32, 32, 32, TC4_STAGES>(a, b, sm);
+    else if (a.ver == 4)
+        state4_body<0, 0, 0, 2>(a, b, sm);
+    else
+        state_body(a, b, sm);
+}
+// launch_intra_fwd's choice, on the host.
+void intra_fwd_host(const TcArgs &a, int64_t b, float *sm) {
+    if (a.ver == 4 && bwd4_dims(a))
+        intra4_body<32, 32, 64>(a, b, sm);
+    else
+        intra_body(a, b, sm, false);
 }
 void host_end(HostRun *r) {
     free(r->ws);
@@ -1249,6 +2242,25 @@ void host_end(HostRun *r) {
 extern "C" int kda_tc_selected(void) {
     const char *s = getenv("KDA_CORE"); // the default since the GPU run of 2026-12-03 (53/53)
     return !(s && !strcmp(s, "simt"));
+}
+
+static int g_tc_version; // kda_tc_set_version's override; 0: none
+
+extern "C" int kda_tc_version(void) {
+    if (g_tc_version) return g_tc_version;
+    const char *s = getenv("KDA_TC_V");
+    return s && !strcmp(s, "3") ? 3 : 4;
+}
+
+extern "C" int kda_tc_set_version(int v) {
+    int prev = g_tc_version;
+    g_tc_version = v == 3 || v == 4 ? v : 0;
+    return prev;
+}
+
+extern "C" int kda_tc_bwd_main_version(const KdaDims *d) {
+    TcArgs a = make_args(d);
+    return kda_tc_version() == 4 && bwd4_dims(a) ? 4 : 3;
 }
 
 extern "C" int kda_tc_supported(const KdaDims *d, size_t smem_optin) {
@@ -1270,7 +2282,7 @@ extern "C" int kda_tc_fwd(KdaCudaCtx *ctx, kda_bf16 *o, float *final_state, cons
 extern "C" size_t kda_tc_keep_floats(const KdaDims *d) {
     TcArgs a = make_args(d);
     size_t ch = (size_t)a.B * a.HV * a.NT;
-    return kda_fast_keep_floats(d) + ch * (3 * (size_t)a.C * a.K + (size_t)a.C * a.C + a.K);
+    return kda_fast_keep_floats(d) + ch * (3 * (size_t)a.C * a.K + 3 * (size_t)a.C * a.C + a.K);
 }
 
 extern "C" int kda_tc_fwd_keep(KdaCudaCtx *ctx, kda_bf16 *o, float *final_state, const kda_bf16 *q,
@@ -1300,35 +2312,38 @@ extern "C" int kda_tc_bwd_kept(KdaCudaCtx *ctx, float *dq, float *dk, kda_bf16 *
                   beta, init_state, d, kept);
 }
 
-extern "C" int kda_tc_profile(KdaCudaCtx *ctx, const KdaDims *d, int reps, float ms[8]) {
+// kda_tc_profile / kda_tc_profile_kept: kept = 1 runs the M0 forms (the model's path).
+static int tc_profile_(KdaCudaCtx *ctx, const KdaDims *d, int reps, float ms[8], int kept) {
     int64_t nqk = d->B * d->T * d->H * d->K, nv = d->B * d->T * d->HV * d->V;
     int64_t ng = d->B * d->T * d->HV * d->K, nb = d->B * d->T * d->HV;
     size_t bytes = (size_t)(2 * nqk + 3 * nv) * 2 + (size_t)(2 * ng + 2 * nb + 2 * nqk) * 4;
-    char *buf = (char *)kda_cuda_alloc(ctx, bytes);
+    size_t kbytes = kept ? kda_tc_keep_floats(d) * sizeof(float) : 0;
+    char *buf = (char *)kda_cuda_alloc(ctx, bytes + kbytes);
     if (!buf) return -1;
     kda_bf16 *q = (kda_bf16 *)buf, *k = q + nqk, *v = k + nqk, *dO = v + nv, *o = dO + nv;
     float *gcum = (float *)(o + nv), *beta = gcum + ng, *dg = beta + nb, *dbeta = dg + ng;
     float *dq = dbeta + nb, *dk = dq + nqk;
-    kda_bf16 *dv = o; // o is not read by the backward
+    float *keep = kept ? (float *)(buf + bytes) : NULL; // bytes: a multiple of 16 (even dims)
+    kda_bf16 *dv = o;                                   // o is not read by the backward
     cudaEvent_t ev[9];
-    int rc = 0, made = 0;
+    int rc = 0, made = 0, nev = kept ? 8 : 9;
     for (; made < 9 && rc == 0; made++)
         if (cudaEventCreate(&ev[made]) != cudaSuccess) rc = -1;
     for (int i = 0; i < 8; i++)
-        ms[i] = 1e30f;
+        ms[i] = i < nev - 1 ? 1e30f : 0.0f;
     tc_profile_fill_k<<<grid_for(nv > ng ? nv : ng), 256, 0, ctx->stream>>>(q, k, v, dO, gcum, beta,
                                                                             *d);
     for (int r = 0; r < reps && rc == 0; r++) {
         cudaEvent_t *e = ev;
         if (cudaEventRecord(*e++, ctx->stream) != cudaSuccess ||
-            tc_fwd(ctx, &e, o, NULL, q, k, v, gcum, beta, NULL, d, NULL) ||
+            tc_fwd(ctx, &e, o, NULL, q, k, v, gcum, beta, NULL, d, keep) ||
             tc_bwd(ctx, &e, dq, dk, dv, dg, dbeta, NULL, dO, NULL, q, k, v, gcum, beta, NULL, d,
-                   NULL) ||
+                   keep) ||
             kda_cuda_sync(ctx)) {
             rc = -1;
             break;
         }
-        for (int i = 0; i < 8; i++) { // per-kernel minimum over the repetitions
+        for (int i = 0; i + 1 < nev; i++) { // per-kernel minimum over the repetitions
             float t = 0.0f;
             cudaEventElapsedTime(&t, ev[i], ev[i + 1]);
             ms[i] = t < ms[i] ? t : ms[i];
@@ -1338,6 +2353,14 @@ extern "C" int kda_tc_profile(KdaCudaCtx *ctx, const KdaDims *d, int reps, float
         cudaEventDestroy(ev[i]);
     kda_cuda_release(buf);
     return rc;
+}
+
+extern "C" int kda_tc_profile(KdaCudaCtx *ctx, const KdaDims *d, int reps, float ms[8]) {
+    return tc_profile_(ctx, d, reps, ms, 0);
+}
+
+extern "C" int kda_tc_profile_kept(KdaCudaCtx *ctx, const KdaDims *d, int reps, float ms[8]) {
+    return tc_profile_(ctx, d, reps, ms, 1);
 }
 
 extern "C" void kda_tc_fwd_host(kda_bf16 *o, float *final_state, const kda_bf16 *q,
@@ -1350,15 +2373,18 @@ extern "C" void kda_tc_fwd_host(kda_bf16 *o, float *final_state, const kda_bf16 
     if (keep) keep_carve(a, keep);
     a.q = q, a.k = k, a.v = v, a.gcum = gcum, a.beta = beta, a.init_state = init_state;
     a.o = o, a.final_state = final_state;
+    set_align(a);
+    a.state_o = a.ver == 4; // v4: o from the state pass
     for (int64_t b = 0; b < r.chunks; b++)
-        intra_body(a, b, r.sm, false);
+        intra_fwd_host(a, b, r.sm);
     for (int64_t b = 0; b < r.tiles; b++)
-        state_body(a, b, r.sm);
-    for (int64_t b = 0; b < r.chunks; b++)
+        state_fwd_host(a, b, r.sm);
+    for (int64_t b = 0; b < r.chunks && !a.state_o; b++)
         output_body(a, b, r.sm);
     host_end(&r);
 }
 
+// The device drivers' kernel sequences (tc_fwd / tc_bwd), body by body.
 extern "C" void kda_tc_bwd_host(float *dq, float *dk, kda_bf16 *dv, float *dg, float *dbeta,
                                 float *dinit_state, const kda_bf16 *d_o, const float *dfinal_state,
                                 const kda_bf16 *q, const kda_bf16 *k, const kda_bf16 *v,
@@ -1369,29 +2395,37 @@ extern "C" void kda_tc_bwd_host(float *dq, float *dk, kda_bf16 *dv, float *dg, f
     TcArgs &a = r.a;
     if (kept) keep_carve(a, (float *)kept);
     a.q = q, a.k = k, a.v = v, a.dO = d_o, a.gcum = gcum, a.beta = beta;
-    a.dO_al16 = (uintptr_t)d_o % 16 == 0;
     a.init_state = init_state, a.dfinal = dfinal_state;
     a.dv = dv, a.dg = dg, a.dbeta = dbeta, a.dinit = dinit_state;
     if (a.HV == a.H) a.dq = dq, a.dk = dk;
+    set_align(a);
+    const bool v4 = a.ver == 4;
     for (int64_t b = 0; b < r.chunks; b++) {
-        if (kept)
-            ddi_body(a, b, r.sm);
-        else
+        if (!kept && v4)
+            intra_fwd_host(a, b, r.sm);
+        else if (!kept)
             intra_body(a, b, r.sm, true);
+        else if (!v4)
+            ddi_body(a, b, r.sm);
     }
     for (int64_t b = 0; b < r.tiles && !kept; b++)
-        state_body(a, b, r.sm);
-    for (int64_t b = 0; b < r.tiles; b++)
-        state_bwd_body(a, b, r.sm);
-    for (int64_t b = 0; b < r.chunks; b++)
-        bwd_body(a, b, r.sm);
-    if (a.HV != a.H) {
-        int64_t n = (int64_t)a.B * a.T * a.H * a.K;
-        for (int64_t e = 0; e < n; e++) {
-            gva_sum_item(dq, a.dq, e, a.H, a.HV, a.K);
-            gva_sum_item(dk, a.dk, e, a.H, a.HV, a.K);
-        }
+        state_fwd_host(a, b, r.sm);
+    for (int64_t b = 0; b < r.tiles; b++) {
+        if (v4 && bwd4_dims(a))
+            rstate4_body<32, 32, 32, TC4_STAGES>(a, b, r.sm);
+        else if (v4)
+            rstate4_body<0, 0, 0, 2>(a, b, r.sm);
+        else
+            state_bwd_body(a, b, r.sm);
     }
+    for (int64_t b = 0; b < r.chunks; b++) {
+        if (v4 && bwd4_dims(a))
+            kept ? bwd4_body<32, 32, 64, true>(a, b, r.sm)
+                 : bwd4_body<32, 32, 64, false>(a, b, r.sm);
+        else
+            bwd_body(a, b, r.sm);
+    }
+    if (a.HV != a.H) gva_sum_host(dq, dk, a);
     host_end(&r);
 }
 

@@ -2,7 +2,8 @@
 // the chunk-parallel algorithm of kda_fast.h with every GEMM-shaped product on mma, and the
 // intra-chunk pair terms factored through 16-token sub-block boundaries. The model's default
 // core where it fits (kda_tc_supported) since the GPU run of 2026-12-03; KDA_CORE=simt selects
-// the SIMT path of kda_fast.h, which stays the GPU oracle of this one.
+// the SIMT path of kda_fast.h, which stays the GPU oracle of this one. Two kernel versions
+// (kda_tc_version): v4, the default, and v3, kept whole for A/B runs (KDA_TC_V=3).
 //
 // Same arguments, layouts and dtypes as kda_fast.h (and kda_cuda.h):
 //   q, k   [B, T, H, K]   bf16, L2-normalized          v, o, do  [B, T, HV, V] bf16
@@ -13,7 +14,10 @@
 // The kept buffer of the M0 forms (kda_tc_keep_floats(d) floats, fp32) starts with kda_fast's
 // layout (kda_fast_keep_floats(d) floats: h [B·HV·NT, K, V] then Δ [B·HV·NT, C, V]), so
 // kda_fast_bwd_kept can read what kda_tc_fwd_keep wrote; then w, kg, qg [B·HV·NT, C, K], Aqk
-// [B·HV·NT, C, C] and e^{G_last} [B·HV·NT, K], which let kda_tc_bwd_kept skip the intra kernel.
+// [B·HV·NT, C, C] and e^{G_last} [B·HV·NT, K], which let kda_tc_bwd_kept skip the intra kernel;
+// then Akk = (I + L)^-1 and KK (L = diag(β) KK, strict lower) [B·HV·NT, C, C], written by kernel
+// version 4 at K 32 / V 64 / chunk 32 only, where its main backward reads them instead of
+// inverting again.
 //
 // Numerics (kda-model.md §6.1-6.2, FLA's scheme):
 //   * products on TF32 tensor cores: operands rounded to TF32 (10-bit mantissa, round to nearest,
@@ -46,6 +50,18 @@ extern "C" {
 // 0 when KDA_CORE=simt is set in the environment, else 1 (read on every call; the caller caches
 // it).
 int kda_tc_selected(void);
+// The kernel version of the next calls (read on every call): 4 (the default), or 3 when
+// KDA_TC_V=3 is set, unless kda_tc_set_version overrides it. v4: the output's tiles and the main
+// backward's inputs through cp.async, the reverse state pass computing dΔ_intra itself, and (at K
+// 32, V 64, chunk 32) the main backward with compile-time dims and side-by-side warp groups; v3
+// stays whole for A/B runs (bench/kda_kernel/bench_gpu.c) and as a fallback.
+int kda_tc_version(void);
+// Overrides kda_tc_version for this process: 3 or 4; 0 returns to the environment. Returns the
+// previous override (0: none). For tests and benchmarks (not thread-safe).
+int kda_tc_set_version(int v);
+// The main backward's version for dims d at the current kda_tc_version(): 4 where bwd4 is
+// instantiated (K 32, V 64, chunk 32), else 3.
+int kda_tc_bwd_main_version(const KdaDims *d);
 // 1 when the tensor-core kernels take these dims with `smem_optin` bytes of shared memory per
 // block (see the list above), else 0.
 int kda_tc_supported(const KdaDims *d, size_t smem_optin);
@@ -62,7 +78,8 @@ int kda_tc_bwd(KdaCudaCtx *ctx, float *dq, float *dk, kda_bf16 *dv, float *dg, f
                const kda_bf16 *q, const kda_bf16 *k, const kda_bf16 *v, const float *gcum,
                const float *beta, const float *init_state, const KdaDims *d);
 // M0 forms: keep (written) / kept (read) are kda_tc_keep_floats(d) floats (layout above); kept
-// must hold kda_tc_fwd_keep's values for the same inputs and dims.
+// must hold kda_tc_fwd_keep's values for the same inputs, dims and kernel version
+// (kda_tc_version).
 size_t kda_tc_keep_floats(const KdaDims *d);
 int kda_tc_fwd_keep(KdaCudaCtx *ctx, kda_bf16 *o, float *final_state, const kda_bf16 *q,
                     const kda_bf16 *k, const kda_bf16 *v, const float *gcum, const float *beta,
@@ -77,6 +94,10 @@ int kda_tc_bwd_kept(KdaCudaCtx *ctx, float *dq, float *dk, kda_bf16 *dv, float *
 // internal pseudo-random inputs of dims d, each launch's minimum milliseconds in ms: intra, state,
 // output (forward); intra, state, reverse state, main backward, GVA sum (backward).
 int kda_tc_profile(KdaCudaCtx *ctx, const KdaDims *d, int reps, float ms[8]);
+// The same for the M0 forms (kda_tc_fwd_keep, kda_tc_bwd_kept: the model's path): intra, state,
+// output (forward); ddi (v3; 0 in v4, which has none), reverse state, main backward, GVA sum
+// (backward); ms[7] = 0.
+int kda_tc_profile_kept(KdaCudaCtx *ctx, const KdaDims *d, int reps, float ms[8]);
 
 // Host emulation: the same kernel bodies on host memory (same arguments, host pointers); keep /
 // kept NULL: the plain forms.
