@@ -365,9 +365,10 @@ KDA_TEST_GPU(gpu_model_core_tc) {
 // ---- fused cross-entropy: vocabulary chunks (legacy) and token chunks (fused classifier) -------
 
 // fused = 0: kda_cuda_xent_fwd + _bwd over vocabulary chunks of 128 (128, 128, 44 columns);
-// fused = 1: kda_cuda_cls_fused over token chunks of 16 rows (16, 16, 1), its loss-only mode
-// first (dn NULL: nll, lse and the loss sum the same bits as the training mode's).
-static void xent_case_(int fused) {
+// fused = 1: kda_cuda_cls_fused over token chunks of 16 rows (16, 16, 1) with row kernel `row`
+// (xent_cuda.h KDA_CLS_ROW_*), its loss-only mode first (dn NULL: nll, lse and the loss sum the
+// same bits as the training mode's).
+static void xent_case_(int fused, int row) {
     KdaCudaCtx ctx;
     KdaError err = {{0}};
     CHECK_MSG(kda_cuda_init(&ctx, 0, &err) == 0, "%s", err.msg);
@@ -403,7 +404,7 @@ static void xent_case_(int fused) {
                         kda_cuda_alloc(&ctx, kda_cuda_xent_stat_bytes(N)), CH};
     const int64_t ROWS = 16;
     KdaCudaClsWs cws = {kda_cuda_alloc(&ctx, kda_cuda_cls_bytes(ROWS, NV)), ROWS,
-                        kda_cuda_cls_ld(NV)};
+                        kda_cuda_cls_ld(NV), row};
     float *nll_lo = kda_malloc((size_t)N * 4), *lse_lo = kda_malloc((size_t)N * 4);
     double sum_lo = NAN;
     KDA_ASSERT(dn16 && dW16 && dtg && dnll && dlse && ddn && ddW && dsum && ws.logits && ws.stat &&
@@ -459,7 +460,10 @@ static void xent_case_(int fused) {
         CHECK_MSG(e_dn <= TOL_XENT_GRAD, "dn rel-RMS %.3g", e_dn);
         CHECK_MSG(e_dw <= TOL_XENT_GRAD, "dW rel-RMS %.3g", e_dw);
         printf("    %s, 3 chunks: max |nll diff| %.2e, loss sum %.6f vs %.6f, dn %.2e, dW %.2e\n",
-               fused ? "fused classifier" : "xent", worst, sum_g, sum_c, e_dn, e_dw);
+               !fused ? "xent"
+               : row  ? "fused classifier (block rows)"
+                      : "fused classifier",
+               worst, sum_g, sum_c, e_dn, e_dw);
         free(nll_g), free(lse_g), free(dn_g), free(dW_g);
     }
     void *bufs[] = {dn16, dW16, dtg, dnll, dlse, ddn, ddW, dsum, ws.logits, ws.stat, cws.logits};
@@ -471,11 +475,15 @@ static void xent_case_(int fused) {
 }
 
 KDA_TEST_GPU(gpu_model_xent_chunks) {
-    if (have_gpu_()) xent_case_(0);
+    if (have_gpu_()) xent_case_(0, 0);
 }
 
-KDA_TEST_GPU(gpu_model_cls_fused) {
-    if (have_gpu_()) xent_case_(1);
+KDA_TEST_GPU(gpu_model_cls_fused) { // the cluster row kernel (default)
+    if (have_gpu_()) xent_case_(1, KDA_CLS_ROW_CLUSTER);
+}
+
+KDA_TEST_GPU(gpu_model_cls_fused_block) { // the block row kernel (KDA_CLS_ROW=1)
+    if (have_gpu_()) xent_case_(1, KDA_CLS_ROW_BLOCK);
 }
 
 // ---- AdamW + scaling + clipping vs the CPU optimizer on the same gradients -------------------
@@ -762,7 +770,8 @@ KDA_TEST_GPU(gpu_model_profile) {
             {KDA_OP_MLP_BWD, (gu ? 4 : 6) * L},
             {KDA_OP_SWIGLU_FWD, L},
             {KDA_OP_SWIGLU_BWD, L},
-            {KDA_OP_HEAD_FWD, 2 + 1}, // 2 token chunks + the loss sum
+            {KDA_OP_HEAD_FWD, 2 + 1}, // 2 token chunks' logits GEMMs + the loss sum
+            {KDA_OP_HEAD_ROW, 2},     // their row kernels
             {KDA_OP_HEAD_BWD, 2},
             {KDA_OP_CAST, dhf ? 0 : 2 * L},
             {KDA_OP_ZERO_GRADS, 1},

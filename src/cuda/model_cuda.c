@@ -117,6 +117,7 @@ struct KdaCudaModel {
     int64_t chunk; // the KDA core's chunk (kda_fast_chunk: 32 for K = 32, V = 64); gcum uses it too
     int recompute; // per-block activation recomputation (kda_cuda_model_set_recompute)
     size_t cls_budget; // bytes of the fused classifier's logits chunk (0: no workspace for it)
+    int cls_row;       // its row kernel: KDA_CLS_ROW_CLUSTER, _BLOCK (KDA_CLS_ROW=1)
     int core_keep;     // keep the KDA core's forward h and Δ for the backward (KDA_CORE_KEEP)
     int core_tc;       // the tensor-core KDA core (cuda/kda_tc.h) where it fits; KDA_CORE=simt off
     int inproj;        // q|k|v|f0|g0|b back to back on the device: one input GEMM (KDA_INPROJ)
@@ -198,6 +199,7 @@ static void layout_(KdaCudaModel *m, int64_t N, Arena *a) {
     m->xws.chunk = kda_cuda_xent_chunk(N, c->vocab_size, XENT_BUDGET);
     m->cls.rows = kda_cuda_cls_rows(N, c->vocab_size, m->cls_budget);
     m->cls.ld = kda_cuda_cls_ld(c->vocab_size);
+    m->cls.row_kernel = m->cls_row;
     size_t lb = kda_cuda_xent_logits_bytes(N, m->xws.chunk);
     size_t cb = m->cls_budget ? kda_cuda_cls_bytes(m->cls.rows, c->vocab_size) : 0;
     m->xws.logits = take_(a, lb > cb ? lb : cb);
@@ -419,6 +421,10 @@ int kda_cuda_model_create(KdaCudaModel **out, const KdaConfig *cfg, const KdaPar
     m->ctx_ok = 1;
     m->chunk = kda_fast_chunk(cfg->head_dim, cfg->head_v_dim, m->ctx.info.smem_per_block_optin);
     m->cls_budget = CLS_BUDGET;
+    // the fused classifier's row kernel: a cluster per row, the row read once (default since
+    // 2026-12-03); "1": a block per row (the kernel before, to measure against)
+    const char *row = getenv("KDA_CLS_ROW");
+    m->cls_row = row && !strcmp(row, "1") ? KDA_CLS_ROW_BLOCK : KDA_CLS_ROW_CLUSTER;
     const char *keep = getenv("KDA_CORE_KEEP"); // "0": the backward recomputes h and Δ
     m->core_keep = !(keep && !strcmp(keep, "0"));
     m->core_tc = kda_tc_selected(); // KDA_CORE=simt: the SIMT core (the oracle)
@@ -1064,8 +1070,9 @@ static int head_bwd_legacy_(KdaCudaModel *m) {
 
 // The fused classifier (xent_cuda.h) on the final-norm output: loss, dn into m->dx and the
 // head's gradient, logits computed once per token chunk. Profile rows: fwd = each chunk's logits
-// GEMM + row kernel (bf16 logits written, read twice, dlogits written) and the loss sum, bwd =
-// each chunk's dX and dW GEMMs (dlogits read twice, dW fp32 read-modify-write per chunk).
+// GEMM (bf16 logits written) and the loss sum, rows = each chunk's row kernel (floor: the logits
+// read once, the dlogits written once), bwd = each chunk's dX and dW GEMMs (dlogits read twice,
+// dW fp32 read-modify-write per chunk).
 static int head_fused_(KdaCudaModel *m) {
     const KdaConfig *c = &m->cfg;
     int64_t N = m->B * m->T, D = c->hidden_size, Vv = c->vocab_size;
@@ -1074,9 +1081,11 @@ static int head_fused_(KdaCudaModel *m) {
     for (int64_t r0 = 0; r0 < N; r0 += m->cls.rows) {
         int64_t nr = N - r0 < m->cls.rows ? N - r0 : m->cls.rows;
         double NV = (double)nr * (double)Vv;
-        TIMED(KDA_OP_HEAD_FWD, gemm_fl_(nr, D, Vv), gemm_by_(nr, D, Vv) + 6.0 * NV,
-              kda_cuda_cls_chunk_fwd(&m->ctx, m->nll, m->lse, m->nf, Wh, m->targets, N, D, Vv,
-                                     scale, 1, r0, &m->cls));
+        TIMED(KDA_OP_HEAD_FWD, gemm_fl_(nr, D, Vv), gemm_by_(nr, D, Vv),
+              kda_cuda_cls_chunk_logits(&m->ctx, m->nf, Wh, N, D, Vv, r0, &m->cls));
+        TIMED(KDA_OP_HEAD_ROW, 0, 4.0 * NV + 12.0 * (double)nr,
+              kda_cuda_cls_chunk_rows(&m->ctx, m->nll, m->lse, m->targets, N, Vv, scale, 1, r0,
+                                      &m->cls));
         TIMED(
             KDA_OP_HEAD_BWD, 2.0 * gemm_fl_(nr, D, Vv),
             2.0 * gemm_by_(nr, D, Vv) + 6.0 * (double)Vv * (double)D,
@@ -1161,6 +1170,12 @@ int kda_cuda_model_set_cls_budget(KdaCudaModel *m, size_t bytes, KdaError *err) 
     m->have_fwd = 0;
     m->cls_budget = bytes;
     return 0;
+}
+
+void kda_cuda_model_set_cls_row(KdaCudaModel *m, int kernel) {
+    if (kernel != KDA_CLS_ROW_CLUSTER && kernel != KDA_CLS_ROW_BLOCK) return;
+    m->cls_row = kernel;
+    m->cls.row_kernel = kernel;
 }
 
 // ---- data parallelism --------------------------------------------------------------------------
