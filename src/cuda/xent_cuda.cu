@@ -455,10 +455,12 @@ __host__ __device__ inline double cls2_sum(const kda_bf16 *sl, int64_t gs0, int6
 #endif
     for (int64_t j = tid; j < ngs; j += nth) {
         float x[8], e[8];
-        cls2_unpack(cls2_ld16(sl + 8 * j), x);
+        uint4 q = cls2_ld16(sl + 8 * j);
         int n = cls2_valid(gs0 + j, V);
+        if (n < 8) q = cls2_mask(q, n, 0xff80u); // past the row: -inf, e^(-inf - m) = 0
+        cls2_unpack(q, x);
         for (int i = 0; i < 8; i++)
-            e[i] = i < n ? expf(x[i] - m) : 0.0f;
+            e[i] = expf(x[i] - m);
         s += (double)(((e[0] + e[1]) + (e[2] + e[3])) + ((e[4] + e[5]) + (e[6] + e[7])));
     }
     return s;
