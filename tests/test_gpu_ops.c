@@ -1003,6 +1003,72 @@ KDA_TEST_GPU(gpu_swiglu_gate_up) {
     }
 }
 
+// The fused input projection's column split and copy (kda_cuda_cols_split / _cols_copy, which
+// replaced six cudaMemcpy2DAsync calls each way) against the host twin: a copy, so the same
+// bits; destination elements outside the parts keep their poison. The 300M layout (16-byte
+// path, N = 2048 + 3 rows) and odd widths with a gap (2-byte path); then one part copied back
+// into a wider matrix with kda_cuda_cols_copy.
+KDA_TEST_GPU(gpu_cols_split) {
+    if (!gpu_()) return;
+    const struct {
+        int64_t rows, lds;
+        int n;
+        int64_t col[6], cols[6], ld[6];
+    } cs[] = {{2051,
+               1160,
+               6,
+               {0, 256, 512, 1024, 1088, 1152},
+               {256, 256, 512, 64, 64, 8},
+               {256, 256, 512, 64, 64, 8}},
+              {77, 40, 3, {1, 9, 30}, {7, 20, 3}, {7, 24, 5}}};
+    for (int c = 0; c < 2; c++) {
+        int64_t rows = cs[c].rows, lds = cs[c].lds, ns = rows * lds;
+        kda_bf16 *src = malloc((size_t)ns * 2);
+        for (int64_t i = 0; i < ns; i++)
+            src[i] = (kda_bf16)(i * 2654435761u >> 9);
+        kda_bf16 *dsrc = dalloc_((size_t)ns * 2);
+        ok_(kda_cuda_put_bytes(&g_ctx, dsrc, src, (size_t)ns * 2));
+        KdaCudaColParts hp, dp;
+        memset(&hp, 0, sizeof hp), memset(&dp, 0, sizeof dp);
+        hp.n = dp.n = cs[c].n;
+        for (int k = 0; k < cs[c].n; k++) {
+            size_t b = (size_t)(rows * cs[c].ld[k]) * 2;
+            hp.col[k] = dp.col[k] = cs[c].col[k], hp.cols[k] = dp.cols[k] = cs[c].cols[k];
+            hp.ld[k] = dp.ld[k] = cs[c].ld[k];
+            hp.dst[k] = malloc(b), memset(hp.dst[k], 0xFF, b); // the device poison's bytes
+            dp.dst[k] = dev_poison_(b);
+        }
+        kda_cuda_cols_split_host(src, lds, rows, &hp);
+        ok_(kda_cuda_cols_split(&g_ctx, dsrc, lds, rows, &dp));
+        for (int k = 0; k < cs[c].n; k++) {
+            size_t b = (size_t)(rows * cs[c].ld[k]) * 2;
+            kda_bf16 *got = malloc(b);
+            CHECK(cudaMemcpy(got, dp.dst[k], b, cudaMemcpyDeviceToHost) == cudaSuccess);
+            CHECK_MSG(!memcmp(got, hp.dst[k], b), "case %d part %d differs from the host twin", c,
+                      k);
+            free(got), free(hp.dst[k]);
+        }
+        free(src);
+        dfree_all_();
+    }
+    // kda_cuda_cols_copy: a [rows, 64] block into columns 1024.. of a [rows, 1160] matrix
+    int64_t rows = 1000, n = rows * 64, nd = rows * 1160;
+    kda_bf16 *h = malloc((size_t)n * 2), *got = malloc((size_t)nd * 2);
+    for (int64_t i = 0; i < n; i++)
+        h[i] = (kda_bf16)(i * 40503u);
+    kda_bf16 *ds = dalloc_((size_t)n * 2), *dd = dev_poison_((size_t)nd * 2);
+    ok_(kda_cuda_put_bytes(&g_ctx, ds, h, (size_t)n * 2));
+    ok_(kda_cuda_cols_copy(&g_ctx, dd + 1024, 1160, ds, 64, rows, 64));
+    CHECK(cudaMemcpy(got, dd, (size_t)nd * 2, cudaMemcpyDeviceToHost) == cudaSuccess);
+    int64_t bad = 0;
+    for (int64_t r = 0; r < rows; r++)
+        for (int64_t c = 0; c < 1160; c++)
+            bad += got[r * 1160 + c] != (c >= 1024 && c < 1088 ? h[r * 64 + c - 1024] : 0xFFFF);
+    CHECK_MSG(bad == 0, "cols_copy: %lld elements wrong", (long long)bad);
+    free(h), free(got);
+    dfree_all_();
+}
+
 #else // !KDA_HAVE_CUDA
 
 // Built without CUDA: asking for the GPU suite must not look like a pass.

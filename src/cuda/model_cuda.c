@@ -645,18 +645,12 @@ static int residual_(KdaCudaModel *m, KdaOp op, float *res_out, const float *res
     return 0;
 }
 
-// Columns [col, col + w) of the fused input buffer m->inb [N, width] <-> a contiguous [N, w]
-// (cudaMemcpy2DAsync: one strided copy; to_inb = 1 writes the buffer).
-static int inb_cols_(KdaCudaModel *m, bf *x, int64_t col, int64_t w, int to_inb) {
+// Columns [col, col + w) of the fused input buffer m->inb [N, width] <- a contiguous dy [N, w]
+// (one strided copy kernel, 16-byte accesses; it replaced cudaMemcpy2DAsync, whose rows of
+// 16..1024 bytes are copied one by one).
+static int inb_put_(KdaCudaModel *m, const bf *dy, int64_t col, int64_t w) {
     int64_t N = m->B * m->T, W = inproj_width_(&m->cfg);
-    size_t wp = BF(W), xp = BF(w);
-    if (to_inb)
-        CUDA_CHECK(&m->ctx, cudaMemcpy2DAsync(m->inb + col, wp, x, xp, xp, (size_t)N,
-                                              cudaMemcpyDeviceToDevice, m->ctx.stream));
-    else
-        CUDA_CHECK(&m->ctx, cudaMemcpy2DAsync(x, xp, m->inb + col, wp, xp, (size_t)N,
-                                              cudaMemcpyDeviceToDevice, m->ctx.stream));
-    return 0;
+    return kda_cuda_cols_copy(&m->ctx, m->inb + col, W, dy, w, N, w);
 }
 
 // Column offsets of the parts in the fused input buffer (kda_cuda_device_offsets' order).
@@ -672,18 +666,20 @@ static InCols in_cols_(const KdaConfig *c) {
 
 // The fused input projection's forward: one GEMM xa [N, D] -> inb [N, width] with the block's
 // stacked weights (they start at q_proj), then its six parts copied out to the saved
-// activations (the backward reads them contiguous).
+// activations in one kernel (the backward reads them contiguous).
 static int inproj_fwd_(KdaCudaModel *m, const KdaLayerTensors *P, DevLayer *L) {
     const KdaConfig *c = &m->cfg;
     int64_t N = m->B * m->T, D = c->hidden_size;
     InCols o = in_cols_(c);
     TRY(lin_(m, KDA_OP_PROJ_FWD, m->inb, L->xa, P->q_proj, N, D, o.width));
+    KdaCudaColParts pp = {
+        {L->pq, L->pk, L->pv, L->f0, L->z0, L->b},
+        {o.q, o.k, o.v, o.f0, o.g0, o.b},
+        {c->key_dim, c->key_dim, c->value_dim, c->head_v_dim, c->head_v_dim, c->num_v_heads},
+        {c->key_dim, c->key_dim, c->value_dim, c->head_v_dim, c->head_v_dim, c->num_v_heads},
+        6};
     TIMED(KDA_OP_PROJ_FWD, 0, 4.0 * N * o.width,
-          inb_cols_(m, L->pq, o.q, c->key_dim, 0) || inb_cols_(m, L->pk, o.k, c->key_dim, 0) ||
-              inb_cols_(m, L->pv, o.v, c->value_dim, 0) ||
-              inb_cols_(m, L->f0, o.f0, c->head_v_dim, 0) ||
-              inb_cols_(m, L->z0, o.g0, c->head_v_dim, 0) ||
-              inb_cols_(m, L->b, o.b, c->num_v_heads, 0));
+          kda_cuda_cols_split(&m->ctx, m->inb, o.width, N, &pp)); // one launch, six parts
     return 0;
 }
 
@@ -939,7 +935,7 @@ static int proj_bwd_(KdaCudaModel *m, float *dW, const float *W, bf *dy, const b
                      int64_t w, int acc) {
     int64_t N = m->B * m->T, D = m->cfg.hidden_size;
     if (m->inproj) { // strided copy: bf16 read + write per element
-        TIMED(KDA_OP_PROJ_BWD, 0, 4.0 * (double)N * (double)w, inb_cols_(m, dy, col, w, 1));
+        TIMED(KDA_OP_PROJ_BWD, 0, 4.0 * (double)N * (double)w, inb_put_(m, dy, col, w));
         return 0;
     }
     TRY(dw_(m, KDA_OP_PROJ_BWD, dW, dy, xa, N, D, w));

@@ -162,6 +162,28 @@ int kda_cuda_swiglu_gu_fwd(KdaCudaCtx *ctx, kda_bf16 *m, const kda_bf16 *gu, int
 int kda_cuda_swiglu_gu_bwd(KdaCudaCtx *ctx, kda_bf16 *dgu, const kda_bf16 *dm, int64_t ld_dm,
                            const kda_bf16 *gu, int64_t N, int64_t I);
 
+// ---- column blocks of a bf16 matrix (the fused input projection's parts) --------------------
+// Up to KDA_CUDA_SPLIT_MAX parts of a row-major src [rows, lds] bf16: part i is the columns
+// [col[i], col[i] + cols[i]) of every row, copied to dst[i] [rows, ld[i]] (row stride ld[i] >=
+// cols[i]; the parts must not overlap src or each other). One launch for all parts; 16-byte
+// accesses when every part's columns, strides and pointers are multiples of 8 elements (16
+// bytes), else 2-byte ones (same result).
+#define KDA_CUDA_SPLIT_MAX 8
+typedef struct {
+    kda_bf16 *dst[KDA_CUDA_SPLIT_MAX];
+    int64_t col[KDA_CUDA_SPLIT_MAX], cols[KDA_CUDA_SPLIT_MAX], ld[KDA_CUDA_SPLIT_MAX];
+    int n; // parts (1 .. KDA_CUDA_SPLIT_MAX)
+} KdaCudaColParts;
+int kda_cuda_cols_split(KdaCudaCtx *ctx, const kda_bf16 *src, int64_t lds, int64_t rows,
+                        const KdaCudaColParts *parts);
+// The reverse for one part: dst [rows, ldd] columns [0, cols) = src [rows, lds] columns [0, cols)
+// (bf16; a 2-D copy: cudaMemcpy2DAsync's job, as a kernel with 16-byte accesses when aligned).
+int kda_cuda_cols_copy(KdaCudaCtx *ctx, kda_bf16 *dst, int64_t ldd, const kda_bf16 *src,
+                       int64_t lds, int64_t rows, int64_t cols);
+// Host twin of kda_cuda_cols_split (the same per-group body; test_fuse_host.c).
+void kda_cuda_cols_split_host(const kda_bf16 *src, int64_t lds, int64_t rows,
+                              const KdaCudaColParts *parts);
+
 // ---- embedding (§5.1) --------------------------------------------------------------------------
 // h [N, D] fp32 = E [n_vocab, D] fp32 rows at ids [N] (int32, validated to be in range).
 int kda_cuda_embed_fwd(KdaCudaCtx *ctx, float *h, const float *E, const int32_t *ids, int64_t N,
