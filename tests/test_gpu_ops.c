@@ -246,6 +246,34 @@ KDA_TEST_GPU(gpu_gemm) {
     gemm_case_(&r, 2048, 1024, 1024);
 }
 
+// KDA_GEMM_TUNE=1 (ctx->gemm_tune): each new plan times cuBLASLt's candidates on its first
+// repeatable call and keeps the fastest: the products stay right (gemm_case_'s tolerances:
+// another algorithm only reorders fp32 sums); kda_cuda_gemm_probe reports >= 1 candidate, the
+// heuristic's first with a finite positive time, and refuses an in-place beta = 1 product.
+KDA_TEST_GPU(gpu_gemm_tune) {
+    if (!gpu_()) return;
+    KdaRng r;
+    rng_seed(&r, 103);
+    g_ctx.gemm_tune = 1;
+    gemm_case_(&r, 300, 160, 96); // shapes no other test caches first
+    gemm_case_(&r, 2050, 1160, 1024);
+    g_ctx.gemm_tune = 0;
+    int64_t m = 256, n = 512, k = 128;
+    float *a = randn_(&r, m * k, 1.0f), *b = randn_(&r, k * n, 1.0f);
+    kda_bf16 *da = dev_bf16_(a, m * k), *db = dev_bf16_(b, k * n);
+    float *dd = dev_poison_((size_t)(m * n) * 4), ms[8] = {0};
+    int nc = 0;
+    ok_(kda_cuda_gemm_probe(&g_ctx, 0, 0, m, n, k, da, m, db, k, 0.0f, NULL, dd, KDA_DT_F32, m, 2,
+                            ms, &nc));
+    CHECK(nc >= 1 && nc <= 8 && isfinite(ms[0]) && ms[0] > 0.0f);
+    printf("    probe 256x512x128: %d candidates, #0 %.4f ms\n", nc, ms[0]);
+    CHECK(kda_cuda_gemm_probe(&g_ctx, 0, 0, m, n, k, da, m, db, k, 1.0f, dd, dd, KDA_DT_F32, m, 2,
+                              ms, &nc) == -1);
+    kda_cuda_clear_error(&g_ctx);
+    free(a), free(b);
+    dfree_all_();
+}
+
 // GEMM plans cached per shape (gemm_cuda.cu, the default) against a context with KDA_GEMM_PLAN=0
 // behaviour (plan_off: descriptors and heuristic afresh per call; residual by copy + in-place
 // beta = 1): the heuristic sees the same descriptors, so it picks the same algorithm and the
