@@ -121,6 +121,15 @@ static int f_oproj_f32(void) {
 static int f_copy_res(void) {
     return cudaMemcpyAsync(z.out, z.res, (size_t)N * D * 4, cudaMemcpyDeviceToDevice, g.stream);
 }
+static int f_f1_dw(void) { // dW [256, 64] += dyᵀ x over N: a tiny output, K = N
+    return kda_cuda_gemm_bwd_dw(&g, z.dWin, z.y256, z.f0, N, R, 256);
+}
+static int f_g1_dw(void) {
+    return kda_cuda_gemm_bwd_dw(&g, z.dWin, z.y512, z.f0, N, R, 512);
+}
+static int f_g1_dx(void) { // dx [N, 64] bf16 = dy [N, 512] · W
+    return kda_cuda_gemm_bwd_dx(&g, z.f0, KDA_DT_BF16, z.y512, z.Wg1, N, R, 512, 0);
+}
 static int f_inproj_dx(void) {
     return kda_cuda_gemm_bwd_dx(&g, z.dx, KDA_DT_F32, z.inb, z.Win, N, D, WI, 0);
 }
@@ -188,6 +197,9 @@ int main(void) {
         {"copy of the fp32 residual (read + write)", f_copy_res, 0, 8.0 * N * D},
         {"in-proj bwd: 6 x cudaMemcpy2DAsync in", f_put_memcpy2d, 0, inb_by},
         {"in-proj bwd: 6 x cols_copy kernel in", f_put_kernel, 0, inb_by},
+        {"f_proj.1 dW [256, 64] += over N", f_f1_dw, 2.0 * N * R * 256, 0},
+        {"g_proj.1 dW [512, 64] += over N", f_g1_dw, 2.0 * N * R * 512, 0},
+        {"g_proj.1 dX 512 -> 64 bf16", f_g1_dx, 2.0 * N * R * 512, 0},
         {"in-proj dX 1160 -> 1024 fp32", f_inproj_dx, fl_in, 0},
         {"in-proj dW [1160, 1024] +=", f_inproj_dw, fl_in, 0},
     };
@@ -211,6 +223,10 @@ int main(void) {
            D, fl_in);
     probe_("f_proj.1 fwd", 1, 0, 256, N, R, z.Wf1, R, z.f0, R, 0.0f, NULL, z.y256, KDA_DT_BF16, 256,
            2.0 * N * R * 256);
+    // dWᵀ [in, out] = x_cm [in, N] · op_T(dy_cm [out, N]) (gemm_cuda.cu's weight-gradient form;
+    // beta 0 here so that the probe may repeat it)
+    probe_("g_proj.1 dW (beta 0)", 0, 1, R, 512, N, z.f0, R, z.y512, 512, 0.0f, NULL, z.dWin,
+           KDA_DT_F32, R, 2.0 * N * R * 512);
     kda_cuda_free(&g);
     return 0;
 }
