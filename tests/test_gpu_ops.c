@@ -984,6 +984,40 @@ KDA_TEST_GPU(gpu_fuse_rmsnorm_bwd_bf16) {
         }
 }
 
+// The RMSNorm backward's register kernel (D = 128·NV <= 1536, the default) against the two-pass
+// loop kernel it replaced (KDA_RMS_BWD=loop): the same arithmetic in the same order, so dx, its
+// bf16 copy and dw bit for bit; N = 300 leaves a partial 64-row tile.
+KDA_TEST_GPU(gpu_rmsnorm_bwd_reg_matches_loop) {
+    if (!gpu_()) return;
+    KdaRng r;
+    rng_seed(&r, 159);
+    const int64_t Ds[] = {128, 384, 1024, 1536};
+    for (int di = 0; di < 4; di++)
+        for (int acc = 0; acc < 2; acc++) {
+            int64_t N = 300, D = Ds[di], n = N * D;
+            float *x = randn_(&r, n, 1.0f), *dy = randn_(&r, n, 1.0f), *w = randn_(&r, D, 1.0f);
+            float *dx0 = randn_(&r, n, 1.0f), *rs = malloc((size_t)N * 4);
+            for (int64_t i = 0; i < N; i++)
+                rs[i] = 0.5f + 0.001f * (float)i;
+            float *dxa = dev_f32_(dx0, n), *dxb_ = dev_f32_(dx0, n), *dwa = dev_f32_(w, D);
+            float *dwb = dev_f32_(w, D), *dx_ = dev_f32_(x, n), *ddy = dev_f32_(dy, n);
+            float *dw_ = dev_f32_(w, D), *drs = dev_f32_(rs, N);
+            kda_bf16 *ha = dev_poison_((size_t)n * 2), *hb = dev_poison_((size_t)n * 2);
+            ok_(kda_cuda_rmsnorm_bwd_bf16(&g_ctx, dxa, ha, dwa, ddy, dx_, dw_, drs, N, D, acc));
+            setenv("KDA_RMS_BWD", "loop", 1);
+            ok_(kda_cuda_rmsnorm_bwd_bf16(&g_ctx, dxb_, hb, dwb, ddy, dx_, dw_, drs, N, D, acc));
+            unsetenv("KDA_RMS_BWD");
+            float *a = get_f32_(dxa, n), *b = get_f32_(dxb_, n), *wa = get_f32_(dwa, D);
+            float *wb = get_f32_(dwb, D), *h1 = get_bf16_(ha, n), *h2 = get_bf16_(hb, n);
+            CHECK_MSG(!memcmp(a, b, (size_t)n * 4) && !memcmp(h1, h2, (size_t)n * 4) &&
+                          !memcmp(wa, wb, (size_t)D * 4),
+                      "D %lld accumulate %d: register and loop kernels differ", (long long)D, acc);
+            free(x), free(dy), free(w), free(dx0), free(rs), free(a), free(b), free(wa), free(wb);
+            free(h1), free(h2);
+            dfree_all_();
+        }
+}
+
 // gate|up SwiGLU (model_cuda's KDA_GATEUP=1 path): gu [N, 2I] rows gate | up against the flat
 // kernels on the halves copied out; the same per-element math, so the same bits. The backward
 // also in place (dm = dgu's gate half, ld 2I, as the model calls it). I = 4096 (16-byte path)

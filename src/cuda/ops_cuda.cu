@@ -10,6 +10,7 @@
 // pointer alignment allow, with a scalar twin of the same code otherwise); one 2-byte access per
 // thread keeps too few bytes in flight to reach HBM bandwidth.
 #include <cub/device/device_radix_sort.cuh>
+#include <type_traits> // std::conditional
 
 #include "cuda/cuda_internal.h" // defines: bf2f, f2bf, warp_sum, CEIL_DIV, KDA_CUDA_REQUIRE
 #include "cuda/ops_cuda.h"      // defines: kda_cuda_* of this file
@@ -306,6 +307,70 @@ __global__ void __launch_bounds__(32 * ROWS_PER_BLOCK)
     }
 }
 
+// The same for D = 128·NV (NV <= 12: 300M's D = 1024 is NV = 8), with each lane's dy and x
+// elements of the row held in registers between the two passes: every dy, x load of the row is
+// issued before the first use (256 B per lane in flight at D = 1024) and the second pass reads
+// only w (L1) and, accumulating, dx. rmsnorm_bwd_fused_k's second pass re-read dy and x, 8 KB
+// per warp per row: with 32 warps per SM that is 34 MB over the GPU, most of the L2, so part of
+// it came from HBM (the row measured 2.8 TB/s, 1.47x its floor, 2026-12-03). Same arithmetic in
+// the same order as rmsnorm_bwd_fused_k<4> (lane elements 4l + 128k .. +3, k increasing): the
+// same bits.
+template <int NV>
+__global__ void __launch_bounds__(32 * ROWS_PER_BLOCK)
+    rmsnorm_bwd_reg_k(float *dx, kda_bf16 *dxb, double *part, const float *dy, const float *x,
+                      const float *w, const float *rstd, int64_t N, int accumulate) {
+    constexpr int64_t D = 128 * NV;
+    __shared__ float acc[ROWS_PER_BLOCK * D];
+    int warp = threadIdx.x / 32, lane = threadIdx.x & 31;
+    float *my = acc + (int64_t)warp * D;
+    for (int64_t d = lane; d < D; d += 32)
+        my[d] = 0.0f;
+    __syncwarp(); // the loop below reads columns another lane zeroed
+    int64_t r0 = (int64_t)blockIdx.x * TILE_ROWS, r1 = min(r0 + TILE_ROWS, N);
+    for (int64_t r = r0 + warp; r < r1; r += ROWS_PER_BLOCK) {
+        const float *xr = x + r * D, *dyr = dy + r * D;
+        float *dxr = dx + r * D;
+        float a[NV][4], c[NV][4];
+#pragma unroll
+        for (int k = 0; k < NV; k++) {
+            ld_f<4>(a[k], dyr + lane * 4 + k * 128);
+            ld_f<4>(c[k], xr + lane * 4 + k * 128);
+        }
+        float rs = rstd[r], dot = 0.0f; // Σ (dy ⊙ w) ⊙ x̂
+#pragma unroll
+        for (int k = 0; k < NV; k++) {
+            float b[4];
+            ld_f<4>(b, w + lane * 4 + k * 128);
+#pragma unroll
+            for (int v = 0; v < 4; v++)
+                dot += a[k][v] * b[v] * (c[k][v] * rs);
+        }
+        float m = warp_sum(dot) / (float)D;
+#pragma unroll
+        for (int k = 0; k < NV; k++) {
+            int64_t d = lane * 4 + k * 128;
+            float b[4], o[4];
+            ld_f<4>(b, w + d);
+            if (accumulate) ld_f<4>(o, dxr + d);
+#pragma unroll
+            for (int v = 0; v < 4; v++) {
+                float g = rs * (a[k][v] * b[v] - c[k][v] * rs * m);
+                o[v] = accumulate ? o[v] + g : g;
+                my[d + v] += a[k][v] * c[k][v] * rs; // as RmsDw
+            }
+            st_f<4>(dxr + d, o);
+            if (dxb) st_bf<4>(dxb + r * D + d, o);
+        }
+    }
+    __syncthreads();
+    for (int64_t d = threadIdx.x; d < D; d += blockDim.x) {
+        double s = 0.0;
+        for (int k = 0; k < ROWS_PER_BLOCK; k++)
+            s += (double)acc[(int64_t)k * D + d];
+        part[(int64_t)blockIdx.x * D + d] = s;
+    }
+}
+
 struct RmsDw { // dy ⊙ x̂
     const float *dy, *x, *rstd;
     int64_t D;
@@ -399,10 +464,81 @@ __host__ __device__ __forceinline__ float l2_bwd_dot_lane(float (&yh)[VEC], cons
 // the flattened (b, tile) index is b = q / ntile, tokens [(q % ntile)·TT, +TT) ∩ [0, T).
 // Halo: a tile also reads W-1 tokens before it (and, backward, W-1 after it); those reads
 // hit L2 (the neighbour tile is in the same block), the HBM traffic stays ~1 read per input.
+// Loads in flight (2026-12-03): the forward issues all of its tile's loads (the W-1 history
+// tokens and its CONV_TT_FWD tokens, as raw VEC-element words) before the first use, and the
+// backward keeps its loads CONV_PD tokens ahead of their use (a ring of raw words), so a thread
+// has 150-200 bytes in flight instead of one 16-byte load used at once; the measured rows were
+// ~1 TB/s (conv+SiLU fwd 1.69 ms, bwd 2.95 ms at mb 16, 4.3x their floor) with 512 threads per SM
+// of the q/k grids each waiting on its load. The arithmetic and its order are unchanged.
 #define CONV_MAX_W  8
 #define CONV_BT     8
-#define CONV_TT_FWD 16
+#define CONV_TT_FWD 8
 #define CONV_TT_BWD 32
+#define CONV_PD     8 // backward prefetch distance (tokens)
+
+// VEC consecutive elements of storage E as one raw load (held until converted).
+template <int VEC, class E> struct ConvRaw;
+template <> struct ConvRaw<8, kda_bf16> {
+    uint4 u;
+    __device__ __forceinline__ void ld(const kda_bf16 *p) {
+        u = *reinterpret_cast<const uint4 *>(p);
+    }
+    __device__ __forceinline__ void zero() {
+        u = make_uint4(0u, 0u, 0u, 0u);
+    }
+    __device__ __forceinline__ void get(float (&v)[8]) const {
+        unpack2(u.x, v[0], v[1]), unpack2(u.y, v[2], v[3]);
+        unpack2(u.z, v[4], v[5]), unpack2(u.w, v[6], v[7]);
+    }
+};
+template <> struct ConvRaw<4, kda_bf16> {
+    uint2 u;
+    __device__ __forceinline__ void ld(const kda_bf16 *p) {
+        u = *reinterpret_cast<const uint2 *>(p);
+    }
+    __device__ __forceinline__ void zero() {
+        u = make_uint2(0u, 0u);
+    }
+    __device__ __forceinline__ void get(float (&v)[4]) const {
+        unpack2(u.x, v[0], v[1]), unpack2(u.y, v[2], v[3]);
+    }
+};
+template <> struct ConvRaw<1, kda_bf16> {
+    kda_bf16 u;
+    __device__ __forceinline__ void ld(const kda_bf16 *p) {
+        u = *p;
+    }
+    __device__ __forceinline__ void zero() {
+        u = 0;
+    }
+    __device__ __forceinline__ void get(float (&v)[1]) const {
+        v[0] = bf2f(u);
+    }
+};
+template <> struct ConvRaw<4, float> {
+    float4 u;
+    __device__ __forceinline__ void ld(const float *p) {
+        u = *reinterpret_cast<const float4 *>(p);
+    }
+    __device__ __forceinline__ void zero() {
+        u = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+    }
+    __device__ __forceinline__ void get(float (&v)[4]) const {
+        v[0] = u.x, v[1] = u.y, v[2] = u.z, v[3] = u.w;
+    }
+};
+template <> struct ConvRaw<1, float> {
+    float u;
+    __device__ __forceinline__ void ld(const float *p) {
+        u = *p;
+    }
+    __device__ __forceinline__ void zero() {
+        u = 0.0f;
+    }
+    __device__ __forceinline__ void get(float (&v)[1]) const {
+        v[0] = u;
+    }
+};
 
 // Thread's work item: channel ch0 (first of VEC), row b, tokens [t0, t1). Returns false when
 // the thread has no channels (tail of the channel groups) or no tokens (tail of the tiles).
@@ -441,22 +577,25 @@ __global__ void __launch_bounds__(32 * CONV_BT)
     const int64_t K = L2 ? (int64_t)lg * VEC : 1, H = C / K, head = it.ch0 / K;
     const bool lead = it.ch0 % K == 0;
     (void)H, (void)head, (void)lead; // unused without L2
+    // every load of the tile first: raw[j] = p_{t0-(W-1)+j} (zero before t = 0; not loaded
+    // past the tile's end), the history p_{t0-(W-1)} .. p_{t0-1} and the tile's tokens
+    ConvRaw<VEC, E> raw[CONV_TT_FWD + W - 1];
 #pragma unroll
-    for (int i = 0; i < W - 1; i++) { // history p_{t0-(W-1)} .. p_{t0-1}
-        int64_t tau = it.t0 - (W - 1) + i;
-        if (tau >= 0) {
-            ld_v<VEC>(win[i], pb + tau * C);
-        } else {
-#pragma unroll
-            for (int v = 0; v < VEC; v++)
-                win[i][v] = 0.0f;
-        }
+    for (int j = 0; j < CONV_TT_FWD + W - 1; j++) {
+        int64_t tau = it.t0 - (W - 1) + j;
+        if (tau >= 0 && tau < it.t1)
+            raw[j].ld(pb + tau * C);
+        else
+            raw[j].zero();
     }
+#pragma unroll
+    for (int i = 0; i < W - 1; i++)
+        raw[i].get(win[i]);
 #pragma unroll
     for (int s = 0; s < CONV_TT_FWD; s++) {
         int64_t t = it.t0 + s;
         if (t >= it.t1) break; // warp-uniform (one tile per warp)
-        ld_v<VEC>(win[W - 1], pb + t * C);
+        raw[s + W - 1].get(win[W - 1]);
         float out[VEC];
 #pragma unroll
         for (int v = 0; v < VEC; v++) {
@@ -523,14 +662,40 @@ __global__ void __launch_bounds__(32 * CONV_BT)
             int64_t tau = it.t0 - (W - 1) + i;
             if (tau >= 0) ld_bf<VEC>(pw[i], pb + tau * C);
         }
+        // the ring: slot s % CONV_PD holds token t0 + s's p, incoming gradient (and rstd) from
+        // CONV_PD steps before its use (loaded only for t < T)
+        constexpr int NS = CONV_TT_BWD + W - 1;
+        using GRaw =
+            typename std::conditional<L2, ConvRaw<VEC, float>, ConvRaw<VEC, kda_bf16>>::type;
+        ConvRaw<VEC, kda_bf16> rp[CONV_PD];
+        GRaw rg[CONV_PD];
+        float rr[CONV_PD];
+        auto fetch = [&](int slot, int j) {
+            int64_t tn = it.t0 + j;
+            if (j >= NS || tn >= T) return;
+            rp[slot].ld(pb + tn * C);
+            if constexpr (L2) {
+                rg[slot].ld(dq + (it.b * T + tn) * C + it.ch0);
+                rr[slot] = rstd[(it.b * T + tn) * H + head];
+            } else {
+                rg[slot].ld(dyb + tn * C);
+            }
+        };
 #pragma unroll
-        for (int s = 0; s < CONV_TT_BWD + W - 1; s++) {
+        for (int j = 0; j < CONV_PD; j++)
+            fetch(j, j);
+#pragma unroll
+        for (int s = 0; s < NS; s++) {
             int64_t t = it.t0 + s;
             if (t - (W - 1) >= it.t1) break; // every dp of the tile emitted (warp-uniform)
             float dc[VEC];
             if (t < T) { // warp-uniform (one tile per warp): the group sums below are safe
                 float g[VEC], c[VEC];
-                ld_bf<VEC>(pw[W - 1], pb + t * C);
+                rp[s % CONV_PD].get(pw[W - 1]);
+                rg[s % CONV_PD].get(g);
+                float rs = 0.0f; // the head's rstd (L2 only)
+                if constexpr (L2) rs = rr[s % CONV_PD];
+                fetch(s % CONV_PD, s + CONV_PD); // the slot is free again
 #pragma unroll
                 for (int v = 0; v < VEC; v++) {
                     c[v] = 0.0f;
@@ -539,14 +704,11 @@ __global__ void __launch_bounds__(32 * CONV_BT)
                         c[v] += wr[i][v] * pw[i][v];
                 }
                 if constexpr (L2) {
-                    ld_f<VEC>(g, dq + (it.b * T + t) * C + it.ch0);
-                    float rs = rstd[(it.b * T + t) * H + head], yh[VEC];
+                    float yh[VEC];
                     float dot = group_sum(l2_bwd_dot_lane<VEC>(yh, g, c, rs), lg);
 #pragma unroll
                     for (int v = 0; v < VEC; v++)
                         g[v] = rs * (g[v] - dot * yh[v]);
-                } else {
-                    ld_bf<VEC>(g, dyb + t * C);
                 }
 #pragma unroll
                 for (int v = 0; v < VEC; v++)
@@ -1246,6 +1408,13 @@ int kda_cuda_rmsnorm_bwd(KdaCudaCtx *ctx, float *dx, float *dw, const float *dy,
     return kda_cuda_rmsnorm_bwd_bf16(ctx, dx, NULL, dw, dy, x, w, rstd, N, D, accumulate);
 }
 
+// KDA_RMS_BWD=loop (read at every call): the RMSNorm backward's two-pass loop kernel instead of
+// the register one (the same bits; kept to measure against).
+static bool rms_bwd_loop_(void) {
+    const char *e = getenv("KDA_RMS_BWD");
+    return e && !strcmp(e, "loop");
+}
+
 int kda_cuda_rmsnorm_bwd_bf16(KdaCudaCtx *ctx, float *dx, kda_bf16 *dxb, float *dw, const float *dy,
                               const float *x, const float *w, const float *rstd, int64_t N,
                               int64_t D, int accumulate) {
@@ -1261,7 +1430,30 @@ int kda_cuda_rmsnorm_bwd_bf16(KdaCudaCtx *ctx, float *dx, kda_bf16 *dxb, float *
     double *part = (double *)kda_cuda_scratch(ctx, (size_t)(P * D) * sizeof(double));
     if (!part) return -1;
     size_t shmem = (size_t)(ROWS_PER_BLOCK * D) * sizeof(float);
-    if (D % 4 == 0 && aligned_(16, dx, dy, x, w) && aligned_(8, dxb))
+    bool v4 = D % 4 == 0 && aligned_(16, dx, dy, x, w) && aligned_(8, dxb);
+    if (v4 && D % 128 == 0 && D <= 12 * 128 && !rms_bwd_loop_()) { // rows in registers
+#define RMS_REG(NV_)                                                                               \
+    case NV_:                                                                                      \
+        rmsnorm_bwd_reg_k<NV_><<<(unsigned)P, 32 * ROWS_PER_BLOCK, 0, ctx->stream>>>(              \
+            dx, dxb, part, dy, x, w, rstd, N, accumulate);                                         \
+        break
+        switch (D / 128) {
+            RMS_REG(1);
+            RMS_REG(2);
+            RMS_REG(3);
+            RMS_REG(4);
+            RMS_REG(5);
+            RMS_REG(6);
+            RMS_REG(7);
+            RMS_REG(8);
+            RMS_REG(9);
+            RMS_REG(10);
+            RMS_REG(11);
+        default:
+            RMS_REG(12);
+        }
+#undef RMS_REG
+    } else if (v4)
         rmsnorm_bwd_fused_k<4><<<(unsigned)P, 32 * ROWS_PER_BLOCK, shmem, ctx->stream>>>(
             dx, dxb, part, dy, x, w, rstd, N, D, accumulate);
     else
@@ -1305,7 +1497,7 @@ int kda_cuda_conv_silu_fwd(KdaCudaCtx *ctx, kda_bf16 *y, const kda_bf16 *p, cons
     // 16-byte path when every row of channels splits into whole, aligned 8-element groups.
     bool v8 = C % 8 == 0 && aligned_(16, y, p);
     dim3 grid = conv_grid(B, T, C, v8 ? 8 : 1, CONV_TT_FWD), block(32, CONV_BT);
-    KDA_CUDA_REQUIRE(ctx, grid.y > 0); // B·T up to 8.4M tokens (forward) / 16.7M (backward)
+    KDA_CUDA_REQUIRE(ctx, grid.y > 0); // B·T up to 4.2M tokens (forward) / 16.7M (backward)
 #define CONV_FWD(W_)                                                                               \
     if (v8)                                                                                        \
         conv_fwd_k<W_, 8, false>                                                                   \
@@ -1327,7 +1519,7 @@ int kda_cuda_conv_silu_bwd(KdaCudaCtx *ctx, kda_bf16 *dp, float *dw, const kda_b
     // p, dc, dw sums), so 8 channels per thread would cost ~2x the registers for W = 4.
     bool v4 = C % 4 == 0 && aligned_(8, dp, dy, p);
     dim3 grid = conv_grid(B, T, C, v4 ? 4 : 1, CONV_TT_BWD), block(32, CONV_BT);
-    KDA_CUDA_REQUIRE(ctx, grid.y > 0); // B·T up to 8.4M tokens (forward) / 16.7M (backward)
+    KDA_CUDA_REQUIRE(ctx, grid.y > 0); // B·T up to 4.2M tokens (forward) / 16.7M (backward)
     int64_t P = grid.y;                // dw partials: one per block row, [P, C, W] double
     double *part = (double *)kda_cuda_scratch(ctx, (size_t)(P * C * W) * sizeof(double));
     if (!part) return -1;
