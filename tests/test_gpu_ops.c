@@ -474,6 +474,60 @@ KDA_TEST_GPU(gpu_conv_silu) {
         conv_case_(&r, cases[k].B, cases[k].T, cases[k].C, cases[k].W, cases[k].mis);
 }
 
+// One conv case run with the prefetching kernels (default) and without (KDA_CONV_PREFETCH=0, the
+// kernels before): the same arithmetic in the same order, so y (and rstd), dp and dw bit for
+// bit. K > 0: the fused q/k kernels (conv + SiLU + L2 norm, C = H·K), else conv + SiLU.
+static void conv_pf_case_(KdaRng *r, int64_t B, int64_t T, int64_t C, int64_t W, int64_t K) {
+    int64_t n = B * T * C, nr = K > 0 ? B * T * (C / K) : 1;
+    float *p = bf16r_(randn_(r, n, 1.0f), n), *w = randn_(r, C * W, 0.5f);
+    float *dy = randn_(r, n, 1.0f), *dw0 = randn_(r, C * W, 1.0f);
+    kda_bf16 *dp_ = dev_bf16_(p, n), *dyb = dev_bf16_(dy, n);
+    float *dyf = dev_f32_(dy, n), *dw_ = dev_f32_(w, C * W);
+    float *out[2][4]; // [pf][y, rstd, dp, dw]
+    for (int pf = 1; pf >= 0; pf--) {
+        if (!pf) setenv("KDA_CONV_PREFETCH", "0", 1);
+        kda_bf16 *y = dev_poison_((size_t)n * 2), *dp = dev_poison_((size_t)n * 2);
+        float *rs = dev_poison_((size_t)nr * 4), *dwg = dev_f32_(dw0, C * W);
+        if (K > 0) {
+            ok_(kda_cuda_conv_silu_l2_fwd(&g_ctx, y, rs, dp_, dw_, B, T, C, W, K, 1e-6f));
+            ok_(kda_cuda_conv_silu_l2_bwd(&g_ctx, dp, dwg, dyf, dp_, dw_, rs, B, T, C, W, K));
+        } else {
+            ok_(kda_cuda_conv_silu_fwd(&g_ctx, y, dp_, dw_, B, T, C, W));
+            ok_(kda_cuda_conv_silu_bwd(&g_ctx, dp, dwg, dyb, dp_, dw_, B, T, C, W));
+        }
+        unsetenv("KDA_CONV_PREFETCH");
+        out[pf][0] = get_bf16_(y, n), out[pf][1] = get_f32_(rs, nr);
+        out[pf][2] = get_bf16_(dp, n), out[pf][3] = get_f32_(dwg, C * W);
+    }
+    const int64_t sz[4] = {n, nr, n, C * W};
+    const char *nm[4] = {"y", "rstd", "dp", "dw"};
+    for (int k = 0; k < 4; k++) {
+        if (k == 1 && K == 0) continue; // no rstd without the L2 norm
+        CHECK_MSG(!memcmp(out[0][k], out[1][k], (size_t)sz[k] * 4),
+                  "B %lld T %lld C %lld W %lld K %lld: %s differs with the prefetch", (long long)B,
+                  (long long)T, (long long)C, (long long)W, (long long)K, nm[k]);
+    }
+    for (int pf = 0; pf < 2; pf++)
+        for (int k = 0; k < 4; k++)
+            free(out[pf][k]);
+    free(p), free(w), free(dy), free(dw0);
+    dfree_all_();
+}
+
+KDA_TEST_GPU(gpu_conv_prefetch_matches) {
+    if (!gpu_()) return;
+    KdaRng r;
+    rng_seed(&r, 161);
+    conv_pf_case_(&r, 2, 63, 384, 4, 0); // 16/8-byte paths, tiles cut by T
+    conv_pf_case_(&r, 2, 2048, 512, 4, 0);
+    conv_pf_case_(&r, 3, 33, 36, 8, 0); // backward vector path only, W = 8
+    conv_pf_case_(&r, 2, 1, 5, 2, 0);   // scalar paths, T = 1
+    conv_pf_case_(&r, 1, 65, 1000, 3, 0);
+    conv_pf_case_(&r, 2, 63, 256, 4, 32); // the fused q/k kernels (H 8 x K 32)
+    conv_pf_case_(&r, 2, 2048, 256, 4, 32);
+    conv_pf_case_(&r, 1, 17, 128, 2, 64);
+}
+
 static void gate_case_(KdaRng *r, int64_t B, int64_t T, int64_t HV, int64_t K, int64_t chunk) {
     int64_t HK = HV * K, N = B * T, n = N * HK;
     printf("  B=%lld T=%lld HV=%lld K=%lld\n", (long long)B, (long long)T, (long long)HV,

@@ -470,11 +470,14 @@ __host__ __device__ __forceinline__ float l2_bwd_dot_lane(float (&yh)[VEC], cons
 // has 150-200 bytes in flight instead of one 16-byte load used at once; the measured rows were
 // ~1 TB/s (conv+SiLU fwd 1.69 ms, bwd 2.95 ms at mb 16, 4.3x their floor) with 512 threads per SM
 // of the q/k grids each waiting on its load. The arithmetic and its order are unchanged.
-#define CONV_MAX_W  8
-#define CONV_BT     8
-#define CONV_TT_FWD 8
-#define CONV_TT_BWD 32
-#define CONV_PD     8 // backward prefetch distance (tokens)
+// Template PF = false is the kernel before (one load per token, used at once; forward tiles of
+// 16): KDA_CONV_PREFETCH=0, read at every launch, runs it (to measure against).
+#define CONV_MAX_W    8
+#define CONV_BT       8
+#define CONV_TT_FWD   8 // tokens per forward tile (16 without the prefetch, KDA_CONV_PREFETCH=0)
+#define CONV_TT_BWD   32
+#define CONV_PD       8 // backward prefetch distance (tokens)
+#define CONV_TT_F(PF) ((PF) ? CONV_TT_FWD : 16)
 
 // VEC consecutive elements of storage E as one raw load (held until converted).
 template <int VEC, class E> struct ConvRaw;
@@ -559,11 +562,12 @@ template <int VEC, int TT> struct ConvItem {
 // y_t = SiLU(Σ_i w[ch, i] p_{t-(W-1)+i}), zero history before t = 0. E: bf16 or fp32 storage.
 // With L2 (the fused q/k path): y = SiLU(conv) / sqrt(|SiLU(conv)|² + eps) per head of K = lg·VEC
 // channels (lg consecutive lanes hold a head; C = H·K), rstd [B·T·H] = that reciprocal root.
-template <int W, int VEC, bool L2, class E>
+template <int W, int VEC, bool L2, bool PF, class E>
 __global__ void __launch_bounds__(32 * CONV_BT)
     conv_fwd_k(E *y, float *rstd, const E *p, const float *w, int64_t B, int64_t T, int64_t C,
                int lg, float eps) {
-    ConvItem<VEC, CONV_TT_FWD> it;
+    constexpr int TT = CONV_TT_F(PF);
+    ConvItem<VEC, TT> it;
     if (!it.init(B, T, C)) return;
     float wr[W][VEC], win[W][VEC]; // win[i] = p_{t-(W-1)+i}; win[W-1] is the current token
 #pragma unroll
@@ -579,23 +583,40 @@ __global__ void __launch_bounds__(32 * CONV_BT)
     (void)H, (void)head, (void)lead; // unused without L2
     // every load of the tile first: raw[j] = p_{t0-(W-1)+j} (zero before t = 0; not loaded
     // past the tile's end), the history p_{t0-(W-1)} .. p_{t0-1} and the tile's tokens
-    ConvRaw<VEC, E> raw[CONV_TT_FWD + W - 1];
+    ConvRaw<VEC, E> raw[PF ? TT + W - 1 : 1];
+    if constexpr (PF) {
 #pragma unroll
-    for (int j = 0; j < CONV_TT_FWD + W - 1; j++) {
-        int64_t tau = it.t0 - (W - 1) + j;
-        if (tau >= 0 && tau < it.t1)
-            raw[j].ld(pb + tau * C);
-        else
-            raw[j].zero();
+        for (int j = 0; j < TT + W - 1; j++) {
+            int64_t tau = it.t0 - (W - 1) + j;
+            if (tau >= 0 && tau < it.t1)
+                raw[j].ld(pb + tau * C);
+            else
+                raw[j].zero();
+        }
+#pragma unroll
+        for (int i = 0; i < W - 1; i++)
+            raw[i].get(win[i]);
+    } else {
+#pragma unroll
+        for (int i = 0; i < W - 1; i++) { // history p_{t0-(W-1)} .. p_{t0-1}
+            int64_t tau = it.t0 - (W - 1) + i;
+            if (tau >= 0) {
+                ld_v<VEC>(win[i], pb + tau * C);
+            } else {
+#pragma unroll
+                for (int v = 0; v < VEC; v++)
+                    win[i][v] = 0.0f;
+            }
+        }
     }
 #pragma unroll
-    for (int i = 0; i < W - 1; i++)
-        raw[i].get(win[i]);
-#pragma unroll
-    for (int s = 0; s < CONV_TT_FWD; s++) {
+    for (int s = 0; s < TT; s++) {
         int64_t t = it.t0 + s;
         if (t >= it.t1) break; // warp-uniform (one tile per warp)
-        raw[s + W - 1].get(win[W - 1]);
+        if constexpr (PF)
+            raw[s + W - 1].get(win[W - 1]);
+        else
+            ld_v<VEC>(win[W - 1], pb + t * C);
         float out[VEC];
 #pragma unroll
         for (int v = 0; v < VEC; v++) {
@@ -632,7 +653,7 @@ __global__ void __launch_bounds__(32 * CONV_BT)
 // output: the kernel recomputes ŷ = SiLU(c)·rstd and turns it into the gradient w.r.t. SiLU(c),
 // rstd (dq·... - (dq·ŷ) ŷ) with the head's dot over its lg lanes, before the SiLU and conv
 // backward; dy is unused then.
-template <int W, int VEC, bool L2>
+template <int W, int VEC, bool L2, bool PF>
 __global__ void __launch_bounds__(32 * CONV_BT)
     conv_bwd_k(kda_bf16 *dp, double *part, const kda_bf16 *dy, const kda_bf16 *p, const float *w,
                const float *dq, const float *rstd, int64_t B, int64_t T, int64_t C, int lg) {
@@ -681,9 +702,11 @@ __global__ void __launch_bounds__(32 * CONV_BT)
                 rg[slot].ld(dyb + tn * C);
             }
         };
+        if constexpr (PF) {
 #pragma unroll
-        for (int j = 0; j < CONV_PD; j++)
-            fetch(j, j);
+            for (int j = 0; j < CONV_PD; j++)
+                fetch(j, j);
+        }
 #pragma unroll
         for (int s = 0; s < NS; s++) {
             int64_t t = it.t0 + s;
@@ -691,11 +714,21 @@ __global__ void __launch_bounds__(32 * CONV_BT)
             float dc[VEC];
             if (t < T) { // warp-uniform (one tile per warp): the group sums below are safe
                 float g[VEC], c[VEC];
-                rp[s % CONV_PD].get(pw[W - 1]);
-                rg[s % CONV_PD].get(g);
                 float rs = 0.0f; // the head's rstd (L2 only)
-                if constexpr (L2) rs = rr[s % CONV_PD];
-                fetch(s % CONV_PD, s + CONV_PD); // the slot is free again
+                if constexpr (PF) {
+                    rp[s % CONV_PD].get(pw[W - 1]);
+                    rg[s % CONV_PD].get(g);
+                    if constexpr (L2) rs = rr[s % CONV_PD];
+                    fetch(s % CONV_PD, s + CONV_PD); // the slot is free again
+                } else { // the kernel before: this token's loads, used at once
+                    ld_bf<VEC>(pw[W - 1], pb + t * C);
+                    if constexpr (L2) {
+                        ld_f<VEC>(g, dq + (it.b * T + t) * C + it.ch0);
+                        rs = rstd[(it.b * T + t) * H + head];
+                    } else {
+                        ld_bf<VEC>(g, dyb + t * C);
+                    }
+                }
 #pragma unroll
                 for (int v = 0; v < VEC; v++) {
                     c[v] = 0.0f;
@@ -1490,22 +1523,37 @@ static dim3 conv_grid(int64_t B, int64_t T, int64_t C, int vec, int tt) {
     return dim3((unsigned)CEIL_DIV(C / vec, (int64_t)32), rows <= 65535 ? (unsigned)rows : 0u);
 }
 
+// KDA_CONV_PREFETCH=0 (read at every launch): the conv kernels without their prefetch (the
+// kernels before 2026-12-03; the same arithmetic).
+static bool conv_pf_(void) {
+    const char *e = getenv("KDA_CONV_PREFETCH");
+    return !(e && !strcmp(e, "0"));
+}
+
 int kda_cuda_conv_silu_fwd(KdaCudaCtx *ctx, kda_bf16 *y, const kda_bf16 *p, const float *w,
                            int64_t B, int64_t T, int64_t C, int64_t W) {
     KDA_CUDA_REQUIRE(ctx, B >= 0 && T >= 0 && C > 0 && W >= 1 && W <= CONV_MAX_W);
     if (B * T == 0) return 0;
     // 16-byte path when every row of channels splits into whole, aligned 8-element groups.
-    bool v8 = C % 8 == 0 && aligned_(16, y, p);
-    dim3 grid = conv_grid(B, T, C, v8 ? 8 : 1, CONV_TT_FWD), block(32, CONV_BT);
+    bool v8 = C % 8 == 0 && aligned_(16, y, p), pf = conv_pf_();
+    dim3 grid = conv_grid(B, T, C, v8 ? 8 : 1, CONV_TT_F(pf)), block(32, CONV_BT);
     KDA_CUDA_REQUIRE(ctx, grid.y > 0); // B·T up to 4.2M tokens (forward) / 16.7M (backward)
-#define CONV_FWD(W_)                                                                               \
+#define CONV_FWD_PF(W_, PF_)                                                                       \
     if (v8)                                                                                        \
-        conv_fwd_k<W_, 8, false>                                                                   \
+        conv_fwd_k<W_, 8, false, PF_>                                                              \
             <<<grid, block, 0, ctx->stream>>>(y, NULL, p, w, B, T, C, 0, 0.0f);                    \
     else                                                                                           \
-        conv_fwd_k<W_, 1, false><<<grid, block, 0, ctx->stream>>>(y, NULL, p, w, B, T, C, 0, 0.0f)
+        conv_fwd_k<W_, 1, false, PF_>                                                              \
+            <<<grid, block, 0, ctx->stream>>>(y, NULL, p, w, B, T, C, 0, 0.0f)
+#define CONV_FWD(W_)                                                                               \
+    if (pf) {                                                                                      \
+        CONV_FWD_PF(W_, true);                                                                     \
+    } else {                                                                                       \
+        CONV_FWD_PF(W_, false);                                                                    \
+    }
     CONV_DISPATCH_W(W, CONV_FWD);
 #undef CONV_FWD
+#undef CONV_FWD_PF
     CUDA_CHECK_LAUNCH(ctx);
     return 0;
 }
@@ -1523,15 +1571,23 @@ int kda_cuda_conv_silu_bwd(KdaCudaCtx *ctx, kda_bf16 *dp, float *dw, const kda_b
     int64_t P = grid.y;                // dw partials: one per block row, [P, C, W] double
     double *part = (double *)kda_cuda_scratch(ctx, (size_t)(P * C * W) * sizeof(double));
     if (!part) return -1;
-#define CONV_BWD(W_)                                                                               \
+    bool pf = conv_pf_();
+#define CONV_BWD_PF(W_, PF_)                                                                       \
     if (v4)                                                                                        \
-        conv_bwd_k<W_, 4, false>                                                                   \
+        conv_bwd_k<W_, 4, false, PF_>                                                              \
             <<<grid, block, 0, ctx->stream>>>(dp, part, dy, p, w, NULL, NULL, B, T, C, 0);         \
     else                                                                                           \
-        conv_bwd_k<W_, 1, false>                                                                   \
+        conv_bwd_k<W_, 1, false, PF_>                                                              \
             <<<grid, block, 0, ctx->stream>>>(dp, part, dy, p, w, NULL, NULL, B, T, C, 0)
+#define CONV_BWD(W_)                                                                               \
+    if (pf) {                                                                                      \
+        CONV_BWD_PF(W_, true);                                                                     \
+    } else {                                                                                       \
+        CONV_BWD_PF(W_, false);                                                                    \
+    }
     CONV_DISPATCH_W(W, CONV_BWD);
 #undef CONV_BWD
+#undef CONV_BWD_PF
     CUDA_CHECK_LAUNCH(ctx);
     colsum_finish(ctx->stream, dw, part, P, C * W);
     CUDA_CHECK_LAUNCH(ctx);
@@ -1549,11 +1605,17 @@ int kda_cuda_conv_silu_l2_fwd(KdaCudaCtx *ctx, kda_bf16 *y, float *rstd, const k
     KDA_CUDA_REQUIRE(ctx, kda_cuda_conv_l2_fusable(K) && C % K == 0);
     KDA_CUDA_REQUIRE(ctx, aligned_(16, y, p)); // the 16-byte path: a head is K / 8 lanes
     if (B * T == 0) return 0;
-    dim3 grid = conv_grid(B, T, C, 8, CONV_TT_FWD), block(32, CONV_BT);
+    bool pf = conv_pf_();
+    dim3 grid = conv_grid(B, T, C, 8, CONV_TT_F(pf)), block(32, CONV_BT);
     KDA_CUDA_REQUIRE(ctx, grid.y > 0);
     int lg = (int)(K / 8);
 #define CONV_L2_FWD(W_)                                                                            \
-    conv_fwd_k<W_, 8, true><<<grid, block, 0, ctx->stream>>>(y, rstd, p, w, B, T, C, lg, eps)
+    if (pf)                                                                                        \
+        conv_fwd_k<W_, 8, true, true>                                                              \
+            <<<grid, block, 0, ctx->stream>>>(y, rstd, p, w, B, T, C, lg, eps);                    \
+    else                                                                                           \
+        conv_fwd_k<W_, 8, true, false>                                                             \
+            <<<grid, block, 0, ctx->stream>>>(y, rstd, p, w, B, T, C, lg, eps)
     CONV_DISPATCH_W(W, CONV_L2_FWD);
 #undef CONV_L2_FWD
     CUDA_CHECK_LAUNCH(ctx);
@@ -1573,9 +1635,14 @@ int kda_cuda_conv_silu_l2_bwd(KdaCudaCtx *ctx, kda_bf16 *dp, float *dw, const fl
     double *part = (double *)kda_cuda_scratch(ctx, (size_t)(P * C * W) * sizeof(double));
     if (!part) return -1;
     int lg = (int)(K / 4);
+    bool pf = conv_pf_();
 #define CONV_L2_BWD(W_)                                                                            \
-    conv_bwd_k<W_, 4, true>                                                                        \
-        <<<grid, block, 0, ctx->stream>>>(dp, part, NULL, p, w, dy, rstd, B, T, C, lg)
+    if (pf)                                                                                        \
+        conv_bwd_k<W_, 4, true, true>                                                              \
+            <<<grid, block, 0, ctx->stream>>>(dp, part, NULL, p, w, dy, rstd, B, T, C, lg);        \
+    else                                                                                           \
+        conv_bwd_k<W_, 4, true, false>                                                             \
+            <<<grid, block, 0, ctx->stream>>>(dp, part, NULL, p, w, dy, rstd, B, T, C, lg)
     CONV_DISPATCH_W(W, CONV_L2_BWD);
 #undef CONV_L2_BWD
     CUDA_CHECK_LAUNCH(ctx);
@@ -1966,10 +2033,11 @@ int kda_cuda_conv_silu_fwd_f32(KdaCudaCtx *ctx, float *y, const float *p, const 
     KDA_CUDA_REQUIRE(ctx, grid.y > 0);
 #define CONV_FWD(W_)                                                                               \
     if (v4)                                                                                        \
-        conv_fwd_k<W_, 4, false>                                                                   \
+        conv_fwd_k<W_, 4, false, true>                                                             \
             <<<grid, block, 0, ctx->stream>>>(y, NULL, p, w, B, T, C, 0, 0.0f);                    \
     else                                                                                           \
-        conv_fwd_k<W_, 1, false><<<grid, block, 0, ctx->stream>>>(y, NULL, p, w, B, T, C, 0, 0.0f)
+        conv_fwd_k<W_, 1, false, true>                                                             \
+            <<<grid, block, 0, ctx->stream>>>(y, NULL, p, w, B, T, C, 0, 0.0f)
     CONV_DISPATCH_W(W, CONV_FWD);
 #undef CONV_FWD
     CUDA_CHECK_LAUNCH(ctx);
