@@ -34,14 +34,14 @@ __global__ void colsum_finish_k(float *out, const double *part, int64_t P, int64
     double s = 0.0;
     if (c < ncols) {
         int64_t p = threadIdx.y;
-        for (; p + 3 * FIN_SEG < P; p += 4 * FIN_SEG) { // 4 independent loads in flight
-            double a0 = part[p * ncols + c], a1 = part[(p + FIN_SEG) * ncols + c];
-            double a2 = part[(p + 2 * FIN_SEG) * ncols + c];
-            double a3 = part[(p + 3 * FIN_SEG) * ncols + c];
-            s += a0;
-            s += a1;
-            s += a2;
-            s += a3;
+        for (; p + 7 * FIN_SEG < P; p += 8 * FIN_SEG) { // 8 independent loads in flight
+            double a[8];
+#pragma unroll
+            for (int u = 0; u < 8; u++)
+                a[u] = part[(p + u * FIN_SEG) * ncols + c];
+#pragma unroll
+            for (int u = 0; u < 8; u++) // the same increasing-p order as one at a time
+                s += a[u];
         }
         for (; p < P; p += FIN_SEG)
             s += part[p * ncols + c];
@@ -912,17 +912,27 @@ __global__ void gate_bwd_k(kda_bf16 *df, double *part_dt, double *part_A, const 
 __global__ void __launch_bounds__(DA_THREADS)
     gate_dA_finish_k(float *dA_log, const double *part_A, int64_t P, int64_t HV, int64_t K) {
     __shared__ double sh[DA_THREADS];
-    int64_t j = blockIdx.x, HK = HV * K;
-    // (p, d) of e = threadIdx.x, then stepped by DA_THREADS without a division per entry.
-    int64_t p = threadIdx.x / K, d = threadIdx.x % K;
-    const int64_t step_p = DA_THREADS / K, step_d = DA_THREADS % K;
+    int64_t j = blockIdx.x, HK = HV * K, n = P * K;
+    // entries e = threadIdx.x + i·DA_THREADS, (p, d) = (e / K, e % K), in increasing e; 8 loads
+    // in flight (the stepping of (p, d) with a branch per entry kept them one at a time: with
+    // P = 1024 chunks that was 128 L2 round trips per thread)
     const double *col = part_A + j * K;
     double s = 0.0;
-#pragma unroll 4
-    for (; p < P; p += step_p) {
-        s += col[p * HK + d];
-        d += step_d;
-        if (d >= K) d -= K, p++;
+    int64_t e = threadIdx.x;
+    for (; e + 7 * DA_THREADS < n; e += 8 * DA_THREADS) {
+        double a[8];
+#pragma unroll
+        for (int u = 0; u < 8; u++) {
+            int64_t q = e + u * DA_THREADS, p = q / K;
+            a[u] = col[p * HK + (q - p * K)];
+        }
+#pragma unroll
+        for (int u = 0; u < 8; u++)
+            s += a[u];
+    }
+    for (; e < n; e += DA_THREADS) {
+        int64_t p = e / K;
+        s += col[p * HK + (e - p * K)];
     }
     sh[threadIdx.x] = s;
     __syncthreads();
