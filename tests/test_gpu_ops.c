@@ -1072,6 +1072,32 @@ KDA_TEST_GPU(gpu_rmsnorm_bwd_reg_matches_loop) {
         }
 }
 
+// The RMSNorm forward's register kernel (D = 128·NV <= 1536, the default) against the loop kernel
+// (KDA_RMS_FWD=loop): y and rstd bit for bit; N = 301 leaves a partial block of rows.
+KDA_TEST_GPU(gpu_rmsnorm_fwd_reg_matches_loop) {
+    if (!gpu_()) return;
+    KdaRng r;
+    rng_seed(&r, 163);
+    const int64_t Ds[] = {128, 640, 1024, 1536};
+    for (int di = 0; di < 4; di++) {
+        int64_t N = 301, D = Ds[di], n = N * D;
+        float *x = randn_(&r, n, 1.0f), *w = randn_(&r, D, 1.0f);
+        float *dx_ = dev_f32_(x, n), *dw_ = dev_f32_(w, D);
+        kda_bf16 *ya = dev_poison_((size_t)n * 2), *yb = dev_poison_((size_t)n * 2);
+        float *ra = dev_poison_((size_t)N * 4), *rb = dev_poison_((size_t)N * 4);
+        ok_(kda_cuda_rmsnorm_fwd(&g_ctx, ya, ra, dx_, dw_, N, D, 1e-6f));
+        setenv("KDA_RMS_FWD", "loop", 1);
+        ok_(kda_cuda_rmsnorm_fwd(&g_ctx, yb, rb, dx_, dw_, N, D, 1e-6f));
+        unsetenv("KDA_RMS_FWD");
+        float *a = get_bf16_(ya, n), *b = get_bf16_(yb, n), *sa = get_f32_(ra, N);
+        float *sb = get_f32_(rb, N);
+        CHECK_MSG(!memcmp(a, b, (size_t)n * 4) && !memcmp(sa, sb, (size_t)N * 4),
+                  "D %lld: register and loop kernels differ", (long long)D);
+        free(x), free(w), free(a), free(b), free(sa), free(sb);
+        dfree_all_();
+    }
+}
+
 // gate|up SwiGLU (model_cuda's KDA_GATEUP=1 path): gu [N, 2I] rows gate | up against the flat
 // kernels on the halves copied out; the same per-element math, so the same bits. The backward
 // also in place (dm = dgu's gate half, ld 2I, as the model calls it). I = 4096 (16-byte path)

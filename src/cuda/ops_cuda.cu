@@ -227,6 +227,41 @@ __global__ void rmsnorm_fwd_k(Y *y, float *rstd, float *x, const kda_bf16 *a, co
     }
 }
 
+// The same without the residual add for D = 128·NV (NV <= 12), the row's x held in registers:
+// all of a lane's loads issued first (the loop kernel's loads wait on each other's math, and its
+// second pass reads x again); the same arithmetic in the same order as rmsnorm_fwd_k<4>.
+template <int NV, class Y>
+__global__ void rmsnorm_fwd_reg_k(Y *y, float *rstd, const float *x, const float *w, int64_t N,
+                                  float eps) {
+    constexpr int64_t D = 128 * NV;
+    int64_t r = warp_row(N);
+    if (r < 0) return;
+    int lane = threadIdx.x & 31;
+    const float *xr = x + r * D;
+    float v[NV][4];
+#pragma unroll
+    for (int k = 0; k < NV; k++)
+        ld_f<4>(v[k], xr + lane * 4 + k * 128);
+    float ss = 0.0f;
+#pragma unroll
+    for (int k = 0; k < NV; k++)
+#pragma unroll
+        for (int e = 0; e < 4; e++)
+            ss += v[k][e] * v[k][e];
+    ss = warp_sum(ss);
+    float rs = (float)(1.0 / sqrt((double)ss / (double)D + (double)eps));
+    if (lane == 0) rstd[r] = rs;
+#pragma unroll
+    for (int k = 0; k < NV; k++) {
+        float wv[4], o[4];
+        ld_f<4>(wv, w + lane * 4 + k * 128);
+#pragma unroll
+        for (int e = 0; e < 4; e++)
+            o[e] = v[k][e] * rs * wv[e];
+        st_v<4>(y + r * D + lane * 4 + k * 128, o);
+    }
+}
+
 // dxb (may be NULL): [N, D] bf16 copy of the dx written (the next GEMM's operand).
 __global__ void rmsnorm_bwd_k(float *dx, kda_bf16 *dxb, const float *dy, const float *x,
                               const float *w, const float *rstd, int64_t N, int64_t D,
@@ -1451,11 +1486,41 @@ __global__ void split_k(const kda_bf16 *src, int64_t lds, int64_t ng, int64_t n,
 
 extern "C" {
 
+// KDA_RMS_FWD=loop / KDA_RMS_BWD=loop (read at every call): the RMSNorm forward's / backward's
+// loop kernel instead of the one that holds the row in registers (the same bits; kept to
+// measure against).
+static bool rms_loop_(const char *var) {
+    const char *e = getenv(var);
+    return e && !strcmp(e, "loop");
+}
+
 int kda_cuda_rmsnorm_fwd(KdaCudaCtx *ctx, kda_bf16 *y, float *rstd, const float *x, const float *w,
                          int64_t N, int64_t D, float eps) {
     KDA_CUDA_REQUIRE(ctx, N >= 0 && D > 0);
     if (N == 0) return 0;
-    if (D % 4 == 0 && aligned_(16, x, w) && aligned_(8, y))
+    bool v4 = D % 4 == 0 && aligned_(16, x, w) && aligned_(8, y);
+    if (v4 && D % 128 == 0 && D <= 12 * 128 && !rms_loop_("KDA_RMS_FWD")) {
+#define RMS_FREG(NV_)                                                                              \
+    case NV_:                                                                                      \
+        rmsnorm_fwd_reg_k<NV_><<<row_blocks(N), 256, 0, ctx->stream>>>(y, rstd, x, w, N, eps);     \
+        break
+        switch (D / 128) {
+            RMS_FREG(1);
+            RMS_FREG(2);
+            RMS_FREG(3);
+            RMS_FREG(4);
+            RMS_FREG(5);
+            RMS_FREG(6);
+            RMS_FREG(7);
+            RMS_FREG(8);
+            RMS_FREG(9);
+            RMS_FREG(10);
+            RMS_FREG(11);
+        default:
+            RMS_FREG(12);
+        }
+#undef RMS_FREG
+    } else if (v4)
         rmsnorm_fwd_k<4>
             <<<row_blocks(N), 256, 0, ctx->stream>>>(y, rstd, (float *)x, NULL, w, N, D, eps);
     else
@@ -1485,13 +1550,6 @@ int kda_cuda_rmsnorm_bwd(KdaCudaCtx *ctx, float *dx, float *dw, const float *dy,
     return kda_cuda_rmsnorm_bwd_bf16(ctx, dx, NULL, dw, dy, x, w, rstd, N, D, accumulate);
 }
 
-// KDA_RMS_BWD=loop (read at every call): the RMSNorm backward's two-pass loop kernel instead of
-// the register one (the same bits; kept to measure against).
-static bool rms_bwd_loop_(void) {
-    const char *e = getenv("KDA_RMS_BWD");
-    return e && !strcmp(e, "loop");
-}
-
 int kda_cuda_rmsnorm_bwd_bf16(KdaCudaCtx *ctx, float *dx, kda_bf16 *dxb, float *dw, const float *dy,
                               const float *x, const float *w, const float *rstd, int64_t N,
                               int64_t D, int accumulate) {
@@ -1508,7 +1566,7 @@ int kda_cuda_rmsnorm_bwd_bf16(KdaCudaCtx *ctx, float *dx, kda_bf16 *dxb, float *
     if (!part) return -1;
     size_t shmem = (size_t)(ROWS_PER_BLOCK * D) * sizeof(float);
     bool v4 = D % 4 == 0 && aligned_(16, dx, dy, x, w) && aligned_(8, dxb);
-    if (v4 && D % 128 == 0 && D <= 12 * 128 && !rms_bwd_loop_()) { // rows in registers
+    if (v4 && D % 128 == 0 && D <= 12 * 128 && !rms_loop_("KDA_RMS_BWD")) { // rows in registers
 #define RMS_REG(NV_)                                                                               \
     case NV_:                                                                                      \
         rmsnorm_bwd_reg_k<NV_><<<(unsigned)P, 32 * ROWS_PER_BLOCK, 0, ctx->stream>>>(              \
