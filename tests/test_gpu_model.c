@@ -736,7 +736,8 @@ KDA_TEST_GPU(gpu_model_profile) {
     CHECK_MSG(rc == 0, "%s", err.msg);
     if (!rc) {
         // fused input projection: fwd = its GEMM, its copy-out, f1, g1; bwd = g1 and f1's dX and
-        // dW, six copies into the fused dY, its dW and dX
+        // dW, the g0 and f0 copies into the fused dY (b, q, k, v are written there by their
+        // kernels), its dW and dX
         int fz = kda_cuda_model_inproj(dm);
         // fused elementwise kernels (KDA_FUSE, default on): the q/k L2 norm runs inside the conv
         // kernels (no row), the bias inside the gated norm (one call each way instead of two),
@@ -753,7 +754,7 @@ KDA_TEST_GPU(gpu_model_profile) {
             {KDA_OP_NORM_FWD, 2 * L + 1},
             {KDA_OP_NORM_BWD, 2 * L + 1},
             {KDA_OP_PROJ_FWD, (fz ? 4 : 8) * L},
-            {KDA_OP_PROJ_BWD, (fz ? 12 : 16) * L},
+            {KDA_OP_PROJ_BWD, (fz ? 8 : 16) * L},
             {KDA_OP_CONV_FWD, 3 * L},
             {KDA_OP_CONV_BWD, 3 * L},
             {KDA_OP_L2NORM_FWD, l2f ? 0 : 2 * L},

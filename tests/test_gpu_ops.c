@@ -528,6 +528,75 @@ KDA_TEST_GPU(gpu_conv_prefetch_matches) {
     conv_pf_case_(&r, 1, 17, 128, 2, 64);
 }
 
+// The backward kernels that write the fused input projection's dY columns in place (row stride
+// ldo > C: kda_cuda_conv_silu_bwd_ld, _conv_silu_l2_bwd_ld, _beta_bwd_ld) against the same
+// kernels writing contiguous rows: the same values bit for bit in the columns, and the columns
+// outside untouched (poison). The 300M layout: q at column 0 (fused), v at 512 (unfused conv), b
+// at 1152 of 1160; and an odd one (scalar conv path).
+KDA_TEST_GPU(gpu_bwd_strided_outputs) {
+    if (!gpu_()) return;
+    KdaRng r;
+    rng_seed(&r, 167);
+    const struct {
+        int64_t B, T, C, W, K, col, ld; // K > 0: fused q/k kernel
+    } cs[] = {{2, 65, 256, 4, 32, 0, 1160}, {2, 65, 512, 4, 0, 512, 1160}, {1, 33, 5, 3, 0, 2, 9}};
+    for (int c = 0; c < 3; c++) {
+        int64_t B = cs[c].B, T = cs[c].T, C = cs[c].C, W = cs[c].W, K = cs[c].K, ld = cs[c].ld;
+        int64_t n = B * T * C, nw = B * T * ld, nr = K > 0 ? B * T * (C / K) : 1;
+        float *p = bf16r_(randn_(&r, n, 1.0f), n), *w = randn_(&r, C * W, 0.5f);
+        float *dy = randn_(&r, n, 1.0f), *dw0 = randn_(&r, C * W, 1.0f), *rs = randn_(&r, nr, 0.1f);
+        for (int64_t i = 0; i < nr; i++)
+            rs[i] = 1.0f + fabsf(rs[i]);
+        kda_bf16 *dp_ = dev_bf16_(p, n), *dyb = dev_bf16_(dy, n);
+        float *dyf = dev_f32_(dy, n), *dw_ = dev_f32_(w, C * W), *drs = dev_f32_(rs, nr);
+        kda_bf16 *o1 = dev_poison_((size_t)n * 2), *o2 = dev_poison_((size_t)nw * 2);
+        float *g1 = dev_f32_(dw0, C * W), *g2 = dev_f32_(dw0, C * W);
+        if (K > 0) {
+            ok_(kda_cuda_conv_silu_l2_bwd(&g_ctx, o1, g1, dyf, dp_, dw_, drs, B, T, C, W, K));
+            ok_(kda_cuda_conv_silu_l2_bwd_ld(&g_ctx, o2 + cs[c].col, ld, g2, dyf, dp_, dw_, drs, B,
+                                             T, C, W, K));
+        } else {
+            ok_(kda_cuda_conv_silu_bwd(&g_ctx, o1, g1, dyb, dp_, dw_, B, T, C, W));
+            ok_(kda_cuda_conv_silu_bwd_ld(&g_ctx, o2 + cs[c].col, ld, g2, dyb, dp_, dw_, B, T, C,
+                                          W));
+        }
+        kda_bf16 *h1 = malloc((size_t)n * 2), *h2 = malloc((size_t)nw * 2);
+        CHECK(cudaMemcpy(h1, o1, (size_t)n * 2, cudaMemcpyDeviceToHost) == cudaSuccess);
+        CHECK(cudaMemcpy(h2, o2, (size_t)nw * 2, cudaMemcpyDeviceToHost) == cudaSuccess);
+        int64_t bad = 0;
+        for (int64_t i = 0; i < B * T; i++)
+            for (int64_t j = 0; j < ld; j++) {
+                int64_t k = j - cs[c].col;
+                kda_bf16 want = k >= 0 && k < C ? h1[i * C + k] : 0xFFFF;
+                bad += h2[i * ld + j] != want;
+            }
+        float *a = get_f32_(g1, C * W), *b = get_f32_(g2, C * W);
+        CHECK_MSG(bad == 0 && !memcmp(a, b, (size_t)(C * W) * 4),
+                  "case %d: %lld dp elements differ (or dw) with the row stride", c,
+                  (long long)bad);
+        free(p), free(w), free(dy), free(dw0), free(rs), free(h1), free(h2), free(a), free(b);
+        dfree_all_();
+    }
+    // beta: db [N, 8] at columns 1152.. of [N, 1160]
+    int64_t N = 777, HV = 8, ld = 1160, n = N * HV;
+    float *bl = bf16r_(randn_(&r, n, 2.0f), n), *dbeta = randn_(&r, n, 1.0f);
+    kda_bf16 *db_ = dev_bf16_(bl, n), *o1 = dev_poison_((size_t)n * 2);
+    kda_bf16 *o2 = dev_poison_((size_t)(N * ld) * 2);
+    float *ddb = dev_f32_(dbeta, n);
+    ok_(kda_cuda_beta_bwd(&g_ctx, o1, ddb, db_, n, 1));
+    ok_(kda_cuda_beta_bwd_ld(&g_ctx, o2 + 1152, ld, ddb, db_, N, HV, 1));
+    kda_bf16 *h1 = malloc((size_t)n * 2), *h2 = malloc((size_t)(N * ld) * 2);
+    CHECK(cudaMemcpy(h1, o1, (size_t)n * 2, cudaMemcpyDeviceToHost) == cudaSuccess);
+    CHECK(cudaMemcpy(h2, o2, (size_t)(N * ld) * 2, cudaMemcpyDeviceToHost) == cudaSuccess);
+    int64_t bad = 0;
+    for (int64_t i = 0; i < N; i++)
+        for (int64_t j = 0; j < ld; j++)
+            bad += h2[i * ld + j] != (j >= 1152 ? h1[i * HV + j - 1152] : 0xFFFF);
+    CHECK_MSG(bad == 0, "beta bwd: %lld elements differ with the row stride", (long long)bad);
+    free(bl), free(dbeta), free(h1), free(h2);
+    dfree_all_();
+}
+
 static void gate_case_(KdaRng *r, int64_t B, int64_t T, int64_t HV, int64_t K, int64_t chunk) {
     int64_t HK = HV * K, N = B * T, n = N * HK;
     printf("  B=%lld T=%lld HV=%lld K=%lld\n", (long long)B, (long long)T, (long long)HV,

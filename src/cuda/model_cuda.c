@@ -909,21 +909,22 @@ static int dw_(KdaCudaModel *m, KdaOp op, float *dW, const bf *dy, const bf *x, 
 // q or k from the core's gradient dqk [N, HK] fp32 back to its projection's: dp [N, HK] bf16
 // (overwritten), dconv [HK, W] +=. Fused: one kernel; else the L2 backward into m->dt1, then
 // the conv backward (qc the saved conv output).
-static int conv_l2_bwd_(KdaCudaModel *m, bf *dp, float *dconv, const float *dqk, const bf *p,
-                        const bf *qc, const float *conv, const float *rstd) {
+// dp [N, HK] bf16 with row stride ldo (the fused input projection's dY columns, or m->dt2).
+static int conv_l2_bwd_(KdaCudaModel *m, bf *dp, int64_t ldo, float *dconv, const float *dqk,
+                        const bf *p, const bf *qc, const float *conv, const float *rstd) {
     const KdaConfig *c = &m->cfg;
     int64_t N = m->B * m->T, H = c->num_heads, K = c->head_dim, HK = c->key_dim;
     int64_t Wc = c->conv_size;
     if (m->fuse_l2) { // dqk fp32 and p read, dp written (profile row: conv bwd)
         TIMED(KDA_OP_CONV_BWD, 0, 8.0 * N * HK + 4.0 * N * H,
-              kda_cuda_conv_silu_l2_bwd(&m->ctx, dp, dconv, dqk, p, conv, rstd, m->B, m->T, HK, Wc,
-                                        K));
+              kda_cuda_conv_silu_l2_bwd_ld(&m->ctx, dp, ldo, dconv, dqk, p, conv, rstd, m->B, m->T,
+                                           HK, Wc, K));
         return 0;
     }
     TIMED(KDA_OP_L2NORM_BWD, 0, 8.0 * N * HK,
           kda_cuda_l2norm_bwd(&m->ctx, m->dt1, dqk, qc, rstd, N * H, K));
     TIMED(KDA_OP_CONV_BWD, 0, 6.0 * N * HK,
-          kda_cuda_conv_silu_bwd(&m->ctx, dp, dconv, m->dt1, p, conv, m->B, m->T, HK, Wc));
+          kda_cuda_conv_silu_bwd_ld(&m->ctx, dp, ldo, dconv, m->dt1, p, conv, m->B, m->T, HK, Wc));
     return 0;
 }
 
@@ -994,7 +995,8 @@ static int block_bwd_(KdaCudaModel *m, const KdaLayerTensors *P, KdaLayerTensors
               kda_cuda_bias_bwd(x, G->g_proj1_bias, m->dz, N, HVV));
     }
     // With the fused input projection (m->inproj) each part's dY goes into its columns of m->inb
-    // and one dX GEMM (overwriting dx) and one dW GEMM follow at the end of the sublayer.
+    // (g0 and f0 copied in after their GEMMs, b, q, k, v written there by their kernels) and one
+    // dX GEMM (overwriting dx) and one dW GEMM follow at the end of the sublayer.
     InCols ic = in_cols_(c);
     TRY(dw_(m, KDA_OP_PROJ_BWD, G->g_proj1, m->dz, L->z0, N, V, HVV));
     TRY(dx_(m, KDA_OP_PROJ_BWD, m->dlow, KDA_DT_BF16, m->dz, P->g_proj1, N, V, HVV, 0));
@@ -1024,20 +1026,27 @@ static int block_bwd_(KdaCudaModel *m, const KdaLayerTensors *P, KdaLayerTensors
     TRY(dx_(m, KDA_OP_PROJ_BWD, m->dlow, KDA_DT_BF16, m->df, P->f_proj1, N, V, HVK, 0));
     TRY(proj_bwd_(m, G->f_proj0, P->f_proj0, m->dlow, L->xa, ic.f0, V, 1));
 
+    // With the fused input projection the beta and conv backwards write their dY straight into
+    // its columns of m->inb (row stride ic.width; no copy), else into m->db / m->dt2 for the
+    // part's own GEMMs.
+    int fz = m->inproj;
     TIMED(KDA_OP_GATE_BWD, 0, 8.0 * N * HV,
-          kda_cuda_beta_bwd(x, m->db, m->dbeta, L->b, N * HV, c->allow_neg_eigval));
-    TRY(proj_bwd_(m, G->b_proj, P->b_proj, m->db, L->xa, ic.b, HV, 1));
+          kda_cuda_beta_bwd_ld(x, fz ? m->inb + ic.b : m->db, fz ? ic.width : HV, m->dbeta, L->b, N,
+                               HV, c->allow_neg_eigval));
+    if (!fz) TRY(proj_bwd_(m, G->b_proj, P->b_proj, m->db, L->xa, ic.b, HV, 1));
 
-    TRY(conv_l2_bwd_(m, m->dt2, G->q_conv, m->dq, L->pq, L->qc, P->q_conv, L->rq));
-    TRY(proj_bwd_(m, G->q_proj, P->q_proj, m->dt2, L->xa, ic.q, HK, 1));
+    TRY(conv_l2_bwd_(m, fz ? m->inb + ic.q : m->dt2, fz ? ic.width : HK, G->q_conv, m->dq, L->pq,
+                     L->qc, P->q_conv, L->rq));
+    if (!fz) TRY(proj_bwd_(m, G->q_proj, P->q_proj, m->dt2, L->xa, ic.q, HK, 1));
 
-    TRY(conv_l2_bwd_(m, m->dt2, G->k_conv, m->dk, L->pk, L->kc, P->k_conv, L->rk));
-    TRY(proj_bwd_(m, G->k_proj, P->k_proj, m->dt2, L->xa, ic.k, HK, 1));
+    TRY(conv_l2_bwd_(m, fz ? m->inb + ic.k : m->dt2, fz ? ic.width : HK, G->k_conv, m->dk, L->pk,
+                     L->kc, P->k_conv, L->rk));
+    if (!fz) TRY(proj_bwd_(m, G->k_proj, P->k_proj, m->dt2, L->xa, ic.k, HK, 1));
 
-    TIMED(
-        KDA_OP_CONV_BWD, 0, 6.0 * N * HVV,
-        kda_cuda_conv_silu_bwd(x, m->dt2, G->v_conv, m->dv, L->pv, P->v_conv, m->B, m->T, HVV, Wc));
-    TRY(proj_bwd_(m, G->v_proj, P->v_proj, m->dt2, L->xa, ic.v, HVV, 1));
+    TIMED(KDA_OP_CONV_BWD, 0, 6.0 * N * HVV,
+          kda_cuda_conv_silu_bwd_ld(x, fz ? m->inb + ic.v : m->dt2, fz ? ic.width : HVV, G->v_conv,
+                                    m->dv, L->pv, P->v_conv, m->B, m->T, HVV, Wc));
+    if (!fz) TRY(proj_bwd_(m, G->v_proj, P->v_proj, m->dt2, L->xa, ic.v, HVV, 1));
 
     if (m->inproj) { // the six parts' weight gradients and dx in one GEMM each
         TRY(dw_(m, KDA_OP_PROJ_BWD, G->q_proj, m->inb, L->xa, N, D, ic.width));

@@ -691,7 +691,8 @@ __global__ void __launch_bounds__(32 * CONV_BT)
 template <int W, int VEC, bool L2, bool PF>
 __global__ void __launch_bounds__(32 * CONV_BT)
     conv_bwd_k(kda_bf16 *dp, double *part, const kda_bf16 *dy, const kda_bf16 *p, const float *w,
-               const float *dq, const float *rstd, int64_t B, int64_t T, int64_t C, int lg) {
+               const float *dq, const float *rstd, int64_t B, int64_t T, int64_t C, int lg,
+               int64_t ldo) {
     __shared__ float sh[CONV_BT][32 * VEC];
     ConvItem<VEC, CONV_TT_BWD> it;
     bool active = it.init(B, T, C);
@@ -710,7 +711,7 @@ __global__ void __launch_bounds__(32 * CONV_BT)
                 wr[i][v] = w[(it.ch0 + v) * W + i];
         const kda_bf16 *pb = p + it.b * T * C + it.ch0;
         const kda_bf16 *dyb = L2 ? NULL : dy + it.b * T * C + it.ch0;
-        kda_bf16 *dpb = dp + it.b * T * C + it.ch0;
+        kda_bf16 *dpb = dp + it.b * T * ldo + it.ch0; // rows of dp: stride ldo (>= C)
         const int64_t K = L2 ? (int64_t)lg * VEC : 1, H = C / K, head = it.ch0 / K;
         (void)H, (void)head; // unused without L2
 #pragma unroll
@@ -807,7 +808,7 @@ __global__ void __launch_bounds__(32 * CONV_BT)
                         a += wr[i][v] * dcw[W - 1 - i][v];
                     o[v] = a;
                 }
-                st_bf<VEC>(dpb + tau * C, o);
+                st_bf<VEC>(dpb + tau * ldo, o);
             }
 #pragma unroll
             for (int i = 0; i < W - 1; i++)
@@ -993,6 +994,17 @@ __global__ void beta_bwd_k(kda_bf16 *db, const float *dbeta, const kda_bf16 *b, 
          i += (int64_t)gridDim.x * blockDim.x) {
         float sg = sigmoid_f(bf2f(b[i]));
         db[i] = f2bf(dbeta[i] * s * sg * (1.0f - sg));
+    }
+}
+
+// The same with db rows [N, HV] at stride ldo (db may be columns of a wider matrix).
+__global__ void beta_bwd_ld_k(kda_bf16 *db, int64_t ldo, const float *dbeta, const kda_bf16 *b,
+                              int64_t N, int64_t HV, float s) {
+    for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < N * HV;
+         i += (int64_t)gridDim.x * blockDim.x) {
+        int64_t r = i / HV;
+        float sg = sigmoid_f(bf2f(b[i]));
+        db[r * ldo + (i - r * HV)] = f2bf(dbeta[i] * s * sg * (1.0f - sg));
     }
 }
 
@@ -1663,11 +1675,17 @@ int kda_cuda_conv_silu_fwd(KdaCudaCtx *ctx, kda_bf16 *y, const kda_bf16 *p, cons
 int kda_cuda_conv_silu_bwd(KdaCudaCtx *ctx, kda_bf16 *dp, float *dw, const kda_bf16 *dy,
                            const kda_bf16 *p, const float *w, int64_t B, int64_t T, int64_t C,
                            int64_t W) {
-    KDA_CUDA_REQUIRE(ctx, B >= 0 && T >= 0 && C > 0 && W >= 1 && W <= CONV_MAX_W);
+    return kda_cuda_conv_silu_bwd_ld(ctx, dp, C, dw, dy, p, w, B, T, C, W);
+}
+
+int kda_cuda_conv_silu_bwd_ld(KdaCudaCtx *ctx, kda_bf16 *dp, int64_t ldo, float *dw,
+                              const kda_bf16 *dy, const kda_bf16 *p, const float *w, int64_t B,
+                              int64_t T, int64_t C, int64_t W) {
+    KDA_CUDA_REQUIRE(ctx, B >= 0 && T >= 0 && C > 0 && W >= 1 && W <= CONV_MAX_W && ldo >= C);
     if (B * T == 0) return 0;
     // 8-byte groups of 4 channels: the backward holds 4 W-long windows per channel (weights,
     // p, dc, dw sums), so 8 channels per thread would cost ~2x the registers for W = 4.
-    bool v4 = C % 4 == 0 && aligned_(8, dp, dy, p);
+    bool v4 = C % 4 == 0 && ldo % 4 == 0 && aligned_(8, dp, dy, p);
     dim3 grid = conv_grid(B, T, C, v4 ? 4 : 1, CONV_TT_BWD), block(32, CONV_BT);
     KDA_CUDA_REQUIRE(ctx, grid.y > 0); // B·T up to 4.2M tokens (forward) / 16.7M (backward)
     int64_t P = grid.y;                // dw partials: one per block row, [P, C, W] double
@@ -1677,10 +1695,10 @@ int kda_cuda_conv_silu_bwd(KdaCudaCtx *ctx, kda_bf16 *dp, float *dw, const kda_b
 #define CONV_BWD_PF(W_, PF_)                                                                       \
     if (v4)                                                                                        \
         conv_bwd_k<W_, 4, false, PF_>                                                              \
-            <<<grid, block, 0, ctx->stream>>>(dp, part, dy, p, w, NULL, NULL, B, T, C, 0);         \
+            <<<grid, block, 0, ctx->stream>>>(dp, part, dy, p, w, NULL, NULL, B, T, C, 0, ldo);    \
     else                                                                                           \
         conv_bwd_k<W_, 1, false, PF_>                                                              \
-            <<<grid, block, 0, ctx->stream>>>(dp, part, dy, p, w, NULL, NULL, B, T, C, 0)
+            <<<grid, block, 0, ctx->stream>>>(dp, part, dy, p, w, NULL, NULL, B, T, C, 0, ldo)
 #define CONV_BWD(W_)                                                                               \
     if (pf) {                                                                                      \
         CONV_BWD_PF(W_, true);                                                                     \
@@ -1727,8 +1745,15 @@ int kda_cuda_conv_silu_l2_fwd(KdaCudaCtx *ctx, kda_bf16 *y, float *rstd, const k
 int kda_cuda_conv_silu_l2_bwd(KdaCudaCtx *ctx, kda_bf16 *dp, float *dw, const float *dy,
                               const kda_bf16 *p, const float *w, const float *rstd, int64_t B,
                               int64_t T, int64_t C, int64_t W, int64_t K) {
+    return kda_cuda_conv_silu_l2_bwd_ld(ctx, dp, C, dw, dy, p, w, rstd, B, T, C, W, K);
+}
+
+int kda_cuda_conv_silu_l2_bwd_ld(KdaCudaCtx *ctx, kda_bf16 *dp, int64_t ldo, float *dw,
+                                 const float *dy, const kda_bf16 *p, const float *w,
+                                 const float *rstd, int64_t B, int64_t T, int64_t C, int64_t W,
+                                 int64_t K) {
     KDA_CUDA_REQUIRE(ctx, B >= 0 && T >= 0 && C > 0 && W >= 1 && W <= CONV_MAX_W);
-    KDA_CUDA_REQUIRE(ctx, kda_cuda_conv_l2_fusable(K) && C % K == 0);
+    KDA_CUDA_REQUIRE(ctx, kda_cuda_conv_l2_fusable(K) && C % K == 0 && ldo >= C && ldo % 4 == 0);
     KDA_CUDA_REQUIRE(ctx, aligned_(16, dy) && aligned_(8, dp, p)); // a head is K / 4 lanes
     if (B * T == 0) return 0;
     dim3 grid = conv_grid(B, T, C, 4, CONV_TT_BWD), block(32, CONV_BT);
@@ -1741,10 +1766,10 @@ int kda_cuda_conv_silu_l2_bwd(KdaCudaCtx *ctx, kda_bf16 *dp, float *dw, const fl
 #define CONV_L2_BWD(W_)                                                                            \
     if (pf)                                                                                        \
         conv_bwd_k<W_, 4, true, true>                                                              \
-            <<<grid, block, 0, ctx->stream>>>(dp, part, NULL, p, w, dy, rstd, B, T, C, lg);        \
+            <<<grid, block, 0, ctx->stream>>>(dp, part, NULL, p, w, dy, rstd, B, T, C, lg, ldo);   \
     else                                                                                           \
         conv_bwd_k<W_, 4, true, false>                                                             \
-            <<<grid, block, 0, ctx->stream>>>(dp, part, NULL, p, w, dy, rstd, B, T, C, lg)
+            <<<grid, block, 0, ctx->stream>>>(dp, part, NULL, p, w, dy, rstd, B, T, C, lg, ldo)
     CONV_DISPATCH_W(W, CONV_L2_BWD);
 #undef CONV_L2_BWD
     CUDA_CHECK_LAUNCH(ctx);
@@ -1799,6 +1824,16 @@ int kda_cuda_beta_bwd(KdaCudaCtx *ctx, kda_bf16 *db, const float *dbeta, const k
     if (n == 0) return 0;
     beta_bwd_k<<<grid_for(n), 256, 0, ctx->stream>>>(db, dbeta, b, n,
                                                      allow_neg_eigval ? 2.0f : 1.0f);
+    CUDA_CHECK_LAUNCH(ctx);
+    return 0;
+}
+
+int kda_cuda_beta_bwd_ld(KdaCudaCtx *ctx, kda_bf16 *db, int64_t ldo, const float *dbeta,
+                         const kda_bf16 *b, int64_t N, int64_t HV, int allow_neg_eigval) {
+    KDA_CUDA_REQUIRE(ctx, N >= 0 && HV > 0 && ldo >= HV);
+    if (N == 0) return 0;
+    beta_bwd_ld_k<<<grid_for(N * HV), 256, 0, ctx->stream>>>(db, ldo, dbeta, b, N, HV,
+                                                             allow_neg_eigval ? 2.0f : 1.0f);
     CUDA_CHECK_LAUNCH(ctx);
     return 0;
 }

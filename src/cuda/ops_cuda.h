@@ -60,6 +60,12 @@ int kda_cuda_conv_silu_bwd(KdaCudaCtx *ctx, kda_bf16 *dp, float *dw, const kda_b
                            const kda_bf16 *p, const float *w, int64_t B, int64_t T, int64_t C,
                            int64_t W);
 
+// The same with dp's rows at stride ldo (>= C; dp may be columns of a wider matrix, e.g. the
+// fused input projection's dY buffer): dp [B, T, ldo] bf16, columns [0, C) written.
+int kda_cuda_conv_silu_bwd_ld(KdaCudaCtx *ctx, kda_bf16 *dp, int64_t ldo, float *dw,
+                              const kda_bf16 *dy, const kda_bf16 *p, const float *w, int64_t B,
+                              int64_t T, int64_t C, int64_t W);
+
 // ---- fused causal conv + SiLU + per-head L2 norm (q and k; §5.3 steps 2 and 6) ---------------
 // One kernel instead of conv_silu + l2norm: the conv output is neither stored nor read back.
 // True when head dim K takes the fused kernels (K = 8, 16, 32, 64 or 128).
@@ -75,6 +81,11 @@ int kda_cuda_conv_silu_l2_fwd(KdaCudaCtx *ctx, kda_bf16 *y, float *rstd, const k
 int kda_cuda_conv_silu_l2_bwd(KdaCudaCtx *ctx, kda_bf16 *dp, float *dw, const float *dy,
                               const kda_bf16 *p, const float *w, const float *rstd, int64_t B,
                               int64_t T, int64_t C, int64_t W, int64_t K);
+// The same with dp's rows at stride ldo (>= C, a multiple of 4): dp [B, T, ldo] bf16.
+int kda_cuda_conv_silu_l2_bwd_ld(KdaCudaCtx *ctx, kda_bf16 *dp, int64_t ldo, float *dw,
+                                 const float *dy, const kda_bf16 *p, const float *w,
+                                 const float *rstd, int64_t B, int64_t T, int64_t C, int64_t W,
+                                 int64_t K);
 
 // ---- gate + chunk-local cumsum (§5.3 step 8, §6.2 step 2), unbounded form ------------------
 // f [B, T, HV, K] bf16 raw gate; A_log [HV], dt_bias [HV*K] fp32.
@@ -99,6 +110,9 @@ int kda_cuda_beta_fwd(KdaCudaCtx *ctx, float *beta, const kda_bf16 *b, int64_t n
                       int allow_neg_eigval);
 int kda_cuda_beta_bwd(KdaCudaCtx *ctx, kda_bf16 *db, const float *dbeta, const kda_bf16 *b,
                       int64_t n, int allow_neg_eigval);
+// The same over [N, HV] with db's rows at stride ldo (>= HV): db [N, ldo] bf16, columns [0, HV).
+int kda_cuda_beta_bwd_ld(KdaCudaCtx *ctx, kda_bf16 *db, int64_t ldo, const float *dbeta,
+                         const kda_bf16 *b, int64_t N, int64_t HV, int allow_neg_eigval);
 
 // ---- gated RMSNorm (§5.3 step 11): y = RMSNorm(x; w) ⊙ σ(z), one row per value head ------
 // x = o [N, V] bf16, z [N, V] bf16, w [V] fp32 -> y [N, V] bf16, rstd [N] fp32.
