@@ -118,11 +118,11 @@ static int32_t *golden_ids_(const char *rel, int64_t *B, int64_t *T) {
 }
 
 // Tiny untied HV == H config (the GPU backward's restriction), V = 2K, vocabulary not a multiple
-// of 128, built in code.
-static void tiny_untied_(KdaModel *m, double init_std, uint64_t seed) {
+// of 128, built in code; `heads` heads (2: the in-proj width 386; 4: 644, a multiple of 4).
+static void tiny_heads_(KdaModel *m, double init_std, uint64_t seed, int64_t heads) {
     KdaConfig c;
     kda_config_defaults(&c);
-    c.hidden_size = 64, c.num_hidden_layers = 2, c.num_heads = 2, c.head_dim = 32;
+    c.hidden_size = 64, c.num_hidden_layers = 2, c.num_heads = heads, c.head_dim = 32;
     c.expand_v = 2.0, c.intermediate_size_raw = 96, c.vocab_size = 300, c.conv_size = 4;
     c.tie_word_embeddings = 0;
     c.initializer_range = init_std;
@@ -135,6 +135,9 @@ static void tiny_untied_(KdaModel *m, double init_std, uint64_t seed) {
     for (int64_t l = 0; l < c.num_hidden_layers; l++)
         for (int64_t i = 0; i < m->cfg.value_dim; i++)
             m->w.layers[l].g_proj1_bias[i] = rng_normal(&r, 0.0f, 0.5f);
+}
+static void tiny_untied_(KdaModel *m, double init_std, uint64_t seed) {
+    tiny_heads_(m, init_std, seed, 2);
 }
 
 static int32_t *random_ids_(int64_t n, int64_t vocab, uint64_t seed) {
@@ -893,11 +896,12 @@ KDA_TEST_GPU(gpu_fuse_model_matches_unfused) {
 // KDA_INPROJ=0: one training step of the tiny untied model, loss within
 // 1e-3 relative and every gradient (read back through the device <-> dense mapping) within
 // TOL_GRAD rel-RMS (A_log: TOL_GRAD_ALOG); the same products, only the GEMMs' tiling (fp32
-// accumulation order) differs.
-KDA_TEST_GPU(gpu_model_fused_gemms_match) {
-    if (!have_gpu_()) return;
+// accumulation order) differs. heads = 2 and 4: the fused q/k conv backward writes into the fused
+// dY buffer only when its width (644 at 4 heads, 386 at 2) keeps its groups aligned, else into a
+// scratch copied in (model_cuda.c block_bwd_): both paths.
+static void fused_gemms_case_(int64_t heads) {
     KdaModel m;
-    tiny_untied_(&m, 0.05, 91);
+    tiny_heads_(&m, 0.05, 91, heads);
     KdaError err = {{0}};
     int64_t B = 2, T = 100, n = m.table.total_numel;
     int32_t *ids = random_ids_(B * T, m.cfg.vocab_size, 92);
@@ -931,11 +935,17 @@ KDA_TEST_GPU(gpu_model_fused_gemms_match) {
             CHECK_MSG(e <= tol, "grad %s: gate|up rel-RMS %.3g > %g", p->name, e, tol);
             if (!(e <= worst)) worst = e;
         }
-        printf("    gate|up vs two GEMMs: loss %.6f vs %.6f, worst grad %.2e\n", loss[1], loss[0],
-               worst);
+        printf("    %lld heads, fused vs separate GEMMs: loss %.6f vs %.6f, worst grad %.2e\n",
+               (long long)heads, loss[1], loss[0], worst);
     }
     free(g[0]), free(g[1]), free(ids);
     kda_model_free(&m);
+}
+
+KDA_TEST_GPU(gpu_model_fused_gemms_match) {
+    if (!have_gpu_()) return;
+    fused_gemms_case_(2);
+    fused_gemms_case_(4);
 }
 
 #endif // KDA_HAVE_CUDA

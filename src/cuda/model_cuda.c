@@ -907,9 +907,9 @@ static int dw_(KdaCudaModel *m, KdaOp op, float *dW, const bf *dy, const bf *x, 
 }
 
 // q or k from the core's gradient dqk [N, HK] fp32 back to its projection's: dp [N, HK] bf16
-// (overwritten), dconv [HK, W] +=. Fused: one kernel; else the L2 backward into m->dt1, then
-// the conv backward (qc the saved conv output).
-// dp [N, HK] bf16 with row stride ldo (the fused input projection's dY columns, or m->dt2).
+// with row stride ldo (overwritten: the fused input projection's dY columns, or m->dt2),
+// dconv [HK, W] +=. Fused: one kernel; else the L2 backward into m->dt1, then the conv backward
+// (qc the saved conv output).
 static int conv_l2_bwd_(KdaCudaModel *m, bf *dp, int64_t ldo, float *dconv, const float *dqk,
                         const bf *p, const bf *qc, const float *conv, const float *rstd) {
     const KdaConfig *c = &m->cfg;
@@ -1028,20 +1028,21 @@ static int block_bwd_(KdaCudaModel *m, const KdaLayerTensors *P, KdaLayerTensors
 
     // With the fused input projection the beta and conv backwards write their dY straight into
     // its columns of m->inb (row stride ic.width; no copy), else into m->db / m->dt2 for the
-    // part's own GEMMs.
-    int fz = m->inproj;
+    // part's own GEMMs. The fused q/k kernel writes 4-element groups: its columns need a width
+    // and column offsets that keep them 8-byte aligned, else it writes m->dt2 and is copied.
+    int fz = m->inproj, fzq = fz && (!m->fuse_l2 || (ic.width % 4 == 0 && ic.k % 4 == 0));
     TIMED(KDA_OP_GATE_BWD, 0, 8.0 * N * HV,
           kda_cuda_beta_bwd_ld(x, fz ? m->inb + ic.b : m->db, fz ? ic.width : HV, m->dbeta, L->b, N,
                                HV, c->allow_neg_eigval));
     if (!fz) TRY(proj_bwd_(m, G->b_proj, P->b_proj, m->db, L->xa, ic.b, HV, 1));
 
-    TRY(conv_l2_bwd_(m, fz ? m->inb + ic.q : m->dt2, fz ? ic.width : HK, G->q_conv, m->dq, L->pq,
+    TRY(conv_l2_bwd_(m, fzq ? m->inb + ic.q : m->dt2, fzq ? ic.width : HK, G->q_conv, m->dq, L->pq,
                      L->qc, P->q_conv, L->rq));
-    if (!fz) TRY(proj_bwd_(m, G->q_proj, P->q_proj, m->dt2, L->xa, ic.q, HK, 1));
+    if (!fzq) TRY(proj_bwd_(m, G->q_proj, P->q_proj, m->dt2, L->xa, ic.q, HK, 1));
 
-    TRY(conv_l2_bwd_(m, fz ? m->inb + ic.k : m->dt2, fz ? ic.width : HK, G->k_conv, m->dk, L->pk,
+    TRY(conv_l2_bwd_(m, fzq ? m->inb + ic.k : m->dt2, fzq ? ic.width : HK, G->k_conv, m->dk, L->pk,
                      L->kc, P->k_conv, L->rk));
-    if (!fz) TRY(proj_bwd_(m, G->k_proj, P->k_proj, m->dt2, L->xa, ic.k, HK, 1));
+    if (!fzq) TRY(proj_bwd_(m, G->k_proj, P->k_proj, m->dt2, L->xa, ic.k, HK, 1));
 
     TIMED(KDA_OP_CONV_BWD, 0, 6.0 * N * HVV,
           kda_cuda_conv_silu_bwd_ld(x, fz ? m->inb + ic.v : m->dt2, fz ? ic.width : HVV, G->v_conv,
