@@ -5,7 +5,8 @@
 // cluster kernel's floor: it reads the logits once and writes the dlogits once, as a copy does).
 // Every timed row kernel starts from the same random logits (restored by an untimed copy); CUDA
 // events around the launch only, 2 warm-ups, median of 10. Prints ms, GB/s or TFLOP/s and the
-// step's share (x 4 chunks), then the largest |nll| difference between the kernels.
+// step's share (x 4 chunks), the largest |nll| difference between the kernels, and cuBLASLt's
+// candidates for the logits GEMM timed (kda_cuda_gemm_probe).
 //
 // Build and run: bash bench/kda_kernel/run_cls.sh (on the GPU machine; < 60 s).
 #include <math.h>
@@ -15,6 +16,7 @@
 
 #include "core/rng.h"         // defines: KdaRng, rng_normal, rng_below
 #include "cuda/cuda_common.h" // defines: KdaCudaCtx, kda_cuda_*
+#include "cuda/gemm_cuda.h"   // defines: kda_cuda_gemm_probe
 #include "cuda/xent_cuda.h"   // defines: kda_cuda_cls_*
 
 enum { ROWS = 8192, D = 1024, V = 128256, CHUNKS = 4 };
@@ -146,6 +148,21 @@ int main(void) {
     t = time_ms_(2);
     printf("%-44s %9.3f %8.1f TFLOP/s %9.3f\n", "dX + dW GEMMs", t, 2 * gemm_fl / t / 1e9,
            CHUNKS * t);
+    // cuBLASLt's candidates for the logits GEMM (xent_cuda.cu's form: logitsᵀ [V, rows] column-
+    // major, ld = z.ld, = Whᵀ · xᵀ): is the heuristic's first pick the fastest?
+    float ms[8];
+    int nc = 0;
+    if (kda_cuda_gemm_probe(&g, 1, 0, V, ROWS, D, z.W, D, z.n, D, 0.0f, NULL, z.lg, KDA_DT_BF16,
+                            z.ld, 3, ms, &nc))
+        die_("probe");
+    int best = 0;
+    printf("logits GEMM candidates (ms):");
+    for (int i = 0; i < nc; i++) {
+        printf(" %.3f", ms[i]);
+        if (ms[i] < ms[best]) best = i;
+    }
+    printf("\n  heuristic #0 %.3f ms (%.0f TFLOP/s), fastest #%d %.3f ms (%.0f TFLOP/s)\n", ms[0],
+           gemm_fl / ms[0] / 1e9, best, ms[best], gemm_fl / ms[best] / 1e9);
     double worst = 0, mean = 0;
     for (int i = 0; i < ROWS; i++) {
         for (int k = 1; k < 3; k++)
