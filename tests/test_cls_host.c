@@ -1,17 +1,18 @@
-// test_cls_host.c - the fused classifier's row kernel (src/cuda/xent_cuda.cu cls_row_k) run on
-// the HOST (kda_cuda_cls_rows_host: the same body, logical threads one after another, the same
-// reduction tree) against the CPU cross-entropy (cpu/ops.h xent_fwd / xent_bwd) on trained-like
-// peaked logits. Runs in the CPU suite of every CUDA build (CI has nvcc, no GPU); the kernel on a
-// device is test_gpu_model.c's gpu_model_cls_fused.
+// test_cls_host.c - the fused classifier's row kernels (src/cuda/xent_cuda.cu: the block kernel
+// cls_row_k and the cluster kernel cls2_row_k) run on the HOST (kda_cuda_cls_rows_host,
+// kda_cuda_cls_rows2_host: the same bodies, logical threads and blocks one after another, the
+// same reduction trees) against the CPU cross-entropy (cpu/ops.h xent_fwd / xent_bwd) on
+// trained-like peaked logits. Runs in the CPU suite of every CUDA build (CI has nvcc, no GPU);
+// the kernels on a device are test_gpu_cls.c's and test_gpu_model.c's gpu_model_cls_fused*.
 //
 // The CPU xent gets the same logits exactly: n = the bf16 logits as fp32 and Wh = the identity
 // [V, V], so its GEMM reproduces them bit for bit (x·1 + 0s) and its dn = dlogits · I is the
 // fp32 dlogits.
-// Tolerances: nll and lse 2e-6 · max(1, |lse|) absolute (the row kernel's partition sum is
-// exact to ~2 fp32 roundings, the CPU's is summed in double; their difference is a few fp32 ulps
-// of lse); dlogits stored in bf16: |d - ref| <= 2^-8 |ref| + 1e-6 · scale (bf16 rounding of each
-// element plus the fp32 exponential). A wrong max, a dropped tail group or a wrong target gives
-// errors of order 1.
+// Tolerances: nll and lse 2e-6 · max(1, |lse|) absolute (the row kernels' partition sums are
+// exact to ~2 (block) or ~5 (cluster) fp32 roundings, the CPU's is summed in double; their
+// difference is a few fp32 ulps of lse); dlogits stored in bf16: |d - ref| <= 2^-8 |ref| + 1e-6 ·
+// scale (bf16 rounding of each element plus the fp32 exponential). A wrong max, a dropped tail
+// group or a wrong target gives errors of order 1.
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -169,6 +170,173 @@ KDA_TEST(cls_host_f32_exact_at_full_vocab) {
         }
     }
     free(lg);
+}
+
+// Host twin of the row kernel `kernel` (0: cluster with nth threads and cl blocks, 1: block).
+static void rows_host_(int kernel, kda_bf16 *g, float *nll, float *lse, const int32_t *tg,
+                       int64_t rows, int64_t V, int64_t ld, float scale, int grad, int nth,
+                       int cl) {
+    if (kernel)
+        kda_cuda_cls_rows_host(g, nll, lse, tg, rows, V, ld, scale, grad, nth);
+    else
+        kda_cuda_cls_rows2_host(g, nll, lse, tg, rows, V, ld, scale, grad, nth, cl);
+}
+
+// The cluster kernel's twin against the CPU cross-entropy, as cls_host_matches_cpu_xent, for
+// several block sizes (1 thread: one long sequential sum; 100: a partial warp; 256: the
+// device's) and blocks per row (8 at V = 1003: 16 groups per slice, the last one partial).
+KDA_TEST(cls_host2_matches_cpu_xent) {
+    const int64_t V = 1003, ld = kda_cuda_cls_ld(V), rows = 6;
+    kda_bf16 *lg = malloc((size_t)(rows * ld) * sizeof *lg);
+    int32_t tg[6];
+    make_logits_(lg, tg, rows, V, ld, 4);
+    float *n = malloc((size_t)(rows * V) * 4), *W = calloc((size_t)(V * V), 4);
+    for (int64_t i = 0; i < rows; i++)
+        for (int64_t j = 0; j < V; j++)
+            n[i * V + j] = bf16_to_f32(lg[i * ld + j]);
+    for (int64_t j = 0; j < V; j++)
+        W[j * V + j] = 1.0f;
+    int64_t wf = xent_work_floats(rows, V), nvalid = rows - 1;
+    float scale = 1.0f / (float)nvalid;
+    float *work = malloc((size_t)wf * 4), nll_c[6], lse_c[6];
+    float *dn_c = malloc((size_t)(rows * V) * 4), *dW_c = calloc((size_t)(V * V), 4);
+    xent_fwd(nll_c, lse_c, NULL, n, W, tg, rows, V, V, work, wf);
+    xent_bwd(dn_c, dW_c, n, W, tg, lse_c, rows, V, V, scale, work, wf);
+    const struct { int nth, cl; } cfg[] = {{1, 1}, {100, 1}, {256, 1}, {32, 2}, {256, 4}, {64, 8}};
+    for (size_t k = 0; k < sizeof cfg / sizeof *cfg; k++) {
+        kda_bf16 *g = malloc((size_t)(rows * ld) * sizeof *g);
+        memcpy(g, lg, (size_t)(rows * ld) * sizeof *g);
+        float nll[6], lse[6], nll0[6], lse0[6];
+        kda_cuda_cls_rows2_host(g, nll0, lse0, tg, rows, V, ld, scale, 0, cfg[k].nth, cfg[k].cl);
+        CHECK(!memcmp(g, lg, (size_t)(rows * ld) * sizeof *g)); // loss only: logits untouched
+        kda_cuda_cls_rows2_host(g, nll, lse, tg, rows, V, ld, scale, 1, cfg[k].nth, cfg[k].cl);
+        double worst = 0, worst_d = 0;
+        for (int64_t i = 0; i < rows; i++) {
+            double tol = 2e-6 * fmax(1.0, fabs(lse_c[i]));
+            CHECK_NEAR(lse[i], lse_c[i], tol);
+            CHECK_NEAR(nll[i], nll_c[i], tol);
+            CHECK(nll[i] == nll0[i] && lse[i] == lse0[i]);
+            worst = fmax(worst, fabs(nll[i] - nll_c[i]));
+            for (int64_t j = 0; j < V; j++) {
+                double d = bf16_to_f32(g[i * ld + j]), ref = dn_c[i * V + j];
+                double e = fabs(d - ref);
+                if (!(e <= fabs(ref) / 256.0 + 1e-6 * scale)) {
+                    CHECK_MSG(0, "%d x %d row %lld col %lld: dlogit %.9g vs %.9g", cfg[k].nth,
+                              cfg[k].cl, (long long)i, (long long)j, d, ref);
+                    break;
+                }
+                worst_d = fmax(worst_d, e / (fabs(ref) + 1e-30));
+            }
+            for (int64_t j = V; j < ld; j++) // padding untouched
+                CHECK(isnan(bf16_to_f32(g[i * ld + j])));
+        }
+        CHECK(nll[3] == 0.0f && g[3 * ld] == 0 && g[3 * ld + V - 1] == 0);
+        printf("    %3d threads x %d blocks: max |nll diff| %.2e, max rel dlogit diff %.2e\n",
+               cfg[k].nth, cfg[k].cl, worst, worst_d);
+        free(g);
+    }
+    free(lg), free(n), free(W), free(work), free(dn_c), free(dW_c);
+}
+
+// Both twins at the real vocabulary (128,256) against a double sum over the same bf16 logits:
+// lse and nll within 1e-6 · max(1, |lse|) (the cluster kernel: ~5 fp32 roundings of the
+// partition sum, 3e-7; the rows include a flat one and one at +40), for the device's shapes
+// (256 x 4 blocks; 512 threads) and the longest sequential sums (1 thread, 1 block).
+KDA_TEST(cls_host2_exact_at_full_vocab) {
+    const int64_t V = 128256, ld = kda_cuda_cls_ld(V), rows = 3;
+    CHECK_EQ_INT(kda_cuda_cls_cluster(V), 4);
+    kda_bf16 *lg = malloc((size_t)(rows * ld) * sizeof *lg);
+    int32_t tg[3];
+    make_logits_(lg, tg, rows, V, ld, 11);
+    double ref[3];
+    for (int64_t i = 0; i < rows; i++) {
+        double M = -INFINITY, S = 0.0;
+        for (int64_t j = 0; j < V; j++)
+            M = fmax(M, bf16_to_f32(lg[i * ld + j]));
+        for (int64_t j = 0; j < V; j++)
+            S += exp((double)bf16_to_f32(lg[i * ld + j]) - M);
+        ref[i] = M + log(S);
+    }
+    const struct {
+        int kernel, nth, cl;
+    } cfg[] = {{0, 256, 4}, {0, 1, 1}, {0, 256, 8}, {1, 512, 0}};
+    for (size_t k = 0; k < sizeof cfg / sizeof *cfg; k++) {
+        kda_bf16 *g = malloc((size_t)(rows * ld) * sizeof *g);
+        memcpy(g, lg, (size_t)(rows * ld) * sizeof *g);
+        float nll[3], lse[3];
+        rows_host_(cfg[k].kernel, g, nll, lse, tg, rows, V, ld, 1.0f, 0, cfg[k].nth, cfg[k].cl);
+        for (int64_t i = 0; i < rows; i++) {
+            double l = ref[i], tol = 1e-6 * fmax(1.0, fabs(l));
+            CHECK_NEAR(lse[i], l, tol);
+            CHECK_NEAR(nll[i], l - bf16_to_f32(lg[i * ld + tg[i]]), tol);
+            if (k == 0) printf("    row %lld: lse %.7f vs exact %.7f\n", (long long)i, lse[i], l);
+        }
+        free(g);
+    }
+    free(lg);
+}
+
+// Edge rows of the cluster kernel's twin against double sums: vocabularies smaller than the
+// cluster (V = 5 over 8 blocks: 7 empty slices), exactly one group (V = 8) and one group + 1;
+// -inf logits (masked columns: they add nothing; a whole slice of them too) and a NaN logit
+// (the row's lse and nll are NaN, the others' are not). Tolerance 1e-6 · max(1, |lse|) as above.
+KDA_TEST(cls_host2_edge_rows) {
+    const int64_t Vs[] = {5, 8, 9, 64};
+    for (size_t a = 0; a < sizeof Vs / sizeof *Vs; a++) {
+        int64_t V = Vs[a], ld = kda_cuda_cls_ld(V), rows = 4;
+        kda_bf16 *lg = malloc((size_t)(rows * ld) * sizeof *lg);
+        int32_t tg[4];
+        make_logits_(lg, tg, rows, V, ld, 20 + a);
+        tg[3] = (int32_t)(V - 1);                  // no ignored row here
+        for (int64_t j = 0; j < V && V == 64; j++) // row 0: the first slice of 8 all -inf
+            if (j < 8 && j != tg[0]) lg[j] = f32_to_bf16(-INFINITY);
+        lg[1 * ld + V / 2] = f32_to_bf16(-INFINITY); // row 1: one -inf logit
+        if (tg[1] == V / 2) tg[1] = 0;
+        lg[2 * ld + V - 1] = f32_to_bf16(NAN); // row 2: a NaN logit
+        for (int cl = 1; cl <= 8; cl *= 2) {
+            kda_bf16 *g = malloc((size_t)(rows * ld) * sizeof *g);
+            memcpy(g, lg, (size_t)(rows * ld) * sizeof *g);
+            float nll[4], lse[4];
+            kda_cuda_cls_rows2_host(g, nll, lse, tg, rows, V, ld, 0.25f, 1, 256, cl);
+            for (int64_t i = 0; i < rows; i++) {
+                if (i == 2) {
+                    CHECK_MSG(isnan(lse[i]) && isnan(nll[i]), "V %lld cl %d: NaN row lse %g",
+                              (long long)V, cl, lse[i]);
+                    continue;
+                }
+                double M = -INFINITY, S = 0.0;
+                for (int64_t j = 0; j < V; j++)
+                    M = fmax(M, bf16_to_f32(lg[i * ld + j]));
+                for (int64_t j = 0; j < V; j++)
+                    S += exp((double)bf16_to_f32(lg[i * ld + j]) - M);
+                double l = M + log(S), tol = 1e-6 * fmax(1.0, fabs(l));
+                CHECK_MSG(fabs(lse[i] - l) <= tol, "V %lld cl %d row %lld: lse %.9g vs %.9g",
+                          (long long)V, cl, (long long)i, lse[i], l);
+                CHECK_NEAR(nll[i], l - bf16_to_f32(lg[i * ld + tg[i]]), tol);
+                // Σ dlogits = (Σ softmax - 1) · scale = 0 up to each element's bf16 rounding
+                // (2^-8 of |d|, Σ |d| <= 2 · scale); an lse off by δ gives ~δ · scale
+                double sum = 0;
+                for (int64_t j = 0; j < V; j++) {
+                    float d = bf16_to_f32(g[i * ld + j]);
+                    CHECK(isfinite(d));
+                    sum += d;
+                }
+                CHECK_NEAR(sum, 0.0, 2.0 * 0.25 / 256.0 + 1e-6);
+            }
+            free(g);
+        }
+        free(lg);
+    }
+}
+
+// Blocks per row: the fewest slices of at most 4096 groups (64 KB of shared memory).
+KDA_TEST(cls_cluster_choice) {
+    CHECK_EQ_INT(kda_cuda_cls_cluster(1), 1);
+    CHECK_EQ_INT(kda_cuda_cls_cluster(32768), 1); // 4096 groups
+    CHECK_EQ_INT(kda_cuda_cls_cluster(32769), 2);
+    CHECK_EQ_INT(kda_cuda_cls_cluster(128256), 4); // 16,032 groups: 4 x 4008
+    CHECK_EQ_INT(kda_cuda_cls_cluster(262144), 8);
+    CHECK_EQ_INT(kda_cuda_cls_cluster(262145), 0); // too long: the block kernel
 }
 
 // Chunk rows: all rows when they fit, else even 128-aligned chunks within the budget.

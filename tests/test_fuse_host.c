@@ -159,4 +159,43 @@ KDA_TEST(fuse_host_gnorm_bias) {
     gnorm_bias_case_(&r, 9, 2, 256); // 32 lanes per row
 }
 
+// The fused input projection's column split (kda_cuda_cols_split) on the host twin: every part
+// equal to a naive copy of its columns, bytes of the destinations outside the parts untouched
+// (the 16-byte path: the 300M layout 256 | 256 | 512 | 64 | 64 | 8 columns, strides of 8; the
+// 2-byte path: odd widths, a gap between parts, a wider destination stride). Exact: a copy.
+static void split_case_(int64_t rows, int64_t lds, int n, const int64_t *col, const int64_t *cols,
+                        const int64_t *ld) {
+    kda_bf16 *src = malloc((size_t)(rows * lds) * 2);
+    for (int64_t i = 0; i < rows * lds; i++)
+        src[i] = (kda_bf16)(i * 2654435761u >> 7); // distinct, arbitrary bits
+    KdaCudaColParts pp;
+    memset(&pp, 0, sizeof pp);
+    pp.n = n;
+    for (int k = 0; k < n; k++) {
+        pp.col[k] = col[k], pp.cols[k] = cols[k], pp.ld[k] = ld[k];
+        pp.dst[k] = malloc((size_t)(rows * ld[k]) * 2);
+        memset(pp.dst[k], 0xAB, (size_t)(rows * ld[k]) * 2);
+    }
+    kda_cuda_cols_split_host(src, lds, rows, &pp);
+    for (int k = 0; k < n; k++) {
+        int64_t bad = 0;
+        for (int64_t r = 0; r < rows; r++)
+            for (int64_t c = 0; c < ld[k]; c++) {
+                kda_bf16 want = c < cols[k] ? src[r * lds + col[k] + c] : 0xABAB;
+                bad += pp.dst[k][r * ld[k] + c] != want;
+            }
+        CHECK_MSG(bad == 0, "part %d (cols %lld at %lld): %lld elements wrong", k,
+                  (long long)cols[k], (long long)col[k], (long long)bad);
+        free(pp.dst[k]);
+    }
+    free(src);
+}
+
+KDA_TEST(fuse_host_cols_split) {
+    const int64_t col[] = {0, 256, 512, 1024, 1088, 1152}, cols[] = {256, 256, 512, 64, 64, 8};
+    split_case_(37, 1160, 6, col, cols, cols); // the 300M input projection (16-byte path)
+    const int64_t col2[] = {1, 9, 30}, cols2[] = {7, 20, 3}, ld2[] = {7, 24, 5};
+    split_case_(11, 40, 3, col2, cols2, ld2); // 2-byte path, a gap (columns 29, 33.. unused)
+}
+
 #endif // KDA_HAVE_CUDA

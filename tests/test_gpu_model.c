@@ -118,11 +118,11 @@ static int32_t *golden_ids_(const char *rel, int64_t *B, int64_t *T) {
 }
 
 // Tiny untied HV == H config (the GPU backward's restriction), V = 2K, vocabulary not a multiple
-// of 128, built in code.
-static void tiny_untied_(KdaModel *m, double init_std, uint64_t seed) {
+// of 128, built in code; `heads` heads (2: the in-proj width 386; 4: 644, a multiple of 4).
+static void tiny_heads_(KdaModel *m, double init_std, uint64_t seed, int64_t heads) {
     KdaConfig c;
     kda_config_defaults(&c);
-    c.hidden_size = 64, c.num_hidden_layers = 2, c.num_heads = 2, c.head_dim = 32;
+    c.hidden_size = 64, c.num_hidden_layers = 2, c.num_heads = heads, c.head_dim = 32;
     c.expand_v = 2.0, c.intermediate_size_raw = 96, c.vocab_size = 300, c.conv_size = 4;
     c.tie_word_embeddings = 0;
     c.initializer_range = init_std;
@@ -135,6 +135,9 @@ static void tiny_untied_(KdaModel *m, double init_std, uint64_t seed) {
     for (int64_t l = 0; l < c.num_hidden_layers; l++)
         for (int64_t i = 0; i < m->cfg.value_dim; i++)
             m->w.layers[l].g_proj1_bias[i] = rng_normal(&r, 0.0f, 0.5f);
+}
+static void tiny_untied_(KdaModel *m, double init_std, uint64_t seed) {
+    tiny_heads_(m, init_std, seed, 2);
 }
 
 static int32_t *random_ids_(int64_t n, int64_t vocab, uint64_t seed) {
@@ -365,9 +368,10 @@ KDA_TEST_GPU(gpu_model_core_tc) {
 // ---- fused cross-entropy: vocabulary chunks (legacy) and token chunks (fused classifier) -------
 
 // fused = 0: kda_cuda_xent_fwd + _bwd over vocabulary chunks of 128 (128, 128, 44 columns);
-// fused = 1: kda_cuda_cls_fused over token chunks of 16 rows (16, 16, 1), its loss-only mode
-// first (dn NULL: nll, lse and the loss sum the same bits as the training mode's).
-static void xent_case_(int fused) {
+// fused = 1: kda_cuda_cls_fused over token chunks of 16 rows (16, 16, 1) with row kernel `row`
+// (xent_cuda.h KDA_CLS_ROW_*), its loss-only mode first (dn NULL: nll, lse and the loss sum the
+// same bits as the training mode's).
+static void xent_case_(int fused, int row) {
     KdaCudaCtx ctx;
     KdaError err = {{0}};
     CHECK_MSG(kda_cuda_init(&ctx, 0, &err) == 0, "%s", err.msg);
@@ -403,7 +407,7 @@ static void xent_case_(int fused) {
                         kda_cuda_alloc(&ctx, kda_cuda_xent_stat_bytes(N)), CH};
     const int64_t ROWS = 16;
     KdaCudaClsWs cws = {kda_cuda_alloc(&ctx, kda_cuda_cls_bytes(ROWS, NV)), ROWS,
-                        kda_cuda_cls_ld(NV)};
+                        kda_cuda_cls_ld(NV), row};
     float *nll_lo = kda_malloc((size_t)N * 4), *lse_lo = kda_malloc((size_t)N * 4);
     double sum_lo = NAN;
     KDA_ASSERT(dn16 && dW16 && dtg && dnll && dlse && ddn && ddW && dsum && ws.logits && ws.stat &&
@@ -459,7 +463,10 @@ static void xent_case_(int fused) {
         CHECK_MSG(e_dn <= TOL_XENT_GRAD, "dn rel-RMS %.3g", e_dn);
         CHECK_MSG(e_dw <= TOL_XENT_GRAD, "dW rel-RMS %.3g", e_dw);
         printf("    %s, 3 chunks: max |nll diff| %.2e, loss sum %.6f vs %.6f, dn %.2e, dW %.2e\n",
-               fused ? "fused classifier" : "xent", worst, sum_g, sum_c, e_dn, e_dw);
+               !fused ? "xent"
+               : row  ? "fused classifier (block rows)"
+                      : "fused classifier",
+               worst, sum_g, sum_c, e_dn, e_dw);
         free(nll_g), free(lse_g), free(dn_g), free(dW_g);
     }
     void *bufs[] = {dn16, dW16, dtg, dnll, dlse, ddn, ddW, dsum, ws.logits, ws.stat, cws.logits};
@@ -471,11 +478,15 @@ static void xent_case_(int fused) {
 }
 
 KDA_TEST_GPU(gpu_model_xent_chunks) {
-    if (have_gpu_()) xent_case_(0);
+    if (have_gpu_()) xent_case_(0, 0);
 }
 
-KDA_TEST_GPU(gpu_model_cls_fused) {
-    if (have_gpu_()) xent_case_(1);
+KDA_TEST_GPU(gpu_model_cls_fused) { // the cluster row kernel (default)
+    if (have_gpu_()) xent_case_(1, KDA_CLS_ROW_CLUSTER);
+}
+
+KDA_TEST_GPU(gpu_model_cls_fused_block) { // the block row kernel (KDA_CLS_ROW=1)
+    if (have_gpu_()) xent_case_(1, KDA_CLS_ROW_BLOCK);
 }
 
 // ---- AdamW + scaling + clipping vs the CPU optimizer on the same gradients -------------------
@@ -728,7 +739,8 @@ KDA_TEST_GPU(gpu_model_profile) {
     CHECK_MSG(rc == 0, "%s", err.msg);
     if (!rc) {
         // fused input projection: fwd = its GEMM, its copy-out, f1, g1; bwd = g1 and f1's dX and
-        // dW, six copies into the fused dY, its dW and dX
+        // dW, the g0 and f0 copies into the fused dY (b, q, k, v are written there by their
+        // kernels), its dW and dX
         int fz = kda_cuda_model_inproj(dm);
         // fused elementwise kernels (KDA_FUSE, default on): the q/k L2 norm runs inside the conv
         // kernels (no row), the bias inside the gated norm (one call each way instead of two),
@@ -745,7 +757,7 @@ KDA_TEST_GPU(gpu_model_profile) {
             {KDA_OP_NORM_FWD, 2 * L + 1},
             {KDA_OP_NORM_BWD, 2 * L + 1},
             {KDA_OP_PROJ_FWD, (fz ? 4 : 8) * L},
-            {KDA_OP_PROJ_BWD, (fz ? 12 : 16) * L},
+            {KDA_OP_PROJ_BWD, (fz ? 8 : 16) * L},
             {KDA_OP_CONV_FWD, 3 * L},
             {KDA_OP_CONV_BWD, 3 * L},
             {KDA_OP_L2NORM_FWD, l2f ? 0 : 2 * L},
@@ -762,7 +774,8 @@ KDA_TEST_GPU(gpu_model_profile) {
             {KDA_OP_MLP_BWD, (gu ? 4 : 6) * L},
             {KDA_OP_SWIGLU_FWD, L},
             {KDA_OP_SWIGLU_BWD, L},
-            {KDA_OP_HEAD_FWD, 2 + 1}, // 2 token chunks + the loss sum
+            {KDA_OP_HEAD_FWD, 2 + 1}, // 2 token chunks' logits GEMMs + the loss sum
+            {KDA_OP_HEAD_ROW, 2},     // their row kernels
             {KDA_OP_HEAD_BWD, 2},
             {KDA_OP_CAST, dhf ? 0 : 2 * L},
             {KDA_OP_ZERO_GRADS, 1},
@@ -883,11 +896,12 @@ KDA_TEST_GPU(gpu_fuse_model_matches_unfused) {
 // KDA_INPROJ=0: one training step of the tiny untied model, loss within
 // 1e-3 relative and every gradient (read back through the device <-> dense mapping) within
 // TOL_GRAD rel-RMS (A_log: TOL_GRAD_ALOG); the same products, only the GEMMs' tiling (fp32
-// accumulation order) differs.
-KDA_TEST_GPU(gpu_model_fused_gemms_match) {
-    if (!have_gpu_()) return;
+// accumulation order) differs. heads = 2 and 4: the fused q/k conv backward writes into the fused
+// dY buffer only when its width (644 at 4 heads, 386 at 2) keeps its groups aligned, else into a
+// scratch copied in (model_cuda.c block_bwd_): both paths.
+static void fused_gemms_case_(int64_t heads) {
     KdaModel m;
-    tiny_untied_(&m, 0.05, 91);
+    tiny_heads_(&m, 0.05, 91, heads);
     KdaError err = {{0}};
     int64_t B = 2, T = 100, n = m.table.total_numel;
     int32_t *ids = random_ids_(B * T, m.cfg.vocab_size, 92);
@@ -921,11 +935,17 @@ KDA_TEST_GPU(gpu_model_fused_gemms_match) {
             CHECK_MSG(e <= tol, "grad %s: gate|up rel-RMS %.3g > %g", p->name, e, tol);
             if (!(e <= worst)) worst = e;
         }
-        printf("    gate|up vs two GEMMs: loss %.6f vs %.6f, worst grad %.2e\n", loss[1], loss[0],
-               worst);
+        printf("    %lld heads, fused vs separate GEMMs: loss %.6f vs %.6f, worst grad %.2e\n",
+               (long long)heads, loss[1], loss[0], worst);
     }
     free(g[0]), free(g[1]), free(ids);
     kda_model_free(&m);
+}
+
+KDA_TEST_GPU(gpu_model_fused_gemms_match) {
+    if (!have_gpu_()) return;
+    fused_gemms_case_(2);
+    fused_gemms_case_(4);
 }
 
 #endif // KDA_HAVE_CUDA

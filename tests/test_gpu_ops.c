@@ -246,6 +246,34 @@ KDA_TEST_GPU(gpu_gemm) {
     gemm_case_(&r, 2048, 1024, 1024);
 }
 
+// KDA_GEMM_TUNE=1 (ctx->gemm_tune): each new plan times cuBLASLt's candidates on its first
+// repeatable call and keeps the fastest: the products stay right (gemm_case_'s tolerances:
+// another algorithm only reorders fp32 sums); kda_cuda_gemm_probe reports >= 1 candidate, the
+// heuristic's first with a finite positive time, and refuses an in-place beta = 1 product.
+KDA_TEST_GPU(gpu_gemm_tune) {
+    if (!gpu_()) return;
+    KdaRng r;
+    rng_seed(&r, 103);
+    g_ctx.gemm_tune = 1;
+    gemm_case_(&r, 300, 160, 96); // shapes no other test caches first
+    gemm_case_(&r, 2050, 1160, 1024);
+    g_ctx.gemm_tune = 0;
+    int64_t m = 256, n = 512, k = 128;
+    float *a = randn_(&r, m * k, 1.0f), *b = randn_(&r, k * n, 1.0f);
+    kda_bf16 *da = dev_bf16_(a, m * k), *db = dev_bf16_(b, k * n);
+    float *dd = dev_poison_((size_t)(m * n) * 4), ms[8] = {0};
+    int nc = 0;
+    ok_(kda_cuda_gemm_probe(&g_ctx, 0, 0, m, n, k, da, m, db, k, 0.0f, NULL, dd, KDA_DT_F32, m, 2,
+                            ms, &nc));
+    CHECK(nc >= 1 && nc <= 8 && isfinite(ms[0]) && ms[0] > 0.0f);
+    printf("    probe 256x512x128: %d candidates, #0 %.4f ms\n", nc, ms[0]);
+    CHECK(kda_cuda_gemm_probe(&g_ctx, 0, 0, m, n, k, da, m, db, k, 1.0f, dd, dd, KDA_DT_F32, m, 2,
+                              ms, &nc) == -1);
+    kda_cuda_clear_error(&g_ctx);
+    free(a), free(b);
+    dfree_all_();
+}
+
 // GEMM plans cached per shape (gemm_cuda.cu, the default) against a context with KDA_GEMM_PLAN=0
 // behaviour (plan_off: descriptors and heuristic afresh per call; residual by copy + in-place
 // beta = 1): the heuristic sees the same descriptors, so it picks the same algorithm and the
@@ -444,6 +472,129 @@ KDA_TEST_GPU(gpu_conv_silu) {
     };
     for (size_t k = 0; k < sizeof cases / sizeof cases[0]; k++)
         conv_case_(&r, cases[k].B, cases[k].T, cases[k].C, cases[k].W, cases[k].mis);
+}
+
+// One conv case run with the prefetching kernels (default) and without (KDA_CONV_PREFETCH=0, the
+// kernels before): the same arithmetic in the same order, so y (and rstd), dp and dw bit for
+// bit. K > 0: the fused q/k kernels (conv + SiLU + L2 norm, C = H·K), else conv + SiLU.
+static void conv_pf_case_(KdaRng *r, int64_t B, int64_t T, int64_t C, int64_t W, int64_t K) {
+    int64_t n = B * T * C, nr = K > 0 ? B * T * (C / K) : 1;
+    float *p = bf16r_(randn_(r, n, 1.0f), n), *w = randn_(r, C * W, 0.5f);
+    float *dy = randn_(r, n, 1.0f), *dw0 = randn_(r, C * W, 1.0f);
+    kda_bf16 *dp_ = dev_bf16_(p, n), *dyb = dev_bf16_(dy, n);
+    float *dyf = dev_f32_(dy, n), *dw_ = dev_f32_(w, C * W);
+    float *out[2][4]; // [pf][y, rstd, dp, dw]
+    for (int pf = 1; pf >= 0; pf--) {
+        if (!pf) setenv("KDA_CONV_PREFETCH", "0", 1);
+        kda_bf16 *y = dev_poison_((size_t)n * 2), *dp = dev_poison_((size_t)n * 2);
+        float *rs = dev_poison_((size_t)nr * 4), *dwg = dev_f32_(dw0, C * W);
+        if (K > 0) {
+            ok_(kda_cuda_conv_silu_l2_fwd(&g_ctx, y, rs, dp_, dw_, B, T, C, W, K, 1e-6f));
+            ok_(kda_cuda_conv_silu_l2_bwd(&g_ctx, dp, dwg, dyf, dp_, dw_, rs, B, T, C, W, K));
+        } else {
+            ok_(kda_cuda_conv_silu_fwd(&g_ctx, y, dp_, dw_, B, T, C, W));
+            ok_(kda_cuda_conv_silu_bwd(&g_ctx, dp, dwg, dyb, dp_, dw_, B, T, C, W));
+        }
+        unsetenv("KDA_CONV_PREFETCH");
+        out[pf][0] = get_bf16_(y, n), out[pf][1] = get_f32_(rs, nr);
+        out[pf][2] = get_bf16_(dp, n), out[pf][3] = get_f32_(dwg, C * W);
+    }
+    const int64_t sz[4] = {n, nr, n, C * W};
+    const char *nm[4] = {"y", "rstd", "dp", "dw"};
+    for (int k = 0; k < 4; k++) {
+        if (k == 1 && K == 0) continue; // no rstd without the L2 norm
+        CHECK_MSG(!memcmp(out[0][k], out[1][k], (size_t)sz[k] * 4),
+                  "B %lld T %lld C %lld W %lld K %lld: %s differs with the prefetch", (long long)B,
+                  (long long)T, (long long)C, (long long)W, (long long)K, nm[k]);
+    }
+    for (int pf = 0; pf < 2; pf++)
+        for (int k = 0; k < 4; k++)
+            free(out[pf][k]);
+    free(p), free(w), free(dy), free(dw0);
+    dfree_all_();
+}
+
+KDA_TEST_GPU(gpu_conv_prefetch_matches) {
+    if (!gpu_()) return;
+    KdaRng r;
+    rng_seed(&r, 161);
+    conv_pf_case_(&r, 2, 63, 384, 4, 0); // 16/8-byte paths, tiles cut by T
+    conv_pf_case_(&r, 2, 2048, 512, 4, 0);
+    conv_pf_case_(&r, 3, 33, 36, 8, 0); // backward vector path only, W = 8
+    conv_pf_case_(&r, 2, 1, 5, 2, 0);   // scalar paths, T = 1
+    conv_pf_case_(&r, 1, 65, 1000, 3, 0);
+    conv_pf_case_(&r, 2, 63, 256, 4, 32); // the fused q/k kernels (H 8 x K 32)
+    conv_pf_case_(&r, 2, 2048, 256, 4, 32);
+    conv_pf_case_(&r, 1, 17, 128, 2, 64);
+}
+
+// The backward kernels that write the fused input projection's dY columns in place (row stride
+// ldo > C: kda_cuda_conv_silu_bwd_ld, _conv_silu_l2_bwd_ld, _beta_bwd_ld) against the same
+// kernels writing contiguous rows: the same values bit for bit in the columns, and the columns
+// outside untouched (poison). The 300M layout: q at column 0 (fused), v at 512 (unfused conv), b
+// at 1152 of 1160; and an odd one (scalar conv path).
+KDA_TEST_GPU(gpu_bwd_strided_outputs) {
+    if (!gpu_()) return;
+    KdaRng r;
+    rng_seed(&r, 167);
+    const struct {
+        int64_t B, T, C, W, K, col, ld; // K > 0: fused q/k kernel
+    } cs[] = {{2, 65, 256, 4, 32, 0, 1160}, {2, 65, 512, 4, 0, 512, 1160}, {1, 33, 5, 3, 0, 2, 9}};
+    for (int c = 0; c < 3; c++) {
+        int64_t B = cs[c].B, T = cs[c].T, C = cs[c].C, W = cs[c].W, K = cs[c].K, ld = cs[c].ld;
+        int64_t n = B * T * C, nw = B * T * ld, nr = K > 0 ? B * T * (C / K) : 1;
+        float *p = bf16r_(randn_(&r, n, 1.0f), n), *w = randn_(&r, C * W, 0.5f);
+        float *dy = randn_(&r, n, 1.0f), *dw0 = randn_(&r, C * W, 1.0f), *rs = randn_(&r, nr, 0.1f);
+        for (int64_t i = 0; i < nr; i++)
+            rs[i] = 1.0f + fabsf(rs[i]);
+        kda_bf16 *dp_ = dev_bf16_(p, n), *dyb = dev_bf16_(dy, n);
+        float *dyf = dev_f32_(dy, n), *dw_ = dev_f32_(w, C * W), *drs = dev_f32_(rs, nr);
+        kda_bf16 *o1 = dev_poison_((size_t)n * 2), *o2 = dev_poison_((size_t)nw * 2);
+        float *g1 = dev_f32_(dw0, C * W), *g2 = dev_f32_(dw0, C * W);
+        if (K > 0) {
+            ok_(kda_cuda_conv_silu_l2_bwd(&g_ctx, o1, g1, dyf, dp_, dw_, drs, B, T, C, W, K));
+            ok_(kda_cuda_conv_silu_l2_bwd_ld(&g_ctx, o2 + cs[c].col, ld, g2, dyf, dp_, dw_, drs, B,
+                                             T, C, W, K));
+        } else {
+            ok_(kda_cuda_conv_silu_bwd(&g_ctx, o1, g1, dyb, dp_, dw_, B, T, C, W));
+            ok_(kda_cuda_conv_silu_bwd_ld(&g_ctx, o2 + cs[c].col, ld, g2, dyb, dp_, dw_, B, T, C,
+                                          W));
+        }
+        kda_bf16 *h1 = malloc((size_t)n * 2), *h2 = malloc((size_t)nw * 2);
+        CHECK(cudaMemcpy(h1, o1, (size_t)n * 2, cudaMemcpyDeviceToHost) == cudaSuccess);
+        CHECK(cudaMemcpy(h2, o2, (size_t)nw * 2, cudaMemcpyDeviceToHost) == cudaSuccess);
+        int64_t bad = 0;
+        for (int64_t i = 0; i < B * T; i++)
+            for (int64_t j = 0; j < ld; j++) {
+                int64_t k = j - cs[c].col;
+                kda_bf16 want = k >= 0 && k < C ? h1[i * C + k] : 0xFFFF;
+                bad += h2[i * ld + j] != want;
+            }
+        float *a = get_f32_(g1, C * W), *b = get_f32_(g2, C * W);
+        CHECK_MSG(bad == 0 && !memcmp(a, b, (size_t)(C * W) * 4),
+                  "case %d: %lld dp elements differ (or dw) with the row stride", c,
+                  (long long)bad);
+        free(p), free(w), free(dy), free(dw0), free(rs), free(h1), free(h2), free(a), free(b);
+        dfree_all_();
+    }
+    // beta: db [N, 8] at columns 1152.. of [N, 1160]
+    int64_t N = 777, HV = 8, ld = 1160, n = N * HV;
+    float *bl = bf16r_(randn_(&r, n, 2.0f), n), *dbeta = randn_(&r, n, 1.0f);
+    kda_bf16 *db_ = dev_bf16_(bl, n), *o1 = dev_poison_((size_t)n * 2);
+    kda_bf16 *o2 = dev_poison_((size_t)(N * ld) * 2);
+    float *ddb = dev_f32_(dbeta, n);
+    ok_(kda_cuda_beta_bwd(&g_ctx, o1, ddb, db_, n, 1));
+    ok_(kda_cuda_beta_bwd_ld(&g_ctx, o2 + 1152, ld, ddb, db_, N, HV, 1));
+    kda_bf16 *h1 = malloc((size_t)n * 2), *h2 = malloc((size_t)(N * ld) * 2);
+    CHECK(cudaMemcpy(h1, o1, (size_t)n * 2, cudaMemcpyDeviceToHost) == cudaSuccess);
+    CHECK(cudaMemcpy(h2, o2, (size_t)(N * ld) * 2, cudaMemcpyDeviceToHost) == cudaSuccess);
+    int64_t bad = 0;
+    for (int64_t i = 0; i < N; i++)
+        for (int64_t j = 0; j < ld; j++)
+            bad += h2[i * ld + j] != (j >= 1152 ? h1[i * HV + j - 1152] : 0xFFFF);
+    CHECK_MSG(bad == 0, "beta bwd: %lld elements differ with the row stride", (long long)bad);
+    free(bl), free(dbeta), free(h1), free(h2);
+    dfree_all_();
 }
 
 static void gate_case_(KdaRng *r, int64_t B, int64_t T, int64_t HV, int64_t K, int64_t chunk) {
@@ -956,6 +1107,66 @@ KDA_TEST_GPU(gpu_fuse_rmsnorm_bwd_bf16) {
         }
 }
 
+// The RMSNorm backward's register kernel (D = 128·NV <= 1536, the default) against the two-pass
+// loop kernel it replaced (KDA_RMS_BWD=loop): the same arithmetic in the same order, so dx, its
+// bf16 copy and dw bit for bit; N = 300 leaves a partial 64-row tile.
+KDA_TEST_GPU(gpu_rmsnorm_bwd_reg_matches_loop) {
+    if (!gpu_()) return;
+    KdaRng r;
+    rng_seed(&r, 159);
+    const int64_t Ds[] = {128, 384, 1024, 1536};
+    for (int di = 0; di < 4; di++)
+        for (int acc = 0; acc < 2; acc++) {
+            int64_t N = 300, D = Ds[di], n = N * D;
+            float *x = randn_(&r, n, 1.0f), *dy = randn_(&r, n, 1.0f), *w = randn_(&r, D, 1.0f);
+            float *dx0 = randn_(&r, n, 1.0f), *rs = malloc((size_t)N * 4);
+            for (int64_t i = 0; i < N; i++)
+                rs[i] = 0.5f + 0.001f * (float)i;
+            float *dxa = dev_f32_(dx0, n), *dxb_ = dev_f32_(dx0, n), *dwa = dev_f32_(w, D);
+            float *dwb = dev_f32_(w, D), *dx_ = dev_f32_(x, n), *ddy = dev_f32_(dy, n);
+            float *dw_ = dev_f32_(w, D), *drs = dev_f32_(rs, N);
+            kda_bf16 *ha = dev_poison_((size_t)n * 2), *hb = dev_poison_((size_t)n * 2);
+            ok_(kda_cuda_rmsnorm_bwd_bf16(&g_ctx, dxa, ha, dwa, ddy, dx_, dw_, drs, N, D, acc));
+            setenv("KDA_RMS_BWD", "loop", 1);
+            ok_(kda_cuda_rmsnorm_bwd_bf16(&g_ctx, dxb_, hb, dwb, ddy, dx_, dw_, drs, N, D, acc));
+            unsetenv("KDA_RMS_BWD");
+            float *a = get_f32_(dxa, n), *b = get_f32_(dxb_, n), *wa = get_f32_(dwa, D);
+            float *wb = get_f32_(dwb, D), *h1 = get_bf16_(ha, n), *h2 = get_bf16_(hb, n);
+            CHECK_MSG(!memcmp(a, b, (size_t)n * 4) && !memcmp(h1, h2, (size_t)n * 4) &&
+                          !memcmp(wa, wb, (size_t)D * 4),
+                      "D %lld accumulate %d: register and loop kernels differ", (long long)D, acc);
+            free(x), free(dy), free(w), free(dx0), free(rs), free(a), free(b), free(wa), free(wb);
+            free(h1), free(h2);
+            dfree_all_();
+        }
+}
+
+// The RMSNorm forward's register kernel (D = 128·NV <= 1536, the default) against the loop kernel
+// (KDA_RMS_FWD=loop): y and rstd bit for bit; N = 301 leaves a partial block of rows.
+KDA_TEST_GPU(gpu_rmsnorm_fwd_reg_matches_loop) {
+    if (!gpu_()) return;
+    KdaRng r;
+    rng_seed(&r, 163);
+    const int64_t Ds[] = {128, 640, 1024, 1536};
+    for (int di = 0; di < 4; di++) {
+        int64_t N = 301, D = Ds[di], n = N * D;
+        float *x = randn_(&r, n, 1.0f), *w = randn_(&r, D, 1.0f);
+        float *dx_ = dev_f32_(x, n), *dw_ = dev_f32_(w, D);
+        kda_bf16 *ya = dev_poison_((size_t)n * 2), *yb = dev_poison_((size_t)n * 2);
+        float *ra = dev_poison_((size_t)N * 4), *rb = dev_poison_((size_t)N * 4);
+        ok_(kda_cuda_rmsnorm_fwd(&g_ctx, ya, ra, dx_, dw_, N, D, 1e-6f));
+        setenv("KDA_RMS_FWD", "loop", 1);
+        ok_(kda_cuda_rmsnorm_fwd(&g_ctx, yb, rb, dx_, dw_, N, D, 1e-6f));
+        unsetenv("KDA_RMS_FWD");
+        float *a = get_bf16_(ya, n), *b = get_bf16_(yb, n), *sa = get_f32_(ra, N);
+        float *sb = get_f32_(rb, N);
+        CHECK_MSG(!memcmp(a, b, (size_t)n * 4) && !memcmp(sa, sb, (size_t)N * 4),
+                  "D %lld: register and loop kernels differ", (long long)D);
+        free(x), free(w), free(a), free(b), free(sa), free(sb);
+        dfree_all_();
+    }
+}
+
 // gate|up SwiGLU (model_cuda's KDA_GATEUP=1 path): gu [N, 2I] rows gate | up against the flat
 // kernels on the halves copied out; the same per-element math, so the same bits. The backward
 // also in place (dm = dgu's gate half, ld 2I, as the model calls it). I = 4096 (16-byte path)
@@ -1001,6 +1212,72 @@ KDA_TEST_GPU(gpu_swiglu_gate_up) {
         free(gi);
         dfree_all_();
     }
+}
+
+// The fused input projection's column split and copy (kda_cuda_cols_split / _cols_copy, which
+// replaced six cudaMemcpy2DAsync calls each way) against the host twin: a copy, so the same
+// bits; destination elements outside the parts keep their poison. The 300M layout (16-byte
+// path, N = 2048 + 3 rows) and odd widths with a gap (2-byte path); then one part copied back
+// into a wider matrix with kda_cuda_cols_copy.
+KDA_TEST_GPU(gpu_cols_split) {
+    if (!gpu_()) return;
+    const struct {
+        int64_t rows, lds;
+        int n;
+        int64_t col[6], cols[6], ld[6];
+    } cs[] = {{2051,
+               1160,
+               6,
+               {0, 256, 512, 1024, 1088, 1152},
+               {256, 256, 512, 64, 64, 8},
+               {256, 256, 512, 64, 64, 8}},
+              {77, 40, 3, {1, 9, 30}, {7, 20, 3}, {7, 24, 5}}};
+    for (int c = 0; c < 2; c++) {
+        int64_t rows = cs[c].rows, lds = cs[c].lds, ns = rows * lds;
+        kda_bf16 *src = malloc((size_t)ns * 2);
+        for (int64_t i = 0; i < ns; i++)
+            src[i] = (kda_bf16)(i * 2654435761u >> 9);
+        kda_bf16 *dsrc = dalloc_((size_t)ns * 2);
+        ok_(kda_cuda_put_bytes(&g_ctx, dsrc, src, (size_t)ns * 2));
+        KdaCudaColParts hp, dp;
+        memset(&hp, 0, sizeof hp), memset(&dp, 0, sizeof dp);
+        hp.n = dp.n = cs[c].n;
+        for (int k = 0; k < cs[c].n; k++) {
+            size_t b = (size_t)(rows * cs[c].ld[k]) * 2;
+            hp.col[k] = dp.col[k] = cs[c].col[k], hp.cols[k] = dp.cols[k] = cs[c].cols[k];
+            hp.ld[k] = dp.ld[k] = cs[c].ld[k];
+            hp.dst[k] = malloc(b), memset(hp.dst[k], 0xFF, b); // the device poison's bytes
+            dp.dst[k] = dev_poison_(b);
+        }
+        kda_cuda_cols_split_host(src, lds, rows, &hp);
+        ok_(kda_cuda_cols_split(&g_ctx, dsrc, lds, rows, &dp));
+        for (int k = 0; k < cs[c].n; k++) {
+            size_t b = (size_t)(rows * cs[c].ld[k]) * 2;
+            kda_bf16 *got = malloc(b);
+            CHECK(cudaMemcpy(got, dp.dst[k], b, cudaMemcpyDeviceToHost) == cudaSuccess);
+            CHECK_MSG(!memcmp(got, hp.dst[k], b), "case %d part %d differs from the host twin", c,
+                      k);
+            free(got), free(hp.dst[k]);
+        }
+        free(src);
+        dfree_all_();
+    }
+    // kda_cuda_cols_copy: a [rows, 64] block into columns 1024.. of a [rows, 1160] matrix
+    int64_t rows = 1000, n = rows * 64, nd = rows * 1160;
+    kda_bf16 *h = malloc((size_t)n * 2), *got = malloc((size_t)nd * 2);
+    for (int64_t i = 0; i < n; i++)
+        h[i] = (kda_bf16)(i * 40503u);
+    kda_bf16 *ds = dalloc_((size_t)n * 2), *dd = dev_poison_((size_t)nd * 2);
+    ok_(kda_cuda_put_bytes(&g_ctx, ds, h, (size_t)n * 2));
+    ok_(kda_cuda_cols_copy(&g_ctx, dd + 1024, 1160, ds, 64, rows, 64));
+    CHECK(cudaMemcpy(got, dd, (size_t)nd * 2, cudaMemcpyDeviceToHost) == cudaSuccess);
+    int64_t bad = 0;
+    for (int64_t r = 0; r < rows; r++)
+        for (int64_t c = 0; c < 1160; c++)
+            bad += got[r * 1160 + c] != (c >= 1024 && c < 1088 ? h[r * 64 + c - 1024] : 0xFFFF);
+    CHECK_MSG(bad == 0, "cols_copy: %lld elements wrong", (long long)bad);
+    free(h), free(got);
+    dfree_all_();
 }
 
 #else // !KDA_HAVE_CUDA

@@ -458,6 +458,7 @@ KDA_TEST(trainer_profile_cpu) {
         {KDA_OP_SWIGLU_FWD, L * mb},
         {KDA_OP_SWIGLU_BWD, L * mb},
         {KDA_OP_HEAD_FWD, mb},
+        {KDA_OP_HEAD_ROW, 0}, // GPU fused classifier only
         {KDA_OP_HEAD_BWD, mb},
         {KDA_OP_ZERO_GRADS, 1},
         {KDA_OP_GRAD_NORM, 1},

@@ -21,6 +21,7 @@ static const char *const OP_NAMES[KDA_OP_COUNT] = {
     [KDA_OP_CAST] = "dh fp32->bf16",           [KDA_OP_ZERO_GRADS] = "zero grads",
     [KDA_OP_GRAD_NORM] = "grad norm+clip",     [KDA_OP_ADAMW] = "AdamW",
     [KDA_OP_SYNC] = "host syncs+copies",
+    [KDA_OP_HEAD_ROW] = "LM head CE rows", // the fused classifier's row kernels (GPU)
 };
 
 void kda_prof_reset(KdaProf *p, double flop_rate, double byte_rate) {

@@ -46,7 +46,9 @@ typedef enum {
     KDA_OP_MLP_BWD,
     KDA_OP_SWIGLU_FWD,
     KDA_OP_SWIGLU_BWD,
-    KDA_OP_HEAD_FWD, // LM head + cross-entropy: logits and loss (fused classifier: + dlogits)
+    KDA_OP_HEAD_FWD, // LM head + cross-entropy: logits and loss (fused classifier on the GPU:
+                     // its logits GEMMs and the loss sum; the row kernels are HEAD_ROW)
+    KDA_OP_HEAD_ROW, // the fused classifier's row kernels: lse, nll, dlogits in place (GPU)
     KDA_OP_HEAD_BWD, // dX and dW of the head (legacy: with the logits recompute)
     KDA_OP_CAST,     // fp32 -> bf16 copies of the residual gradient (GPU)
     KDA_OP_ZERO_GRADS,

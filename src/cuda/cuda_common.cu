@@ -92,6 +92,8 @@ int kda_cuda_init(KdaCudaCtx *ctx, int device, KdaError *err) {
     ctx->lt_handle = h;
     const char *plan = getenv("KDA_GEMM_PLAN");
     ctx->plan_off = plan && !strcmp(plan, "0");
+    const char *tune = getenv("KDA_GEMM_TUNE");
+    ctx->gemm_tune = tune && !strcmp(tune, "1");
     return 0;
 }
 

@@ -57,6 +57,11 @@ typedef struct {
     // before the cache, kept to measure against).
     void *lt_plans;
     int plan_off;
+    // gemm_tune: KDA_GEMM_TUNE=1 at init: a cached plan times cuBLASLt's heuristic candidates
+    // (up to 8) on its first call that can run twice (beta 0, or C != D) and keeps the fastest
+    // (default 0: the heuristic's first; the choice may differ between processes, and with it
+    // the rounding of the products).
+    int gemm_tune;
     // kernels whose dynamic shared-memory limit was raised on this device, and to what
     // (kda_cuda_smem_limit): cudaFuncSetAttribute once per kernel instead of per launch
     struct {

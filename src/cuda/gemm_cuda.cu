@@ -12,11 +12,15 @@
 
 namespace {
 
+#define GEMM_CANDS 8 // heuristic candidates kept per plan (KDA_GEMM_TUNE, kda_cuda_gemm_probe)
+
 struct LtDescs {
     cublasLtMatmulDesc_t op = nullptr;
     cublasLtMatrixLayout_t a = nullptr, b = nullptr, d = nullptr;
     cublasLtMatmulPreference_t pref = nullptr;
-    cublasLtMatmulAlgo_t algo;
+    cublasLtMatmulAlgo_t algo;             // the one in use: cand[0] unless tuned
+    cublasLtMatmulAlgo_t cand[GEMM_CANDS]; // the heuristic's candidates, best first
+    int n_cand = 0, tuned = 0;
     void release() {
         if (pref) cublasLtMatmulPreferenceDestroy(pref);
         if (d) cublasLtMatrixLayoutDestroy(d);
@@ -70,15 +74,58 @@ int build_plan(KdaCudaCtx *ctx, const PlanKey &q, LtDescs &s) {
     size_t ws = ctx->lt_ws_size;
     CUBLAS_CHECK(ctx, cublasLtMatmulPreferenceSetAttribute(
                           s.pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws, sizeof ws));
-    cublasLtMatmulHeuristicResult_t h;
+    cublasLtMatmulHeuristicResult_t h[GEMM_CANDS];
     int found = 0;
     cublasLtHandle_t lt = (cublasLtHandle_t)ctx->lt_handle;
-    CUBLAS_CHECK(
-        ctx, cublasLtMatmulAlgoGetHeuristic(lt, s.op, s.a, s.b, s.d, s.d, s.pref, 1, &h, &found));
+    CUBLAS_CHECK(ctx, cublasLtMatmulAlgoGetHeuristic(lt, s.op, s.a, s.b, s.d, s.d, s.pref,
+                                                     GEMM_CANDS, h, &found));
     if (found < 1)
         return kda_cuda_fail_at(ctx, __FILE__, __LINE__, "cublasLtMatmulAlgoGetHeuristic",
                                 "no algorithm for this shape");
-    s.algo = h.algo;
+    s.n_cand = 0;
+    for (int i = 0; i < found && i < GEMM_CANDS; i++)
+        if (h[i].state == CUBLAS_STATUS_SUCCESS) s.cand[s.n_cand++] = h[i].algo;
+    if (s.n_cand < 1)
+        return kda_cuda_fail_at(ctx, __FILE__, __LINE__, "cublasLtMatmulAlgoGetHeuristic",
+                                "no usable algorithm for this shape");
+    s.algo = s.cand[0];
+    return 0;
+}
+
+// Median-free timing of plan s's candidates on these operands: one warm-up, then `reps` runs in
+// one event interval each; ms[i] = the fastest run of candidate i (INFINITY when it fails).
+// Synchronizes the stream. D must be safe to compute several times (beta 0, or C != D).
+int time_cands(KdaCudaCtx *ctx, const LtDescs &s, const float *alpha, const void *A, const void *B,
+               const float *beta, const void *C, void *D, int reps, float *ms) {
+    cublasLtHandle_t lt = (cublasLtHandle_t)ctx->lt_handle;
+    cudaEvent_t e0, e1;
+    CUDA_CHECK(ctx, cudaEventCreate(&e0));
+    if (cudaEventCreate(&e1) != cudaSuccess) {
+        cudaEventDestroy(e0);
+        return kda_cuda_fail_at(ctx, __FILE__, __LINE__, "cudaEventCreate", "failed");
+    }
+    int rc = 0;
+    for (int i = 0; i < s.n_cand && !rc; i++) {
+        ms[i] = INFINITY;
+        for (int r = 0; r <= reps && !rc; r++) {
+            if (cudaEventRecord(e0, ctx->stream) != cudaSuccess) rc = -1;
+            cublasStatus_t st =
+                cublasLtMatmul(lt, s.op, alpha, A, s.a, B, s.b, beta, C, s.d, D, s.d, &s.cand[i],
+                               ctx->lt_ws, ctx->lt_ws_size, ctx->stream);
+            if (st != CUBLAS_STATUS_SUCCESS) break; // this candidate does not run: skip it
+            float t = 0.0f;
+            if (cudaEventRecord(e1, ctx->stream) != cudaSuccess ||
+                cudaEventSynchronize(e1) != cudaSuccess ||
+                cudaEventElapsedTime(&t, e0, e1) != cudaSuccess)
+                rc = -1;
+            else if (r > 0 && t < ms[i]) // run 0 warms up
+                ms[i] = t;
+        }
+    }
+    cudaEventDestroy(e0);
+    cudaEventDestroy(e1);
+    if (rc) return kda_cuda_fail_at(ctx, __FILE__, __LINE__, "gemm candidate timing", "failed");
+    CUDA_CHECK(ctx, cudaGetLastError());
     return 0;
 }
 
@@ -118,6 +165,17 @@ int matmul_cd(KdaCudaCtx *ctx, int trans_a, int trans_b, int64_t m, int64_t n, i
         }
         use = &local;
     }
+    if (ctx->gemm_tune && use != &local && !use->tuned && use->n_cand > 1 &&
+        (beta == 0.0f || C != D)) { // KDA_GEMM_TUNE=1: keep the fastest candidate
+        LtDescs *t = const_cast<LtDescs *>(use);
+        float ms[GEMM_CANDS];
+        if (time_cands(ctx, *t, &alpha, A, B, &beta, C, D, 3, ms)) return -1;
+        int best = 0;
+        for (int i = 1; i < t->n_cand; i++)
+            if (ms[i] < ms[best]) best = i;
+        t->algo = t->cand[best];
+        t->tuned = 1;
+    }
     cublasStatus_t st =
         cublasLtMatmul(lt, use->op, &alpha, A, use->a, B, use->b, &beta, C, use->d, D, use->d,
                        &use->algo, ctx->lt_ws, ctx->lt_ws_size, ctx->stream);
@@ -129,6 +187,23 @@ int matmul_cd(KdaCudaCtx *ctx, int trans_a, int trans_b, int64_t m, int64_t n, i
 }
 
 } // namespace
+
+extern "C" int kda_cuda_gemm_probe(KdaCudaCtx *ctx, int trans_a, int trans_b, int64_t m, int64_t n,
+                                   int64_t k, const kda_bf16 *A, int64_t lda, const kda_bf16 *B,
+                                   int64_t ldb, float beta, const void *C, void *D, KdaDtype d_type,
+                                   int64_t ldd, int reps, float *ms, int *n_cand) {
+    KDA_CUDA_REQUIRE(ctx, m > 0 && n > 0 && k > 0 && reps >= 1 && ms && n_cand);
+    KDA_CUDA_REQUIRE(ctx, lda >= (trans_a ? k : m) && ldb >= (trans_b ? n : k) && ldd >= m);
+    KDA_CUDA_REQUIRE(ctx, beta == 0.0f || C != D);
+    PlanKey q = {m, n, k, lda, ldb, ldd, trans_a != 0, trans_b != 0, (int)d_type, KDA_DT_BF16};
+    LtDescs s;
+    float alpha = 1.0f;
+    int rc = build_plan(ctx, q, s) ||
+             time_cands(ctx, s, &alpha, A, B, &beta, beta == 0.0f ? D : C, D, reps, ms);
+    *n_cand = rc ? 0 : s.n_cand;
+    s.release();
+    return rc ? -1 : 0;
+}
 
 extern "C" void kda_cuda_gemm_plans_free(KdaCudaCtx *ctx) {
     PlanCache *pc = (PlanCache *)ctx->lt_plans;

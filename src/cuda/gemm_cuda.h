@@ -42,6 +42,17 @@ int kda_cuda_matmul(KdaCudaCtx *ctx, int trans_a, int trans_b, int64_t m, int64_
                     float alpha, const kda_bf16 *A, int64_t lda, const kda_bf16 *B, int64_t ldb,
                     float beta, void *D, KdaDtype d_type, int64_t ldd);
 
+// cuBLASLt's heuristic candidates (up to 8, best first by its own estimate) for kda_cuda_matmul's
+// product D = op(A) · op(B) + beta · C (C NULL or D when beta = 0; else C != D, so that the
+// product can run several times), each timed on these operands: ms[i] = the fastest of `reps`
+// runs after a warm-up (INFINITY when a candidate fails to run); *n_cand = how many. D is
+// overwritten. Synchronizes the stream. For benchmarks (bench/kda_kernel/bench_proj.c); the
+// environment KDA_GEMM_TUNE=1 at kda_cuda_init makes every cached plan pick its fastest this way.
+int kda_cuda_gemm_probe(KdaCudaCtx *ctx, int trans_a, int trans_b, int64_t m, int64_t n, int64_t k,
+                        const kda_bf16 *A, int64_t lda, const kda_bf16 *B, int64_t ldb, float beta,
+                        const void *C, void *D, KdaDtype d_type, int64_t ldd, int reps, float *ms,
+                        int *n_cand);
+
 // ---- fp32 operands: the scoring path (--precision fp32, cuda/model_cuda_f32.h) ------------------
 // The same products with x, W, A, B fp32 and fp32 output: CUBLAS_COMPUTE_32F with fp32 operands
 // is full fp32 (fp32 products, fp32 accumulation; TF32 would need CUBLAS_COMPUTE_32F_FAST_TF32).

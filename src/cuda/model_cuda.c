@@ -117,6 +117,7 @@ struct KdaCudaModel {
     int64_t chunk; // the KDA core's chunk (kda_fast_chunk: 32 for K = 32, V = 64); gcum uses it too
     int recompute; // per-block activation recomputation (kda_cuda_model_set_recompute)
     size_t cls_budget; // bytes of the fused classifier's logits chunk (0: no workspace for it)
+    int cls_row;       // its row kernel: KDA_CLS_ROW_CLUSTER, _BLOCK (KDA_CLS_ROW=1)
     int core_keep;     // keep the KDA core's forward h and Δ for the backward (KDA_CORE_KEEP)
     int core_tc;       // the tensor-core KDA core (cuda/kda_tc.h) where it fits; KDA_CORE=simt off
     int inproj;        // q|k|v|f0|g0|b back to back on the device: one input GEMM (KDA_INPROJ)
@@ -198,6 +199,7 @@ static void layout_(KdaCudaModel *m, int64_t N, Arena *a) {
     m->xws.chunk = kda_cuda_xent_chunk(N, c->vocab_size, XENT_BUDGET);
     m->cls.rows = kda_cuda_cls_rows(N, c->vocab_size, m->cls_budget);
     m->cls.ld = kda_cuda_cls_ld(c->vocab_size);
+    m->cls.row_kernel = m->cls_row;
     size_t lb = kda_cuda_xent_logits_bytes(N, m->xws.chunk);
     size_t cb = m->cls_budget ? kda_cuda_cls_bytes(m->cls.rows, c->vocab_size) : 0;
     m->xws.logits = take_(a, lb > cb ? lb : cb);
@@ -419,6 +421,10 @@ int kda_cuda_model_create(KdaCudaModel **out, const KdaConfig *cfg, const KdaPar
     m->ctx_ok = 1;
     m->chunk = kda_fast_chunk(cfg->head_dim, cfg->head_v_dim, m->ctx.info.smem_per_block_optin);
     m->cls_budget = CLS_BUDGET;
+    // the fused classifier's row kernel: a cluster per row, the row read once (default since
+    // 2026-12-03); "1": a block per row (the kernel before, to measure against)
+    const char *row = getenv("KDA_CLS_ROW");
+    m->cls_row = row && !strcmp(row, "1") ? KDA_CLS_ROW_BLOCK : KDA_CLS_ROW_CLUSTER;
     const char *keep = getenv("KDA_CORE_KEEP"); // "0": the backward recomputes h and Δ
     m->core_keep = !(keep && !strcmp(keep, "0"));
     m->core_tc = kda_tc_selected(); // KDA_CORE=simt: the SIMT core (the oracle)
@@ -639,18 +645,12 @@ static int residual_(KdaCudaModel *m, KdaOp op, float *res_out, const float *res
     return 0;
 }
 
-// Columns [col, col + w) of the fused input buffer m->inb [N, width] <-> a contiguous [N, w]
-// (cudaMemcpy2DAsync: one strided copy; to_inb = 1 writes the buffer).
-static int inb_cols_(KdaCudaModel *m, bf *x, int64_t col, int64_t w, int to_inb) {
+// Columns [col, col + w) of the fused input buffer m->inb [N, width] <- a contiguous dy [N, w]
+// (one strided copy kernel, 16-byte accesses; it replaced cudaMemcpy2DAsync, whose rows of
+// 16..1024 bytes are copied one by one).
+static int inb_put_(KdaCudaModel *m, const bf *dy, int64_t col, int64_t w) {
     int64_t N = m->B * m->T, W = inproj_width_(&m->cfg);
-    size_t wp = BF(W), xp = BF(w);
-    if (to_inb)
-        CUDA_CHECK(&m->ctx, cudaMemcpy2DAsync(m->inb + col, wp, x, xp, xp, (size_t)N,
-                                              cudaMemcpyDeviceToDevice, m->ctx.stream));
-    else
-        CUDA_CHECK(&m->ctx, cudaMemcpy2DAsync(x, xp, m->inb + col, wp, xp, (size_t)N,
-                                              cudaMemcpyDeviceToDevice, m->ctx.stream));
-    return 0;
+    return kda_cuda_cols_copy(&m->ctx, m->inb + col, W, dy, w, N, w);
 }
 
 // Column offsets of the parts in the fused input buffer (kda_cuda_device_offsets' order).
@@ -666,18 +666,20 @@ static InCols in_cols_(const KdaConfig *c) {
 
 // The fused input projection's forward: one GEMM xa [N, D] -> inb [N, width] with the block's
 // stacked weights (they start at q_proj), then its six parts copied out to the saved
-// activations (the backward reads them contiguous).
+// activations in one kernel (the backward reads them contiguous).
 static int inproj_fwd_(KdaCudaModel *m, const KdaLayerTensors *P, DevLayer *L) {
     const KdaConfig *c = &m->cfg;
     int64_t N = m->B * m->T, D = c->hidden_size;
     InCols o = in_cols_(c);
     TRY(lin_(m, KDA_OP_PROJ_FWD, m->inb, L->xa, P->q_proj, N, D, o.width));
+    KdaCudaColParts pp = {
+        {L->pq, L->pk, L->pv, L->f0, L->z0, L->b},
+        {o.q, o.k, o.v, o.f0, o.g0, o.b},
+        {c->key_dim, c->key_dim, c->value_dim, c->head_v_dim, c->head_v_dim, c->num_v_heads},
+        {c->key_dim, c->key_dim, c->value_dim, c->head_v_dim, c->head_v_dim, c->num_v_heads},
+        6};
     TIMED(KDA_OP_PROJ_FWD, 0, 4.0 * N * o.width,
-          inb_cols_(m, L->pq, o.q, c->key_dim, 0) || inb_cols_(m, L->pk, o.k, c->key_dim, 0) ||
-              inb_cols_(m, L->pv, o.v, c->value_dim, 0) ||
-              inb_cols_(m, L->f0, o.f0, c->head_v_dim, 0) ||
-              inb_cols_(m, L->z0, o.g0, c->head_v_dim, 0) ||
-              inb_cols_(m, L->b, o.b, c->num_v_heads, 0));
+          kda_cuda_cols_split(&m->ctx, m->inb, o.width, N, &pp)); // one launch, six parts
     return 0;
 }
 
@@ -905,23 +907,24 @@ static int dw_(KdaCudaModel *m, KdaOp op, float *dW, const bf *dy, const bf *x, 
 }
 
 // q or k from the core's gradient dqk [N, HK] fp32 back to its projection's: dp [N, HK] bf16
-// (overwritten), dconv [HK, W] +=. Fused: one kernel; else the L2 backward into m->dt1, then
-// the conv backward (qc the saved conv output).
-static int conv_l2_bwd_(KdaCudaModel *m, bf *dp, float *dconv, const float *dqk, const bf *p,
-                        const bf *qc, const float *conv, const float *rstd) {
+// with row stride ldo (overwritten: the fused input projection's dY columns, or m->dt2),
+// dconv [HK, W] +=. Fused: one kernel; else the L2 backward into m->dt1, then the conv backward
+// (qc the saved conv output).
+static int conv_l2_bwd_(KdaCudaModel *m, bf *dp, int64_t ldo, float *dconv, const float *dqk,
+                        const bf *p, const bf *qc, const float *conv, const float *rstd) {
     const KdaConfig *c = &m->cfg;
     int64_t N = m->B * m->T, H = c->num_heads, K = c->head_dim, HK = c->key_dim;
     int64_t Wc = c->conv_size;
     if (m->fuse_l2) { // dqk fp32 and p read, dp written (profile row: conv bwd)
         TIMED(KDA_OP_CONV_BWD, 0, 8.0 * N * HK + 4.0 * N * H,
-              kda_cuda_conv_silu_l2_bwd(&m->ctx, dp, dconv, dqk, p, conv, rstd, m->B, m->T, HK, Wc,
-                                        K));
+              kda_cuda_conv_silu_l2_bwd_ld(&m->ctx, dp, ldo, dconv, dqk, p, conv, rstd, m->B, m->T,
+                                           HK, Wc, K));
         return 0;
     }
     TIMED(KDA_OP_L2NORM_BWD, 0, 8.0 * N * HK,
           kda_cuda_l2norm_bwd(&m->ctx, m->dt1, dqk, qc, rstd, N * H, K));
     TIMED(KDA_OP_CONV_BWD, 0, 6.0 * N * HK,
-          kda_cuda_conv_silu_bwd(&m->ctx, dp, dconv, m->dt1, p, conv, m->B, m->T, HK, Wc));
+          kda_cuda_conv_silu_bwd_ld(&m->ctx, dp, ldo, dconv, m->dt1, p, conv, m->B, m->T, HK, Wc));
     return 0;
 }
 
@@ -933,7 +936,7 @@ static int proj_bwd_(KdaCudaModel *m, float *dW, const float *W, bf *dy, const b
                      int64_t w, int acc) {
     int64_t N = m->B * m->T, D = m->cfg.hidden_size;
     if (m->inproj) { // strided copy: bf16 read + write per element
-        TIMED(KDA_OP_PROJ_BWD, 0, 4.0 * (double)N * (double)w, inb_cols_(m, dy, col, w, 1));
+        TIMED(KDA_OP_PROJ_BWD, 0, 4.0 * (double)N * (double)w, inb_put_(m, dy, col, w));
         return 0;
     }
     TRY(dw_(m, KDA_OP_PROJ_BWD, dW, dy, xa, N, D, w));
@@ -992,7 +995,8 @@ static int block_bwd_(KdaCudaModel *m, const KdaLayerTensors *P, KdaLayerTensors
               kda_cuda_bias_bwd(x, G->g_proj1_bias, m->dz, N, HVV));
     }
     // With the fused input projection (m->inproj) each part's dY goes into its columns of m->inb
-    // and one dX GEMM (overwriting dx) and one dW GEMM follow at the end of the sublayer.
+    // (g0 and f0 copied in after their GEMMs, b, q, k, v written there by their kernels) and one
+    // dX GEMM (overwriting dx) and one dW GEMM follow at the end of the sublayer.
     InCols ic = in_cols_(c);
     TRY(dw_(m, KDA_OP_PROJ_BWD, G->g_proj1, m->dz, L->z0, N, V, HVV));
     TRY(dx_(m, KDA_OP_PROJ_BWD, m->dlow, KDA_DT_BF16, m->dz, P->g_proj1, N, V, HVV, 0));
@@ -1022,20 +1026,28 @@ static int block_bwd_(KdaCudaModel *m, const KdaLayerTensors *P, KdaLayerTensors
     TRY(dx_(m, KDA_OP_PROJ_BWD, m->dlow, KDA_DT_BF16, m->df, P->f_proj1, N, V, HVK, 0));
     TRY(proj_bwd_(m, G->f_proj0, P->f_proj0, m->dlow, L->xa, ic.f0, V, 1));
 
+    // With the fused input projection the beta and conv backwards write their dY straight into
+    // its columns of m->inb (row stride ic.width; no copy), else into m->db / m->dt2 for the
+    // part's own GEMMs. The fused q/k kernel writes 4-element groups: its columns need a width
+    // and column offsets that keep them 8-byte aligned, else it writes m->dt2 and is copied.
+    int fz = m->inproj, fzq = fz && (!m->fuse_l2 || (ic.width % 4 == 0 && ic.k % 4 == 0));
     TIMED(KDA_OP_GATE_BWD, 0, 8.0 * N * HV,
-          kda_cuda_beta_bwd(x, m->db, m->dbeta, L->b, N * HV, c->allow_neg_eigval));
-    TRY(proj_bwd_(m, G->b_proj, P->b_proj, m->db, L->xa, ic.b, HV, 1));
+          kda_cuda_beta_bwd_ld(x, fz ? m->inb + ic.b : m->db, fz ? ic.width : HV, m->dbeta, L->b, N,
+                               HV, c->allow_neg_eigval));
+    if (!fz) TRY(proj_bwd_(m, G->b_proj, P->b_proj, m->db, L->xa, ic.b, HV, 1));
 
-    TRY(conv_l2_bwd_(m, m->dt2, G->q_conv, m->dq, L->pq, L->qc, P->q_conv, L->rq));
-    TRY(proj_bwd_(m, G->q_proj, P->q_proj, m->dt2, L->xa, ic.q, HK, 1));
+    TRY(conv_l2_bwd_(m, fzq ? m->inb + ic.q : m->dt2, fzq ? ic.width : HK, G->q_conv, m->dq, L->pq,
+                     L->qc, P->q_conv, L->rq));
+    if (!fzq) TRY(proj_bwd_(m, G->q_proj, P->q_proj, m->dt2, L->xa, ic.q, HK, 1));
 
-    TRY(conv_l2_bwd_(m, m->dt2, G->k_conv, m->dk, L->pk, L->kc, P->k_conv, L->rk));
-    TRY(proj_bwd_(m, G->k_proj, P->k_proj, m->dt2, L->xa, ic.k, HK, 1));
+    TRY(conv_l2_bwd_(m, fzq ? m->inb + ic.k : m->dt2, fzq ? ic.width : HK, G->k_conv, m->dk, L->pk,
+                     L->kc, P->k_conv, L->rk));
+    if (!fzq) TRY(proj_bwd_(m, G->k_proj, P->k_proj, m->dt2, L->xa, ic.k, HK, 1));
 
-    TIMED(
-        KDA_OP_CONV_BWD, 0, 6.0 * N * HVV,
-        kda_cuda_conv_silu_bwd(x, m->dt2, G->v_conv, m->dv, L->pv, P->v_conv, m->B, m->T, HVV, Wc));
-    TRY(proj_bwd_(m, G->v_proj, P->v_proj, m->dt2, L->xa, ic.v, HVV, 1));
+    TIMED(KDA_OP_CONV_BWD, 0, 6.0 * N * HVV,
+          kda_cuda_conv_silu_bwd_ld(x, fz ? m->inb + ic.v : m->dt2, fz ? ic.width : HVV, G->v_conv,
+                                    m->dv, L->pv, P->v_conv, m->B, m->T, HVV, Wc));
+    if (!fz) TRY(proj_bwd_(m, G->v_proj, P->v_proj, m->dt2, L->xa, ic.v, HVV, 1));
 
     if (m->inproj) { // the six parts' weight gradients and dx in one GEMM each
         TRY(dw_(m, KDA_OP_PROJ_BWD, G->q_proj, m->inb, L->xa, N, D, ic.width));
@@ -1064,8 +1076,9 @@ static int head_bwd_legacy_(KdaCudaModel *m) {
 
 // The fused classifier (xent_cuda.h) on the final-norm output: loss, dn into m->dx and the
 // head's gradient, logits computed once per token chunk. Profile rows: fwd = each chunk's logits
-// GEMM + row kernel (bf16 logits written, read twice, dlogits written) and the loss sum, bwd =
-// each chunk's dX and dW GEMMs (dlogits read twice, dW fp32 read-modify-write per chunk).
+// GEMM (bf16 logits written) and the loss sum, rows = each chunk's row kernel (floor: the logits
+// read once, the dlogits written once), bwd = each chunk's dX and dW GEMMs (dlogits read twice,
+// dW fp32 read-modify-write per chunk).
 static int head_fused_(KdaCudaModel *m) {
     const KdaConfig *c = &m->cfg;
     int64_t N = m->B * m->T, D = c->hidden_size, Vv = c->vocab_size;
@@ -1074,9 +1087,11 @@ static int head_fused_(KdaCudaModel *m) {
     for (int64_t r0 = 0; r0 < N; r0 += m->cls.rows) {
         int64_t nr = N - r0 < m->cls.rows ? N - r0 : m->cls.rows;
         double NV = (double)nr * (double)Vv;
-        TIMED(KDA_OP_HEAD_FWD, gemm_fl_(nr, D, Vv), gemm_by_(nr, D, Vv) + 6.0 * NV,
-              kda_cuda_cls_chunk_fwd(&m->ctx, m->nll, m->lse, m->nf, Wh, m->targets, N, D, Vv,
-                                     scale, 1, r0, &m->cls));
+        TIMED(KDA_OP_HEAD_FWD, gemm_fl_(nr, D, Vv), gemm_by_(nr, D, Vv),
+              kda_cuda_cls_chunk_logits(&m->ctx, m->nf, Wh, N, D, Vv, r0, &m->cls));
+        TIMED(KDA_OP_HEAD_ROW, 0, 4.0 * NV + 12.0 * (double)nr,
+              kda_cuda_cls_chunk_rows(&m->ctx, m->nll, m->lse, m->targets, N, Vv, scale, 1, r0,
+                                      &m->cls));
         TIMED(
             KDA_OP_HEAD_BWD, 2.0 * gemm_fl_(nr, D, Vv),
             2.0 * gemm_by_(nr, D, Vv) + 6.0 * (double)Vv * (double)D,
@@ -1161,6 +1176,12 @@ int kda_cuda_model_set_cls_budget(KdaCudaModel *m, size_t bytes, KdaError *err) 
     m->have_fwd = 0;
     m->cls_budget = bytes;
     return 0;
+}
+
+void kda_cuda_model_set_cls_row(KdaCudaModel *m, int kernel) {
+    if (kernel != KDA_CLS_ROW_CLUSTER && kernel != KDA_CLS_ROW_BLOCK) return;
+    m->cls_row = kernel;
+    m->cls.row_kernel = kernel;
 }
 
 // ---- data parallelism --------------------------------------------------------------------------

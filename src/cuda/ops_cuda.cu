@@ -10,6 +10,7 @@
 // pointer alignment allow, with a scalar twin of the same code otherwise); one 2-byte access per
 // thread keeps too few bytes in flight to reach HBM bandwidth.
 #include <cub/device/device_radix_sort.cuh>
+#include <type_traits> // std::conditional
 
 #include "cuda/cuda_internal.h" // defines: bf2f, f2bf, warp_sum, CEIL_DIV, KDA_CUDA_REQUIRE
 #include "cuda/ops_cuda.h"      // defines: kda_cuda_* of this file
@@ -33,14 +34,14 @@ __global__ void colsum_finish_k(float *out, const double *part, int64_t P, int64
     double s = 0.0;
     if (c < ncols) {
         int64_t p = threadIdx.y;
-        for (; p + 3 * FIN_SEG < P; p += 4 * FIN_SEG) { // 4 independent loads in flight
-            double a0 = part[p * ncols + c], a1 = part[(p + FIN_SEG) * ncols + c];
-            double a2 = part[(p + 2 * FIN_SEG) * ncols + c];
-            double a3 = part[(p + 3 * FIN_SEG) * ncols + c];
-            s += a0;
-            s += a1;
-            s += a2;
-            s += a3;
+        for (; p + 7 * FIN_SEG < P; p += 8 * FIN_SEG) { // 8 independent loads in flight
+            double a[8];
+#pragma unroll
+            for (int u = 0; u < 8; u++)
+                a[u] = part[(p + u * FIN_SEG) * ncols + c];
+#pragma unroll
+            for (int u = 0; u < 8; u++) // the same increasing-p order as one at a time
+                s += a[u];
         }
         for (; p < P; p += FIN_SEG)
             s += part[p * ncols + c];
@@ -226,6 +227,41 @@ __global__ void rmsnorm_fwd_k(Y *y, float *rstd, float *x, const kda_bf16 *a, co
     }
 }
 
+// The same without the residual add for D = 128·NV (NV <= 12), the row's x held in registers:
+// all of a lane's loads issued first (the loop kernel's loads wait on each other's math, and its
+// second pass reads x again); the same arithmetic in the same order as rmsnorm_fwd_k<4>.
+template <int NV, class Y>
+__global__ void rmsnorm_fwd_reg_k(Y *y, float *rstd, const float *x, const float *w, int64_t N,
+                                  float eps) {
+    constexpr int64_t D = 128 * NV;
+    int64_t r = warp_row(N);
+    if (r < 0) return;
+    int lane = threadIdx.x & 31;
+    const float *xr = x + r * D;
+    float v[NV][4];
+#pragma unroll
+    for (int k = 0; k < NV; k++)
+        ld_f<4>(v[k], xr + lane * 4 + k * 128);
+    float ss = 0.0f;
+#pragma unroll
+    for (int k = 0; k < NV; k++)
+#pragma unroll
+        for (int e = 0; e < 4; e++)
+            ss += v[k][e] * v[k][e];
+    ss = warp_sum(ss);
+    float rs = (float)(1.0 / sqrt((double)ss / (double)D + (double)eps));
+    if (lane == 0) rstd[r] = rs;
+#pragma unroll
+    for (int k = 0; k < NV; k++) {
+        float wv[4], o[4];
+        ld_f<4>(wv, w + lane * 4 + k * 128);
+#pragma unroll
+        for (int e = 0; e < 4; e++)
+            o[e] = v[k][e] * rs * wv[e];
+        st_v<4>(y + r * D + lane * 4 + k * 128, o);
+    }
+}
+
 // dxb (may be NULL): [N, D] bf16 copy of the dx written (the next GEMM's operand).
 __global__ void rmsnorm_bwd_k(float *dx, kda_bf16 *dxb, const float *dy, const float *x,
                               const float *w, const float *rstd, int64_t N, int64_t D,
@@ -295,6 +331,70 @@ __global__ void __launch_bounds__(32 * ROWS_PER_BLOCK)
             }
             st_f<VEC>(dxr + d, o);
             if (dxb) st_bf<VEC>(dxb + r * D + d, o);
+        }
+    }
+    __syncthreads();
+    for (int64_t d = threadIdx.x; d < D; d += blockDim.x) {
+        double s = 0.0;
+        for (int k = 0; k < ROWS_PER_BLOCK; k++)
+            s += (double)acc[(int64_t)k * D + d];
+        part[(int64_t)blockIdx.x * D + d] = s;
+    }
+}
+
+// The same for D = 128·NV (NV <= 12: 300M's D = 1024 is NV = 8), with each lane's dy and x
+// elements of the row held in registers between the two passes: every dy, x load of the row is
+// issued before the first use (256 B per lane in flight at D = 1024) and the second pass reads
+// only w (L1) and, accumulating, dx. rmsnorm_bwd_fused_k's second pass re-read dy and x, 8 KB
+// per warp per row: with 32 warps per SM that is 34 MB over the GPU, most of the L2, so part of
+// it came from HBM (the row measured 2.8 TB/s, 1.47x its floor, 2026-12-03). Same arithmetic in
+// the same order as rmsnorm_bwd_fused_k<4> (lane elements 4l + 128k .. +3, k increasing): the
+// same bits.
+template <int NV>
+__global__ void __launch_bounds__(32 * ROWS_PER_BLOCK)
+    rmsnorm_bwd_reg_k(float *dx, kda_bf16 *dxb, double *part, const float *dy, const float *x,
+                      const float *w, const float *rstd, int64_t N, int accumulate) {
+    constexpr int64_t D = 128 * NV;
+    __shared__ float acc[ROWS_PER_BLOCK * D];
+    int warp = threadIdx.x / 32, lane = threadIdx.x & 31;
+    float *my = acc + (int64_t)warp * D;
+    for (int64_t d = lane; d < D; d += 32)
+        my[d] = 0.0f;
+    __syncwarp(); // the loop below reads columns another lane zeroed
+    int64_t r0 = (int64_t)blockIdx.x * TILE_ROWS, r1 = min(r0 + TILE_ROWS, N);
+    for (int64_t r = r0 + warp; r < r1; r += ROWS_PER_BLOCK) {
+        const float *xr = x + r * D, *dyr = dy + r * D;
+        float *dxr = dx + r * D;
+        float a[NV][4], c[NV][4];
+#pragma unroll
+        for (int k = 0; k < NV; k++) {
+            ld_f<4>(a[k], dyr + lane * 4 + k * 128);
+            ld_f<4>(c[k], xr + lane * 4 + k * 128);
+        }
+        float rs = rstd[r], dot = 0.0f; // Σ (dy ⊙ w) ⊙ x̂
+#pragma unroll
+        for (int k = 0; k < NV; k++) {
+            float b[4];
+            ld_f<4>(b, w + lane * 4 + k * 128);
+#pragma unroll
+            for (int v = 0; v < 4; v++)
+                dot += a[k][v] * b[v] * (c[k][v] * rs);
+        }
+        float m = warp_sum(dot) / (float)D;
+#pragma unroll
+        for (int k = 0; k < NV; k++) {
+            int64_t d = lane * 4 + k * 128;
+            float b[4], o[4];
+            ld_f<4>(b, w + d);
+            if (accumulate) ld_f<4>(o, dxr + d);
+#pragma unroll
+            for (int v = 0; v < 4; v++) {
+                float g = rs * (a[k][v] * b[v] - c[k][v] * rs * m);
+                o[v] = accumulate ? o[v] + g : g;
+                my[d + v] += a[k][v] * c[k][v] * rs; // as RmsDw
+            }
+            st_f<4>(dxr + d, o);
+            if (dxb) st_bf<4>(dxb + r * D + d, o);
         }
     }
     __syncthreads();
@@ -399,10 +499,84 @@ __host__ __device__ __forceinline__ float l2_bwd_dot_lane(float (&yh)[VEC], cons
 // the flattened (b, tile) index is b = q / ntile, tokens [(q % ntile)·TT, +TT) ∩ [0, T).
 // Halo: a tile also reads W-1 tokens before it (and, backward, W-1 after it); those reads
 // hit L2 (the neighbour tile is in the same block), the HBM traffic stays ~1 read per input.
-#define CONV_MAX_W  8
-#define CONV_BT     8
-#define CONV_TT_FWD 16
-#define CONV_TT_BWD 32
+// Loads in flight (2026-12-03): the forward issues all of its tile's loads (the W-1 history
+// tokens and its CONV_TT_FWD tokens, as raw VEC-element words) before the first use, and the
+// backward keeps its loads CONV_PD tokens ahead of their use (a ring of raw words), so a thread
+// has 150-200 bytes in flight instead of one 16-byte load used at once; the measured rows were
+// ~1 TB/s (conv+SiLU fwd 1.69 ms, bwd 2.95 ms at mb 16, 4.3x their floor) with 512 threads per SM
+// of the q/k grids each waiting on its load. The arithmetic and its order are unchanged.
+// Template PF = false is the kernel before (one load per token, used at once; forward tiles of
+// 16): KDA_CONV_PREFETCH=0, read at every launch, runs it (to measure against).
+#define CONV_MAX_W    8
+#define CONV_BT       8
+#define CONV_TT_FWD   8 // tokens per forward tile (16 without the prefetch, KDA_CONV_PREFETCH=0)
+#define CONV_TT_BWD   32
+#define CONV_PD       8 // backward prefetch distance (tokens)
+#define CONV_TT_F(PF) ((PF) ? CONV_TT_FWD : 16)
+
+// VEC consecutive elements of storage E as one raw load (held until converted).
+template <int VEC, class E> struct ConvRaw;
+template <> struct ConvRaw<8, kda_bf16> {
+    uint4 u;
+    __device__ __forceinline__ void ld(const kda_bf16 *p) {
+        u = *reinterpret_cast<const uint4 *>(p);
+    }
+    __device__ __forceinline__ void zero() {
+        u = make_uint4(0u, 0u, 0u, 0u);
+    }
+    __device__ __forceinline__ void get(float (&v)[8]) const {
+        unpack2(u.x, v[0], v[1]), unpack2(u.y, v[2], v[3]);
+        unpack2(u.z, v[4], v[5]), unpack2(u.w, v[6], v[7]);
+    }
+};
+template <> struct ConvRaw<4, kda_bf16> {
+    uint2 u;
+    __device__ __forceinline__ void ld(const kda_bf16 *p) {
+        u = *reinterpret_cast<const uint2 *>(p);
+    }
+    __device__ __forceinline__ void zero() {
+        u = make_uint2(0u, 0u);
+    }
+    __device__ __forceinline__ void get(float (&v)[4]) const {
+        unpack2(u.x, v[0], v[1]), unpack2(u.y, v[2], v[3]);
+    }
+};
+template <> struct ConvRaw<1, kda_bf16> {
+    kda_bf16 u;
+    __device__ __forceinline__ void ld(const kda_bf16 *p) {
+        u = *p;
+    }
+    __device__ __forceinline__ void zero() {
+        u = 0;
+    }
+    __device__ __forceinline__ void get(float (&v)[1]) const {
+        v[0] = bf2f(u);
+    }
+};
+template <> struct ConvRaw<4, float> {
+    float4 u;
+    __device__ __forceinline__ void ld(const float *p) {
+        u = *reinterpret_cast<const float4 *>(p);
+    }
+    __device__ __forceinline__ void zero() {
+        u = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+    }
+    __device__ __forceinline__ void get(float (&v)[4]) const {
+        v[0] = u.x, v[1] = u.y, v[2] = u.z, v[3] = u.w;
+    }
+};
+template <> struct ConvRaw<1, float> {
+    float u;
+    __device__ __forceinline__ void ld(const float *p) {
+        u = *p;
+    }
+    __device__ __forceinline__ void zero() {
+        u = 0.0f;
+    }
+    __device__ __forceinline__ void get(float (&v)[1]) const {
+        v[0] = u;
+    }
+};
 
 // Thread's work item: channel ch0 (first of VEC), row b, tokens [t0, t1). Returns false when
 // the thread has no channels (tail of the channel groups) or no tokens (tail of the tiles).
@@ -423,11 +597,12 @@ template <int VEC, int TT> struct ConvItem {
 // y_t = SiLU(Σ_i w[ch, i] p_{t-(W-1)+i}), zero history before t = 0. E: bf16 or fp32 storage.
 // With L2 (the fused q/k path): y = SiLU(conv) / sqrt(|SiLU(conv)|² + eps) per head of K = lg·VEC
 // channels (lg consecutive lanes hold a head; C = H·K), rstd [B·T·H] = that reciprocal root.
-template <int W, int VEC, bool L2, class E>
+template <int W, int VEC, bool L2, bool PF, class E>
 __global__ void __launch_bounds__(32 * CONV_BT)
     conv_fwd_k(E *y, float *rstd, const E *p, const float *w, int64_t B, int64_t T, int64_t C,
                int lg, float eps) {
-    ConvItem<VEC, CONV_TT_FWD> it;
+    constexpr int TT = CONV_TT_F(PF);
+    ConvItem<VEC, TT> it;
     if (!it.init(B, T, C)) return;
     float wr[W][VEC], win[W][VEC]; // win[i] = p_{t-(W-1)+i}; win[W-1] is the current token
 #pragma unroll
@@ -441,22 +616,42 @@ __global__ void __launch_bounds__(32 * CONV_BT)
     const int64_t K = L2 ? (int64_t)lg * VEC : 1, H = C / K, head = it.ch0 / K;
     const bool lead = it.ch0 % K == 0;
     (void)H, (void)head, (void)lead; // unused without L2
+    // every load of the tile first: raw[j] = p_{t0-(W-1)+j} (zero before t = 0; not loaded
+    // past the tile's end), the history p_{t0-(W-1)} .. p_{t0-1} and the tile's tokens
+    ConvRaw<VEC, E> raw[PF ? TT + W - 1 : 1];
+    if constexpr (PF) {
 #pragma unroll
-    for (int i = 0; i < W - 1; i++) { // history p_{t0-(W-1)} .. p_{t0-1}
-        int64_t tau = it.t0 - (W - 1) + i;
-        if (tau >= 0) {
-            ld_v<VEC>(win[i], pb + tau * C);
-        } else {
+        for (int j = 0; j < TT + W - 1; j++) {
+            int64_t tau = it.t0 - (W - 1) + j;
+            if (tau >= 0 && tau < it.t1)
+                raw[j].ld(pb + tau * C);
+            else
+                raw[j].zero();
+        }
 #pragma unroll
-            for (int v = 0; v < VEC; v++)
-                win[i][v] = 0.0f;
+        for (int i = 0; i < W - 1; i++)
+            raw[i].get(win[i]);
+    } else {
+#pragma unroll
+        for (int i = 0; i < W - 1; i++) { // history p_{t0-(W-1)} .. p_{t0-1}
+            int64_t tau = it.t0 - (W - 1) + i;
+            if (tau >= 0) {
+                ld_v<VEC>(win[i], pb + tau * C);
+            } else {
+#pragma unroll
+                for (int v = 0; v < VEC; v++)
+                    win[i][v] = 0.0f;
+            }
         }
     }
 #pragma unroll
-    for (int s = 0; s < CONV_TT_FWD; s++) {
+    for (int s = 0; s < TT; s++) {
         int64_t t = it.t0 + s;
         if (t >= it.t1) break; // warp-uniform (one tile per warp)
-        ld_v<VEC>(win[W - 1], pb + t * C);
+        if constexpr (PF)
+            raw[s + W - 1].get(win[W - 1]);
+        else
+            ld_v<VEC>(win[W - 1], pb + t * C);
         float out[VEC];
 #pragma unroll
         for (int v = 0; v < VEC; v++) {
@@ -493,10 +688,11 @@ __global__ void __launch_bounds__(32 * CONV_BT)
 // output: the kernel recomputes ŷ = SiLU(c)·rstd and turns it into the gradient w.r.t. SiLU(c),
 // rstd (dq·... - (dq·ŷ) ŷ) with the head's dot over its lg lanes, before the SiLU and conv
 // backward; dy is unused then.
-template <int W, int VEC, bool L2>
+template <int W, int VEC, bool L2, bool PF>
 __global__ void __launch_bounds__(32 * CONV_BT)
     conv_bwd_k(kda_bf16 *dp, double *part, const kda_bf16 *dy, const kda_bf16 *p, const float *w,
-               const float *dq, const float *rstd, int64_t B, int64_t T, int64_t C, int lg) {
+               const float *dq, const float *rstd, int64_t B, int64_t T, int64_t C, int lg,
+               int64_t ldo) {
     __shared__ float sh[CONV_BT][32 * VEC];
     ConvItem<VEC, CONV_TT_BWD> it;
     bool active = it.init(B, T, C);
@@ -515,7 +711,7 @@ __global__ void __launch_bounds__(32 * CONV_BT)
                 wr[i][v] = w[(it.ch0 + v) * W + i];
         const kda_bf16 *pb = p + it.b * T * C + it.ch0;
         const kda_bf16 *dyb = L2 ? NULL : dy + it.b * T * C + it.ch0;
-        kda_bf16 *dpb = dp + it.b * T * C + it.ch0;
+        kda_bf16 *dpb = dp + it.b * T * ldo + it.ch0; // rows of dp: stride ldo (>= C)
         const int64_t K = L2 ? (int64_t)lg * VEC : 1, H = C / K, head = it.ch0 / K;
         (void)H, (void)head; // unused without L2
 #pragma unroll
@@ -523,14 +719,52 @@ __global__ void __launch_bounds__(32 * CONV_BT)
             int64_t tau = it.t0 - (W - 1) + i;
             if (tau >= 0) ld_bf<VEC>(pw[i], pb + tau * C);
         }
+        // the ring: slot s % CONV_PD holds token t0 + s's p, incoming gradient (and rstd) from
+        // CONV_PD steps before its use (loaded only for t < T)
+        constexpr int NS = CONV_TT_BWD + W - 1;
+        using GRaw =
+            typename std::conditional<L2, ConvRaw<VEC, float>, ConvRaw<VEC, kda_bf16>>::type;
+        ConvRaw<VEC, kda_bf16> rp[CONV_PD];
+        GRaw rg[CONV_PD];
+        float rr[CONV_PD];
+        auto fetch = [&](int slot, int j) {
+            int64_t tn = it.t0 + j;
+            if (j >= NS || tn >= T) return;
+            rp[slot].ld(pb + tn * C);
+            if constexpr (L2) {
+                rg[slot].ld(dq + (it.b * T + tn) * C + it.ch0);
+                rr[slot] = rstd[(it.b * T + tn) * H + head];
+            } else {
+                rg[slot].ld(dyb + tn * C);
+            }
+        };
+        if constexpr (PF) {
 #pragma unroll
-        for (int s = 0; s < CONV_TT_BWD + W - 1; s++) {
+            for (int j = 0; j < CONV_PD; j++)
+                fetch(j, j);
+        }
+#pragma unroll
+        for (int s = 0; s < NS; s++) {
             int64_t t = it.t0 + s;
             if (t - (W - 1) >= it.t1) break; // every dp of the tile emitted (warp-uniform)
             float dc[VEC];
             if (t < T) { // warp-uniform (one tile per warp): the group sums below are safe
                 float g[VEC], c[VEC];
-                ld_bf<VEC>(pw[W - 1], pb + t * C);
+                float rs = 0.0f; // the head's rstd (L2 only)
+                if constexpr (PF) {
+                    rp[s % CONV_PD].get(pw[W - 1]);
+                    rg[s % CONV_PD].get(g);
+                    if constexpr (L2) rs = rr[s % CONV_PD];
+                    fetch(s % CONV_PD, s + CONV_PD); // the slot is free again
+                } else { // the kernel before: this token's loads, used at once
+                    ld_bf<VEC>(pw[W - 1], pb + t * C);
+                    if constexpr (L2) {
+                        ld_f<VEC>(g, dq + (it.b * T + t) * C + it.ch0);
+                        rs = rstd[(it.b * T + t) * H + head];
+                    } else {
+                        ld_bf<VEC>(g, dyb + t * C);
+                    }
+                }
 #pragma unroll
                 for (int v = 0; v < VEC; v++) {
                     c[v] = 0.0f;
@@ -539,14 +773,11 @@ __global__ void __launch_bounds__(32 * CONV_BT)
                         c[v] += wr[i][v] * pw[i][v];
                 }
                 if constexpr (L2) {
-                    ld_f<VEC>(g, dq + (it.b * T + t) * C + it.ch0);
-                    float rs = rstd[(it.b * T + t) * H + head], yh[VEC];
+                    float yh[VEC];
                     float dot = group_sum(l2_bwd_dot_lane<VEC>(yh, g, c, rs), lg);
 #pragma unroll
                     for (int v = 0; v < VEC; v++)
                         g[v] = rs * (g[v] - dot * yh[v]);
-                } else {
-                    ld_bf<VEC>(g, dyb + t * C);
                 }
 #pragma unroll
                 for (int v = 0; v < VEC; v++)
@@ -577,7 +808,7 @@ __global__ void __launch_bounds__(32 * CONV_BT)
                         a += wr[i][v] * dcw[W - 1 - i][v];
                     o[v] = a;
                 }
-                st_bf<VEC>(dpb + tau * C, o);
+                st_bf<VEC>(dpb + tau * ldo, o);
             }
 #pragma unroll
             for (int i = 0; i < W - 1; i++)
@@ -717,17 +948,27 @@ __global__ void gate_bwd_k(kda_bf16 *df, double *part_dt, double *part_A, const 
 __global__ void __launch_bounds__(DA_THREADS)
     gate_dA_finish_k(float *dA_log, const double *part_A, int64_t P, int64_t HV, int64_t K) {
     __shared__ double sh[DA_THREADS];
-    int64_t j = blockIdx.x, HK = HV * K;
-    // (p, d) of e = threadIdx.x, then stepped by DA_THREADS without a division per entry.
-    int64_t p = threadIdx.x / K, d = threadIdx.x % K;
-    const int64_t step_p = DA_THREADS / K, step_d = DA_THREADS % K;
+    int64_t j = blockIdx.x, HK = HV * K, n = P * K;
+    // entries e = threadIdx.x + i·DA_THREADS, (p, d) = (e / K, e % K), in increasing e; 8 loads
+    // in flight (the stepping of (p, d) with a branch per entry kept them one at a time: with
+    // P = 1024 chunks that was 128 L2 round trips per thread)
     const double *col = part_A + j * K;
     double s = 0.0;
-#pragma unroll 4
-    for (; p < P; p += step_p) {
-        s += col[p * HK + d];
-        d += step_d;
-        if (d >= K) d -= K, p++;
+    int64_t e = threadIdx.x;
+    for (; e + 7 * DA_THREADS < n; e += 8 * DA_THREADS) {
+        double a[8];
+#pragma unroll
+        for (int u = 0; u < 8; u++) {
+            int64_t q = e + u * DA_THREADS, p = q / K;
+            a[u] = col[p * HK + (q - p * K)];
+        }
+#pragma unroll
+        for (int u = 0; u < 8; u++)
+            s += a[u];
+    }
+    for (; e < n; e += DA_THREADS) {
+        int64_t p = e / K;
+        s += col[p * HK + (e - p * K)];
     }
     sh[threadIdx.x] = s;
     __syncthreads();
@@ -753,6 +994,17 @@ __global__ void beta_bwd_k(kda_bf16 *db, const float *dbeta, const kda_bf16 *b, 
          i += (int64_t)gridDim.x * blockDim.x) {
         float sg = sigmoid_f(bf2f(b[i]));
         db[i] = f2bf(dbeta[i] * s * sg * (1.0f - sg));
+    }
+}
+
+// The same with db rows [N, HV] at stride ldo (db may be columns of a wider matrix).
+__global__ void beta_bwd_ld_k(kda_bf16 *db, int64_t ldo, const float *dbeta, const kda_bf16 *b,
+                              int64_t N, int64_t HV, float s) {
+    for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < N * HV;
+         i += (int64_t)gridDim.x * blockDim.x) {
+        int64_t r = i / HV;
+        float sg = sigmoid_f(bf2f(b[i]));
+        db[r * ldo + (i - r * HV)] = f2bf(dbeta[i] * s * sg * (1.0f - sg));
     }
 }
 
@@ -812,7 +1064,8 @@ struct GnormDw { // dy ⊙ σ(z) ⊙ x̂
 // each, one 16-byte access per tensor), a warp 32 / lr rows at once. The gate logits z are the
 // raw GEMM output: σ(z + bias[head·V + v]) in fp32 (the unfused path rounds z + bias to bf16
 // first). The per-lane arithmetic below is shared with the host twins (kda_cuda_gnorm_bias_*_host).
-#define GN_TILE 256 // rows per block of the fused backward: its dw partials are [rows / 256, V]
+#define GN_TILE   256 // rows per block of the fused backward: its dw partials are [rows / 256, V]
+#define GN_BWD_UF 2   // row groups per iteration of a backward warp
 
 // Forward, one lane's 8 elements: returns Σ x².
 __host__ __device__ __forceinline__ float gn_ss_lane(const float (&x)[8]) {
@@ -853,24 +1106,40 @@ __host__ __device__ __forceinline__ void gn_bwd_lane2(float (&dx)[8], float (&ac
     }
 }
 
-// y [NR, V] bf16, rstd [NR] from x, z [NR, V] bf16; one group of lr lanes per row.
+// y [NR, V] bf16, rstd [NR] from x, z [NR, V] bf16; one group of lr lanes per row. A warp takes
+// GN_FWD_UF consecutive row groups and loads all of them before the math (2·GN_FWD_UF 16-byte
+// loads in flight per lane: with one group per warp, 8192 blocks of one load round trip each ran
+// at 2.2 TB/s, 1.9x the floor, 2026-12-03); each row's arithmetic as before.
+#define GN_FWD_UF 4
 __global__ void gnorm_bias_fwd_k(kda_bf16 *y, float *rstd, const kda_bf16 *x, const kda_bf16 *z,
                                  const float *bias, const float *w, int64_t NR, int64_t HV,
                                  int64_t V, float eps) {
     int lr = (int)(V / 8), lane = threadIdx.x & 31, rw = 32 / lr;
-    int64_t r = ((int64_t)blockIdx.x * ROWS_PER_BLOCK + threadIdx.x / 32) * rw + lane / lr;
+    int64_t g0 = ((int64_t)blockIdx.x * ROWS_PER_BLOCK + threadIdx.x / 32) * GN_FWD_UF;
     int64_t c0 = 8 * (lane % lr);
-    bool act = r < NR; // lanes of a row group agree; every lane reaches the group sum
-    float xv[8] = {0}, zv[8] = {0}, yv[8];
-    if (act) {
-        ld_bf<8>(xv, x + r * V + c0);
-        ld_bf<8>(zv, z + r * V + c0);
+    float xv[GN_FWD_UF][8], zv[GN_FWD_UF][8];
+#pragma unroll
+    for (int k = 0; k < GN_FWD_UF; k++) {
+        int64_t r = (g0 + k) * rw + lane / lr;
+#pragma unroll
+        for (int v = 0; v < 8; v++)
+            xv[k][v] = zv[k][v] = 0.0f;
+        if (r < NR) {
+            ld_bf<8>(xv[k], x + r * V + c0);
+            ld_bf<8>(zv[k], z + r * V + c0);
+        }
     }
-    float rs = gn_rs(group_sum(gn_ss_lane(xv), lr), V, eps);
-    if (!act) return;
-    gn_fwd_lane(yv, xv, zv, w + c0, bias + (int64_t)((int)r % (int)HV) * V + c0, rs);
-    st_bf<8>(y + r * V + c0, yv);
-    if (c0 == 0) rstd[r] = rs;
+#pragma unroll
+    for (int k = 0; k < GN_FWD_UF; k++) {
+        int64_t r = (g0 + k) * rw + lane / lr;
+        bool act = r < NR; // lanes of a row group agree; every lane reaches the group sum
+        float yv[8];
+        float rs = gn_rs(group_sum(gn_ss_lane(xv[k]), lr), V, eps);
+        if (!act) continue;
+        gn_fwd_lane(yv, xv[k], zv[k], w + c0, bias + (int64_t)((int)r % (int)HV) * V + c0, rs);
+        st_bf<8>(y + r * V + c0, yv);
+        if (c0 == 0) rstd[r] = rs;
+    }
 }
 
 // dx, dz [NR, V] bf16 overwritten; part [ceil(NR / GN_TILE), V] double = the block's dw sums.
@@ -886,23 +1155,40 @@ __global__ void __launch_bounds__(32 * ROWS_PER_BLOCK)
     int64_t c0 = 8 * (lane % lr), base = (int64_t)blockIdx.x * GN_TILE;
     int64_t end = min(base + (int64_t)GN_TILE, NR);
     float accw[8] = {0};
-    for (int64_t g0 = base + (int64_t)warp * rw; g0 < end; g0 += (int64_t)ROWS_PER_BLOCK * rw) {
-        int64_t r = g0 + lane / lr;
-        bool act = r < end; // warp-uniform loop; inactive rows add zeros
-        float gv[8] = {0}, xv[8] = {0}, zv[8] = {0}, sg[8], dzv[8], dxv[8];
-        float rs = 0.0f;
-        const float *bb = bias + (act ? (int64_t)((int)r % (int)HV) * V : 0) + c0;
-        if (act) {
-            ld_bf<8>(gv, dy + r * V + c0);
-            ld_bf<8>(xv, x + r * V + c0);
-            ld_bf<8>(zv, z + r * V + c0);
-            rs = rstd[r];
+    // GN_BWD_UF row groups per iteration, all their loads first (3·GN_BWD_UF 16-byte loads in
+    // flight per lane instead of 3; the row at 1.9 TB/s, 2.2x the floor, 2026-12-03), then each
+    // group's math in increasing row order: accw adds the rows in the order of the loop before.
+    const int64_t stride = (int64_t)ROWS_PER_BLOCK * rw;
+    for (int64_t gb = base + (int64_t)warp * rw; gb < end; gb += GN_BWD_UF * stride) {
+        float gv[GN_BWD_UF][8], xv[GN_BWD_UF][8], zv[GN_BWD_UF][8], rsv[GN_BWD_UF];
+#pragma unroll
+        for (int k = 0; k < GN_BWD_UF; k++) {
+            int64_t r = gb + k * stride + lane / lr;
+#pragma unroll
+            for (int v = 0; v < 8; v++)
+                gv[k][v] = xv[k][v] = zv[k][v] = 0.0f;
+            rsv[k] = 0.0f;
+            if (r < end) {
+                ld_bf<8>(gv[k], dy + r * V + c0);
+                ld_bf<8>(xv[k], x + r * V + c0);
+                ld_bf<8>(zv[k], z + r * V + c0);
+                rsv[k] = rstd[r];
+            }
         }
-        float m = group_sum(gn_bwd_lane(dzv, sg, gv, xv, zv, w + c0, bb, rs), lr) / (float)V;
-        gn_bwd_lane2(dxv, accw, gv, xv, sg, w + c0, rs, m);
-        if (act) {
-            st_bf<8>(dz + r * V + c0, dzv);
-            st_bf<8>(dx + r * V + c0, dxv);
+#pragma unroll
+        for (int k = 0; k < GN_BWD_UF; k++) {
+            if (gb + k * stride >= end) break; // warp-uniform: no later group has rows
+            int64_t r = gb + k * stride + lane / lr;
+            bool act = r < end; // inactive rows add zeros
+            float sg[8], dzv[8], dxv[8], rs = rsv[k];
+            const float *bb = bias + (act ? (int64_t)((int)r % (int)HV) * V : 0) + c0;
+            float m =
+                group_sum(gn_bwd_lane(dzv, sg, gv[k], xv[k], zv[k], w + c0, bb, rs), lr) / (float)V;
+            gn_bwd_lane2(dxv, accw, gv[k], xv[k], sg, w + c0, rs, m);
+            if (act) {
+                st_bf<8>(dz + r * V + c0, dzv);
+                st_bf<8>(dx + r * V + c0, dxv);
+            }
         }
     }
 #pragma unroll
@@ -1171,6 +1457,40 @@ __global__ void scale_k(float *g, int64_t n, const float *coef) {
         g[i] *= c;
 }
 
+// ---- column blocks (the fused input projection's parts) --------------------------------------
+// Item i of the split: source row r = i / ng, element group j = i % ng of width `vec` (8: one
+// 16-byte access; 1: one element); the group belongs to the part whose columns contain it (the
+// vector path requires every part boundary at a multiple of 8, so a group never straddles two).
+template <int VEC> // 8 or 1
+__host__ __device__ inline void split_item(const kda_bf16 *src, int64_t lds, int64_t ng,
+                                           const KdaCudaColParts &pp, int64_t i) {
+    int64_t r = i / ng, c = (i - r * ng) * VEC;
+    for (int k = 0; k < pp.n; k++) {
+        int64_t o = c - pp.col[k];
+        if (o < 0 || o >= pp.cols[k]) continue;
+        const kda_bf16 *s = src + r * lds + c;
+        kda_bf16 *d = pp.dst[k] + r * pp.ld[k] + o;
+#ifdef __CUDA_ARCH__
+        if constexpr (VEC == 8)
+            *reinterpret_cast<uint4 *>(d) = *reinterpret_cast<const uint4 *>(s);
+        else
+            d[0] = s[0];
+#else
+        memcpy(d, s, VEC * sizeof(kda_bf16));
+#endif
+        return;
+    }
+}
+
+// One thread per item (grid-stride); ng = groups per source row (the parts' columns only).
+template <int VEC>
+__global__ void split_k(const kda_bf16 *src, int64_t lds, int64_t ng, int64_t n,
+                        KdaCudaColParts pp) {
+    for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < n;
+         i += (int64_t)gridDim.x * blockDim.x)
+        split_item<VEC>(src, lds, ng, pp, i);
+}
+
 } // namespace
 
 // ==== launchers
@@ -1178,11 +1498,41 @@ __global__ void scale_k(float *g, int64_t n, const float *coef) {
 
 extern "C" {
 
+// KDA_RMS_FWD=loop / KDA_RMS_BWD=loop (read at every call): the RMSNorm forward's / backward's
+// loop kernel instead of the one that holds the row in registers (the same bits; kept to
+// measure against).
+static bool rms_loop_(const char *var) {
+    const char *e = getenv(var);
+    return e && !strcmp(e, "loop");
+}
+
 int kda_cuda_rmsnorm_fwd(KdaCudaCtx *ctx, kda_bf16 *y, float *rstd, const float *x, const float *w,
                          int64_t N, int64_t D, float eps) {
     KDA_CUDA_REQUIRE(ctx, N >= 0 && D > 0);
     if (N == 0) return 0;
-    if (D % 4 == 0 && aligned_(16, x, w) && aligned_(8, y))
+    bool v4 = D % 4 == 0 && aligned_(16, x, w) && aligned_(8, y);
+    if (v4 && D % 128 == 0 && D <= 12 * 128 && !rms_loop_("KDA_RMS_FWD")) {
+#define RMS_FREG(NV_)                                                                              \
+    case NV_:                                                                                      \
+        rmsnorm_fwd_reg_k<NV_><<<row_blocks(N), 256, 0, ctx->stream>>>(y, rstd, x, w, N, eps);     \
+        break
+        switch (D / 128) {
+            RMS_FREG(1);
+            RMS_FREG(2);
+            RMS_FREG(3);
+            RMS_FREG(4);
+            RMS_FREG(5);
+            RMS_FREG(6);
+            RMS_FREG(7);
+            RMS_FREG(8);
+            RMS_FREG(9);
+            RMS_FREG(10);
+            RMS_FREG(11);
+        default:
+            RMS_FREG(12);
+        }
+#undef RMS_FREG
+    } else if (v4)
         rmsnorm_fwd_k<4>
             <<<row_blocks(N), 256, 0, ctx->stream>>>(y, rstd, (float *)x, NULL, w, N, D, eps);
     else
@@ -1227,7 +1577,30 @@ int kda_cuda_rmsnorm_bwd_bf16(KdaCudaCtx *ctx, float *dx, kda_bf16 *dxb, float *
     double *part = (double *)kda_cuda_scratch(ctx, (size_t)(P * D) * sizeof(double));
     if (!part) return -1;
     size_t shmem = (size_t)(ROWS_PER_BLOCK * D) * sizeof(float);
-    if (D % 4 == 0 && aligned_(16, dx, dy, x, w) && aligned_(8, dxb))
+    bool v4 = D % 4 == 0 && aligned_(16, dx, dy, x, w) && aligned_(8, dxb);
+    if (v4 && D % 128 == 0 && D <= 12 * 128 && !rms_loop_("KDA_RMS_BWD")) { // rows in registers
+#define RMS_REG(NV_)                                                                               \
+    case NV_:                                                                                      \
+        rmsnorm_bwd_reg_k<NV_><<<(unsigned)P, 32 * ROWS_PER_BLOCK, 0, ctx->stream>>>(              \
+            dx, dxb, part, dy, x, w, rstd, N, accumulate);                                         \
+        break
+        switch (D / 128) {
+            RMS_REG(1);
+            RMS_REG(2);
+            RMS_REG(3);
+            RMS_REG(4);
+            RMS_REG(5);
+            RMS_REG(6);
+            RMS_REG(7);
+            RMS_REG(8);
+            RMS_REG(9);
+            RMS_REG(10);
+            RMS_REG(11);
+        default:
+            RMS_REG(12);
+        }
+#undef RMS_REG
+    } else if (v4)
         rmsnorm_bwd_fused_k<4><<<(unsigned)P, 32 * ROWS_PER_BLOCK, shmem, ctx->stream>>>(
             dx, dxb, part, dy, x, w, rstd, N, D, accumulate);
     else
@@ -1264,22 +1637,37 @@ static dim3 conv_grid(int64_t B, int64_t T, int64_t C, int vec, int tt) {
     return dim3((unsigned)CEIL_DIV(C / vec, (int64_t)32), rows <= 65535 ? (unsigned)rows : 0u);
 }
 
+// KDA_CONV_PREFETCH=0 (read at every launch): the conv kernels without their prefetch (the
+// kernels before 2026-12-03; the same arithmetic).
+static bool conv_pf_(void) {
+    const char *e = getenv("KDA_CONV_PREFETCH");
+    return !(e && !strcmp(e, "0"));
+}
+
 int kda_cuda_conv_silu_fwd(KdaCudaCtx *ctx, kda_bf16 *y, const kda_bf16 *p, const float *w,
                            int64_t B, int64_t T, int64_t C, int64_t W) {
     KDA_CUDA_REQUIRE(ctx, B >= 0 && T >= 0 && C > 0 && W >= 1 && W <= CONV_MAX_W);
     if (B * T == 0) return 0;
     // 16-byte path when every row of channels splits into whole, aligned 8-element groups.
-    bool v8 = C % 8 == 0 && aligned_(16, y, p);
-    dim3 grid = conv_grid(B, T, C, v8 ? 8 : 1, CONV_TT_FWD), block(32, CONV_BT);
-    KDA_CUDA_REQUIRE(ctx, grid.y > 0); // B·T up to 8.4M tokens (forward) / 16.7M (backward)
-#define CONV_FWD(W_)                                                                               \
+    bool v8 = C % 8 == 0 && aligned_(16, y, p), pf = conv_pf_();
+    dim3 grid = conv_grid(B, T, C, v8 ? 8 : 1, CONV_TT_F(pf)), block(32, CONV_BT);
+    KDA_CUDA_REQUIRE(ctx, grid.y > 0); // B·T up to 4.2M tokens (forward) / 16.7M (backward)
+#define CONV_FWD_PF(W_, PF_)                                                                       \
     if (v8)                                                                                        \
-        conv_fwd_k<W_, 8, false>                                                                   \
+        conv_fwd_k<W_, 8, false, PF_>                                                              \
             <<<grid, block, 0, ctx->stream>>>(y, NULL, p, w, B, T, C, 0, 0.0f);                    \
     else                                                                                           \
-        conv_fwd_k<W_, 1, false><<<grid, block, 0, ctx->stream>>>(y, NULL, p, w, B, T, C, 0, 0.0f)
+        conv_fwd_k<W_, 1, false, PF_>                                                              \
+            <<<grid, block, 0, ctx->stream>>>(y, NULL, p, w, B, T, C, 0, 0.0f)
+#define CONV_FWD(W_)                                                                               \
+    if (pf) {                                                                                      \
+        CONV_FWD_PF(W_, true);                                                                     \
+    } else {                                                                                       \
+        CONV_FWD_PF(W_, false);                                                                    \
+    }
     CONV_DISPATCH_W(W, CONV_FWD);
 #undef CONV_FWD
+#undef CONV_FWD_PF
     CUDA_CHECK_LAUNCH(ctx);
     return 0;
 }
@@ -1287,25 +1675,39 @@ int kda_cuda_conv_silu_fwd(KdaCudaCtx *ctx, kda_bf16 *y, const kda_bf16 *p, cons
 int kda_cuda_conv_silu_bwd(KdaCudaCtx *ctx, kda_bf16 *dp, float *dw, const kda_bf16 *dy,
                            const kda_bf16 *p, const float *w, int64_t B, int64_t T, int64_t C,
                            int64_t W) {
-    KDA_CUDA_REQUIRE(ctx, B >= 0 && T >= 0 && C > 0 && W >= 1 && W <= CONV_MAX_W);
+    return kda_cuda_conv_silu_bwd_ld(ctx, dp, C, dw, dy, p, w, B, T, C, W);
+}
+
+int kda_cuda_conv_silu_bwd_ld(KdaCudaCtx *ctx, kda_bf16 *dp, int64_t ldo, float *dw,
+                              const kda_bf16 *dy, const kda_bf16 *p, const float *w, int64_t B,
+                              int64_t T, int64_t C, int64_t W) {
+    KDA_CUDA_REQUIRE(ctx, B >= 0 && T >= 0 && C > 0 && W >= 1 && W <= CONV_MAX_W && ldo >= C);
     if (B * T == 0) return 0;
     // 8-byte groups of 4 channels: the backward holds 4 W-long windows per channel (weights,
     // p, dc, dw sums), so 8 channels per thread would cost ~2x the registers for W = 4.
-    bool v4 = C % 4 == 0 && aligned_(8, dp, dy, p);
+    bool v4 = C % 4 == 0 && ldo % 4 == 0 && aligned_(8, dp, dy, p);
     dim3 grid = conv_grid(B, T, C, v4 ? 4 : 1, CONV_TT_BWD), block(32, CONV_BT);
-    KDA_CUDA_REQUIRE(ctx, grid.y > 0); // B·T up to 8.4M tokens (forward) / 16.7M (backward)
+    KDA_CUDA_REQUIRE(ctx, grid.y > 0); // B·T up to 4.2M tokens (forward) / 16.7M (backward)
     int64_t P = grid.y;                // dw partials: one per block row, [P, C, W] double
     double *part = (double *)kda_cuda_scratch(ctx, (size_t)(P * C * W) * sizeof(double));
     if (!part) return -1;
-#define CONV_BWD(W_)                                                                               \
+    bool pf = conv_pf_();
+#define CONV_BWD_PF(W_, PF_)                                                                       \
     if (v4)                                                                                        \
-        conv_bwd_k<W_, 4, false>                                                                   \
-            <<<grid, block, 0, ctx->stream>>>(dp, part, dy, p, w, NULL, NULL, B, T, C, 0);         \
+        conv_bwd_k<W_, 4, false, PF_>                                                              \
+            <<<grid, block, 0, ctx->stream>>>(dp, part, dy, p, w, NULL, NULL, B, T, C, 0, ldo);    \
     else                                                                                           \
-        conv_bwd_k<W_, 1, false>                                                                   \
-            <<<grid, block, 0, ctx->stream>>>(dp, part, dy, p, w, NULL, NULL, B, T, C, 0)
+        conv_bwd_k<W_, 1, false, PF_>                                                              \
+            <<<grid, block, 0, ctx->stream>>>(dp, part, dy, p, w, NULL, NULL, B, T, C, 0, ldo)
+#define CONV_BWD(W_)                                                                               \
+    if (pf) {                                                                                      \
+        CONV_BWD_PF(W_, true);                                                                     \
+    } else {                                                                                       \
+        CONV_BWD_PF(W_, false);                                                                    \
+    }
     CONV_DISPATCH_W(W, CONV_BWD);
 #undef CONV_BWD
+#undef CONV_BWD_PF
     CUDA_CHECK_LAUNCH(ctx);
     colsum_finish(ctx->stream, dw, part, P, C * W);
     CUDA_CHECK_LAUNCH(ctx);
@@ -1323,11 +1725,17 @@ int kda_cuda_conv_silu_l2_fwd(KdaCudaCtx *ctx, kda_bf16 *y, float *rstd, const k
     KDA_CUDA_REQUIRE(ctx, kda_cuda_conv_l2_fusable(K) && C % K == 0);
     KDA_CUDA_REQUIRE(ctx, aligned_(16, y, p)); // the 16-byte path: a head is K / 8 lanes
     if (B * T == 0) return 0;
-    dim3 grid = conv_grid(B, T, C, 8, CONV_TT_FWD), block(32, CONV_BT);
+    bool pf = conv_pf_();
+    dim3 grid = conv_grid(B, T, C, 8, CONV_TT_F(pf)), block(32, CONV_BT);
     KDA_CUDA_REQUIRE(ctx, grid.y > 0);
     int lg = (int)(K / 8);
 #define CONV_L2_FWD(W_)                                                                            \
-    conv_fwd_k<W_, 8, true><<<grid, block, 0, ctx->stream>>>(y, rstd, p, w, B, T, C, lg, eps)
+    if (pf)                                                                                        \
+        conv_fwd_k<W_, 8, true, true>                                                              \
+            <<<grid, block, 0, ctx->stream>>>(y, rstd, p, w, B, T, C, lg, eps);                    \
+    else                                                                                           \
+        conv_fwd_k<W_, 8, true, false>                                                             \
+            <<<grid, block, 0, ctx->stream>>>(y, rstd, p, w, B, T, C, lg, eps)
     CONV_DISPATCH_W(W, CONV_L2_FWD);
 #undef CONV_L2_FWD
     CUDA_CHECK_LAUNCH(ctx);
@@ -1337,8 +1745,15 @@ int kda_cuda_conv_silu_l2_fwd(KdaCudaCtx *ctx, kda_bf16 *y, float *rstd, const k
 int kda_cuda_conv_silu_l2_bwd(KdaCudaCtx *ctx, kda_bf16 *dp, float *dw, const float *dy,
                               const kda_bf16 *p, const float *w, const float *rstd, int64_t B,
                               int64_t T, int64_t C, int64_t W, int64_t K) {
+    return kda_cuda_conv_silu_l2_bwd_ld(ctx, dp, C, dw, dy, p, w, rstd, B, T, C, W, K);
+}
+
+int kda_cuda_conv_silu_l2_bwd_ld(KdaCudaCtx *ctx, kda_bf16 *dp, int64_t ldo, float *dw,
+                                 const float *dy, const kda_bf16 *p, const float *w,
+                                 const float *rstd, int64_t B, int64_t T, int64_t C, int64_t W,
+                                 int64_t K) {
     KDA_CUDA_REQUIRE(ctx, B >= 0 && T >= 0 && C > 0 && W >= 1 && W <= CONV_MAX_W);
-    KDA_CUDA_REQUIRE(ctx, kda_cuda_conv_l2_fusable(K) && C % K == 0);
+    KDA_CUDA_REQUIRE(ctx, kda_cuda_conv_l2_fusable(K) && C % K == 0 && ldo >= C && ldo % 4 == 0);
     KDA_CUDA_REQUIRE(ctx, aligned_(16, dy) && aligned_(8, dp, p)); // a head is K / 4 lanes
     if (B * T == 0) return 0;
     dim3 grid = conv_grid(B, T, C, 4, CONV_TT_BWD), block(32, CONV_BT);
@@ -1347,9 +1762,14 @@ int kda_cuda_conv_silu_l2_bwd(KdaCudaCtx *ctx, kda_bf16 *dp, float *dw, const fl
     double *part = (double *)kda_cuda_scratch(ctx, (size_t)(P * C * W) * sizeof(double));
     if (!part) return -1;
     int lg = (int)(K / 4);
+    bool pf = conv_pf_();
 #define CONV_L2_BWD(W_)                                                                            \
-    conv_bwd_k<W_, 4, true>                                                                        \
-        <<<grid, block, 0, ctx->stream>>>(dp, part, NULL, p, w, dy, rstd, B, T, C, lg)
+    if (pf)                                                                                        \
+        conv_bwd_k<W_, 4, true, true>                                                              \
+            <<<grid, block, 0, ctx->stream>>>(dp, part, NULL, p, w, dy, rstd, B, T, C, lg, ldo);   \
+    else                                                                                           \
+        conv_bwd_k<W_, 4, true, false>                                                             \
+            <<<grid, block, 0, ctx->stream>>>(dp, part, NULL, p, w, dy, rstd, B, T, C, lg, ldo)
     CONV_DISPATCH_W(W, CONV_L2_BWD);
 #undef CONV_L2_BWD
     CUDA_CHECK_LAUNCH(ctx);
@@ -1408,6 +1828,16 @@ int kda_cuda_beta_bwd(KdaCudaCtx *ctx, kda_bf16 *db, const float *dbeta, const k
     return 0;
 }
 
+int kda_cuda_beta_bwd_ld(KdaCudaCtx *ctx, kda_bf16 *db, int64_t ldo, const float *dbeta,
+                         const kda_bf16 *b, int64_t N, int64_t HV, int allow_neg_eigval) {
+    KDA_CUDA_REQUIRE(ctx, N >= 0 && HV > 0 && ldo >= HV);
+    if (N == 0) return 0;
+    beta_bwd_ld_k<<<grid_for(N * HV), 256, 0, ctx->stream>>>(db, ldo, dbeta, b, N, HV,
+                                                             allow_neg_eigval ? 2.0f : 1.0f);
+    CUDA_CHECK_LAUNCH(ctx);
+    return 0;
+}
+
 int kda_cuda_gnorm_fwd(KdaCudaCtx *ctx, kda_bf16 *y, float *rstd, const kda_bf16 *x,
                        const kda_bf16 *z, const float *w, int64_t N, int64_t V, float eps) {
     KDA_CUDA_REQUIRE(ctx, N >= 0 && V > 0);
@@ -1436,7 +1866,7 @@ int kda_cuda_gnorm_bias_fwd(KdaCudaCtx *ctx, kda_bf16 *y, float *rstd, const kda
                             int64_t HV, int64_t V, float eps) {
     KDA_CUDA_REQUIRE(ctx, N >= 0 && HV > 0 && kda_cuda_gnorm_fusable(V));
     KDA_CUDA_REQUIRE(ctx, N * HV < INT32_MAX && aligned_(16, y, x, z, w, bias));
-    int64_t NR = N * HV, rows_per_block = ROWS_PER_BLOCK * (32 / (V / 8));
+    int64_t NR = N * HV, rows_per_block = ROWS_PER_BLOCK * GN_FWD_UF * (32 / (V / 8));
     if (NR == 0) return 0;
     gnorm_bias_fwd_k<<<(unsigned)CEIL_DIV(NR, rows_per_block), 32 * ROWS_PER_BLOCK, 0,
                        ctx->stream>>>(y, rstd, x, z, bias, w, NR, HV, V, eps);
@@ -1652,6 +2082,64 @@ int kda_cuda_scale(KdaCudaCtx *ctx, float *g, int64_t n, const float *coef) {
     return 0;
 }
 
+// Checks the parts; *vec = 8 when the 16-byte path applies; *ng = groups per row up to the last
+// part column.
+static int split_args_(KdaCudaCtx *ctx, const kda_bf16 *src, int64_t lds, int64_t rows,
+                       const KdaCudaColParts *pp, int *vec, int64_t *ng) {
+    KDA_CUDA_REQUIRE(ctx, pp && pp->n >= 1 && pp->n <= KDA_CUDA_SPLIT_MAX && rows >= 0 && src);
+    bool v8 = lds % 8 == 0 && aligned_(16, src);
+    int64_t end = 0;
+    for (int k = 0; k < pp->n; k++) {
+        KDA_CUDA_REQUIRE(ctx, pp->dst[k] && pp->col[k] >= 0 && pp->cols[k] >= 1 &&
+                                  pp->ld[k] >= pp->cols[k] && pp->col[k] + pp->cols[k] <= lds);
+        v8 = v8 && pp->col[k] % 8 == 0 && pp->cols[k] % 8 == 0 && pp->ld[k] % 8 == 0 &&
+             aligned_(16, pp->dst[k]);
+        end = pp->col[k] + pp->cols[k] > end ? pp->col[k] + pp->cols[k] : end;
+    }
+    *vec = v8 ? 8 : 1;
+    *ng = CEIL_DIV(end, (int64_t)*vec);
+    return 0;
+}
+
+int kda_cuda_cols_split(KdaCudaCtx *ctx, const kda_bf16 *src, int64_t lds, int64_t rows,
+                        const KdaCudaColParts *parts) {
+    int vec = 1;
+    int64_t ng = 0;
+    if (split_args_(ctx, src, lds, rows, parts, &vec, &ng)) return -1;
+    int64_t n = rows * ng;
+    if (n == 0) return 0;
+    if (vec == 8)
+        split_k<8><<<grid_for(n), 256, 0, ctx->stream>>>(src, lds, ng, n, *parts);
+    else
+        split_k<1><<<grid_for(n), 256, 0, ctx->stream>>>(src, lds, ng, n, *parts);
+    CUDA_CHECK_LAUNCH(ctx);
+    return 0;
+}
+
+int kda_cuda_cols_copy(KdaCudaCtx *ctx, kda_bf16 *dst, int64_t ldd, const kda_bf16 *src,
+                       int64_t lds, int64_t rows, int64_t cols) {
+    KdaCudaColParts pp;
+    memset(&pp, 0, sizeof pp);
+    pp.n = 1, pp.dst[0] = dst, pp.col[0] = 0, pp.cols[0] = cols, pp.ld[0] = ldd;
+    return kda_cuda_cols_split(ctx, src, lds, rows, &pp);
+}
+
+void kda_cuda_cols_split_host(const kda_bf16 *src, int64_t lds, int64_t rows,
+                              const KdaCudaColParts *parts) {
+    bool v8 = lds % 8 == 0;
+    int64_t end = 0;
+    for (int k = 0; k < parts->n; k++) {
+        v8 = v8 && parts->col[k] % 8 == 0 && parts->cols[k] % 8 == 0 && parts->ld[k] % 8 == 0;
+        end = parts->col[k] + parts->cols[k] > end ? parts->col[k] + parts->cols[k] : end;
+    }
+    int64_t ng = CEIL_DIV(end, (int64_t)(v8 ? 8 : 1));
+    for (int64_t i = 0; i < rows * ng; i++)
+        if (v8)
+            split_item<8>(src, lds, ng, *parts, i);
+        else
+            split_item<1>(src, lds, ng, *parts, i);
+}
+
 // ---- fp32 forward launchers (the scoring path, ops_cuda.h) ------------------------------------
 
 int kda_cuda_rmsnorm_fwd_f32(KdaCudaCtx *ctx, float *y, float *rstd, const float *x, const float *w,
@@ -1682,10 +2170,11 @@ int kda_cuda_conv_silu_fwd_f32(KdaCudaCtx *ctx, float *y, const float *p, const 
     KDA_CUDA_REQUIRE(ctx, grid.y > 0);
 #define CONV_FWD(W_)                                                                               \
     if (v4)                                                                                        \
-        conv_fwd_k<W_, 4, false>                                                                   \
+        conv_fwd_k<W_, 4, false, true>                                                             \
             <<<grid, block, 0, ctx->stream>>>(y, NULL, p, w, B, T, C, 0, 0.0f);                    \
     else                                                                                           \
-        conv_fwd_k<W_, 1, false><<<grid, block, 0, ctx->stream>>>(y, NULL, p, w, B, T, C, 0, 0.0f)
+        conv_fwd_k<W_, 1, false, true>                                                             \
+            <<<grid, block, 0, ctx->stream>>>(y, NULL, p, w, B, T, C, 0, 0.0f)
     CONV_DISPATCH_W(W, CONV_FWD);
 #undef CONV_FWD
     CUDA_CHECK_LAUNCH(ctx);

@@ -60,6 +60,12 @@ int kda_cuda_conv_silu_bwd(KdaCudaCtx *ctx, kda_bf16 *dp, float *dw, const kda_b
                            const kda_bf16 *p, const float *w, int64_t B, int64_t T, int64_t C,
                            int64_t W);
 
+// The same with dp's rows at stride ldo (>= C; dp may be columns of a wider matrix, e.g. the
+// fused input projection's dY buffer): dp [B, T, ldo] bf16, columns [0, C) written.
+int kda_cuda_conv_silu_bwd_ld(KdaCudaCtx *ctx, kda_bf16 *dp, int64_t ldo, float *dw,
+                              const kda_bf16 *dy, const kda_bf16 *p, const float *w, int64_t B,
+                              int64_t T, int64_t C, int64_t W);
+
 // ---- fused causal conv + SiLU + per-head L2 norm (q and k; §5.3 steps 2 and 6) ---------------
 // One kernel instead of conv_silu + l2norm: the conv output is neither stored nor read back.
 // True when head dim K takes the fused kernels (K = 8, 16, 32, 64 or 128).
@@ -75,6 +81,11 @@ int kda_cuda_conv_silu_l2_fwd(KdaCudaCtx *ctx, kda_bf16 *y, float *rstd, const k
 int kda_cuda_conv_silu_l2_bwd(KdaCudaCtx *ctx, kda_bf16 *dp, float *dw, const float *dy,
                               const kda_bf16 *p, const float *w, const float *rstd, int64_t B,
                               int64_t T, int64_t C, int64_t W, int64_t K);
+// The same with dp's rows at stride ldo (>= C, a multiple of 4): dp [B, T, ldo] bf16.
+int kda_cuda_conv_silu_l2_bwd_ld(KdaCudaCtx *ctx, kda_bf16 *dp, int64_t ldo, float *dw,
+                                 const float *dy, const kda_bf16 *p, const float *w,
+                                 const float *rstd, int64_t B, int64_t T, int64_t C, int64_t W,
+                                 int64_t K);
 
 // ---- gate + chunk-local cumsum (§5.3 step 8, §6.2 step 2), unbounded form ------------------
 // f [B, T, HV, K] bf16 raw gate; A_log [HV], dt_bias [HV*K] fp32.
@@ -99,6 +110,9 @@ int kda_cuda_beta_fwd(KdaCudaCtx *ctx, float *beta, const kda_bf16 *b, int64_t n
                       int allow_neg_eigval);
 int kda_cuda_beta_bwd(KdaCudaCtx *ctx, kda_bf16 *db, const float *dbeta, const kda_bf16 *b,
                       int64_t n, int allow_neg_eigval);
+// The same over [N, HV] with db's rows at stride ldo (>= HV): db [N, ldo] bf16, columns [0, HV).
+int kda_cuda_beta_bwd_ld(KdaCudaCtx *ctx, kda_bf16 *db, int64_t ldo, const float *dbeta,
+                         const kda_bf16 *b, int64_t N, int64_t HV, int allow_neg_eigval);
 
 // ---- gated RMSNorm (§5.3 step 11): y = RMSNorm(x; w) ⊙ σ(z), one row per value head ------
 // x = o [N, V] bf16, z [N, V] bf16, w [V] fp32 -> y [N, V] bf16, rstd [N] fp32.
@@ -161,6 +175,28 @@ int kda_cuda_swiglu_gu_fwd(KdaCudaCtx *ctx, kda_bf16 *m, const kda_bf16 *gu, int
 // each group read before it is written) -> dgu [N, 2I] bf16 = d(gate) | d(up) per row.
 int kda_cuda_swiglu_gu_bwd(KdaCudaCtx *ctx, kda_bf16 *dgu, const kda_bf16 *dm, int64_t ld_dm,
                            const kda_bf16 *gu, int64_t N, int64_t I);
+
+// ---- column blocks of a bf16 matrix (the fused input projection's parts) --------------------
+// Up to KDA_CUDA_SPLIT_MAX parts of a row-major src [rows, lds] bf16: part i is the columns
+// [col[i], col[i] + cols[i]) of every row, copied to dst[i] [rows, ld[i]] (row stride ld[i] >=
+// cols[i]; the parts must not overlap src or each other). One launch for all parts; 16-byte
+// accesses when every part's columns, strides and pointers are multiples of 8 elements (16
+// bytes), else 2-byte ones (same result).
+#define KDA_CUDA_SPLIT_MAX 8
+typedef struct {
+    kda_bf16 *dst[KDA_CUDA_SPLIT_MAX];
+    int64_t col[KDA_CUDA_SPLIT_MAX], cols[KDA_CUDA_SPLIT_MAX], ld[KDA_CUDA_SPLIT_MAX];
+    int n; // parts (1 .. KDA_CUDA_SPLIT_MAX)
+} KdaCudaColParts;
+int kda_cuda_cols_split(KdaCudaCtx *ctx, const kda_bf16 *src, int64_t lds, int64_t rows,
+                        const KdaCudaColParts *parts);
+// The reverse for one part: dst [rows, ldd] columns [0, cols) = src [rows, lds] columns [0, cols)
+// (bf16; a 2-D copy: cudaMemcpy2DAsync's job, as a kernel with 16-byte accesses when aligned).
+int kda_cuda_cols_copy(KdaCudaCtx *ctx, kda_bf16 *dst, int64_t ldd, const kda_bf16 *src,
+                       int64_t lds, int64_t rows, int64_t cols);
+// Host twin of kda_cuda_cols_split (the same per-group body; test_fuse_host.c).
+void kda_cuda_cols_split_host(const kda_bf16 *src, int64_t lds, int64_t rows,
+                              const KdaCudaColParts *parts);
 
 // ---- embedding (§5.1) --------------------------------------------------------------------------
 // h [N, D] fp32 = E [n_vocab, D] fp32 rows at ids [N] (int32, validated to be in range).

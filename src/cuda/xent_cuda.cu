@@ -5,11 +5,15 @@
 #include <string.h>
 #include <type_traits> // std::is_same
 
+#include <cooperative_groups.h> // cluster_group: the cluster row kernel
+
 #include "cuda/cuda_internal.h" // defines: bf2f, f2bf, grid_for, CEIL_DIV, KDA_CUDA_REQUIRE
 #include "cuda/gemm_cuda.h"     // defines: kda_cuda_gemm_fwd, kda_cuda_gemm_bwd_dx, _dw
 #include "cuda/xent_cuda.h"
 
 namespace {
+
+namespace cg = cooperative_groups;
 
 // Online (max, sum of exp(x - max)) merge; -inf max means "empty". NaN propagates into the sum.
 __device__ __forceinline__ void lse_merge(float &m, float &s, float m2, float s2) {
@@ -80,11 +84,22 @@ __global__ void finish_k(float *nll, float *lse, const float *stat, const int32_
     }
 }
 
-// One block of 256 threads: Σ nll in double, strided per thread, then a fixed-order tree.
+// One block of 256 threads: Σ nll in double, strided per thread (8 loads in flight, added in
+// increasing i), then a fixed-order tree.
 __global__ void sum_k(double *out, const float *x, int64_t N) {
     __shared__ double sh[256];
     double s = 0.0;
-    for (int64_t i = threadIdx.x; i < N; i += 256)
+    int64_t i = threadIdx.x;
+    for (; i + 7 * 256 < N; i += 8 * 256) {
+        float v[8];
+#pragma unroll
+        for (int u = 0; u < 8; u++)
+            v[u] = x[i + u * 256];
+#pragma unroll
+        for (int u = 0; u < 8; u++)
+            s += (double)v[u];
+    }
+    for (; i < N; i += 256)
         s += (double)x[i];
     sh[threadIdx.x] = s;
     __syncthreads();
@@ -345,6 +360,377 @@ void cls_rows_host(E *logits, float *nll, float *lse, const int32_t *targets, in
     free(pm), free(ps), free(shm), free(shs);
 }
 
+// ---- fused classifier: the cluster row kernel (default; KDA_CLS_ROW=1 runs cls_row_k) ----------
+// A row of V bf16 logits is split into CL slices of 16-byte groups (8 logits); a cluster of CL
+// blocks (CLS2_THREADS threads each) takes one row, block `rank` its slice [rank·gpc, (rank+1)·gpc)
+// of the ng = ceil(V/8) groups. Each block copies its slice into shared memory once (cp.async,
+// all copies in flight at once), so HBM sees one read and one write of every logit (cls_row_k:
+// two reads and a write, with one 16-byte load in flight per thread). Thread tid of a block
+// owns the slice's groups tid, tid + nth, ... in every pass (the one that copied them, so
+// each pass reads what the thread itself copied):
+//   1. block max m_c: per thread a bf16x2 max over its groups, then lanes, warps (fixed order);
+//   2. block sum s_c = Σ e^(x - m_c): each group's 8 terms (fp32 expf, each <= 1) added in a
+//      fixed fp32 tree, each group sum added to the thread's double; lanes (xor tree) and warps
+//      (in order) in double;
+//   3. cluster: every block reads the CL pairs (m_r, s_r) through distributed shared memory in
+//      rank order: M = max m_r, S = Σ s_r·e^(m_r - M) (double), so every block has the same M, S;
+//   4. lse = M + log S, nll written by the block holding the target; dlogits in place from the
+//      shared copy, as cls_grad (the same formula per element).
+// Numerics: every term has one expf error (<= 2 ulps) and the tree 3 fp32 roundings relative to
+// its group's sum (all terms positive); everything after is double: S is within ~5 fp32
+// roundings (~3e-7 relative) of the exact Σ e^(x_j - M) for any vocabulary size and any
+// distribution (cls_row_k: ~2 roundings, the terms added in double one by one).
+#define CLS2_THREADS    256
+#define CLS2_WARPS      (CLS2_THREADS / 32)
+#define CLS2_MAX_GROUPS 4096 // 16-byte groups of a block's slice (64 KB of shared memory)
+#define CLS2_STAGES     4    // cp.async groups per thread: the max starts on the first quarter
+
+// Groups per block of a cluster of cl blocks.
+__host__ __device__ inline int64_t cls2_gpc(int64_t V, int cl) {
+    return ((V + 7) / 8 + cl - 1) / cl;
+}
+
+__host__ __device__ inline uint4 cls2_ld16(const void *p) {
+#ifdef __CUDA_ARCH__
+    return *reinterpret_cast<const uint4 *>(p);
+#else
+    uint4 q;
+    memcpy(&q, p, sizeof q);
+    return q;
+#endif
+}
+
+// Elements >= n of a group set to `fill` (bf16 bits); n in 1..7 (the row's last group).
+__host__ __device__ inline uint4 cls2_mask(uint4 q, int n, unsigned fill) {
+    unsigned w[4] = {q.x, q.y, q.z, q.w};
+    for (int i = 0; i < 8; i++) // constant indices: w stays in registers
+        if (i >= n)
+            w[i / 2] =
+                i % 2 ? (w[i / 2] & 0xffffu) | (fill << 16) : (w[i / 2] & 0xffff0000u) | fill;
+    return make_uint4(w[0], w[1], w[2], w[3]);
+}
+
+// Max of two bf16x2 words per half (max.bf16x2; a NaN half loses to a number, as fmaxf).
+__host__ __device__ inline unsigned cls2_hmax2(unsigned a, unsigned b) {
+#ifdef __CUDA_ARCH__
+    __nv_bfloat162 r =
+        __hmax2(*reinterpret_cast<__nv_bfloat162 *>(&a), *reinterpret_cast<__nv_bfloat162 *>(&b));
+    return *reinterpret_cast<unsigned *>(&r);
+#else
+    float lo = fmaxf(bf2f((kda_bf16)(a & 0xffffu)), bf2f((kda_bf16)(b & 0xffffu)));
+    float hi = fmaxf(bf2f((kda_bf16)(a >> 16)), bf2f((kda_bf16)(b >> 16)));
+    return (unsigned)f2bf(lo) | ((unsigned)f2bf(hi) << 16); // exact: both are bf16 values
+#endif
+}
+
+__host__ __device__ inline void cls2_unpack(uint4 q, float *x) {
+    unsigned w[4] = {q.x, q.y, q.z, q.w};
+    for (int i = 0; i < 4; i++) {
+        x[2 * i] = bf2f((kda_bf16)(w[i] & 0xffffu));
+        x[2 * i + 1] = bf2f((kda_bf16)(w[i] >> 16));
+    }
+}
+
+// Valid elements of group g (global index in the row): 8, or V - 8g for the last one.
+__host__ __device__ inline int cls2_valid(int64_t g, int64_t V) {
+    return V - 8 * g >= 8 ? 8 : (int)(V - 8 * g);
+}
+
+// Phase 1 for the thread's groups k in [k0, k1) (slice-relative index tid + k·nth): the running
+// bf16x2 max m2 (start 0xff80ff80 = -inf, -inf). sl: the slice's first group, gs0: its index.
+__host__ __device__ inline unsigned cls2_max_part(const kda_bf16 *sl, int64_t gs0, int64_t V,
+                                                  int tid, int nth, int64_t k0, int64_t k1,
+                                                  unsigned m2) {
+    for (int64_t k = k0; k < k1; k++) {
+        int64_t j = tid + k * nth;
+        uint4 q = cls2_ld16(sl + 8 * j);
+        int n = cls2_valid(gs0 + j, V);
+        if (n < 8) q = cls2_mask(q, n, 0xff80u);
+        m2 = cls2_hmax2(m2, cls2_hmax2(cls2_hmax2(q.x, q.y), cls2_hmax2(q.z, q.w)));
+    }
+    return m2;
+}
+__host__ __device__ inline float cls2_max2_f(unsigned m2) {
+    return fmaxf(bf2f((kda_bf16)(m2 & 0xffffu)), bf2f((kda_bf16)(m2 >> 16)));
+}
+
+// Phase 2: the thread's Σ e^(x - m) over its groups of the slice's ngs (m: the block max). A
+// block max of -inf (every logit of the slice -inf or NaN; the max skips NaN) sums e^x
+// instead: 0 for -inf, NaN for NaN, so a NaN logit always reaches the row's lse.
+__host__ __device__ inline double cls2_sum(const kda_bf16 *sl, int64_t gs0, int64_t ngs, int64_t V,
+                                           int tid, int nth, float m) {
+    double s = 0.0;
+    if (m == -INFINITY) m = 0.0f;
+#ifdef __CUDA_ARCH__
+#pragma unroll 4
+#endif
+    for (int64_t j = tid; j < ngs; j += nth) {
+        float x[8], e[8];
+        uint4 q = cls2_ld16(sl + 8 * j);
+        int n = cls2_valid(gs0 + j, V);
+        if (n < 8) q = cls2_mask(q, n, 0xff80u); // past the row: -inf, e^(-inf - m) = 0
+        cls2_unpack(q, x);
+        for (int i = 0; i < 8; i++)
+            e[i] = expf(x[i] - m);
+        s += (double)(((e[0] + e[1]) + (e[2] + e[3])) + ((e[4] + e[5]) + (e[6] + e[7])));
+    }
+    return s;
+}
+
+// Phase 3: the cluster's M and S from the blocks' (m_r, s_r) in rank order; a block whose max is
+// -inf (an empty slice, or every logit -inf or NaN) adds its s_r unscaled (0, or NaN). P: the
+// pairs' source (Cls2Pairs).
+template <class P>
+__host__ __device__ inline void cls2_combine(const P &p, int cl, float *M, double *S) {
+    float mx = -INFINITY;
+    for (int r = 0; r < cl; r++)
+        mx = fmaxf(mx, p.m(r));
+    mx += 0.0f; // -0 -> +0: the max's sign of zero is not specified between -0 and +0
+    double sum = 0.0;
+    for (int r = 0; r < cl; r++) {
+        float m = p.m(r);
+        sum += m == -INFINITY || m == mx ? p.s(r) : p.s(r) * exp((double)m - (double)mx);
+    }
+    *M = mx;
+    *S = sum;
+}
+// The pairs: on the device block r's shared (xm, xs) through distributed shared memory (m, s
+// point at this block's own), on the host arrays indexed by rank.
+struct Cls2Pairs {
+    float *m_;
+    double *s_;
+    __host__ __device__ float m(int r) const {
+#ifdef __CUDA_ARCH__
+        return *cg::this_cluster().map_shared_rank(m_, r);
+#else
+        return m_[r];
+#endif
+    }
+    __host__ __device__ double s(int r) const {
+#ifdef __CUDA_ARCH__
+        return *cg::this_cluster().map_shared_rank(s_, r);
+#else
+        return s_[r];
+#endif
+    }
+};
+
+// The first n (1..8) of a group's 8 values y into row elements 8g .. 8g+n-1 (16 bytes when n = 8).
+__host__ __device__ inline void cls2_store8(kda_bf16 *row, int64_t g, int n, const kda_bf16 *y) {
+    if (n == 8) {
+        cls_store8(row, g, 8, y);
+        return;
+    }
+    for (int i = 0; i < 8; i++) // constant indices: y stays in registers
+        if (i < n) row[8 * g + i] = y[i];
+}
+
+// Phase 4: dlogits over the thread's groups (cls_grad's formula per element), read from the
+// slice sl, written to out (the same groups of the row in global memory; on the host the same
+// memory as sl: each group is read before its thread overwrites it).
+__host__ __device__ inline void cls2_grad(const kda_bf16 *sl, kda_bf16 *out, int64_t gs0,
+                                          int64_t ngs, int64_t V, int tid, int nth, float l,
+                                          int32_t t, float scale) {
+    int64_t gt = t >= 0 ? t / 8 - gs0 : -1; // the target's group in the slice (if here)
+#ifdef __CUDA_ARCH__
+#pragma unroll 2
+#endif
+    for (int64_t j = tid; j < ngs; j += nth) {
+        float x[8];
+        kda_bf16 y[8];
+        cls2_unpack(cls2_ld16(sl + 8 * j), x);
+        int n = cls2_valid(gs0 + j, V);
+        if (t < 0) {
+            for (int i = 0; i < 8; i++)
+                y[i] = f2bf(0.0f);
+        } else if (j != gt) { // cls_grad's (e - 0) · scale: the same bits
+            for (int i = 0; i < 8; i++)
+                y[i] = f2bf(cls_fast_exp(x[i] - l) * scale);
+        } else {
+            for (int i = 0; i < 8; i++)
+                y[i] =
+                    f2bf((cls_fast_exp(x[i] - l) - (8 * (gs0 + j) + i == t ? 1.0f : 0.0f)) * scale);
+        }
+        cls2_store8(out, gs0 + j, n, y);
+    }
+}
+
+// The lane-level xor trees (offsets 16 .. 1) of a warp: every lane ends with the same bits (the
+// operands of each step are swapped between partners, and + and fmaxf are commutative). The
+// host twins run them on a warp's 32 values (lanes past the block's threads hold the identity).
+__device__ inline float cls2_warp_max(float v) {
+    for (int o = 16; o > 0; o >>= 1)
+        v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));
+    return v;
+}
+__device__ inline double cls2_warp_sum(double v) {
+    for (int o = 16; o > 0; o >>= 1)
+        v += __shfl_xor_sync(0xffffffffu, v, o);
+    return v;
+}
+inline float cls2_warp_max_host(float *a) {
+    float b[32];
+    for (int o = 16; o > 0; o >>= 1) {
+        for (int i = 0; i < 32; i++)
+            b[i] = fmaxf(a[i], a[i ^ o]);
+        memcpy(a, b, sizeof b);
+    }
+    return a[0];
+}
+inline double cls2_warp_sum_host(double *a) {
+    double b[32];
+    for (int o = 16; o > 0; o >>= 1) {
+        for (int i = 0; i < 32; i++)
+            b[i] = a[i] + a[i ^ o];
+        memcpy(a, b, sizeof b);
+    }
+    return a[0];
+}
+
+__device__ inline void cls2_wait(int pending) { // this thread's copies but the last `pending`
+    switch (pending) {
+    case 3:
+        asm volatile("cp.async.wait_group 3;" ::: "memory");
+        break;
+    case 2:
+        asm volatile("cp.async.wait_group 2;" ::: "memory");
+        break;
+    case 1:
+        asm volatile("cp.async.wait_group 1;" ::: "memory");
+        break;
+    default:
+        asm volatile("cp.async.wait_group 0;" ::: "memory");
+        break;
+    }
+}
+
+// Block b of cluster r (b = rank): slice `rank` of row r of lg [rows, ld]. Writes nll[r], lse[r]
+// (the block holding the target; block 0 on an ignored row); grad != 0: dlogits in place.
+__global__ void __launch_bounds__(CLS2_THREADS)
+    cls2_row_k(kda_bf16 *lg, float *nll, float *lse, const int32_t *tg, int64_t V, int64_t ld,
+               float scale, int grad) {
+    extern __shared__ uint4 cls2_smem[]; // the slice: gpc groups of 16 bytes
+    __shared__ float wm[CLS2_WARPS], xm;
+    __shared__ double wsum[CLS2_WARPS], xs;
+    cg::cluster_group cluster = cg::this_cluster();
+    int cl = (int)cluster.num_blocks(), rank = (int)cluster.block_rank();
+    int tid = (int)threadIdx.x, lane = tid & 31, warp = tid >> 5;
+    int64_t r = blockIdx.x / cl;
+    kda_bf16 *row = lg + r * ld, *sl = reinterpret_cast<kda_bf16 *>(cls2_smem);
+    int64_t ng = (V + 7) / 8, gpc = cls2_gpc(V, cl), gs0 = rank * gpc;
+    int64_t ngs = ng - gs0 < gpc ? ng - gs0 : gpc;
+    if (ngs < 0) ngs = 0;
+    // every copy in flight at once, in CLS2_STAGES commit groups; the max runs on each group as
+    // it lands (the thread reads only what it copied: no barrier)
+    int64_t K = ngs > tid ? (ngs - 1 - tid) / CLS2_THREADS + 1 : 0;
+    int64_t kq = (K + CLS2_STAGES - 1) / CLS2_STAGES;
+    for (int s = 0; s < CLS2_STAGES; s++) {
+        for (int64_t k = s * kq; k < K && k < (s + 1) * kq; k++) {
+            int64_t j = tid + k * CLS2_THREADS;
+            unsigned d = (unsigned)__cvta_generic_to_shared(sl + 8 * j);
+            asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(d),
+                         "l"(row + 8 * (gs0 + j))
+                         : "memory");
+        }
+        asm volatile("cp.async.commit_group;" ::: "memory");
+    }
+    unsigned m2 = 0xff80ff80u;
+    for (int s = 0; s < CLS2_STAGES; s++) {
+        cls2_wait(CLS2_STAGES - 1 - s);
+        int64_t k0 = s * kq, k1 = (s + 1) * kq < K ? (s + 1) * kq : K;
+        m2 = cls2_max_part(sl, gs0, V, tid, CLS2_THREADS, k0, k1 > k0 ? k1 : k0, m2);
+    }
+    float m = cls2_warp_max(cls2_max2_f(m2));
+    if (lane == 0) wm[warp] = m;
+    __syncthreads();
+    float mc = -INFINITY;
+    for (int w = 0; w < CLS2_WARPS; w++)
+        mc = fmaxf(mc, wm[w]);
+    mc += 0.0f; // -0 -> +0, as the host
+    double s = cls2_sum(sl, gs0, ngs, V, tid, CLS2_THREADS, mc);
+    s = cls2_warp_sum(s);
+    if (lane == 0) wsum[warp] = s;
+    __syncthreads();
+    double sc = 0.0;
+    for (int w = 0; w < CLS2_WARPS; w++)
+        sc += wsum[w];
+    if (tid == 0) xm = mc, xs = sc;
+    cluster.sync(); // every block's (xm, xs) written
+    float M;
+    double S;
+    cls2_combine(Cls2Pairs{&xm, &xs}, cl, &M, &S);
+    cluster.barrier_arrive(); // done with the other blocks' shared memory (they wait at the end)
+    double l = (double)M + log(S);
+    int32_t t = tg[r];
+    bool own = t >= 0 ? (t / 8 >= gs0 && t / 8 < gs0 + ngs) : rank == 0;
+    if (tid == 0 && own) {
+        lse[r] = (float)l;
+        nll[r] = t >= 0 ? (float)(l - (double)bf2f(sl[t - 8 * gs0])) : 0.0f;
+    }
+    if (grad) cls2_grad(sl, row, gs0, ngs, V, tid, CLS2_THREADS, (float)l, t, scale);
+    cluster.barrier_wait();
+}
+
+// The host emulation of cls2_row_k: blocks of a cluster and threads of a block one after another,
+// the same per-thread passes, lane trees and orders; logits in place (each group is read by
+// its thread before it writes it).
+void cls2_rows_host(kda_bf16 *logits, float *nll, float *lse, const int32_t *targets, int64_t rows,
+                    int64_t V, int64_t ld, float scale, int grad, int nth, int cl) {
+    int nw = (nth + 31) / 32;
+    float *wmx = (float *)kda_malloc((size_t)nw * sizeof(float));
+    double *wsm = (double *)kda_malloc((size_t)nw * sizeof(double));
+    float *pm = (float *)kda_malloc((size_t)cl * sizeof(float));
+    double *ps = (double *)kda_malloc((size_t)cl * sizeof(double));
+    int64_t ng = (V + 7) / 8, gpc = cls2_gpc(V, cl);
+    for (int64_t r = 0; r < rows; r++) {
+        kda_bf16 *row = logits + r * ld;
+        for (int rank = 0; rank < cl; rank++) {
+            int64_t gs0 = rank * gpc, ngs = ng - gs0 < gpc ? ng - gs0 : gpc;
+            if (ngs < 0) ngs = 0;
+            const kda_bf16 *sl = row + 8 * gs0;
+            for (int w = 0; w < nw; w++) {
+                float a[32];
+                for (int ln = 0; ln < 32; ln++) {
+                    int tid = 32 * w + ln;
+                    int64_t K = tid < nth && ngs > tid ? (ngs - 1 - tid) / nth + 1 : 0;
+                    a[ln] = cls2_max2_f(cls2_max_part(sl, gs0, V, tid, nth, 0, K, 0xff80ff80u));
+                }
+                wmx[w] = cls2_warp_max_host(a);
+            }
+            float mc = -INFINITY;
+            for (int w = 0; w < nw; w++)
+                mc = fmaxf(mc, wmx[w]);
+            mc += 0.0f;
+            for (int w = 0; w < nw; w++) {
+                double a[32];
+                for (int ln = 0; ln < 32; ln++) {
+                    int tid = 32 * w + ln;
+                    a[ln] = tid < nth ? cls2_sum(sl, gs0, ngs, V, tid, nth, mc) : 0.0;
+                }
+                wsm[w] = cls2_warp_sum_host(a);
+            }
+            double sc = 0.0;
+            for (int w = 0; w < nw; w++)
+                sc += wsm[w];
+            pm[rank] = mc, ps[rank] = sc;
+        }
+        float M;
+        double S;
+        cls2_combine(Cls2Pairs{pm, ps}, cl, &M, &S);
+        double l = (double)M + log(S);
+        int32_t t = targets[r];
+        lse[r] = (float)l;
+        nll[r] = t >= 0 ? (float)(l - (double)bf2f(row[t])) : 0.0f;
+        if (grad)
+            for (int rank = 0; rank < cl; rank++) {
+                int64_t gs0 = rank * gpc, ngs = ng - gs0 < gpc ? ng - gs0 : gpc;
+                for (int tid = 0; tid < nth && ngs > 0; tid++)
+                    cls2_grad(row + 8 * gs0, row, gs0, ngs, V, tid, nth, (float)l, t, scale);
+            }
+    }
+    free(wmx), free(wsm), free(pm), free(ps);
+}
+
 } // namespace
 
 extern "C" {
@@ -430,21 +816,75 @@ size_t kda_cuda_cls_bytes(int64_t rows, int64_t n_vocab) {
     return (size_t)rows * (size_t)kda_cuda_cls_ld(n_vocab) * sizeof(kda_bf16);
 }
 
-int kda_cuda_cls_chunk_fwd(KdaCudaCtx *ctx, float *nll, float *lse, const kda_bf16 *n,
-                           const kda_bf16 *Wh, const int32_t *targets, int64_t N, int64_t D,
-                           int64_t n_vocab, float scale, int grad, int64_t r0,
-                           const KdaCudaClsWs *ws) {
+int kda_cuda_cls_cluster(int64_t n_vocab) {
+    for (int cl = 1; cl <= 8; cl *= 2)
+        if (cls2_gpc(n_vocab, cl) <= CLS2_MAX_GROUPS) return cl;
+    return 0;
+}
+
+int kda_cuda_cls_row_kernel(KdaCudaCtx *ctx, kda_bf16 *logits, float *nll, float *lse,
+                            const int32_t *targets, int64_t rows, int64_t n_vocab, int64_t ld,
+                            float scale, int grad, int kernel, int cl) {
+    KDA_CUDA_REQUIRE(ctx, rows > 0 && n_vocab > 0 && ld >= n_vocab && ld % 64 == 0 && logits);
+    KDA_CUDA_REQUIRE(ctx, kernel == KDA_CLS_ROW_CLUSTER || kernel == KDA_CLS_ROW_BLOCK);
+    if (kernel == KDA_CLS_ROW_CLUSTER && cl == 0) cl = kda_cuda_cls_cluster(n_vocab);
+    if (kernel == KDA_CLS_ROW_BLOCK || cl == 0) { // cl 0: a row too long for 8 slices
+        KDA_CUDA_REQUIRE(ctx, rows <= 0x7fffffff);
+        cls_row_k<<<(unsigned)rows, CLS_THREADS, 0, ctx->stream>>>(logits, nll, lse, targets,
+                                                                   n_vocab, ld, scale, grad);
+        CUDA_CHECK_LAUNCH(ctx);
+        return 0;
+    }
+    KDA_CUDA_REQUIRE(ctx, (cl == 1 || cl == 2 || cl == 4 || cl == 8) &&
+                              cls2_gpc(n_vocab, cl) <= CLS2_MAX_GROUPS && rows <= 0x7fffffff / cl &&
+                              ((uintptr_t)logits & 15) == 0);
+    size_t smem = (size_t)cls2_gpc(n_vocab, cl) * 16;
+    if (kda_cuda_smem_limit(ctx, (const void *)cls2_row_k, smem)) return -1;
+    cudaLaunchAttribute at[1];
+    at[0].id = cudaLaunchAttributeClusterDimension;
+    at[0].val.clusterDim.x = (unsigned)cl;
+    at[0].val.clusterDim.y = 1;
+    at[0].val.clusterDim.z = 1;
+    cudaLaunchConfig_t cfg = {};
+    cfg.gridDim = dim3((unsigned)(rows * cl));
+    cfg.blockDim = dim3(CLS2_THREADS);
+    cfg.dynamicSmemBytes = smem;
+    cfg.stream = ctx->stream;
+    cfg.attrs = at;
+    cfg.numAttrs = 1;
+    CUDA_CHECK(ctx, cudaLaunchKernelEx(&cfg, cls2_row_k, logits, nll, lse, targets, n_vocab, ld,
+                                       scale, grad));
+    CUDA_CHECK_LAUNCH(ctx);
+    return 0;
+}
+
+int kda_cuda_cls_chunk_logits(KdaCudaCtx *ctx, const kda_bf16 *n, const kda_bf16 *Wh, int64_t N,
+                              int64_t D, int64_t n_vocab, int64_t r0, const KdaCudaClsWs *ws) {
     KDA_CUDA_REQUIRE(ctx, N > 0 && D > 0 && n_vocab > 0 && ws && ws->rows > 0);
     KDA_CUDA_REQUIRE(ctx, ws->ld >= n_vocab && ws->ld % 64 == 0 && r0 >= 0 && r0 < N);
     int64_t nr = N - r0 < ws->rows ? N - r0 : ws->rows;
     // logitsᵀ [V, nr] (column-major, ld) = Whᵀ · xᵀ: row-major logits [nr, V] with stride ld
-    if (kda_cuda_matmul(ctx, 1, 0, n_vocab, nr, D, 1.0f, Wh, D, n + r0 * D, D, 0.0f, ws->logits,
-                        KDA_DT_BF16, ws->ld))
-        return -1;
-    cls_row_k<<<(unsigned)nr, CLS_THREADS, 0, ctx->stream>>>(
-        ws->logits, nll + r0, lse + r0, targets + r0, n_vocab, ws->ld, scale, grad);
-    CUDA_CHECK_LAUNCH(ctx);
-    return 0;
+    return kda_cuda_matmul(ctx, 1, 0, n_vocab, nr, D, 1.0f, Wh, D, n + r0 * D, D, 0.0f, ws->logits,
+                           KDA_DT_BF16, ws->ld);
+}
+
+int kda_cuda_cls_chunk_rows(KdaCudaCtx *ctx, float *nll, float *lse, const int32_t *targets,
+                            int64_t N, int64_t n_vocab, float scale, int grad, int64_t r0,
+                            const KdaCudaClsWs *ws) {
+    KDA_CUDA_REQUIRE(ctx, N > 0 && ws && ws->rows > 0 && r0 >= 0 && r0 < N);
+    int64_t nr = N - r0 < ws->rows ? N - r0 : ws->rows;
+    return kda_cuda_cls_row_kernel(ctx, ws->logits, nll + r0, lse + r0, targets + r0, nr, n_vocab,
+                                   ws->ld, scale, grad, ws->row_kernel, 0);
+}
+
+int kda_cuda_cls_chunk_fwd(KdaCudaCtx *ctx, float *nll, float *lse, const kda_bf16 *n,
+                           const kda_bf16 *Wh, const int32_t *targets, int64_t N, int64_t D,
+                           int64_t n_vocab, float scale, int grad, int64_t r0,
+                           const KdaCudaClsWs *ws) {
+    return kda_cuda_cls_chunk_logits(ctx, n, Wh, N, D, n_vocab, r0, ws) ||
+                   kda_cuda_cls_chunk_rows(ctx, nll, lse, targets, N, n_vocab, scale, grad, r0, ws)
+               ? -1
+               : 0;
 }
 
 int kda_cuda_cls_chunk_bwd(KdaCudaCtx *ctx, float *dn, float *dWh, const kda_bf16 *n,
@@ -484,6 +924,12 @@ void kda_cuda_cls_rows_host(kda_bf16 *logits, float *nll, float *lse, const int3
                             int64_t rows, int64_t n_vocab, int64_t ld, float scale, int grad,
                             int nthreads) {
     cls_rows_host(logits, nll, lse, targets, rows, n_vocab, ld, scale, grad, nthreads);
+}
+
+void kda_cuda_cls_rows2_host(kda_bf16 *logits, float *nll, float *lse, const int32_t *targets,
+                             int64_t rows, int64_t n_vocab, int64_t ld, float scale, int grad,
+                             int nthreads, int cl) {
+    cls2_rows_host(logits, nll, lse, targets, rows, n_vocab, ld, scale, grad, nthreads, cl);
 }
 
 void kda_cuda_cls_rows_f32_host(const float *logits, float *nll, float *lse, const int32_t *targets,

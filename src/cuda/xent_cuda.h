@@ -52,28 +52,55 @@ int kda_cuda_xent_bwd(KdaCudaCtx *ctx, float *dn, float *dWh, const kda_bf16 *n,
 
 // ---- fused classifier over TOKEN chunks (llm.c's fused classifier / a fused linear CE) -------
 // For each chunk of `rows` tokens: one GEMM writes the chunk's bf16 logits [rows, n_vocab] (row
-// stride ld), one row kernel (a block per token) computes the row's logsumexp and NLL and, in
-// training mode, overwrites the logits IN PLACE with dlogits = (softmax - onehot(target)) ·
-// scale (bf16; 0 on ignored rows); then dn_chunk = dlogits · Wh (fp32, overwritten) and
-// dWh += dlogitsᵀ · n_chunk (fp32 accumulate). Logits are never recomputed and never stored in
-// fp32. Loss-only mode (dn NULL): no dlogits, no dX/dW GEMMs.
+// stride ld), one row kernel computes each row's logsumexp and NLL and, in training mode,
+// overwrites the logits IN PLACE with dlogits = (softmax - onehot(target)) · scale (bf16; 0 on
+// ignored rows); then dn_chunk = dlogits · Wh (fp32, overwritten) and dWh += dlogitsᵀ · n_chunk
+// (fp32 accumulate). Logits are never recomputed and never stored in fp32. Loss-only mode (dn
+// NULL): no dlogits, no dX/dW GEMMs.
 //
-// Numerics of the row kernel, on the bf16 logits x_j (the GEMM's fp32 sums rounded once):
-// each thread keeps an exact running max m_t (a bf16 value) and a double sum of the fp32 terms
-// e^(x_j - m_t) (rescaled by e^(m_old - m_new) in double when its max grows); the block takes
-// the exact max M of the m_t, rescales each partial by e^(m_t - M) in double and adds them in a
-// fixed tree in double. The partition sum S is then within ~2 fp32 roundings (~2.4e-7
-// relative) of the exact Σ e^(x_j - M) whatever the vocabulary size, lse = M + log S, and
-// nll = lse - x_target, so |Δnll| <~ 3e-7 + 1 fp32 ulp of lse against exact arithmetic on the
-// same bf16 logits. Against fp32 logits (the legacy forward) each logit also carries its bf16
-// rounding (<= 2^-9 relative): unbiased, it averages out of the mean loss, and the target's
-// rounding enters lse and x_target alike when the target dominates the softmax (trained-like,
-// peaked rows).
+// Two row kernels compute the same function (KdaCudaClsWs.row_kernel):
+// * KDA_CLS_ROW_CLUSTER (default): a cluster of CL = kda_cuda_cls_cluster(n_vocab) blocks per row
+//   (4 at 128,256), each holding its slice of the row in shared memory, so the logits are read
+//   from memory once and the dlogits written once. Block max m_c (exact), block sum of
+//   e^(x_j - m_c) (fp32 expf, each term <= 1, groups of 8 in a fixed fp32 tree, the group sums
+//   in double), then M = max m_c and S = Σ s_c e^(m_c - M) in double over the cluster in rank
+//   order: S is within ~5 fp32 roundings (~3e-7 relative) of the exact Σ e^(x_j - M) whatever
+//   the vocabulary size and the distribution's shape.
+// * KDA_CLS_ROW_BLOCK (environment KDA_CLS_ROW=1 in the model; the kernel up to 2026-12-03, and
+//   the fp32 scoring head's): one block per row reading it twice; each thread keeps an exact
+//   running max m_t (a bf16 value) and a double sum of the fp32 terms e^(x_j - m_t) (rescaled by
+//   e^(m_old - m_new) in double when its max grows); the block takes the exact max M of the m_t,
+//   rescales each partial by e^(m_t - M) in double and adds them in a fixed tree in double: S
+//   within ~2 fp32 roundings (~2.4e-7 relative) of the exact sum, whatever the vocabulary size.
+// Either way lse = M + log S (double, stored fp32) and nll = lse - x_target, so |Δnll| <~ 4e-7 +
+// 1 fp32 ulp of lse against exact arithmetic on the same bf16 logits; the dlogits are
+// (e^(x_j - lse) - [j = target]) · scale per element (ex2.approx; the same formula in both).
+// Against fp32 logits (the legacy forward) each logit also carries its bf16 rounding
+// (<= 2^-9 relative): unbiased, it averages out of the mean loss, and the target's rounding
+// enters lse and x_target alike when the target dominates the softmax (trained-like, peaked
+// rows).
+#define KDA_CLS_ROW_CLUSTER 0
+#define KDA_CLS_ROW_BLOCK   1
 typedef struct {
-    kda_bf16 *logits; // [rows, ld] bf16 device workspace
+    kda_bf16 *logits; // [rows, ld] bf16 device workspace (16-byte aligned; 256 for cuBLASLt)
     int64_t rows;     // tokens per chunk (>= 1)
     int64_t ld;       // row stride (elements): n_vocab rounded up to a multiple of 64
+    int row_kernel;   // KDA_CLS_ROW_CLUSTER (0, the default of a zeroed field) or _BLOCK
 } KdaCudaClsWs;
+
+// Blocks per row of the cluster row kernel: the fewest of 1, 2, 4, 8 whose slices hold at most
+// 4096 groups of 8 logits (64 KB of shared memory per block); 0 when n_vocab > 262,144 (the
+// block kernel runs instead).
+int kda_cuda_cls_cluster(int64_t n_vocab);
+// One row kernel over logits [rows, ld] bf16 (device, 16-byte aligned, ld % 64 == 0, ld >=
+// n_vocab), in place when grad != 0 (padding columns >= n_vocab are neither used nor written);
+// nll [rows], lse [rows] fp32 written; targets [rows] (negative: ignored row). kernel:
+// KDA_CLS_ROW_*; cl (cluster kernel): blocks per row, 0 = kda_cuda_cls_cluster(n_vocab), else
+// 1, 2, 4 or 8 with slices of at most 4096 groups (tests and benchmarks pick it; a vocabulary
+// too large for 8 slices runs the block kernel). Returns 0 or -1 (ctx->err).
+int kda_cuda_cls_row_kernel(KdaCudaCtx *ctx, kda_bf16 *logits, float *nll, float *lse,
+                            const int32_t *targets, int64_t rows, int64_t n_vocab, int64_t ld,
+                            float scale, int grad, int kernel, int cl);
 
 int64_t kda_cuda_cls_ld(int64_t n_vocab);
 // Tokens per chunk for N rows: the fewest chunks whose [rows, ld] bf16 logits fit
@@ -91,9 +118,15 @@ int kda_cuda_cls_fused(KdaCudaCtx *ctx, float *nll, float *lse, double *loss_sum
                        int64_t N, int64_t D, int64_t n_vocab, float scale, const KdaCudaClsWs *ws);
 
 // The pieces of kda_cuda_cls_fused, for callers that time them apart (the model's profile):
-// chunk_fwd = the logits GEMM + row kernel of the chunk of rows [r0, r0 + ws->rows) ∩ [0, N)
-// (grad != 0: dlogits in place), chunk_bwd = that chunk's dX (overwrite) and dW (accumulate)
-// GEMMs on the dlogits chunk_fwd left, loss_sum = Σ nll [N] into the device double.
+// chunk_fwd = chunk_logits (the logits GEMM of the chunk of rows [r0, r0 + ws->rows) ∩ [0, N)
+// into ws->logits) + chunk_rows (ws->row_kernel on them: nll, lse of those rows; grad != 0:
+// dlogits in place), chunk_bwd = that chunk's dX (overwrite) and dW (accumulate) GEMMs on the
+// dlogits chunk_fwd left, loss_sum = Σ nll [N] into the device double.
+int kda_cuda_cls_chunk_logits(KdaCudaCtx *ctx, const kda_bf16 *n, const kda_bf16 *Wh, int64_t N,
+                              int64_t D, int64_t n_vocab, int64_t r0, const KdaCudaClsWs *ws);
+int kda_cuda_cls_chunk_rows(KdaCudaCtx *ctx, float *nll, float *lse, const int32_t *targets,
+                            int64_t N, int64_t n_vocab, float scale, int grad, int64_t r0,
+                            const KdaCudaClsWs *ws);
 int kda_cuda_cls_chunk_fwd(KdaCudaCtx *ctx, float *nll, float *lse, const kda_bf16 *n,
                            const kda_bf16 *Wh, const int32_t *targets, int64_t N, int64_t D,
                            int64_t n_vocab, float scale, int grad, int64_t r0,
@@ -106,9 +139,9 @@ int kda_cuda_cls_loss_sum(KdaCudaCtx *ctx, double *loss_sum, const float *nll, i
 // ---- the fp32 head of the scoring path (--precision fp32, cuda/model_cuda_f32.h) -------------
 // Loss only: per chunk of `rows` tokens one fp32 GEMM (fp32 operands and products, no TF32)
 // writes the logits [rows, ld] fp32 (ld = kda_cuda_cls_ld) into `logits`, and the fused
-// classifier's row kernel, instantiated for fp32 logits, turns each row into lse and nll. Its
-// partition sum (above: fp32 groups of 8 terms <= 1, then double) is within ~8 fp32 roundings
-// (~5e-7 relative) of the exact sum whatever the vocabulary size or the distribution's shape.
+// classifier's block row kernel (KDA_CLS_ROW_BLOCK), instantiated for fp32 logits, turns each
+// row into lse and nll. Its partition sum (above: each fp32 term added in double) is within ~2
+// fp32 roundings of the exact sum whatever the vocabulary size or the distribution's shape.
 // n [N, D] fp32, Wh [n_vocab, D] fp32 (256-byte aligned), logits 256-byte aligned with
 // kda_cuda_cls_f32_bytes(rows, n_vocab) bytes; nll, lse [N] fp32; loss_sum as above.
 size_t kda_cuda_cls_f32_bytes(int64_t rows, int64_t n_vocab);
@@ -121,9 +154,10 @@ int kda_cuda_cls_loss_f32(KdaCudaCtx *ctx, float *nll, float *lse, double *loss_
 #endif
 #endif // KDA_HAVE_CUDA
 
-// Host emulation of the fused classifier's row kernel (CPU suite; present in CUDA builds): the
-// same body, `nthreads` logical threads per row run one after another, the same reduction tree.
+// Host emulations of the fused classifier's row kernels (CPU suite; present in CUDA builds): the
+// same bodies, logical threads (and blocks) one after another, the same reduction trees.
 // logits [rows, ld] bf16 bits, in place as on the device when grad != 0.
+// kda_cuda_cls_rows_host: KDA_CLS_ROW_BLOCK with `nthreads` threads per row (device: 512).
 #ifdef KDA_HAVE_CUDA
 #ifdef __cplusplus
 extern "C" {
@@ -131,7 +165,12 @@ extern "C" {
 void kda_cuda_cls_rows_host(kda_bf16 *logits, float *nll, float *lse, const int32_t *targets,
                             int64_t rows, int64_t n_vocab, int64_t ld, float scale, int grad,
                             int nthreads);
-// The same on fp32 logits [rows, ld] (the scoring path's head; loss only).
+// KDA_CLS_ROW_CLUSTER with cl blocks per row (1, 2, 4, 8) of `nthreads` threads (any >= 1; the
+// device runs 256, in warps of 32).
+void kda_cuda_cls_rows2_host(kda_bf16 *logits, float *nll, float *lse, const int32_t *targets,
+                             int64_t rows, int64_t n_vocab, int64_t ld, float scale, int grad,
+                             int nthreads, int cl);
+// The block kernel on fp32 logits [rows, ld] (the scoring path's head; loss only).
 void kda_cuda_cls_rows_f32_host(const float *logits, float *nll, float *lse, const int32_t *targets,
                                 int64_t rows, int64_t n_vocab, int64_t ld, int nthreads);
 #ifdef __cplusplus

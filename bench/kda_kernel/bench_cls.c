@@ -1,0 +1,179 @@
+// bench_cls.c - the LM head of the fused classifier at the 300M shapes, one token chunk of the
+// micro-batch-16 step (8192 tokens, D = 1024, vocabulary 128,256: a quarter of the step's head):
+// the logits GEMM, each row kernel (the block kernel KDA_CLS_ROW=1 and the cluster kernel at 4
+// and 8 blocks per row), the dX + dW GEMMs, and a device-to-device copy of the chunk's logits (the
+// cluster kernel's floor: it reads the logits once and writes the dlogits once, as a copy does).
+// Every timed row kernel starts from the same random logits (restored by an untimed copy); CUDA
+// events around the launch only, 2 warm-ups, median of 10. Prints ms, GB/s or TFLOP/s and the
+// step's share (x 4 chunks), the largest |nll| difference between the kernels, and cuBLASLt's
+// candidates for the logits GEMM timed (kda_cuda_gemm_probe).
+//
+// Build and run: bash bench/kda_kernel/run_cls.sh (on the GPU machine; < 60 s).
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/rng.h"         // defines: KdaRng, rng_normal, rng_below
+#include "cuda/cuda_common.h" // defines: KdaCudaCtx, kda_cuda_*
+#include "cuda/gemm_cuda.h"   // defines: kda_cuda_gemm_probe
+#include "cuda/xent_cuda.h"   // defines: kda_cuda_cls_*
+
+enum { ROWS = 8192, D = 1024, V = 128256, CHUNKS = 4 };
+
+static KdaCudaCtx g;
+
+static void die_(const char *what) {
+    fprintf(stderr, "bench_cls: %s: %s\n", what, g.err.msg);
+    exit(1);
+}
+
+static int cmp_f_(const void *a, const void *b) {
+    float x = *(const float *)a, y = *(const float *)b;
+    return (x > y) - (x < y);
+}
+
+typedef struct {
+    kda_bf16 *lg, *lg0, *n, *W;
+    float *nll, *lse, *dn, *dW;
+    int32_t *tg;
+    int64_t ld;
+    KdaCudaClsWs ws;
+    int kernel, cl; // the row kernel under test
+} Bench;
+
+static Bench z;
+
+// Median ms of `what` (0 GEMM, 1 row kernel, 2 dX + dW, 3 copy) over 10 runs after 2 warm-ups.
+static float time_ms_(int what) {
+    cudaEvent_t e0, e1;
+    if (cudaEventCreate(&e0) != cudaSuccess || cudaEventCreate(&e1) != cudaSuccess) die_("event");
+    size_t lb = (size_t)ROWS * (size_t)z.ld * 2;
+    float ms[10];
+    for (int i = 0; i < 12; i++) {
+        if (what == 1 && cudaMemcpyAsync(z.lg, z.lg0, lb, cudaMemcpyDeviceToDevice, g.stream))
+            die_("restore");
+        cudaEventRecord(e0, g.stream);
+        int rc = 0;
+        if (what == 0) rc = kda_cuda_cls_chunk_logits(&g, z.n, z.W, ROWS, D, V, 0, &z.ws);
+        if (what == 1)
+            rc = kda_cuda_cls_row_kernel(&g, z.lg, z.nll, z.lse, z.tg, ROWS, V, z.ld, 1.0f / ROWS,
+                                         1, z.kernel, z.cl);
+        if (what == 2) rc = kda_cuda_cls_chunk_bwd(&g, z.dn, z.dW, z.n, z.W, ROWS, D, V, 0, &z.ws);
+        if (what == 3 && cudaMemcpyAsync(z.lg, z.lg0, lb, cudaMemcpyDeviceToDevice, g.stream))
+            rc = -1;
+        if (rc) die_("launch");
+        cudaEventRecord(e1, g.stream);
+        if (kda_cuda_sync(&g)) die_("sync");
+        if (i >= 2) cudaEventElapsedTime(&ms[i - 2], e0, e1);
+    }
+    cudaEventDestroy(e0);
+    cudaEventDestroy(e1);
+    qsort(ms, 10, sizeof *ms, cmp_f_);
+    return (ms[4] + ms[5]) / 2;
+}
+
+// n bf16 values from N(0, std) on the device: a host tile of 1M draws repeated by device copies.
+static kda_bf16 *rand_bf16_(KdaRng *r, int64_t n, float std) {
+    int64_t tile = n < ((int64_t)1 << 20) ? n : ((int64_t)1 << 20);
+    float *h = malloc((size_t)tile * sizeof(float));
+    for (int64_t i = 0; i < tile; i++)
+        h[i] = rng_normal(r, 0.0f, std);
+    kda_bf16 *d = kda_cuda_alloc(&g, (size_t)n * 2);
+    if (!d || kda_cuda_put_bf16(&g, d, h, tile)) die_("upload");
+    for (int64_t at = tile; at < n; at += tile)
+        if (cudaMemcpyAsync(d + at, d, (size_t)((n - at < tile ? n - at : tile) * 2),
+                            cudaMemcpyDeviceToDevice, g.stream) != cudaSuccess)
+            die_("tile copy");
+    if (kda_cuda_sync(&g)) die_("fill");
+    free(h);
+    return d;
+}
+
+int main(void) {
+    KdaError err = {{0}};
+    if (kda_cuda_init(&g, 0, &err)) {
+        fprintf(stderr, "bench_cls: %s\n", err.msg);
+        return 1;
+    }
+    printf("%s, %d SMs; chunk %d tokens x %d vocabulary, D %d (x %d chunks per mb-16 step)\n",
+           g.info.name, g.info.sm_count, ROWS, V, D, CHUNKS);
+    KdaRng r;
+    rng_seed(&r, 3);
+    z.ld = kda_cuda_cls_ld(V);
+    int64_t nl = (int64_t)ROWS * z.ld;
+    z.n = rand_bf16_(&r, (int64_t)ROWS * D, 1.0f);
+    z.W = rand_bf16_(&r, (int64_t)V * D, 0.05f);
+    z.lg = kda_cuda_alloc(&g, (size_t)nl * 2);
+    z.nll = kda_cuda_alloc(&g, ROWS * 4), z.lse = kda_cuda_alloc(&g, ROWS * 4);
+    z.dn = kda_cuda_alloc(&g, (size_t)ROWS * D * 4), z.dW = kda_cuda_alloc(&g, (size_t)V * D * 4);
+    z.tg = kda_cuda_alloc(&g, ROWS * 4);
+    if (!z.lg || !z.nll || !z.lse || !z.dn || !z.dW || !z.tg) die_("alloc");
+    z.ws = (KdaCudaClsWs){z.lg, ROWS, z.ld, KDA_CLS_ROW_CLUSTER};
+    // logits as the model's: the GEMM of random n and W (std ~1.6), targets random; a trained
+    // model's rows are more peaked (the kernels' work does not depend on it, the block kernel's
+    // running-max updates do a little)
+    int32_t *tg = malloc(ROWS * sizeof *tg);
+    for (int i = 0; i < ROWS; i++)
+        tg[i] = (int32_t)rng_below(&r, V);
+    if (kda_cuda_put_bytes(&g, z.tg, tg, ROWS * 4) || kda_cuda_zero(&g, z.dW, (size_t)V * D * 4) ||
+        kda_cuda_cls_chunk_logits(&g, z.n, z.W, ROWS, D, V, 0, &z.ws) || kda_cuda_sync(&g))
+        die_("setup");
+    z.lg0 = kda_cuda_alloc(&g, (size_t)nl * 2);
+    if (!z.lg0 || cudaMemcpy(z.lg0, z.lg, (size_t)nl * 2, cudaMemcpyDeviceToDevice))
+        die_("pristine copy");
+    double gemm_fl = 2.0 * ROWS * D * (double)V, lbytes = 2.0 * (double)nl;
+    printf("%-44s %9s %12s %12s\n", "op (one chunk)", "ms", "rate", "x4 chunks ms");
+    float t = time_ms_(0);
+    printf("%-44s %9.3f %8.1f TFLOP/s %9.3f\n", "logits GEMM [8192,1024]x[1024,128256] bf16", t,
+           gemm_fl / t / 1e9, CHUNKS * t);
+    t = time_ms_(3);
+    printf("%-44s %9.3f %8.0f GB/s %12.3f\n", "copy of the logits (read + write)", t,
+           2 * lbytes / t / 1e6, CHUNKS * t);
+    const struct {
+        const char *name;
+        int kernel, cl;
+    } rk[] = {{"row kernel: block (KDA_CLS_ROW=1)", KDA_CLS_ROW_BLOCK, 0},
+              {"row kernel: cluster, 4 blocks/row (default)", KDA_CLS_ROW_CLUSTER, 4},
+              {"row kernel: cluster, 8 blocks/row", KDA_CLS_ROW_CLUSTER, 8}};
+    float *nll[3];
+    for (int k = 0; k < 3; k++) {
+        z.kernel = rk[k].kernel, z.cl = rk[k].cl;
+        t = time_ms_(1);
+        // bytes: the floor's (logits read once, dlogits written once)
+        printf("%-44s %9.3f %8.0f GB/s %12.3f\n", rk[k].name, t, 2 * lbytes / t / 1e6, CHUNKS * t);
+        nll[k] = malloc(ROWS * sizeof(float));
+        if (kda_cuda_get_f32(&g, nll[k], z.nll, ROWS)) die_("nll");
+    }
+    t = time_ms_(2);
+    printf("%-44s %9.3f %8.1f TFLOP/s %9.3f\n", "dX + dW GEMMs", t, 2 * gemm_fl / t / 1e9,
+           CHUNKS * t);
+    // cuBLASLt's candidates for the logits GEMM (xent_cuda.cu's form: logitsᵀ [V, rows] column-
+    // major, ld = z.ld, = Whᵀ · xᵀ): is the heuristic's first pick the fastest?
+    float ms[8];
+    int nc = 0;
+    if (kda_cuda_gemm_probe(&g, 1, 0, V, ROWS, D, z.W, D, z.n, D, 0.0f, NULL, z.lg, KDA_DT_BF16,
+                            z.ld, 3, ms, &nc))
+        die_("probe");
+    int best = 0;
+    printf("logits GEMM candidates (ms):");
+    for (int i = 0; i < nc; i++) {
+        printf(" %.3f", ms[i]);
+        if (ms[i] < ms[best]) best = i;
+    }
+    printf("\n  heuristic #0 %.3f ms (%.0f TFLOP/s), fastest #%d %.3f ms (%.0f TFLOP/s)\n", ms[0],
+           gemm_fl / ms[0] / 1e9, best, ms[best], gemm_fl / ms[best] / 1e9);
+    double worst = 0, mean = 0;
+    for (int i = 0; i < ROWS; i++) {
+        for (int k = 1; k < 3; k++)
+            worst = fmax(worst, fabs((double)nll[k][i] - nll[0][i]));
+        mean += nll[0][i] / ROWS;
+    }
+    printf("max |nll(cluster) - nll(block)| %.3g over %d rows (mean nll %.4f)\n", worst, ROWS,
+           mean);
+    for (int k = 0; k < 3; k++)
+        free(nll[k]);
+    free(tg);
+    kda_cuda_free(&g);
+    return 0;
+}

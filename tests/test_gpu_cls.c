@@ -1,0 +1,160 @@
+// test_gpu_cls.c - the fused classifier's row kernels on the device (src/cuda/xent_cuda.h
+// kda_cuda_cls_row_kernel: the cluster kernel, default, and the block kernel, KDA_CLS_ROW=1)
+// against their host twins (kda_cuda_cls_rows2_host, kda_cuda_cls_rows_host; the CPU suite holds
+// the twins to the CPU cross-entropy and to float64 in test_cls_host.c) and against each other,
+// at vocabularies from 5 to 128,256 and every cluster size (make test-gpu; needs a device).
+//
+// Tolerances: lse and nll 1e-6 · max(1, |lse|) (device expf vs the host's libm: <= 3 ulps per
+// term, so the partition sums differ by ~2e-7 relative; plus one fp32 ulp of each stored lse);
+// dlogits 2^-7 |ref| + 1e-30 (ex2.approx on the device vs libm expf, and each lse's last ulp, move
+// a value across a bf16 rounding boundary at most: one bf16 ulp, <= 2^-7 relative; the device
+// flushes denormal results to zero, the host keeps them: < 1e-30). A wrong
+// slice, a lost group, a wrong max or target gives errors of order 1; an unwritten row stays
+// the NaN poison.
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "test.h"
+
+#ifdef KDA_HAVE_CUDA
+
+#include "core/error.h"       // defines: kda_malloc
+#include "core/rng.h"         // defines: KdaRng, rng_normal, rng_below
+#include "core/util.h"        // defines: f32_to_bf16, bf16_to_f32
+#include "cpu/ops.h"          // defines: XENT_IGNORE
+#include "cuda/cuda_common.h" // defines: KdaCudaCtx, kda_cuda_*
+#include "cuda/xent_cuda.h"   // defines: kda_cuda_cls_row_kernel, kda_cuda_cls_rows2_host
+
+// Trained-like rows (test_cls_host.c's): N(0, 2) background, the target +14, three distractors
+// +8; row 1 flat, row 2 at +40, every 7th row ignored; padding columns NaN.
+static void make_rows_(kda_bf16 *lg, int32_t *tg, int64_t rows, int64_t V, int64_t ld,
+                       uint64_t seed) {
+    KdaRng r;
+    rng_seed(&r, seed);
+    for (int64_t i = 0; i < rows; i++) {
+        int32_t t = (int32_t)rng_below(&r, (uint64_t)V);
+        tg[i] = i % 7 == 3 ? XENT_IGNORE : t;
+        for (int64_t j = 0; j < ld; j++) {
+            float x = rng_normal(&r, 0.0f, i == 1 ? 0.5f : 2.0f) + (i == 2 ? 40.0f : 0.0f);
+            lg[i * ld + j] = f32_to_bf16(j < V ? x : NAN);
+        }
+        if (i == 1) continue;
+        lg[i * ld + t] = f32_to_bf16(bf16_to_f32(lg[i * ld + t]) + 14.0f);
+        for (int k = 0; k < 3; k++) {
+            int64_t j = (int64_t)rng_below(&r, (uint64_t)V);
+            lg[i * ld + j] = f32_to_bf16(bf16_to_f32(lg[i * ld + j]) + 8.0f);
+        }
+    }
+}
+
+// Runs `kernel` (cl blocks per row) on the device over a copy of lg; out: the device's dlogits,
+// nll, lse. Returns 0 or -1.
+static int run_dev_(KdaCudaCtx *ctx, const kda_bf16 *lg, const int32_t *tg, int64_t rows, int64_t V,
+                    int64_t ld, float scale, int kernel, int cl, kda_bf16 *out, float *nll,
+                    float *lse) {
+    size_t lb = (size_t)(rows * ld) * sizeof(kda_bf16);
+    kda_bf16 *dl = kda_cuda_alloc(ctx, lb);
+    int32_t *dt = kda_cuda_alloc(ctx, (size_t)rows * 4);
+    float *dn = kda_cuda_alloc(ctx, (size_t)rows * 4), *ds = kda_cuda_alloc(ctx, (size_t)rows * 4);
+    int rc = !dl || !dt || !dn || !ds || kda_cuda_put_bytes(ctx, dl, lg, lb) ||
+             kda_cuda_put_bytes(ctx, dt, tg, (size_t)rows * 4) ||
+             kda_cuda_poison(ctx, dn, (size_t)rows * 4) ||
+             kda_cuda_poison(ctx, ds, (size_t)rows * 4) ||
+             kda_cuda_cls_row_kernel(ctx, dl, dn, ds, dt, rows, V, ld, scale, 1, kernel, cl) ||
+             kda_cuda_sync(ctx) || cudaMemcpy(out, dl, lb, cudaMemcpyDeviceToHost) != cudaSuccess ||
+             cudaMemcpy(nll, dn, (size_t)rows * 4, cudaMemcpyDeviceToHost) != cudaSuccess ||
+             cudaMemcpy(lse, ds, (size_t)rows * 4, cudaMemcpyDeviceToHost) != cudaSuccess;
+    kda_cuda_release(dl), kda_cuda_release(dt), kda_cuda_release(dn), kda_cuda_release(ds);
+    return rc ? -1 : 0;
+}
+
+// Row results a against b (tolerances above); returns the number of dlogits that differ at all.
+static int64_t compare_(const char *what, const kda_bf16 *ga, const float *nlla, const float *lsea,
+                        const kda_bf16 *gb, const float *nllb, const float *lseb, int64_t rows,
+                        int64_t V, int64_t ld) {
+    int64_t diff = 0;
+    for (int64_t i = 0; i < rows; i++) {
+        double tol = 1e-6 * fmax(1.0, fabs(lseb[i]));
+        CHECK_MSG(fabs(lsea[i] - lseb[i]) <= tol && fabs(nlla[i] - nllb[i]) <= tol,
+                  "%s row %lld: lse %.9g vs %.9g, nll %.9g vs %.9g", what, (long long)i, lsea[i],
+                  lseb[i], nlla[i], nllb[i]);
+        int bad = 0;
+        for (int64_t j = 0; j < ld; j++) {
+            float a = bf16_to_f32(ga[i * ld + j]), b = bf16_to_f32(gb[i * ld + j]);
+            if (j >= V) { // padding: never written
+                if (!isnan(a) && !bad++)
+                    CHECK_MSG(0, "%s row %lld: padding %lld written", what, (long long)i,
+                              (long long)j);
+                continue;
+            }
+            diff += a != b;
+            if (!(fabs(a - b) <= fabs(b) / 128.0 + 1e-30) && !bad++) // + denormals (ftz)
+                CHECK_MSG(0, "%s row %lld col %lld: dlogit %.9g vs %.9g", what, (long long)i,
+                          (long long)j, a, b);
+        }
+    }
+    return diff;
+}
+
+KDA_TEST_GPU(gpu_cls_rows_match_host) {
+    int ok = kda_cuda_device_count() > 0;
+    CHECK_MSG(ok, "no usable CUDA device (GPU tests need one)");
+    if (!ok) return;
+    KdaCudaCtx ctx;
+    KdaError err = {{0}};
+    CHECK_MSG(kda_cuda_init(&ctx, 0, &err) == 0, "%s", err.msg);
+    if (err.msg[0]) return;
+    const struct {
+        int64_t V;
+        int cl; // 0: kda_cuda_cls_cluster's choice
+    } cases[] = {{1003, 1}, {1003, 2},  {1003, 4},  {1003, 8},   {5, 8},
+                 {8, 2},    {32768, 1}, {32769, 0}, {128256, 0}, {128256, 8}};
+    const int64_t rows = 37;
+    for (size_t c = 0; c < sizeof cases / sizeof *cases && ok; c++) {
+        int64_t V = cases[c].V, ld = kda_cuda_cls_ld(V);
+        int cl = cases[c].cl ? cases[c].cl : kda_cuda_cls_cluster(V);
+        size_t n = (size_t)(rows * ld);
+        kda_bf16 *lg = kda_malloc(n * 2), *gd = kda_malloc(n * 2), *gb = kda_malloc(n * 2),
+                 *gh = kda_malloc(n * 2);
+        int32_t *tg = kda_malloc((size_t)rows * 4);
+        float nd[37], sd[37], nb[37], sb[37], nh[37], sh[37];
+        make_rows_(lg, tg, rows, V, ld, 100 + c);
+        float scale = 1.0f / 31.0f;
+        int rc = run_dev_(&ctx, lg, tg, rows, V, ld, scale, KDA_CLS_ROW_CLUSTER, cases[c].cl, gd,
+                          nd, sd) ||
+                 run_dev_(&ctx, lg, tg, rows, V, ld, scale, KDA_CLS_ROW_BLOCK, 0, gb, nb, sb);
+        CHECK_MSG(rc == 0, "V %lld cl %d: %s", (long long)V, cl, ctx.err.msg);
+        if (rc) {
+            ok = 0;
+        } else {
+            memcpy(gh, lg, n * 2);
+            kda_cuda_cls_rows2_host(gh, nh, sh, tg, rows, V, ld, scale, 1, 256, cl);
+            char what[64];
+            snprintf(what, sizeof what, "V %lld cl %d device vs host", (long long)V, cl);
+            int64_t d1 = compare_(what, gd, nd, sd, gh, nh, sh, rows, V, ld);
+            snprintf(what, sizeof what, "V %lld cl %d cluster vs block", (long long)V, cl);
+            int64_t d2 = compare_(what, gd, nd, sd, gb, nb, sb, rows, V, ld);
+            printf("    V %6lld, %d blocks/row: dlogits differing from the host twin %lld, from "
+                   "the block kernel %lld (of %lld)\n",
+                   (long long)V, cl, (long long)d1, (long long)d2, (long long)(rows * V));
+        }
+        free(lg), free(gd), free(gb), free(gh), free(tg);
+    }
+    // argument checks: a cluster size other than 1, 2, 4, 8; a slice over 4096 groups
+    float *d = kda_cuda_alloc(&ctx, 1024 * 2);
+    CHECK(d != NULL);
+    if (d) {
+        CHECK(kda_cuda_cls_row_kernel(&ctx, (kda_bf16 *)d, d, d, (int32_t *)d, 1, 100, 128, 1.0f, 0,
+                                      KDA_CLS_ROW_CLUSTER, 3) == -1);
+        kda_cuda_clear_error(&ctx);
+        CHECK(kda_cuda_cls_row_kernel(&ctx, (kda_bf16 *)d, d, d, (int32_t *)d, 1, 128256, 128256,
+                                      1.0f, 0, KDA_CLS_ROW_CLUSTER, 1) == -1);
+        kda_cuda_clear_error(&ctx);
+    }
+    kda_cuda_release(d);
+    kda_cuda_free(&ctx);
+}
+
+#endif // KDA_HAVE_CUDA
