@@ -1,5 +1,5 @@
 // test_gpu_model.c - the GPU model (src/cuda/model_cuda.h, xent_cuda.h, backend_cuda.h) against
-// the CPU fp32 reference (model/model.h, cpu/ops.h, train/optim.h). `make test-gpu` runs these.
+// the CPU fp32 reference (model/model.h, cpu/ops.h, model/optim.h). `make test-gpu` runs these.
 //
 // Metric: rel-RMS = RMS(gpu - cpu) / (RMS(cpu) + 1e-8) (FLA's, kda-model.md §6.6).
 // Tolerances and why:
@@ -44,7 +44,7 @@
 #include "kda_case.h"          // defines: kda_case_expect
 #include "io/safetensors.h"    // defines: SafeTensors, st_open, st_find
 #include "model/model.h"       // defines: KdaModel, kda_model_forward, kda_model_backward
-#include "train/optim.h"       // defines: KdaAdamW, kda_adamw_step, kda_grad_clip
+#include "model/optim.h"       // defines: KdaAdamW, kda_adamw_step, kda_grad_clip
 #include "train/trainer.h"     // defines: KdaBackend, kda_backend_cpu_create
 
 #define TOL_LOSS 1e-2

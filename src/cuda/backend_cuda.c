@@ -13,7 +13,7 @@
 #include "cuda/cuda_common.h" // defines: kda_cuda_device_count
 #include "cuda/model_cuda.h"  // defines: KdaCudaModel, kda_cuda_model_*
 #include "dist/dist.h"        // defines: KdaDist, kda_dist_dev_*
-#include "dist/zero1.h"       // defines: KdaShard, kda_zero1_plan (ZeRO-1)
+#include "model/zero1.h"       // defines: KdaShard, kda_zero1_plan (ZeRO-1)
 
 #define ZERO1_ALIGN 128 // elements: every shard starts 512-byte aligned (Megatron pads to 128)
 

@@ -13,7 +13,7 @@
 
 #include "core/error.h"    // defines: KdaError
 #include "model/model.h"   // defines: KdaModel
-#include "train/optim.h"   // defines: KdaAdamWConfig
+#include "model/optim.h"   // defines: KdaAdamWConfig
 #include "train/trainer.h" // defines: KdaBackend
 
 // 1 when this build has CUDA and at least one device is visible.

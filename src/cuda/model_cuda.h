@@ -1,5 +1,5 @@
 // model_cuda.h - the KDA language model on one GPU: whole-model forward, loss, backward and the
-// AdamW update with bf16 mixed precision (the twin of model/model.h + train/optim.h; math of
+// AdamW update with bf16 mixed precision (the twin of model/model.h + model/optim.h; math of
 // kda-model.md §5-6, dtypes of §8):
 //   * fp32 master parameters, fp32 gradients, fp32 Adam moments, a bf16 working copy of the
 //     parameters (the GEMM operands), refreshed by every AdamW step;
@@ -35,8 +35,8 @@
 #include "core/prof.h"    // defines: KdaProf
 #include "model/config.h" // defines: KdaConfig
 #include "model/params.h" // defines: KdaParamTable
-#include "train/optim.h"  // defines: KdaAdamWConfig
-#include "dist/zero1.h"   // defines: KdaShard (ZeRO-1)
+#include "model/optim.h"  // defines: KdaAdamWConfig
+#include "model/zero1.h"  // defines: KdaShard (ZeRO-1)
 
 #ifdef KDA_HAVE_CUDA
 
@@ -130,7 +130,7 @@ int kda_cuda_model_zero_grads(KdaCudaModel *m, KdaError *err);
 // clip_grad_norm_, the CPU's kda_grad_clip) as it reads them.
 double kda_cuda_model_finish_grads(KdaCudaModel *m, double scale, double max_norm, KdaError *err);
 // AdamW update number `step` (1-based) with lr on every row (decay per the table's weight_decay
-// flag), train/optim.h's arithmetic; refreshes the bf16 copy. Uses the clip factor of the last
+// flag), model/optim.h's arithmetic; refreshes the bf16 copy. Uses the clip factor of the last
 // finish_grads (1 if none) once.
 int kda_cuda_model_adamw(KdaCudaModel *m, const KdaAdamWConfig *c, int64_t step, double lr,
                          KdaError *err);
@@ -205,6 +205,28 @@ const char *kda_cuda_model_device_name(const KdaCudaModel *m);
 // output (bf16) times the LM head (bf16 operands, fp32 accumulate, as the forward's xent); waits.
 // -1 without a preceding forward or outside its [B, T].
 int kda_cuda_model_logits(KdaCudaModel *m, int64_t b, int64_t t, float *logits, KdaError *err);
+
+// ---- recurrent decode (one sequence; cuda/decode_cuda.h)
+// ----------------------------------------- A decode cache in device memory: the state S [L, HV, K,
+// V] fp32, the conv tails [L, HK | HK | HVV, W-1] fp32 and one token's scratch (a few vectors and
+// the logits). Zero at create.
+typedef struct KdaCudaDecode KdaCudaDecode;
+int kda_cuda_decode_create(KdaCudaModel *m, KdaCudaDecode **st, KdaError *err);
+void kda_cuda_decode_free(KdaCudaDecode *st); // accepts NULL
+// dst's cache = src's (queued on m's stream).
+int kda_cuda_decode_copy(KdaCudaModel *m, KdaCudaDecode *dst, const KdaCudaDecode *src,
+                         KdaError *err);
+// The bf16 forward of ids [T] int32 (one sequence, T >= 1) leaving each block's final KDA state
+// (the chunk kernels' final_state) and the last W-1 conv inputs of each projection in st, and
+// logits [n_vocab] fp32 host of position T-1 (as kda_cuda_model_logits computes a row); waits.
+// Uses the activation arena like a forward; no backward may follow it.
+int kda_cuda_model_prefill(KdaCudaModel *m, KdaCudaDecode *st, const int32_t *ids, int64_t T,
+                           float *logits, KdaError *err);
+// One token id: embedding, per block the forward's ops on one token (N = 1: RMSNorm, projection
+// GEMMs, conv step, gate, β, one delta-rule step on st's state, gated norm, residual GEMMs,
+// SwiGLU), final norm and head; logits [n_vocab] fp32 host; waits. O(1) in the position.
+int kda_cuda_model_decode(KdaCudaModel *m, KdaCudaDecode *st, int32_t id, float *logits,
+                          KdaError *err);
 
 #endif // KDA_HAVE_CUDA
 #endif

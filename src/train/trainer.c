@@ -20,7 +20,7 @@
 #include "cuda/backend_cuda.h" // defines: kda_backend_cuda_create (device: cuda)
 #include "dist/dist.h"         // defines: KdaDist, kda_dist_* (data parallelism)
 #include "dist/dist_async.h"   // defines: KdaDistAsync (the Gloo overlap's thread)
-#include "dist/zero1.h"        // defines: KdaShard, kda_zero1_plan (ZeRO-1 shards)
+#include "model/zero1.h"        // defines: KdaShard, kda_zero1_plan (ZeRO-1 shards)
 #include "train/checkpoint.h"
 #include "data/loader.h"
 #include "train/run_plan.h" // defines: KdaRunPlan, kda_run_plan (the typed run config)

@@ -49,7 +49,7 @@
 #include "core/prof.h"
 #include "dist/dist.h" // defines: KdaDist
 #include "model/model.h"
-#include "train/optim.h"
+#include "model/optim.h"
 #include "train/run_config.h"
 
 // ---- Backend: where the math runs. The trainer only talks to this interface. ----------------
