@@ -196,6 +196,11 @@ KDA_TEST(runtime_pick_and_precision) {
     KdaError err;
     CHECK(kda_runtime_pick("cpu", &k, &err) == 0 && k == KDA_DEVICE_CPU);
     CHECK(kda_runtime_pick("gpu", &k, &err) == -1 && strstr(err.msg, "auto, cpu or cuda"));
+    CHECK(kda_runtime_pick("auto", &k, &err) == 0);
+    if (k == KDA_DEVICE_CPU) { // no visible GPU (the CPU CI machine): an explicit cuda fails
+        CHECK(kda_runtime_pick("cuda", &k, &err) == -1 && strstr(err.msg, "--device cuda: "));
+        CHECK(!strchr(err.msg, '\n'));
+    }
     KdaConfig cfg = tiny_config(TINY_TIED);
     KdaParamTable t;
     CHECK(kda_params_build(&t, &cfg, &err) == 0);

@@ -14,7 +14,7 @@
 #include "model/params.h"      // defines: kda_params_build (parameter count for --dry-run)
 #include "dist/dist.h"         // defines: KdaDist, kda_dist_env_read, kda_dist_open
 #include "dist/launch.h"       // defines: kda_launch_take_nproc, kda_launch_local
-#include "model/zero1.h"        // defines: kda_zero1_plan (the --dry-run memory plan)
+#include "model/zero1.h"       // defines: kda_zero1_plan (the --dry-run memory plan)
 #include "train/run_config.h"
 #include "train/trainer.h"
 
