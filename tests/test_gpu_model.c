@@ -945,4 +945,38 @@ KDA_TEST_GPU(gpu_model_fused_gemms_match) {
     kda_model_free(&m);
 }
 
+// kda info's GPU plan (kda_cuda_model_plan, counted without a device for the device's shared
+// memory) is exactly the activation arena and kept states a real training step allocates, with
+// and without recompute: the plan and the model run the same layout code; this catches a buffer
+// added to one path only. Bytes, exact.
+KDA_TEST_GPU(gpu_model_memory_plan_equals_arena) {
+    if (!have_gpu_()) return;
+    KdaModel m;
+    tiny_untied_(&m, 0.02, 7);
+    KdaError err = {{0}};
+    KdaCudaDeviceInfo info;
+    CHECK(kda_cuda_query(0, &info, &err) == 0);
+    const int64_t B = 3, T = 96;
+    int32_t *ids = kda_malloc((size_t)(B * T) * sizeof(int32_t));
+    motif_batch_(ids, B, T, m.cfg.vocab_size, 5);
+    for (int rec = 0; rec < 2; rec++) {
+        KdaCudaModel *g;
+        KdaCudaPlan p;
+        int rc =
+            kda_cuda_model_create(&g, &m.cfg, &m.table, m.params, 0, &err) ||
+            kda_cuda_model_set_recompute(g, rec, &err) ||
+            kda_cuda_model_forward_backward(g, ids, NULL, B, T, NULL, NULL, &err) ||
+            kda_cuda_model_plan(&m.cfg, &m.table, B, T, rec, info.smem_per_block_optin, &p, &err);
+        CHECK_MSG(rc == 0, "%s", err.msg);
+        if (!rc) {
+            double got = (double)kda_cuda_model_arena_bytes(g), want = p.arena_bytes + p.keep_bytes;
+            printf("    recompute %d: arena + kept states %.0f bytes, plan %.0f\n", rec, got, want);
+            CHECK(got == want);
+        }
+        kda_cuda_model_free(g);
+    }
+    free(ids);
+    kda_model_free(&m);
+}
+
 #endif // KDA_HAVE_CUDA

@@ -217,3 +217,45 @@ KDA_TEST(runtime_pick_and_precision) {
     CHECK(kda_runtime_zero_grads(rt, &err) == -1 && strstr(err.msg, "train_init"));
     kda_runtime_close(rt);
 }
+
+// kda info's memory plan: the CPU's parts are model.c's arena and the fp32 state (a second
+// gradient buffer with more than one micro-batch); the arena grows with the tokens.
+KDA_TEST(runtime_memory_plan_cpu) {
+    KdaConfig cfg = tiny_config(TINY_GVA_NEG);
+    KdaParamTable t;
+    KdaError err;
+    CHECK(kda_params_build(&t, &cfg, &err) == 0);
+    double P = 4.0 * (double)t.total_numel;
+    kda_params_free(&t);
+    KdaMemoryPlan a, b;
+    CHECK(kda_runtime_memory_plan(KDA_DEVICE_CPU, &cfg, 2, 64, 1, 0, &a, &err) == 0);
+    CHECK(kda_runtime_memory_plan(KDA_DEVICE_CPU, &cfg, 4, 64, 2, 0, &b, &err) == 0);
+    CHECK(a.params == P && a.grads == P && a.moments == 2 * P && a.copy == 0);
+    CHECK(b.grads == 2 * P); // the step's gradient and one micro-batch's scratch
+    CHECK(a.acts == 4.0 * (double)kda_model_arena_floats(&cfg, 128) && a.other == 8.0 * 128);
+    CHECK(b.acts > 1.9 * a.acts); // per-token buffers dominate (the head's chunk is shared)
+    CHECK(a.total == a.params + a.grads + a.moments + a.copy + a.acts + a.other);
+    CHECK(kda_runtime_memory_plan(KDA_DEVICE_CPU, &cfg, 0, 64, 1, 0, &a, &err) == -1);
+}
+
+#ifdef KDA_HAVE_CUDA
+// The GPU's plan runs without a device (model_cuda.c's own layout code): recompute keeps less,
+// the bf16 copy is half the fp32 parameters of the device layout, an unsupported config says why.
+// The device check that the plan is the arena a real step allocates: test_gpu_model.c.
+KDA_TEST(runtime_memory_plan_gpu_without_device) {
+    KdaConfig cfg;
+    KdaError err;
+    CHECK(kda_config_load(&cfg, "configs/tiny.json", &err) == 0 &&
+          kda_config_derive(&cfg, "tiny", &err) == 0);
+    KdaMemoryPlan full, rec, big;
+    CHECK_MSG(kda_runtime_memory_plan(KDA_DEVICE_CUDA, &cfg, 4, 256, 1, 0, &full, &err) == 0, "%s",
+              err.msg);
+    CHECK(kda_runtime_memory_plan(KDA_DEVICE_CUDA, &cfg, 4, 256, 1, 1, &rec, &err) == 0);
+    CHECK(kda_runtime_memory_plan(KDA_DEVICE_CUDA, &cfg, 8, 256, 1, 0, &big, &err) == 0);
+    CHECK(rec.acts < full.acts && big.acts > full.acts);
+    CHECK(full.copy * 2.0 == full.params && full.moments == 2.0 * full.params);
+    cfg.use_short_conv = 0;
+    CHECK(kda_runtime_memory_plan(KDA_DEVICE_CUDA, &cfg, 4, 256, 1, 0, &full, &err) == -1);
+    CHECK(strstr(err.msg, "use_short_conv") != NULL);
+}
+#endif

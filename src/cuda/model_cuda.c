@@ -132,6 +132,7 @@ struct KdaCudaModel {
     size_t keep_cap;
     int have_fwd;
     int clip_pending;
+    size_t arena_bytes; // of the current activation arena (kda_cuda_model_plan counts the same)
     float *fin; // [HV, K, V] fp32: where the running block's KDA core leaves its final state
                 // (kda_cuda_model_prefill), else NULL
     // per-op profile (kda_cuda_model_profile): events ev[0 .. n_ev) recorded in pairs
@@ -227,6 +228,7 @@ static int reserve_(KdaCudaModel *m, int64_t N) {
     layout_(m, N, &a);
     m->arena = kda_cuda_alloc(&m->ctx, a.used);
     if (!m->arena) return -1;
+    m->arena_bytes = a.used;
     a.base = m->arena;
     a.used = 0;
     layout_(m, N, &a);
@@ -410,16 +412,10 @@ int kda_cuda_model_fused(const KdaCudaModel *m) {
     return m->fuse_l2 | (m->fuse_gn << 1) | (m->fuse_dh << 2);
 }
 
-int kda_cuda_model_create(KdaCudaModel **out, const KdaConfig *cfg, const KdaParamTable *t,
-                          const float *params, int device, KdaError *err) {
-    *out = NULL;
-    if (kda_cuda_model_check(cfg, device, err)) return -1;
-    KdaCudaModel *m = kda_calloc(1, sizeof *m);
-    if (kda_cuda_init(&m->ctx, device, err)) {
-        free(m);
-        return -1;
-    }
-    m->ctx_ok = 1;
+// Everything create decides before allocating: the core's chunk (for m->ctx.info's shared memory),
+// the environment's switches (KDA_CORE_KEEP, KDA_CORE, KDA_FUSE, KDA_INPROJ, KDA_GATEUP), the
+// device layout and its fusion groups; cfg and t copied. Host only (kda_cuda_model_plan too).
+static void configure_(KdaCudaModel *m, const KdaConfig *cfg, const KdaParamTable *t) {
     m->chunk = kda_fast_chunk(cfg->head_dim, cfg->head_v_dim, m->ctx.info.smem_per_block_optin);
     m->cls_budget = CLS_BUDGET;
     const char *keep = getenv("KDA_CORE_KEEP"); // "0": the backward recomputes h and Δ
@@ -442,6 +438,19 @@ int kda_cuda_model_create(KdaCudaModel **out, const KdaConfig *cfg, const KdaPar
     m->gateup = (got & KDA_LAYOUT_GATEUP) != 0;
     m->dtotal = off > 0 ? off : ROW_ALIGN;
     m->dtab.total_numel = m->dtotal;
+}
+
+int kda_cuda_model_create(KdaCudaModel **out, const KdaConfig *cfg, const KdaParamTable *t,
+                          const float *params, int device, KdaError *err) {
+    *out = NULL;
+    if (kda_cuda_model_check(cfg, device, err)) return -1;
+    KdaCudaModel *m = kda_calloc(1, sizeof *m);
+    if (kda_cuda_init(&m->ctx, device, err)) {
+        free(m);
+        return -1;
+    }
+    m->ctx_ok = 1;
+    configure_(m, cfg, t);
     kda_zero1_plan(&m->sh, m->dtotal, 1, 0, 1, NULL); // the whole layout (cannot fail)
     m->dorder = kda_malloc((size_t)(t->n > 0 ? t->n : 1) * sizeof *m->dorder);
     for (int i = 0; i < t->n; i++) // rows in device order (AdamW walks runs of them)
@@ -1448,6 +1457,43 @@ int kda_cuda_model_logits(KdaCudaModel *m, int64_t b, int64_t t, float *logits, 
         kda_cuda_get_f32(&m->ctx, logits, y, V))
         return fail_(m, err);
     return 0;
+}
+
+// ---- memory plan (kda info; no device needed) ---------------------------------------------------
+
+int kda_cuda_model_plan(const KdaConfig *cfg, const KdaParamTable *t, int64_t B, int64_t T,
+                        int recompute, size_t smem_optin, KdaCudaPlan *out, KdaError *err) {
+    memset(out, 0, sizeof *out);
+    if (kda_cuda_model_check_config(cfg, err)) return -1;
+    if (B <= 0 || T <= 0) return kda_fail(err, "memory plan: B and T must be positive");
+    KdaCudaModel *m = kda_calloc(1, sizeof *m);
+    m->ctx.info.smem_per_block_optin = smem_optin;
+    configure_(m, cfg, t);
+    m->recompute = recompute != 0;
+    m->L =
+        kda_calloc((size_t)(cfg->num_hidden_layers > 0 ? cfg->num_hidden_layers : 1), sizeof *m->L);
+    m->B = B, m->T = T;
+    Arena a = {NULL, 0};
+    layout_(m, B * T, &a); // reserve_'s count, for B·T tokens
+    KdaDims d = dims_(m);  // keep_reserve_'s size
+    int keep = m->core_keep && kda_fast_supported(&d, smem_optin);
+    size_t per = !keep ? 0 : core_tc_(m, &d) ? kda_tc_keep_floats(&d) : kda_fast_keep_floats(&d);
+    size_t sets = m->recompute ? 1 : (size_t)cfg->num_hidden_layers;
+    out->dtotal = m->dtotal;
+    out->state_bytes = 4.0 * F32(m->dtotal); // p, g, m1, m2
+    out->copy_bytes = (double)BF(m->dtotal);
+    out->arena_bytes = (double)a.used;
+    out->keep_bytes = (double)F32(per * sets);
+    out->fixed_bytes = 256.0 + (double)((size_t)32 << 20); // scalars, cuBLASLt workspace
+    free(m->L);
+    free(m->table.rows);
+    free(m->dtab.rows);
+    free(m);
+    return 0;
+}
+
+size_t kda_cuda_model_arena_bytes(const KdaCudaModel *m) {
+    return m->arena_bytes + F32(m->keep_cap);
 }
 
 // ---- recurrent decode: prefill + one token at a time (model_cuda.h) -----------------------------

@@ -206,6 +206,25 @@ const char *kda_cuda_model_device_name(const KdaCudaModel *m);
 // -1 without a preceding forward or outside its [B, T].
 int kda_cuda_model_logits(KdaCudaModel *m, int64_t b, int64_t t, float *logits, KdaError *err);
 
+// ---- memory plan (kda info)
+// ----------------------------------------------------------------------- What
+// kda_cuda_model_create plus a training step of [B, T] allocate on the device, counted by the same
+// code (configure_, layout_, the kept-state size; the environment's switches as create reads them)
+// without a device: smem_optin is the device's opt-in shared memory per block (it picks the core's
+// chunk and kernels; the H200's is 232448 bytes). Bytes; one process (no ZeRO-1 shard).
+typedef struct {
+    int64_t dtotal;     // elements of each parameter-sized buffer (the device layout)
+    double state_bytes; // fp32 params, grads, Adam m and v: 4 x 4 x dtotal
+    double copy_bytes;  // the bf16 working copy: 2 x dtotal
+    double arena_bytes; // the activation arena for B·T tokens (recompute: one block's + inputs)
+    double keep_bytes;  // the KDA core's kept h and Δ (per layer; one set with recompute)
+    double fixed_bytes; // device scalars and the cuBLASLt workspace (not the CUDA context)
+} KdaCudaPlan;
+int kda_cuda_model_plan(const KdaConfig *cfg, const KdaParamTable *t, int64_t B, int64_t T,
+                        int recompute, size_t smem_optin, KdaCudaPlan *out, KdaError *err);
+// Bytes of m's activation arena and kept states now (what the plan's arena + keep count).
+size_t kda_cuda_model_arena_bytes(const KdaCudaModel *m);
+
 // ---- recurrent decode (one sequence; cuda/decode_cuda.h)
 // ----------------------------------------- A decode cache in device memory: the state S [L, HV, K,
 // V] fp32, the conv tails [L, HK | HK | HVV, W-1] fp32 and one token's scratch (a few vectors and

@@ -156,6 +156,16 @@ static void acts_free_(KdaActs *A) {
     free(A);
 }
 
+int64_t kda_model_arena_floats(const KdaConfig *c, int64_t N) {
+    KdaActs A = {0};
+    A.layers =
+        kda_calloc((size_t)(c->num_hidden_layers > 0 ? c->num_hidden_layers : 1), sizeof *A.layers);
+    Arena a = {NULL, 0};
+    layout_(&A, c, N, &a);
+    free(A.layers);
+    return a.used;
+}
+
 static void reserve_(KdaModel *m, int64_t N) {
     if (m->acts && m->cap_tokens >= N) return;
     acts_free_(m->acts);

@@ -67,6 +67,10 @@ int kda_model_init_from(KdaModel *m, const KdaConfig *cfg, KdaParamTable *table,
                         KdaError *err);
 // Releases everything; accepts a zeroed model.
 void kda_model_free(KdaModel *m);
+// Floats of the activation arena a forward of N = B·T tokens allocates (saved activations, the
+// backward's scratch and the head's chunk buffer; the layout kda_model_forward uses). Plus the
+// ids and shifted targets (2 x N int32) beside it. Host arithmetic (kda info's estimate).
+int64_t kda_model_arena_floats(const KdaConfig *c, int64_t N);
 
 // Forward of a batch and its loss.
 //   ids    [B, T] int32 token ids, each in [0, n_vocab) (checked: -1 with the position)

@@ -160,6 +160,21 @@ int kda_runtime_decode(KdaRuntime *rt, KdaRtState *st, int32_t id, float *logits
     CALL(decode, "decode", st, id, logits, err);
 }
 
+// ---- memory plan
+// ---------------------------------------------------------------------------------
+
+int kda_runtime_memory_plan(KdaDeviceKind device, const KdaConfig *cfg, int64_t B, int64_t T,
+                            int n_micro, int recompute, KdaMemoryPlan *plan, KdaError *err) {
+    memset(plan, 0, sizeof *plan);
+    if (B <= 0 || T <= 0 || n_micro <= 0)
+        return kda_fail(err, "memory plan: B, T and n_micro must be positive");
+    int rc = device == KDA_DEVICE_CUDA ? kda_runtime_plan_cuda(cfg, B, T, recompute, plan, err)
+                                       : kda_runtime_plan_cpu(cfg, B, T, n_micro, plan, err);
+    plan->total =
+        plan->params + plan->grads + plan->moments + plan->copy + plan->acts + plan->other;
+    return rc;
+}
+
 // ---- training ----------------------------------------------------------------------------------
 
 int kda_runtime_train_init(KdaRuntime *rt, const KdaAdamWConfig *cfg, KdaError *err) {

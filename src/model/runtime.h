@@ -109,6 +109,27 @@ int kda_runtime_prefill(KdaRuntime *rt, KdaRtState *st, const int32_t *ids, int6
 // position); logits [n_vocab] fp32 host of this position.
 int kda_runtime_decode(KdaRuntime *rt, KdaRtState *st, int32_t id, float *logits, KdaError *err);
 
+// ---- memory plan (kda info) ---------------------------------------------------------------------
+
+// What a training runtime on `device` allocates for micro-batches of [B, T], counted by the
+// implementation's own layout code, without a device (bytes; one process, no ZeRO-1 shard):
+//   CPU: fp32 parameters, gradient, the second micro-batch's gradient scratch (n_micro > 1), AdamW
+//        m and v, model.c's activation arena for B·T tokens and its ids/targets;
+//   GPU: the same fp32 state plus the bf16 working copy in the device layout, model_cuda.c's
+//        activation arena (recompute: the block inputs and one block's activations), the KDA
+//        core's kept states, the scalars and the cuBLASLt workspace, for a device with the
+//        H200's shared memory per block (it picks the core's chunk); not the CUDA context.
+//        Needs a CUDA build (-1 with a message otherwise).
+typedef struct {
+    double params, grads, moments; // fp32 parameters, gradient (+ scratch on the CPU), m and v
+    double copy;                   // GPU: bf16 working copy (0 on the CPU)
+    double acts;                   // the activation arena (+ kept core states on the GPU)
+    double other;                  // CPU: ids and targets; GPU: scalars, cuBLASLt workspace
+    double total;
+} KdaMemoryPlan;
+int kda_runtime_memory_plan(KdaDeviceKind device, const KdaConfig *cfg, int64_t B, int64_t T,
+                            int n_micro, int recompute, KdaMemoryPlan *plan, KdaError *err);
+
 // ---- training ----------------------------------------------------------------------------------
 
 // Gradients (zero) and an AdamW optimizer with cfg (moments zero, step 0). Once, before the first

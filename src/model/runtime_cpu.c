@@ -388,3 +388,17 @@ int kda_runtime_open_cpu(KdaRuntime *rt, const KdaConfig *cfg, KdaParamTable *ta
     snprintf(rt->name, sizeof rt->name, "cpu");
     return 0;
 }
+
+int kda_runtime_plan_cpu(const KdaConfig *cfg, int64_t B, int64_t T, int n_micro,
+                         KdaMemoryPlan *plan, KdaError *err) {
+    KdaParamTable t;
+    if (kda_params_build(&t, cfg, err)) return -1;
+    double P = 4.0 * (double)t.total_numel, N = (double)B * (double)T;
+    kda_params_free(&t);
+    plan->params = P;
+    plan->grads = n_micro > 1 ? 2.0 * P : P; // the step's gradient and one micro-batch's scratch
+    plan->moments = 2.0 * P;
+    plan->acts = 4.0 * (double)kda_model_arena_floats(cfg, B * T);
+    plan->other = 8.0 * N; // ids and shifted targets, int32
+    return 0;
+}

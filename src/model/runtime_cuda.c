@@ -311,7 +311,31 @@ fail:
     return -1;
 }
 
+#define H200_SMEM_OPTIN 232448 // bytes of opt-in shared memory per block (cudaDeviceProp)
+
+int kda_runtime_plan_cuda(const KdaConfig *cfg, int64_t B, int64_t T, int recompute,
+                          KdaMemoryPlan *plan, KdaError *err) {
+    KdaParamTable t;
+    KdaCudaPlan g;
+    if (kda_params_build(&t, cfg, err)) return -1;
+    int rc = kda_cuda_model_plan(cfg, &t, B, T, recompute, H200_SMEM_OPTIN, &g, err);
+    kda_params_free(&t);
+    if (rc) return -1;
+    plan->params = plan->grads = plan->moments = g.state_bytes / 4.0;
+    plan->moments *= 2.0;
+    plan->copy = g.copy_bytes;
+    plan->acts = g.arena_bytes + g.keep_bytes;
+    plan->other = g.fixed_bytes;
+    return 0;
+}
+
 #else // !KDA_HAVE_CUDA
+
+int kda_runtime_plan_cuda(const KdaConfig *cfg, int64_t B, int64_t T, int recompute,
+                          KdaMemoryPlan *plan, KdaError *err) {
+    (void)cfg, (void)B, (void)T, (void)recompute, (void)plan;
+    return kda_fail(err, "the GPU's memory plan needs a CUDA build (its layout code is CUDA's)");
+}
 
 int kda_runtime_cuda_devices(void) {
     return 0;

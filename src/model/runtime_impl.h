@@ -77,6 +77,11 @@ int kda_runtime_open_cpu(KdaRuntime *rt, const KdaConfig *cfg, KdaParamTable *ta
                          const KdaRuntimeOpts *opts, KdaError *err);
 int kda_runtime_open_cuda(KdaRuntime *rt, const KdaConfig *cfg, KdaParamTable *table, float *params,
                           const KdaRuntimeOpts *opts, KdaError *err);
+// The memory plans of the two implementations (kda_runtime_memory_plan's contract).
+int kda_runtime_plan_cpu(const KdaConfig *cfg, int64_t B, int64_t T, int n_micro,
+                         KdaMemoryPlan *plan, KdaError *err);
+int kda_runtime_plan_cuda(const KdaConfig *cfg, int64_t B, int64_t T, int recompute,
+                          KdaMemoryPlan *plan, KdaError *err);
 // Number of visible CUDA devices (0 without a CUDA build); runtime_cuda.c.
 int kda_runtime_cuda_devices(void);
 
