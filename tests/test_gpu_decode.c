@@ -30,6 +30,7 @@
 #include "core/util.h"        // defines: f32_to_bf16, bf16_to_f32
 #include "cuda/cuda_common.h" // defines: KdaCudaCtx, kda_cuda_init, kda_cuda_put_*, _get_*
 #include "cuda/decode_cuda.h" // defines: kda_cuda_decode_*, kda_cuda_decode_*_host
+#include "cuda/model_cuda.h"  // defines: KdaCudaModel, KdaCudaDecode (the graph switch)
 #include "model/model.h"      // defines: KdaModel
 #include "model/runtime.h"    // defines: KdaRuntime, kda_runtime_*
 #include "tiny_model.h"       // defines: tiny_runtime, tiny_random_ids
@@ -274,6 +275,39 @@ KDA_TEST_GPU(gpu_decode_state_copy) {
     free(a), free(b);
     if (gpu) kda_runtime_state_free(gpu, s0), kda_runtime_state_free(gpu, s1);
     kda_runtime_close(gpu);
+    kda_model_free(&m);
+}
+
+// KDA_DECODE_GRAPH=1: the step replayed as a CUDA graph gives the eager step's logits bit for bit
+// (the same kernels and GEMM plans on the same buffers), and the capture really happened.
+KDA_TEST_GPU(gpu_decode_graph_equals_eager) {
+    KdaModel m;
+    model_(&m, 1, 0);
+    KdaCudaModel *g = NULL;
+    KdaCudaDecode *eager = NULL, *graph = NULL;
+    KdaError err = {{0}};
+    int rc = kda_cuda_model_create(&g, &m.cfg, &m.table, m.params, 0, &err) ||
+             kda_cuda_decode_create(g, &eager, &err);
+    setenv("KDA_DECODE_GRAPH", "1", 1);
+    rc = rc || kda_cuda_decode_create(g, &graph, &err);
+    unsetenv("KDA_DECODE_GRAPH");
+    CHECK_MSG(rc == 0, "%s", err.msg);
+    int64_t V = m.cfg.vocab_size;
+    int32_t ids[48];
+    tiny_random_ids(ids, 48, V, 13);
+    float *a = malloc((size_t)V * 4), *b = malloc((size_t)V * 4);
+    rc = rc || kda_cuda_model_prefill(g, eager, ids, 40, a, &err) ||
+         kda_cuda_model_prefill(g, graph, ids, 40, b, &err);
+    for (int k = 0; k < 6 && !rc; k++) {
+        rc = kda_cuda_model_decode(g, eager, ids[40 + k], a, &err) ||
+             kda_cuda_model_decode(g, graph, ids[40 + k], b, &err);
+        CHECK_MSG(!rc && memcmp(a, b, (size_t)V * 4) == 0, "step %d: graph != eager (%s)", k,
+                  err.msg);
+    }
+    if (!rc) CHECK_MSG(kda_cuda_decode_graphed(graph), "the step was not captured");
+    free(a), free(b);
+    kda_cuda_decode_free(eager), kda_cuda_decode_free(graph);
+    kda_cuda_model_free(g);
     kda_model_free(&m);
 }
 

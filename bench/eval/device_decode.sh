@@ -71,14 +71,19 @@ log "$(nvidia-smi --query-gpu=name --format=csv,noheader 2> /dev/null | head -1)
 
 for P in $PROMPTS; do
     IDS=$(python3 -c "import random; r=random.Random($P); print(','.join(str(r.randrange(1000, 100000)) for _ in range($P)))")
-    for mode in recurrent refeed; do
-        timeout 60 "$KDA_BIN" generate --model "$W/ckpt" --prompt-ids "$IDS" --device "$DEVICE" \
-            --decode $mode --max-new-tokens "$NEW" --temperature 0 --ignore-eos --no-echo \
+    for mode in recurrent graph refeed; do # graph: recurrent with KDA_DECODE_GRAPH=1
+        dec=$mode graph=0
+        [ $mode = graph ] && dec=recurrent graph=1
+        KDA_DECODE_GRAPH=$graph timeout 60 "$KDA_BIN" generate --model "$W/ckpt" \
+            --prompt-ids "$IDS" --device "$DEVICE" --decode $dec --max-new-tokens "$NEW" \
+            --temperature 0 --ignore-eos --no-echo \
             > "$W/ids_${P}_$mode.txt" 2> "$W/gen_${P}_$mode.log"
         rc=$?
         line=$(grep "kda generate:" "$W/gen_${P}_$mode.log" | tail -1)
-        log "prompt $P, --decode $mode (rc $rc): ${line#kda generate: }"
+        log "prompt $P, --decode $dec, KDA_DECODE_GRAPH=$graph (rc $rc): ${line#kda generate: }"
     done
+    cmp -s "$W/ids_${P}_recurrent.txt" "$W/ids_${P}_graph.txt" &&
+        log "prompt $P: graph ids = eager ids" || log "prompt $P: graph ids DIFFER from eager ids"
     same=$(python3 - "$W/ids_${P}_recurrent.txt" "$W/ids_${P}_refeed.txt" << 'PY'
 import sys
 a, b = (open(f).read().split() for f in sys.argv[1:3])

@@ -1512,6 +1512,14 @@ struct KdaCudaDecode {
     bf *ga, *up, *mm;        // [I] each
     float *logits;           // [n_vocab]
     int64_t bytes;           // of mem
+    // KDA_DECODE_GRAPH=1 at create: after one eager step, the step is captured once as a CUDA
+    // graph (its ~25 launches per layer replayed by one), reading the id from and writing the
+    // logits to pinned host buffers. graph: 0 not yet, 1 ready, -1 off or the capture failed.
+    int graph;
+    cudaGraphExec_t exec;
+    int32_t *h_id;   // [1] pinned
+    float *h_logits; // [n_vocab] pinned
+    int64_t steps;   // decode steps run on this state
 };
 
 // Assigns every pointer of st for m's config (a->base NULL: only counts bytes).
@@ -1547,12 +1555,27 @@ int kda_cuda_decode_create(KdaCudaModel *m, KdaCudaDecode **out, KdaError *err) 
     }
     a.base = st->mem, a.used = 0;
     decode_layout_(&m->cfg, st, &a);
+    const char *g = getenv("KDA_DECODE_GRAPH"); // "1": replay the step as a CUDA graph
+    st->graph = g && !strcmp(g, "1") ? 0 : -1;
+    if (st->graph == 0 &&
+        (cudaMallocHost((void **)&st->h_id, sizeof(int32_t)) != cudaSuccess ||
+         cudaMallocHost((void **)&st->h_logits, F32(m->cfg.vocab_size)) != cudaSuccess)) {
+        cudaGetLastError(); // no pinned memory: the eager step
+        st->graph = -1;
+    }
     *out = st;
     return 0;
 }
 
+int kda_cuda_decode_graphed(const KdaCudaDecode *st) {
+    return st->graph == 1;
+}
+
 void kda_cuda_decode_free(KdaCudaDecode *st) {
     if (!st) return;
+    if (st->graph == 1) cudaGraphExecDestroy(st->exec);
+    if (st->h_id) cudaFreeHost(st->h_id);
+    if (st->h_logits) cudaFreeHost(st->h_logits);
     kda_cuda_release(st->mem);
     free(st);
 }
@@ -1659,6 +1682,38 @@ static int decode_block_(KdaCudaModel *m, KdaCudaDecode *st, int64_t l) {
     return 0;
 }
 
+// One step's work on the stream, the id already in st->id: embedding, blocks, final norm and
+// head into st->logits.
+static int decode_enqueue_(KdaCudaModel *m, KdaCudaDecode *st) {
+    const KdaConfig *c = &m->cfg;
+    TRY(kda_cuda_embed_fwd(&m->ctx, st->h, m->P.embed, st->id, 1, c->hidden_size));
+    for (int64_t l = 0; l < c->num_hidden_layers; l++)
+        TRY(decode_block_(m, st, l));
+    TRY(kda_cuda_rmsnorm_fwd(&m->ctx, st->x, st->rstd, st->h, m->P.final_norm, 1, c->hidden_size,
+                             (float)c->norm_eps));
+    return kda_cuda_gemm_fwd(&m->ctx, st->logits, KDA_DT_F32, st->x, W_(m, m->P.lm_head), 1,
+                             c->hidden_size, c->vocab_size, 0);
+}
+
+// Captures pinned id -> st->id, the step, st->logits -> pinned logits as one graph. A failure
+// (a launcher that cannot be captured) leaves the eager step in place: graph -1, errors cleared.
+static void decode_capture_(KdaCudaModel *m, KdaCudaDecode *st) {
+    cudaStream_t s = m->ctx.stream;
+    cudaGraph_t g = NULL;
+    int64_t V = m->cfg.vocab_size;
+    int ok = cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal) == cudaSuccess;
+    if (ok) {
+        int rc = cudaMemcpyAsync(st->id, st->h_id, sizeof(int32_t), cudaMemcpyHostToDevice, s) ||
+                 decode_enqueue_(m, st) ||
+                 cudaMemcpyAsync(st->h_logits, st->logits, F32(V), cudaMemcpyDeviceToHost, s);
+        ok = cudaStreamEndCapture(s, &g) == cudaSuccess && !rc && g;
+    }
+    ok = ok && cudaGraphInstantiate(&st->exec, g, 0) == cudaSuccess;
+    if (g) cudaGraphDestroy(g);
+    if (!ok) cudaGetLastError(), kda_cuda_clear_error(&m->ctx);
+    st->graph = ok ? 1 : -1;
+}
+
 int kda_cuda_model_decode(KdaCudaModel *m, KdaCudaDecode *st, int32_t id, float *logits,
                           KdaError *err) {
     const KdaConfig *c = &m->cfg;
@@ -1666,15 +1721,27 @@ int kda_cuda_model_decode(KdaCudaModel *m, KdaCudaDecode *st, int32_t id, float 
         return kda_fail(err, "decode: token id %d is outside the vocabulary [0, %lld)", (int)id,
                         (long long)c->vocab_size);
     m->have_fwd = 0; // the forward's activations stay, but a backward of them is not wanted now
+    if (st->graph == 0 && st->steps > 0) decode_capture_(m, st); // caches warm after one step
+    st->steps++;
+    if (st->graph == 1) {
+        *st->h_id = id;
+        cudaError_t e = cudaGraphLaunch(st->exec, m->ctx.stream);
+        if (e == cudaSuccess) e = cudaStreamSynchronize(m->ctx.stream);
+        if (e != cudaSuccess) {
+            kda_cuda_fail_at(&m->ctx, __FILE__, __LINE__, "cudaGraphLaunch(decode)",
+                             cudaGetErrorString(e));
+            return fail_(m, err);
+        }
+        memcpy(logits, st->h_logits, F32(c->vocab_size));
+        return 0;
+    }
     cudaError_t e = cudaMemcpyAsync(st->id, &id, sizeof id, cudaMemcpyHostToDevice, m->ctx.stream);
     if (e != cudaSuccess) {
         kda_cuda_fail_at(&m->ctx, __FILE__, __LINE__, "cudaMemcpyAsync(id)", cudaGetErrorString(e));
         return fail_(m, err);
     }
-    int rc = kda_cuda_embed_fwd(&m->ctx, st->h, m->P.embed, st->id, 1, c->hidden_size);
-    for (int64_t l = 0; l < c->num_hidden_layers && !rc; l++)
-        rc = decode_block_(m, st, l);
-    if (rc || decode_head_(m, st, st->h, logits)) return fail_(m, err);
+    if (decode_enqueue_(m, st) || kda_cuda_get_f32(&m->ctx, logits, st->logits, c->vocab_size))
+        return fail_(m, err);
     return 0;
 }
 

@@ -206,12 +206,11 @@ const char *kda_cuda_model_device_name(const KdaCudaModel *m);
 // -1 without a preceding forward or outside its [B, T].
 int kda_cuda_model_logits(KdaCudaModel *m, int64_t b, int64_t t, float *logits, KdaError *err);
 
-// ---- memory plan (kda info)
-// ----------------------------------------------------------------------- What
-// kda_cuda_model_create plus a training step of [B, T] allocate on the device, counted by the same
-// code (configure_, layout_, the kept-state size; the environment's switches as create reads them)
-// without a device: smem_optin is the device's opt-in shared memory per block (it picks the core's
-// chunk and kernels; the H200's is 232448 bytes). Bytes; one process (no ZeRO-1 shard).
+// ---- memory plan (kda info) ---------------------------------------------------------------
+// What kda_cuda_model_create plus a training step of [B, T] allocate on the device, counted by the
+// same code (configure_, layout_, the kept-state size; the environment's switches as create reads
+// them) without a device: smem_optin is the device's opt-in shared memory per block (it picks the
+// core's chunk and kernels; the H200's is 232448 bytes). Bytes; one process (no ZeRO-1 shard).
 typedef struct {
     int64_t dtotal;     // elements of each parameter-sized buffer (the device layout)
     double state_bytes; // fp32 params, grads, Adam m and v: 4 x 4 x dtotal
@@ -225,13 +224,16 @@ int kda_cuda_model_plan(const KdaConfig *cfg, const KdaParamTable *t, int64_t B,
 // Bytes of m's activation arena and kept states now (what the plan's arena + keep count).
 size_t kda_cuda_model_arena_bytes(const KdaCudaModel *m);
 
-// ---- recurrent decode (one sequence; cuda/decode_cuda.h)
-// ----------------------------------------- A decode cache in device memory: the state S [L, HV, K,
-// V] fp32, the conv tails [L, HK | HK | HVV, W-1] fp32 and one token's scratch (a few vectors and
-// the logits). Zero at create.
+// ---- recurrent decode (one sequence; cuda/decode_cuda.h) -----------------------------------
+// A decode cache in device memory: the state S [L, HV, K, V] fp32, the conv tails [L, HK | HK |
+// HVV, W-1] fp32 and one token's scratch (a few vectors and the logits). Zero at create. With the
+// environment KDA_DECODE_GRAPH=1 at create (opt-in until measured on a GPU), the second and later
+// steps replay the step as one CUDA graph (captured once per cache; the same kernels on the same
+// buffers, so the same bits); a capture that fails falls back to the eager step.
 typedef struct KdaCudaDecode KdaCudaDecode;
 int kda_cuda_decode_create(KdaCudaModel *m, KdaCudaDecode **st, KdaError *err);
-void kda_cuda_decode_free(KdaCudaDecode *st); // accepts NULL
+void kda_cuda_decode_free(KdaCudaDecode *st);         // accepts NULL
+int kda_cuda_decode_graphed(const KdaCudaDecode *st); // 1 when its steps replay a CUDA graph
 // dst's cache = src's (queued on m's stream).
 int kda_cuda_decode_copy(KdaCudaModel *m, KdaCudaDecode *dst, const KdaCudaDecode *src,
                          KdaError *err);
