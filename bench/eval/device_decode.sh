@@ -3,8 +3,9 @@
 # most ~90 s: `kda generate --device cuda` with --decode recurrent (prefill, then one O(1) step per
 # token with the state on the device) and --decode refeed (the whole-sequence forward per token,
 # O(T^2)), greedy, on a KDA-300M-shaped model with random weights, for two prompt lengths; then
-# `kda eval` on OLMo's HellaSwag requests with and without the shared-prefix engine on the GPU
-# (the rule's DECODE_COST_GPU in src/cli/cmd_eval.c is an estimate this measures).
+# `kda eval` on OLMo's HellaSwag requests on the GPU with the default sharing rule, with every
+# document shared and with batched forwards only (the rule's DECODE_COST_GPU and
+# PREFILL_COST_GPU in src/cli/cmd_eval.c are estimates this measures).
 #
 # Usage (repository root, on the GPU machine): bash bench/eval/device_decode.sh
 # Environment (defaults):
@@ -96,18 +97,23 @@ PY
     log "prompt $P: leading greedy ids identical between the two paths: $same"
 done
 
-# kda eval on the GPU: shared prefix (prefill once, decode each choice) vs batched forwards.
+# kda eval on the GPU: the default sharing rule, every document shared (prefill once, decode
+# each choice: KDA_EVAL_DECODE_COST=1 KDA_EVAL_PREFILL_COST=0) and batched forwards only.
 TASKDIR=bench/eval/data
 if [ "$EVAL_LIMIT" -gt 0 ] && [ -f $TASKDIR/oe_eval_tasks/hellaswag/rc_5shot/requests.jsonl.gz ]; then
-    for share in share-prefix no-share-prefix; do
+    for run in default all-shared no-share-prefix; do
         left=$((90 - ($(date +%s) - START) - 5))
-        [ "$left" -gt 5 ] || { log "eval --$share: no time left"; continue; }
-        timeout "$left" "$KDA_BIN" eval --model "$W/ckpt" --tasks olmo:hellaswag/rc_5shot \
-            --data $TASKDIR --limit "$EVAL_LIMIT" --device "$DEVICE" --$share \
+        [ "$left" -gt 5 ] || { log "eval $run: no time left"; continue; }
+        flag=--share-prefix dc= pc=
+        [ $run = all-shared ] && dc=1 pc=0
+        [ $run = no-share-prefix ] && flag=--no-share-prefix
+        KDA_EVAL_DECODE_COST=$dc KDA_EVAL_PREFILL_COST=$pc timeout "$left" "$KDA_BIN" eval \
+            --model "$W/ckpt" --tasks olmo:hellaswag/rc_5shot --data $TASKDIR \
+            --limit "$EVAL_LIMIT" --device "$DEVICE" $flag \
             --tokenizer assets/tokenizers/llama3/tokenizer.json \
-            > "$W/eval_$share.out" 2> "$W/eval_$share.log"
-        log "eval --$share (rc $?): $(grep -E 'requests in' "$W/eval_$share.log" | tail -1)"
-        grep -E '^\| ' "$W/eval_$share.out" | tail -2 | tee -a "$SUM"
+            > "$W/eval_$run.out" 2> "$W/eval_$run.log"
+        log "eval $run (rc $?): $(grep -E 'requests in' "$W/eval_$run.log" | tail -1)"
+        grep -E '^\| ' "$W/eval_$run.out" | tail -2 | tee -a "$SUM"
     done
 fi
 log "total $(($(date +%s) - START)) s"

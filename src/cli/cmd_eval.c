@@ -177,27 +177,40 @@ static int parse_(EvalArgs *a, int argc, char **argv) {
     return 0;
 }
 
-// A decode step's cost in tokens of a batched forward, the shared-prefix rule's constant (eval.h):
-// on the CPU a step is a GEMV (2 tokens' worth); on the GPU a step of one token is a few hundred
-// small launches against a batched forward's ~µs per token, so sharing pays only for long
-// contexts. DECODE_COST_GPU is an estimate until bench/eval/device_decode.sh has measured it.
-#define DECODE_COST_CPU 2
-#define DECODE_COST_GPU 32
+// The shared-prefix rule's costs (eval.h), in tokens of a batched forward: a decode step on the
+// CPU is a GEMV (2 tokens' worth) and a shared group's prefill costs nothing extra there; on the
+// GPU a one-token step is a few hundred small kernel launches and a group's B = 1 prefill is
+// latency- bound, against a batched forward's ~µs per token, so sharing pays only for long
+// contexts. The GPU values are estimates until bench/eval/device_decode.sh has measured them;
+// KDA_EVAL_DECODE_COST and KDA_EVAL_PREFILL_COST override them (to measure, e.g. 1 and 0 share
+// every document).
+#define DECODE_COST_CPU  2
+#define DECODE_COST_GPU  32
+#define PREFILL_COST_GPU 4096
+
+static int64_t env_cost_(const char *name, int64_t dflt) {
+    const char *v = getenv(name);
+    char *end = NULL;
+    long long x = v && *v ? strtoll(v, &end, 10) : -1;
+    if (v && *v && (*end || x < 0)) kda_die("%s=%s: expected a non-negative integer", name, v);
+    return x >= 0 ? (int64_t)x : dflt;
+}
 
 // The scoring settings of the opened model and device (BOS is decided with the tokenizer).
 static EvalSettings settings_(const EvalArgs *a, CliModel *cm) {
     int cuda = kda_runtime_device(cm->rt) == KDA_DEVICE_CUDA;
-    return (EvalSettings){.bos = a->bos > 0,
-                          .batch_tokens = a->batch_tokens ? a->batch_tokens
-                                          : cuda          ? 16384
-                                                          : 8192,
-                          .share_prefix = a->share,
-                          .decode_cost = cuda ? DECODE_COST_GPU : DECODE_COST_CPU,
-                          .max_length =
-                              a->max_length ? a->max_length : cm->cfg->max_position_embeddings,
-                          .device = cuda ? "cuda" : "cpu",
-                          .precision = kda_runtime_precision(cm->rt),
-                          .limit = a->limit};
+    return (EvalSettings){
+        .bos = a->bos > 0,
+        .batch_tokens = a->batch_tokens ? a->batch_tokens
+                        : cuda          ? 16384
+                                        : 8192,
+        .share_prefix = a->share,
+        .decode_cost = env_cost_("KDA_EVAL_DECODE_COST", cuda ? DECODE_COST_GPU : DECODE_COST_CPU),
+        .prefill_cost = env_cost_("KDA_EVAL_PREFILL_COST", cuda ? PREFILL_COST_GPU : 0),
+        .max_length = a->max_length ? a->max_length : cm->cfg->max_position_embeddings,
+        .device = cuda ? "cuda" : "cpu",
+        .precision = kda_runtime_precision(cm->rt),
+        .limit = a->limit};
 }
 
 // Loads every task first (data errors before any compute); *names and *ts are owned.

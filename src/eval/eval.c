@@ -223,12 +223,13 @@ static int share_groups(KdaRuntime *rt, const EvalTokens *r, int64_t n, const Ev
         int64_t j = i + 1;
         while (j < n && same_ctx(&r[i], &r[j]) && r[j].n_ctx + r[j].n_cont <= s->max_length + 1)
             j++;
-        // A decode step costs `cost` tokens of a batched forward (a GEMV vs a GEMM on the CPU), so
-        // share only when the saved context tokens outweigh the decoded ones.
+        // A decode step costs `cost` tokens of a batched forward (a GEMV vs a GEMM on the CPU), and
+        // the group's own prefill s->prefill_cost more, so share only when the saved context
+        // tokens outweigh them.
         int64_t decoded = 0;
         for (int64_t q = i; q < j; q++)
             decoded += r[q].n_cont - 1;
-        if ((j - i - 1) * r[i].n_ctx < cost * decoded) {
+        if ((j - i - 1) * r[i].n_ctx < cost * decoded + s->prefill_cost) {
             while (i < j)
                 full[(*n_full)++] = i++;
             continue;

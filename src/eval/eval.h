@@ -15,9 +15,10 @@
 //     context once (kda_runtime_prefill) and each continuation continues from a copy of the
 //     recurrent state (kda_runtime_decode), i.e. context + sum of continuation lengths tokens
 //     per document instead of choices x (context + continuation); used for a group when
-//     (choices - 1) x context tokens >= decode_cost x decoded tokens (decode_cost: what one
-//     decode step costs in tokens of a batched forward) and the runtime can decode (the GPU's
-//     fp32 scoring model cannot);
+//     (choices - 1) x context tokens >= decode_cost x decoded tokens + prefill_cost
+//     (decode_cost: what one decode step costs in tokens of a batched forward; prefill_cost:
+//     what a group's own B = 1 prefill costs beyond its tokens) and the runtime can decode (the
+//     GPU's fp32 scoring model cannot);
 //   batched full forward: requests sorted by length, packed into [B, T] batches of at most
 //     batch_tokens tokens (eval_plan_batches; right-padded with token 0, labels -100 on context
 //     and padding so only continuation tokens are scored; causal, so padding never reaches a
@@ -52,6 +53,7 @@ typedef struct {
     int share_prefix;       // 1: prefill + decode engine where it pays; 0: batched forward only
     int64_t decode_cost;    // a decode step's cost in batched-forward tokens (the rule above;
                             // <= 0: 2, the CPU's: a decode step is a GEMV)
+    int64_t prefill_cost;   // a shared group's fixed cost in batched-forward tokens (CPU: 0)
     const char *device;     // results.json "device" ("cpu" when NULL)
     const char *precision;  // "bf16" | "fp32" -> results.json "dtype" bfloat16 | float32 (NULL:
                             // bfloat16 on "cuda", float32 on the CPU)
