@@ -244,6 +244,10 @@ KdaAdamW *kda_runtime_optim_full(KdaRuntime *rt) {
     return rt->trained ? rt->ops->optim_full(rt) : NULL;
 }
 
+void kda_runtime_optim_release(KdaRuntime *rt) {
+    if (rt->trained && rt->ops->optim_release) rt->ops->optim_release(rt);
+}
+
 int kda_runtime_state_changed(KdaRuntime *rt, KdaError *err) {
     TRAINED("state_changed");
     return rt->ops->state_changed(rt, err);

@@ -165,8 +165,13 @@ float *kda_runtime_host_params(KdaRuntime *rt, KdaError *err);
 KdaAdamW *kda_runtime_host_optim(KdaRuntime *rt);
 int kda_runtime_state_changed(KdaRuntime *rt, KdaError *err);
 // ZeRO-1: the host optimizer with full-size m and v [total_numel] fp32 allocated (the target of
-// a moments gather; released by state_changed). Without a shard: kda_runtime_host_optim.
+// a moments gather; released by state_changed or optim_release). Without a shard:
+// kda_runtime_host_optim.
 KdaAdamW *kda_runtime_optim_full(KdaRuntime *rt);
+// After a checkpoint has read the gathered moments: the CPU frees its full-size copy; nothing is
+// uploaded (the device's parameters and shard moments are current; a GPU rank other than 0 has no
+// current host parameters then, so state_changed there would upload stale ones).
+void kda_runtime_optim_release(KdaRuntime *rt);
 
 int kda_runtime_set_recompute(KdaRuntime *rt, int on, KdaError *err); // GPU only (-1 on the CPU)
 // Device memory in use and total (MiB); -1 on the CPU or on a device error.

@@ -265,6 +265,13 @@ static int state_changed_(KdaRuntime *rt, KdaError *err) {
     return 0;
 }
 
+static void optim_release_(KdaRuntime *rt) {
+    CpuRt *x = X_(rt);
+    free(x->view.m);
+    free(x->view.v);
+    x->view.m = x->view.v = NULL;
+}
+
 // The CPU runs every op in order on the calling thread: start and end marks need no waiting.
 static int profile_(KdaRuntime *rt, KdaProf *p, KdaError *err) {
     (void)err;
@@ -361,6 +368,7 @@ static const KdaRuntimeOps CPU_OPS = {
     .host_params = host_params_,
     .host_optim = host_optim_,
     .optim_full = optim_full_,
+    .optim_release = optim_release_,
     .state_changed = state_changed_,
     .profile = profile_,
     .grad_view = grad_view_,

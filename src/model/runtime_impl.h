@@ -35,6 +35,7 @@ typedef struct {
     float *(*host_params)(KdaRuntime *rt, KdaError *err);
     KdaAdamW *(*host_optim)(KdaRuntime *rt);
     KdaAdamW *(*optim_full)(KdaRuntime *rt);
+    void (*optim_release)(KdaRuntime *rt); // NULL: nothing to release
     int (*state_changed)(KdaRuntime *rt, KdaError *err);
     int (*set_recompute)(KdaRuntime *rt, int on, KdaError *err);
     int (*device_memory)(KdaRuntime *rt, double *used_mib, double *total_mib);

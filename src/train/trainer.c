@@ -589,8 +589,7 @@ static int save(Run *r, KdaTrainResult *res, KdaError *err) {
         snprintf(name, sizeof name, "iter_%07lld", (long long)r->st.iteration);
         path_join(dir, sizeof dir, r->rc->save, name);
     }
-    KdaError se; // releases the gathered moments (a failure fails the save on every rank)
-    if (r->zero1 && kda_runtime_state_changed(r->rt, bad ? &se : err)) bad = 1;
+    if (r->zero1) kda_runtime_optim_release(r->rt); // the gathered full moments
     if (r->dist) {
         KdaError e;
         double b = (double)bad;
