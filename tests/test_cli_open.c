@@ -76,8 +76,8 @@ KDA_TEST(cli_open_resolve_and_tokenizer_search) {
     tok_free(t);
 }
 
-// cli_open_model on a save directory: the checkpoint's weights in the CPU model, its core, the
-// CPU device, and the run config's tokenizer.
+// cli_open_model on a save directory: the checkpoint's model on the CPU runtime, its core, and the
+// run config's tokenizer.
 KDA_TEST(cli_open_model_checkpoint_cpu) {
     char save[PATH_MAX], iter[PATH_MAX], hf[PATH_MAX];
     make_dirs(save, iter, hf);
@@ -86,14 +86,14 @@ KDA_TEST(cli_open_model_checkpoint_cpu) {
         .model = save, .core = "recurrent", .device = "cpu", .tok_source = CLI_TOK_FIND};
     cli_open_model(&cm, &s);
     CHECK_MSG(!strcmp(cm.dir, iter), "%s", cm.dir);
-    CHECK_EQ_INT(cm.m.core, KDA_CORE_RECURRENT);
-    CHECK_EQ_INT(cm.dev.cuda, 0);
-    CHECK(cm.m.cfg.vocab_size > 0 && cm.m.params != NULL);
+    CHECK_EQ_INT(cm.core, KDA_CORE_RECURRENT);
+    CHECK(kda_runtime_device(cm.rt) == KDA_DEVICE_CPU);
+    CHECK(cm.cfg->vocab_size > 0 && kda_runtime_table(cm.rt)->total_numel > 0);
     CHECK_MSG(cm.tok && !strcmp(cm.tok_path, GPT2), "%s", cm.tok_path);
     cli_close_model(&cm);
     s.tok_source = CLI_TOK_FLAG; // only the flag: none given, none loaded
     s.core = "chunk";
     cli_open_model(&cm, &s);
-    CHECK(cm.tok == NULL && cm.m.core == KDA_CORE_CHUNK);
+    CHECK(cm.tok == NULL && cm.core == KDA_CORE_CHUNK);
     cli_close_model(&cm);
 }

@@ -27,8 +27,8 @@
 #include <unistd.h>
 
 #include "core/util.h"
-#include "data/indexed.h"
 #include "dist_test_util.h"
+#include "fixtures.h" // defines: TestDocs, test_write_docs
 #include "io/model_io.h"
 #include "model/config.h"
 #include "model/params.h"
@@ -50,21 +50,12 @@ static const char *kda_bin_(void) {
     return b ? b : "./build/kda";
 }
 
-// 200 documents of 20..59 tokens, token k of document d = 10 + (d + 5k) % 37.
+// 200 documents of 20..59 tokens, token k of document d = 10 + (d + 5k) % 37 (fixtures.h).
 static int make_data_(char *prefix, size_t cap) {
     snprintf(prefix, cap, "%s/data", test_tmpdir());
-    IndexedBuilder b;
     KdaError err;
-    if (indexed_builder_open(&b, prefix, IDX_DTYPE_UINT16, &err)) return -1;
-    int32_t tok[64];
-    for (int d = 0; d < 200; d++) {
-        int n = 20 + (d * 7) % 40;
-        for (int k = 0; k < n; k++)
-            tok[k] = 10 + (d + 5 * k) % 37;
-        if (indexed_builder_add(&b, tok, n, &err)) return -1;
-        indexed_builder_end_document(&b);
-    }
-    return indexed_builder_finish(&b, &err) ? -1 : 0;
+    TestDocs docs = {.n_docs = 200, .len = 0, .stride = 5, .mod = 37, .base = 10};
+    return test_write_docs(prefix, docs, &err);
 }
 
 // SAVE-independent run config at dir/name.yaml for a global batch gbs of micro-batches of 2.

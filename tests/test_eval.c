@@ -18,6 +18,7 @@
 #include "io/model_io.h"
 #include "model/model.h"
 #include "test.h"
+#include "tiny_model.h" // defines: tiny_runtime
 
 #define TOKENIZER "assets/tokenizers/llama3/tokenizer.json"
 
@@ -248,6 +249,7 @@ KDA_TEST(eval_tokenization_rules) {
 KDA_TEST(eval_loglik_equals_forward_nll) {
     KdaModel m;
     tiny_(&m);
+    KdaRuntime *rt = tiny_runtime(&m, "cpu", NULL);
     KdaTokenizer *tok = tok_();
     KdaError err;
     EvalRequest rq[4] = {{"Question: Which is a fruit?\nAnswer:", " an apple"},
@@ -261,9 +263,9 @@ KDA_TEST(eval_loglik_equals_forward_nll) {
     for (int i = 0; i < 4; i++)
         ref[i] = forward_ll_(&m, t[i].ids, t[i].n_ctx + t[i].n_cont, t[i].n_cont);
     EvalSettings s = {.bos = 1, .max_length = 2048, .batch_tokens = 64, .share_prefix = 1};
-    CHECK(eval_loglik(&m, t, 4, &s, ll_shared, NULL, NULL, &err) == 0);
+    CHECK(eval_loglik(rt, t, 4, &s, ll_shared, NULL, NULL, &err) == 0);
     s.share_prefix = 0;
-    CHECK(eval_loglik(&m, t, 4, &s, ll_full, NULL, NULL, &err) == 0);
+    CHECK(eval_loglik(rt, t, 4, &s, ll_full, NULL, NULL, &err) == 0);
     // fp32 model: prefill (chunked) + recurrent decode vs one chunked forward differ by the
     // model body's fp32 rounding and the float per-position NLLs (|ll| ~ 12 nats per token,
     // half an ulp ~5e-7 each); both log-softmaxes sum in double. 1e-5 absolute (seen ~1e-6).
@@ -274,7 +276,7 @@ KDA_TEST(eval_loglik_equals_forward_nll) {
     }
     // Left truncation to max_length + 1 = 6 tokens: the scored input is the last 6 tokens.
     s.max_length = 5, s.share_prefix = 1;
-    CHECK(eval_loglik(&m, t, 4, &s, ll_trunc, NULL, NULL, &err) == 0);
+    CHECK(eval_loglik(rt, t, 4, &s, ll_trunc, NULL, NULL, &err) == 0);
     for (int i = 0; i < 4; i++) {
         int64_t n = t[i].n_ctx + t[i].n_cont, L = n < 6 ? n : 6,
                 nc = t[i].n_cont < L - 1 ? t[i].n_cont : L - 1;
@@ -283,6 +285,7 @@ KDA_TEST(eval_loglik_equals_forward_nll) {
     }
     for (int i = 0; i < 4; i++)
         eval_tokens_free(&t[i]);
+    kda_runtime_close(rt);
     kda_model_free(&m);
 }
 
@@ -322,6 +325,7 @@ KDA_TEST(eval_engines_agree_on_peaked_model) {
     tiny_(&m);
     for (int64_t i = 0; i < m.cfg.vocab_size * m.cfg.hidden_size; i++)
         m.w.embed[i] *= 50.0f; // std 0.02 -> 1
+    KdaRuntime *rt = tiny_runtime(&m, "cpu", NULL);
     KdaRng rng;
     rng_seed(&rng, 31);
     enum { N = 12 };
@@ -345,12 +349,12 @@ KDA_TEST(eval_engines_agree_on_peaked_model) {
         ref[i] = logits_ll_(&m, r[i].ids, r[i].n_ctx + r[i].n_cont, r[i].n_cont);
     EvalSettings s = {.bos = 0, .max_length = 2048, .batch_tokens = 8192, .share_prefix = 1};
     KdaError err;
-    CHECK_MSG(eval_loglik(&m, r, N, &s, ll[0], NULL, NULL, &err) == 0, "%s", err.msg);
+    CHECK_MSG(eval_loglik(rt, r, N, &s, ll[0], NULL, NULL, &err) == 0, "%s", err.msg);
     s.share_prefix = 0;
     const int64_t budgets[3] = {1, 100, 8192};
     for (int k = 0; k < 3; k++) {
         s.batch_tokens = budgets[k];
-        CHECK_MSG(eval_loglik(&m, r, N, &s, ll[k + 1], NULL, NULL, &err) == 0, "%s", err.msg);
+        CHECK_MSG(eval_loglik(rt, r, N, &s, ll[k + 1], NULL, NULL, &err) == 0, "%s", err.msg);
     }
     double worst = 0.0;
     for (int k = 0; k < 4; k++)
@@ -363,6 +367,7 @@ KDA_TEST(eval_engines_agree_on_peaked_model) {
            worst);
     for (int i = 0; i < N; i++)
         eval_tokens_free(&r[i]);
+    kda_runtime_close(rt);
     kda_model_free(&m);
 }
 
@@ -456,6 +461,7 @@ KDA_TEST(eval_bad_input_names_task_and_record) {
 KDA_TEST(eval_perplexity_windows) {
     KdaModel m;
     tiny_(&m);
+    KdaRuntime *rt = tiny_runtime(&m, "cpu", NULL);
     IndexedDataset ds;
     KdaError err;
     CHECK_MSG(indexed_open(&ds, test_data("indexed/std_i32"), &err) == 0, "%s", err.msg);
@@ -465,7 +471,7 @@ KDA_TEST(eval_perplexity_windows) {
         k += indexed_read_tokens(&ds, q, 0, all + k, indexed_index_length(&ds.idx, q));
     double sum, ref = 0.0;
     int64_t n;
-    CHECK(eval_perplexity(&m, &ds, S, 0, NULL, &sum, &n, NULL, NULL, &err) == 0);
+    CHECK(eval_perplexity(rt, &ds, S, 0, &sum, &n, NULL, NULL, &err) == 0);
     CHECK_EQ_INT(n, n_all - 1);                   // every token but the first is predicted once
     for (int64_t w = 0; w * S < n_all - 1; w++) { // windows [wS, wS+S] overlapping by one token
         int32_t ids[4];
@@ -480,6 +486,7 @@ KDA_TEST(eval_perplexity_windows) {
     CHECK_NEAR(sum, ref, 1e-5 * fmax(1.0, fabs(ref)));
     free(all);
     indexed_close(&ds);
+    kda_runtime_close(rt);
     kda_model_free(&m);
 }
 

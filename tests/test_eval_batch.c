@@ -1,22 +1,19 @@
-// test_eval_batch.c - the device-independent parts of GPU evaluation, on the CPU: the batch
-// planner (sorting, budget, rows longer than the budget), padded batches (right padding, labels
-// -100 off the continuation, left truncation), the CPU model run through the same padded-batch
-// forward hook the GPU uses (vs one unpadded forward per request), perplexity through the hook,
-// --device resolution without a GPU, and the whole-sequence generation loop of the GPU path
-// (driven by CPU logits) vs the CPU prefill + decode loop.
+// test_eval_batch.c - the device-independent parts of evaluation and generation, on the CPU: the
+// batch planner (sorting, budget, rows longer than the budget), padded batches (right padding,
+// labels -100 off the continuation, left truncation), the batched engine on the CPU runtime (vs
+// one unpadded forward per request), and the whole-sequence generation loop (kda_generate_refeed,
+// the GPU's path before its decode step) vs prefill + decode.
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "core/rng.h"
-#include "cuda/backend_cuda.h"
-#include "data/indexed.h"
-#include "eval/device.h"
 #include "eval/eval.h"
 #include "eval/generate.h"
 #include "model/model.h"
 #include "test.h"
+#include "tiny_model.h" // defines: tiny_runtime
 
 // A tiny random model; vocab 64 unless a fixture needs more (the batched path does not depend
 // on the vocabulary size).
@@ -99,22 +96,6 @@ KDA_TEST(eval_batch_fill_padding_labels_truncation) {
     eval_tokens_free(&r[0]), eval_tokens_free(&r[1]);
 }
 
-typedef struct {
-    KdaModel *m;
-    int64_t calls, rows, max_bt, budget_violations;
-    int64_t budget;
-} Hook;
-
-// The CPU model behind the GPU's forward hook, recording the batch shapes it is given.
-static int cpu_hook_(void *ctx, const int32_t *ids, const int32_t *labels, int64_t B, int64_t T,
-                     float *nll, KdaError *err) {
-    Hook *h = ctx;
-    h->calls++, h->rows += B;
-    if (B * T > h->max_bt) h->max_bt = B * T;
-    if (B > 1 && B * T > h->budget) h->budget_violations++;
-    return kda_model_forward(h->m, ids, labels, B, T, nll, NULL, NULL, err);
-}
-
 static double forward_ll_(KdaModel *m, const int32_t *ids, int64_t n, int64_t n_cont) {
     float *nll = kda_malloc((size_t)n * sizeof *nll);
     KdaError err;
@@ -126,9 +107,10 @@ static double forward_ll_(KdaModel *m, const int32_t *ids, int64_t n, int64_t n_
     return s;
 }
 
-KDA_TEST(eval_batch_cpu_through_hook_matches_unbatched) {
+KDA_TEST(eval_batch_cpu_batched_matches_unbatched) {
     KdaModel m;
     tiny_(&m);
+    KdaRuntime *rt = tiny_runtime(&m, "cpu", NULL);
     KdaRng rng;
     rng_seed(&rng, 77);
     enum { N = 11 };
@@ -149,18 +131,10 @@ KDA_TEST(eval_batch_cpu_through_hook_matches_unbatched) {
     double ref[N], ll[N], ll_trunc[N];
     for (int i = 0; i < N; i++)
         ref[i] = forward_ll_(&m, r[i].ids, r[i].n_ctx + r[i].n_cont, r[i].n_cont);
-    Hook h = {.m = &m, .budget = 200};
-    EvalSettings s = {.bos = 0,
-                      .max_length = 2048,
-                      .batch_tokens = 200,
-                      .share_prefix = 1,
-                      .forward = cpu_hook_,
-                      .forward_ctx = &h};
+    // share_prefix 0: every request through padded [B, T] batches of at most 200 tokens
+    EvalSettings s = {.bos = 0, .max_length = 2048, .batch_tokens = 200, .share_prefix = 0};
     KdaError err;
-    CHECK_MSG(eval_loglik(&m, r, N, &s, ll, NULL, NULL, &err) == 0, "%s", err.msg);
-    CHECK_EQ_INT(h.rows, N);           // share_prefix ignored: every request went through the hook
-    CHECK(h.calls > 1 && h.calls < N); // really batched, within the budget
-    CHECK_EQ_INT(h.budget_violations, 0);
+    CHECK_MSG(eval_loglik(rt, r, N, &s, ll, NULL, NULL, &err) == 0, "%s", err.msg);
     // The same fp32 CPU forward on a right-padded [B, T] batch vs [1, n]: causal, so the scored
     // positions see the same inputs; only the summation order inside the chunked core's padded
     // matrices can differ: fp32 rounding, 1e-5 relative to |ll| (seen: ~2e-7).
@@ -169,12 +143,10 @@ KDA_TEST(eval_batch_cpu_through_hook_matches_unbatched) {
         CHECK_NEAR(ll[i], ref[i], 1e-5 * fmax(1.0, fabs(ref[i])));
         worst = fmax(worst, fabs(ll[i] - ref[i]) / fmax(1.0, fabs(ref[i])));
     }
-    printf("    padded batches vs unbatched: worst rel |dll| = %.3g over %d requests, %lld "
-           "batches\n",
-           worst, N, (long long)h.calls);
-    // Left truncation through the hook: max_length 20 scores the last 21 tokens of each row.
+    printf("    padded batches vs unbatched: worst rel |dll| = %.3g over %d requests\n", worst, N);
+    // Left truncation: max_length 20 scores the last 21 tokens of each row.
     s.max_length = 20;
-    CHECK(eval_loglik(&m, r, N, &s, ll_trunc, NULL, NULL, &err) == 0);
+    CHECK(eval_loglik(rt, r, N, &s, ll_trunc, NULL, NULL, &err) == 0);
     for (int i = 0; i < N; i++) {
         int64_t n = r[i].n_ctx + r[i].n_cont, L = n < 21 ? n : 21;
         int64_t nc = r[i].n_cont < L - 1 ? r[i].n_cont : L - 1;
@@ -183,95 +155,20 @@ KDA_TEST(eval_batch_cpu_through_hook_matches_unbatched) {
     }
     for (int i = 0; i < N; i++)
         eval_tokens_free(&r[i]);
+    kda_runtime_close(rt);
     kda_model_free(&m);
-}
-
-KDA_TEST(eval_batch_perplexity_through_hook) {
-    KdaModel m;
-    tiny_vocab_(&m, 128256); // the fixture holds Llama-3 ids (up to 128001)
-    IndexedDataset ds;
-    KdaError err;
-    CHECK_MSG(indexed_open(&ds, test_data("indexed/std_i32"), &err) == 0, "%s", err.msg);
-    Hook h = {.m = &m, .budget = 1 << 30};
-    EvalSettings s = {.forward = cpu_hook_, .forward_ctx = &h};
-    double a, b;
-    int64_t na, nb;
-    CHECK(eval_perplexity(&m, &ds, 3, 0, NULL, &a, &na, NULL, NULL, &err) == 0);
-    CHECK(eval_perplexity(&m, &ds, 3, 0, &s, &b, &nb, NULL, NULL, &err) == 0);
-    CHECK(na == nb && na == 6 && h.calls == 2); // 7 tokens: windows [0, 3] and [3, 6]
-    CHECK_NEAR(a, b, 1e-9 * fabs(a));           // the same forwards (labels = ids), the same order
-    indexed_close(&ds);
-    kda_model_free(&m);
-}
-
-KDA_TEST(eval_device_pick_without_gpu) {
-    int cuda = -1;
-    KdaError err;
-    CHECK(eval_device_pick("cpu", &cuda, &err) == 0 && cuda == 0);
-    CHECK(eval_device_pick("auto", &cuda, &err) == 0 && cuda == kda_cuda_available());
-    CHECK(eval_device_pick("gpu", &cuda, &err) == -1 && strstr(err.msg, "auto, cpu or cuda"));
-    if (!kda_cuda_available()) { // the CPU CI machine
-        CHECK(eval_device_pick("cuda", &cuda, &err) == -1 && strstr(err.msg, "--device cuda: "));
-        CHECK(!strchr(err.msg, '\n'));
-    }
-    KdaModel m;
-    tiny_(&m);
-    EvalDevice d;
-    CHECK(eval_device_open(&d, "cpu", NULL, &m, &err) == 0 && !d.cuda && !strcmp(d.name, "cpu"));
-    float nll[2];
-    int32_t ids[2] = {1, 2};
-    CHECK(eval_device_forward(&d, ids, ids, 1, 2, nll, &err) == -1); // no GPU model
-    eval_device_close(&d);
-    kda_model_free(&m);
-}
-
-// --precision: the two spellings, NULL (not given), and the CPU's answers: fp32 is accepted (the
-// CPU is fp32), bf16 refused (no bf16 CPU path), anything else one line naming the flag.
-KDA_TEST(eval_precision_flags) {
-    int fp32 = 7;
-    KdaError err;
-    CHECK(eval_precision_parse(NULL, &fp32, &err) == 0 && fp32 == -1);
-    CHECK(eval_precision_parse("bf16", &fp32, &err) == 0 && fp32 == 0);
-    CHECK(eval_precision_parse("fp32", &fp32, &err) == 0 && fp32 == 1);
-    CHECK(eval_precision_parse("fp16", &fp32, &err) == -1);
-    CHECK_MSG(!strcmp(err.msg, "--precision must be bf16 or fp32, got 'fp16'"), "%s", err.msg);
-    KdaModel m;
-    tiny_(&m);
-    EvalDevice d;
-    CHECK(eval_device_open(&d, "cpu", "fp32", &m, &err) == 0 && !d.cuda);
-    CHECK(!strcmp(d.precision, "fp32"));
-    eval_device_close(&d);
-    CHECK(eval_device_open(&d, "cpu", NULL, &m, &err) == 0 && !strcmp(d.precision, "fp32"));
-    eval_device_close(&d);
-    CHECK(eval_device_open(&d, "cpu", "bf16", &m, &err) == -1);
-    CHECK_MSG(strstr(err.msg, "--precision bf16 needs the GPU") && !strchr(err.msg, '\n'), "%s",
-              err.msg);
-    CHECK(eval_device_open(&d, "cpu", "FP32", &m, &err) == -1 && strstr(err.msg, "'FP32'"));
-    kda_model_free(&m);
-}
-
-// Logits of the last position through a whole-sequence CPU forward (stands in for the GPU).
-static int cpu_logits_last_(void *ctx, const int32_t *ids, int64_t n, float *logits,
-                            KdaError *err) {
-    KdaModel *m = ctx;
-    int64_t V = m->cfg.vocab_size;
-    float *all = kda_malloc((size_t)(n * V) * sizeof(float));
-    int rc = kda_model_forward(m, ids, NULL, 1, n, NULL, all, NULL, err);
-    if (!rc) memcpy(logits, all + (n - 1) * V, (size_t)V * sizeof(float));
-    free(all);
-    return rc;
 }
 
 KDA_TEST(eval_generate_refeed_matches_decode) {
     KdaModel m;
     tiny_(&m);
+    KdaRuntime *rt = tiny_runtime(&m, "cpu", NULL);
     int32_t prompt[9] = {3, 14, 15, 9, 26, 53, 58, 9, 7}, a[24], b[24];
     KdaGenOpts o = {{0.0, 0, 1.0}, 24, 1, NULL, 0, 0};
     KdaGenStats sa, sb;
     KdaError err;
-    CHECK(kda_generate(&m, prompt, 9, &o, a, NULL, NULL, &sa, &err) == 0);
-    CHECK(kda_generate_refeed(cpu_logits_last_, &m, 64, prompt, 9, &o, b, NULL, NULL, &sb, &err) ==
-          0);
+    CHECK(kda_generate(rt, prompt, 9, &o, a, NULL, NULL, &sa, &err) == 0);
+    CHECK(kda_generate_refeed(rt, prompt, 9, &o, b, NULL, NULL, &sb, &err) == 0);
     CHECK(sa.n_new == 24 && sb.n_new == 24 && sb.n_steps == sa.n_steps);
     for (int i = 0; i < 24; i++) // greedy; fp32 decode vs re-forward differ by ~1e-6 in logits
         CHECK_MSG(a[i] == b[i], "token %d: decode %d, refeed %d", i, a[i], b[i]);
@@ -279,15 +176,14 @@ KDA_TEST(eval_generate_refeed_matches_decode) {
     int32_t eos = b[5];
     KdaGenOpts oe = o;
     oe.eos_ids = &eos, oe.n_eos = 1;
-    CHECK(kda_generate_refeed(cpu_logits_last_, &m, 64, prompt, 9, &oe, b, NULL, NULL, &sb, &err) ==
-          0);
+    CHECK(kda_generate_refeed(rt, prompt, 9, &oe, b, NULL, NULL, &sb, &err) == 0);
     int first = 0;
     while (a[first] != eos)
         first++;
     CHECK(sb.stopped_eos && sb.n_new == first + 1);
     oe.max_new_tokens = 0;
-    CHECK(kda_generate_refeed(cpu_logits_last_, &m, 64, prompt, 9, &oe, b, NULL, NULL, &sb, &err) ==
-          0);
+    CHECK(kda_generate_refeed(rt, prompt, 9, &oe, b, NULL, NULL, &sb, &err) == 0);
     CHECK(sb.n_new == 0);
+    kda_runtime_close(rt);
     kda_model_free(&m);
 }

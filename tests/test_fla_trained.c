@@ -31,6 +31,7 @@
 #include "eval/eval.h"   // defines: EvalTokens, EvalSettings, eval_loglik
 #include "io/model_io.h" // defines: kda_model_load_dir
 #include "model/model.h" // defines: KdaModel, kda_model_forward
+#include "tiny_model.h"  // defines: tiny_runtime
 #include "test.h"
 
 #define N_SEQ      8
@@ -206,13 +207,15 @@ static void check_engines_(const char *name, KdaModel *m, const FlaSeq *s) {
     double ll[4][N];
     EvalSettings st = {.bos = 0, .max_length = 2048, .batch_tokens = 8192, .share_prefix = 1};
     KdaError err;
-    CHECK_MSG(eval_loglik(m, r, N, &st, ll[0], NULL, NULL, &err) == 0, "%s", err.msg);
+    KdaRuntime *rt = tiny_runtime(m, "cpu", NULL);
+    CHECK_MSG(eval_loglik(rt, r, N, &st, ll[0], NULL, NULL, &err) == 0, "%s", err.msg);
     st.share_prefix = 0;
     const int64_t budgets[3] = {1, 100, 8192};
     for (int b = 0; b < 3; b++) {
         st.batch_tokens = budgets[b];
-        CHECK_MSG(eval_loglik(m, r, N, &st, ll[b + 1], NULL, NULL, &err) == 0, "%s", err.msg);
+        CHECK_MSG(eval_loglik(rt, r, N, &st, ll[b + 1], NULL, NULL, &err) == 0, "%s", err.msg);
     }
+    kda_runtime_close(rt);
     double worst = 0.0, worst_ref = 0.0;
     for (int i = 0; i < N; i++) {
         for (int e = 1; e < 4; e++) {

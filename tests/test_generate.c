@@ -150,8 +150,10 @@ static int64_t gen_(KdaModel *m, const int32_t *prompt, int64_t P, KdaSampleOpts
                     uint64_t seed, const int32_t *eos, int n_eos, int32_t *out, KdaGenStats *st) {
     KdaGenOpts o = {so, n, seed, eos, n_eos, 0};
     KdaError err;
-    KdaGenStats s;
-    CHECK(kda_generate(m, prompt, P, &o, out, NULL, NULL, &s, &err) == 0);
+    KdaGenStats s = {0};
+    KdaRuntime *rt = tiny_runtime(m, "cpu", NULL);
+    CHECK(rt && kda_generate(rt, prompt, P, &o, out, NULL, NULL, &s, &err) == 0);
+    kda_runtime_close(rt);
     if (st) *st = s;
     return s.n_new;
 }
@@ -218,7 +220,9 @@ KDA_TEST(gen_eos_stops) {
     CHECK_EQ_INT(st.n_steps, first);
     KdaGenOpts go = {k_greedy, 12, 0, &eos, 1, 1}; // ignore_eos runs to the limit
     KdaError err;
-    CHECK(kda_generate(&m, prompt, 2, &go, o, NULL, NULL, &st, &err) == 0);
+    KdaRuntime *rt = tiny_runtime(&m, "cpu", NULL);
+    CHECK(rt && kda_generate(rt, prompt, 2, &go, o, NULL, NULL, &st, &err) == 0);
+    kda_runtime_close(rt);
     CHECK_EQ_INT(st.n_new, 12);
     CHECK(!st.stopped_eos);
     CHECK(memcmp(o, g, sizeof g) == 0);

@@ -1,5 +1,5 @@
-// test_gpu_dist_zero1.c - ZeRO-1 on GPU ranks (backend_cuda.c, model_cuda.h kda_cuda_model_shard;
-// docs/distributed.md §2). GPU suite only (KDA_TEST_GPU: `make test-gpu`,
+// test_gpu_dist_zero1.c - ZeRO-1 on GPU ranks (dist/dp.c over the GPU runtime, model_cuda.h
+// kda_cuda_model_shard; docs/distributed.md §2). GPU suite only (KDA_TEST_GPU: `make test-gpu`,
 // bench/dist/device_zero1.sh); configs/tiny.json. Every comparison is bitwise, and why:
 //   * the shards of one model (world 3, 5 or 7 simulated on one GPU, no NCCL: the test moves
 //     the shards with cudaMemcpy where NCCL would) against the whole model: AdamW is element-wise
@@ -29,7 +29,7 @@
 #include "core/util.h"        // defines: kda_malloc
 #include "cuda/cuda_common.h" // defines: kda_cuda_device_count
 #include "cuda/model_cuda.h"  // defines: KdaCudaModel, kda_cuda_model_*
-#include "dist/zero1.h"       // defines: KdaShard, kda_zero1_plan
+#include "model/zero1.h"      // defines: KdaShard, kda_zero1_plan
 #include "model/model.h"      // defines: KdaModel, kda_model_init
 #include "model/params.h"     // defines: kda_params_init
 

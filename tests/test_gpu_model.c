@@ -1,5 +1,5 @@
-// test_gpu_model.c - the GPU model (src/cuda/model_cuda.h, xent_cuda.h, backend_cuda.h) against
-// the CPU fp32 reference (model/model.h, cpu/ops.h, train/optim.h). `make test-gpu` runs these.
+// test_gpu_model.c - the GPU model (src/cuda/model_cuda.h, xent_cuda.h, model/runtime.h) against
+// the CPU fp32 reference (model/model.h, cpu/ops.h, model/optim.h). `make test-gpu` runs these.
 //
 // Metric: rel-RMS = RMS(gpu - cpu) / (RMS(cpu) + 1e-8) (FLA's, kda-model.md §6.6).
 // Tolerances and why:
@@ -33,19 +33,18 @@
 
 #ifdef KDA_HAVE_CUDA
 
-#include "core/rng.h"          // defines: KdaRng, rng_normal, rng_below
-#include "core/util.h"         // defines: bf16_to_f32, f32_to_bf16
-#include "cpu/ops.h"           // defines: xent_fwd, xent_bwd, xent_targets, xent_work_floats
-#include "cuda/backend_cuda.h" // defines: kda_backend_cuda_create
-#include "cuda/cuda_common.h"  // defines: KdaCudaCtx, kda_cuda_*
-#include "cuda/model_cuda.h"   // defines: KdaCudaModel, kda_cuda_model_*
-#include "cuda/xent_cuda.h"    // defines: kda_cuda_xent_fwd, kda_cuda_xent_bwd
-#include "io/model_io.h"       // defines: kda_model_load_dir
-#include "kda_case.h"          // defines: kda_case_expect
-#include "io/safetensors.h"    // defines: SafeTensors, st_open, st_find
-#include "model/model.h"       // defines: KdaModel, kda_model_forward, kda_model_backward
-#include "train/optim.h"       // defines: KdaAdamW, kda_adamw_step, kda_grad_clip
-#include "train/trainer.h"     // defines: KdaBackend, kda_backend_cpu_create
+#include "core/rng.h"         // defines: KdaRng, rng_normal, rng_below
+#include "core/util.h"        // defines: bf16_to_f32, f32_to_bf16
+#include "cpu/ops.h"          // defines: xent_fwd, xent_bwd, xent_targets, xent_work_floats
+#include "cuda/cuda_common.h" // defines: KdaCudaCtx, kda_cuda_*
+#include "cuda/model_cuda.h"  // defines: KdaCudaModel, kda_cuda_model_*
+#include "cuda/xent_cuda.h"   // defines: kda_cuda_xent_fwd, kda_cuda_xent_bwd
+#include "io/model_io.h"      // defines: kda_model_load_dir
+#include "kda_case.h"         // defines: kda_case_expect
+#include "io/safetensors.h"   // defines: SafeTensors, st_open, st_find
+#include "model/model.h"      // defines: KdaModel, kda_model_forward, kda_model_backward
+#include "model/optim.h"      // defines: KdaAdamW, kda_adamw_step, kda_grad_clip
+#include "model/runtime.h"    // defines: KdaRuntime, kda_runtime_* (training through the seam)
 
 #define TOL_LOSS 1e-2
 #define TOL_GRAD 2e-2
@@ -550,7 +549,7 @@ KDA_TEST_GPU(gpu_model_adamw_matches_cpu) {
     kda_model_free(&m);
 }
 
-// ---- 20 training steps, GPU backend vs CPU backend -------------------------------------------
+// ---- 20 training steps, GPU runtime vs CPU runtime -------------------------------------------
 
 // Rows of period 16 (each row its own random 16-token motif): learnable by unigram statistics
 // at once and by the short conv + KDA recurrence later.
@@ -566,37 +565,37 @@ static void motif_batch_(int32_t *ids, int64_t B, int64_t T, int64_t vocab, uint
     }
 }
 
-// Trains the CPU backend bc and the GPU backend bg side by side for `steps` AdamW steps (lr 3e-3,
+// Trains the CPU runtime bc and the GPU runtime bg side by side for `steps` AdamW steps (lr 3e-3,
 // 2 micro-batches of motif data, clip 1.0) and checks each step's loss agrees within tol_step,
 // relative to max(cpu loss, 1): below 1 nat the bound is absolute (a memorized motif drives the
 // loss towards 0, where relative differences mean nothing).
-// Returns the worst per-step relative difference (-1 on a backend error); first/last/tail get
+// Returns the worst per-step relative difference (-1 on a runtime error); first/last/tail get
 // the first, last and mean-of-the-last-20 losses of {cpu, gpu}.
-static double train_track_(KdaBackend *bc, KdaBackend *bg, int steps, int64_t B, int64_t T,
+static double train_track_(KdaRuntime *bc, KdaRuntime *bg, int steps, int64_t B, int64_t T,
                            int64_t vocab, double tol_step, int32_t *ids, float first[2],
                            float last[2], double tail[2], KdaError *err) {
     const int64_t n_micro = 2;
     double worst = 0.0;
     tail[0] = tail[1] = 0.0;
     for (int step = 1; step <= steps; step++) {
-        KdaBackend *be[2] = {bc, bg};
+        KdaRuntime *be[2] = {bc, bg};
         float loss[2] = {0, 0};
         for (int k = 0; k < 2; k++) {
-            be[k]->zero_grads(be[k]->ctx);
+            CHECK(kda_runtime_zero_grads(be[k], err) == 0);
             double sum = 0.0;
             for (int64_t mi = 0; mi < n_micro; mi++) {
                 motif_batch_(ids, B, T, vocab, (uint64_t)(1000 + (step % 4) * 10 + mi));
                 float l = NAN;
-                if (be[k]->forward_backward(be[k]->ctx, ids, B, T, 1, &l, err)) {
+                if (kda_runtime_train_step(be[k], ids, B, T, 1, &l, err)) {
                     CHECK_MSG(0, "step %d: %s", step, err->msg);
                     return -1.0;
                 }
                 sum += l;
             }
             loss[k] = (float)(sum / (double)n_micro);
-            double norm = be[k]->finish_grads(be[k]->ctx, 1.0 / (double)n_micro, 1.0);
+            double norm = kda_runtime_finish_grads(be[k], 1.0 / (double)n_micro, 1.0, err);
             CHECK_MSG(isfinite(norm), "%s step %d: grad norm %g", k ? "gpu" : "cpu", step, norm);
-            be[k]->update(be[k]->ctx, 3e-3);
+            CHECK(kda_runtime_update(be[k], 3e-3, err) == 0);
         }
         double e = fabs((double)loss[1] - loss[0]) / fmax(loss[0], 1.0);
         CHECK_MSG(e <= tol_step, "step %d: gpu loss %.5f vs cpu %.5f (rel %.3g > %g)", step,
@@ -613,18 +612,38 @@ static double train_track_(KdaBackend *bc, KdaBackend *bg, int steps, int64_t B,
     return worst;
 }
 
-// The CPU backend over mc and the GPU backend over mg (AdamW 0.9 / 0.95 / 1e-8 / wd 0.01); the
-// backends take the models. -1 (both models released) when the GPU backend cannot be made.
-static int backends_(KdaBackend *bc, KdaBackend *bg, KdaModel *mc, KdaModel *mg, KdaError *err) {
+// A training runtime over a copy of m's parameters on device ("cpu" | "cuda"; AdamW 0.9 / 0.95 /
+// 1e-8 / wd 0.01). NULL (a failed check) when it cannot be opened.
+static KdaRuntime *train_runtime_(const KdaModel *m, const char *device, KdaError *err) {
+    KdaParamTable t;
+    KDA_ASSERT(kda_params_build(&t, &m->cfg, err) == 0);
+    float *p = kda_malloc((size_t)t.total_numel * sizeof(float));
+    memcpy(p, m->params, (size_t)t.total_numel * sizeof(float));
+    KdaRuntimeOpts o = {.device = device, .train = 1};
     KdaAdamWConfig oc = {0.9, 0.95, 1e-8, 0.01};
-    KDA_ASSERT(kda_backend_cpu_create(bc, mc, &oc, err) == 0);
-    int rc = kda_backend_cuda_create(bg, mg, &oc, 0, err);
-    CHECK_MSG(rc == 0, "%s", err->msg);
-    if (rc) {
-        kda_model_free(mg);
-        kda_backend_destroy(bc);
+    KdaRuntime *rt = NULL;
+    if (kda_runtime_open(&rt, &m->cfg, &t, p, &o, err)) {
+        kda_params_free(&t), free(p);
+        CHECK_MSG(0, "%s: %s", device, err->msg);
+        return NULL;
     }
-    return rc;
+    if (kda_runtime_train_init(rt, &oc, err)) {
+        CHECK_MSG(0, "%s: %s", device, err->msg);
+        kda_runtime_close(rt);
+        return NULL;
+    }
+    return rt;
+}
+
+// The CPU runtime over mc and the GPU runtime over mg (both released). -1 when the GPU runtime
+// cannot be made.
+static int backends_(KdaRuntime **bc, KdaRuntime **bg, KdaModel *mc, KdaModel *mg, KdaError *err) {
+    *bc = train_runtime_(mc, "cpu", err);
+    *bg = train_runtime_(mg, "cuda", err);
+    kda_model_free(mc), kda_model_free(mg);
+    if (*bc && *bg) return 0;
+    kda_runtime_close(*bc), kda_runtime_close(*bg);
+    return -1;
 }
 
 KDA_TEST_GPU(gpu_model_train_20_steps) {
@@ -633,31 +652,31 @@ KDA_TEST_GPU(gpu_model_train_20_steps) {
     tiny_untied_(&mc, 0.02, 31);
     tiny_untied_(&mg, 0.02, 31);
     KdaError err = {{0}};
-    KdaBackend bc, bg;
+    KdaRuntime *bc, *bg;
     if (backends_(&bc, &bg, &mc, &mg, &err)) return;
     const int64_t B = 4, T = 64;
     int32_t *ids = kda_malloc((size_t)(B * T) * sizeof(int32_t));
     float first[2] = {0, 0}, last[2] = {0, 0};
     double tail[2];
-    double worst = train_track_(&bc, &bg, 20, B, T, 300, TOL_TRAIN, ids, first, last, tail, &err);
+    double worst = train_track_(bc, bg, 20, B, T, 300, TOL_TRAIN, ids, first, last, tail, &err);
     int rc = worst < 0;
     if (!rc) {
         CHECK_MSG(last[0] < 0.8f * first[0] && last[1] < 0.8f * first[1],
                   "no learning: cpu %.4f -> %.4f, gpu %.4f -> %.4f", first[0], last[0], first[1],
                   last[1]);
-        CHECK_EQ_INT(bg.host_optim(bg.ctx)->step, 20);
+        CHECK_EQ_INT(kda_runtime_step(bg), 20);
         // Checkpoint views: host_params + host_optim, written back unchanged, give the same loss.
         float l1 = NAN, l2 = NAN;
-        rc = bg.forward_backward(bg.ctx, ids, B, T, 0, &l1, &err);
-        float *hp = bg.host_params(bg.ctx);
-        const KdaAdamW *ho = bg.host_optim(bg.ctx);
+        rc = kda_runtime_train_step(bg, ids, B, T, 0, &l1, &err);
+        float *hp = kda_runtime_host_params(bg, &err);
+        const KdaAdamW *ho = kda_runtime_host_optim(bg);
         double vsum = 0.0;
         for (int64_t i = 0; i < ho->n; i++)
             vsum += ho->v[i];
         CHECK_MSG(vsum > 0.0, "host_optim's second moment was not synced");
         CHECK(hp != NULL);
-        bg.state_changed(bg.ctx);
-        if (!rc) rc = bg.forward_backward(bg.ctx, ids, B, T, 0, &l2, &err);
+        CHECK(kda_runtime_state_changed(bg, &err) == 0);
+        if (!rc) rc = kda_runtime_train_step(bg, ids, B, T, 0, &l2, &err);
         CHECK_MSG(rc == 0, "%s", err.msg);
         CHECK_MSG(l1 == l2, "loss changed across host_params/state_changed: %.9g vs %.9g", l1, l2);
         printf(
@@ -665,8 +684,7 @@ KDA_TEST_GPU(gpu_model_train_20_steps) {
             worst, first[0], last[0], first[1], last[1]);
     }
     free(ids);
-    kda_backend_destroy(&bc);
-    kda_backend_destroy(&bg);
+    kda_runtime_close(bc), kda_runtime_close(bg);
 }
 
 // The issue's "short GPU training run (tiny config, 200 steps) must track the CPU run's loss
@@ -687,14 +705,14 @@ KDA_TEST_GPU(gpu_model_train_200_steps_tiny_config) {
     KDA_ASSERT(kda_model_init(&mc, &cfg, &err) == 0 && kda_model_init(&mg, &cfg, &err) == 0);
     kda_params_init(&mc.table, &mc.cfg, mc.params, 51);
     kda_params_init(&mg.table, &mg.cfg, mg.params, 51);
-    KdaBackend bc, bg;
+    KdaRuntime *bc, *bg;
     if (backends_(&bc, &bg, &mc, &mg, &err)) return;
     const int64_t B = 4, T = 64;
     int32_t *ids = kda_malloc((size_t)(B * T) * sizeof(int32_t));
     float first[2] = {0, 0}, last[2] = {0, 0};
     double tail[2];
     double worst =
-        train_track_(&bc, &bg, 200, B, T, cfg.vocab_size, 0.1, ids, first, last, tail, &err);
+        train_track_(bc, bg, 200, B, T, cfg.vocab_size, 0.1, ids, first, last, tail, &err);
     if (worst >= 0) {
         double te = fabs(tail[1] - tail[0]);
         CHECK_MSG(te <= 0.05, "mean loss of the last 20 steps: gpu %.5f vs cpu %.5f (|d| %.3g)",
@@ -707,8 +725,7 @@ KDA_TEST_GPU(gpu_model_train_200_steps_tiny_config) {
                worst, te, first[0], last[0], first[1], last[1]);
     }
     free(ids);
-    kda_backend_destroy(&bc);
-    kda_backend_destroy(&bg);
+    kda_runtime_close(bc), kda_runtime_close(bg);
 }
 
 // ---- errors ------------------------------------------------------------------------------------
@@ -946,6 +963,40 @@ KDA_TEST_GPU(gpu_model_fused_gemms_match) {
     if (!have_gpu_()) return;
     fused_gemms_case_(2);
     fused_gemms_case_(4);
+}
+
+// kda info's GPU plan (kda_cuda_model_plan, counted without a device for the device's shared
+// memory) is exactly the activation arena and kept states a real training step allocates, with
+// and without recompute: the plan and the model run the same layout code; this catches a buffer
+// added to one path only. Bytes, exact.
+KDA_TEST_GPU(gpu_model_memory_plan_equals_arena) {
+    if (!have_gpu_()) return;
+    KdaModel m;
+    tiny_untied_(&m, 0.02, 7);
+    KdaError err = {{0}};
+    KdaCudaDeviceInfo info;
+    CHECK(kda_cuda_query(0, &info, &err) == 0);
+    const int64_t B = 3, T = 96;
+    int32_t *ids = kda_malloc((size_t)(B * T) * sizeof(int32_t));
+    motif_batch_(ids, B, T, m.cfg.vocab_size, 5);
+    for (int rec = 0; rec < 2; rec++) {
+        KdaCudaModel *g;
+        KdaCudaPlan p;
+        int rc =
+            kda_cuda_model_create(&g, &m.cfg, &m.table, m.params, 0, &err) ||
+            kda_cuda_model_set_recompute(g, rec, &err) ||
+            kda_cuda_model_forward_backward(g, ids, NULL, B, T, NULL, NULL, &err) ||
+            kda_cuda_model_plan(&m.cfg, &m.table, B, T, rec, info.smem_per_block_optin, &p, &err);
+        CHECK_MSG(rc == 0, "%s", err.msg);
+        if (!rc) {
+            double got = (double)kda_cuda_model_arena_bytes(g), want = p.arena_bytes + p.keep_bytes;
+            printf("    recompute %d: arena + kept states %.0f bytes, plan %.0f\n", rec, got, want);
+            CHECK(got == want);
+        }
+        kda_cuda_model_free(g);
+    }
+    free(ids);
+    kda_model_free(&m);
 }
 
 #endif // KDA_HAVE_CUDA

@@ -33,7 +33,7 @@
 #include "cuda/gemm_cuda.h" // defines: kda_cuda_gemm_*
 #include "cuda/ops_cuda.h"  // defines: kda_cuda_* ops
 #include "model/params.h"   // defines: KdaParamTable, KdaParamInfo
-#include "train/optim.h"    // defines: kda_adamw_*, kda_grad_norm, kda_grad_clip
+#include "model/optim.h"    // defines: kda_adamw_*, kda_grad_norm, kda_grad_clip
 
 #define TOL_BF16 1e-2
 #define TOL_F32  1e-5

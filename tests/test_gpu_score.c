@@ -27,12 +27,13 @@
 
 #ifdef KDA_HAVE_CUDA
 
-#include "core/json.h"   // defines: JsonDoc, json_parse, json_get
-#include "core/rng.h"    // defines: KdaRng, rng_seed, rng_below
-#include "core/util.h"   // defines: read_file
-#include "eval/device.h" // defines: EvalDevice, eval_device_open, eval_device_forward
-#include "io/model_io.h" // defines: kda_model_load_dir
-#include "model/model.h" // defines: KdaModel, kda_model_forward
+#include "core/json.h"     // defines: JsonDoc, json_parse, json_get
+#include "core/rng.h"      // defines: KdaRng, rng_seed, rng_below
+#include "core/util.h"     // defines: read_file
+#include "model/runtime.h" // defines: KdaRuntime, kda_runtime_forward, kda_runtime_logits
+#include "io/model_io.h"   // defines: kda_model_load_dir
+#include "model/model.h"   // defines: KdaModel, kda_model_forward
+#include "tiny_model.h"    // defines: tiny_runtime
 
 #define FP32_TOL       1e-4 // per-sequence mean NLL, GPU fp32 vs CPU
 #define BF16_TOL       2e-3 // the same for GPU bf16, T >= BF16_LONG_T
@@ -80,10 +81,10 @@ static int window_(int32_t *ids, const char *rel) {
     return found ? 0 : -1;
 }
 
-// Mean NLL of tokens 2..T of ids [T] (0 for T = 1): the CPU model (d NULL) or the GPU device d.
-static double score_(KdaModel *m, EvalDevice *d, const int32_t *ids, int64_t T, float *nll) {
+// Mean NLL of tokens 2..T of ids [T] (0 for T = 1): the CPU model (d NULL) or the GPU runtime d.
+static double score_(KdaModel *m, KdaRuntime *d, const int32_t *ids, int64_t T, float *nll) {
     KdaError err;
-    int rc = d ? eval_device_forward(d, ids, ids, 1, T, nll, &err)
+    int rc = d ? kda_runtime_forward(d, ids, NULL, 1, T, nll, NULL, &err)
                : kda_model_forward(m, ids, NULL, 1, T, nll, NULL, NULL, &err);
     CHECK_MSG(rc == 0, "T = %lld: %s", (long long)T, err.msg);
     double s = 0.0;
@@ -95,17 +96,15 @@ static double score_(KdaModel *m, EvalDevice *d, const int32_t *ids, int64_t T, 
 // GPU (precision) vs CPU for every length; returns the worst |Δ| with T >= long_t and below.
 static void compare_(KdaModel *m, const int32_t *ids, const char *precision, const char *what,
                      double *worst_long, double *worst_short) {
-    EvalDevice d;
-    KdaError err;
     *worst_long = *worst_short = NAN;
-    int rc = eval_device_open(&d, "cuda", precision, m, &err);
-    CHECK_MSG(rc == 0 && d.cuda && !strcmp(d.precision, precision), "%s", rc ? err.msg : d.note);
-    if (rc || !d.cuda) return;
+    KdaRuntime *d = tiny_runtime(m, "cuda", precision);
+    CHECK_MSG(d && !strcmp(kda_runtime_precision(d), precision), "no GPU runtime (%s)", precision);
+    if (!d) return;
     float *nll = kda_malloc(2048 * sizeof(float));
     *worst_long = *worst_short = 0.0;
     for (int i = 0; i < N_LEN; i++) {
         int64_t T = LENGTHS[i];
-        double cpu = score_(m, NULL, ids, T, nll), gpu = score_(m, &d, ids, T, nll);
+        double cpu = score_(m, NULL, ids, T, nll), gpu = score_(m, d, ids, T, nll);
         double e = fabs(gpu - cpu);
         printf("    %s %s T = %4lld: cpu %.9f gpu %.9f |d| %.3g\n", what, precision, (long long)T,
                cpu, gpu, e);
@@ -114,7 +113,7 @@ static void compare_(KdaModel *m, const int32_t *ids, const char *precision, con
         *w = fmax(*w, e);
     }
     free(nll);
-    eval_device_close(&d);
+    kda_runtime_close(d);
 }
 
 static void check_fp32_(KdaModel *m, const int32_t *ids, const char *what) {
@@ -183,16 +182,15 @@ KDA_TEST_GPU(gpu_score_precision_init42_bf16) {
     kda_model_free(&m);
 }
 
-// The fp32 model's logits hook (generate, eval's logits) and a batch of B = 3 rows.
+// The fp32 model's logits of a position (generate's re-feed, eval) and a batch of B = 3 rows.
 KDA_TEST_GPU(gpu_score_precision_fp32_logits_and_batch) {
     KdaModel m;
     int32_t ids[2048];
     if (fla_trained_(&m, ids)) return;
-    EvalDevice d;
     KdaError err;
-    int rc = eval_device_open(&d, "cuda", "fp32", &m, &err);
-    CHECK_MSG(rc == 0 && d.cuda, "%s", rc ? err.msg : d.note);
-    if (rc || !d.cuda) {
+    KdaRuntime *d = tiny_runtime(&m, "cuda", "fp32");
+    CHECK_MSG(d != NULL, "no GPU runtime (fp32)");
+    if (!d) {
         kda_model_free(&m);
         return;
     }
@@ -200,7 +198,9 @@ KDA_TEST_GPU(gpu_score_precision_fp32_logits_and_batch) {
     float *cl = kda_malloc((size_t)(T * V) * sizeof(float)),
           *gl = kda_malloc((size_t)V * sizeof(float));
     CHECK(kda_model_forward(&m, ids, NULL, 1, T, NULL, cl, NULL, &err) == 0);
-    CHECK_MSG(eval_device_logits_last(&d, ids, T, gl, &err) == 0, "%s", err.msg);
+    CHECK_MSG(kda_runtime_forward(d, ids, NULL, 1, T, NULL, NULL, &err) == 0 &&
+                  kda_runtime_logits(d, 0, T - 1, gl, &err) == 0,
+              "%s", err.msg);
     double num = 0.0, den = 0.0;
     for (int64_t v = 0; v < V; v++) {
         double e = (double)gl[v] - cl[(T - 1) * V + v];
@@ -212,10 +212,10 @@ KDA_TEST_GPU(gpu_score_precision_fp32_logits_and_batch) {
     CHECK(rel <= LOGITS_TOL);
     // three windows of 100 tokens in one forward vs three B = 1 forwards: rows are independent
     float nb[300], n1[100];
-    CHECK_MSG(eval_device_forward(&d, ids, ids, 3, T, nb, &err) == 0, "%s", err.msg);
+    CHECK_MSG(kda_runtime_forward(d, ids, NULL, 3, T, nb, NULL, &err) == 0, "%s", err.msg);
     double worst = 0.0;
     for (int b = 0; b < 3; b++) {
-        CHECK(eval_device_forward(&d, ids + b * T, ids + b * T, 1, T, n1, &err) == 0);
+        CHECK(kda_runtime_forward(d, ids + b * T, NULL, 1, T, n1, NULL, &err) == 0);
         for (int64_t t = 0; t < T; t++)
             worst = fmax(worst, fabs((double)nb[b * T + t] - n1[t]));
     }
@@ -224,7 +224,7 @@ KDA_TEST_GPU(gpu_score_precision_fp32_logits_and_batch) {
     // (another fp32 summation order: ~1e-6 relative on NLLs of ~1-10)
     CHECK(worst <= 1e-5);
     free(cl), free(gl);
-    eval_device_close(&d);
+    kda_runtime_close(d);
     kda_model_free(&m);
 }
 

@@ -1,7 +1,7 @@
 // test_loader_fla.c - the FLA data order of the loader (loader.h, data-formats.md §3.3-3.4):
 // chunks come out in the permutation's order and wrap around with the same permutation, the
 // split applies, uneven sequences are concatenated and cut (remainder dropped), a row gives
-// seq_length - 1 targets through the trainer's CPU backend, the order is part of the data
+// seq_length - 1 targets through the trainer's CPU runtime, the order is part of the data
 // fingerprint, and a trainer run with data_order fla resumes bit-identically.
 // Data: small synthetic indexed datasets built in the test's temp dir; model: configs/tiny.json.
 #include <limits.h>
@@ -20,6 +20,7 @@
 #include "data/loader.h"
 #include "train/run_config.h"
 #include "train/trainer.h"
+#include "tiny_model.h" // defines: tiny_runtime
 
 #define L 16 // seq_length of every test
 
@@ -225,8 +226,8 @@ KDA_TEST(loader_fla_concatenate_and_cut) {
     CHECK_MSG(strstr(err.msg, "one chunk") != NULL, "%s", err.msg);
 }
 
-// A row through the trainer's path: the CPU backend's forward (labels = ids, shifted by the
-// model) on FLA-order rows averages exactly L - 1 targets per row, the last position ignored.
+// A row through the trainer's path: the CPU runtime's training forward (labels = ids, shifted by
+// the model) on FLA-order rows averages exactly L - 1 targets per row, the last position ignored.
 // Reference: log-softmax of the logits of an identically initialized model, summed in double
 // over t < L - 1 and divided by B*(L-1). Tolerance 1e-5 relative: both sides reduce the same
 // fp32 logits (the model's own loss sum is float), ~30 terms of size ~5.5.
@@ -252,11 +253,11 @@ KDA_TEST(loader_fla_labels_last_ignored) {
     CHECK(kda_model_init(&ref, &cfg, &err) == 0);
     kda_params_init(&m.table, &m.cfg, m.params, 17);
     kda_params_init(&ref.table, &ref.cfg, ref.params, 17);
-    KdaBackend be;
+    KdaRuntime *rt = tiny_runtime(&m, "cpu", NULL);
     KdaAdamWConfig oc = {0.9, 0.95, 1e-8, 0.01};
-    CHECK(kda_backend_cpu_create(&be, &m, &oc, &err) == 0);
+    CHECK(rt && kda_runtime_train_init(rt, &oc, &err) == 0);
     float loss = NAN;
-    CHECK_MSG(be.forward_backward(be.ctx, ids, B, L, 0, &loss, &err) == 0, "%s", err.msg);
+    CHECK_MSG(kda_runtime_train_step(rt, ids, B, L, 0, &loss, &err) == 0, "%s", err.msg);
 
     int64_t V = cfg.vocab_size;
     float *logits = kda_malloc((size_t)(B * L * V) * sizeof(float));
@@ -276,12 +277,13 @@ KDA_TEST(loader_fla_labels_last_ignored) {
         CHECK_MSG(nll[b * L + L - 1] == 0.0f, "row %d: the last position has a target", b);
     }
     double want = sum / (B * (L - 1));
-    CHECK_MSG(fabs(loss - want) <= 1e-5 * want, "backend loss %.9g, mean over %d targets %.9g",
+    CHECK_MSG(fabs(loss - want) <= 1e-5 * want, "runtime loss %.9g, mean over %d targets %.9g",
               loss, B * (L - 1), want);
     fprintf(stderr, "  labels: loss %.7f = mean over %d = B*(L-1) targets (ref %.7f)\n", loss,
             B * (L - 1), want);
     free(logits);
-    kda_backend_destroy(&be);
+    kda_runtime_close(rt);
+    kda_model_free(&m);
     kda_model_free(&ref);
 }
 

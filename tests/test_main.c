@@ -23,9 +23,6 @@ static int g_current_failed;
 static char g_tmpdir[256];
 
 void kda_test_register(const char *name, const char *file, KdaTestFn fn, unsigned tags) {
-    // A KDA_TEST named gpu_* (written before the tag existed) counts as tagged, so that a GPU
-    // test registered the old way never runs in the CPU suite.
-    if (!strncmp(name, "gpu_", 4)) tags |= KDA_TEST_TAG_GPU;
     if (g_n_tests < (int)(sizeof g_tests / sizeof *g_tests))
         g_tests[g_n_tests++] = (TestCase){name, file, fn, tags};
 }
@@ -122,7 +119,14 @@ int main(int argc, char **argv) {
         g_current_failed = 0;
         g_tmpdir[0] = 0;
         double t0 = now_seconds();
-        g_tests[i].fn();
+        // A GPU test must say so with KDA_TEST_GPU: the name no longer selects the suite, so a
+        // plain KDA_TEST named gpu_* (the old convention) fails here instead of running on the CPU.
+        if (!strncmp(g_tests[i].name, "gpu_", 4) && !(g_tests[i].tags & KDA_TEST_TAG_GPU))
+            kda_test_fail(g_tests[i].file, 0,
+                          "named gpu_* but registered with KDA_TEST, not "
+                          "KDA_TEST_GPU");
+        else
+            g_tests[i].fn();
         double dt = now_seconds() - t0;
         if (g_current_failed) {
             failed++;

@@ -10,7 +10,7 @@
 
 #include "model/config.h"
 #include "test.h"
-#include "train/optim.h"
+#include "model/optim.h"
 
 // Two rows: "w" (decayed, 3 elements) at offset 0, "norm" (no decay, 2 elements) at offset 3.
 static KdaParamTable two_rows(void) {

@@ -1,4 +1,4 @@
-// test_zero1.c - the ZeRO-1 shard plan (dist/zero1.h; host arithmetic, no communicator): bounds
+// test_zero1.c - the ZeRO-1 shard plan (model/zero1.h; host arithmetic, no communicator): bounds
 // and padding of the shards (Megatron's multiple of lcm(world, align)), the CPU backend's
 // chunk = ceil(n / world), bad arguments, and the GPU's AdamW launches over a shard: each run of
 // rows of a 128-aligned device-style layout of the tiny configs, clipped to every rank's
@@ -8,7 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "dist/zero1.h"
+#include "model/zero1.h"
 #include "model/config.h" // defines: kda_config_load, kda_config_derive
 #include "model/params.h" // defines: kda_params_build, KdaParamTable
 #include "test.h"

@@ -1,5 +1,8 @@
-// tiny_model.c - tiny model configs and random ids for the CPU model tests (tiny_model.h).
+// tiny_model.c - tiny model configs, random ids and runtimes for the model tests (tiny_model.h).
 #include "tiny_model.h"
+
+#include <stdlib.h>
+#include <string.h>
 
 #include "core/error.h" // defines: KDA_ASSERT
 #include "core/rng.h"   // defines: KdaRng, rng_seed, rng_below
@@ -26,4 +29,20 @@ void tiny_random_ids(int32_t *ids, int64_t n, int64_t vocab, uint64_t seed) {
     rng_seed(&r, seed);
     for (int64_t i = 0; i < n; i++)
         ids[i] = (int32_t)rng_below(&r, (uint64_t)vocab);
+}
+
+KdaRuntime *tiny_runtime(const KdaModel *m, const char *device, const char *precision) {
+    KdaParamTable t;
+    KdaError err;
+    KDA_ASSERT(kda_params_build(&t, &m->cfg, &err) == 0);
+    float *p = kda_malloc((size_t)t.total_numel * sizeof(float));
+    memcpy(p, m->params, (size_t)t.total_numel * sizeof(float));
+    KdaRuntimeOpts o = {.device = device, .precision = precision, .core = m->core};
+    KdaRuntime *rt = NULL;
+    if (kda_runtime_open(&rt, &m->cfg, &t, p, &o, &err)) {
+        kda_params_free(&t);
+        free(p);
+        return NULL;
+    }
+    return rt;
 }

@@ -1,6 +1,6 @@
 // tiny_model.h - the tiny KDA configs the CPU model tests build in code (test_model.c,
-// test_generate.c), one per structural option, and random token ids: one definition, so the
-// model and generation tests cover the same shapes.
+// test_generate.c), one per structural option, random token ids, and a runtime over a model:
+// one definition, so the model and generation tests cover the same shapes.
 //
 // Every kind: D 32, L 2, H 2, K 8, I 48, vocab 50, conv 4, FLA's other defaults.
 //   TINY_TIED     HV = H, V = 8, tied head
@@ -12,7 +12,9 @@
 
 #include <stdint.h>
 
-#include "model/config.h" // defines: KdaConfig
+#include "model/config.h"  // defines: KdaConfig
+#include "model/model.h"   // defines: KdaModel
+#include "model/runtime.h" // defines: KdaRuntime
 
 typedef enum { TINY_TIED, TINY_GVA_NEG, TINY_NO_CONV, TINY_BOUNDED } TinyKind;
 
@@ -20,5 +22,9 @@ typedef enum { TINY_TIED, TINY_GVA_NEG, TINY_NO_CONV, TINY_BOUNDED } TinyKind;
 KdaConfig tiny_config(TinyKind kind);
 // ids [n] int32, uniform in [0, vocab), from a generator seeded with seed (overwrites ids).
 void tiny_random_ids(int32_t *ids, int64_t n, int64_t vocab, uint64_t seed);
+// A runtime (model/runtime.h) on device ("cpu", "cuda", "auto") with precision (NULL: the
+// device's default) over a copy of m's parameters, its KDA core m->core. NULL when it does not
+// open (no GPU, an unsupported config); close with kda_runtime_close.
+KdaRuntime *tiny_runtime(const KdaModel *m, const char *device, const char *precision);
 
 #endif

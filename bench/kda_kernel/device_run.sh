@@ -43,7 +43,7 @@ minimal_build() { # the GPU tests and what they link, nothing else (no zstd/snap
         objs+=($B/$(basename "$f" .cu).cu.o)
     done
     for f in src/core/error.c src/core/util.c src/core/rng.c src/core/log.c src/cpu/*.c \
-             src/train/optim.c tests/test_main.c tests/test_gpu_ops.c tests/test_gpu_kda.c; do
+             src/model/optim.c tests/test_main.c tests/test_gpu_ops.c tests/test_gpu_kda.c; do
         $CC -std=c11 -O2 -g -fopenmp -D_GNU_SOURCE -Isrc -Itests -DKDA_HAVE_CUDA=1 \
            -I/usr/local/cuda/include -c "$f" -o $B/$(basename "$f" .c).o & pids+=($!)
         objs+=($B/$(basename "$f" .c).o)
@@ -90,7 +90,7 @@ tail -1 "$OUT/test.log"
 # Kernel timings at the 300M shapes (not with the prebuilt binary: no objects to link).
 OBJS=""
 # The library archive, not src/cuda/*.o: that folder also holds the GPU model driver
-# (model_cuda.o, backend_cuda.o), which needs the rest of the library; the archive pulls in
+# (model_cuda.o, model_cuda_f32.o), which needs the rest of the library; the archive pulls in
 # only what bench_gpu.c references.
 [ "$BIN" = ./build-gpu/kda_test ] && OBJS="build-gpu/libkda.a"
 [ "$BIN" = ./build-gpu-min/kda_test ] && OBJS="build-gpu-min/*.cu.o build-gpu-min/error.o build-gpu-min/rng.o"

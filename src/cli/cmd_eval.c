@@ -7,8 +7,9 @@
 //            [--device auto|cpu|cuda] [--precision bf16|fp32]
 //   kda eval --model DIR --perplexity PREFIX [--seq-length N] [--limit WINDOWS] [--device ...]
 //
-// On the GPU every request goes through the batched full forward (eval.h), in bf16 mixed
-// precision (the default, as lm-eval's FLA run) or fp32 (--precision fp32; eval/device.h).
+// The engines (eval.h) run on the model runtime of --device: the CPU (fp32), or the GPU in bf16
+// mixed precision (the default, as lm-eval's FLA run; shared prefixes through its recurrent
+// decode) or fp32 (--precision fp32: the forward-only model, batched forwards only).
 // results.json's config.dtype records it (bfloat16 | float32).
 //   kda eval --compare A.json B.json
 #include <limits.h>
@@ -23,7 +24,6 @@
 #include "core/log.h"       // defines: Progress, progress_*, kda_info, kda_warn
 #include "core/util.h"      // defines: now_seconds, open_atomic
 #include "data/indexed.h"   // defines: IndexedDataset, indexed_open
-#include "eval/device.h"    // defines: eval_device_forward
 #include "eval/eval.h"      // defines: eval_run_task, eval_results_*, eval_perplexity
 #include "eval/tasks.h"     // defines: EvalTask, eval_task_load
 
@@ -64,8 +64,7 @@ static int compare_(const ArgList *files, const char *labels) {
     return 0;
 }
 
-static int perplexity_(KdaModel *m, const EvalSettings *s, const char *prefix, int64_t seq_length,
-                       int64_t limit) {
+static int perplexity_(KdaRuntime *rt, const char *prefix, int64_t seq_length, int64_t limit) {
     IndexedDataset ds;
     KdaError err;
     if (indexed_open(&ds, prefix, &err)) kda_die("%s", err.msg);
@@ -75,7 +74,7 @@ static int perplexity_(KdaModel *m, const EvalSettings *s, const char *prefix, i
                   "windows");
     double sum, t0 = now_seconds();
     int64_t n;
-    if (eval_perplexity(m, &ds, seq_length, limit, s, &sum, &n, on_progress_, &p, &err))
+    if (eval_perplexity(rt, &ds, seq_length, limit, &sum, &n, on_progress_, &p, &err))
         kda_die("%s: %s", prefix, err.msg);
     progress_finish(&p, (double)total, NULL);
     double dt = now_seconds() - t0;
@@ -178,21 +177,40 @@ static int parse_(EvalArgs *a, int argc, char **argv) {
     return 0;
 }
 
+// The shared-prefix rule's costs (eval.h), in tokens of a batched forward: a decode step on the
+// CPU is a GEMV (2 tokens' worth) and a shared group's prefill costs nothing extra there; on the
+// GPU a one-token step is a few hundred small kernel launches and a group's B = 1 prefill is
+// latency- bound, against a batched forward's ~µs per token, so sharing pays only for long
+// contexts. The GPU values are estimates until bench/eval/device_decode.sh has measured them;
+// KDA_EVAL_DECODE_COST and KDA_EVAL_PREFILL_COST override them (to measure, e.g. 1 and 0 share
+// every document).
+#define DECODE_COST_CPU  2
+#define DECODE_COST_GPU  32
+#define PREFILL_COST_GPU 4096
+
+static int64_t env_cost_(const char *name, int64_t dflt) {
+    const char *v = getenv(name);
+    char *end = NULL;
+    long long x = v && *v ? strtoll(v, &end, 10) : -1;
+    if (v && *v && (*end || x < 0)) kda_die("%s=%s: expected a non-negative integer", name, v);
+    return x >= 0 ? (int64_t)x : dflt;
+}
+
 // The scoring settings of the opened model and device (BOS is decided with the tokenizer).
 static EvalSettings settings_(const EvalArgs *a, CliModel *cm) {
-    int cuda = cm->dev.cuda;
-    return (EvalSettings){.bos = a->bos > 0,
-                          .batch_tokens = a->batch_tokens ? a->batch_tokens
-                                          : cuda          ? 16384
-                                                          : 8192,
-                          .share_prefix = a->share,
-                          .max_length =
-                              a->max_length ? a->max_length : cm->m.cfg.max_position_embeddings,
-                          .forward = cuda ? eval_device_forward : NULL,
-                          .forward_ctx = &cm->dev,
-                          .device = cuda ? "cuda" : "cpu",
-                          .precision = cm->dev.precision,
-                          .limit = a->limit};
+    int cuda = kda_runtime_device(cm->rt) == KDA_DEVICE_CUDA;
+    return (EvalSettings){
+        .bos = a->bos > 0,
+        .batch_tokens = a->batch_tokens ? a->batch_tokens
+                        : cuda          ? 16384
+                                        : 8192,
+        .share_prefix = a->share,
+        .decode_cost = env_cost_("KDA_EVAL_DECODE_COST", cuda ? DECODE_COST_GPU : DECODE_COST_CPU),
+        .prefill_cost = env_cost_("KDA_EVAL_PREFILL_COST", cuda ? PREFILL_COST_GPU : 0),
+        .max_length = a->max_length ? a->max_length : cm->cfg->max_position_embeddings,
+        .device = cuda ? "cuda" : "cpu",
+        .precision = kda_runtime_precision(cm->rt),
+        .limit = a->limit};
 }
 
 // Loads every task first (data errors before any compute); *names and *ts are owned.
@@ -225,11 +243,12 @@ static void run_tasks_(const EvalArgs *a, CliModel *cm, const KdaTokenizer *tok,
         Progress p;
         progress_init(&p, ts[i].name, (double)n_req, "requests");
         double t0 = now_seconds();
-        if (eval_run_task(&cm->m, tok, &ts[i], s, res, dump, on_progress_, &p, &err))
+        if (eval_run_task(cm->rt, tok, &ts[i], s, res, dump, on_progress_, &p, &err))
             kda_die("%s", err.msg);
         progress_finish(&p, (double)n_req, NULL);
         kda_info("%s: %lld documents, %lld requests in %.2f s on %s", ts[i].name,
-                 (long long)ts[i].n_docs, (long long)n_req, now_seconds() - t0, cm->dev.name);
+                 (long long)ts[i].n_docs, (long long)n_req, now_seconds() - t0,
+                 kda_runtime_name(cm->rt));
         eval_task_free(&ts[i]);
         free(names[i]);
     }
@@ -241,8 +260,8 @@ static void report_(const EvalArgs *a, const CliModel *cm, const EvalSettings *s
                     const EvalResults *res) {
     KdaError err;
     printf("kda eval: %s, 0-shot, bos=%s (%s), max_length=%lld, device=%s, precision=%s\n\n",
-           a->model, s->bos ? "on" : "off", s->bos_source, (long long)s->max_length, cm->dev.name,
-           cm->dev.precision);
+           a->model, s->bos ? "on" : "off", s->bos_source, (long long)s->max_length,
+           kda_runtime_name(cm->rt), kda_runtime_precision(cm->rt));
     eval_results_print(stdout, res);
     if (fflush(stdout) || ferror(stdout)) kda_die("writing stdout failed");
     if (a->output && eval_results_write(a->output, res, s, a->model, &err)) kda_die("%s", err.msg);
@@ -257,17 +276,18 @@ int cmd_eval(int argc, char **argv) {
         return rc;
     }
     CliModel cm;
-    CliModelSpec spec = {.model = a.model,
-                         .core = a.core,
-                         .device = a.device,
-                         .precision = a.precision,
-                         .log_precision = 1,
-                         .tok_source = CLI_TOK_NONE, // perplexity needs none: found below
-                         .gpu_note = ", batched forward"};
+    CliModelSpec spec = {
+        .model = a.model,
+        .core = a.core,
+        .device = a.device,
+        .precision = a.precision,
+        .log_precision = 1,
+        .tok_source = CLI_TOK_NONE, // perplexity needs none: found below
+    };
     cli_open_model(&cm, &spec);
     EvalSettings s = settings_(&a, &cm);
     if (a.ppl) {
-        int rc = perplexity_(&cm.m, &s, a.ppl, a.seq_length, a.limit);
+        int rc = perplexity_(cm.rt, a.ppl, a.seq_length, a.limit);
         cli_close_model(&cm);
         return rc;
     }

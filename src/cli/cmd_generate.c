@@ -1,10 +1,10 @@
 // cmd_generate.c - `kda generate`: sample a continuation of a prompt from a model.
 //
-// CPU: the prompt (text through the tokenizer, or ids) is run through the chunked forward once
-// (prefill), then every new token costs one recurrent decode step (O(1) in the position).
-// GPU (--device cuda, or auto with a GPU): the GPU model has no decode step, so every new token
-// re-runs the bf16 forward on the whole sequence so far (O(T^2) over a generation; fine for
-// short continuations) and reads the last position's logits.
+// The prompt (text through the tokenizer, or ids) is run through the chunked forward once
+// (prefill), then every new token costs one recurrent decode step (O(1) in the position), on the
+// CPU (fp32) or the GPU (--device cuda, or auto with a GPU: bf16, the state on the device).
+// --decode refeed instead re-runs the forward on the whole sequence for every new token (O(T^2);
+// the GPU's path before its decode step, kept to measure against).
 // Tokens are written to stdout as they are produced (decoded with the tokenizer; the bytes of
 // a character split across tokens are held back until complete) or, without a tokenizer, as
 // ids separated by spaces. Timing goes to stderr at the end.
@@ -19,8 +19,7 @@
 #include "cli/open_model.h" // defines: CliModel, cli_open_model
 #include "core/args.h"      // defines: ArgSpec, ArgTable, args_parse_or_die
 #include "core/log.h"       // defines: kda_die
-#include "eval/device.h"    // defines: eval_device_logits_last
-#include "eval/generate.h"  // defines: kda_generate, KdaGenOpts, KdaUtf8Stream
+#include "eval/generate.h"  // defines: kda_generate, kda_generate_refeed, KdaGenOpts
 #include "tok/tok.h"        // defines: KdaTokenizer, tok_*
 
 typedef struct {
@@ -96,7 +95,7 @@ static char *read_stdin_(size_t *n) {
 
 // The flags of `kda generate`.
 typedef struct {
-    const char *model, *prompt, *prompt_ids, *tokenizer, *core, *device;
+    const char *model, *prompt, *prompt_ids, *tokenizer, *core, *device, *decode;
     int64_t max_new, top_k, seed;
     double temperature, top_p;
     int bos, post, ignore_eos, echo;
@@ -107,6 +106,7 @@ typedef struct {
 static int parse_(GenArgs *a, int argc, char **argv) {
     *a = (GenArgs){.core = "chunk",
                    .device = "auto",
+                   .decode = "recurrent",
                    .max_new = 64,
                    .temperature = 1.0,
                    .top_p = 1.0,
@@ -135,14 +135,17 @@ static int parse_(GenArgs *a, int argc, char **argv) {
         {"echo", ARG_BOOL, &a->echo, "print the prompt before the continuation", 0},
         {"core", ARG_STR, &a->core, "KDA core of the prefill: chunk | recurrent (CPU)", 0},
         {"device", ARG_STR, &a->device,
-         "auto | cpu | cuda (GPU: bf16, whole-sequence forward per token; auto: the GPU when "
-         "the build has CUDA and one is visible)",
+         "auto | cpu | cuda (GPU: bf16; auto: the GPU when the build has CUDA and one is visible)",
+         0},
+        {"decode", ARG_STR, &a->decode,
+         "recurrent (one O(1) step per token) | refeed (the whole-sequence forward per token, "
+         "O(T^2): to measure against)",
          0},
     };
     ArgTable table = {"kda generate", "sample a continuation of a prompt (CPU fp32 or GPU bf16)",
-                      "CPU: the prompt is prefilled with the chunked forward; each new token is "
-                      "one recurrent step (constant cost per token). GPU: each new token re-runs "
-                      "the forward on the whole sequence (O(T^2)). Sampling: temperature, then "
+                      "The prompt is prefilled with the chunked forward; each new token is one "
+                      "recurrent step (constant cost per token), on the CPU or the GPU. Sampling: "
+                      "temperature, then "
                       "top-k, then top-p. Output streams to stdout; timing to stderr. "
                       "Without --prompt/--prompt-ids the prompt text is read from stdin.",
                       specs, (int)(sizeof specs / sizeof *specs)};
@@ -154,6 +157,8 @@ static int parse_(GenArgs *a, int argc, char **argv) {
     if (a->temperature < 0.0) kda_die("--temperature must be >= 0, got %g", a->temperature);
     if (a->prompt && a->prompt_ids) kda_die("give --prompt or --prompt-ids, not both");
     if (a->top_k < 0) kda_die("--top-k must be >= 0 (0 = off), got %lld", (long long)a->top_k);
+    if (strcmp(a->decode, "recurrent") && strcmp(a->decode, "refeed"))
+        kda_die("--decode must be recurrent or refeed, got '%s'", a->decode);
     if (a->prompt_ids) free(parse_ids_(a->prompt_ids, &(int64_t){0})); // bad ids fail here
     return 0;
 }
@@ -162,7 +167,7 @@ static int parse_(GenArgs *a, int argc, char **argv) {
 // frees; NULL for --prompt-ids). Dies on an empty prompt or an id outside the vocabulary.
 static void prompt_(const GenArgs *a, const CliModel *cm, TokIds *ids, char **text,
                     size_t *text_n) {
-    const KdaConfig *cfg = &cm->m.cfg;
+    const KdaConfig *cfg = cm->cfg;
     KdaError err;
     *ids = (TokIds){0};
     *text = NULL, *text_n = 0;
@@ -215,16 +220,15 @@ static void echo_(const TokIds *ids, const char *text, size_t text_n, Printer *p
     fflush(stdout);
 }
 
-// Generates and streams the continuation: CPU prefill + recurrent decode, or the GPU re-feed.
-static void run_(CliModel *cm, const TokIds *ids, const KdaGenOpts *go, Printer *pr,
-                 KdaGenStats *st) {
+// Generates and streams the continuation: prefill + recurrent decode, or --decode refeed.
+static void run_(CliModel *cm, const char *decode, const TokIds *ids, const KdaGenOpts *go,
+                 Printer *pr, KdaGenStats *st) {
     KdaError err;
-    int grc =
-        cm->dev.cuda
-            ? kda_generate_refeed(eval_device_logits_last, &cm->dev, cm->m.cfg.vocab_size, ids->ids,
-                                  (int64_t)ids->n, go, NULL, print_token_, pr, st, &err)
-            : kda_generate(&cm->m, ids->ids, (int64_t)ids->n, go, NULL, print_token_, pr, st, &err);
-    if (grc) kda_die("%s: %s", cm->dir, err.msg);
+    int (*gen)(KdaRuntime *, const int32_t *, int64_t, const KdaGenOpts *, int32_t *, KdaGenTokenFn,
+               void *, KdaGenStats *, KdaError *) =
+        strcmp(decode, "refeed") ? kda_generate : kda_generate_refeed;
+    if (gen(cm->rt, ids->ids, (int64_t)ids->n, go, NULL, print_token_, pr, st, &err))
+        kda_die("%s: %s", cm->dir, err.msg);
     if (pr->tok) kda_utf8_stream_flush(&pr->utf8, stdout);
     printf("\n");
     if (fflush(stdout)) kda_die("writing stdout failed");
@@ -261,7 +265,7 @@ int cmd_generate(int argc, char **argv) {
     size_t text_n;
     prompt_(&a, &cm, &ids, &text, &text_n);
 
-    const KdaConfig *cfg = &cm.m.cfg;
+    const KdaConfig *cfg = cm.cfg;
     int32_t eos[2];
     int n_eos = 0;
     if (cm.tok && tok_eos_id(cm.tok) >= 0) eos[n_eos++] = tok_eos_id(cm.tok);
@@ -272,7 +276,7 @@ int cmd_generate(int argc, char **argv) {
     Printer pr = {cm.tok, {{0}, 0}, &go, 0, 0};
     if (a.echo) echo_(&ids, text, text_n, &pr);
     KdaGenStats st;
-    run_(&cm, &ids, &go, &pr, &st);
+    run_(&cm, a.decode, &ids, &go, &pr, &st);
     report_(&st, &pr);
     free(text);
     tok_ids_free(&ids);

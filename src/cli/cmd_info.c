@@ -1,5 +1,5 @@
 // cmd_info.c - `kda info`: config summary, derived dims, parameter counts and breakdown,
-// FLOPs per token and a training memory estimate for one GPU.
+// FLOPs per token and the training memory of kda.c's own buffers on the CPU and one GPU.
 #include <limits.h>
 #include <stdio.h>
 #include <string.h>
@@ -11,6 +11,7 @@
 #include "io/safetensors.h" // defines: StModel, st_model_open
 #include "model/config.h"   // defines: KdaConfig, kda_config_load
 #include "model/params.h"   // defines: KdaParamTable, kda_params_build, FLOP counts
+#include "model/runtime.h"  // defines: kda_runtime_memory_plan, KdaMemoryPlan
 
 #define GIB (1024.0 * 1024.0 * 1024.0)
 
@@ -137,64 +138,55 @@ static void print_flops(const KdaConfig *c, int64_t T) {
            mega / model);
 }
 
-// Saved activations per token, in bytes, for bf16-autocast training with fp32 residual stream
-// (kda-model.md §8), counting what backward keeps per block:
-//   8D      fp32 residual input of attn_norm and mlp_norm
-//   4D      bf16 copies of the two normed inputs fed to the projections
-//   4(2HK + HV·V)       bf16 q/k/v projections (conv inputs) and conv outputs
-//   2(2V + HV·K + HV·V + HV)  bf16 f/g low-rank outputs, gate pre-activation, output gate, beta
-//   4·HV·K  fp32 gate cumsum;  2·HV·C  bf16 Akk kept by the chunk kernel (C = 64)
-//   4·HV·V  bf16 core output and gated-norm output
-//   6I      bf16 MLP gate, up and SwiGLU product
-// plus 8D for the final norm. Transients: one block's worth of backward temporaries and a
-// chunked loss workspace of 4096 tokens x n_vocab x (bf16 logits + fp32 gradient).
-// Check against FLA on one H200 (performance.md: 300M, seq 2048): micro-batch 16 measured
-// 25.8 GiB, this gives 26.9; micro-batch 32 measured 47.1, this gives 45.7. A leaner C
-// implementation (recompute, bf16 residuals) will sit below; the estimate is an upper guide.
-static double act_bytes_per_token_layer(const KdaConfig *c) {
-    const double D = (double)c->hidden_size, HK = (double)c->key_dim, HVV = (double)c->value_dim;
-    const double HVK = (double)c->gate_dim, HV = (double)c->num_v_heads, V = (double)c->head_v_dim;
-    const double I = (double)c->intermediate_size, C = 64.0;
-    return 8 * D + 4 * D + 4 * (2 * HK + HVV) + 2 * (2 * V + HVK + HVV + HV) + 4 * HVK +
-           2 * HV * C + 4 * HVV + 6 * I;
+// One cell of the memory table: "12.34 GiB", "56.7 MiB" or "-".
+static const char *mem_cell(char *buf, size_t cap, double bytes, int ok) {
+    if (!ok)
+        snprintf(buf, cap, "-");
+    else if (bytes < 0.1 * GIB)
+        snprintf(buf, cap, "%.1f MiB", bytes / (1024.0 * 1024.0));
+    else
+        snprintf(buf, cap, "%.2f GiB", bytes / GIB);
+    return buf;
 }
 
-static void gib(const char *label, double bytes) {
-    if (bytes < 0.1 * GIB)
-        printf("  %-48s %8.2f MiB\n", label, bytes / (1024.0 * 1024.0));
-    else
-        printf("  %-48s %8.2f GiB\n", label, bytes / GIB);
-}
-
-// recompute: per-block recompute (recompute_granularity: full on the GPU) keeps each block's fp32
-// input (4D bytes per token) per layer plus one block's activations, shared by all blocks.
-static void print_memory(const KdaConfig *c, int64_t P, int64_t B, int64_t T, int recompute) {
-    const double tokens = (double)B * (double)T, L = (double)c->num_hidden_layers;
-    const double per_layer = act_bytes_per_token_layer(c), D = (double)c->hidden_size;
-    const double states = 16.0 * (double)P, work = 2.0 * (double)P;
-    const double kept = recompute ? 4.0 * D * L + per_layer : per_layer * L;
-    const double acts = tokens * (kept + 8.0 * D);
-    const double temps = tokens * per_layer;
-    const double loss_tokens = tokens < 4096 ? tokens : 4096;
-    const double loss_ws = loss_tokens * (double)c->vocab_size * 6.0;
-    const double total = states + work + acts + temps + loss_ws;
-    printf("training memory estimate per GPU (micro-batch %lld x seq %lld = %s tokens)\n",
-           (long long)B, (long long)T, commas(B * T));
-    char label[96];
-    gib("fp32 params + grads + Adam m, v (16 B/param)", states);
-    gib("bf16 working weights (2 B/param)", work);
-    if (recompute)
-        snprintf(label, sizeof label, "saved activations (recompute: %.1f KB/tok/layer)",
-                 4.0 * D / 1024.0);
-    else
-        snprintf(label, sizeof label, "saved activations (%.1f KB/token/layer)",
-                 per_layer / 1024.0);
-    gib(label, acts);
-    gib("backward temporaries (one block)", temps);
-    snprintf(label, sizeof label, "loss workspace (%g tokens x n_vocab)", loss_tokens);
-    gib(label, loss_ws);
-    gib("total", total);
-    if (total / GIB > 139.0) printf("  (more than one H200's ~139 GiB)\n");
+// kda.c's own training memory (model/runtime.h kda_runtime_memory_plan: the buffers the CPU
+// runtime and the GPU runtime allocate, counted by their layout code) on the CPU, the GPU and the
+// GPU with per-block recompute (recompute_granularity: full), for micro-batches of B x T with
+// n_micro of them per step.
+static void print_memory(const KdaConfig *c, int64_t B, int64_t T, int64_t n_micro) {
+    KdaMemoryPlan p[3];
+    KdaError err[3];
+    int ok[3];
+    ok[0] = kda_runtime_memory_plan(KDA_DEVICE_CPU, c, B, T, (int)n_micro, 0, &p[0], &err[0]) == 0;
+    ok[1] = kda_runtime_memory_plan(KDA_DEVICE_CUDA, c, B, T, (int)n_micro, 0, &p[1], &err[1]) == 0;
+    ok[2] = kda_runtime_memory_plan(KDA_DEVICE_CUDA, c, B, T, (int)n_micro, 1, &p[2], &err[2]) == 0;
+    printf("training memory of kda.c's buffers (micro-batch %lld x seq %lld = %s tokens, %lld "
+           "micro-batch%s per step)\n",
+           (long long)B, (long long)T, commas(B * T), (long long)n_micro, n_micro > 1 ? "es" : "");
+    printf("  %-40s %12s %12s %14s\n", "", "CPU", "GPU", "GPU recompute");
+    const char *labels[] = {"fp32 parameters",
+                            "gradients (CPU: + a micro-batch's)",
+                            "AdamW m and v",
+                            "bf16 working copy",
+                            "activations (+ GPU kept core states)",
+                            "ids/targets; GPU scalars + cuBLASLt ws",
+                            "total"};
+    for (int r = 0; r < 7; r++) {
+        char a[32], b[32], d[32];
+        double v[3];
+        for (int k = 0; k < 3; k++) {
+            const KdaMemoryPlan *q = &p[k];
+            double x[7] = {q->params, q->grads, q->moments, q->copy, q->acts, q->other, q->total};
+            v[k] = x[r];
+        }
+        printf("  %-40s %12s %12s %14s\n", labels[r], mem_cell(a, sizeof a, v[0], ok[0] && r != 3),
+               mem_cell(b, sizeof b, v[1], ok[1]), mem_cell(d, sizeof d, v[2], ok[2]));
+    }
+    if (!ok[1]) printf("  GPU: %s\n", err[1].msg);
+    if (ok[1])
+        printf("  GPU: the H200's shared memory per block picks the KDA core's chunk; the CUDA "
+               "context (~0.5 GiB) is not counted%s\n",
+               p[1].total / GIB > 139.0 ? "; more than one H200's ~139 GiB" : "");
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -250,8 +242,7 @@ static void print_weights(const char *path) {
 
 int cmd_info(int argc, char **argv) {
     const char *model = NULL;
-    int64_t micro_batch = 32, seq_len = 2048;
-    int recompute = 0;
+    int64_t micro_batch = 32, seq_len = 2048, n_micro = 1;
     const ArgSpec specs[] = {
         {"model", ARG_STR, &model,
          "model directory (config.json), a config .json file, or a training save/iter_* directory",
@@ -259,14 +250,14 @@ int cmd_info(int argc, char **argv) {
         {"micro-batch", ARG_INT, &micro_batch, "sequences per GPU step, for the memory estimate",
          0},
         {"seq-length", ARG_INT, &seq_len, "tokens per sequence, for FLOPs and memory", 0},
-        {"recompute", ARG_BOOL, &recompute,
-         "memory with per-block activation recompute (recompute_granularity: full)", 0},
+        {"micro-batches", ARG_INT, &n_micro,
+         "micro-batches per step (the CPU keeps a second gradient buffer when > 1)", 0},
     };
     const ArgTable table = {"kda info", "model config summary, parameter count, FLOPs and memory",
                             NULL, specs, (int)(sizeof specs / sizeof *specs)};
     if (args_parse_or_die(&table, argc, argv)) return 0;
-    if (micro_batch <= 0 || seq_len <= 0)
-        kda_die("kda info: --micro-batch and --seq-length must be positive");
+    if (micro_batch <= 0 || seq_len <= 0 || n_micro <= 0)
+        kda_die("kda info: --micro-batch, --seq-length and --micro-batches must be positive");
 
     char dir[PATH_MAX]; // a checkpoint or save directory: the model it holds
     if (path_is_dir(model)) cli_resolve_model(model, dir, sizeof dir), model = dir;
@@ -279,7 +270,7 @@ int cmd_info(int argc, char **argv) {
     print_weights(model);
     print_params(&c, &t);
     print_flops(&c, seq_len);
-    print_memory(&c, t.total_numel, micro_batch, seq_len, recompute);
+    print_memory(&c, micro_batch, seq_len, n_micro);
     kda_params_free(&t);
     return 0;
 }

@@ -26,9 +26,8 @@
 #include "core/json.h"      // defines: json_fmt_num
 #include "core/util.h"      // defines: open_atomic, commit_atomic
 #include "core/log.h"       // defines: kda_die
-#include "eval/device.h"    // defines: eval_device_forward
 #include "eval/score.h"     // defines: ScoreSeq, score_read_input
-#include "model/model.h"    // defines: kda_model_forward
+#include "model/runtime.h"  // defines: kda_runtime_forward
 #include "tok/tok.h"        // defines: TOK_POST, TOK_ADD_BOS
 
 // Do a and b name the same existing file (device and inode)?
@@ -83,10 +82,8 @@ int cmd_score(int argc, char **argv) {
                          .tokenizer = tok_path,
                          .tok_source = CLI_TOK_FLAG}; // "text" lines need an explicit one
     cli_open_model(&cm, &spec);
-    KdaModel *m = &cm.m;
-    EvalDevice *dev = &cm.dev;
     const KdaTokenizer *tok = cm.tok;
-    const KdaConfig cfg = m->cfg;
+    const KdaConfig cfg = *cm.cfg;
 
     int64_t n_seq = 0, tmax = 0;
     ScoreSeq *seqs;
@@ -105,12 +102,8 @@ int cmd_score(int argc, char **argv) {
             fprintf(out, "{\"tokens\": 0, \"loss\": null, \"sum_nll\": null}\n");
             continue;
         }
-        int rc;
-        if (dev->cuda)
-            rc = eval_device_forward(dev, seqs[i].ids, seqs[i].ids, 1, seqs[i].n, nll, &err);
-        else
-            rc = kda_model_forward(m, seqs[i].ids, NULL, 1, seqs[i].n, nll, NULL, NULL, &err);
-        if (rc) kda_die("%s: sequence %lld: %s", input, (long long)i + 1, err.msg);
+        if (kda_runtime_forward(cm.rt, seqs[i].ids, NULL, 1, seqs[i].n, nll, NULL, &err))
+            kda_die("%s: sequence %lld: %s", input, (long long)i + 1, err.msg);
         double sum = 0.0;
         for (int64_t t = 0; t < seqs[i].n; t++)
             sum += nll[t];

@@ -9,12 +9,12 @@
 #include "cli/commands.h"
 #include "core/error.h"
 #include "core/log.h"
-#include "cuda/backend_cuda.h" // defines: kda_cuda_available
-#include "model/config.h"      // defines: kda_config_load, kda_config_derive
-#include "model/params.h"      // defines: kda_params_build (parameter count for --dry-run)
-#include "dist/dist.h"         // defines: KdaDist, kda_dist_env_read, kda_dist_open
-#include "dist/launch.h"       // defines: kda_launch_take_nproc, kda_launch_local
-#include "dist/zero1.h"        // defines: kda_zero1_plan (the --dry-run memory plan)
+#include "model/runtime.h" // defines: kda_runtime_pick
+#include "model/config.h"  // defines: kda_config_load, kda_config_derive
+#include "model/params.h"  // defines: kda_params_build (parameter count for --dry-run)
+#include "dist/dist.h"     // defines: KdaDist, kda_dist_env_read, kda_dist_open
+#include "dist/launch.h"   // defines: kda_launch_take_nproc, kda_launch_local
+#include "model/zero1.h"   // defines: kda_zero1_plan (the --dry-run memory plan)
 #include "train/run_config.h"
 #include "train/trainer.h"
 
@@ -224,13 +224,9 @@ int cmd_train(int argc, char **argv) {
         kda_run_config_free(&rc);
         return rc2;
     }
-#ifdef KDA_HAVE_CUDA
-    const char *no_cuda = "no CUDA device is visible";
-#else
-    const char *no_cuda = "this build has no CUDA support (rebuild with nvcc: make KDA_CUDA=1)";
-#endif
-    if (rc.device && !strcmp(rc.device, "cuda") && !kda_cuda_available())
-        kda_die("device \"cuda\": %s (use device: cpu)", no_cuda);
+    KdaDeviceKind kind; // the runtime's one device check, before any rank starts
+    if (rc.device && !strcmp(rc.device, "cuda") && kda_runtime_pick("cuda", &kind, &err))
+        kda_die("device \"cuda\": %s", err.msg);
     if (rc.threads > 0) {
         omp_set_num_threads((int)rc.threads);
         openblas_set_num_threads((int)rc.threads);

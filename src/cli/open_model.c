@@ -61,22 +61,23 @@ void cli_open_model(CliModel *cm, const CliModelSpec *s) {
     KdaError err;
     if (strcmp(s->core, "chunk") && strcmp(s->core, "recurrent"))
         kda_die("--core must be chunk or recurrent, got '%s'", s->core);
-    int pick, fp32;
-    if (eval_device_pick(s->device, &pick, &err) || eval_precision_parse(s->precision, &fp32, &err))
-        kda_die("%s", err.msg);
+    KdaDeviceKind kind;
+    if (kda_runtime_pick(s->device, &kind, &err)) kda_die("%s", err.msg);
+    if (s->precision && strcmp(s->precision, "bf16") && strcmp(s->precision, "fp32"))
+        kda_die("--precision must be bf16 or fp32, got '%s'", s->precision);
     cli_resolve_model(s->model, cm->dir, sizeof cm->dir);
     KdaConfig cfg;
     KdaParamTable pt;
     float *flat;
     if (kda_model_load_dir(cm->dir, &cfg, &pt, &flat, &err)) kda_die("%s", err.msg);
-    if (kda_model_init_from(&cm->m, &cfg, &pt, flat, &err)) kda_die("%s: %s", cm->dir, err.msg);
-    cm->m.core = strcmp(s->core, "recurrent") ? KDA_CORE_CHUNK : KDA_CORE_RECURRENT;
-    if (eval_device_open(&cm->dev, s->device, s->precision, &cm->m, &err))
-        kda_die("%s: %s", cm->dir, err.msg);
-    if (cm->dev.note[0]) kda_warn("--device auto: %s; using the CPU", cm->dev.note);
-    kda_info("device: %s%s%s%s", cm->dev.name, s->log_precision ? ", precision " : "",
-             s->log_precision ? cm->dev.precision : "",
-             cm->dev.cuda && s->gpu_note ? s->gpu_note : "");
+    cm->core = strcmp(s->core, "recurrent") ? KDA_CORE_CHUNK : KDA_CORE_RECURRENT;
+    KdaRuntimeOpts o = {.device = s->device, .precision = s->precision, .core = cm->core};
+    if (kda_runtime_open(&cm->rt, &cfg, &pt, flat, &o, &err)) kda_die("%s: %s", cm->dir, err.msg);
+    cm->cfg = kda_runtime_config(cm->rt);
+    if (kda_runtime_note(cm->rt)[0])
+        kda_warn("--device auto: %s; using the CPU", kda_runtime_note(cm->rt));
+    kda_info("device: %s%s%s", kda_runtime_name(cm->rt), s->log_precision ? ", precision " : "",
+             s->log_precision ? kda_runtime_precision(cm->rt) : "");
     if (s->tok_source == CLI_TOK_FLAG && s->tokenizer) {
         KdaError e;
         if (tok_load(&cm->tok, s->tokenizer, &e)) kda_die("%s", e.msg);
@@ -89,7 +90,6 @@ void cli_open_model(CliModel *cm, const CliModelSpec *s) {
 
 void cli_close_model(CliModel *cm) {
     tok_free(cm->tok);
-    eval_device_close(&cm->dev);
-    kda_model_free(&cm->m);
+    kda_runtime_close(cm->rt);
     memset(cm, 0, sizeof *cm);
 }

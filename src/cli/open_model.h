@@ -1,6 +1,7 @@
 // open_model.h - how every command opens a model for inference: a model directory or a training
-// checkpoint (--model), the CPU model with its KDA core (--core), the device (--device) and the
-// tokenizer (--tokenizer, else the model's own, else the checkpoint's run config).
+// checkpoint (--model), the model runtime (model/runtime.h) on the device --device picks, with
+// the CPU's KDA core (--core) and the GPU's precision (--precision), and the tokenizer
+// (--tokenizer, else the model's own, else the checkpoint's run config).
 //
 // Used by kda score, eval and generate (cli_open_model), export (cli_resolve_model,
 // cli_checkpoint_tokenizer) and info (cli_resolve_model). CLI floor: every function prints one
@@ -11,9 +12,9 @@
 #include <limits.h>
 #include <stddef.h>
 
-#include "eval/device.h" // defines: EvalDevice
-#include "model/model.h" // defines: KdaModel
-#include "tok/tok.h"     // defines: KdaTokenizer
+#include "model/model.h"   // defines: KdaCoreMode
+#include "model/runtime.h" // defines: KdaRuntime
+#include "tok/tok.h"       // defines: KdaTokenizer
 
 // Where the tokenizer comes from.
 typedef enum {
@@ -26,24 +27,24 @@ typedef struct {
     const char *model;     // --model: an HF model directory, or a training save dir / iter_* dir
     const char *core;      // --core: "chunk" | "recurrent"
     const char *device;    // --device: "auto" | "cpu" | "cuda"
-    const char *precision; // --precision: "bf16" | "fp32" | NULL (eval/device.h; generate: NULL)
+    const char *precision; // --precision: "bf16" | "fp32" | NULL (model/runtime.h; generate: NULL)
     int log_precision;     // 1: the device log line names the precision (score, eval)
     const char *tokenizer; // --tokenizer, or NULL
     CliTokSource tok_source;
-    const char *gpu_note; // appended to the "device: NAME" log line on the GPU (or NULL)
 } CliModelSpec;
 
 typedef struct {
     char dir[PATH_MAX];      // the model directory read (a checkpoint: its iter_* directory)
-    KdaModel m;              // the CPU model (also when dev runs the forwards: dev holds a copy)
-    EvalDevice dev;          // --device's choice (dev.cuda: the GPU model)
+    KdaRuntime *rt;          // the model on --device's choice (owned)
+    const KdaConfig *cfg;    // kda_runtime_config(rt)
+    KdaCoreMode core;        // --core (the CPU runtime's KDA core)
     KdaTokenizer *tok;       // NULL when none was asked for or found
     char tok_path[PATH_MAX]; // where tok was loaded from ("" when tok is NULL)
 } CliModel;
 
-// Validates core and device first (a bad flag fails before any loading), resolves the model
-// directory, loads config + weights into the CPU model, opens the device (logging "device: NAME"
-// and, when auto fell back to the CPU, why) and loads the tokenizer per tok_source.
+// Validates core, device and precision first (a bad flag fails before any loading), resolves the
+// model directory, loads config + weights, opens the runtime on the device (logging "device:
+// NAME" and, when auto fell back to the CPU, why) and loads the tokenizer per tok_source.
 // *cm is overwritten; release with cli_close_model.
 void cli_open_model(CliModel *cm, const CliModelSpec *spec);
 void cli_close_model(CliModel *cm); // accepts a zeroed struct

@@ -20,9 +20,10 @@
 #include "cuda/kda_cuda.h"  // defines: kda_cuda_chunk_fwd, kda_cuda_chunk_bwd
 #include "cuda/kda_fast.h"  // defines: kda_fast_chunk
 #include "cuda/kda_tc.h"    // defines: kda_tc_selected, kda_tc_fwd_keep (KDA_CORE=tc)
-#include "cuda/ops_cuda.h"  // defines: kda_cuda_rmsnorm_*, conv, gate, beta, gnorm, swiglu, ...
-#include "cuda/xent_cuda.h" // defines: kda_cuda_xent_fwd, kda_cuda_xent_bwd
-#include "dist/zero1.h"     // defines: kda_zero1_plan, kda_zero1_clip (ZeRO-1)
+#include "cuda/decode_cuda.h" // defines: kda_cuda_decode_conv, _delta, _tail
+#include "cuda/ops_cuda.h"    // defines: kda_cuda_rmsnorm_*, conv, gate, beta, gnorm, swiglu, ...
+#include "cuda/xent_cuda.h"   // defines: kda_cuda_xent_fwd, kda_cuda_xent_bwd
+#include "model/zero1.h"      // defines: kda_zero1_plan, kda_zero1_clip (ZeRO-1)
 
 #define ROW_ALIGN   128                 // elements: device rows start 256-byte aligned (bf16)
 #define L2NORM_EPS  1e-6f               // q/k L2 norm eps, fixed in FLA (§5.3 step 6)
@@ -132,6 +133,9 @@ struct KdaCudaModel {
     size_t keep_cap;
     int have_fwd;
     int clip_pending;
+    size_t arena_bytes; // of the current activation arena (kda_cuda_model_plan counts the same)
+    float *fin; // [HV, K, V] fp32: where the running block's KDA core leaves its final state
+                // (kda_cuda_model_prefill), else NULL
     // per-op profile (kda_cuda_model_profile): events ev[0 .. n_ev) recorded in pairs
     KdaProf *prof;
     cudaEvent_t *ev;
@@ -226,6 +230,7 @@ static int reserve_(KdaCudaModel *m, int64_t N) {
     layout_(m, N, &a);
     m->arena = kda_cuda_alloc(&m->ctx, a.used);
     if (!m->arena) return -1;
+    m->arena_bytes = a.used;
     a.base = m->arena;
     a.used = 0;
     layout_(m, N, &a);
@@ -409,16 +414,10 @@ int kda_cuda_model_fused(const KdaCudaModel *m) {
     return m->fuse_l2 | (m->fuse_gn << 1) | (m->fuse_dh << 2);
 }
 
-int kda_cuda_model_create(KdaCudaModel **out, const KdaConfig *cfg, const KdaParamTable *t,
-                          const float *params, int device, KdaError *err) {
-    *out = NULL;
-    if (kda_cuda_model_check(cfg, device, err)) return -1;
-    KdaCudaModel *m = kda_calloc(1, sizeof *m);
-    if (kda_cuda_init(&m->ctx, device, err)) {
-        free(m);
-        return -1;
-    }
-    m->ctx_ok = 1;
+// Everything create decides before allocating: the core's chunk (for m->ctx.info's shared memory),
+// the environment's switches (KDA_CORE_KEEP, KDA_CORE, KDA_FUSE, KDA_INPROJ, KDA_GATEUP), the
+// device layout and its fusion groups; cfg and t copied. Host only (kda_cuda_model_plan too).
+static void configure_(KdaCudaModel *m, const KdaConfig *cfg, const KdaParamTable *t) {
     m->chunk = kda_fast_chunk(cfg->head_dim, cfg->head_v_dim, m->ctx.info.smem_per_block_optin);
     m->cls_budget = CLS_BUDGET;
     // the fused classifier's row kernel: a cluster per row, the row read once (default since
@@ -445,6 +444,19 @@ int kda_cuda_model_create(KdaCudaModel **out, const KdaConfig *cfg, const KdaPar
     m->gateup = (got & KDA_LAYOUT_GATEUP) != 0;
     m->dtotal = off > 0 ? off : ROW_ALIGN;
     m->dtab.total_numel = m->dtotal;
+}
+
+int kda_cuda_model_create(KdaCudaModel **out, const KdaConfig *cfg, const KdaParamTable *t,
+                          const float *params, int device, KdaError *err) {
+    *out = NULL;
+    if (kda_cuda_model_check(cfg, device, err)) return -1;
+    KdaCudaModel *m = kda_calloc(1, sizeof *m);
+    if (kda_cuda_init(&m->ctx, device, err)) {
+        free(m);
+        return -1;
+    }
+    m->ctx_ok = 1;
+    configure_(m, cfg, t);
     kda_zero1_plan(&m->sh, m->dtotal, 1, 0, 1, NULL); // the whole layout (cannot fail)
     m->dorder = kda_malloc((size_t)(t->n > 0 ? t->n : 1) * sizeof *m->dorder);
     for (int i = 0; i < t->n; i++) // rows in device order (AdamW walks runs of them)
@@ -731,19 +743,19 @@ static int block_fwd_(KdaCudaModel *m, const KdaLayerTensors *P, DevLayer *L, fl
     TIMED(KDA_OP_GATE_FWD, 0, 6.0 * N * HV,
           kda_cuda_beta_fwd(x, L->beta, L->b, N * HV, c->allow_neg_eigval));
     if (L->keep && core_tc_(m, &d)) // tensor-core core, kept state (kda_tc_keep_floats)
-        TIMED(
-            KDA_OP_CORE_FWD, 0, 512.0 * N * HV,
-            kda_tc_fwd_keep(x, L->o, NULL, L->q, L->k, L->v, L->gcum, L->beta, NULL, &d, L->keep));
+        TIMED(KDA_OP_CORE_FWD, 0, 512.0 * N * HV,
+              kda_tc_fwd_keep(x, L->o, m->fin, L->q, L->k, L->v, L->gcum, L->beta, NULL, &d,
+                              L->keep));
     else if (core_tc_(m, &d))
         TIMED(KDA_OP_CORE_FWD, 0, 512.0 * N * HV,
-              kda_tc_fwd(x, L->o, NULL, L->q, L->k, L->v, L->gcum, L->beta, NULL, &d));
+              kda_tc_fwd(x, L->o, m->fin, L->q, L->k, L->v, L->gcum, L->beta, NULL, &d));
     else if (L->keep) // M0: h and Δ kept for the backward
         TIMED(KDA_OP_CORE_FWD, 0, 512.0 * N * HV,
-              kda_fast_fwd_keep(x, L->o, NULL, L->q, L->k, L->v, L->gcum, L->beta, NULL, &d,
+              kda_fast_fwd_keep(x, L->o, m->fin, L->q, L->k, L->v, L->gcum, L->beta, NULL, &d,
                                 L->keep));
     else
         TIMED(KDA_OP_CORE_FWD, 0, 512.0 * N * HV,
-              kda_cuda_chunk_fwd(x, L->o, NULL, L->q, L->k, L->v, L->gcum, L->beta, NULL, &d));
+              kda_cuda_chunk_fwd(x, L->o, m->fin, L->q, L->k, L->v, L->gcum, L->beta, NULL, &d));
     if (!m->inproj) TRY(lin_(m, KDA_OP_PROJ_FWD, L->z0, L->xa, P->g_proj0, N, D, V));
     TRY(lin_(m, KDA_OP_PROJ_FWD, L->z, L->z0, P->g_proj1, N, V, HVV));
     if (m->fuse_gn) { // the bias folded into the gated norm: z stays the raw GEMM output
@@ -1464,6 +1476,292 @@ int kda_cuda_model_logits(KdaCudaModel *m, int64_t b, int64_t t, float *logits, 
     }
     if (kda_cuda_gemm_fwd(&m->ctx, y, KDA_DT_F32, x, W_(m, m->P.lm_head), 1, D, V, 0) ||
         kda_cuda_get_f32(&m->ctx, logits, y, V))
+        return fail_(m, err);
+    return 0;
+}
+
+// ---- memory plan (kda info; no device needed) ---------------------------------------------------
+
+int kda_cuda_model_plan(const KdaConfig *cfg, const KdaParamTable *t, int64_t B, int64_t T,
+                        int recompute, size_t smem_optin, KdaCudaPlan *out, KdaError *err) {
+    memset(out, 0, sizeof *out);
+    if (kda_cuda_model_check_config(cfg, err)) return -1;
+    if (B <= 0 || T <= 0) return kda_fail(err, "memory plan: B and T must be positive");
+    KdaCudaModel *m = kda_calloc(1, sizeof *m);
+    m->ctx.info.smem_per_block_optin = smem_optin;
+    configure_(m, cfg, t);
+    m->recompute = recompute != 0;
+    m->L =
+        kda_calloc((size_t)(cfg->num_hidden_layers > 0 ? cfg->num_hidden_layers : 1), sizeof *m->L);
+    m->B = B, m->T = T;
+    Arena a = {NULL, 0};
+    layout_(m, B * T, &a); // reserve_'s count, for B·T tokens
+    KdaDims d = dims_(m);  // keep_reserve_'s size
+    int keep = m->core_keep && kda_fast_supported(&d, smem_optin);
+    size_t per = !keep ? 0 : core_tc_(m, &d) ? kda_tc_keep_floats(&d) : kda_fast_keep_floats(&d);
+    size_t sets = m->recompute ? 1 : (size_t)cfg->num_hidden_layers;
+    out->dtotal = m->dtotal;
+    out->state_bytes = 4.0 * F32(m->dtotal); // p, g, m1, m2
+    out->copy_bytes = (double)BF(m->dtotal);
+    out->arena_bytes = (double)a.used;
+    out->keep_bytes = (double)F32(per * sets);
+    out->fixed_bytes = 256.0 + (double)((size_t)32 << 20); // scalars, cuBLASLt workspace
+    free(m->L);
+    free(m->table.rows);
+    free(m->dtab.rows);
+    free(m);
+    return 0;
+}
+
+size_t kda_cuda_model_arena_bytes(const KdaCudaModel *m) {
+    return m->arena_bytes + F32(m->keep_cap);
+}
+
+// ---- recurrent decode: prefill + one token at a time (model_cuda.h) -----------------------------
+
+struct KdaCudaDecode {
+    void *mem;               // one device allocation; every pointer below points into it
+    float *S;                // [L, HV, K, V] fp32 recurrent state
+    float *tq, *tk, *tv;     // [L, HK, W-1], [L, HK, W-1], [L, HVV, W-1] fp32 conv tails
+    int32_t *id;             // [1] the token being decoded
+    float *h, *h2, *rstd;    // [D], [D] residual stream; [max(HV, 1)] norm statistics
+    bf *x, *pq, *pk, *pv;    // [D] norm output; [HK], [HK], [HVV] projections
+    bf *q, *k, *v;           // [HK], [HK], [HVV] core inputs
+    bf *f0, *f, *b, *z0, *z; // [V], [HVK], [HV], [V], [HVV]
+    float *g, *beta;         // [HVK], [HV]
+    bf *o, *on;              // [HVV] core output and gated-norm output
+    bf *ga, *up, *mm;        // [I] each
+    float *logits;           // [n_vocab]
+    int64_t bytes;           // of mem
+    // KDA_DECODE_GRAPH=1 at create: after one eager step, the step is captured once as a CUDA
+    // graph (its ~25 launches per layer replayed by one), reading the id from and writing the
+    // logits to pinned host buffers. graph: 0 not yet, 1 ready, -1 off or the capture failed.
+    int graph;
+    cudaGraphExec_t exec;
+    int32_t *h_id;   // [1] pinned
+    float *h_logits; // [n_vocab] pinned
+    int64_t steps;   // decode steps run on this state
+};
+
+// Assigns every pointer of st for m's config (a->base NULL: only counts bytes).
+static void decode_layout_(const KdaConfig *c, KdaCudaDecode *st, Arena *a) {
+    int64_t L = c->num_hidden_layers, D = c->hidden_size, HV = c->num_v_heads, V = c->head_v_dim;
+    int64_t HK = c->key_dim, HVK = c->gate_dim, HVV = c->value_dim, I = c->intermediate_size;
+    int64_t W1 = c->conv_size - 1;
+    st->S = take_(a, F32(L * HV * c->head_dim * V));
+    st->tq = take_(a, F32(L * HK * W1)), st->tk = take_(a, F32(L * HK * W1));
+    st->tv = take_(a, F32(L * HVV * W1));
+    st->id = take_(a, sizeof(int32_t));
+    st->h = take_(a, F32(D)), st->h2 = take_(a, F32(D)), st->rstd = take_(a, F32(max64_(HV, 1)));
+    st->x = take_(a, BF(D)), st->pq = take_(a, BF(HK)), st->pk = take_(a, BF(HK));
+    st->pv = take_(a, BF(HVV)), st->q = take_(a, BF(HK)), st->k = take_(a, BF(HK));
+    st->v = take_(a, BF(HVV)), st->f0 = take_(a, BF(V)), st->f = take_(a, BF(HVK));
+    st->b = take_(a, BF(HV)), st->z0 = take_(a, BF(V)), st->z = take_(a, BF(HVV));
+    st->g = take_(a, F32(HVK)), st->beta = take_(a, F32(HV));
+    st->o = take_(a, BF(HVV)), st->on = take_(a, BF(HVV));
+    st->ga = take_(a, BF(I)), st->up = take_(a, BF(I)), st->mm = take_(a, BF(I));
+    st->logits = take_(a, F32(c->vocab_size));
+}
+
+int kda_cuda_decode_create(KdaCudaModel *m, KdaCudaDecode **out, KdaError *err) {
+    *out = NULL;
+    KdaCudaDecode *st = kda_calloc(1, sizeof *st);
+    Arena a = {NULL, 0};
+    decode_layout_(&m->cfg, st, &a);
+    st->bytes = (int64_t)a.used;
+    if (!(st->mem = kda_cuda_alloc(&m->ctx, a.used)) || kda_cuda_zero(&m->ctx, st->mem, a.used)) {
+        kda_cuda_release(st->mem);
+        free(st);
+        return fail_(m, err);
+    }
+    a.base = st->mem, a.used = 0;
+    decode_layout_(&m->cfg, st, &a);
+    const char *g = getenv("KDA_DECODE_GRAPH"); // "1": replay the step as a CUDA graph
+    st->graph = g && !strcmp(g, "1") ? 0 : -1;
+    if (st->graph == 0 &&
+        (cudaMallocHost((void **)&st->h_id, sizeof(int32_t)) != cudaSuccess ||
+         cudaMallocHost((void **)&st->h_logits, F32(m->cfg.vocab_size)) != cudaSuccess)) {
+        cudaGetLastError(); // no pinned memory: the eager step
+        st->graph = -1;
+    }
+    *out = st;
+    return 0;
+}
+
+int kda_cuda_decode_graphed(const KdaCudaDecode *st) {
+    return st->graph == 1;
+}
+
+void kda_cuda_decode_free(KdaCudaDecode *st) {
+    if (!st) return;
+    if (st->graph == 1) cudaGraphExecDestroy(st->exec);
+    if (st->h_id) cudaFreeHost(st->h_id);
+    if (st->h_logits) cudaFreeHost(st->h_logits);
+    kda_cuda_release(st->mem);
+    free(st);
+}
+
+// The cache part of the layout (S and the tails) comes first: one copy.
+int kda_cuda_decode_copy(KdaCudaModel *m, KdaCudaDecode *dst, const KdaCudaDecode *src,
+                         KdaError *err) {
+    size_t n = (size_t)((char *)src->id - (char *)src->mem);
+    cudaError_t e = cudaMemcpyAsync(dst->mem, src->mem, n, cudaMemcpyDeviceToDevice, m->ctx.stream);
+    if (e != cudaSuccess) {
+        kda_cuda_fail_at(&m->ctx, __FILE__, __LINE__, "cudaMemcpyAsync(state)",
+                         cudaGetErrorString(e));
+        return fail_(m, err);
+    }
+    return 0;
+}
+
+// logits [n_vocab] fp32 host = RMSNorm(h) · lm_headᵀ (bf16 operands, fp32 out), as
+// kda_cuda_model_logits reads a forward's row; waits.
+static int decode_head_(KdaCudaModel *m, KdaCudaDecode *st, const float *h, float *logits) {
+    const KdaConfig *c = &m->cfg;
+    TRY(kda_cuda_rmsnorm_fwd(&m->ctx, st->x, st->rstd, h, m->P.final_norm, 1, c->hidden_size,
+                             (float)c->norm_eps));
+    TRY(kda_cuda_gemm_fwd(&m->ctx, st->logits, KDA_DT_F32, st->x, W_(m, m->P.lm_head), 1,
+                          c->hidden_size, c->vocab_size, 0));
+    return kda_cuda_get_f32(&m->ctx, logits, st->logits, c->vocab_size);
+}
+
+// The forward of one sequence's blocks (trunk_fwd_ with each block's final KDA state into st->S
+// and the conv tails taken from its projections before the next block reuses them).
+static int prefill_trunk_(KdaCudaModel *m, KdaCudaDecode *st) {
+    const KdaConfig *c = &m->cfg;
+    int64_t T = m->T, D = c->hidden_size, nl = c->num_hidden_layers, W = c->conv_size;
+    int64_t HK = c->key_dim, HVV = c->value_dim, W1 = W - 1;
+    int64_t SL = c->num_v_heads * c->head_dim * c->head_v_dim;
+    TRY(kda_cuda_embed_fwd(&m->ctx, nl > 0 ? m->L[0].h : m->hL, m->P.embed, m->ids, T, D));
+    for (int64_t l = 0; l < nl; l++) {
+        DevLayer *L = &m->L[l];
+        m->fin = st->S + l * SL;
+        int rc = block_fwd_(m, &m->P.layers[l], L, l + 1 < nl ? m->L[l + 1].h : m->hL);
+        m->fin = NULL;
+        TRY(rc);
+        TRY(kda_cuda_decode_tail(&m->ctx, st->tq + l * HK * W1, L->pq, T, HK, W));
+        TRY(kda_cuda_decode_tail(&m->ctx, st->tk + l * HK * W1, L->pk, T, HK, W));
+        TRY(kda_cuda_decode_tail(&m->ctx, st->tv + l * HVV * W1, L->pv, T, HVV, W));
+    }
+    return 0;
+}
+
+int kda_cuda_model_prefill(KdaCudaModel *m, KdaCudaDecode *st, const int32_t *ids, int64_t T,
+                           float *logits, KdaError *err) {
+    if (T <= 0) return kda_fail(err, "prefill: the prompt is empty (T = %lld)", (long long)T);
+    if (start_forward_(m, ids, NULL, 1, T, err)) return -1;
+    const float *last = m->hL + (T - 1) * m->cfg.hidden_size;
+    if (prefill_trunk_(m, st) || decode_head_(m, st, last, logits)) return fail_(m, err);
+    return 0;
+}
+
+// One block on one token: st->h in, st->h out (through st->h2). The forward's launchers with
+// N = 1 (separate projection GEMMs: every weight starts 256-byte aligned in either device
+// layout), the conv and the delta rule from decode_cuda.h.
+static int decode_block_(KdaCudaModel *m, KdaCudaDecode *st, int64_t l) {
+    const KdaConfig *c = &m->cfg;
+    const KdaLayerTensors *P = &m->P.layers[l];
+    KdaCudaCtx *x = &m->ctx;
+    int64_t D = c->hidden_size, H = c->num_heads, HV = c->num_v_heads, K = c->head_dim;
+    int64_t V = c->head_v_dim, HK = c->key_dim, HVK = c->gate_dim, HVV = c->value_dim;
+    int64_t I = c->intermediate_size, W = c->conv_size, W1 = W - 1;
+    float eps = (float)c->norm_eps;
+    KdaDims d = kda_model_dims(c, 1, 1);
+    TRY(kda_cuda_rmsnorm_fwd(x, st->x, st->rstd, st->h, P->attn_norm, 1, D, eps));
+    TRY(kda_cuda_gemm_fwd(x, st->pq, KDA_DT_BF16, st->x, W_(m, P->q_proj), 1, D, HK, 0));
+    TRY(kda_cuda_gemm_fwd(x, st->pk, KDA_DT_BF16, st->x, W_(m, P->k_proj), 1, D, HK, 0));
+    TRY(kda_cuda_gemm_fwd(x, st->pv, KDA_DT_BF16, st->x, W_(m, P->v_proj), 1, D, HVV, 0));
+    TRY(kda_cuda_decode_conv(x, st->q, st->tq + l * HK * W1, st->pq, P->q_conv, HK, W, K, 1,
+                             L2NORM_EPS));
+    TRY(kda_cuda_decode_conv(x, st->k, st->tk + l * HK * W1, st->pk, P->k_conv, HK, W, K, 1,
+                             L2NORM_EPS));
+    TRY(kda_cuda_decode_conv(x, st->v, st->tv + l * HVV * W1, st->pv, P->v_conv, HVV, W, V, 0,
+                             0.0f));
+    TRY(kda_cuda_gemm_fwd(x, st->f0, KDA_DT_BF16, st->x, W_(m, P->f_proj0), 1, D, V, 0));
+    TRY(kda_cuda_gemm_fwd(x, st->f, KDA_DT_BF16, st->f0, W_(m, P->f_proj1), 1, V, HVK, 0));
+    TRY(kda_cuda_gate_cumsum_fwd(x, st->g, NULL, st->f, P->A_log, P->dt_bias, 1, 1, HV, K,
+                                 m->chunk)); // one token: the cumsum is g itself
+    TRY(kda_cuda_gemm_fwd(x, st->b, KDA_DT_BF16, st->x, W_(m, P->b_proj), 1, D, HV, 0));
+    TRY(kda_cuda_beta_fwd(x, st->beta, st->b, HV, c->allow_neg_eigval));
+    TRY(kda_cuda_decode_delta(x, st->o, st->S + l * HV * K * V, st->q, st->k, st->v, st->g,
+                              st->beta, H, HV, K, V, d.scale));
+    TRY(kda_cuda_gemm_fwd(x, st->z0, KDA_DT_BF16, st->x, W_(m, P->g_proj0), 1, D, V, 0));
+    TRY(kda_cuda_gemm_fwd(x, st->z, KDA_DT_BF16, st->z0, W_(m, P->g_proj1), 1, V, HVV, 0));
+    if (m->fuse_gn) {
+        TRY(kda_cuda_gnorm_bias_fwd(x, st->on, st->rstd, st->o, st->z, P->g_proj1_bias, P->o_norm,
+                                    1, HV, V, eps));
+    } else {
+        TRY(kda_cuda_bias_add(x, st->z, P->g_proj1_bias, 1, HVV));
+        TRY(kda_cuda_gnorm_fwd(x, st->on, st->rstd, st->o, st->z, P->o_norm, HV, V, eps));
+    }
+    TRY(kda_cuda_gemm_residual(x, st->h2, st->h, st->on, W_(m, P->o_proj), 1, HVV, D));
+    TRY(kda_cuda_rmsnorm_fwd(x, st->x, st->rstd, st->h2, P->mlp_norm, 1, D, eps));
+    TRY(kda_cuda_gemm_fwd(x, st->ga, KDA_DT_BF16, st->x, W_(m, P->gate_proj), 1, D, I, 0));
+    TRY(kda_cuda_gemm_fwd(x, st->up, KDA_DT_BF16, st->x, W_(m, P->up_proj), 1, D, I, 0));
+    TRY(kda_cuda_swiglu_fwd(x, st->mm, st->ga, st->up, I));
+    TRY(kda_cuda_gemm_residual(x, st->h, st->h2, st->mm, W_(m, P->down_proj), 1, I, D));
+    return 0;
+}
+
+// One step's work on the stream, the id already in st->id: embedding, blocks, final norm and
+// head into st->logits.
+static int decode_enqueue_(KdaCudaModel *m, KdaCudaDecode *st) {
+    const KdaConfig *c = &m->cfg;
+    TRY(kda_cuda_embed_fwd(&m->ctx, st->h, m->P.embed, st->id, 1, c->hidden_size));
+    for (int64_t l = 0; l < c->num_hidden_layers; l++)
+        TRY(decode_block_(m, st, l));
+    TRY(kda_cuda_rmsnorm_fwd(&m->ctx, st->x, st->rstd, st->h, m->P.final_norm, 1, c->hidden_size,
+                             (float)c->norm_eps));
+    return kda_cuda_gemm_fwd(&m->ctx, st->logits, KDA_DT_F32, st->x, W_(m, m->P.lm_head), 1,
+                             c->hidden_size, c->vocab_size, 0);
+}
+
+// Captures pinned id -> st->id, the step, st->logits -> pinned logits as one graph. A failure
+// (a launcher that cannot be captured) leaves the eager step in place: graph -1, errors cleared.
+static void decode_capture_(KdaCudaModel *m, KdaCudaDecode *st) {
+    cudaStream_t s = m->ctx.stream;
+    cudaGraph_t g = NULL;
+    int64_t V = m->cfg.vocab_size;
+    int ok = cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal) == cudaSuccess;
+    if (ok) {
+        int rc = cudaMemcpyAsync(st->id, st->h_id, sizeof(int32_t), cudaMemcpyHostToDevice, s) ||
+                 decode_enqueue_(m, st) ||
+                 cudaMemcpyAsync(st->h_logits, st->logits, F32(V), cudaMemcpyDeviceToHost, s);
+        ok = cudaStreamEndCapture(s, &g) == cudaSuccess && !rc && g;
+    }
+    ok = ok && cudaGraphInstantiate(&st->exec, g, 0) == cudaSuccess;
+    if (g) cudaGraphDestroy(g);
+    if (!ok) cudaGetLastError(), kda_cuda_clear_error(&m->ctx);
+    st->graph = ok ? 1 : -1;
+}
+
+int kda_cuda_model_decode(KdaCudaModel *m, KdaCudaDecode *st, int32_t id, float *logits,
+                          KdaError *err) {
+    const KdaConfig *c = &m->cfg;
+    if (id < 0 || id >= c->vocab_size)
+        return kda_fail(err, "decode: token id %d is outside the vocabulary [0, %lld)", (int)id,
+                        (long long)c->vocab_size);
+    m->have_fwd = 0; // the forward's activations stay, but a backward of them is not wanted now
+    if (st->graph == 0 && st->steps > 0) decode_capture_(m, st); // caches warm after one step
+    st->steps++;
+    if (st->graph == 1) {
+        *st->h_id = id;
+        cudaError_t e = cudaGraphLaunch(st->exec, m->ctx.stream);
+        if (e == cudaSuccess) e = cudaStreamSynchronize(m->ctx.stream);
+        if (e != cudaSuccess) {
+            kda_cuda_fail_at(&m->ctx, __FILE__, __LINE__, "cudaGraphLaunch(decode)",
+                             cudaGetErrorString(e));
+            return fail_(m, err);
+        }
+        memcpy(logits, st->h_logits, F32(c->vocab_size));
+        return 0;
+    }
+    cudaError_t e = cudaMemcpyAsync(st->id, &id, sizeof id, cudaMemcpyHostToDevice, m->ctx.stream);
+    if (e != cudaSuccess) {
+        kda_cuda_fail_at(&m->ctx, __FILE__, __LINE__, "cudaMemcpyAsync(id)", cudaGetErrorString(e));
+        return fail_(m, err);
+    }
+    if (decode_enqueue_(m, st) || kda_cuda_get_f32(&m->ctx, logits, st->logits, c->vocab_size))
         return fail_(m, err);
     return 0;
 }

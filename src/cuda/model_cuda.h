@@ -1,5 +1,5 @@
 // model_cuda.h - the KDA language model on one GPU: whole-model forward, loss, backward and the
-// AdamW update with bf16 mixed precision (the twin of model/model.h + train/optim.h; math of
+// AdamW update with bf16 mixed precision (the twin of model/model.h + model/optim.h; math of
 // kda-model.md §5-6, dtypes of §8):
 //   * fp32 master parameters, fp32 gradients, fp32 Adam moments, a bf16 working copy of the
 //     parameters (the GEMM operands), refreshed by every AdamW step;
@@ -35,8 +35,8 @@
 #include "core/prof.h"    // defines: KdaProf
 #include "model/config.h" // defines: KdaConfig
 #include "model/params.h" // defines: KdaParamTable
-#include "train/optim.h"  // defines: KdaAdamWConfig
-#include "dist/zero1.h"   // defines: KdaShard (ZeRO-1)
+#include "model/optim.h"  // defines: KdaAdamWConfig
+#include "model/zero1.h"  // defines: KdaShard (ZeRO-1)
 
 #ifdef KDA_HAVE_CUDA
 
@@ -134,7 +134,7 @@ int kda_cuda_model_zero_grads(KdaCudaModel *m, KdaError *err);
 // clip_grad_norm_, the CPU's kda_grad_clip) as it reads them.
 double kda_cuda_model_finish_grads(KdaCudaModel *m, double scale, double max_norm, KdaError *err);
 // AdamW update number `step` (1-based) with lr on every row (decay per the table's weight_decay
-// flag), train/optim.h's arithmetic; refreshes the bf16 copy. Uses the clip factor of the last
+// flag), model/optim.h's arithmetic; refreshes the bf16 copy. Uses the clip factor of the last
 // finish_grads (1 if none) once.
 int kda_cuda_model_adamw(KdaCudaModel *m, const KdaAdamWConfig *c, int64_t step, double lr,
                          KdaError *err);
@@ -209,6 +209,49 @@ const char *kda_cuda_model_device_name(const KdaCudaModel *m);
 // output (bf16) times the LM head (bf16 operands, fp32 accumulate, as the forward's xent); waits.
 // -1 without a preceding forward or outside its [B, T].
 int kda_cuda_model_logits(KdaCudaModel *m, int64_t b, int64_t t, float *logits, KdaError *err);
+
+// ---- memory plan (kda info) ---------------------------------------------------------------
+// What kda_cuda_model_create plus a training step of [B, T] allocate on the device, counted by the
+// same code (configure_, layout_, the kept-state size; the environment's switches as create reads
+// them) without a device: smem_optin is the device's opt-in shared memory per block (it picks the
+// core's chunk and kernels; the H200's is 232448 bytes). Bytes; one process (no ZeRO-1 shard).
+typedef struct {
+    int64_t dtotal;     // elements of each parameter-sized buffer (the device layout)
+    double state_bytes; // fp32 params, grads, Adam m and v: 4 x 4 x dtotal
+    double copy_bytes;  // the bf16 working copy: 2 x dtotal
+    double arena_bytes; // the activation arena for B·T tokens (recompute: one block's + inputs)
+    double keep_bytes;  // the KDA core's kept h and Δ (per layer; one set with recompute)
+    double fixed_bytes; // device scalars and the cuBLASLt workspace (not the CUDA context)
+} KdaCudaPlan;
+int kda_cuda_model_plan(const KdaConfig *cfg, const KdaParamTable *t, int64_t B, int64_t T,
+                        int recompute, size_t smem_optin, KdaCudaPlan *out, KdaError *err);
+// Bytes of m's activation arena and kept states now (what the plan's arena + keep count).
+size_t kda_cuda_model_arena_bytes(const KdaCudaModel *m);
+
+// ---- recurrent decode (one sequence; cuda/decode_cuda.h) -----------------------------------
+// A decode cache in device memory: the state S [L, HV, K, V] fp32, the conv tails [L, HK | HK |
+// HVV, W-1] fp32 and one token's scratch (a few vectors and the logits). Zero at create. With the
+// environment KDA_DECODE_GRAPH=1 at create (opt-in until measured on a GPU), the second and later
+// steps replay the step as one CUDA graph (captured once per cache; the same kernels on the same
+// buffers, so the same bits); a capture that fails falls back to the eager step.
+typedef struct KdaCudaDecode KdaCudaDecode;
+int kda_cuda_decode_create(KdaCudaModel *m, KdaCudaDecode **st, KdaError *err);
+void kda_cuda_decode_free(KdaCudaDecode *st);         // accepts NULL
+int kda_cuda_decode_graphed(const KdaCudaDecode *st); // 1 when its steps replay a CUDA graph
+// dst's cache = src's (queued on m's stream).
+int kda_cuda_decode_copy(KdaCudaModel *m, KdaCudaDecode *dst, const KdaCudaDecode *src,
+                         KdaError *err);
+// The bf16 forward of ids [T] int32 (one sequence, T >= 1) leaving each block's final KDA state
+// (the chunk kernels' final_state) and the last W-1 conv inputs of each projection in st, and
+// logits [n_vocab] fp32 host of position T-1 (as kda_cuda_model_logits computes a row); waits.
+// Uses the activation arena like a forward; no backward may follow it.
+int kda_cuda_model_prefill(KdaCudaModel *m, KdaCudaDecode *st, const int32_t *ids, int64_t T,
+                           float *logits, KdaError *err);
+// One token id: embedding, per block the forward's ops on one token (N = 1: RMSNorm, projection
+// GEMMs, conv step, gate, β, one delta-rule step on st's state, gated norm, residual GEMMs,
+// SwiGLU), final norm and head; logits [n_vocab] fp32 host; waits. O(1) in the position.
+int kda_cuda_model_decode(KdaCudaModel *m, KdaCudaDecode *st, int32_t id, float *logits,
+                          KdaError *err);
 
 #endif // KDA_HAVE_CUDA
 #endif

@@ -1352,7 +1352,7 @@ __global__ void embed_bwd_k(float *dE, const float *dh, const uint32_t *keys, co
 
 // ---- AdamW, norm, clipping -------------------------------------------------------------------
 
-// Same operation order as train/optim.c, with explicit roundings (no FMA contraction), so the
+// Same operation order as model/optim.c, with explicit roundings (no FMA contraction), so the
 // update matches the CPU's bit for bit except for sqrtf/division, which are IEEE on both.
 __device__ __forceinline__ void adam_elem(float &p, float &m, float &v, float g,
                                           const KdaCudaAdamScalars &s, float gs, bool scale) {

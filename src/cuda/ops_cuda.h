@@ -1,5 +1,5 @@
 // ops_cuda.h - the GPU twins of the CPU's non-GEMM operators (cpu/ops.h, cpu/kda_core.h
-// pre-processing, train/optim.h): RMSNorm (+ fused residual add), L2 norm, causal depthwise conv
+// pre-processing, model/optim.h): RMSNorm (+ fused residual add), L2 norm, causal depthwise conv
 // + SiLU, gate + chunk-local cumsum, beta sigmoid, gated RMSNorm, SwiGLU, embedding, AdamW and
 // the global gradient norm. Same math as the CPU twins (kda-model.md §5, §6.3, §6.5); dtypes
 // follow the bf16 training flow of kda-model.md §8:
@@ -208,7 +208,7 @@ int kda_cuda_embed_fwd(KdaCudaCtx *ctx, float *h, const float *E, const int32_t 
 int kda_cuda_embed_bwd(KdaCudaCtx *ctx, float *dE, const float *dh, const int32_t *ids, int64_t N,
                        int64_t D, int64_t n_vocab, int64_t pad_id);
 
-// ---- AdamW (train/optim.h's torch fused form) over fp32 master weights ---------------------
+// ---- AdamW (model/optim.h's torch fused form) over fp32 master weights ---------------------
 // Per-step scalars, computed on the host exactly like the CPU optimizer (double, rounded once).
 typedef struct {
     float decay, b1, b2, one_m_b1, one_m_b2, step_size, bc2_sqrt, eps;
@@ -223,7 +223,7 @@ int kda_cuda_adamw(KdaCudaCtx *ctx, float *p, kda_bf16 *p_bf16, const float *g, 
 // p_bf16 [n] = bf16(p [n]) (initial copy of the master weights).
 int kda_cuda_f32_to_bf16(KdaCudaCtx *ctx, kda_bf16 *dst, const float *src, int64_t n);
 
-// ---- global gradient norm and clipping (train/optim.h) -------------------------------------
+// ---- global gradient norm and clipping (model/optim.h) -------------------------------------
 // norm (device, [1] double) = sqrt(Σ g²), two stages in a fixed order (deterministic).
 int kda_cuda_grad_norm(KdaCudaCtx *ctx, double *norm, const float *g, int64_t n);
 // sumsq (device, [1] double) = Σ g² in the same order, without the square root (ZeRO-1: one

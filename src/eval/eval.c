@@ -87,33 +87,22 @@ static double log_prob(const float *logits, int64_t V, int32_t target) {
     return (double)(logits[target] - mx) - log(s);
 }
 
-static void state_copy(KdaDecodeState *dst, const KdaDecodeState *src, const KdaConfig *c) {
-    int64_t L = c->num_hidden_layers, W1 = c->use_short_conv ? c->conv_size - 1 : 0;
-    memcpy(dst->S, src->S, (size_t)(L * c->num_v_heads * c->head_dim * c->head_v_dim) * 4);
-    if (src->conv_q && W1 > 0) {
-        memcpy(dst->conv_q, src->conv_q, (size_t)(L * c->key_dim * W1) * 4);
-        memcpy(dst->conv_k, src->conv_k, (size_t)(L * c->key_dim * W1) * 4);
-        memcpy(dst->conv_v, src->conv_v, (size_t)(L * c->value_dim * W1) * 4);
-    }
-    dst->pos = src->pos;
-}
-
 static int same_ctx(const EvalTokens *a, const EvalTokens *b) {
     return a->n_ctx == b->n_ctx && !memcmp(a->ids, b->ids, (size_t)a->n_ctx * 4);
 }
 
 // Requests [i0, i1) share their context tokens and need no truncation.
-static int score_group(KdaModel *m, const EvalTokens *r, int64_t i0, int64_t i1, double *ll,
-                       KdaDecodeState *st0, KdaDecodeState *st, float *first, float *logits,
+static int score_group(KdaRuntime *rt, const EvalTokens *r, int64_t i0, int64_t i1, double *ll,
+                       KdaRtState *st0, KdaRtState *st, float *first, float *logits,
                        KdaError *err) {
-    const int64_t V = m->cfg.vocab_size;
-    if (kda_model_prefill(m, r[i0].ids, r[i0].n_ctx, st0, first, err)) return -1;
+    const int64_t V = kda_runtime_config(rt)->vocab_size;
+    if (kda_runtime_prefill(rt, st0, r[i0].ids, r[i0].n_ctx, first, err)) return -1;
     for (int64_t i = i0; i < i1; i++) {
         const int32_t *cont = r[i].ids + r[i].n_ctx;
         double s = log_prob(first, V, cont[0]);
-        if (r[i].n_cont > 1) state_copy(st, st0, &m->cfg);
+        if (r[i].n_cont > 1 && kda_runtime_state_copy(rt, st, st0, err)) return -1;
         for (int64_t t = 1; t < r[i].n_cont; t++) {
-            if (kda_model_decode_step(m, st, cont[t - 1], logits, err)) return -1;
+            if (kda_runtime_decode(rt, st, cont[t - 1], logits, err)) return -1;
             s += log_prob(logits, V, cont[t]);
         }
         ll[i] = s;
@@ -169,15 +158,8 @@ void eval_fill_batch(const EvalTokens *r, const int64_t *rows, int64_t B, int64_
     }
 }
 
-// One padded batch through s->forward, else the CPU model.
-static int batch_forward(KdaModel *m, const EvalSettings *s, const int32_t *ids,
-                         const int32_t *labels, int64_t B, int64_t T, float *nll, KdaError *err) {
-    if (s && s->forward) return s->forward(s->forward_ctx, ids, labels, B, T, nll, err);
-    return kda_model_forward(m, ids, labels, B, T, nll, NULL, NULL, err);
-}
-
 // Batched full forward of the requests idx[0..n).
-static int full_forward(KdaModel *m, const EvalTokens *r, const int64_t *idx, int64_t n,
+static int full_forward(KdaRuntime *rt, const EvalTokens *r, const int64_t *idx, int64_t n,
                         const EvalSettings *s, double *ll, int64_t *done, EvalProgressFn progress,
                         void *pctx, KdaError *err) {
     int64_t *len = kda_malloc((size_t)n * sizeof *len), *order = kda_malloc((size_t)n * 8);
@@ -200,7 +182,7 @@ static int full_forward(KdaModel *m, const EvalTokens *r, const int64_t *idx, in
         for (int64_t b = 0; b < B; b++)
             rows[b] = idx[order[bt[k].first + b]];
         eval_fill_batch(r, rows, B, T, s->max_length, ids, lab);
-        if (batch_forward(m, s, ids, lab, B, T, nll, err)) {
+        if (kda_runtime_forward(rt, ids, lab, B, T, nll, NULL, err)) {
             rc = -1;
             break;
         }
@@ -220,43 +202,59 @@ static int full_forward(KdaModel *m, const EvalTokens *r, const int64_t *idx, in
     return rc;
 }
 
-int eval_loglik(KdaModel *m, const EvalTokens *r, int64_t n, const EvalSettings *s, double *ll,
+// The shared-prefix engine over requests [0, n): groups it shares go through score_group, the
+// rest into full[*n_full].
+static int share_groups(KdaRuntime *rt, const EvalTokens *r, int64_t n, const EvalSettings *s,
+                        double *ll, int64_t *full, int64_t *n_full, int64_t *done,
+                        EvalProgressFn progress, void *pctx, KdaError *err) {
+    int64_t V = kda_runtime_config(rt)->vocab_size, cost = s->decode_cost > 0 ? s->decode_cost : 2;
+    KdaRtState *st0 = NULL, *st = NULL;
+    if (kda_runtime_state_new(rt, &st0, err) || kda_runtime_state_new(rt, &st, err)) {
+        kda_runtime_state_free(rt, st0);
+        return -1;
+    }
+    float *first = kda_malloc((size_t)V * 2 * sizeof(float));
+    int rc = 0;
+    for (int64_t i = 0; i < n && rc == 0;) {
+        if (r[i].n_ctx + r[i].n_cont > s->max_length + 1) {
+            full[(*n_full)++] = i++;
+            continue;
+        }
+        int64_t j = i + 1;
+        while (j < n && same_ctx(&r[i], &r[j]) && r[j].n_ctx + r[j].n_cont <= s->max_length + 1)
+            j++;
+        // A decode step costs `cost` tokens of a batched forward (a GEMV vs a GEMM on the CPU), and
+        // the group's own prefill s->prefill_cost more, so share only when the saved context
+        // tokens outweigh them.
+        int64_t decoded = 0;
+        for (int64_t q = i; q < j; q++)
+            decoded += r[q].n_cont - 1;
+        if ((j - i - 1) * r[i].n_ctx < cost * decoded + s->prefill_cost) {
+            while (i < j)
+                full[(*n_full)++] = i++;
+            continue;
+        }
+        rc = score_group(rt, r, i, j, ll, st0, st, first, first + V, err);
+        *done += j - i, i = j;
+        if (progress && rc == 0) progress(pctx, *done);
+    }
+    free(first);
+    kda_runtime_state_free(rt, st0), kda_runtime_state_free(rt, st);
+    return rc;
+}
+
+int eval_loglik(KdaRuntime *rt, const EvalTokens *r, int64_t n, const EvalSettings *s, double *ll,
                 EvalProgressFn progress, void *pctx, KdaError *err) {
     int64_t *full = kda_malloc((size_t)(n ? n : 1) * sizeof *full), n_full = 0, done = 0;
     int rc = 0;
-    if (s->share_prefix && !s->forward) {
-        KdaDecodeState st0, st;
-        kda_decode_state_init(&st0, &m->cfg), kda_decode_state_init(&st, &m->cfg);
-        float *first = kda_malloc((size_t)m->cfg.vocab_size * 2 * sizeof(float));
-        for (int64_t i = 0; i < n && rc == 0;) {
-            if (r[i].n_ctx + r[i].n_cont > s->max_length + 1) {
-                full[n_full++] = i++;
-                continue;
-            }
-            int64_t j = i + 1;
-            while (j < n && same_ctx(&r[i], &r[j]) && r[j].n_ctx + r[j].n_cont <= s->max_length + 1)
-                j++;
-            // A decode step costs a few times a token of a batched forward (GEMV vs GEMM), so
-            // share only when the saved context tokens outweigh the decoded ones.
-            int64_t decoded = 0;
-            for (int64_t q = i; q < j; q++)
-                decoded += r[q].n_cont - 1;
-            if ((j - i - 1) * r[i].n_ctx < 2 * decoded) {
-                while (i < j)
-                    full[n_full++] = i++;
-                continue;
-            }
-            rc = score_group(m, r, i, j, ll, &st0, &st, first, first + m->cfg.vocab_size, err);
-            done += j - i, i = j;
-            if (progress && rc == 0) progress(pctx, done);
-        }
-        free(first);
-        kda_decode_state_free(&st0), kda_decode_state_free(&st);
+    if (s->share_prefix && kda_runtime_can_decode(rt)) {
+        rc = share_groups(rt, r, n, s, ll, full, &n_full, &done, progress, pctx, err);
     } else {
         for (int64_t i = 0; i < n; i++)
             full[n_full++] = i;
     }
-    if (rc == 0 && n_full) rc = full_forward(m, r, full, n_full, s, ll, &done, progress, pctx, err);
+    if (rc == 0 && n_full)
+        rc = full_forward(rt, r, full, n_full, s, ll, &done, progress, pctx, err);
     free(full);
     return rc;
 }
@@ -394,10 +392,10 @@ static void dump_request(FILE *f, const EvalTask *t, int64_t doc, int idx, const
             json_fmt_num(jl, sizeof jl, ll, 10));
 }
 
-int eval_run_task(KdaModel *m, const KdaTokenizer *tok, const EvalTask *t, const EvalSettings *s,
+int eval_run_task(KdaRuntime *rt, const KdaTokenizer *tok, const EvalTask *t, const EvalSettings *s,
                   EvalResults *res, FILE *dump, EvalProgressFn progress, void *pctx,
                   KdaError *err) {
-    int64_t n_req = 0;
+    int64_t n_req = 0, vocab = kda_runtime_config(rt)->vocab_size;
     for (int64_t d = 0; d < t->n_docs; d++)
         n_req += t->docs[d].n_choices;
     EvalTokens *tk = kda_calloc((size_t)n_req + 1, sizeof *tk);
@@ -412,14 +410,14 @@ int eval_run_task(KdaModel *m, const KdaTokenizer *tok, const EvalTask *t, const
                               err->msg);
     for (int64_t k = 0; k < n_req && rc == 0; k++)
         for (int64_t j = 0; j < tk[k].n_ctx + tk[k].n_cont; j++)
-            if (tk[k].ids[j] >= m->cfg.vocab_size) {
+            if (tk[k].ids[j] >= vocab) {
                 rc = kda_fail(err,
                               "%s: token id %d >= the model's vocab_size %lld (wrong "
                               "tokenizer?)",
-                              t->name, tk[k].ids[j], (long long)m->cfg.vocab_size);
+                              t->name, tk[k].ids[j], (long long)vocab);
                 break;
             }
-    if (rc == 0) rc = eval_loglik(m, tk, n_req, s, ll, progress, pctx, err);
+    if (rc == 0) rc = eval_loglik(rt, tk, n_req, s, ll, progress, pctx, err);
     if (rc == 0) {
         const double *p = ll;
         for (int64_t d = 0; d < t->n_docs; d++) {
@@ -452,9 +450,10 @@ int eval_run_task(KdaModel *m, const KdaTokenizer *tok, const EvalTask *t, const
 
 // ---- perplexity -------------------------------------------------------------------------------
 
-int eval_perplexity(KdaModel *m, const IndexedDataset *ds, int64_t S, int64_t max_windows,
-                    const EvalSettings *s, double *sum_nll, int64_t *n_tokens,
-                    EvalProgressFn progress, void *pctx, KdaError *err) {
+int eval_perplexity(KdaRuntime *rt, const IndexedDataset *ds, int64_t S, int64_t max_windows,
+                    double *sum_nll, int64_t *n_tokens, EvalProgressFn progress, void *pctx,
+                    KdaError *err) {
+    int64_t vocab = kda_runtime_config(rt)->vocab_size;
     if (S < 1) return kda_fail(err, "--seq-length must be >= 1");
     int32_t *win = kda_malloc((size_t)(S + 1) * sizeof *win);
     float *nll = kda_malloc((size_t)(S + 1) * sizeof *nll);
@@ -466,14 +465,14 @@ int eval_perplexity(KdaModel *m, const IndexedDataset *ds, int64_t S, int64_t ma
         for (int64_t off = 0; off < len && rc == 0 && !stop;) {
             int64_t got = indexed_read_tokens(ds, seq, off, buf, 4096);
             for (int64_t i = 0; i < got && rc == 0 && !stop; i++) {
-                if (buf[i] < 0 || buf[i] >= m->cfg.vocab_size) {
+                if (buf[i] < 0 || buf[i] >= vocab) {
                     rc = kda_fail(err, "sequence %lld: token %lld outside the model's vocabulary",
                                   (long long)seq, (long long)buf[i]);
                     break;
                 }
                 win[fill++] = (int32_t)buf[i];
                 if (fill < S + 1) continue;
-                if (batch_forward(m, s, win, win, 1, S + 1, nll, err)) rc = -1;
+                if (kda_runtime_forward(rt, win, win, 1, S + 1, nll, NULL, err)) rc = -1;
                 for (int64_t t = 0; t < S; t++)
                     *sum_nll += nll[t];
                 *n_tokens += S;
@@ -485,7 +484,7 @@ int eval_perplexity(KdaModel *m, const IndexedDataset *ds, int64_t S, int64_t ma
         }
     }
     if (rc == 0 && !stop && fill >= 2) { // last partial window
-        if (batch_forward(m, s, win, win, 1, fill, nll, err)) rc = -1;
+        if (kda_runtime_forward(rt, win, win, 1, fill, nll, NULL, err)) rc = -1;
         for (int64_t t = 0; t + 1 < fill; t++)
             *sum_nll += nll[t];
         *n_tokens += fill - 1;

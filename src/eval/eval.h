@@ -9,18 +9,22 @@
 // of log p(cont token | prefix) in fp32 (natural log). OLMo requests tokenize context and
 // continuation separately (no whitespace move, no whole-string split).
 //
-// Scoring engines (same numbers up to fp32 rounding; tests compare them):
+// Scoring engines, both over the model runtime (model/runtime.h: the CPU or the GPU; same numbers
+// up to the device's rounding; tests compare them):
 //   shared prefix (default): consecutive requests with identical context tokens run the
-//     context once (kda_model_prefill) and each continuation continues from a copy of the
-//     recurrent state (kda_model_decode_step), i.e. context + sum of continuation lengths
-//     tokens per document instead of choices x (context + continuation); used for a group
-//     when (choices - 1) x context tokens >= 2 x decoded tokens (a decode step is a GEMV);
+//     context once (kda_runtime_prefill) and each continuation continues from a copy of the
+//     recurrent state (kda_runtime_decode), i.e. context + sum of continuation lengths tokens
+//     per document instead of choices x (context + continuation); used for a group when
+//     (choices - 1) x context tokens >= decode_cost x decoded tokens + prefill_cost
+//     (decode_cost: what one decode step costs in tokens of a batched forward; prefill_cost:
+//     what a group's own B = 1 prefill costs beyond its tokens) and the runtime can decode (the
+//     GPU's fp32 scoring model cannot);
 //   batched full forward: requests sorted by length, packed into [B, T] batches of at most
 //     batch_tokens tokens (eval_plan_batches; right-padded with token 0, labels -100 on context
 //     and padding so only continuation tokens are scored; causal, so padding never reaches a
-//     scored position), per-position NLL from kda_model_forward or EvalSettings.forward (the
-//     GPU). Used for requests that need truncation, for everything when share_prefix = 0, and
-//     for everything on the GPU.
+//     scored position), per-position NLL from kda_runtime_forward. Used for requests that need
+//     truncation, for groups the rule above does not share, and for everything when
+//     share_prefix = 0.
 //
 // Metrics (lm-eval process_results/aggregation): acc = argmax_i ll_i == gold (first maximum
 // wins, like numpy.argmax); acc_norm = argmax_i ll_i / norm_len_i; mean over documents;
@@ -33,36 +37,27 @@
 #include <stdint.h>
 #include <stdio.h>
 
-#include "core/error.h"   // defines: KdaError
-#include "data/indexed.h" // defines: IndexedDataset
-#include "eval/tasks.h"   // defines: EvalTask, EvalRequest
-#include "model/model.h"  // defines: KdaModel
-#include "tok/tok.h"      // defines: KdaTokenizer
+#include "core/error.h"    // defines: KdaError
+#include "data/indexed.h"  // defines: IndexedDataset
+#include "eval/tasks.h"    // defines: EvalTask, EvalRequest
+#include "model/runtime.h" // defines: KdaRuntime
+#include "tok/tok.h"       // defines: KdaTokenizer
 
 #define EVAL_LM_EVAL_VERSION "lm-eval 0.4.x HF backend (see docs/eval.md)"
-
-// Forward of one padded batch for the batched engine (the contract of kda_model_forward /
-// kda_cuda_model_forward with labels): ids [B, T] int32, labels [B, T] int32 (-100 = not
-// scored), nll [B, T] fp32 out, nll[b, t] = NLL of labels[b, t + 1] given ids[b, 0..t] (0 where
-// ignored). ctx is EvalSettings.forward_ctx.
-typedef int (*EvalForwardFn)(void *ctx, const int32_t *ids, const int32_t *labels, int64_t B,
-                             int64_t T, float *nll, KdaError *err);
 
 typedef struct {
     int bos;                // prepend the tokenizer's BOS id to every request
     const char *bos_source; // why (results): "tokenizer", "--bos", "--no-bos" (NULL: unknown)
     int64_t max_length;     // left truncation: at most max_length + 1 tokens per request
     int64_t batch_tokens;   // B*T budget of one batched forward (>= max_length + 1 is best)
-    int share_prefix;       // 1: prefill + decode engine; 0: batched full forward only
-    // NULL: batches run on the CPU model (kda_model_forward). Set (the GPU): every request goes
-    // through the batched engine with this forward and share_prefix is ignored (the shared-prefix
-    // engine needs the CPU decode step). Perplexity windows use it too.
-    EvalForwardFn forward;
-    void *forward_ctx;
-    const char *device;    // results.json "device" ("cpu" when NULL)
-    const char *precision; // "bf16" | "fp32" -> results.json "dtype" bfloat16 | float32 (NULL:
-                           // bfloat16 on "cuda", float32 on the CPU)
-    int64_t limit;         // --limit (results.json config.limit; 0 = none)
+    int share_prefix;       // 1: prefill + decode engine where it pays; 0: batched forward only
+    int64_t decode_cost;    // a decode step's cost in batched-forward tokens (the rule above;
+                            // <= 0: 2, the CPU's: a decode step is a GEMV)
+    int64_t prefill_cost;   // a shared group's fixed cost in batched-forward tokens (CPU: 0)
+    const char *device;     // results.json "device" ("cpu" when NULL)
+    const char *precision;  // "bf16" | "fp32" -> results.json "dtype" bfloat16 | float32 (NULL:
+                            // bfloat16 on "cuda", float32 on the CPU)
+    int64_t limit;          // --limit (results.json config.limit; 0 = none)
 } EvalSettings;
 
 typedef struct {
@@ -109,8 +104,8 @@ void eval_fill_batch(const EvalTokens *r, const int64_t *rows, int64_t B, int64_
 typedef void (*EvalProgressFn)(void *ctx, int64_t done);
 
 // ll[i] = loglikelihood of request i (natural log, double accumulation of fp32 log-probs).
-int eval_loglik(KdaModel *m, const EvalTokens *reqs, int64_t n, const EvalSettings *s, double *ll,
-                EvalProgressFn progress, void *pctx, KdaError *err);
+int eval_loglik(KdaRuntime *rt, const EvalTokens *reqs, int64_t n, const EvalSettings *s,
+                double *ll, EvalProgressFn progress, void *pctx, KdaError *err);
 
 typedef struct {
     char task[96];   // "arc_easy", "mmlu", "mmlu_stem", "mmlu_abstract_algebra", "olmo:..."
@@ -149,7 +144,7 @@ double eval_pooled_stderr(const double *stderrs, const int64_t *sizes, int k);
 // categories and each subject). dump (may be NULL): one JSON line per request with task, doc,
 // idx, gold, context, continuation, token ids, norm_len (the acc_norm divisor) and ll (input of
 // tools/reference/eval_reference.py).
-int eval_run_task(KdaModel *m, const KdaTokenizer *tok, const EvalTask *t, const EvalSettings *s,
+int eval_run_task(KdaRuntime *rt, const KdaTokenizer *tok, const EvalTask *t, const EvalSettings *s,
                   EvalResults *res, FILE *dump, EvalProgressFn progress, void *pctx, KdaError *err);
 void eval_results_free(EvalResults *r);
 
@@ -186,9 +181,8 @@ double eval_task_version(const char *task);
 // [w*S, w*S + S]), so every token but the first is predicted exactly once, with at most S
 // tokens of context; the last partial window is scored too. max_windows > 0 stops early.
 // Outputs the NLL sum and the number of predicted tokens.
-// s->forward (s may be NULL) replaces the CPU forward, as in eval_loglik.
-int eval_perplexity(KdaModel *m, const IndexedDataset *ds, int64_t seq_length, int64_t max_windows,
-                    const EvalSettings *s, double *sum_nll, int64_t *n_tokens,
+int eval_perplexity(KdaRuntime *rt, const IndexedDataset *ds, int64_t seq_length,
+                    int64_t max_windows, double *sum_nll, int64_t *n_tokens,
                     EvalProgressFn progress, void *pctx, KdaError *err);
 
 #endif

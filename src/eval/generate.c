@@ -144,84 +144,116 @@ static int is_eos_(const KdaGenOpts *o, int32_t id) {
     return 0;
 }
 
-int kda_generate(KdaModel *m, const int32_t *prompt, int64_t n_prompt, const KdaGenOpts *o,
-                 int32_t *out, KdaGenTokenFn cb, void *user, KdaGenStats *stats, KdaError *err) {
-    KdaGenStats st = {n_prompt, 0, 0, 0.0, 0.0, 0};
-    int64_t vocab = m->cfg.vocab_size;
-    KdaDecodeState ds;
+// The logits of the last position of seq [n]: a forward of the whole sequence (labels = ids; its
+// NLLs are not read) and that row of the head.
+static int refeed_logits_(KdaRuntime *rt, const int32_t *seq, int64_t n, float *logits,
+                          KdaError *err) {
+    if (kda_runtime_forward(rt, seq, NULL, 1, n, NULL, NULL, err)) return -1;
+    return kda_runtime_logits(rt, 0, n - 1, logits, err);
+}
+
+// The sampling loop both generators share: logits [vocab] hold the first new token's logits on
+// entry; next(ctx, id, logits, err) feeds id and writes the following logits. pos0 is the
+// position of the logits on entry (for messages).
+typedef int (*NextFn)(void *ctx, int32_t id, float *logits, KdaError *err);
+
+static int sample_loop_(NextFn next, void *ctx, float *logits, int64_t vocab, int64_t pos0,
+                        const KdaGenOpts *o, int32_t *out, KdaGenTokenFn cb, void *user,
+                        KdaGenStats *st, KdaError *err) {
     KdaSampler smp = {0};
     KdaRng rng;
     rng_seed(&rng, o->seed);
-    kda_decode_state_init(&ds, &m->cfg);
-    float *logits = kda_malloc((size_t)vocab * sizeof(float));
     int rc = 0;
+    while (st->n_new < o->max_new_tokens) {
+        if (!finite_(logits, vocab)) {
+            rc = kda_fail(err, "non-finite logits at position %lld", (long long)(pos0 + st->n_new));
+            break;
+        }
+        int32_t id = kda_sample(&smp, logits, vocab, &o->sample, &rng);
+        if (out) out[st->n_new] = id;
+        st->n_new++;
+        int stop = cb ? cb(id, user) : 0;
+        if (is_eos_(o, id)) st->stopped_eos = 1, stop = 1;
+        if (stop || st->n_new == o->max_new_tokens) break;
+        if (next(ctx, id, logits, err)) {
+            rc = -1;
+            break;
+        }
+        st->n_steps++;
+    }
+    kda_sampler_free(&smp);
+    return rc;
+}
+
+typedef struct {
+    KdaRuntime *rt;
+    KdaRtState *st;
+} DecodeCtx;
+
+static int decode_next_(void *c, int32_t id, float *logits, KdaError *err) {
+    DecodeCtx *d = c;
+    return kda_runtime_decode(d->rt, d->st, id, logits, err);
+}
+
+int kda_generate(KdaRuntime *rt, const int32_t *prompt, int64_t n_prompt, const KdaGenOpts *o,
+                 int32_t *out, KdaGenTokenFn cb, void *user, KdaGenStats *stats, KdaError *err) {
+    KdaGenStats st = {n_prompt, 0, 0, 0.0, 0.0, 0};
+    int64_t vocab = kda_runtime_config(rt)->vocab_size;
+    DecodeCtx dc = {rt, NULL};
+    if (kda_runtime_state_new(rt, &dc.st, err)) return -1;
+    float *logits = kda_malloc((size_t)vocab * sizeof(float));
     double t0 = now_seconds();
-    if (kda_model_prefill(m, prompt, n_prompt, &ds, logits, err)) rc = -1;
+    int rc = kda_runtime_prefill(rt, dc.st, prompt, n_prompt, logits, err);
     double t1 = now_seconds();
     st.prefill_s = t1 - t0;
-    // The decode's OpenMP loops are per-token vectors, too small for threads; idle OpenMP
+    // The CPU decode's OpenMP loops are per-token vectors, too small for threads; idle OpenMP
     // workers spinning between them starve OpenBLAS's own threads in the matvecs (demo model,
     // 2 threads: 223 tok/s with OpenMP threads, 1110 without). Restored below.
     int omp_threads = omp_get_max_threads();
     omp_set_num_threads(1);
-    while (!rc && st.n_new < o->max_new_tokens) {
-        if (!finite_(logits, vocab)) {
-            rc = kda_fail(err, "non-finite logits at position %lld", (long long)ds.pos - 1);
-            break;
-        }
-        int32_t id = kda_sample(&smp, logits, vocab, &o->sample, &rng);
-        if (out) out[st.n_new] = id;
-        st.n_new++;
-        int stop = cb ? cb(id, user) : 0;
-        if (is_eos_(o, id)) st.stopped_eos = 1, stop = 1;
-        if (stop || st.n_new == o->max_new_tokens) break;
-        if (kda_model_decode_step(m, &ds, id, logits, err)) rc = -1;
-        st.n_steps++;
-    }
+    if (!rc)
+        rc = sample_loop_(decode_next_, &dc, logits, vocab, n_prompt - 1, o, out, cb, user, &st,
+                          err);
     st.decode_s = now_seconds() - t1;
     omp_set_num_threads(omp_threads);
     if (stats) *stats = st;
     free(logits);
-    kda_sampler_free(&smp);
-    kda_decode_state_free(&ds);
+    kda_runtime_state_free(rt, dc.st);
     return rc;
 }
 
-int kda_generate_refeed(KdaGenLogitsFn fn, void *ctx, int64_t vocab, const int32_t *prompt,
-                        int64_t n_prompt, const KdaGenOpts *o, int32_t *out, KdaGenTokenFn cb,
-                        void *user, KdaGenStats *stats, KdaError *err) {
+typedef struct {
+    KdaRuntime *rt;
+    int32_t *seq;
+    int64_t n;
+} RefeedCtx;
+
+static int refeed_next_(void *c, int32_t id, float *logits, KdaError *err) {
+    RefeedCtx *r = c;
+    r->seq[r->n++] = id;
+    return refeed_logits_(r->rt, r->seq, r->n, logits, err);
+}
+
+int kda_generate_refeed(KdaRuntime *rt, const int32_t *prompt, int64_t n_prompt,
+                        const KdaGenOpts *o, int32_t *out, KdaGenTokenFn cb, void *user,
+                        KdaGenStats *stats, KdaError *err) {
     KdaGenStats st = {n_prompt, 0, 0, 0.0, 0.0, 0};
     if (n_prompt < 1) return kda_fail(err, "generation needs a prompt of at least one token");
-    int32_t *seq = kda_malloc((size_t)(n_prompt + o->max_new_tokens) * sizeof *seq);
-    memcpy(seq, prompt, (size_t)n_prompt * sizeof *seq);
+    int64_t vocab = kda_runtime_config(rt)->vocab_size;
+    RefeedCtx rc_ = {rt, kda_malloc((size_t)(n_prompt + o->max_new_tokens) * sizeof(int32_t)),
+                     n_prompt};
+    memcpy(rc_.seq, prompt, (size_t)n_prompt * sizeof(int32_t));
     float *logits = kda_malloc((size_t)vocab * sizeof(float));
-    KdaSampler smp = {0};
-    KdaRng rng;
-    rng_seed(&rng, o->seed);
-    int64_t n = n_prompt;
     double t0 = now_seconds();
-    int rc = o->max_new_tokens > 0 && fn(ctx, seq, n, logits, err) ? -1 : 0;
+    int rc = o->max_new_tokens > 0 && refeed_logits_(rt, rc_.seq, n_prompt, logits, err) ? -1 : 0;
     double t1 = now_seconds();
     st.prefill_s = t1 - t0;
-    while (!rc && st.n_new < o->max_new_tokens) {
-        if (!finite_(logits, vocab)) {
-            rc = kda_fail(err, "non-finite logits at position %lld", (long long)n - 1);
-            break;
-        }
-        int32_t id = kda_sample(&smp, logits, vocab, &o->sample, &rng);
-        if (out) out[st.n_new] = id;
-        st.n_new++;
-        seq[n++] = id;
-        int stop = cb ? cb(id, user) : 0;
-        if (is_eos_(o, id)) st.stopped_eos = 1, stop = 1;
-        if (stop || st.n_new == o->max_new_tokens) break;
-        if (fn(ctx, seq, n, logits, err)) rc = -1;
-        st.n_steps++;
-    }
+    if (!rc)
+        rc = sample_loop_(refeed_next_, &rc_, logits, vocab, n_prompt - 1, o, out, cb, user, &st,
+                          err);
     st.decode_s = now_seconds() - t1;
     if (stats) *stats = st;
-    free(seq), free(logits);
-    kda_sampler_free(&smp);
+    free(rc_.seq), free(logits);
     return rc;
 }
 

@@ -1,7 +1,7 @@
-// generate.h - text generation with a KDA model: token sampling (greedy,
-// temperature, top-k, top-p), the CPU prefill + recurrent decode loop, the whole-sequence
-// re-forward loop of the GPU, and a UTF-8 stream writer that holds back the bytes of a character
-// split across tokens.
+// generate.h - text generation with a KDA model runtime (model/runtime.h, CPU or GPU): token
+// sampling (greedy, temperature, top-k, top-p), the prefill + recurrent decode loop, the
+// whole-sequence re-forward loop (the path before the GPU decode, kept to measure against), and
+// a UTF-8 stream writer that holds back the bytes of a character split across tokens.
 //
 // Sampling order (as HF's logits warpers): temperature, then top-k, then top-p (nucleus) on
 // the top-k survivors renormalized, then one draw from the kept probabilities. Ties at the
@@ -14,9 +14,9 @@
 #include <stdint.h>
 #include <stdio.h>
 
-#include "core/error.h"  // defines: KdaError
-#include "core/rng.h"    // defines: KdaRng
-#include "model/model.h" // defines: KdaModel
+#include "core/error.h"    // defines: KdaError
+#include "core/rng.h"      // defines: KdaRng
+#include "model/runtime.h" // defines: KdaRuntime
 
 typedef struct {
     double temperature; // <= 0: greedy (argmax; the lowest id among equal maxima), no draw
@@ -55,33 +55,30 @@ typedef int (*KdaGenTokenFn)(int32_t id, void *user);
 typedef struct {
     int64_t n_prompt, n_new; // prompt tokens, generated tokens
     int64_t n_steps;         // decode steps run (n_new - 1 when stopped by the limit or EOS)
-    double prefill_s;        // seconds in kda_model_prefill (incl. the first logits)
-    double decode_s;         // seconds in kda_model_decode_step + sampling after the prefill
+    double prefill_s;        // seconds in the prefill (incl. the first logits)
+    double decode_s;         // seconds in the decode steps + sampling after the prefill
     int stopped_eos;         // 1 when an EOS id ended generation
 } KdaGenStats;
 
 // Prefill of prompt [n_prompt] (>= 1 ids) then up to max_new_tokens ids, each sampled from the
-// logits of the previous position and fed back through one recurrent decode step. out
+// logits of the previous position and fed back through one recurrent decode step
+// (kda_runtime_prefill / kda_runtime_decode: O(1) per token on the CPU and the GPU). out
 // [max_new_tokens] int32 (may be NULL) receives the new ids; cb (may be NULL) sees each one.
-// stats may be NULL. Fails on bad ids or non-finite logits (naming the position). The decode
-// steps run with omp_set_num_threads(1) for the calling thread (restored on return); OpenBLAS
-// keeps its threads.
-int kda_generate(KdaModel *m, const int32_t *prompt, int64_t n_prompt, const KdaGenOpts *o,
+// stats may be NULL. Fails on bad ids, non-finite logits (naming the position) or a runtime that
+// cannot decode. On the CPU the decode steps run with omp_set_num_threads(1) for the calling
+// thread (restored on return); OpenBLAS keeps its threads.
+int kda_generate(KdaRuntime *rt, const int32_t *prompt, int64_t n_prompt, const KdaGenOpts *o,
                  int32_t *out, KdaGenTokenFn cb, void *user, KdaGenStats *stats, KdaError *err);
 
-// Logits [vocab] fp32 of the last position of ids [n] (n >= 1), from a forward of the whole
-// sequence (the GPU path: eval/device.h eval_device_logits_last).
-typedef int (*KdaGenLogitsFn)(void *ctx, const int32_t *ids, int64_t n, float *logits,
-                              KdaError *err);
-
-// kda_generate without a recurrent state (the GPU model has no decode step): the same sampling,
-// RNG use, EOS rule, callback and stats, but the logits of every new token come from fn on the
-// whole sequence so far (prompt + generated ids), so token k costs a forward of n_prompt + k
-// tokens: O(T^2) work over a generation, fine for short outputs. prefill_s times the first fn
-// call, decode_s the rest. With equal logits the ids equal kda_generate's.
-int kda_generate_refeed(KdaGenLogitsFn fn, void *ctx, int64_t vocab, const int32_t *prompt,
-                        int64_t n_prompt, const KdaGenOpts *o, int32_t *out, KdaGenTokenFn cb,
-                        void *user, KdaGenStats *stats, KdaError *err);
+// kda_generate without a recurrent state: the same sampling, RNG use, EOS rule, callback and
+// stats, but the logits of every new token come from a forward of the whole sequence so far
+// (prompt + generated ids; kda_runtime_forward + kda_runtime_logits of its last position), so
+// token k costs a forward of n_prompt + k tokens: O(T^2) work over a generation. The GPU's path
+// before its recurrent decode (`kda generate --decode refeed`, to measure against). prefill_s
+// times the first forward, decode_s the rest. With equal logits the ids equal kda_generate's.
+int kda_generate_refeed(KdaRuntime *rt, const int32_t *prompt, int64_t n_prompt,
+                        const KdaGenOpts *o, int32_t *out, KdaGenTokenFn cb, void *user,
+                        KdaGenStats *stats, KdaError *err);
 
 // Streaming UTF-8 writer: bytes arrive token by token; complete characters are written at
 // once, an incomplete multi-byte character at the end is held until its continuation bytes

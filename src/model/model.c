@@ -156,6 +156,16 @@ static void acts_free_(KdaActs *A) {
     free(A);
 }
 
+int64_t kda_model_arena_floats(const KdaConfig *c, int64_t N) {
+    KdaActs A = {0};
+    A.layers =
+        kda_calloc((size_t)(c->num_hidden_layers > 0 ? c->num_hidden_layers : 1), sizeof *A.layers);
+    Arena a = {NULL, 0};
+    layout_(&A, c, N, &a);
+    free(A.layers);
+    return a.used;
+}
+
 static void reserve_(KdaModel *m, int64_t N) {
     if (m->acts && m->cap_tokens >= N) return;
     acts_free_(m->acts);
@@ -355,6 +365,18 @@ int kda_model_forward(KdaModel *m, const int32_t *ids, const int32_t *labels, in
                          A->xent_work, A->xent_work_n));
     if (loss) *loss = A->n_valid ? (float)(sum / (double)A->n_valid) : 0.0f;
     m->have_fwd = 1;
+    m->have_rows = 1;
+    return 0;
+}
+
+int kda_model_logits(KdaModel *m, int64_t b, int64_t t, float *logits, KdaError *err) {
+    const KdaConfig *c = &m->cfg;
+    if (!m->have_rows) return kda_fail(err, "logits: no forward to read");
+    if (b < 0 || b >= m->B || t < 0 || t >= m->T)
+        return kda_fail(err, "logits of (%lld, %lld) outside the last batch [%lld, %lld]",
+                        (long long)b, (long long)t, (long long)m->B, (long long)m->T);
+    const float *row = m->acts->nf + (b * m->T + t) * c->hidden_size;
+    kda_matvec(logits, row, m->w.lm_head, NULL, c->hidden_size, c->vocab_size, 0);
     return 0;
 }
 
@@ -557,7 +579,7 @@ int kda_model_prefill(KdaModel *m, const int32_t *ids, int64_t T, KdaDecodeState
                         (long long)st->n_layers, (long long)L);
     if (check_ids_(ids, T, T, c->vocab_size, 0, "ids", err)) return -1;
     reserve_(m, T);
-    m->B = 1, m->T = T, m->have_fwd = 0;
+    m->B = 1, m->T = T, m->have_fwd = 0, m->have_rows = 0;
     KdaActs *A = m->acts;
     embed_fwd(L > 0 ? A->layers[0].h : A->hL, m->w.embed, ids, T, D);
     for (int64_t l = 0; l < L; l++) {

@@ -40,6 +40,7 @@ typedef struct {
     int64_t cap_tokens;  // tokens the activations are sized for
     int64_t B, T;        // shape of the last forward (0 before)
     int have_fwd;        // 1 after a forward, until the next backward
+    int have_rows;       // 1 after a forward, until a prefill: kda_model_logits may read its rows
     KdaProf *prof;       // not owned; non-NULL: forward/backward time each op into it (prof.h)
     // Data parallelism (may be NULL): called on the backward's thread right after block l's
     // backward (l = L-1 down to 0), when block l's rows of the gradient buffer are final.
@@ -66,6 +67,10 @@ int kda_model_init_from(KdaModel *m, const KdaConfig *cfg, KdaParamTable *table,
                         KdaError *err);
 // Releases everything; accepts a zeroed model.
 void kda_model_free(KdaModel *m);
+// Floats of the activation arena a forward of N = B·T tokens allocates (saved activations, the
+// backward's scratch and the head's chunk buffer; the layout kda_model_forward uses). Plus the
+// ids and shifted targets (2 x N int32) beside it. Host arithmetic (kda info's estimate).
+int64_t kda_model_arena_floats(const KdaConfig *c, int64_t N);
 
 // Forward of a batch and its loss.
 //   ids    [B, T] int32 token ids, each in [0, n_vocab) (checked: -1 with the position)
@@ -78,6 +83,11 @@ void kda_model_free(KdaModel *m);
 // Saves what kda_model_backward needs. Rows of the batch are independent sequences.
 int kda_model_forward(KdaModel *m, const int32_t *ids, const int32_t *labels, int64_t B, int64_t T,
                       float *nll, float *logits, float *loss, KdaError *err);
+// logits [n_vocab] fp32 (overwritten) of position (b, t) of the last forward: its final-norm row
+// times the LM head, one matrix-vector product (kda_matvec; the forward's head is a GEMM, so the
+// last bits may differ from kda_model_forward's logits). -1 without a forward (a prefill since
+// counts as none) or outside its [B, T].
+int kda_model_logits(KdaModel *m, int64_t b, int64_t t, float *logits, KdaError *err);
 // Backward of the last forward's mean loss; grads [table.total_numel] ACCUMULATES.
 // Fails (-1) if no forward preceded it. When tied, the head and embedding gradients both land
 // in the embedding rows. A pad_token_id row gets no embedding-lookup gradient (torch semantics).

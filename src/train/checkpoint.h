@@ -32,7 +32,7 @@
 #include "core/rng.h"
 #include "model/config.h"
 #include "model/params.h"
-#include "train/optim.h"
+#include "model/optim.h"
 #include "train/run_config.h"
 
 typedef struct {

@@ -12,9 +12,9 @@
 #include "core/error.h"
 #include "data/loader.h"      // defines: KdaObjective, KdaDataOrder
 #include "train/run_config.h" // defines: KdaRunConfig, KdaStrList
+#include "model/runtime.h"    // defines: KdaDeviceKind
 #include "train/schedule.h"   // defines: KdaLrSchedule
 
-typedef enum { KDA_DEVICE_CPU = 0, KDA_DEVICE_CUDA = 1 } KdaTrainDevice;
 typedef enum { KDA_LOG_MEGATRON = 0, KDA_LOG_PRIMUS = 1 } KdaLogStyle;
 
 // One data path list: plain paths (weights NULL) or a Megatron blend "w1 p1 w2 p2" (weights
@@ -28,7 +28,7 @@ typedef struct {
 typedef struct {
     KdaObjective objective; // objective: megatron | fla
     KdaDataOrder order;     // data_order: megatron | fla (fla needs objective fla)
-    KdaTrainDevice device;  // device: cpu | cuda
+    KdaDeviceKind device;   // device: cpu | cuda
     int recompute;          // recompute_granularity: full
     KdaLogStyle log_style;  // log_style: megatron | primus
     KdaLrSchedule sched;    // lr, min_lr, warmup, decay iters (0: train_iters), style; checked

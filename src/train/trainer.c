@@ -1,4 +1,4 @@
-// trainer.c - the training loop and the CPU backend (contract in trainer.h).
+// trainer.c - the training loop over a model runtime (contract in trainer.h).
 #include "train/trainer.h"
 
 #include <errno.h>
@@ -17,351 +17,15 @@
 #include "core/rng.h"
 #include "core/util.h"
 #include "io/model_io.h"
-#include "cuda/backend_cuda.h" // defines: kda_backend_cuda_create (device: cuda)
-#include "dist/dist.h"         // defines: KdaDist, kda_dist_* (data parallelism)
-#include "dist/dist_async.h"   // defines: KdaDistAsync (the Gloo overlap's thread)
-#include "dist/zero1.h"        // defines: KdaShard, kda_zero1_plan (ZeRO-1 shards)
+#include "dist/dist.h"     // defines: KdaDist, kda_dist_* (data parallelism)
+#include "dist/dp.h"       // defines: KdaDp, kda_dp_* (the runtime's data-parallel wrapper)
+#include "model/runtime.h" // defines: KdaRuntime, kda_runtime_* (where the math runs)
+#include "model/zero1.h"   // defines: KdaShard, kda_zero1_plan (ZeRO-1 shards)
 #include "train/checkpoint.h"
 #include "data/loader.h"
 #include "train/run_plan.h" // defines: KdaRunPlan, kda_run_plan (the typed run config)
 #include "train/schedule.h"
 #include "train/tfevents.h" // defines: KdaTfEvents, kda_tfevents_*
-
-// ---------------------------------------------------------------------------------------------
-// CPU backend
-
-typedef struct {
-    KdaModel m;
-    float *grads;   // [n] fp32, the step's accumulated gradient
-    float *scratch; // [n] fp32, one micro-batch's gradient (2nd and later micro-batches)
-    int fresh;      // grads are zero: the next backward may accumulate into them directly
-    KdaAdamW opt;   // moments: [n], or with ZeRO-1 [hi - lo] of elements [lo, hi)
-    KdaProf *prof;  // while profiling (also in m.prof)
-    // Data parallelism (dist NULL: one process).
-    KdaDist *dist;
-    int zero1;
-    int64_t lo, hi, chunk; // this rank's ZeRO-1 shard; chunk = ceil(n / world)
-    KdaAdamW view;         // ZeRO-1: full-size host view for checkpoints (m, v NULL when idle)
-    // Overlap (world > 1, unless KDA_DIST_OVERLAP=0): in the step's last micro-batch each
-    // layer's rows are all-reduced on the communication thread as soon as the backward has
-    // finished them; reduce_grads then reduces only the rest (embedding, final norm).
-    KdaDistAsync *async;
-    int64_t *layer_lo, *layer_hi; // [L] dense range of each layer's rows (lo -1: not contiguous)
-    uint8_t *layer_done;          // [L] queued in this step
-    int armed;                    // the next backward is the step's last
-    int overlapped;               // this step's layers are reduced already
-    float *into;                  // the running backward's buffer (grads, or scratch to add)
-    KdaError async_err;
-    int has_async_err;
-} CpuCtx;
-
-static void cpu_zero(void *c) {
-    CpuCtx *x = c;
-    int64_t n = x->m.table.total_numel;
-    kda_prof_begin(x->prof, KDA_OP_ZERO_GRADS);
-    memset(x->grads, 0, (size_t)n * sizeof(float));
-    kda_prof_end(x->prof, KDA_OP_ZERO_GRADS, 0, 4.0 * (double)n);
-    x->fresh = 1;
-}
-
-static void add_range_(float *restrict g, const float *restrict s, int64_t lo, int64_t hi) {
-#pragma omp parallel for simd schedule(static)
-    for (int64_t i = lo; i < hi; i++)
-        g[i] += s[i];
-}
-
-// The next range from `at` that no queued layer covers: [at, *gap_end); *resume is where the
-// one after it starts (past the queued layer that ends the gap; n at the end).
-static void next_gap_(const CpuCtx *x, int64_t at, int64_t *gap_end, int64_t *resume) {
-    int64_t n = x->m.table.total_numel, next = n, next_hi = n;
-    for (int64_t l = 0; x->overlapped && l < x->m.cfg.num_hidden_layers; l++)
-        if (x->layer_done[l] && x->layer_lo[l] >= at && x->layer_lo[l] < next)
-            next = x->layer_lo[l], next_hi = x->layer_hi[l];
-    *gap_end = next;
-    *resume = next_hi;
-}
-
-// The model's layer hook in the step's last backward: block l's rows are final in x->into; add
-// them to the step's gradient (a later micro-batch) and queue their all-reduce.
-static void cpu_layer_done_(void *c, int64_t l) {
-    CpuCtx *x = c;
-    int64_t lo = x->layer_lo[l], hi = x->layer_hi[l];
-    if (lo < 0 || x->has_async_err) return;
-    if (x->into != x->grads) add_range_(x->grads, x->into, lo, hi);
-    if (kda_dist_async_sum(x->async, x->grads + lo, hi - lo, &x->async_err))
-        x->has_async_err = 1;
-    else
-        x->layer_done[l] = 1;
-}
-
-// Each micro-batch's gradient is computed alone and then added (g = g0, then g += gk), so the
-// step's gradient is a plain sum of per-micro-batch gradients, in micro-batch order: two ranks
-// of one micro-batch each then sum to the same bits as one rank of two (fp32 a + b == b + a).
-// The step's last backward (armed) adds and queues each layer as it finishes, then adds the
-// rest and waits for the queue, so the trainer's next collective finds the communicator free.
-static int cpu_fwd_bwd(void *c, const int32_t *ids, int64_t B, int64_t T, int backward, float *loss,
-                       KdaError *err) {
-    CpuCtx *x = c;
-    if (kda_model_forward(&x->m, ids, NULL, B, T, NULL, NULL, loss, err)) return -1;
-    if (!backward) return 0;
-    int64_t n = x->m.table.total_numel;
-    int armed = x->armed;
-    x->armed = 0;
-    x->into = x->grads;
-    if (!x->fresh) {
-        if (!x->scratch) x->scratch = kda_malloc((size_t)n * sizeof(float));
-        memset(x->scratch, 0, (size_t)n * sizeof(float));
-        x->into = x->scratch;
-    }
-    x->fresh = 0;
-    if (armed) {
-        memset(x->layer_done, 0, (size_t)x->m.cfg.num_hidden_layers);
-        x->m.layer_hook = cpu_layer_done_, x->m.layer_user = x;
-        x->overlapped = 1;
-    }
-    int rc = kda_model_backward(&x->m, x->into, err);
-    x->m.layer_hook = NULL;
-    for (int64_t at = 0, end, next; rc == 0 && x->into != x->grads && at < n; at = next) {
-        next_gap_(x, at, &end, &next);
-        add_range_(x->grads, x->into, at, end);
-    }
-    if (!armed) return rc;
-    KdaError e;
-    if (kda_dist_async_wait(x->async, rc ? &e : err)) rc = -1; // the buffers must be free first
-    if (rc == 0 && x->has_async_err) *err = x->async_err, rc = -1;
-    return rc;
-}
-
-static double cpu_finish(void *c, double scale, double max_norm) {
-    CpuCtx *x = c;
-    int64_t n = x->m.table.total_numel;
-    kda_prof_begin(x->prof, KDA_OP_GRAD_NORM);
-    if (scale != 1.0) {
-        float s = (float)scale;
-        for (int64_t i = 0; i < n; i++)
-            x->grads[i] *= s;
-    }
-    double norm =
-        max_norm > 0 ? kda_grad_clip(x->grads, n, max_norm, NULL) : kda_grad_norm(x->grads, n);
-    kda_prof_end(x->prof, KDA_OP_GRAD_NORM, 0, 4.0 * (double)n);
-    return norm;
-}
-
-static int cpu_params_finite(void *c) {
-    CpuCtx *x = c;
-    return kda_params_first_nonfinite(&x->m.table, x->m.params) == NULL;
-}
-
-static void cpu_update(void *c, double lr) {
-    CpuCtx *x = c;
-    kda_prof_begin(x->prof, KDA_OP_ADAMW);
-    if (x->zero1)
-        kda_adamw_step_range(&x->opt, &x->m.table, x->m.params, x->grads, lr, x->lo);
-    else
-        kda_adamw_step(&x->opt, &x->m.table, x->m.params, x->grads, lr);
-    kda_prof_end(x->prof, KDA_OP_ADAMW, 0, 16.0 * (double)x->m.table.total_numel);
-}
-
-// The CPU runs every op in order on the calling thread: start and end marks need no waiting.
-static int cpu_profile(void *c, KdaProf *p, KdaError *err) {
-    CpuCtx *x = c;
-    (void)err;
-    if (p) {
-        x->prof = x->m.prof = p;
-        kda_prof_mark_start(p);
-    } else {
-        kda_prof_mark_end(x->prof);
-        x->prof = x->m.prof = NULL;
-    }
-    return 0;
-}
-
-static float *cpu_params(void *c) {
-    return ((CpuCtx *)c)->m.params;
-}
-static KdaAdamW *cpu_optim(void *c) {
-    CpuCtx *x = c;
-    if (!x->zero1) return &x->opt;
-    if (!x->view.m) x->view.step = x->opt.step; // an active view (resume) owns the step
-    return &x->view;
-}
-// ZeRO-1: the shard takes its part of the full view (a resume, or after a checkpoint), and the
-// view's full-size moments are released.
-static void cpu_changed(void *c) {
-    CpuCtx *x = c;
-    if (!x->zero1 || !x->view.m) return;
-    memcpy(x->opt.m, x->view.m + x->lo, (size_t)(x->hi - x->lo) * sizeof(float));
-    memcpy(x->opt.v, x->view.v + x->lo, (size_t)(x->hi - x->lo) * sizeof(float));
-    x->opt.step = x->view.step;
-    free(x->view.m);
-    free(x->view.v);
-    x->view.m = x->view.v = NULL;
-}
-
-// Layer l's rows in the dense table layout, when nothing else lies between them.
-static int64_t layer_range_(const KdaParamTable *t, int64_t l, int64_t *hi) {
-    int64_t a = -1, b = -1;
-    for (int i = 0; i < t->n; i++) {
-        const KdaParamInfo *r = &t->rows[i];
-        if (r->layer != l) continue;
-        a = a < 0 || r->offset < a ? r->offset : a;
-        b = r->offset + r->numel > b ? r->offset + r->numel : b;
-    }
-    for (int i = 0; a >= 0 && i < t->n; i++) {
-        const KdaParamInfo *r = &t->rows[i];
-        if (r->layer != l && r->offset < b && r->offset + r->numel > a) return -1;
-    }
-    *hi = b;
-    return a;
-}
-
-static int cpu_overlap_setup_(CpuCtx *x, KdaError *err) {
-    const char *v = getenv("KDA_DIST_OVERLAP"); // "0": reduce after the backward (to compare)
-    if (kda_dist_world(x->dist) < 2 || (v && !strcmp(v, "0"))) return 0;
-    int64_t L = x->m.cfg.num_hidden_layers;
-    x->layer_lo = kda_calloc((size_t)(L > 0 ? L : 1), sizeof(int64_t));
-    x->layer_hi = kda_calloc((size_t)(L > 0 ? L : 1), sizeof(int64_t));
-    x->layer_done = kda_calloc((size_t)(L > 0 ? L : 1), 1);
-    for (int64_t l = 0; l < L; l++)
-        x->layer_lo[l] = layer_range_(&x->m.table, l, &x->layer_hi[l]);
-    if (kda_dist_async_start(&x->async, x->dist, err)) return -1;
-    if (kda_dist_rank(x->dist) == 0)
-        kda_info("data parallel: each layer's gradient is all-reduced on a communication thread "
-                 "during the last micro-batch's backward (KDA_DIST_OVERLAP=0: after it)");
-    return 0;
-}
-
-static int cpu_set_dist(void *c, KdaDist *d, int zero1, KdaError *err) {
-    CpuCtx *x = c;
-    int64_t n = x->m.table.total_numel;
-    int w = kda_dist_world(d), r = kda_dist_rank(d);
-    x->dist = d;
-    x->zero1 = zero1;
-    if (cpu_overlap_setup_(x, err)) return -1;
-    if (!zero1) return 0;
-    KdaShard sh; // align 1: chunk = ceil(n / world); the last shards may be short or empty
-    if (kda_zero1_plan(&sh, n, w, r, 1, err)) return -1;
-    x->chunk = sh.chunk;
-    x->lo = sh.lo < n ? sh.lo : n;
-    x->hi = sh.hi < n ? sh.hi : n;
-    KdaAdamWConfig cfg = x->opt.cfg;
-    kda_adamw_free(&x->opt);
-    if (kda_adamw_init(&x->opt, x->hi > x->lo ? x->hi - x->lo : 1, &cfg, err)) return -1;
-    if (x->hi == x->lo) x->opt.n = 0; // more ranks than elements: an empty shard
-    x->view = (KdaAdamW){.cfg = cfg, .n = n};
-    return 0;
-}
-
-// The step's last backward is about to run: arm the per-layer overlap (when it is on).
-static void cpu_begin_reduce(void *c) {
-    CpuCtx *x = c;
-    x->armed = x->async != NULL;
-}
-
-// Sums the gradient over the ranks: what the overlap did not reduce yet (everything when it is
-// off). Gloo's all-reduce gives every rank the same bits, so the norm, the clip and the skip
-// decisions that follow agree everywhere.
-static int cpu_reduce_grads(void *c, KdaError *err) {
-    CpuCtx *x = c;
-    int64_t n = x->m.table.total_numel;
-    int rc = 0;
-    for (int64_t at = 0, end, next; rc == 0 && at < n; at = next) {
-        next_gap_(x, at, &end, &next);
-        if (end > at)
-            rc = kda_dist_allreduce(x->dist, x->grads + at, end - at, KDA_DIST_F32, KDA_DIST_SUM,
-                                    err);
-    }
-    x->overlapped = 0;
-    return rc;
-}
-
-// all-gather of one [n] fp32 buffer whose rank r holds elements [r * chunk, (r + 1) * chunk)
-// (the last shard shorter): src [n] -> dst [n] (may alias).
-static int cpu_gather_(CpuCtx *x, const float *src_shard, float *dst, KdaError *err) {
-    int64_t n = x->m.table.total_numel;
-    int w = kda_dist_world(x->dist);
-    float *in = kda_calloc((size_t)x->chunk, sizeof(float));
-    float *all = kda_malloc((size_t)(x->chunk * w) * sizeof(float));
-    memcpy(in, src_shard, (size_t)(x->hi - x->lo) * sizeof(float));
-    int rc = kda_dist_allgather(x->dist, in, all, x->chunk, err);
-    if (!rc) memcpy(dst, all, (size_t)n * sizeof(float));
-    free(in);
-    free(all);
-    return rc;
-}
-
-// ZeRO-1: every rank updated only its shard of the parameters; all-gather them.
-static int cpu_sync_params(void *c, KdaError *err) {
-    CpuCtx *x = c;
-    if (!x->zero1) return 0;
-    return cpu_gather_(x, x->m.params + x->lo, x->m.params, err);
-}
-
-// ZeRO-1: the full moments into the view (collective), for a checkpoint or a resume.
-static int cpu_gather_optim(void *c, KdaError *err) {
-    CpuCtx *x = c;
-    if (!x->zero1) return 0;
-    int64_t n = x->m.table.total_numel;
-    if (!x->view.m) {
-        x->view.m = kda_calloc((size_t)n, sizeof(float));
-        x->view.v = kda_calloc((size_t)n, sizeof(float));
-    }
-    x->view.step = x->opt.step;
-    if (cpu_gather_(x, x->opt.m, x->view.m, err)) return -1;
-    return cpu_gather_(x, x->opt.v, x->view.v, err);
-}
-
-static void cpu_destroy(void *c) {
-    CpuCtx *x = c;
-    kda_dist_async_stop(x->async);
-    free(x->layer_lo);
-    free(x->layer_hi);
-    free(x->layer_done);
-    kda_model_free(&x->m);
-    kda_adamw_free(&x->opt);
-    free(x->view.m);
-    free(x->view.v);
-    free(x->grads);
-    free(x->scratch);
-    free(x);
-}
-
-int kda_backend_cpu_create(KdaBackend *be, KdaModel *model, const KdaAdamWConfig *ocfg,
-                           KdaError *err) {
-    memset(be, 0, sizeof *be);
-    CpuCtx *x = kda_calloc(1, sizeof *x);
-    if (kda_adamw_init(&x->opt, model->table.total_numel, ocfg, err)) {
-        free(x);
-        return -1;
-    }
-    x->m = *model;
-    memset(model, 0, sizeof *model);
-    x->grads = kda_calloc((size_t)x->m.table.total_numel, sizeof(float));
-    *be = (KdaBackend){.name = "cpu",
-                       .ctx = x,
-                       .n_params = x->m.table.total_numel,
-                       .zero_grads = cpu_zero,
-                       .forward_backward = cpu_fwd_bwd,
-                       .finish_grads = cpu_finish,
-                       .update = cpu_update,
-                       .params_finite = cpu_params_finite,
-                       .host_params = cpu_params,
-                       .host_optim = cpu_optim,
-                       .state_changed = cpu_changed,
-                       .set_dist = cpu_set_dist,
-                       .begin_reduce = cpu_begin_reduce,
-                       .reduce_grads = cpu_reduce_grads,
-                       .sync_params = cpu_sync_params,
-                       .gather_optim = cpu_gather_optim,
-                       .destroy = cpu_destroy,
-                       .profile = cpu_profile};
-    return 0;
-}
-
-void kda_backend_destroy(KdaBackend *be) {
-    if (be->destroy && be->ctx) be->destroy(be->ctx);
-    memset(be, 0, sizeof *be);
-}
 
 // ---------------------------------------------------------------------------------------------
 // Signals
@@ -399,8 +63,9 @@ typedef struct {
     const KdaRunConfig *rc;
     KdaConfig cfg;
     KdaParamTable table; // the run's table (a copy owned here, for checkpoints)
-    KdaBackend be;
-    KdaRunPlan plan; // rc's choices as types, checked once (run_plan.h)
+    KdaRuntime *rt;      // the model, its gradients and optimizer on the run's device
+    KdaDp *dp;           // data parallelism over rt (NULL: one process)
+    KdaRunPlan plan;     // rc's choices as types, checked once (run_plan.h)
     KdaLrSchedule sched;
     KdaLoader *train, *valid;
     int32_t *eval_buf;
@@ -435,7 +100,7 @@ typedef struct {
     int quiet;            // o->quiet, or a rank other than 0
     int stop_all;         // some rank asked to stop (reduced with the step's loss)
     int time_up;          // exit_duration_in_mins passed here (joins the next stop reduction)
-    float *loaded_params; // the host view a resume loaded into (backend-owned)
+    float *loaded_params; // the host view a resume loaded into (runtime-owned)
 } Run;
 
 static double peak_rss_mib(void) {
@@ -473,8 +138,20 @@ static int load_model_config(Run *r, KdaError *err) {
     return kda_config_derive(&r->cfg, model, err);
 }
 
-// Model, parameters and backend: fresh init, or weights from o->init_from.
-static int setup_backend(Run *r, KdaError *err) {
+// The runtime on the run's device over the starting parameters m (taken on success).
+static int open_runtime(Run *r, KdaModel *m, KdaError *err) {
+    KdaRuntimeOpts o = {.device = r->plan.device == KDA_DEVICE_CUDA ? "cuda" : "cpu",
+                        .core = KDA_CORE_CHUNK,
+                        .gpu = r->o->device,
+                        .train = 1};
+    if (kda_runtime_open(&r->rt, &r->cfg, &m->table, m->params, &o, err)) return -1;
+    m->params = NULL; // the runtime owns the table and the parameters now
+    kda_model_free(m);
+    return 0;
+}
+
+// Model, parameters and runtime: fresh init, or weights from o->init_from.
+static int setup_runtime(Run *r, KdaError *err) {
     KdaModel m;
     if (kda_model_init(&m, &r->cfg, err)) return -1;
     if (r->init) {
@@ -490,25 +167,17 @@ static int setup_backend(Run *r, KdaError *err) {
     } else {
         kda_params_init(&m.table, &r->cfg, m.params, (uint64_t)r->rc->seed);
     }
-    if (kda_params_build(&r->table, &r->cfg, err)) goto fail;
+    if (kda_params_build(&r->table, &r->cfg, err) || open_runtime(r, &m, err)) goto fail;
     KdaAdamWConfig oc = {r->rc->adam_beta1, r->rc->adam_beta2, r->rc->adam_eps,
                          r->rc->weight_decay};
-    int recompute = r->plan.recompute;
-    if (r->plan.device == KDA_DEVICE_CUDA) {
-        if (kda_backend_cuda_create(&r->be, &m, &oc, r->o->device, err)) goto fail;
-        if (recompute && kda_backend_cuda_set_recompute(&r->be, 1, err)) goto fail;
-    } else {
-        if (kda_backend_cpu_create(&r->be, &m, &oc, err)) goto fail;
-        if (recompute)
-            kda_warn("recompute_granularity: full has no effect with device: cpu (the CPU "
-                     "backend keeps every activation)");
-    }
-    if (r->dist) {
-        if (!r->be.set_dist)
-            return kda_fail(err, "the %s backend has no data-parallel support yet", r->be.name);
-        if (r->be.set_dist(r->be.ctx, r->dist, r->zero1, err)) return -1;
-    }
-    return 0;
+    if (kda_runtime_train_init(r->rt, &oc, err)) return -1;
+    if (r->plan.recompute && r->plan.device == KDA_DEVICE_CUDA &&
+        kda_runtime_set_recompute(r->rt, 1, err))
+        return -1;
+    if (r->plan.recompute && r->plan.device == KDA_DEVICE_CPU)
+        kda_warn("recompute_granularity: full has no effect with device: cpu (the CPU "
+                 "runtime keeps every activation)");
+    return r->dist ? kda_dp_open(&r->dp, r->rt, r->dist, r->zero1, err) : 0;
 fail:
     kda_model_free(&m);
     return -1;
@@ -613,12 +282,14 @@ static int resume_local(Run *r, KdaError *err) {
     }
     if (r->init) kda_warn("resuming from %s: the starting weights of %s are ignored", dir, r->init);
     KdaTrainState st;
-    float *p = r->be.host_params(r->be.ctx);
-    if (kda_checkpoint_load(dir, &r->cfg, &r->table, p, r->be.host_optim(r->be.ctx), &st,
+    float *p = kda_runtime_host_params(r->rt, err);
+    if (!p) return -1;
+    if (kda_checkpoint_load(dir, &r->cfg, &r->table, p, kda_runtime_host_optim(r->rt), &st,
                             !r->o->no_verify_checksums, err))
         return older_hint(dir, err);
     r->loaded_params = p;
-    if (!r->dist) r->be.state_changed(r->be.ctx); // else setup_resume, after the broadcast
+    // else setup_resume, after the broadcast
+    if (!r->dist && kda_runtime_state_changed(r->rt, err)) return -1;
     if (st.train_fingerprint != r->st.train_fingerprint)
         kda_warn("%s: the training data differs from the checkpoint's:\n  was: %s\n  now: %s", dir,
                  st.train_desc, r->st.train_desc);
@@ -633,7 +304,7 @@ static int resume_local(Run *r, KdaError *err) {
     if (!r->quiet)
         kda_info("resumed from %s: iteration %lld, %lld samples consumed, optimizer step %lld", dir,
                  (long long)st.iteration, (long long)st.consumed_train,
-                 (long long)r->be.host_optim(r->be.ctx)->step);
+                 (long long)kda_runtime_step(r->rt));
     return 0;
 }
 
@@ -641,8 +312,7 @@ static int resume_local(Run *r, KdaError *err) {
 // replicas even for a fresh start), and after a resume the moments, step and trainer state.
 static int setup_resume(Run *r, KdaError *err) {
     if (!r->dist) return resume_local(r, err);
-    KdaBackend *be = &r->be;
-    if (be->gather_optim && be->gather_optim(be->ctx, err)) return -1;
+    if (kda_dp_gather_optim(r->dp, err)) return -1;
     int64_t hdr[2] = {0, 0}; // rank 0's status, start iteration
     KdaError e0 = {{0}};
     if (r->rank == 0) {
@@ -655,10 +325,11 @@ static int setup_resume(Run *r, KdaError *err) {
         return r->rank == 0 ? -1 : kda_fail(err, "rank 0 could not resume (its log says why)");
     }
     // Rank 0 after a resume holds the checkpoint in the host views already: asking host_params
-    // again would fetch a GPU backend's stale device copy over it.
-    KdaAdamW *opt = be->host_optim(be->ctx);
-    float *p = r->rank == 0 && hdr[1] > 0 ? r->loaded_params : be->host_params(be->ctx);
-    size_t n = (size_t)be->n_params * sizeof(float);
+    // again would fetch a GPU runtime's stale device copy over it.
+    KdaAdamW *opt = kda_runtime_host_optim(r->rt);
+    float *p = r->rank == 0 && hdr[1] > 0 ? r->loaded_params : kda_runtime_host_params(r->rt, err);
+    if (!p) return -1;
+    size_t n = (size_t)r->table.total_numel * sizeof(float);
     if (kda_dist_broadcast(r->dist, p, n, 0, err)) return -1;
     if (hdr[1] > 0 && (kda_dist_broadcast(r->dist, opt->m, n, 0, err) ||
                        kda_dist_broadcast(r->dist, opt->v, n, 0, err) ||
@@ -666,8 +337,7 @@ static int setup_resume(Run *r, KdaError *err) {
                        kda_dist_broadcast(r->dist, &r->st, sizeof r->st, 0, err)))
         return -1;
     r->start_iteration = hdr[1];
-    be->state_changed(be->ctx);
-    return 0;
+    return kda_runtime_state_changed(r->rt, err);
 }
 
 static int setup(Run *r, KdaError *err) {
@@ -681,7 +351,7 @@ static int setup(Run *r, KdaError *err) {
     int got = r->init ? 0 : kda_run_config_init_dir(rc, r->init_dir, sizeof r->init_dir, err);
     if (got < 0) return -1;
     if (got == 1) r->init = r->init_dir;
-    if (load_model_config(r, err) || setup_backend(r, err) || setup_data(r, err)) return -1;
+    if (load_model_config(r, err) || setup_runtime(r, err) || setup_data(r, err)) return -1;
     r->tokens_per_iter = rc->global_batch_size * rc->seq_length;
     r->flops_tok = kda_model_flops_per_token(&r->cfg, rc->seq_length);
     r->mflops_tok = kda_megatron_flops_per_token(&r->cfg, rc->seq_length);
@@ -723,7 +393,7 @@ static int evaluate(Run *r, double *out, KdaError *err) {
         if (kda_loader_read(r->valid, r->st.consumed_valid + r->rank * mbs, mbs, r->eval_buf, err))
             return -1;
         float l;
-        if (r->be.forward_backward(r->be.ctx, r->eval_buf, mbs, r->T, 0, &l, err)) return -1;
+        if (kda_runtime_train_step(r->rt, r->eval_buf, mbs, r->T, 0, &l, err)) return -1;
         sum += l;
         r->st.consumed_valid += mbs * r->world;
     }
@@ -786,7 +456,7 @@ static void print_log_line_(Run *r, int64_t it, double ms, double tok_s, double 
     clear_bar(r);
     double model_tf = tok_s * r->flops_tok / 1e12, avg = r->avg_n ? r->avg_ms_sum / r->avg_n : ms;
     double used, total;
-    if (r->be.device_memory && r->be.device_memory(r->be.ctx, &used, &total) == 0) {
+    if (kda_runtime_device_memory(r->rt, &used, &total) == 0) {
         if (used > r->dev_peak_mib) r->dev_peak_mib = used;
         snprintf(mem, sizeof mem,
                  "device memory (MiB): %.0f used, %.0f peak, %.0f total | peak host memory (MiB): "
@@ -795,15 +465,16 @@ static void print_log_line_(Run *r, int64_t it, double ms, double tok_s, double 
     } else {
         snprintf(mem, sizeof mem, "peak host memory (MiB): %.0f", peak_rss_mib());
     }
-    if (r->be.peak_flops > 0)
-        snprintf(mfu, sizeof mfu, "%.1f%%", 100.0 * model_tf * 1e12 / r->be.peak_flops);
+    double peak = kda_runtime_peak_flops(r->rt);
+    if (peak > 0)
+        snprintf(mfu, sizeof mfu, "%.1f%%", 100.0 * model_tf * 1e12 / peak);
     else
         snprintf(mfu, sizeof mfu, "n/a");
     char ranks[96] = ""; // data parallel: the rank count and the total rate
     if (r->world > 1)
         snprintf(ranks, sizeof ranks, " ranks: %d | tokens/s total: %.1f |", r->world,
                  tok_s * r->world);
-    int cpu = !r->be.device_memory;
+    int cpu = kda_runtime_device(r->rt) == KDA_DEVICE_CPU;
     if (cpu)
         snprintf(tflops, sizeof tflops, "throughput (TFLOP/s, CPU): %.3g",
                  tok_s * r->mflops_tok / 1e12);
@@ -878,7 +549,7 @@ static int log_train(Run *r, int evaluated, KdaError *err) {
     double tok_s_all = (double)r->tokens_per_iter / (ms / 1000.0);
     double tok_s = tok_s_all / r->world; // per GPU (rank)
     double loss = r->win_good ? r->win_loss / (double)r->win_good : NAN;
-    double lr = kda_lr_at(&r->sched, r->be.host_optim(r->be.ctx)->step);
+    double lr = kda_lr_at(&r->sched, kda_runtime_step(r->rt));
     if (r->win_iters && it - r->win_iters >= 2) // Primus skips the first 2 iterations
         r->avg_ms_sum += ms * (double)r->win_iters, r->avg_n += r->win_iters;
     if (!r->quiet) {
@@ -906,19 +577,19 @@ static int log_train(Run *r, int evaluated, KdaError *err) {
 static int save(Run *r, KdaTrainResult *res, KdaError *err) {
     if (!r->rc->save || r->st.iteration == r->start_iteration) return 0;
     char dir[PATH_MAX];
-    KdaBackend *be = &r->be;
-    if (r->dist && be->gather_optim && be->gather_optim(be->ctx, err)) return -1;
+    if (r->dist && kda_dp_gather_optim(r->dp, err)) return -1;
     int64_t bad = 0;
     if (r->rank == 0) {
-        const KdaAdamW *opt = be->host_optim(be->ctx);
-        bad = kda_checkpoint_save(r->rc->save, &r->st, &r->cfg, &r->table, be->host_params(be->ctx),
-                                  opt, r->rc, r->rc->keep_last, r->resumed_from, dir, err) != 0;
+        float *p = kda_runtime_host_params(r->rt, err);
+        const KdaAdamW *opt = kda_runtime_host_optim(r->rt);
+        bad = !p || kda_checkpoint_save(r->rc->save, &r->st, &r->cfg, &r->table, p, opt, r->rc,
+                                        r->rc->keep_last, r->resumed_from, dir, err) != 0;
     } else {
         char name[32];
         snprintf(name, sizeof name, "iter_%07lld", (long long)r->st.iteration);
         path_join(dir, sizeof dir, r->rc->save, name);
     }
-    if (r->zero1) be->state_changed(be->ctx); // releases the gathered moments
+    if (r->zero1) kda_runtime_optim_release(r->rt); // the gathered full moments
     if (r->dist) {
         KdaError e;
         double b = (double)bad;
@@ -946,10 +617,10 @@ static const char *last_good(const Run *r) {
 }
 
 // After an update: the weights must still be finite (a finite loss and grad norm can still
-// give an overflowing update, e.g. a huge lr). Backends without a cheap check (NULL) are
+// give an overflowing update, e.g. a huge lr). A runtime without a cheap check (the GPU) is
 // covered at save time, where kda_checkpoint_save refuses non-finite weights.
 static int check_weights(Run *r, const KdaStepInfo *si, KdaError *err) {
-    if (!r->be.params_finite || r->be.params_finite(r->be.ctx)) return 0;
+    if (kda_runtime_params_finite(r->rt) != 0) return 0;
     return kda_fail(err,
                     "iteration %lld: the update (lr %g, grad norm %g) made the weights "
                     "non-finite; stopped without saving. Last good checkpoint: %s",
@@ -981,16 +652,17 @@ static int nan_policy(Run *r, const KdaStepInfo *si, KdaError *err) {
 
 static int train_step(Run *r, KdaStepInfo *si, KdaError *err) {
     const KdaRunConfig *rc = r->rc;
-    KdaBackend *be = &r->be;
     if (r->dist && kda_dist_mark_progress(r->dist, r->st.iteration + 1, err)) return -1;
-    be->zero_grads(be->ctx);
+    if (kda_runtime_zero_grads(r->rt, err)) return -1;
     double sum = 0;
     for (int k = 0; k < r->n_micro; k++) {
         const int32_t *ids = kda_loader_next(r->train, err);
         if (!ids) return -1;
-        if (k == r->n_micro - 1 && r->dist && be->begin_reduce) be->begin_reduce(be->ctx);
+        if (k == r->n_micro - 1 && r->dist) kda_dp_begin_reduce(r->dp);
         float l;
-        if (be->forward_backward(be->ctx, ids, rc->micro_batch_size, r->T, 1, &l, err)) return -1;
+        if (kda_runtime_train_step(r->rt, ids, rc->micro_batch_size, r->T, 1, &l, err) ||
+            (r->dist && kda_dp_backward_done(r->dp, err)))
+            return -1;
         int global_k = k * r->world + r->rank; // the micro-batch's place in the global batch
         if (r->o->poison && r->o->poison(r->o->user, r->st.iteration + 1, global_k)) l = NAN;
         sum += l;
@@ -1005,15 +677,17 @@ static int train_step(Run *r, KdaStepInfo *si, KdaError *err) {
     si->grad_norm = NAN;
     si->lr = 0;
     si->skipped = 1;
-    // Always in data parallel (a GPU backend may have started it during the backward); a
+    // Always in data parallel (a GPU runtime may have started it during the backward); a
     // non-finite loss then skips the update on every rank alike.
-    if (r->dist && be->reduce_grads(be->ctx, err)) return -1;
+    if (r->dist && kda_dp_reduce_grads(r->dp, err)) return -1;
     if (isfinite(si->loss)) {
-        si->grad_norm = be->finish_grads(be->ctx, 1.0 / (double)n_all, rc->clip_grad);
+        KdaError fe = {{0}}; // a device failure (not a non-finite gradient) stops the run
+        si->grad_norm = kda_runtime_finish_grads(r->rt, 1.0 / (double)n_all, rc->clip_grad, &fe);
+        if (!isfinite(si->grad_norm) && fe.msg[0]) return *err = fe, -1;
         if (isfinite(si->grad_norm)) {
-            si->lr = kda_lr_for_update(&r->sched, be->host_optim(be->ctx)->step + 1);
-            be->update(be->ctx, si->lr);
-            if (r->zero1 && be->sync_params(be->ctx, err)) return -1;
+            si->lr = kda_lr_for_update(&r->sched, kda_runtime_step(r->rt) + 1);
+            if (kda_runtime_update(r->rt, si->lr, err)) return -1;
+            if (r->zero1 && kda_dp_sync_params(r->dp, err)) return -1;
             si->skipped = 0;
             if (check_weights(r, si, err)) return -1;
         }
@@ -1053,25 +727,20 @@ static void progress_tick(Run *r, double tok_s) {
     progress_update(&r->prog, (double)r->st.iteration, extra);
 }
 
-// One iteration under the backend's per-op profile (kda train --profile N): the table goes to
+// One iteration under the runtime's per-op profile (kda train --profile N): the table goes to
 // stdout and, when asked, into o->profile_out.
 static int profiled_step(Run *r, KdaStepInfo *si, KdaError *err) {
-    KdaBackend *be = &r->be;
+    const char *dev = kda_runtime_device(r->rt) == KDA_DEVICE_CUDA ? "cuda" : "cpu";
     KdaProf prof;
     kda_prof_reset(&prof, 0, 0);
-    if (!be->profile) {
-        kda_warn("--profile: the %s backend cannot profile; iteration %lld runs unprofiled",
-                 be->name, (long long)(r->st.iteration + 1));
-        return train_step(r, si, err);
-    }
-    if (be->profile(be->ctx, &prof, err)) return -1;
+    if (kda_runtime_profile(r->rt, &prof, err)) return -1;
     int rc = train_step(r, si, err);
-    if (be->profile(be->ctx, NULL, err) || rc) return -1;
+    if (kda_runtime_profile(r->rt, NULL, err) || rc) return -1;
     char title[256];
     double ms = kda_prof_wall_ms(&prof);
     snprintf(title, sizeof title,
              "profile of iteration %lld (%s, %lld x %lld x %lld tokens): %.1f ms, %.0f tokens/s",
-             (long long)si->iteration, be->name, (long long)r->n_micro,
+             (long long)si->iteration, dev, (long long)r->n_micro,
              (long long)r->rc->micro_batch_size, (long long)r->T, ms,
              ms > 0 ? (double)r->tokens_per_iter / (ms / 1e3) : 0.0);
     clear_bar(r);
@@ -1174,7 +843,7 @@ int kda_train(const KdaTrainOptions *o, KdaTrainResult *res, KdaError *err) {
         if (!r.quiet && r.dist) {
             char z[160] = "";
             KdaShard sh; // the moments' memory per rank (the GPU pads its layout: ~0.01% more)
-            if (r.zero1 && !kda_zero1_plan(&sh, r.be.n_params, r.world, r.rank, 1, err))
+            if (r.zero1 && !kda_zero1_plan(&sh, r.table.total_numel, r.world, r.rank, 1, err))
                 snprintf(z, sizeof z,
                          ", ZeRO-1 (distributed optimizer): AdamW moments %.1f MiB per rank "
                          "instead of %.1f MiB",
@@ -1204,7 +873,8 @@ int kda_train(const KdaTrainOptions *o, KdaTrainResult *res, KdaError *err) {
     kda_loader_free(r.valid);
     kda_run_plan_free(&r.plan);
     free(r.eval_buf);
-    kda_backend_destroy(&r.be);
+    kda_dp_close(r.dp);
+    kda_runtime_close(r.rt);
     kda_params_free(&r.table);
     return rc;
 }

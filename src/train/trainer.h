@@ -1,5 +1,6 @@
-// trainer.h - the training loop: data -> micro-batches -> forward/backward (behind a backend
-// interface) -> averaged gradients -> clipping -> AdamW with the LR schedule; Megatron-style
+// trainer.h - the training loop: data -> micro-batches -> forward/backward on the model runtime
+// (model/runtime.h: the CPU or the GPU, chosen by the run config's device) -> averaged gradients
+// (summed over the ranks by dist/dp.h) -> clipping -> AdamW with the LR schedule; Megatron-style
 // logs, metrics.jsonl, validation, atomic checkpoints, exact resume, signals, NaN handling.
 //
 // One update ("iteration") = global_batch_size / micro_batch_size micro-batches. Gradients are
@@ -49,64 +50,9 @@
 #include "core/prof.h"
 #include "dist/dist.h" // defines: KdaDist
 #include "model/model.h"
-#include "train/optim.h"
+#include "model/optim.h"
+#include "model/runtime.h" // defines: KdaRuntime
 #include "train/run_config.h"
-
-// ---- Backend: where the math runs. The trainer only talks to this interface. ----------------
-typedef struct KdaBackend {
-    const char *name; // "cpu"
-    void *ctx;
-    int64_t n_params; // elements of the flat parameter buffer
-    void (*zero_grads)(void *ctx);
-    // One micro-batch: ids [B, T] int32 (labels = ids, shifted by the model). *loss = mean NLL
-    // over valid targets. backward != 0 accumulates its gradient into the backend's buffer.
-    int (*forward_backward)(void *ctx, const int32_t *ids, int64_t B, int64_t T, int backward,
-                            float *loss, KdaError *err);
-    // Scales the accumulated gradient by scale (1 / n_micro), returns its global L2 norm
-    // (non-finite if any element is) and clips it to max_norm (<= 0: no clipping; a non-finite
-    // norm leaves it unclipped: the caller skips the update).
-    double (*finish_grads)(void *ctx, double scale, double max_norm);
-    void (*update)(void *ctx, double lr); // AdamW update step+1 with this lr
-    // 1 when every parameter is finite (checked after each update). May be NULL (a backend
-    // without a cheap check): non-finite weights are then caught when a save refuses them.
-    int (*params_finite)(void *ctx);
-    // Host views of the training state for checkpoints (a GPU backend syncs first). After the
-    // caller writes into them (resume, init), it calls state_changed.
-    float *(*host_params)(void *ctx);   // [n_params] fp32, layout of the parameter table
-    KdaAdamW *(*host_optim)(void *ctx); // m, v [n_params] fp32 and the step count
-    void (*state_changed)(void *ctx);
-    // Data parallelism (all NULL: the backend serves one process only). set_dist joins the
-    // communicator (borrowed); zero1 = ZeRO-1: this rank keeps the moments of its 1/N shard.
-    // The other three are collective (every rank calls them in the same order):
-    //   reduce_grads: sums the accumulated gradient over the ranks (every rank: same bits);
-    //   sync_params: after update with ZeRO-1, all-gathers the updated parameter shards;
-    //   gather_optim: with ZeRO-1, gathers the full moments into host_optim() (checkpoint save
-    //     and resume; state_changed releases them again).
-    //   begin_reduce (optional, not collective): called before the step's last micro-batch, so
-    //     the backend may start reducing each layer's gradient as the backward completes it;
-    //     reduce_grads then finishes what it started (always called once per step).
-    int (*set_dist)(void *ctx, KdaDist *d, int zero1, KdaError *err);
-    void (*begin_reduce)(void *ctx);
-    int (*reduce_grads)(void *ctx, KdaError *err);
-    int (*sync_params)(void *ctx, KdaError *err);
-    int (*gather_optim)(void *ctx, KdaError *err);
-    void (*destroy)(void *ctx);
-    // Device memory for the log line (NULL on the CPU): MiB in use on the device (all
-    // allocations, the CUDA context included) and its total. -1 on a device error.
-    int (*device_memory)(void *ctx, double *used_mib, double *total_mib);
-    double peak_flops; // dense bf16 peak FLOP/s of the device for MFU (0: unknown, the CPU)
-    // Per-op profile of the next calls (core/prof.h; NULL: not supported). p non-NULL: waits for
-    // queued work, then times every op into p and marks the step's start; p NULL: waits for the
-    // queued work, marks the end of the profile started last, adds the device timings to it and
-    // stops timing. -1 with err set on a device error.
-    int (*profile)(void *ctx, KdaProf *p, KdaError *err);
-} KdaBackend;
-
-// CPU backend over an initialized model (ownership of *model's contents moves into the
-// backend; *model is zeroed). Gradients and moments are host fp32 buffers.
-int kda_backend_cpu_create(KdaBackend *be, KdaModel *model, const KdaAdamWConfig *ocfg,
-                           KdaError *err);
-void kda_backend_destroy(KdaBackend *be); // accepts a zeroed backend
 
 // ---- The loop ---------------------------------------------------------------------------------
 typedef struct {
@@ -129,7 +75,7 @@ typedef struct {
     void (*on_step)(void *user, const KdaStepInfo *s); // after every iteration (may be NULL)
     void *user;
     // > 0: profile that iteration (kda train --profile N): the per-op table goes to stdout (and
-    // into *profile_out when non-NULL), whatever quiet says. Backends without profiling warn.
+    // into *profile_out when non-NULL), whatever quiet says.
     int64_t profile_iter;
     KdaProf *profile_out;
     // Data parallelism: the communicator of this rank (borrowed; NULL = one process). Every rank

@@ -9,9 +9,11 @@
 //   CPU ranks: align 1 (chunk = ceil(n / world), the host layout needs no alignment).
 //   GPU ranks: align 128 elements over the device layout (model_cuda.h), as Megatron does (256-byte
 //     aligned buckets for 16-bit buffers; 512 bytes here, fp32).
-// Pure host arithmetic, no communicator: the backends call it, the CPU suite tests it.
-#ifndef KDA_DIST_ZERO1_H
-#define KDA_DIST_ZERO1_H
+// Pure host arithmetic over the flat parameter layout (model floor: the runtimes shard their
+// optimizer with it, the data-parallel layer plans with it), no communicator; the CPU suite
+// tests it.
+#ifndef KDA_MODEL_ZERO1_H
+#define KDA_MODEL_ZERO1_H
 
 #include <stdint.h>
 

@@ -1,5 +1,5 @@
 // zero1.c - the ZeRO-1 shard plan (contract in zero1.h).
-#include "dist/zero1.h"
+#include "model/zero1.h"
 
 static int64_t gcd64_(int64_t a, int64_t b) {
     while (b) {

@@ -1,5 +1,5 @@
 // optim.c - AdamW (torch fused form), global grad norm and clipping; see optim.h.
-#include "train/optim.h" // defines: KdaAdamW, kda_adamw_*, kda_grad_*
+#include "model/optim.h" // defines: KdaAdamW, kda_adamw_*, kda_grad_*
 
 #include <math.h>
 #include <stdlib.h>
