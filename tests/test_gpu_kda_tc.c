@@ -43,8 +43,11 @@
 // the device against the host emulation of the same bodies: TF32 rounding is the same; what
 // differs is the tensor cores' internal accumulation, __expf against expf and FMA contraction
 // (~1e-7 each, 1e-6 after the 64-chunk chains); bf16 outputs can flip an ulp (3.9e-3) where the
-// fp32 value sits on a rounding boundary
-#define TOL_HOST_F32  2e-5
+// fp32 value sits on a rounding boundary. Measured on the GPU run of 2026-12-03: up to 5.34e-5
+// rel-RMS (dbeta; dq, dk, dg and the final state 2.1e-5..2.6e-5) at GVA 4x K16 V24 T97, with v3
+// and v4 alike (that shape runs v3's bodies in both), every other shape <= 1.3e-5; bf16 outputs
+// <= 2.0e-4. 1e-4 covers it; a race or a wrong fragment gives >= 1e-2.
+#define TOL_HOST_F32  1e-4
 #define TOL_HOST_BF16 1e-3
 
 static KdaCudaCtx g_tctx;

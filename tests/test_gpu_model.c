@@ -37,6 +37,7 @@
 #include "core/util.h"        // defines: bf16_to_f32, f32_to_bf16
 #include "cpu/ops.h"          // defines: xent_fwd, xent_bwd, xent_targets, xent_work_floats
 #include "cuda/cuda_common.h" // defines: KdaCudaCtx, kda_cuda_*
+#include "cuda/kda_tc.h"      // defines: kda_tc_set_version
 #include "cuda/model_cuda.h"  // defines: KdaCudaModel, kda_cuda_model_*
 #include "cuda/xent_cuda.h"   // defines: kda_cuda_xent_fwd, kda_cuda_xent_bwd
 #include "io/model_io.h"      // defines: kda_model_load_dir
@@ -273,11 +274,25 @@ KDA_TEST_GPU(gpu_model_recompute_bit_identical) {
 }
 
 // M0 of the KDA core (kda_fast.h): the forward's kept h and Δ replace the backward's state
-// recompute; the kept values are the recompute's bit for bit, so loss and gradients must be
-// bit-identical with KDA_CORE_KEEP=0 (recompute), with keeping on, and with keeping plus
-// per-block recompute (one shared set of kept states). Three layers, fused classifier.
+// recompute. With the tensor-core core v3 (and the SIMT core) the kept values are the
+// recompute's bit for bit, so loss and gradients must be bit-identical with KDA_CORE_KEEP=0
+// (recompute), with keeping on, and with keeping plus per-block recompute (one shared set of
+// kept states). v4's kept backward also reads the forward's Akk and KK, which the recomputing
+// backward gets from its own inverse (another order of the same fp32 operations): the GPU run of
+// 2026-12-03 found 159,163 of 233,542 gradient elements differing in their low bits, so for v4
+// the gradients are held to 1e-3 rel-RMS (the host emulation measured <= 4e-4 on the core's
+// outputs, tests/test_kda_tc.c; a wrong kept tensor shows at >= 1e-1), the loss (the same
+// forward) and keeping vs keeping plus per-block recompute (the same kept tensors) stay
+// bit-identical. Three layers, fused classifier.
+static void core_keep_case_(int version);
 KDA_TEST_GPU(gpu_model_core_keep_bit_identical) {
     if (!have_gpu_()) return;
+    core_keep_case_(3);
+    core_keep_case_(4);
+}
+
+static void core_keep_case_(int version) {
+    int prev = kda_tc_set_version(version);
     KdaModel m;
     tiny_untied_(&m, 0.05, 71);
     KdaError err = {{0}};
@@ -301,19 +316,21 @@ KDA_TEST_GPU(gpu_model_core_keep_bit_identical) {
         if (!rc) rc = gpu_step_fused_(dm, ids, B, T, NULL, &loss[pass], g[pass], &err);
         kda_cuda_model_free(dm);
     }
+    kda_tc_set_version(prev);
     CHECK_MSG(rc == 0, "%s", err.msg);
     if (!rc) {
         for (int pass = 1; pass < 3; pass++) {
-            CHECK_MSG(loss[pass] == loss[0], "pass %d: loss %.9g vs %.9g (recompute)", pass,
-                      loss[pass], loss[0]);
+            CHECK_MSG(loss[pass] == loss[0], "v%d pass %d: loss %.9g vs %.9g (recompute)", version,
+                      pass, loss[pass], loss[0]);
             int64_t diff = 0;
             for (int64_t i = 0; i < n; i++)
-                diff += memcmp(&g[pass][i], &g[0][i], sizeof(float)) != 0;
-            CHECK_MSG(diff == 0, "pass %d: %lld of %lld gradient elements differ", pass,
-                      (long long)diff, (long long)n);
+                diff += memcmp(&g[pass][i], &g[version == 3 ? 0 : 1][i], sizeof(float)) != 0;
+            CHECK_MSG(diff == 0, "v%d pass %d: %lld of %lld gradient elements differ", version,
+                      pass, (long long)diff, (long long)n);
         }
-        printf("    kept KDA states: loss %.6f, gradients bit-identical to the recompute\n",
-               loss[0]);
+        if (version == 4) kda_case_expect("v4 kept vs recomputed gradients", g[0], g[1], n, 1e-3);
+        printf("    tc v%d kept KDA states: loss %.6f, gradients %s the recompute\n", version,
+               loss[0], version == 3 ? "bit-identical to" : "within 1e-3 rel-RMS of");
     }
     for (int pass = 0; pass < 3; pass++)
         free(g[pass]);
@@ -326,8 +343,10 @@ KDA_TEST_GPU(gpu_model_core_keep_bit_identical) {
 // KDA_CORE_KEEP=0).
 // The core's TF32 products move the loss by ~1e-5 and the gradients by ~1e-3 rel RMS (the core
 // alone is ~5e-4 against fp32, tests/test_kda_tc.c): tolerances 1e-4 relative on the loss and
-// 1e-2 on the gradients (a wrong core term shows at >= 1e-1). Kept and recomputed tc states come
-// from the same deterministic kernels on the same inputs, so passes 1 and 2 must be bit-identical.
+// 1e-2 on the gradients (a wrong core term shows at >= 1e-1). Kept (pass 1) and recomputed
+// (pass 2) tc states: the same loss bits (the same forward); the gradients within 1e-3 rel-RMS,
+// since v4's kept backward reads the forward's Akk and KK where the recompute inverts again
+// (gpu_model_core_keep_bit_identical holds v3 to bit identity).
 KDA_TEST_GPU(gpu_model_core_tc) {
     if (!have_gpu_()) return;
     KdaModel m;
@@ -355,8 +374,9 @@ KDA_TEST_GPU(gpu_model_core_tc) {
         printf("    loss simt %.7f, tc %.7f (rel %.1e)\n", loss[0], loss[1], rel);
         CHECK_MSG(rel <= 1e-4, "tc loss %.9g vs simt %.9g", loss[1], loss[0]);
         kda_case_expect("tc vs simt gradients", g[0], g[1], n, 1e-2);
-        CHECK_MSG(loss[2] == loss[1] && !memcmp(g[1], g[2], (size_t)n * 4),
-                  "tc kept vs recomputed state: not bit-identical");
+        CHECK_MSG(loss[2] == loss[1], "tc kept vs recomputed state: loss %.9g vs %.9g", loss[1],
+                  loss[2]);
+        kda_case_expect("tc kept vs recomputed gradients", g[2], g[1], n, 1e-3);
     }
     for (int pass = 0; pass < 3; pass++)
         free(g[pass]);
@@ -756,8 +776,8 @@ KDA_TEST_GPU(gpu_model_profile) {
     CHECK_MSG(rc == 0, "%s", err.msg);
     if (!rc) {
         // fused input projection: fwd = its GEMM, its copy-out, f1, g1; bwd = g1 and f1's dX and
-        // dW, the g0 and f0 copies into the fused dY (b, q, k, v are written there by their
-        // kernels), its dW and dX
+        // dW, the g0 and f0 copies into the fused dY (b, q, k, v copied too, or written there by
+        // their kernels with KDA_DY_INPLACE=1), its dW and dX
         int fz = kda_cuda_model_inproj(dm);
         // fused elementwise kernels (KDA_FUSE, default on): the q/k L2 norm runs inside the conv
         // kernels (no row), the bias inside the gated norm (one call each way instead of two),
@@ -765,6 +785,14 @@ KDA_TEST_GPU(gpu_model_profile) {
         // each way instead of two (fwd: gate|up + down; bwd: down dW, dX, gate|up dX and dW)
         int fu = kda_cuda_model_fused(dm), l2f = fu & 1, gnf = (fu >> 1) & 1, dhf = (fu >> 2) & 1;
         int gu = kda_cuda_model_gateup(dm);
+        // fused dY: by default (KDA_DY_INPLACE unset) b, q, k and v are copied into it (4 copies
+        // beside g0 and f0's); with KDA_DY_INPLACE=1 their kernels write it, the fused q/k conv
+        // only where its 4-element groups stay 8-byte aligned (model_cuda.c block_bwd_): this
+        // model's in-proj width (2·64 + 128 + 2·64 + 2 = 386) is not, so q and k still copy
+        const KdaConfig *c = &m.cfg;
+        int64_t width = 2 * c->key_dim + c->value_dim + 2 * c->head_v_dim + c->num_v_heads,
+                kcol = c->key_dim;
+        int dyi = kda_cuda_model_dy_inplace(dm), fzq = !l2f || (width % 4 == 0 && kcol % 4 == 0);
         const struct {
             KdaOp op;
             int64_t calls;
@@ -774,7 +802,7 @@ KDA_TEST_GPU(gpu_model_profile) {
             {KDA_OP_NORM_FWD, 2 * L + 1},
             {KDA_OP_NORM_BWD, 2 * L + 1},
             {KDA_OP_PROJ_FWD, (fz ? 4 : 8) * L},
-            {KDA_OP_PROJ_BWD, (fz ? 8 : 16) * L},
+            {KDA_OP_PROJ_BWD, (fz ? (dyi ? (fzq ? 8 : 10) : 12) : 16) * L},
             {KDA_OP_CONV_FWD, 3 * L},
             {KDA_OP_CONV_BWD, 3 * L},
             {KDA_OP_L2NORM_FWD, l2f ? 0 : 2 * L},

@@ -122,6 +122,7 @@ struct KdaCudaModel {
     int core_keep;     // keep the KDA core's forward h and Δ for the backward (KDA_CORE_KEEP)
     int core_tc;       // the tensor-core KDA core (cuda/kda_tc.h) where it fits; KDA_CORE=simt off
     int inproj;        // q|k|v|f0|g0|b back to back on the device: one input GEMM (KDA_INPROJ)
+    int dy_inplace;    // beta/conv backwards write into the fused dY (KDA_DY_INPLACE=1, opt-in)
     int gateup;        // gate_proj|up_proj back to back: one [2I, D] GEMM each way (KDA_GATEUP)
     int fuse;          // fused elementwise kernels wanted (KDA_FUSE; kda_cuda_model_set_fuse)
     int fuse_l2;       // conv + SiLU + L2 norm of q and k in one kernel (fuse and K fits)
@@ -441,6 +442,9 @@ static void configure_(KdaCudaModel *m, const KdaConfig *cfg, const KdaParamTabl
         got = 0;
     int64_t off = kda_cuda_device_offsets(&m->dtab, t, want, &got);
     m->inproj = (got & KDA_LAYOUT_INPROJ) != 0;
+    const char *dyi =
+        getenv("KDA_DY_INPLACE"); // "1": strided dY writes (kda_cuda_model_dy_inplace)
+    m->dy_inplace = m->inproj && dyi && !strcmp(dyi, "1");
     m->gateup = (got & KDA_LAYOUT_GATEUP) != 0;
     m->dtotal = off > 0 ? off : ROW_ALIGN;
     m->dtab.total_numel = m->dtotal;
@@ -525,6 +529,9 @@ void kda_cuda_model_free(KdaCudaModel *m) {
 
 int kda_cuda_model_inproj(const KdaCudaModel *m) {
     return m->inproj;
+}
+int kda_cuda_model_dy_inplace(const KdaCudaModel *m) {
+    return m->dy_inplace;
 }
 int kda_cuda_model_gateup(const KdaCudaModel *m) {
     return m->gateup;
@@ -1038,11 +1045,13 @@ static int block_bwd_(KdaCudaModel *m, const KdaLayerTensors *P, KdaLayerTensors
     TRY(dx_(m, KDA_OP_PROJ_BWD, m->dlow, KDA_DT_BF16, m->df, P->f_proj1, N, V, HVK, 0));
     TRY(proj_bwd_(m, G->f_proj0, P->f_proj0, m->dlow, L->xa, ic.f0, V, 1));
 
-    // With the fused input projection the beta and conv backwards write their dY straight into
-    // its columns of m->inb (row stride ic.width; no copy), else into m->db / m->dt2 for the
-    // part's own GEMMs. The fused q/k kernel writes 4-element groups: its columns need a width
-    // and column offsets that keep them 8-byte aligned, else it writes m->dt2 and is copied.
-    int fz = m->inproj, fzq = fz && (!m->fuse_l2 || (ic.width % 4 == 0 && ic.k % 4 == 0));
+    // With the fused input projection and KDA_DY_INPLACE=1 the beta and conv backwards write
+    // their dY straight into its columns of m->inb (row stride ic.width; no copy), else into
+    // m->db / m->dt2, then the part's own GEMMs or (fused input projection) a column copy. The
+    // fused q/k kernel writes 4-element groups: its columns need a width and column offsets
+    // that keep them 8-byte aligned, else it writes m->dt2 and is copied.
+    int fz = m->inproj && m->dy_inplace,
+        fzq = fz && (!m->fuse_l2 || (ic.width % 4 == 0 && ic.k % 4 == 0));
     TIMED(KDA_OP_GATE_BWD, 0, 8.0 * N * HV,
           kda_cuda_beta_bwd_ld(x, fz ? m->inb + ic.b : m->db, fz ? ic.width : HV, m->dbeta, L->b, N,
                                HV, c->allow_neg_eigval));

@@ -191,13 +191,17 @@ int kda_cuda_model_params_gathered(KdaCudaModel *m, KdaError *err);
 // grad_view] fp32; e.g. gathered moments); waits.
 int kda_cuda_model_unpack(KdaCudaModel *m, float *dense, const float *d_buf, KdaError *err);
 
-// 1 when the blocks run the fused input projection (kda_cuda_device_offsets; opt-in with the
-// environment KDA_INPROJ=1 at create until it has been measured on a GPU; 0 when the sizes do
-// not allow it).
+// 1 when the blocks run the fused input projection (kda_cuda_device_offsets; the default,
+// KDA_INPROJ=0 at create turns it off; 0 when the sizes do not allow it).
 int kda_cuda_model_inproj(const KdaCudaModel *m);
-// 1 when the MLP runs gate|up as one GEMM each way (KDA_LAYOUT_GATEUP; opt-in with the
-// environment KDA_GATEUP=1 at create until it has been measured on a GPU; 0 when the sizes do
-// not allow it).
+// 1 when, with the fused input projection, the beta and conv backwards write their dY straight
+// into the fused dY buffer's columns (row stride: kda_cuda_*_bwd_ld) instead of a contiguous
+// buffer and a column copy. Opt-in (environment KDA_DY_INPLACE=1 at create): on the GPU run of
+// 2026-12-03 gpu_bwd_strided_outputs found the strided conv backward's rows differing from the
+// contiguous one's (cause not found), so the copy path is the default until it is understood.
+int kda_cuda_model_dy_inplace(const KdaCudaModel *m);
+// 1 when the MLP runs gate|up as one GEMM each way (KDA_LAYOUT_GATEUP; the default, KDA_GATEUP=0
+// at create turns it off; 0 when the sizes do not allow it).
 int kda_cuda_model_gateup(const KdaCudaModel *m);
 
 // The model's config (derived fields filled) and device name, for logs.
