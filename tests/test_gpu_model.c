@@ -1,5 +1,5 @@
 // test_gpu_model.c - the GPU model (src/cuda/model_cuda.h, xent_cuda.h, model/runtime.h) against
-// the CPU fp32 reference (model/model.h, cpu/ops.h, model/optim.h). `make test-gpu` runs these.
+// the CPU fp32 reference (model/model.h, cpu/xent.h, model/optim.h). `make test-gpu` runs these.
 //
 // Metric: rel-RMS = RMS(gpu - cpu) / (RMS(cpu) + 1e-8) (FLA's, kda-model.md §6.6).
 // Tolerances and why:
@@ -35,7 +35,7 @@
 
 #include "core/rng.h"         // defines: KdaRng, rng_normal, rng_below
 #include "core/util.h"        // defines: bf16_to_f32, f32_to_bf16
-#include "cpu/ops.h"          // defines: xent_fwd, xent_bwd, xent_targets, xent_work_floats
+#include "cpu/xent.h"         // defines: xent_fwd, xent_bwd, xent_targets, xent_work_floats
 #include "cuda/cuda_common.h" // defines: KdaCudaCtx, kda_cuda_*
 #include "cuda/kda_tc.h"      // defines: kda_tc_set_version
 #include "cuda/model_cuda.h"  // defines: KdaCudaModel, kda_cuda_model_*

@@ -29,7 +29,10 @@
 #include "core/util.h"          // defines: bf16_to_f32, f32_to_bf16
 #include "cpu/gemm.h"           // defines: gemm_fwd, gemm_bwd_dx, gemm_bwd_dw
 #include "cpu/kda_core.h"       // defines: kda_gate_*, kda_beta_*, kda_l2norm_*
-#include "cpu/ops.h"            // defines: rmsnorm_*, gnorm_*, conv_silu_*, swiglu_*, embed_*
+#include "cpu/conv.h"           // defines: conv_silu_*
+#include "cpu/embed.h"          // defines: embed_fwd, embed_bwd
+#include "cpu/norm.h"           // defines: rmsnorm_*, gnorm_*
+#include "cpu/swiglu.h"         // defines: swiglu_fwd, swiglu_bwd
 #include "cuda/conv_cuda.h"     // defines: kda_cuda_conv_silu_*
 #include "cuda/embed_cuda.h"    // defines: kda_cuda_embed_fwd, kda_cuda_embed_bwd
 #include "cuda/gemm_cuda.h"     // defines: kda_cuda_gemm_*, kda_cuda_bias_*, kda_cuda_cols_*

@@ -1,11 +1,11 @@
-// conv_cuda.h - the GPU twins of cpu/ops.h's causal depthwise conv + SiLU (kda-model.md §5.3
+// conv_cuda.h - the GPU twins of cpu/conv.h's causal depthwise conv + SiLU (kda-model.md §5.3
 // step 2), plain and fused with the per-head L2 norm of q and k (§5.3 step 6), with the fp32
 // forward of the scoring path and the host twins of the fused kernels.
 // Dtypes follow the bf16 training flow of kda-model.md §8: the residual stream, norms'
 // statistics, β, the gate and its cumsum, parameter gradients are fp32; tensors that are GEMM
 // operands (norm outputs, projections, their gradients) are bf16. All math is fp32 (reductions
 // over rows or tokens in double where the CPU twin uses double).
-// Gradient contract (as cpu/ops.h): the weight gradient dw ACCUMULATES; dp is OVERWRITTEN.
+// Gradient contract (as cpu/conv.h): the weight gradient dw ACCUMULATES; dp is OVERWRITTEN.
 // Determinism: every reduction runs in a fixed order that depends only on the shapes (row tiles
 // of fixed size, then an ordered sum over tiles): the same inputs give the same bits, on any GPU.
 // Every function returns 0, or -1 with the reason in ctx->err; work is queued on ctx->stream.

@@ -1,5 +1,5 @@
-// embed_cuda.h - the GPU twin of cpu/ops.h's embedding (kda-model.md §5.1): gather forward and
-// scatter-add backward, fp32. The table gradient dE ACCUMULATES, deterministically.
+// embed_cuda.h - the GPU twin of cpu/embed.h, the token embedding (kda-model.md §5.1): gather
+// forward and scatter-add backward, fp32. The table gradient dE ACCUMULATES, deterministically.
 // Every function returns 0, or -1 with the reason in ctx->err; work is queued on ctx->stream.
 // Launchers that need scratch use ctx's scratch buffer (kda_cuda_scratch).
 #ifndef KDA_CUDA_EMBED_H

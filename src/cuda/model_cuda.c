@@ -14,7 +14,7 @@
 
 #include "core/prof.h"    // defines: KdaProf, kda_prof_add
 #include "cpu/kda_core.h" // defines: KdaDims
-#include "cpu/ops.h"      // defines: xent_targets, XENT_IGNORE
+#include "cpu/xent.h"     // defines: xent_targets, XENT_IGNORE
 #include "model/model.h"  // defines: kda_model_dims, kda_model_check_batch
 #include "cuda/gemm_cuda.h" // defines: kda_cuda_gemm_fwd, _bwd_dx, _bwd_dw, kda_cuda_bias_*, kda_cuda_cols_*
 #include "cuda/kda_cuda.h"      // defines: kda_cuda_chunk_fwd, kda_cuda_chunk_bwd

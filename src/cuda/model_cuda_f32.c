@@ -12,7 +12,7 @@
 #include <string.h>
 
 #include "cpu/kda_core.h"    // defines: KdaDims
-#include "cpu/ops.h"         // defines: xent_targets
+#include "cpu/xent.h"        // defines: xent_targets
 #include "cuda/gemm_cuda.h"  // defines: kda_cuda_gemm_fwd_f32, _residual_f32, kda_cuda_bias_add_f32
 #include "cuda/kda_fast.h"   // defines: kda_fast_chunk, kda_fast_supported, kda_fast_fwd_f32
 #include "cuda/model_cuda.h" // defines: kda_cuda_model_check, kda_cuda_device_offsets

@@ -1,11 +1,11 @@
-// norm_cuda.h - the GPU twins of cpu/ops.h's norms: RMSNorm (+ fused residual add), gated
+// norm_cuda.h - the GPU twins of cpu/norm.h: RMSNorm (+ fused residual add), gated
 // RMSNorm, and the gated RMSNorm with the g_proj.1 bias folded in (kda-model.md §5.2, §5.3 step
 // 11), with the fp32 forwards of the scoring path and the host twins of the fused kernels.
 // Dtypes follow the bf16 training flow of kda-model.md §8: the residual stream, norms'
 // statistics, β, the gate and its cumsum, parameter gradients are fp32; tensors that are GEMM
 // operands (norm outputs, projections, their gradients) are bf16. All math is fp32 (reductions
 // over rows or tokens in double where the CPU twin uses double).
-// Gradient contract (as cpu/ops.h): parameter gradients (dw, dbias) ACCUMULATE; activation
+// Gradient contract (as cpu/norm.h): parameter gradients (dw, dbias) ACCUMULATE; activation
 // gradients OVERWRITE, except rmsnorm_bwd's dx when accumulate = 1.
 // Determinism: every reduction runs in a fixed order that depends only on the shapes (row tiles
 // of fixed size, then an ordered sum over tiles): the same inputs give the same bits, on any GPU.

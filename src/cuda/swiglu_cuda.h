@@ -1,4 +1,4 @@
-// swiglu_cuda.h - the GPU twin of cpu/ops.h's SwiGLU (kda-model.md §5.6): m = SiLU(a) ⊙ b over
+// swiglu_cuda.h - the GPU twin of cpu/swiglu.h's SwiGLU (kda-model.md §5.6): m = SiLU(a) ⊙ b over
 // flat tensors and over the gate|up output of one GEMM, with the fp32 forward of the scoring path.
 // bf16 storage, fp32 math; gradients (da, db, dgu) are OVERWRITTEN.
 // Every function returns 0, or -1 with the reason in ctx->err; work is queued on ctx->stream.

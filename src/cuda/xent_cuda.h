@@ -1,5 +1,5 @@
 // xent_cuda.h - fused LM head + cross-entropy on the GPU over vocabulary chunks (the twin of
-// cpu/ops.h xent_fwd/xent_bwd; kda-model.md §5.7, §6.5; FLA's FusedLinearCrossEntropyLoss).
+// cpu/xent.h xent_fwd/xent_bwd; kda-model.md §5.7, §6.5; FLA's FusedLinearCrossEntropyLoss).
 //
 // The head is processed in chunks of vocabulary columns for all N rows at once: the chunk's
 // logits are one cuBLASLt GEMM (bf16 operands, fp32 accumulate), full-vocabulary logits never
