@@ -36,7 +36,7 @@
 #include "cuda/conv_cuda.h"     // defines: kda_cuda_conv_silu_*
 #include "cuda/embed_cuda.h"    // defines: kda_cuda_embed_fwd, kda_cuda_embed_bwd
 #include "cuda/gemm_cuda.h"     // defines: kda_cuda_gemm_*, kda_cuda_bias_*, kda_cuda_cols_*
-#include "cuda/kda_gate_cuda.h" // defines: kda_cuda_gate_cumsum_*, kda_cuda_beta_*, kda_cuda_l2norm_*
+#include "cuda/kda_gate_cuda.h" // defines: kda_cuda_gate_cumsum_*, _beta_*, _l2norm_*
 #include "cuda/norm_cuda.h"     // defines: kda_cuda_rmsnorm_*, kda_cuda_gnorm_*
 #include "cuda/optim_cuda.h"    // defines: kda_cuda_adamw, kda_cuda_grad_norm, kda_cuda_clip_coef
 #include "cuda/swiglu_cuda.h"   // defines: kda_cuda_swiglu_*

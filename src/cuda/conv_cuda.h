@@ -36,7 +36,7 @@ int kda_cuda_conv_silu_bwd_ld(KdaCudaCtx *ctx, kda_bf16 *dp, int64_t ldo, float 
                               const kda_bf16 *dy, const kda_bf16 *p, const float *w, int64_t B,
                               int64_t T, int64_t C, int64_t W);
 
-// fp32 forward twin (the scoring path, --precision fp32, cuda/model_cuda_f32.h): shapes as
+// fp32 forward twin (the scoring path, --precision fp32, model/model_cuda_f32.h): shapes as
 // kda_cuda_conv_silu_fwd, all tensors fp32.
 int kda_cuda_conv_silu_fwd_f32(KdaCudaCtx *ctx, float *y, const float *p, const float *w, int64_t B,
                                int64_t T, int64_t C, int64_t W);

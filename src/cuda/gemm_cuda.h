@@ -55,10 +55,11 @@ int kda_cuda_gemm_probe(KdaCudaCtx *ctx, int trans_a, int trans_b, int64_t m, in
                         const void *C, void *D, KdaDtype d_type, int64_t ldd, int reps, float *ms,
                         int *n_cand);
 
-// ---- fp32 operands: the scoring path (--precision fp32, cuda/model_cuda_f32.h) ------------------
-// The same products with x, W, A, B fp32 and fp32 output: CUBLAS_COMPUTE_32F with fp32 operands
-// is full fp32 (fp32 products, fp32 accumulation; TF32 would need CUBLAS_COMPUTE_32F_FAST_TF32).
-// y [N, out] fp32 = x [N, in] fp32 · W [out, in]ᵀ fp32 (overwritten).
+// ---- fp32 operands: the scoring path (--precision fp32, model/model_cuda_f32.h)
+// ------------------ The same products with x, W, A, B fp32 and fp32 output: CUBLAS_COMPUTE_32F
+// with fp32 operands is full fp32 (fp32 products, fp32 accumulation; TF32 would need
+// CUBLAS_COMPUTE_32F_FAST_TF32). y [N, out] fp32 = x [N, in] fp32 · W [out, in]ᵀ fp32
+// (overwritten).
 int kda_cuda_gemm_fwd_f32(KdaCudaCtx *ctx, float *y, const float *x, const float *W, int64_t N,
                           int64_t in, int64_t out);
 // out [N, out_f] fp32 = res [N, out_f] + x [N, in] fp32 · W [out_f, in]ᵀ fp32; out may be res.
@@ -75,7 +76,7 @@ int kda_cuda_bias_add(KdaCudaCtx *ctx, kda_bf16 *y, const float *bias, int64_t N
 // dbias [out] fp32 += Σ_rows dy [N, out] bf16 (deterministic column sum).
 int kda_cuda_bias_bwd(KdaCudaCtx *ctx, float *dbias, const kda_bf16 *dy, int64_t N, int64_t out);
 
-// fp32 twin (the scoring path, --precision fp32, cuda/model_cuda_f32.h): y [N, out] fp32.
+// fp32 twin (the scoring path, --precision fp32, model/model_cuda_f32.h): y [N, out] fp32.
 int kda_cuda_bias_add_f32(KdaCudaCtx *ctx, float *y, const float *bias, int64_t N, int64_t out);
 
 // ---- column blocks of a bf16 matrix (the fused input projection's parts) --------------------

@@ -3,8 +3,8 @@
 // each operator's kernels, then its launchers (fp32 forward included).
 #include "cuda/kda_gate_cuda.h"
 
-#include "cuda/cuda_internal.h" // defines: bf2f, f2bf, warp_sum, grid_for, CEIL_DIV, KDA_CUDA_REQUIRE
-#include "cuda/ops_common.cuh" // defines: colsum_finish, warp_row, row_blocks
+#include "cuda/cuda_internal.h" // defines: bf2f, f2bf, warp_sum, grid_for, KDA_CUDA_REQUIRE
+#include "cuda/ops_common.cuh"  // defines: colsum_finish, warp_row, row_blocks
 
 namespace {
 

@@ -39,7 +39,7 @@ int kda_cuda_gate_cumsum_bwd(KdaCudaCtx *ctx, kda_bf16 *df, float *dA_log, float
                              const float *dt_bias, int64_t B, int64_t T, int64_t HV, int64_t K,
                              int64_t chunk, int from_cumsum);
 
-// fp32 forward twin (the scoring path, --precision fp32, cuda/model_cuda_f32.h): shapes as
+// fp32 forward twin (the scoring path, --precision fp32, model/model_cuda_f32.h): shapes as
 // kda_cuda_gate_cumsum_fwd (no g output), all tensors fp32.
 int kda_cuda_gate_cumsum_fwd_f32(KdaCudaCtx *ctx, float *gcum, const float *f, const float *A_log,
                                  const float *dt_bias, int64_t B, int64_t T, int64_t HV, int64_t K,

@@ -40,7 +40,7 @@ int kda_cuda_rmsnorm_bwd_bf16(KdaCudaCtx *ctx, float *dx, kda_bf16 *dxb, float *
                               const float *x, const float *w, const float *rstd, int64_t N,
                               int64_t D, int accumulate);
 
-// fp32 forward twin (the scoring path, --precision fp32, cuda/model_cuda_f32.h); shapes as
+// fp32 forward twin (the scoring path, --precision fp32, model/model_cuda_f32.h); shapes as
 // kda_cuda_rmsnorm_fwd, all tensors fp32 (the kernels are templates on the storage type).
 int kda_cuda_rmsnorm_fwd_f32(KdaCudaCtx *ctx, float *y, float *rstd, const float *x, const float *w,
                              int64_t N, int64_t D, float eps);

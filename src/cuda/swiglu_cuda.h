@@ -26,7 +26,7 @@ int kda_cuda_swiglu_gu_fwd(KdaCudaCtx *ctx, kda_bf16 *m, const kda_bf16 *gu, int
 int kda_cuda_swiglu_gu_bwd(KdaCudaCtx *ctx, kda_bf16 *dgu, const kda_bf16 *dm, int64_t ld_dm,
                            const kda_bf16 *gu, int64_t N, int64_t I);
 
-// fp32 forward twin (the scoring path, --precision fp32, cuda/model_cuda_f32.h): all [n] fp32.
+// fp32 forward twin (the scoring path, --precision fp32, model/model_cuda_f32.h): all [n] fp32.
 int kda_cuda_swiglu_fwd_f32(KdaCudaCtx *ctx, float *m, const float *a, const float *b, int64_t n);
 
 #ifdef __cplusplus

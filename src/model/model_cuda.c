@@ -5,25 +5,25 @@
 // head dims, HK = H·K, HVK = HV·K, HVV = HV·V, I MLP width, W conv kernel. "bf" = bf16.
 #ifdef KDA_HAVE_CUDA
 
-#include "cuda/model_cuda.h"
+#include "model/model_cuda.h"
 
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "core/prof.h"    // defines: KdaProf, kda_prof_add
-#include "cpu/kda_core.h" // defines: KdaDims
-#include "cpu/xent.h"     // defines: xent_targets, XENT_IGNORE
-#include "model/model.h"  // defines: kda_model_dims, kda_model_check_batch
-#include "cuda/gemm_cuda.h" // defines: kda_cuda_gemm_fwd, _bwd_dx, _bwd_dw, kda_cuda_bias_*, kda_cuda_cols_*
+#include "core/prof.h"          // defines: KdaProf, kda_prof_add
+#include "cpu/kda_core.h"       // defines: KdaDims
+#include "cpu/xent.h"           // defines: xent_targets, XENT_IGNORE
+#include "model/model.h"        // defines: kda_model_dims, kda_model_check_batch
+#include "cuda/gemm_cuda.h"     // defines: kda_cuda_gemm_*, kda_cuda_bias_*, kda_cuda_cols_*
 #include "cuda/kda_cuda.h"      // defines: kda_cuda_chunk_fwd, kda_cuda_chunk_bwd
 #include "cuda/kda_fast.h"      // defines: kda_fast_chunk
 #include "cuda/kda_tc.h"        // defines: kda_tc_selected, kda_tc_fwd_keep (KDA_CORE=tc)
 #include "cuda/decode_cuda.h"   // defines: kda_cuda_decode_conv, _delta, _tail
 #include "cuda/conv_cuda.h"     // defines: kda_cuda_conv_silu_*, kda_cuda_conv_l2_fusable
 #include "cuda/embed_cuda.h"    // defines: kda_cuda_embed_fwd, kda_cuda_embed_bwd
-#include "cuda/kda_gate_cuda.h" // defines: kda_cuda_gate_cumsum_*, kda_cuda_beta_*, kda_cuda_l2norm_*
+#include "cuda/kda_gate_cuda.h" // defines: kda_cuda_gate_cumsum_*, _beta_*, _l2norm_*
 #include "cuda/norm_cuda.h"     // defines: kda_cuda_rmsnorm_*, kda_cuda_gnorm_*
 #include "cuda/optim_cuda.h"    // defines: kda_cuda_adamw, kda_cuda_grad_norm, kda_cuda_clip_coef
 #include "cuda/swiglu_cuda.h"   // defines: kda_cuda_swiglu_*
