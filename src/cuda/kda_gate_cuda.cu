@@ -168,8 +168,7 @@ int kda_cuda_gate_cumsum_fwd_f32(KdaCudaCtx *ctx, float *gcum, const float *f, c
 
 namespace {
 
-// ---- beta
-// ----------------------------------------------------------------------------------------
+// ---- beta ---------------------------------------------------------------------------------------
 
 template <class E> __global__ void beta_fwd_k(float *beta, const E *b, int64_t n, float s) {
     for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < n;

@@ -1,6 +1,6 @@
-// norm_cuda.h - the GPU twins of cpu/norm.h: RMSNorm (+ fused residual add), gated
-// RMSNorm, and the gated RMSNorm with the g_proj.1 bias folded in (kda-model.md §5.2, §5.3 step
-// 11), with the fp32 forwards of the scoring path and the host twins of the fused kernels.
+// norm_cuda.h - the GPU twins of cpu/norm.h: RMSNorm (+ fused residual add), gated RMSNorm, and
+// the gated RMSNorm with the g_proj.1 bias folded in (kda-model.md §5.2, §5.3 step 11), with the
+// fp32 forwards of the scoring path and the host twins of the fused kernels.
 // Dtypes follow the bf16 training flow of kda-model.md §8: the residual stream, norms'
 // statistics, β, the gate and its cumsum, parameter gradients are fp32; tensors that are GEMM
 // operands (norm outputs, projections, their gradients) are bf16. All math is fp32 (reductions
