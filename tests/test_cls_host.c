@@ -1,7 +1,7 @@
 // test_cls_host.c - the fused classifier's row kernels (src/cuda/xent_cuda.cu: the block kernel
 // cls_row_k and the cluster kernel cls2_row_k) run on the HOST (kda_cuda_cls_rows_host,
 // kda_cuda_cls_rows2_host: the same bodies, logical threads and blocks one after another, the
-// same reduction trees) against the CPU cross-entropy (cpu/ops.h xent_fwd / xent_bwd) on
+// same reduction trees) against the CPU cross-entropy (cpu/xent.h xent_fwd / xent_bwd) on
 // trained-like peaked logits. Runs in the CPU suite of every CUDA build (CI has nvcc, no GPU);
 // the kernels on a device are test_gpu_cls.c's and test_gpu_model.c's gpu_model_cls_fused*.
 //
@@ -24,7 +24,7 @@
 
 #include "core/rng.h"       // defines: KdaRng, rng_normal, rng_below
 #include "core/util.h"      // defines: bf16_to_f32, f32_to_bf16
-#include "cpu/ops.h"        // defines: xent_fwd, xent_bwd, xent_work_floats, XENT_IGNORE
+#include "cpu/xent.h"       // defines: xent_fwd, xent_bwd, xent_work_floats, XENT_IGNORE
 #include "cuda/xent_cuda.h" // defines: kda_cuda_cls_rows_host, kda_cuda_cls_ld
 
 // Trained-like logits of row r: N(0, 2) background, the target +14, three distractors +8; row 1

@@ -17,7 +17,11 @@
 
 #include "core/rng.h"
 #include "cpu/gemm.h"
-#include "cpu/ops.h"
+#include "cpu/conv.h"   // defines: conv_silu_*, silu_*
+#include "cpu/embed.h"  // defines: embed_fwd, embed_bwd
+#include "cpu/norm.h"   // defines: rmsnorm_*, gnorm_*
+#include "cpu/swiglu.h" // defines: swiglu_fwd, swiglu_bwd
+#include "cpu/xent.h"   // defines: xent_*, XENT_IGNORE
 #include "test.h"
 
 #define FD_H    1e-2f

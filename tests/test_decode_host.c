@@ -1,6 +1,6 @@
 // test_decode_host.c - the GPU decode kernels (src/cuda/decode_cuda.cu) through their HOST twins
 // (kda_cuda_decode_*_host: each kernel thread's body run one after another) against the CPU's
-// decode (cpu/kda_step.h kda_recurrent_step, cpu/ops.h conv_silu_fwd, cpu/kda_core.h
+// decode (cpu/kda_step.h kda_recurrent_step, cpu/conv.h conv_silu_fwd, cpu/kda_core.h
 // kda_l2norm_fwd). Runs in the CPU suite of every CUDA build (no GPU needed); the kernels on a
 // device are test_gpu_decode.c's.
 //
@@ -21,7 +21,7 @@
 #include "core/util.h"        // defines: f32_to_bf16, bf16_to_f32
 #include "cpu/kda_core.h"     // defines: KdaDims, kda_l2norm_fwd
 #include "cpu/kda_step.h"     // defines: kda_recurrent_step
-#include "cpu/ops.h"          // defines: conv_silu_fwd
+#include "cpu/conv.h"         // defines: conv_silu_fwd
 #include "cuda/decode_cuda.h" // defines: kda_cuda_decode_*_host
 
 #define EPS 1e-6f // the q/k L2 eps (model.c L2NORM_EPS)

@@ -1,4 +1,4 @@
-// test_device_layout.c - the GPU model's device parameter layout (cuda/model_cuda.h
+// test_device_layout.c - the GPU model's device parameter layout (model/model_cuda.h
 // kda_cuda_device_offsets; host code, no device needed): rows 128-element aligned, disjoint,
 // inside the layout; with the fused input projection each block's q, k, v, f_proj.0, g_proj.0,
 // b_proj back to back in that order (the [HK + HK + HVV + V + V + HV, D] matrix the fused GEMM
@@ -11,9 +11,9 @@
 
 #ifdef KDA_HAVE_CUDA
 
-#include "cuda/model_cuda.h" // defines: kda_cuda_device_offsets, KDA_INPROJ_PARTS, KDA_LAYOUT_*
-#include "model/config.h"    // defines: kda_config_load, kda_config_derive
-#include "model/params.h"    // defines: kda_params_build, KdaParamTable
+#include "model/model_cuda.h" // defines: kda_cuda_device_offsets, KDA_INPROJ_PARTS, KDA_LAYOUT_*
+#include "model/config.h"     // defines: kda_config_load, kda_config_derive
+#include "model/params.h"     // defines: kda_params_build, KdaParamTable
 
 static int by_offset_(const void *a, const void *b) {
     const KdaParamInfo *x = a, *y = b;

@@ -1,7 +1,7 @@
-// test_fuse_host.c - the fused elementwise kernels of src/cuda/ops_cuda.cu (conv + SiLU + L2
-// norm of q/k, gated out-norm with the g_proj.1 bias) through their HOST twins
+// test_fuse_host.c - the fused elementwise kernels of src/cuda/conv_cuda.cu and norm_cuda.cu
+// (conv + SiLU + L2 norm of q/k, gated out-norm with the g_proj.1 bias) through their HOST twins
 // (kda_cuda_*_host: the kernels' per-lane arithmetic and group-sum order, every lane run one
-// after another) against the CPU ops they replace (cpu/ops.h conv_silu_*, gnorm_*,
+// after another) against the CPU ops they replace (cpu/conv.h conv_silu_*, cpu/norm.h gnorm_*,
 // cpu/kda_core.h kda_l2norm_*). Runs in the CPU suite of every CUDA build (CI has nvcc, no GPU);
 // the kernels on a device are test_gpu_fuse.c's gpu_fuse_* (fused vs unfused on the GPU).
 //
@@ -21,11 +21,14 @@
 
 #ifdef KDA_HAVE_CUDA
 
-#include "core/rng.h"      // defines: KdaRng, rng_normal
-#include "core/util.h"     // defines: bf16_to_f32, f32_to_bf16
-#include "cpu/kda_core.h"  // defines: kda_l2norm_fwd, kda_l2norm_bwd
-#include "cpu/ops.h"       // defines: conv_silu_fwd, conv_silu_bwd, gnorm_fwd, gnorm_bwd
-#include "cuda/ops_cuda.h" // defines: kda_cuda_*_host, kda_cuda_conv_l2_fusable
+#include "core/rng.h"       // defines: KdaRng, rng_normal
+#include "core/util.h"      // defines: bf16_to_f32, f32_to_bf16
+#include "cpu/kda_core.h"   // defines: kda_l2norm_fwd, kda_l2norm_bwd
+#include "cpu/conv.h"       // defines: conv_silu_fwd, conv_silu_bwd
+#include "cpu/norm.h"       // defines: gnorm_fwd, gnorm_bwd
+#include "cuda/conv_cuda.h" // defines: kda_cuda_conv_silu_l2_*_host, kda_cuda_conv_l2_fusable
+#include "cuda/gemm_cuda.h" // defines: kda_cuda_cols_split_host, KdaCudaColParts
+#include "cuda/norm_cuda.h" // defines: kda_cuda_gnorm_bias_*_host, kda_cuda_gnorm_fusable
 
 #define TOL_BF16 1e-2
 #define TOL_F32  1e-5

@@ -26,7 +26,7 @@
 #include "core/error.h"       // defines: kda_malloc
 #include "core/rng.h"         // defines: KdaRng, rng_normal, rng_below
 #include "core/util.h"        // defines: f32_to_bf16, bf16_to_f32
-#include "cpu/ops.h"          // defines: XENT_IGNORE
+#include "cpu/xent.h"         // defines: XENT_IGNORE
 #include "cuda/cuda_common.h" // defines: KdaCudaCtx, kda_cuda_*
 #include "cuda/xent_cuda.h"   // defines: kda_cuda_cls_row_kernel, kda_cuda_cls_rows2_host
 

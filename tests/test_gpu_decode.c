@@ -30,7 +30,7 @@
 #include "core/util.h"        // defines: f32_to_bf16, bf16_to_f32
 #include "cuda/cuda_common.h" // defines: KdaCudaCtx, kda_cuda_init, kda_cuda_put_*, _get_*
 #include "cuda/decode_cuda.h" // defines: kda_cuda_decode_*, kda_cuda_decode_*_host
-#include "cuda/model_cuda.h"  // defines: KdaCudaModel, KdaCudaDecode (the graph switch)
+#include "model/model_cuda.h" // defines: KdaCudaModel, KdaCudaDecode (the graph switch)
 #include "model/model.h"      // defines: KdaModel
 #include "model/runtime.h"    // defines: KdaRuntime, kda_runtime_*
 #include "tiny_model.h"       // defines: tiny_runtime, tiny_random_ids

@@ -28,7 +28,7 @@
 #include "core/rng.h"         // defines: KdaRng, rng_seed, rng_normal, rng_below
 #include "core/util.h"        // defines: kda_malloc
 #include "cuda/cuda_common.h" // defines: kda_cuda_device_count
-#include "cuda/model_cuda.h"  // defines: KdaCudaModel, kda_cuda_model_*
+#include "model/model_cuda.h" // defines: KdaCudaModel, kda_cuda_model_*
 #include "model/zero1.h"      // defines: KdaShard, kda_zero1_plan
 #include "model/model.h"      // defines: KdaModel, kda_model_init
 #include "model/params.h"     // defines: kda_params_init

@@ -25,15 +25,23 @@
 
 #ifdef KDA_HAVE_CUDA
 
-#include "core/rng.h"       // defines: KdaRng, rng_normal, rng_uniform, rng_below
-#include "core/util.h"      // defines: bf16_to_f32, f32_to_bf16
-#include "cpu/gemm.h"       // defines: gemm_fwd, gemm_bwd_dx, gemm_bwd_dw
-#include "cpu/kda_core.h"   // defines: kda_gate_*, kda_beta_*, kda_l2norm_*
-#include "cpu/ops.h"        // defines: rmsnorm_*, gnorm_*, conv_silu_*, swiglu_*, embed_*
-#include "cuda/gemm_cuda.h" // defines: kda_cuda_gemm_*
-#include "cuda/ops_cuda.h"  // defines: kda_cuda_* ops
-#include "model/params.h"   // defines: KdaParamTable, KdaParamInfo
-#include "model/optim.h"    // defines: kda_adamw_*, kda_grad_norm, kda_grad_clip
+#include "core/rng.h"           // defines: KdaRng, rng_normal, rng_uniform, rng_below
+#include "core/util.h"          // defines: bf16_to_f32, f32_to_bf16
+#include "cpu/gemm.h"           // defines: gemm_fwd, gemm_bwd_dx, gemm_bwd_dw
+#include "cpu/kda_core.h"       // defines: kda_gate_*, kda_beta_*, kda_l2norm_*
+#include "cpu/conv.h"           // defines: conv_silu_*
+#include "cpu/embed.h"          // defines: embed_fwd, embed_bwd
+#include "cpu/norm.h"           // defines: rmsnorm_*, gnorm_*
+#include "cpu/swiglu.h"         // defines: swiglu_fwd, swiglu_bwd
+#include "cuda/conv_cuda.h"     // defines: kda_cuda_conv_silu_*
+#include "cuda/embed_cuda.h"    // defines: kda_cuda_embed_fwd, kda_cuda_embed_bwd
+#include "cuda/gemm_cuda.h"     // defines: kda_cuda_gemm_*, kda_cuda_bias_*, kda_cuda_cols_*
+#include "cuda/kda_gate_cuda.h" // defines: kda_cuda_gate_cumsum_*, _beta_*, _l2norm_*
+#include "cuda/norm_cuda.h"     // defines: kda_cuda_rmsnorm_*, kda_cuda_gnorm_*
+#include "cuda/optim_cuda.h"    // defines: kda_cuda_adamw, kda_cuda_grad_norm, kda_cuda_clip_coef
+#include "cuda/swiglu_cuda.h"   // defines: kda_cuda_swiglu_*
+#include "model/params.h"       // defines: KdaParamTable, KdaParamInfo
+#include "model/optim.h"        // defines: kda_adamw_*, kda_grad_norm, kda_grad_clip
 
 #define TOL_BF16 1e-2
 #define TOL_F32  1e-5
@@ -175,7 +183,7 @@ KDA_TEST_GPU(gpu_device_info) {
     CHECK(d->mem_total > 0);
     // An invalid launch argument must come back as an error with file:line and the call text.
     CHECK(kda_cuda_rmsnorm_fwd(c, NULL, NULL, NULL, NULL, 4, 0, 1e-6f) == -1);
-    CHECK(strstr(c->err.msg, "ops_cuda.cu:") != NULL);
+    CHECK(strstr(c->err.msg, "norm_cuda.cu:") != NULL);
     kda_cuda_clear_error(c);
 }
 

@@ -2,9 +2,7 @@
 # include_graph.py - the room-to-room #include graph of src/, drawn on floors, with every include
 # that runs upward (to a higher floor) or sideways (to another room on the same floor).
 #
-# Rooms are the folders of src/ (a file directly in src/, if any, counts as the room "cli"), except
-# the files of ROOM_OF_FILE: files that belong to another room than their folder's and wait for a
-# move (the report lists them, so nothing is hidden).
+# Rooms are the folders of src/ (a file directly in src/, if any, counts as the room "cli").
 # Floors are the layering docs/architecture.md declares (FLOORS below): a room may include rooms
 # on lower floors only. The report is Markdown, so a session can paste it before and after a move.
 # Usage: include_graph.py [--root DIR] [--check]
@@ -27,23 +25,9 @@ FLOORS = [
 ]
 INCLUDE = re.compile(r'^\s*#\s*include\s+"([^"]+)"')
 
-# The GPU model (bf16 training + inference, and the fp32 scoring model) is a model-floor object:
-# the GPU implementation behind model/runtime.h, which uses the model's config and parameter table.
-# Its files stay in src/cuda/ until the GPU wing is regrouped by op family (issue 11, step 6), which
-# moves them to the model floor; then these lines go.
-ROOM_OF_FILE = {
-    "src/cuda/model_cuda.c": "model",
-    "src/cuda/model_cuda.h": "model",
-    "src/cuda/model_cuda_f32.c": "model",
-    "src/cuda/model_cuda_f32.h": "model",
-}
-
-
 def room_of(rel):
     """Room of a path under src/: its first folder (src/cli/ is the room cli), or cli for a file
     directly in src/."""
-    if rel in ROOM_OF_FILE:
-        return ROOM_OF_FILE[rel]
     parts = rel.split("/")
     return "cli" if len(parts) == 2 else parts[1]
 
@@ -114,8 +98,6 @@ def report(root):
     cycles = sorted({tuple(sorted((a, b))) for (a, b) in arrows if (b, a) in arrows})
     out += ["", "## Room cycles (each room includes the other)", ""]
     out += [f"* {a} <-> {b}" for a, b in cycles] or ["* none"]
-    out += ["", "## Files counted in another room than their folder's (ROOM_OF_FILE)", ""]
-    out += [f"* {f} -> room {r}" for f, r in sorted(ROOM_OF_FILE.items())] or ["* none"]
     out += ["", f"## Upward includes ({len(upward)})", ""]
     out += [f"* {e}" for e in upward] or ["* none"]
     out += ["", f"## Sideways includes, same floor ({len(sideways)})", ""]

@@ -15,7 +15,11 @@
 #include "cuda/kda_cuda.h"    // defines: kda_cuda_chunk_fwd, kda_cuda_recurrent_bwd
 #include "cuda/kda_fast.h"    // defines: kda_fast_chunk
 #include "cuda/kda_tc.h"      // defines: kda_tc_fwd, kda_tc_bwd, kda_tc_profile, kda_tc_set_version
-#include "cuda/ops_cuda.h"    // defines: kda_cuda_* ops
+#include "cuda/conv_cuda.h"   // defines: kda_cuda_conv_silu_fwd, kda_cuda_conv_silu_bwd
+#include "cuda/kda_gate_cuda.h" // defines: kda_cuda_gate_cumsum_fwd, kda_cuda_gate_cumsum_bwd
+#include "cuda/norm_cuda.h"     // defines: kda_cuda_rmsnorm_fwd, kda_cuda_rmsnorm_bwd
+#include "cuda/optim_cuda.h"  // defines: kda_cuda_adam_scalars, kda_cuda_adamw, kda_cuda_grad_norm
+#include "cuda/swiglu_cuda.h" // defines: kda_cuda_swiglu_fwd
 
 static KdaCudaCtx g;
 

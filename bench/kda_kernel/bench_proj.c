@@ -15,8 +15,7 @@
 
 #include "core/rng.h"         // defines: KdaRng, rng_normal
 #include "cuda/cuda_common.h" // defines: KdaCudaCtx, kda_cuda_*
-#include "cuda/gemm_cuda.h"   // defines: kda_cuda_gemm_*, kda_cuda_matmul, kda_cuda_gemm_probe
-#include "cuda/ops_cuda.h"    // defines: kda_cuda_cols_split, kda_cuda_cols_copy
+#include "cuda/gemm_cuda.h"   // defines: kda_cuda_gemm_*, kda_cuda_matmul, kda_cuda_cols_*
 
 enum { N = 32768, D = 1024, WI = 1160, HVV = 512, R = 64 };
 static const int64_t COL[6] = {0, 256, 512, 1024, 1088, 1152}, WID[6] = {256, 256, 512, 64, 64, 8};

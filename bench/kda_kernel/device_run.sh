@@ -38,7 +38,9 @@ minimal_build() { # the GPU tests and what they link, nothing else (no zstd/snap
     local B=build-gpu-min
     mkdir -p $B
     local objs=() pids=()
-    for f in src/cuda/cuda_common.cu src/cuda/gemm_cuda.cu src/cuda/ops_cuda.cu src/cuda/kda_cuda.cu; do
+    for f in src/cuda/cuda_common.cu src/cuda/gemm_cuda.cu src/cuda/norm_cuda.cu src/cuda/conv_cuda.cu \
+             src/cuda/kda_gate_cuda.cu src/cuda/swiglu_cuda.cu src/cuda/embed_cuda.cu \
+             src/cuda/optim_cuda.cu src/cuda/kda_cuda.cu; do
         nvcc $NVFLAGS -c "$f" -o $B/$(basename "$f" .cu).cu.o & pids+=($!)
         objs+=($B/$(basename "$f" .cu).cu.o)
     done
@@ -89,9 +91,8 @@ tail -1 "$OUT/test.log"
 
 # Kernel timings at the 300M shapes (not with the prebuilt binary: no objects to link).
 OBJS=""
-# The library archive, not src/cuda/*.o: that folder also holds the GPU model driver
-# (model_cuda.o, model_cuda_f32.o), which needs the rest of the library; the archive pulls in
-# only what bench_gpu.c references.
+# The library archive: it pulls in only what bench_gpu.c references (the kernels and what they
+# call).
 [ "$BIN" = ./build-gpu/kda_test ] && OBJS="build-gpu/libkda.a"
 [ "$BIN" = ./build-gpu-min/kda_test ] && OBJS="build-gpu-min/*.cu.o build-gpu-min/error.o build-gpu-min/rng.o"
 if [ -n "$OBJS" ] && [ "${KDA_BENCH:-1}" = 1 ]; then

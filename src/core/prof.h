@@ -4,7 +4,7 @@
 //
 // Who fills it: the CPU model (model/model.c) and backend time each op with the host clock
 // (kda_prof_begin / kda_prof_end: the ops run one after another, so the timed intervals are
-// disjoint and their sum never exceeds the wall time); the GPU model (cuda/model_cuda.c) records
+// disjoint and their sum never exceeds the wall time); the GPU model (model/model_cuda.c) records
 // CUDA events around each op and adds the elapsed times with kda_prof_add after the step.
 // The step's wall time is kda_prof_mark_start .. kda_prof_mark_end (host clock; a GPU backend
 // marks after synchronizing). unaccounted = wall - Σ rows: host work outside any op, launch gaps

@@ -1,8 +1,8 @@
 // decode_cuda.h - the one-token kernels of the GPU's recurrent decode (kda-model.md §5.3 steps
 // 5-10 on one token, §5.8 Inference): the twins of cpu/kda_step.h's kda_recurrent_step and of
-// model.c's conv step, for the bf16 GPU model (cuda/model_cuda.h kda_cuda_model_decode). The
+// model.c's conv step, for the bf16 GPU model (model/model_cuda.h kda_cuda_model_decode). The
 // other ops of a decode step (norms, GEMMs, gate, β, gated norm, SwiGLU, head) are the forward's
-// launchers with N = 1 token (ops_cuda.h, gemm_cuda.h).
+// launchers with N = 1 token (norm_cuda.h, kda_gate_cuda.h, swiglu_cuda.h, gemm_cuda.h, ...).
 //
 // Dtypes follow the forward's (kda-model.md §8): projections and core inputs/outputs bf16, the
 // recurrent state S, the conv tails, the gate and β fp32. One sequence per call (B = 1).

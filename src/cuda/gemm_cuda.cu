@@ -1,5 +1,6 @@
 // gemm_cuda.cu - cuBLASLt matmul wrapper (bf16 or fp32 operands, fp32 compute) and the Linear
-// layer's three products; see gemm_cuda.h.
+// layer's three products; at the end, the Linear bias and the fused input projection's column
+// blocks (kernels, then launchers); see gemm_cuda.h.
 //
 // Row-major X [N, in] is the column-major matrix Xᵀ [in, N] with ld = in. Hence
 //   y = x·Wᵀ   ->  yᵀ [out, N] = op_T(W_cm [in, out]) · X_cm [in, N]
@@ -9,6 +10,7 @@
 #include <new>              // std::nothrow
 
 #include "cuda/cuda_internal.h" // defines: CUBLAS_CHECK, KDA_CUDA_REQUIRE
+#include "cuda/ops_common.cuh"  // defines: colsum_add, BiasDb, aligned_ (bias and column blocks)
 
 namespace {
 
@@ -276,3 +278,142 @@ extern "C" int kda_cuda_matmul_f32(KdaCudaCtx *ctx, int trans_a, int trans_b, in
     return matmul_cd(ctx, trans_a, trans_b, m, n, k, 1.0f, KDA_DT_F32, A, lda, B, ldb, 0.0f, D, D,
                      KDA_DT_F32, ldd);
 }
+
+namespace {
+
+// ---- Linear bias -----------------------------------------------------------------------------
+
+template <class E> __global__ void bias_add_k(E *y, const float *bias, int64_t N, int64_t out) {
+    int64_t n = N * out;
+    for (int64_t e = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; e < n;
+         e += (int64_t)gridDim.x * blockDim.x)
+        stf(y, e, ldf(y, e) + bias[e % out]);
+}
+
+} // namespace
+
+extern "C" {
+
+int kda_cuda_bias_add(KdaCudaCtx *ctx, kda_bf16 *y, const float *bias, int64_t N, int64_t out) {
+    KDA_CUDA_REQUIRE(ctx, N >= 0 && out > 0);
+    if (N == 0) return 0;
+    bias_add_k<<<grid_for(N * out), 256, 0, ctx->stream>>>(y, bias, N, out);
+    CUDA_CHECK_LAUNCH(ctx);
+    return 0;
+}
+
+int kda_cuda_bias_bwd(KdaCudaCtx *ctx, float *dbias, const kda_bf16 *dy, int64_t N, int64_t out) {
+    KDA_CUDA_REQUIRE(ctx, N >= 0 && out > 0);
+    if (N == 0) return 0;
+    return colsum_add(ctx, dbias, N, out, BiasDb{dy, out});
+}
+
+int kda_cuda_bias_add_f32(KdaCudaCtx *ctx, float *y, const float *bias, int64_t N, int64_t out) {
+    KDA_CUDA_REQUIRE(ctx, N >= 0 && out > 0);
+    if (N == 0) return 0;
+    bias_add_k<<<grid_for(N * out), 256, 0, ctx->stream>>>(y, bias, N, out);
+    CUDA_CHECK_LAUNCH(ctx);
+    return 0;
+}
+
+} // extern "C"
+
+namespace {
+
+// ---- column blocks (the fused input projection's parts) --------------------------------------
+// Item i of the split: source row r = i / ng, element group j = i % ng of width `vec` (8: one
+// 16-byte access; 1: one element); the group belongs to the part whose columns contain it (the
+// vector path requires every part boundary at a multiple of 8, so a group never straddles two).
+template <int VEC> // 8 or 1
+__host__ __device__ inline void split_item(const kda_bf16 *src, int64_t lds, int64_t ng,
+                                           const KdaCudaColParts &pp, int64_t i) {
+    int64_t r = i / ng, c = (i - r * ng) * VEC;
+    for (int k = 0; k < pp.n; k++) {
+        int64_t o = c - pp.col[k];
+        if (o < 0 || o >= pp.cols[k]) continue;
+        const kda_bf16 *s = src + r * lds + c;
+        kda_bf16 *d = pp.dst[k] + r * pp.ld[k] + o;
+#ifdef __CUDA_ARCH__
+        if constexpr (VEC == 8)
+            *reinterpret_cast<uint4 *>(d) = *reinterpret_cast<const uint4 *>(s);
+        else
+            d[0] = s[0];
+#else
+        memcpy(d, s, VEC * sizeof(kda_bf16));
+#endif
+        return;
+    }
+}
+
+// One thread per item (grid-stride); ng = groups per source row (the parts' columns only).
+template <int VEC>
+__global__ void split_k(const kda_bf16 *src, int64_t lds, int64_t ng, int64_t n,
+                        KdaCudaColParts pp) {
+    for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < n;
+         i += (int64_t)gridDim.x * blockDim.x)
+        split_item<VEC>(src, lds, ng, pp, i);
+}
+
+} // namespace
+
+extern "C" {
+
+// Checks the parts; *vec = 8 when the 16-byte path applies; *ng = groups per row up to the last
+// part column.
+static int split_args_(KdaCudaCtx *ctx, const kda_bf16 *src, int64_t lds, int64_t rows,
+                       const KdaCudaColParts *pp, int *vec, int64_t *ng) {
+    KDA_CUDA_REQUIRE(ctx, pp && pp->n >= 1 && pp->n <= KDA_CUDA_SPLIT_MAX && rows >= 0 && src);
+    bool v8 = lds % 8 == 0 && aligned_(16, src);
+    int64_t end = 0;
+    for (int k = 0; k < pp->n; k++) {
+        KDA_CUDA_REQUIRE(ctx, pp->dst[k] && pp->col[k] >= 0 && pp->cols[k] >= 1 &&
+                                  pp->ld[k] >= pp->cols[k] && pp->col[k] + pp->cols[k] <= lds);
+        v8 = v8 && pp->col[k] % 8 == 0 && pp->cols[k] % 8 == 0 && pp->ld[k] % 8 == 0 &&
+             aligned_(16, pp->dst[k]);
+        end = pp->col[k] + pp->cols[k] > end ? pp->col[k] + pp->cols[k] : end;
+    }
+    *vec = v8 ? 8 : 1;
+    *ng = CEIL_DIV(end, (int64_t)*vec);
+    return 0;
+}
+
+int kda_cuda_cols_split(KdaCudaCtx *ctx, const kda_bf16 *src, int64_t lds, int64_t rows,
+                        const KdaCudaColParts *parts) {
+    int vec = 1;
+    int64_t ng = 0;
+    if (split_args_(ctx, src, lds, rows, parts, &vec, &ng)) return -1;
+    int64_t n = rows * ng;
+    if (n == 0) return 0;
+    if (vec == 8)
+        split_k<8><<<grid_for(n), 256, 0, ctx->stream>>>(src, lds, ng, n, *parts);
+    else
+        split_k<1><<<grid_for(n), 256, 0, ctx->stream>>>(src, lds, ng, n, *parts);
+    CUDA_CHECK_LAUNCH(ctx);
+    return 0;
+}
+
+int kda_cuda_cols_copy(KdaCudaCtx *ctx, kda_bf16 *dst, int64_t ldd, const kda_bf16 *src,
+                       int64_t lds, int64_t rows, int64_t cols) {
+    KdaCudaColParts pp;
+    memset(&pp, 0, sizeof pp);
+    pp.n = 1, pp.dst[0] = dst, pp.col[0] = 0, pp.cols[0] = cols, pp.ld[0] = ldd;
+    return kda_cuda_cols_split(ctx, src, lds, rows, &pp);
+}
+
+void kda_cuda_cols_split_host(const kda_bf16 *src, int64_t lds, int64_t rows,
+                              const KdaCudaColParts *parts) {
+    bool v8 = lds % 8 == 0;
+    int64_t end = 0;
+    for (int k = 0; k < parts->n; k++) {
+        v8 = v8 && parts->col[k] % 8 == 0 && parts->cols[k] % 8 == 0 && parts->ld[k] % 8 == 0;
+        end = parts->col[k] + parts->cols[k] > end ? parts->col[k] + parts->cols[k] : end;
+    }
+    int64_t ng = CEIL_DIV(end, (int64_t)(v8 ? 8 : 1));
+    for (int64_t i = 0; i < rows * ng; i++)
+        if (v8)
+            split_item<8>(src, lds, ng, *parts, i);
+        else
+            split_item<1>(src, lds, ng, *parts, i);
+}
+
+} // extern "C"

@@ -7,7 +7,9 @@
 //                                       micro-batches and the two uses of a tied matrix)
 //
 // accumulate = 1 adds into the output (beta = 1), 0 overwrites it (beta = 0; the output is never
-// read, so it may hold NaN). All tensors row-major. Biases are not fused here.
+// read, so it may hold NaN). All tensors row-major. Biases are not fused here: the bias add and its
+// gradient, and the column blocks of the fused input projection's output, are kernels of their own
+// (the end of this header; gemm_cuda.cu).
 #ifndef KDA_CUDA_GEMM_H
 #define KDA_CUDA_GEMM_H
 
@@ -53,10 +55,11 @@ int kda_cuda_gemm_probe(KdaCudaCtx *ctx, int trans_a, int trans_b, int64_t m, in
                         const void *C, void *D, KdaDtype d_type, int64_t ldd, int reps, float *ms,
                         int *n_cand);
 
-// ---- fp32 operands: the scoring path (--precision fp32, cuda/model_cuda_f32.h) ------------------
-// The same products with x, W, A, B fp32 and fp32 output: CUBLAS_COMPUTE_32F with fp32 operands
-// is full fp32 (fp32 products, fp32 accumulation; TF32 would need CUBLAS_COMPUTE_32F_FAST_TF32).
-// y [N, out] fp32 = x [N, in] fp32 · W [out, in]ᵀ fp32 (overwritten).
+// ---- fp32 operands: the scoring path (--precision fp32, model/model_cuda_f32.h)
+// ------------------ The same products with x, W, A, B fp32 and fp32 output: CUBLAS_COMPUTE_32F
+// with fp32 operands is full fp32 (fp32 products, fp32 accumulation; TF32 would need
+// CUBLAS_COMPUTE_32F_FAST_TF32). y [N, out] fp32 = x [N, in] fp32 · W [out, in]ᵀ fp32
+// (overwritten).
 int kda_cuda_gemm_fwd_f32(KdaCudaCtx *ctx, float *y, const float *x, const float *W, int64_t N,
                           int64_t in, int64_t out);
 // out [N, out_f] fp32 = res [N, out_f] + x [N, in] fp32 · W [out_f, in]ᵀ fp32; out may be res.
@@ -66,6 +69,37 @@ int kda_cuda_gemm_residual_f32(KdaCudaCtx *ctx, float *out, const float *res, co
 int kda_cuda_matmul_f32(KdaCudaCtx *ctx, int trans_a, int trans_b, int64_t m, int64_t n, int64_t k,
                         const float *A, int64_t lda, const float *B, int64_t ldb, float *D,
                         int64_t ldd);
+
+// ---- Linear bias (g_proj.1 is the one Linear with a bias, kda-model.md §5.3 step 11) ------------
+// y [N, out] bf16 += bias [out] fp32 (fp32 add, one rounding); the GEMM wrapper has no epilogue.
+int kda_cuda_bias_add(KdaCudaCtx *ctx, kda_bf16 *y, const float *bias, int64_t N, int64_t out);
+// dbias [out] fp32 += Σ_rows dy [N, out] bf16 (deterministic column sum).
+int kda_cuda_bias_bwd(KdaCudaCtx *ctx, float *dbias, const kda_bf16 *dy, int64_t N, int64_t out);
+
+// fp32 twin (the scoring path, --precision fp32, model/model_cuda_f32.h): y [N, out] fp32.
+int kda_cuda_bias_add_f32(KdaCudaCtx *ctx, float *y, const float *bias, int64_t N, int64_t out);
+
+// ---- column blocks of a bf16 matrix (the fused input projection's parts) --------------------
+// Up to KDA_CUDA_SPLIT_MAX parts of a row-major src [rows, lds] bf16: part i is the columns
+// [col[i], col[i] + cols[i]) of every row, copied to dst[i] [rows, ld[i]] (row stride ld[i] >=
+// cols[i]; the parts must not overlap src or each other). One launch for all parts; 16-byte
+// accesses when every part's columns, strides and pointers are multiples of 8 elements (16
+// bytes), else 2-byte ones (same result).
+#define KDA_CUDA_SPLIT_MAX 8
+typedef struct {
+    kda_bf16 *dst[KDA_CUDA_SPLIT_MAX];
+    int64_t col[KDA_CUDA_SPLIT_MAX], cols[KDA_CUDA_SPLIT_MAX], ld[KDA_CUDA_SPLIT_MAX];
+    int n; // parts (1 .. KDA_CUDA_SPLIT_MAX)
+} KdaCudaColParts;
+int kda_cuda_cols_split(KdaCudaCtx *ctx, const kda_bf16 *src, int64_t lds, int64_t rows,
+                        const KdaCudaColParts *parts);
+// The reverse for one part: dst [rows, ldd] columns [0, cols) = src [rows, lds] columns [0, cols)
+// (bf16; a 2-D copy: cudaMemcpy2DAsync's job, as a kernel with 16-byte accesses when aligned).
+int kda_cuda_cols_copy(KdaCudaCtx *ctx, kda_bf16 *dst, int64_t ldd, const kda_bf16 *src,
+                       int64_t lds, int64_t rows, int64_t cols);
+// Host twin of kda_cuda_cols_split (the same per-group body; test_fuse_host.c).
+void kda_cuda_cols_split_host(const kda_bf16 *src, int64_t lds, int64_t rows,
+                              const KdaCudaColParts *parts);
 
 #ifdef __cplusplus
 }

@@ -73,7 +73,7 @@ int kda_fast_bwd_kept(KdaCudaCtx *ctx, float *dq, float *dk, kda_bf16 *dv, float
                       const float *kept);
 
 // The forward with q, k, v and o in fp32 (the --precision fp32 scoring path,
-// cuda/model_cuda_f32.h): the same kernels, instantiated for fp32 storage (every intermediate is
+// model/model_cuda_f32.h): the same kernels, instantiated for fp32 storage (every intermediate is
 // fp32 in both forms; only the loads of q, k, v and the store of o differ). Layouts as above.
 int kda_fast_fwd_f32(KdaCudaCtx *ctx, float *o, float *final_state, const float *q, const float *k,
                      const float *v, const float *gcum, const float *beta, const float *init_state,

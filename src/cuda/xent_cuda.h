@@ -1,5 +1,5 @@
 // xent_cuda.h - fused LM head + cross-entropy on the GPU over vocabulary chunks (the twin of
-// cpu/ops.h xent_fwd/xent_bwd; kda-model.md §5.7, §6.5; FLA's FusedLinearCrossEntropyLoss).
+// cpu/xent.h xent_fwd/xent_bwd; kda-model.md §5.7, §6.5; FLA's FusedLinearCrossEntropyLoss).
 //
 // The head is processed in chunks of vocabulary columns for all N rows at once: the chunk's
 // logits are one cuBLASLt GEMM (bf16 operands, fp32 accumulate), full-vocabulary logits never
@@ -136,7 +136,7 @@ int kda_cuda_cls_chunk_bwd(KdaCudaCtx *ctx, float *dn, float *dWh, const kda_bf1
                            const KdaCudaClsWs *ws);
 int kda_cuda_cls_loss_sum(KdaCudaCtx *ctx, double *loss_sum, const float *nll, int64_t N);
 
-// ---- the fp32 head of the scoring path (--precision fp32, cuda/model_cuda_f32.h) -------------
+// ---- the fp32 head of the scoring path (--precision fp32, model/model_cuda_f32.h) -------------
 // Loss only: per chunk of `rows` tokens one fp32 GEMM (fp32 operands and products, no TF32)
 // writes the logits [rows, ld] fp32 (ld = kda_cuda_cls_ld) into `logits`, and the fused
 // classifier's block row kernel (KDA_CLS_ROW_BLOCK), instantiated for fp32 logits, turns each

@@ -12,7 +12,11 @@
 #include "cpu/gemm.h"     // defines: gemm_fwd, gemm_bwd_dx, gemm_bwd_dw
 #include "cpu/kda_core.h" // defines: kda_{gate,beta,l2norm,chunk,recurrent}_{fwd,bwd}, KdaDims
 #include "cpu/kda_step.h" // defines: kda_recurrent_step, kda_matvec
-#include "cpu/ops.h" // defines: rmsnorm_*, gnorm_*, conv_silu_*, silu_*, swiglu_*, embed_*, xent_*
+#include "cpu/conv.h"     // defines: conv_silu_*, silu_*
+#include "cpu/embed.h"    // defines: embed_fwd, embed_bwd
+#include "cpu/norm.h"     // defines: rmsnorm_*, gnorm_*
+#include "cpu/swiglu.h"   // defines: swiglu_fwd, swiglu_bwd
+#include "cpu/xent.h"     // defines: xent_*, XENT_IGNORE
 
 #define L2NORM_EPS 1e-6f // q/k L2 norm eps, fixed in FLA (§5.3 step 6), not norm_eps
 

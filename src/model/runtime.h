@@ -1,8 +1,8 @@
 // runtime.h - the model seam: one interface to a KDA model on the CPU or on a GPU, chosen once
 // (kda_runtime_open's device "auto" | "cpu" | "cuda"), used by every consumer (score, eval,
 // generate, the trainer; the data-parallel layer dist/dp.h wraps it). The CPU implementation is
-// model/model.h (fp32); the GPU one is cuda/model_cuda.h (bf16 mixed precision, training and
-// inference) or cuda/model_cuda_f32.h (fp32, forward only), with cuda/decode_cuda.h for the
+// model/model.h (fp32); the GPU one is model/model_cuda.h (bf16 mixed precision, training and
+// inference) or model/model_cuda_f32.h (fp32, forward only), with cuda/decode_cuda.h for the
 // recurrent decode. Math: kda-model.md §5 (forward), §6 (backward), §3 and §5.8 (inference).
 //
 // What a runtime offers:

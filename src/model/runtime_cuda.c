@@ -1,6 +1,6 @@
 // runtime_cuda.c - the model seam on one GPU (contract in runtime.h): the bf16 model of
-// cuda/model_cuda.h (training, scoring, prefill + recurrent decode) or the fp32 forward of
-// cuda/model_cuda_f32.h (precision fp32: scoring only). Compiles without CUDA too: then
+// model/model_cuda.h (training, scoring, prefill + recurrent decode) or the fp32 forward of
+// model/model_cuda_f32.h (precision fp32: scoring only). Compiles without CUDA too: then
 // kda_runtime_open_cuda fails with a message and no device is visible.
 //
 // Training keeps a host mirror of the optimizer (config, step, m and v staging) and the host
@@ -16,9 +16,9 @@
 
 #include <cuda_runtime_api.h>
 
-#include "cuda/cuda_common.h"    // defines: kda_cuda_device_count, kda_cuda_query
-#include "cuda/model_cuda.h"     // defines: KdaCudaModel, kda_cuda_model_*, KdaCudaDecode
-#include "cuda/model_cuda_f32.h" // defines: KdaCudaF32Model, kda_cuda_f32_model_*
+#include "cuda/cuda_common.h"     // defines: kda_cuda_device_count, kda_cuda_query
+#include "model/model_cuda.h"     // defines: KdaCudaModel, kda_cuda_model_*, KdaCudaDecode
+#include "model/model_cuda_f32.h" // defines: KdaCudaF32Model, kda_cuda_f32_model_*
 
 typedef struct {
     KdaConfig cfg;

@@ -5,25 +5,30 @@
 // head dims, HK = H·K, HVK = HV·K, HVV = HV·V, I MLP width, W conv kernel. "bf" = bf16.
 #ifdef KDA_HAVE_CUDA
 
-#include "cuda/model_cuda.h"
+#include "model/model_cuda.h"
 
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "core/prof.h"      // defines: KdaProf, kda_prof_add
-#include "cpu/kda_core.h"   // defines: KdaDims
-#include "cpu/ops.h"        // defines: xent_targets, XENT_IGNORE
-#include "model/model.h"    // defines: kda_model_dims, kda_model_check_batch
-#include "cuda/gemm_cuda.h" // defines: kda_cuda_gemm_fwd, kda_cuda_gemm_bwd_dx, kda_cuda_gemm_bwd_dw
-#include "cuda/kda_cuda.h"  // defines: kda_cuda_chunk_fwd, kda_cuda_chunk_bwd
-#include "cuda/kda_fast.h"  // defines: kda_fast_chunk
-#include "cuda/kda_tc.h"    // defines: kda_tc_selected, kda_tc_fwd_keep (KDA_CORE=tc)
-#include "cuda/decode_cuda.h" // defines: kda_cuda_decode_conv, _delta, _tail
-#include "cuda/ops_cuda.h"    // defines: kda_cuda_rmsnorm_*, conv, gate, beta, gnorm, swiglu, ...
-#include "cuda/xent_cuda.h"   // defines: kda_cuda_xent_fwd, kda_cuda_xent_bwd
-#include "model/zero1.h"      // defines: kda_zero1_plan, kda_zero1_clip (ZeRO-1)
+#include "core/prof.h"          // defines: KdaProf, kda_prof_add
+#include "cpu/kda_core.h"       // defines: KdaDims
+#include "cpu/xent.h"           // defines: xent_targets, XENT_IGNORE
+#include "model/model.h"        // defines: kda_model_dims, kda_model_check_batch
+#include "cuda/gemm_cuda.h"     // defines: kda_cuda_gemm_*, kda_cuda_bias_*, kda_cuda_cols_*
+#include "cuda/kda_cuda.h"      // defines: kda_cuda_chunk_fwd, kda_cuda_chunk_bwd
+#include "cuda/kda_fast.h"      // defines: kda_fast_chunk
+#include "cuda/kda_tc.h"        // defines: kda_tc_selected, kda_tc_fwd_keep (KDA_CORE=tc)
+#include "cuda/decode_cuda.h"   // defines: kda_cuda_decode_conv, _delta, _tail
+#include "cuda/conv_cuda.h"     // defines: kda_cuda_conv_silu_*, kda_cuda_conv_l2_fusable
+#include "cuda/embed_cuda.h"    // defines: kda_cuda_embed_fwd, kda_cuda_embed_bwd
+#include "cuda/kda_gate_cuda.h" // defines: kda_cuda_gate_cumsum_*, _beta_*, _l2norm_*
+#include "cuda/norm_cuda.h"     // defines: kda_cuda_rmsnorm_*, kda_cuda_gnorm_*
+#include "cuda/optim_cuda.h"    // defines: kda_cuda_adamw, kda_cuda_grad_norm, kda_cuda_clip_coef
+#include "cuda/swiglu_cuda.h"   // defines: kda_cuda_swiglu_*
+#include "cuda/xent_cuda.h"     // defines: kda_cuda_xent_fwd, kda_cuda_xent_bwd
+#include "model/zero1.h"        // defines: kda_zero1_plan, kda_zero1_clip (ZeRO-1)
 
 #define ROW_ALIGN   128                 // elements: device rows start 256-byte aligned (bf16)
 #define L2NORM_EPS  1e-6f               // q/k L2 norm eps, fixed in FLA (§5.3 step 6)

@@ -6,19 +6,23 @@
 // head dims, HK = H·K, HVK = HV·K, HVV = HV·V, I MLP width, W conv kernel. All tensors fp32.
 #ifdef KDA_HAVE_CUDA
 
-#include "cuda/model_cuda_f32.h"
+#include "model/model_cuda_f32.h"
 
 #include <stdlib.h>
 #include <string.h>
 
-#include "cpu/kda_core.h"    // defines: KdaDims
-#include "cpu/ops.h"         // defines: xent_targets
-#include "cuda/gemm_cuda.h"  // defines: kda_cuda_gemm_fwd_f32, kda_cuda_gemm_residual_f32
-#include "cuda/kda_fast.h"   // defines: kda_fast_chunk, kda_fast_supported, kda_fast_fwd_f32
-#include "cuda/model_cuda.h" // defines: kda_cuda_model_check, kda_cuda_device_offsets
-#include "cuda/ops_cuda.h"   // defines: kda_cuda_*_f32 (norms, conv, gate, beta, gnorm, swiglu)
-#include "cuda/xent_cuda.h"  // defines: kda_cuda_cls_loss_f32, kda_cuda_cls_rows, _ld
-#include "model/model.h"     // defines: kda_model_dims, kda_model_check_batch
+#include "cpu/kda_core.h"   // defines: KdaDims
+#include "cpu/xent.h"       // defines: xent_targets
+#include "cuda/gemm_cuda.h" // defines: kda_cuda_gemm_fwd_f32, _residual_f32, kda_cuda_bias_add_f32
+#include "cuda/kda_fast.h"  // defines: kda_fast_chunk, kda_fast_supported, kda_fast_fwd_f32
+#include "model/model_cuda.h"   // defines: kda_cuda_model_check, kda_cuda_device_offsets
+#include "cuda/conv_cuda.h"     // defines: kda_cuda_conv_silu_fwd_f32
+#include "cuda/embed_cuda.h"    // defines: kda_cuda_embed_fwd
+#include "cuda/kda_gate_cuda.h" // defines: kda_cuda_*_fwd_f32 of gate, beta, L2 norm
+#include "cuda/norm_cuda.h"     // defines: kda_cuda_rmsnorm_fwd_f32, kda_cuda_gnorm_fwd_f32
+#include "cuda/swiglu_cuda.h"   // defines: kda_cuda_swiglu_fwd_f32
+#include "cuda/xent_cuda.h"     // defines: kda_cuda_cls_loss_f32, kda_cuda_cls_rows, _ld
+#include "model/model.h"        // defines: kda_model_dims, kda_model_check_batch
 
 #define L2NORM_EPS  1e-6f             // q/k L2 norm eps, fixed in FLA (§5.3 step 6)
 #define HEAD_BUDGET ((size_t)1 << 30) // bytes of the head's fp32 logits chunk [rows, ld]

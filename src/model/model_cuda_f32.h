@@ -4,9 +4,10 @@
 // What it computes is kda_model_forward's (model/model.h, the CPU fp32 reference) with the same
 // dtypes: fp32 parameters (no bf16 copy), every activation fp32, every GEMM fp32 through
 // cuBLASLt (fp32 operands, CUBLAS_COMPUTE_32F: fp32 products and accumulation, no TF32), norms,
-// conv, gate, β, gated norm and SwiGLU fp32 (ops_cuda.h's fp32 twins), the chunk-parallel KDA
-// core on fp32 q, k, v, o (kda_fast.h kda_fast_fwd_f32), and the LM head as fp32 logits per token
-// chunk with the fused classifier's partition sum (xent_cuda.h kda_cuda_cls_loss_f32). Only the
+// conv, gate, β, gated norm and SwiGLU fp32 (the *_f32 twins of cuda/norm_cuda.h, conv_cuda.h,
+// kda_gate_cuda.h, swiglu_cuda.h), the chunk-parallel KDA core on fp32 q, k, v, o (kda_fast.h
+// kda_fast_fwd_f32), and the LM head as fp32 logits per token chunk with the fused classifier's
+// partition sum (xent_cuda.h kda_cuda_cls_loss_f32). Only the
 // summation orders differ from the CPU: per-sequence mean NLL within ~1e-6 of it (the 1e-4 bar of
 // tests/test_gpu_score.c).
 //

@@ -1,0 +1,672 @@
+// conv_cuda.cu - the causal depthwise conv + SiLU on the GPU, plain and fused with the per-head
+// L2 norm of q and k (see conv_cuda.h): kernels, launchers (fp32 forward included), then the host
+// twins of the fused kernels.
+#include "cuda/conv_cuda.h"
+
+#include <stdlib.h> // getenv, free
+
+#include <type_traits> // std::conditional
+
+#include "cuda/cuda_internal.h" // defines: bf2f, f2bf, silu_f, dsilu_f, CEIL_DIV, KDA_CUDA_REQUIRE
+#include "cuda/ops_common.cuh"  // defines: colsum_finish, unpack2, ld_v, st_v, aligned_, group_sum
+
+namespace {
+
+// ---- the L2 norm pieces shared with the host twins (group sums: ops_common.cuh) -------------
+// 1 / sqrt(|x|² + eps), eps inside the root, in double (as l2norm_fwd_k).
+__host__ __device__ __forceinline__ float l2_rs(float ss, float eps) {
+    return (float)(1.0 / sqrt((double)ss + (double)eps));
+}
+// L2 backward, one lane's share: yh = SiLU(c)·rs (written), returns Σ_v g·yh over its VEC.
+template <int VEC>
+__host__ __device__ __forceinline__ float l2_bwd_dot_lane(float (&yh)[VEC], const float (&g)[VEC],
+                                                          const float (&c)[VEC], float rs) {
+    float dot = 0.0f;
+    for (int v = 0; v < VEC; v++) {
+        yh[v] = silu_f(c[v]) * rs;
+        dot += g[v] * yh[v];
+    }
+    return dot;
+}
+
+// ---- causal depthwise conv + SiLU ------------------------------------------------------------
+//
+// Work split (forward and backward): a thread owns VEC consecutive channels of one row b and a
+// tile of CONV_TT consecutive tokens; it walks the tile in increasing t and keeps the last W
+// inputs in registers (a sliding window), so each input is loaded once per thread instead of W
+// times, and the index math (div/mod) runs once per thread instead of once per element. A block is
+// 32 channel groups (threadIdx.x: one warp reads 32·VEC contiguous channels) x CONV_BT tiles
+// (threadIdx.y), so every warp walks one tile and the `t < T` tests are warp-uniform. Tile q of
+// the flattened (b, tile) index is b = q / ntile, tokens [(q % ntile)·TT, +TT) ∩ [0, T).
+// Halo: a tile also reads W-1 tokens before it (and, backward, W-1 after it); those reads
+// hit L2 (the neighbour tile is in the same block), the HBM traffic stays ~1 read per input.
+// Loads in flight (2026-12-03): the forward issues all of its tile's loads (the W-1 history
+// tokens and its CONV_TT_FWD tokens, as raw VEC-element words) before the first use, and the
+// backward keeps its loads CONV_PD tokens ahead of their use (a ring of raw words), so a thread
+// has 150-200 bytes in flight instead of one 16-byte load used at once; the measured rows were
+// ~1 TB/s (conv+SiLU fwd 1.69 ms, bwd 2.95 ms at mb 16, 4.3x their floor) with 512 threads per SM
+// of the q/k grids each waiting on its load. The arithmetic and its order are unchanged.
+// Template PF = false is the kernel before (one load per token, used at once; forward tiles of
+// 16): KDA_CONV_PREFETCH=0, read at every launch, runs it (to measure against).
+#define CONV_MAX_W    8
+#define CONV_BT       8
+#define CONV_TT_FWD   8 // tokens per forward tile (16 without the prefetch, KDA_CONV_PREFETCH=0)
+#define CONV_TT_BWD   32
+#define CONV_PD       8 // backward prefetch distance (tokens)
+#define CONV_TT_F(PF) ((PF) ? CONV_TT_FWD : 16)
+
+// VEC consecutive elements of storage E as one raw load (held until converted).
+template <int VEC, class E> struct ConvRaw;
+template <> struct ConvRaw<8, kda_bf16> {
+    uint4 u;
+    __device__ __forceinline__ void ld(const kda_bf16 *p) {
+        u = *reinterpret_cast<const uint4 *>(p);
+    }
+    __device__ __forceinline__ void zero() {
+        u = make_uint4(0u, 0u, 0u, 0u);
+    }
+    __device__ __forceinline__ void get(float (&v)[8]) const {
+        unpack2(u.x, v[0], v[1]), unpack2(u.y, v[2], v[3]);
+        unpack2(u.z, v[4], v[5]), unpack2(u.w, v[6], v[7]);
+    }
+};
+template <> struct ConvRaw<4, kda_bf16> {
+    uint2 u;
+    __device__ __forceinline__ void ld(const kda_bf16 *p) {
+        u = *reinterpret_cast<const uint2 *>(p);
+    }
+    __device__ __forceinline__ void zero() {
+        u = make_uint2(0u, 0u);
+    }
+    __device__ __forceinline__ void get(float (&v)[4]) const {
+        unpack2(u.x, v[0], v[1]), unpack2(u.y, v[2], v[3]);
+    }
+};
+template <> struct ConvRaw<1, kda_bf16> {
+    kda_bf16 u;
+    __device__ __forceinline__ void ld(const kda_bf16 *p) {
+        u = *p;
+    }
+    __device__ __forceinline__ void zero() {
+        u = 0;
+    }
+    __device__ __forceinline__ void get(float (&v)[1]) const {
+        v[0] = bf2f(u);
+    }
+};
+template <> struct ConvRaw<4, float> {
+    float4 u;
+    __device__ __forceinline__ void ld(const float *p) {
+        u = *reinterpret_cast<const float4 *>(p);
+    }
+    __device__ __forceinline__ void zero() {
+        u = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+    }
+    __device__ __forceinline__ void get(float (&v)[4]) const {
+        v[0] = u.x, v[1] = u.y, v[2] = u.z, v[3] = u.w;
+    }
+};
+template <> struct ConvRaw<1, float> {
+    float u;
+    __device__ __forceinline__ void ld(const float *p) {
+        u = *p;
+    }
+    __device__ __forceinline__ void zero() {
+        u = 0.0f;
+    }
+    __device__ __forceinline__ void get(float (&v)[1]) const {
+        v[0] = u;
+    }
+};
+
+// Thread's work item: channel ch0 (first of VEC), row b, tokens [t0, t1). Returns false when
+// the thread has no channels (tail of the channel groups) or no tokens (tail of the tiles).
+template <int VEC, int TT> struct ConvItem {
+    int64_t ch0, b, t0, t1;
+    __device__ bool init(int64_t B, int64_t T, int64_t C) {
+        int64_t ncg = C / VEC, ntile = (T + TT - 1) / TT;
+        int64_t cg = (int64_t)blockIdx.x * 32 + threadIdx.x;
+        int64_t q = (int64_t)blockIdx.y * CONV_BT + threadIdx.y;
+        ch0 = cg * VEC;
+        b = q / ntile;
+        t0 = (q - b * ntile) * TT;
+        t1 = min(t0 + TT, T);
+        return cg < ncg && b < B;
+    }
+};
+
+// y_t = SiLU(Σ_i w[ch, i] p_{t-(W-1)+i}), zero history before t = 0. E: bf16 or fp32 storage.
+// With L2 (the fused q/k path): y = SiLU(conv) / sqrt(|SiLU(conv)|² + eps) per head of K = lg·VEC
+// channels (lg consecutive lanes hold a head; C = H·K), rstd [B·T·H] = that reciprocal root.
+template <int W, int VEC, bool L2, bool PF, class E>
+__global__ void __launch_bounds__(32 * CONV_BT)
+    conv_fwd_k(E *y, float *rstd, const E *p, const float *w, int64_t B, int64_t T, int64_t C,
+               int lg, float eps) {
+    constexpr int TT = CONV_TT_F(PF);
+    ConvItem<VEC, TT> it;
+    if (!it.init(B, T, C)) return;
+    float wr[W][VEC], win[W][VEC]; // win[i] = p_{t-(W-1)+i}; win[W-1] is the current token
+#pragma unroll
+    for (int v = 0; v < VEC; v++)
+#pragma unroll
+        for (int i = 0; i < W; i++)
+            wr[i][v] = w[(it.ch0 + v) * W + i];
+    const E *pb = p + it.b * T * C + it.ch0;
+    E *yb = y + it.b * T * C + it.ch0;
+    // L2: this lane's head (K = lg·VEC channels) and whether it writes the head's rstd
+    const int64_t K = L2 ? (int64_t)lg * VEC : 1, H = C / K, head = it.ch0 / K;
+    const bool lead = it.ch0 % K == 0;
+    (void)H, (void)head, (void)lead; // unused without L2
+    // every load of the tile first: raw[j] = p_{t0-(W-1)+j} (zero before t = 0; not loaded
+    // past the tile's end), the history p_{t0-(W-1)} .. p_{t0-1} and the tile's tokens
+    ConvRaw<VEC, E> raw[PF ? TT + W - 1 : 1];
+    if constexpr (PF) {
+#pragma unroll
+        for (int j = 0; j < TT + W - 1; j++) {
+            int64_t tau = it.t0 - (W - 1) + j;
+            if (tau >= 0 && tau < it.t1)
+                raw[j].ld(pb + tau * C);
+            else
+                raw[j].zero();
+        }
+#pragma unroll
+        for (int i = 0; i < W - 1; i++)
+            raw[i].get(win[i]);
+    } else {
+#pragma unroll
+        for (int i = 0; i < W - 1; i++) { // history p_{t0-(W-1)} .. p_{t0-1}
+            int64_t tau = it.t0 - (W - 1) + i;
+            if (tau >= 0) {
+                ld_v<VEC>(win[i], pb + tau * C);
+            } else {
+#pragma unroll
+                for (int v = 0; v < VEC; v++)
+                    win[i][v] = 0.0f;
+            }
+        }
+    }
+#pragma unroll
+    for (int s = 0; s < TT; s++) {
+        int64_t t = it.t0 + s;
+        if (t >= it.t1) break; // warp-uniform (one tile per warp)
+        if constexpr (PF)
+            raw[s + W - 1].get(win[W - 1]);
+        else
+            ld_v<VEC>(win[W - 1], pb + t * C);
+        float out[VEC];
+#pragma unroll
+        for (int v = 0; v < VEC; v++) {
+            float acc = 0.0f;
+#pragma unroll
+            for (int i = 0; i < W; i++)
+                acc += wr[i][v] * win[i][v]; // tap order 0..W-1, as the CPU twin
+            out[v] = silu_f(acc);
+        }
+        if constexpr (L2) { // the head's sum of squares over its lg lanes (fp32, tree order)
+            float rs = l2_rs(group_sum(sumsq_lane<VEC>(out), lg), eps);
+#pragma unroll
+            for (int v = 0; v < VEC; v++)
+                out[v] *= rs;
+            if (lead) rstd[(it.b * T + t) * H + head] = rs;
+        }
+        st_v<VEC>(yb + t * C, out);
+#pragma unroll
+        for (int i = 0; i < W - 1; i++) // slide (register renames once unrolled)
+#pragma unroll
+            for (int v = 0; v < VEC; v++)
+                win[i][v] = win[i + 1][v];
+    }
+}
+
+// Backward, fused dp + dw partials. With c_t the pre-activation and dc_t = dy_t SiLU'(c_t):
+//   dp_τ = Σ_i w_i dc_{τ+(W-1)-i}      dw_i = Σ_t dc_t p_{t-(W-1)+i}
+// The thread walks t = t0 .. t1+W-2: it recomputes c_t from the p window, gets dc_t (0 past
+// T), keeps the last W dc values, and emits dp_{t-(W-1)} once that window is full. dc_t for
+// t < t1 also goes into the thread's fp32 dw sums (tokens of its own tile only, in increasing
+// t). The block then adds its CONV_BT tiles in double, in increasing threadIdx.y, and writes
+// part[blockIdx.y, ch, i]; colsum_finish adds the blocks in order. All fixed by the shapes.
+// With L2 (the fused q/k path) the incoming gradient is dq [B, T, C] fp32 w.r.t. the L2 norm's
+// output: the kernel recomputes ŷ = SiLU(c)·rstd and turns it into the gradient w.r.t. SiLU(c),
+// rstd (dq·... - (dq·ŷ) ŷ) with the head's dot over its lg lanes, before the SiLU and conv
+// backward; dy is unused then.
+template <int W, int VEC, bool L2, bool PF>
+__global__ void __launch_bounds__(32 * CONV_BT)
+    conv_bwd_k(kda_bf16 *dp, double *part, const kda_bf16 *dy, const kda_bf16 *p, const float *w,
+               const float *dq, const float *rstd, int64_t B, int64_t T, int64_t C, int lg,
+               int64_t ldo) {
+    __shared__ float sh[CONV_BT][32 * VEC];
+    ConvItem<VEC, CONV_TT_BWD> it;
+    bool active = it.init(B, T, C);
+    float wr[W][VEC], pw[W][VEC], dcw[W][VEC], acc[W][VEC];
+    // pw[i] = p_{t-(W-1)+i}; dcw[i] = dc_{t-(W-1)+i} (dcw[W-1] = dc_t)
+#pragma unroll
+    for (int i = 0; i < W; i++)
+#pragma unroll
+        for (int v = 0; v < VEC; v++)
+            wr[i][v] = pw[i][v] = dcw[i][v] = acc[i][v] = 0.0f;
+    if (active) {
+#pragma unroll
+        for (int v = 0; v < VEC; v++)
+#pragma unroll
+            for (int i = 0; i < W; i++)
+                wr[i][v] = w[(it.ch0 + v) * W + i];
+        const kda_bf16 *pb = p + it.b * T * C + it.ch0;
+        const kda_bf16 *dyb = L2 ? NULL : dy + it.b * T * C + it.ch0;
+        kda_bf16 *dpb = dp + it.b * T * ldo + it.ch0; // rows of dp: stride ldo (>= C)
+        const int64_t K = L2 ? (int64_t)lg * VEC : 1, H = C / K, head = it.ch0 / K;
+        (void)H, (void)head; // unused without L2
+#pragma unroll
+        for (int i = 0; i < W - 1; i++) {
+            int64_t tau = it.t0 - (W - 1) + i;
+            if (tau >= 0) ld_bf<VEC>(pw[i], pb + tau * C);
+        }
+        // the ring: slot s % CONV_PD holds token t0 + s's p, incoming gradient (and rstd) from
+        // CONV_PD steps before its use (loaded only for t < T)
+        constexpr int NS = CONV_TT_BWD + W - 1;
+        using GRaw =
+            typename std::conditional<L2, ConvRaw<VEC, float>, ConvRaw<VEC, kda_bf16>>::type;
+        ConvRaw<VEC, kda_bf16> rp[CONV_PD];
+        GRaw rg[CONV_PD];
+        float rr[CONV_PD];
+        auto fetch = [&](int slot, int j) {
+            int64_t tn = it.t0 + j;
+            if (j >= NS || tn >= T) return;
+            rp[slot].ld(pb + tn * C);
+            if constexpr (L2) {
+                rg[slot].ld(dq + (it.b * T + tn) * C + it.ch0);
+                rr[slot] = rstd[(it.b * T + tn) * H + head];
+            } else {
+                rg[slot].ld(dyb + tn * C);
+            }
+        };
+        if constexpr (PF) {
+#pragma unroll
+            for (int j = 0; j < CONV_PD; j++)
+                fetch(j, j);
+        }
+#pragma unroll
+        for (int s = 0; s < NS; s++) {
+            int64_t t = it.t0 + s;
+            if (t - (W - 1) >= it.t1) break; // every dp of the tile emitted (warp-uniform)
+            float dc[VEC];
+            if (t < T) { // warp-uniform (one tile per warp): the group sums below are safe
+                float g[VEC], c[VEC];
+                float rs = 0.0f; // the head's rstd (L2 only)
+                if constexpr (PF) {
+                    rp[s % CONV_PD].get(pw[W - 1]);
+                    rg[s % CONV_PD].get(g);
+                    if constexpr (L2) rs = rr[s % CONV_PD];
+                    fetch(s % CONV_PD, s + CONV_PD); // the slot is free again
+                } else { // the kernel before: this token's loads, used at once
+                    ld_bf<VEC>(pw[W - 1], pb + t * C);
+                    if constexpr (L2) {
+                        ld_f<VEC>(g, dq + (it.b * T + t) * C + it.ch0);
+                        rs = rstd[(it.b * T + t) * H + head];
+                    } else {
+                        ld_bf<VEC>(g, dyb + t * C);
+                    }
+                }
+#pragma unroll
+                for (int v = 0; v < VEC; v++) {
+                    c[v] = 0.0f;
+#pragma unroll
+                    for (int i = 0; i < W; i++)
+                        c[v] += wr[i][v] * pw[i][v];
+                }
+                if constexpr (L2) {
+                    float yh[VEC];
+                    float dot = group_sum(l2_bwd_dot_lane<VEC>(yh, g, c, rs), lg);
+#pragma unroll
+                    for (int v = 0; v < VEC; v++)
+                        g[v] = rs * (g[v] - dot * yh[v]);
+                }
+#pragma unroll
+                for (int v = 0; v < VEC; v++)
+                    dc[v] = g[v] * dsilu_f(c[v]);
+            } else {
+#pragma unroll
+                for (int v = 0; v < VEC; v++)
+                    dc[v] = 0.0f;
+            }
+#pragma unroll
+            for (int v = 0; v < VEC; v++)
+                dcw[W - 1][v] = dc[v];
+            if (t < it.t1) { // dw: tokens of this tile only
+#pragma unroll
+                for (int i = 0; i < W; i++)
+#pragma unroll
+                    for (int v = 0; v < VEC; v++)
+                        acc[i][v] += dc[v] * pw[i][v];
+            }
+            int64_t tau = t - (W - 1);
+            if (tau >= it.t0) { // dp_τ = Σ_i w_i dc_{τ+(W-1)-i} = Σ_i w_i dcw[W-1-i]
+                float o[VEC];
+#pragma unroll
+                for (int v = 0; v < VEC; v++) {
+                    float a = 0.0f;
+#pragma unroll
+                    for (int i = 0; i < W; i++)
+                        a += wr[i][v] * dcw[W - 1 - i][v];
+                    o[v] = a;
+                }
+                st_bf<VEC>(dpb + tau * ldo, o);
+            }
+#pragma unroll
+            for (int i = 0; i < W - 1; i++)
+#pragma unroll
+                for (int v = 0; v < VEC; v++) {
+                    pw[i][v] = pw[i + 1][v];
+                    dcw[i][v] = dcw[i + 1][v];
+                }
+        }
+    }
+    // Block reduction of the dw sums over the CONV_BT tiles, one tap at a time (4 KB of shared).
+    // Inactive threads contribute zeros and still reach every barrier.
+    // The block's 32·VEC channels are spread over its threads for the final sums.
+#pragma unroll
+    for (int i = 0; i < W; i++) {
+#pragma unroll
+        for (int v = 0; v < VEC; v++)
+            sh[threadIdx.y][threadIdx.x * VEC + v] = acc[i][v];
+        __syncthreads();
+        for (int k = threadIdx.y * 32 + threadIdx.x; k < 32 * VEC; k += 32 * CONV_BT) {
+            int64_t ch = (int64_t)blockIdx.x * 32 * VEC + k;
+            if (ch < C) {
+                double s = 0.0;
+                for (int y = 0; y < CONV_BT; y++)
+                    s += (double)sh[y][k];
+                part[((int64_t)blockIdx.y * C + ch) * W + i] = s;
+            }
+        }
+        __syncthreads();
+    }
+}
+
+// Launches one instantiation of a conv kernel for the run-time W (1..CONV_MAX_W).
+#define CONV_DISPATCH_W(W_, MACRO)                                                                 \
+    switch (W_) {                                                                                  \
+    case 1:                                                                                        \
+        MACRO(1);                                                                                  \
+        break;                                                                                     \
+    case 2:                                                                                        \
+        MACRO(2);                                                                                  \
+        break;                                                                                     \
+    case 3:                                                                                        \
+        MACRO(3);                                                                                  \
+        break;                                                                                     \
+    case 4:                                                                                        \
+        MACRO(4);                                                                                  \
+        break;                                                                                     \
+    case 5:                                                                                        \
+        MACRO(5);                                                                                  \
+        break;                                                                                     \
+    case 6:                                                                                        \
+        MACRO(6);                                                                                  \
+        break;                                                                                     \
+    case 7:                                                                                        \
+        MACRO(7);                                                                                  \
+        break;                                                                                     \
+    default:                                                                                       \
+        MACRO(8);                                                                                  \
+        break;                                                                                     \
+    }
+
+} // namespace
+
+extern "C" {
+
+// Grid of the conv kernels: 32 channel groups x CONV_BT tiles per block.
+// Rows of blocks (grid.y) beyond the hardware's 65535 come back as 0: the launchers refuse them.
+static dim3 conv_grid(int64_t B, int64_t T, int64_t C, int vec, int tt) {
+    int64_t rows = CEIL_DIV(B * CEIL_DIV(T, (int64_t)tt), (int64_t)CONV_BT);
+    return dim3((unsigned)CEIL_DIV(C / vec, (int64_t)32), rows <= 65535 ? (unsigned)rows : 0u);
+}
+
+// KDA_CONV_PREFETCH=0 (read at every launch): the conv kernels without their prefetch (the
+// kernels before 2026-12-03; the same arithmetic).
+static bool conv_pf_(void) {
+    const char *e = getenv("KDA_CONV_PREFETCH");
+    return !(e && !strcmp(e, "0"));
+}
+
+int kda_cuda_conv_silu_fwd(KdaCudaCtx *ctx, kda_bf16 *y, const kda_bf16 *p, const float *w,
+                           int64_t B, int64_t T, int64_t C, int64_t W) {
+    KDA_CUDA_REQUIRE(ctx, B >= 0 && T >= 0 && C > 0 && W >= 1 && W <= CONV_MAX_W);
+    if (B * T == 0) return 0;
+    // 16-byte path when every row of channels splits into whole, aligned 8-element groups.
+    bool v8 = C % 8 == 0 && aligned_(16, y, p), pf = conv_pf_();
+    dim3 grid = conv_grid(B, T, C, v8 ? 8 : 1, CONV_TT_F(pf)), block(32, CONV_BT);
+    KDA_CUDA_REQUIRE(ctx, grid.y > 0); // B·T up to 4.2M tokens (forward) / 16.7M (backward)
+#define CONV_FWD_PF(W_, PF_)                                                                       \
+    if (v8)                                                                                        \
+        conv_fwd_k<W_, 8, false, PF_>                                                              \
+            <<<grid, block, 0, ctx->stream>>>(y, NULL, p, w, B, T, C, 0, 0.0f);                    \
+    else                                                                                           \
+        conv_fwd_k<W_, 1, false, PF_>                                                              \
+            <<<grid, block, 0, ctx->stream>>>(y, NULL, p, w, B, T, C, 0, 0.0f)
+#define CONV_FWD(W_)                                                                               \
+    if (pf) {                                                                                      \
+        CONV_FWD_PF(W_, true);                                                                     \
+    } else {                                                                                       \
+        CONV_FWD_PF(W_, false);                                                                    \
+    }
+    CONV_DISPATCH_W(W, CONV_FWD);
+#undef CONV_FWD
+#undef CONV_FWD_PF
+    CUDA_CHECK_LAUNCH(ctx);
+    return 0;
+}
+
+int kda_cuda_conv_silu_bwd(KdaCudaCtx *ctx, kda_bf16 *dp, float *dw, const kda_bf16 *dy,
+                           const kda_bf16 *p, const float *w, int64_t B, int64_t T, int64_t C,
+                           int64_t W) {
+    return kda_cuda_conv_silu_bwd_ld(ctx, dp, C, dw, dy, p, w, B, T, C, W);
+}
+
+int kda_cuda_conv_silu_bwd_ld(KdaCudaCtx *ctx, kda_bf16 *dp, int64_t ldo, float *dw,
+                              const kda_bf16 *dy, const kda_bf16 *p, const float *w, int64_t B,
+                              int64_t T, int64_t C, int64_t W) {
+    KDA_CUDA_REQUIRE(ctx, B >= 0 && T >= 0 && C > 0 && W >= 1 && W <= CONV_MAX_W && ldo >= C);
+    if (B * T == 0) return 0;
+    // 8-byte groups of 4 channels: the backward holds 4 W-long windows per channel (weights,
+    // p, dc, dw sums), so 8 channels per thread would cost ~2x the registers for W = 4.
+    bool v4 = C % 4 == 0 && ldo % 4 == 0 && aligned_(8, dp, dy, p);
+    dim3 grid = conv_grid(B, T, C, v4 ? 4 : 1, CONV_TT_BWD), block(32, CONV_BT);
+    KDA_CUDA_REQUIRE(ctx, grid.y > 0); // B·T up to 4.2M tokens (forward) / 16.7M (backward)
+    int64_t P = grid.y;                // dw partials: one per block row, [P, C, W] double
+    double *part = (double *)kda_cuda_scratch(ctx, (size_t)(P * C * W) * sizeof(double));
+    if (!part) return -1;
+    bool pf = conv_pf_();
+#define CONV_BWD_PF(W_, PF_)                                                                       \
+    if (v4)                                                                                        \
+        conv_bwd_k<W_, 4, false, PF_>                                                              \
+            <<<grid, block, 0, ctx->stream>>>(dp, part, dy, p, w, NULL, NULL, B, T, C, 0, ldo);    \
+    else                                                                                           \
+        conv_bwd_k<W_, 1, false, PF_>                                                              \
+            <<<grid, block, 0, ctx->stream>>>(dp, part, dy, p, w, NULL, NULL, B, T, C, 0, ldo)
+#define CONV_BWD(W_)                                                                               \
+    if (pf) {                                                                                      \
+        CONV_BWD_PF(W_, true);                                                                     \
+    } else {                                                                                       \
+        CONV_BWD_PF(W_, false);                                                                    \
+    }
+    CONV_DISPATCH_W(W, CONV_BWD);
+#undef CONV_BWD
+#undef CONV_BWD_PF
+    CUDA_CHECK_LAUNCH(ctx);
+    colsum_finish(ctx->stream, dw, part, P, C * W);
+    CUDA_CHECK_LAUNCH(ctx);
+    return 0;
+}
+
+int kda_cuda_conv_l2_fusable(int64_t K) {
+    return K == 8 || K == 16 || K == 32 || K == 64 || K == 128; // K/8 and K/4 lanes: 1..32
+}
+
+int kda_cuda_conv_silu_l2_fwd(KdaCudaCtx *ctx, kda_bf16 *y, float *rstd, const kda_bf16 *p,
+                              const float *w, int64_t B, int64_t T, int64_t C, int64_t W, int64_t K,
+                              float eps) {
+    KDA_CUDA_REQUIRE(ctx, B >= 0 && T >= 0 && C > 0 && W >= 1 && W <= CONV_MAX_W);
+    KDA_CUDA_REQUIRE(ctx, kda_cuda_conv_l2_fusable(K) && C % K == 0);
+    KDA_CUDA_REQUIRE(ctx, aligned_(16, y, p)); // the 16-byte path: a head is K / 8 lanes
+    if (B * T == 0) return 0;
+    bool pf = conv_pf_();
+    dim3 grid = conv_grid(B, T, C, 8, CONV_TT_F(pf)), block(32, CONV_BT);
+    KDA_CUDA_REQUIRE(ctx, grid.y > 0);
+    int lg = (int)(K / 8);
+#define CONV_L2_FWD(W_)                                                                            \
+    if (pf)                                                                                        \
+        conv_fwd_k<W_, 8, true, true>                                                              \
+            <<<grid, block, 0, ctx->stream>>>(y, rstd, p, w, B, T, C, lg, eps);                    \
+    else                                                                                           \
+        conv_fwd_k<W_, 8, true, false>                                                             \
+            <<<grid, block, 0, ctx->stream>>>(y, rstd, p, w, B, T, C, lg, eps)
+    CONV_DISPATCH_W(W, CONV_L2_FWD);
+#undef CONV_L2_FWD
+    CUDA_CHECK_LAUNCH(ctx);
+    return 0;
+}
+
+int kda_cuda_conv_silu_l2_bwd(KdaCudaCtx *ctx, kda_bf16 *dp, float *dw, const float *dy,
+                              const kda_bf16 *p, const float *w, const float *rstd, int64_t B,
+                              int64_t T, int64_t C, int64_t W, int64_t K) {
+    return kda_cuda_conv_silu_l2_bwd_ld(ctx, dp, C, dw, dy, p, w, rstd, B, T, C, W, K);
+}
+
+int kda_cuda_conv_silu_l2_bwd_ld(KdaCudaCtx *ctx, kda_bf16 *dp, int64_t ldo, float *dw,
+                                 const float *dy, const kda_bf16 *p, const float *w,
+                                 const float *rstd, int64_t B, int64_t T, int64_t C, int64_t W,
+                                 int64_t K) {
+    KDA_CUDA_REQUIRE(ctx, B >= 0 && T >= 0 && C > 0 && W >= 1 && W <= CONV_MAX_W);
+    KDA_CUDA_REQUIRE(ctx, kda_cuda_conv_l2_fusable(K) && C % K == 0 && ldo >= C && ldo % 4 == 0);
+    KDA_CUDA_REQUIRE(ctx, aligned_(16, dy) && aligned_(8, dp, p)); // a head is K / 4 lanes
+    if (B * T == 0) return 0;
+    dim3 grid = conv_grid(B, T, C, 4, CONV_TT_BWD), block(32, CONV_BT);
+    KDA_CUDA_REQUIRE(ctx, grid.y > 0);
+    int64_t P = grid.y; // dw partials: one per block row, [P, C, W] double
+    double *part = (double *)kda_cuda_scratch(ctx, (size_t)(P * C * W) * sizeof(double));
+    if (!part) return -1;
+    int lg = (int)(K / 4);
+    bool pf = conv_pf_();
+#define CONV_L2_BWD(W_)                                                                            \
+    if (pf)                                                                                        \
+        conv_bwd_k<W_, 4, true, true>                                                              \
+            <<<grid, block, 0, ctx->stream>>>(dp, part, NULL, p, w, dy, rstd, B, T, C, lg, ldo);   \
+    else                                                                                           \
+        conv_bwd_k<W_, 4, true, false>                                                             \
+            <<<grid, block, 0, ctx->stream>>>(dp, part, NULL, p, w, dy, rstd, B, T, C, lg, ldo)
+    CONV_DISPATCH_W(W, CONV_L2_BWD);
+#undef CONV_L2_BWD
+    CUDA_CHECK_LAUNCH(ctx);
+    colsum_finish(ctx->stream, dw, part, P, C * W);
+    CUDA_CHECK_LAUNCH(ctx);
+    return 0;
+}
+
+int kda_cuda_conv_silu_fwd_f32(KdaCudaCtx *ctx, float *y, const float *p, const float *w, int64_t B,
+                               int64_t T, int64_t C, int64_t W) {
+    KDA_CUDA_REQUIRE(ctx, B >= 0 && T >= 0 && C > 0 && W >= 1 && W <= CONV_MAX_W);
+    if (B * T == 0) return 0;
+    bool v4 = C % 4 == 0 && aligned_(16, y, p); // float4 groups of 4 channels
+    dim3 grid = conv_grid(B, T, C, v4 ? 4 : 1, CONV_TT_FWD), block(32, CONV_BT);
+    KDA_CUDA_REQUIRE(ctx, grid.y > 0);
+#define CONV_FWD(W_)                                                                               \
+    if (v4)                                                                                        \
+        conv_fwd_k<W_, 4, false, true>                                                             \
+            <<<grid, block, 0, ctx->stream>>>(y, NULL, p, w, B, T, C, 0, 0.0f);                    \
+    else                                                                                           \
+        conv_fwd_k<W_, 1, false, true>                                                             \
+            <<<grid, block, 0, ctx->stream>>>(y, NULL, p, w, B, T, C, 0, 0.0f)
+    CONV_DISPATCH_W(W, CONV_FWD);
+#undef CONV_FWD
+    CUDA_CHECK_LAUNCH(ctx);
+    return 0;
+}
+
+// ---- host twins of the fused kernels (tests: test_fuse_host.c) ---------------------------------
+// Same per-lane arithmetic (the __host__ __device__ pieces above) and the same group-sum tree;
+// the loops run every lane of every row one after another. The weight-gradient sums are added in
+// double per column (the device adds fixed tiles in fp32, then double: a different order).
+
+void kda_cuda_conv_silu_l2_fwd_host(kda_bf16 *y, float *rstd, const kda_bf16 *p, const float *w,
+                                    int64_t B, int64_t T, int64_t C, int64_t W, int64_t K,
+                                    float eps) {
+    int lg = (int)(K / 8);
+    int64_t H = C / K;
+    float out[32][8] = {{0}}, part[32] = {0}; // zeroed: gcc 13 maybe-uninitialized
+    for (int64_t b = 0; b < B; b++)
+        for (int64_t t = 0; t < T; t++)
+            for (int64_t h = 0; h < H; h++) {
+                for (int s = 0; s < lg; s++) {
+                    for (int v = 0; v < 8; v++) {
+                        int64_t ch = h * K + 8 * s + v;
+                        float acc = 0.0f;
+                        for (int64_t i = 0; i < W; i++) {
+                            int64_t tau = t - (W - 1) + i;
+                            acc +=
+                                w[ch * W + i] * (tau >= 0 ? bf2f(p[(b * T + tau) * C + ch]) : 0.0f);
+                        }
+                        out[s][v] = silu_f(acc);
+                    }
+                    part[s] = sumsq_lane<8>(out[s]);
+                }
+                float rs = l2_rs(group_sum_host(part, lg), eps);
+                for (int s = 0; s < lg; s++)
+                    for (int v = 0; v < 8; v++)
+                        y[(b * T + t) * C + h * K + 8 * s + v] = f2bf(out[s][v] * rs);
+                rstd[(b * T + t) * H + h] = rs;
+            }
+}
+
+void kda_cuda_conv_silu_l2_bwd_host(kda_bf16 *dp, float *dw, const float *dy, const kda_bf16 *p,
+                                    const float *w, const float *rstd, int64_t B, int64_t T,
+                                    int64_t C, int64_t W, int64_t K) {
+    int lg = (int)(K / 4);
+    int64_t H = C / K, n = B * T * C;
+    float *dc = (float *)kda_malloc((size_t)(n > 0 ? n : 1) * sizeof(float));
+    double *dws = (double *)kda_calloc((size_t)(C * W), sizeof(double));
+    auto pv = [&](int64_t b, int64_t tau, int64_t ch) {
+        return tau >= 0 && tau < T ? bf2f(p[(b * T + tau) * C + ch]) : 0.0f;
+    };
+    float c[32][4] = {{0}}, g[32][4] = {{0}}, yh[32][4] = {{0}}, part[32] = {0}; // as above
+    for (int64_t b = 0; b < B; b++)
+        for (int64_t t = 0; t < T; t++)
+            for (int64_t h = 0; h < H; h++) {
+                int64_t row = (b * T + t) * C;
+                float rs = rstd[(b * T + t) * H + h];
+                for (int s = 0; s < lg; s++) {
+                    for (int v = 0; v < 4; v++) {
+                        int64_t ch = h * K + 4 * s + v;
+                        c[s][v] = 0.0f;
+                        for (int64_t i = 0; i < W; i++)
+                            c[s][v] += w[ch * W + i] * pv(b, t - (W - 1) + i, ch);
+                        g[s][v] = dy[row + ch];
+                    }
+                    part[s] = l2_bwd_dot_lane<4>(yh[s], g[s], c[s], rs);
+                }
+                float dot = group_sum_host(part, lg);
+                for (int s = 0; s < lg; s++)
+                    for (int v = 0; v < 4; v++)
+                        dc[row + h * K + 4 * s + v] =
+                            rs * (g[s][v] - dot * yh[s][v]) * dsilu_f(c[s][v]);
+            }
+    for (int64_t b = 0; b < B; b++)
+        for (int64_t tau = 0; tau < T; tau++)
+            for (int64_t ch = 0; ch < C; ch++) {
+                float a = 0.0f; // dp_τ = Σ_i w_i dc_{τ+(W-1)-i}, i increasing (as the device)
+                for (int64_t i = 0; i < W; i++) {
+                    int64_t t = tau + (W - 1) - i;
+                    a += w[ch * W + i] * (t < T ? dc[(b * T + t) * C + ch] : 0.0f);
+                }
+                dp[(b * T + tau) * C + ch] = f2bf(a);
+                for (int64_t i = 0; i < W; i++) // dw_i += dc_τ p_{τ-(W-1)+i}
+                    dws[ch * W + i] +=
+                        (double)(dc[(b * T + tau) * C + ch] * pv(b, tau - (W - 1) + i, ch));
+            }
+    for (int64_t e = 0; e < C * W; e++)
+        dw[e] += (float)dws[e];
+    free(dc);
+    free(dws);
+}
+
+} // extern "C"
