@@ -482,8 +482,8 @@ KDA_TEST_GPU(gpu_conv_silu) {
         conv_case_(&r, cases[k].B, cases[k].T, cases[k].C, cases[k].W, cases[k].mis);
 }
 
-// One conv case run with the prefetching kernels (default) and without (KDA_CONV_PREFETCH=0, the
-// kernels before): the same arithmetic in the same order, so y (and rstd), dp and dw bit for
+// One conv case run with the prefetching kernels (KDA_CONV_PREFETCH=1) and without (the
+// default): the same arithmetic in the same order, so y (and rstd), dp and dw bit for
 // bit. K > 0: the fused q/k kernels (conv + SiLU + L2 norm, C = H·K), else conv + SiLU.
 static void conv_pf_case_(KdaRng *r, int64_t B, int64_t T, int64_t C, int64_t W, int64_t K) {
     int64_t n = B * T * C, nr = K > 0 ? B * T * (C / K) : 1;
@@ -493,7 +493,7 @@ static void conv_pf_case_(KdaRng *r, int64_t B, int64_t T, int64_t C, int64_t W,
     float *dyf = dev_f32_(dy, n), *dw_ = dev_f32_(w, C * W);
     float *out[2][4]; // [pf][y, rstd, dp, dw]
     for (int pf = 1; pf >= 0; pf--) {
-        if (!pf) setenv("KDA_CONV_PREFETCH", "0", 1);
+        setenv("KDA_CONV_PREFETCH", pf ? "1" : "0", 1);
         kda_bf16 *y = dev_poison_((size_t)n * 2), *dp = dev_poison_((size_t)n * 2);
         float *rs = dev_poison_((size_t)nr * 4), *dwg = dev_f32_(dw0, C * W);
         if (K > 0) {

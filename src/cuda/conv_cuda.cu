@@ -47,10 +47,12 @@ __host__ __device__ __forceinline__ float l2_bwd_dot_lane(float (&yh)[VEC], cons
 // ~1 TB/s (conv+SiLU fwd 1.69 ms, bwd 2.95 ms at mb 16, 4.3x their floor) with 512 threads per SM
 // of the q/k grids each waiting on its load. The arithmetic and its order are unchanged.
 // Template PF = false is the kernel before (one load per token, used at once; forward tiles of
-// 16): KDA_CONV_PREFETCH=0, read at every launch, runs it (to measure against).
+// 16) and the default again: on the GPU run of 2026-12-03 the prefetching kernels measured
+// slower in the model (mb 16: fwd 1.69 → 1.99 ms, bwd 2.95 → 4.61 ms; the q/k backward's 172
+// registers leave one block per SM). KDA_CONV_PREFETCH=1, read at every launch, runs them.
 #define CONV_MAX_W    8
 #define CONV_BT       8
-#define CONV_TT_FWD   8 // tokens per forward tile (16 without the prefetch, KDA_CONV_PREFETCH=0)
+#define CONV_TT_FWD   8 // tokens per forward tile with the prefetch (KDA_CONV_PREFETCH=1; else 16)
 #define CONV_TT_BWD   32
 #define CONV_PD       8 // backward prefetch distance (tokens)
 #define CONV_TT_F(PF) ((PF) ? CONV_TT_FWD : 16)
@@ -422,11 +424,11 @@ static dim3 conv_grid(int64_t B, int64_t T, int64_t C, int vec, int tt) {
     return dim3((unsigned)CEIL_DIV(C / vec, (int64_t)32), rows <= 65535 ? (unsigned)rows : 0u);
 }
 
-// KDA_CONV_PREFETCH=0 (read at every launch): the conv kernels without their prefetch (the
-// kernels before 2026-12-03; the same arithmetic).
+// KDA_CONV_PREFETCH=1 (read at every launch): the conv kernels with their prefetch (opt-in since
+// they measured slower, above; the same arithmetic).
 static bool conv_pf_(void) {
     const char *e = getenv("KDA_CONV_PREFETCH");
-    return !(e && !strcmp(e, "0"));
+    return e && !strcmp(e, "1");
 }
 
 int kda_cuda_conv_silu_fwd(KdaCudaCtx *ctx, kda_bf16 *y, const kda_bf16 *p, const float *w,

@@ -464,8 +464,7 @@ namespace {
 // each, one 16-byte access per tensor), a warp 32 / lr rows at once. The gate logits z are the
 // raw GEMM output: σ(z + bias[head·V + v]) in fp32 (the unfused path rounds z + bias to bf16
 // first). The per-lane arithmetic below is shared with the host twins (kda_cuda_gnorm_bias_*_host).
-#define GN_TILE   256 // rows per block of the fused backward: its dw partials are [rows / 256, V]
-#define GN_BWD_UF 2   // row groups per iteration of a backward warp
+#define GN_TILE 256 // rows per block of the fused backward: its dw partials are [rows / 256, V]
 
 // Forward, one lane's 8 elements: returns Σ x².
 __host__ __device__ __forceinline__ float gn_ss_lane(const float (&x)[8]) {
@@ -506,40 +505,26 @@ __host__ __device__ __forceinline__ void gn_bwd_lane2(float (&dx)[8], float (&ac
     }
 }
 
-// y [NR, V] bf16, rstd [NR] from x, z [NR, V] bf16; one group of lr lanes per row. A warp takes
-// GN_FWD_UF consecutive row groups and loads all of them before the math (2·GN_FWD_UF 16-byte
-// loads in flight per lane: with one group per warp, 8192 blocks of one load round trip each ran
-// at 2.2 TB/s, 1.9x the floor, 2026-12-03); each row's arithmetic as before.
-#define GN_FWD_UF 4
+// y [NR, V] bf16, rstd [NR] from x, z [NR, V] bf16; one group of lr lanes per row. (Four row
+// groups per warp with all loads first, and two per backward iteration, measured slower in the
+// model on 2026-12-03: fwd 0.56 → 1.01 ms, bwd 1.26 → 1.73 ms at mb 16; reverted.)
 __global__ void gnorm_bias_fwd_k(kda_bf16 *y, float *rstd, const kda_bf16 *x, const kda_bf16 *z,
                                  const float *bias, const float *w, int64_t NR, int64_t HV,
                                  int64_t V, float eps) {
     int lr = (int)(V / 8), lane = threadIdx.x & 31, rw = 32 / lr;
-    int64_t g0 = ((int64_t)blockIdx.x * ROWS_PER_BLOCK + threadIdx.x / 32) * GN_FWD_UF;
+    int64_t r = ((int64_t)blockIdx.x * ROWS_PER_BLOCK + threadIdx.x / 32) * rw + lane / lr;
     int64_t c0 = 8 * (lane % lr);
-    float xv[GN_FWD_UF][8], zv[GN_FWD_UF][8];
-#pragma unroll
-    for (int k = 0; k < GN_FWD_UF; k++) {
-        int64_t r = (g0 + k) * rw + lane / lr;
-#pragma unroll
-        for (int v = 0; v < 8; v++)
-            xv[k][v] = zv[k][v] = 0.0f;
-        if (r < NR) {
-            ld_bf<8>(xv[k], x + r * V + c0);
-            ld_bf<8>(zv[k], z + r * V + c0);
-        }
+    bool act = r < NR; // lanes of a row group agree; every lane reaches the group sum
+    float xv[8] = {0}, zv[8] = {0}, yv[8];
+    if (act) {
+        ld_bf<8>(xv, x + r * V + c0);
+        ld_bf<8>(zv, z + r * V + c0);
     }
-#pragma unroll
-    for (int k = 0; k < GN_FWD_UF; k++) {
-        int64_t r = (g0 + k) * rw + lane / lr;
-        bool act = r < NR; // lanes of a row group agree; every lane reaches the group sum
-        float yv[8];
-        float rs = gn_rs(group_sum(gn_ss_lane(xv[k]), lr), V, eps);
-        if (!act) continue;
-        gn_fwd_lane(yv, xv[k], zv[k], w + c0, bias + (int64_t)((int)r % (int)HV) * V + c0, rs);
-        st_bf<8>(y + r * V + c0, yv);
-        if (c0 == 0) rstd[r] = rs;
-    }
+    float rs = gn_rs(group_sum(gn_ss_lane(xv), lr), V, eps);
+    if (!act) return;
+    gn_fwd_lane(yv, xv, zv, w + c0, bias + (int64_t)((int)r % (int)HV) * V + c0, rs);
+    st_bf<8>(y + r * V + c0, yv);
+    if (c0 == 0) rstd[r] = rs;
 }
 
 // dx, dz [NR, V] bf16 overwritten; part [ceil(NR / GN_TILE), V] double = the block's dw sums.
@@ -555,40 +540,23 @@ __global__ void __launch_bounds__(32 * ROWS_PER_BLOCK)
     int64_t c0 = 8 * (lane % lr), base = (int64_t)blockIdx.x * GN_TILE;
     int64_t end = min(base + (int64_t)GN_TILE, NR);
     float accw[8] = {0};
-    // GN_BWD_UF row groups per iteration, all their loads first (3·GN_BWD_UF 16-byte loads in
-    // flight per lane instead of 3; the row at 1.9 TB/s, 2.2x the floor, 2026-12-03), then each
-    // group's math in increasing row order: accw adds the rows in the order of the loop before.
-    const int64_t stride = (int64_t)ROWS_PER_BLOCK * rw;
-    for (int64_t gb = base + (int64_t)warp * rw; gb < end; gb += GN_BWD_UF * stride) {
-        float gv[GN_BWD_UF][8], xv[GN_BWD_UF][8], zv[GN_BWD_UF][8], rsv[GN_BWD_UF];
-#pragma unroll
-        for (int k = 0; k < GN_BWD_UF; k++) {
-            int64_t r = gb + k * stride + lane / lr;
-#pragma unroll
-            for (int v = 0; v < 8; v++)
-                gv[k][v] = xv[k][v] = zv[k][v] = 0.0f;
-            rsv[k] = 0.0f;
-            if (r < end) {
-                ld_bf<8>(gv[k], dy + r * V + c0);
-                ld_bf<8>(xv[k], x + r * V + c0);
-                ld_bf<8>(zv[k], z + r * V + c0);
-                rsv[k] = rstd[r];
-            }
+    for (int64_t g0 = base + (int64_t)warp * rw; g0 < end; g0 += (int64_t)ROWS_PER_BLOCK * rw) {
+        int64_t r = g0 + lane / lr;
+        bool act = r < end; // warp-uniform loop; inactive rows add zeros
+        float gv[8] = {0}, xv[8] = {0}, zv[8] = {0}, sg[8], dzv[8], dxv[8];
+        float rs = 0.0f;
+        const float *bb = bias + (act ? (int64_t)((int)r % (int)HV) * V : 0) + c0;
+        if (act) {
+            ld_bf<8>(gv, dy + r * V + c0);
+            ld_bf<8>(xv, x + r * V + c0);
+            ld_bf<8>(zv, z + r * V + c0);
+            rs = rstd[r];
         }
-#pragma unroll
-        for (int k = 0; k < GN_BWD_UF; k++) {
-            if (gb + k * stride >= end) break; // warp-uniform: no later group has rows
-            int64_t r = gb + k * stride + lane / lr;
-            bool act = r < end; // inactive rows add zeros
-            float sg[8], dzv[8], dxv[8], rs = rsv[k];
-            const float *bb = bias + (act ? (int64_t)((int)r % (int)HV) * V : 0) + c0;
-            float m =
-                group_sum(gn_bwd_lane(dzv, sg, gv[k], xv[k], zv[k], w + c0, bb, rs), lr) / (float)V;
-            gn_bwd_lane2(dxv, accw, gv[k], xv[k], sg, w + c0, rs, m);
-            if (act) {
-                st_bf<8>(dz + r * V + c0, dzv);
-                st_bf<8>(dx + r * V + c0, dxv);
-            }
+        float m = group_sum(gn_bwd_lane(dzv, sg, gv, xv, zv, w + c0, bb, rs), lr) / (float)V;
+        gn_bwd_lane2(dxv, accw, gv, xv, sg, w + c0, rs, m);
+        if (act) {
+            st_bf<8>(dz + r * V + c0, dzv);
+            st_bf<8>(dx + r * V + c0, dxv);
         }
     }
 #pragma unroll
@@ -618,7 +586,7 @@ int kda_cuda_gnorm_bias_fwd(KdaCudaCtx *ctx, kda_bf16 *y, float *rstd, const kda
                             int64_t HV, int64_t V, float eps) {
     KDA_CUDA_REQUIRE(ctx, N >= 0 && HV > 0 && kda_cuda_gnorm_fusable(V));
     KDA_CUDA_REQUIRE(ctx, N * HV < INT32_MAX && aligned_(16, y, x, z, w, bias));
-    int64_t NR = N * HV, rows_per_block = ROWS_PER_BLOCK * GN_FWD_UF * (32 / (V / 8));
+    int64_t NR = N * HV, rows_per_block = ROWS_PER_BLOCK * (32 / (V / 8));
     if (NR == 0) return 0;
     gnorm_bias_fwd_k<<<(unsigned)CEIL_DIV(NR, rows_per_block), 32 * ROWS_PER_BLOCK, 0,
                        ctx->stream>>>(y, rstd, x, z, bias, w, NR, HV, V, eps);

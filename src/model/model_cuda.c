@@ -126,16 +126,17 @@ struct KdaCudaModel {
     int cls_row;       // its row kernel: KDA_CLS_ROW_CLUSTER, _BLOCK (KDA_CLS_ROW=1)
     int core_keep;     // keep the KDA core's forward h and Δ for the backward (KDA_CORE_KEEP)
     int core_tc;       // the tensor-core KDA core (cuda/kda_tc.h) where it fits; KDA_CORE=simt off
-    int inproj;        // q|k|v|f0|g0|b back to back on the device: one input GEMM (KDA_INPROJ)
-    int dy_inplace;    // beta/conv backwards write into the fused dY (KDA_DY_INPLACE=1, opt-in)
-    int gateup;        // gate_proj|up_proj back to back: one [2I, D] GEMM each way (KDA_GATEUP)
-    int fuse;          // fused elementwise kernels wanted (KDA_FUSE; kda_cuda_model_set_fuse)
-    int fuse_l2;       // conv + SiLU + L2 norm of q and k in one kernel (fuse and K fits)
-    int fuse_gn;       // gated out-norm with the g_proj.1 bias folded in (fuse and V fits)
-    int fuse_dh;       // RMSNorm backward writes the bf16 dh (no fp32 -> bf16 cast)
-    int *dorder;       // [table.n] row indices by device offset
-    bf *inb;           // [N, INPROJ width] bf16: the fused input GEMM's output, then its dY
-    float *keep;       // [keep_cap] floats: per layer (one layer's with recompute) kept h and Δ
+    const struct CoreOps *core; // the KDA core of this (B, T): core_pick_, once per batch shape
+    int inproj;     // q|k|v|f0|g0|b back to back on the device: one input GEMM (KDA_INPROJ)
+    int dy_inplace; // beta/conv backwards write into the fused dY (KDA_DY_INPLACE=1, opt-in)
+    int gateup;     // gate_proj|up_proj back to back: one [2I, D] GEMM each way (KDA_GATEUP)
+    int fuse;       // fused elementwise kernels wanted (KDA_FUSE; kda_cuda_model_set_fuse)
+    int fuse_l2;    // conv + SiLU + L2 norm of q and k in one kernel (fuse and K fits)
+    int fuse_gn;    // gated out-norm with the g_proj.1 bias folded in (fuse and V fits)
+    int fuse_dh;    // RMSNorm backward writes the bf16 dh (no fp32 -> bf16 cast)
+    int *dorder;    // [table.n] row indices by device offset
+    bf *inb;        // [N, INPROJ width] bf16: the fused input GEMM's output, then its dY
+    float *keep;    // [keep_cap] floats: per layer (one layer's with recompute) kept h and Δ
     size_t keep_cap;
     int have_fwd;
     int clip_pending;
@@ -634,15 +635,61 @@ int kda_cuda_model_profile(KdaCudaModel *m, KdaProf *p, KdaError *err) {
     return rc ? fail_(m, err) : 0;
 }
 
-// KDA_CORE is not simt and the tensor-core kernels take these dims (else the SIMT path runs).
-static int core_tc_(const KdaCudaModel *m, const KdaDims *d) {
-    return m->core_tc && kda_tc_supported(d, m->ctx.info.smem_per_block_optin);
+// One implementation of the KDA core: its plain and kept (M0) forward and backward and the size
+// of its kept buffer. The two tables share signatures (kda_tc.h; kda_cuda.h + kda_fast.h), so the
+// choice between them is made once per batch shape (core_pick_) and the blocks call m->core.
+typedef int (*CoreFwd)(KdaCudaCtx *ctx, kda_bf16 *o, float *final_state, const kda_bf16 *q,
+                       const kda_bf16 *k, const kda_bf16 *v, const float *gcum, const float *beta,
+                       const float *init_state, const KdaDims *d);
+typedef int (*CoreFwdKeep)(KdaCudaCtx *ctx, kda_bf16 *o, float *final_state, const kda_bf16 *q,
+                           const kda_bf16 *k, const kda_bf16 *v, const float *gcum,
+                           const float *beta, const float *init_state, const KdaDims *d,
+                           float *keep);
+typedef int (*CoreBwd)(KdaCudaCtx *ctx, float *dq, float *dk, kda_bf16 *dv, float *dg, float *dbeta,
+                       float *dinit_state, const kda_bf16 *d_o, const float *dfinal_state,
+                       const kda_bf16 *q, const kda_bf16 *k, const kda_bf16 *v, const float *gcum,
+                       const float *beta, const float *init_state, const KdaDims *d);
+typedef int (*CoreBwdKept)(KdaCudaCtx *ctx, float *dq, float *dk, kda_bf16 *dv, float *dg,
+                           float *dbeta, float *dinit_state, const kda_bf16 *d_o,
+                           const float *dfinal_state, const kda_bf16 *q, const kda_bf16 *k,
+                           const kda_bf16 *v, const float *gcum, const float *beta,
+                           const float *init_state, const KdaDims *d, const float *kept);
+typedef struct CoreOps {
+    const char *name;
+    CoreFwd fwd;
+    CoreFwdKeep fwd_keep;
+    CoreBwd bwd;
+    CoreBwdKept bwd_kept;
+    size_t (*keep_floats)(const KdaDims *d);
+} CoreOps;
+static const CoreOps CORE_TC = {"tc",       kda_tc_fwd,      kda_tc_fwd_keep,
+                                kda_tc_bwd, kda_tc_bwd_kept, kda_tc_keep_floats};
+static const CoreOps CORE_SIMT = {"simt",
+                                  kda_cuda_chunk_fwd,
+                                  kda_fast_fwd_keep,
+                                  kda_cuda_chunk_bwd,
+                                  kda_fast_bwd_kept,
+                                  kda_fast_keep_floats};
+
+// The tensor-core core when KDA_CORE is not simt and its kernels take these dims, else the SIMT
+// fast path (which itself falls back to kda_cuda.h's chunk kernels where kda_fast does not fit).
+static const CoreOps *core_pick_(const KdaCudaModel *m, const KdaDims *d) {
+    return m->core_tc && kda_tc_supported(d, m->ctx.info.smem_per_block_optin) ? &CORE_TC
+                                                                               : &CORE_SIMT;
 }
 
 static KdaDims dims_(const KdaCudaModel *m) {
     KdaDims d = kda_model_dims(&m->cfg, m->B, m->T);
     d.chunk = m->chunk; // the chunked form is exact for any chunk; the GPU's is not the CPU's 64
     return d;
+}
+
+// The batch shape of the coming forward, and with it the KDA core that serves it (the one
+// dispatch to the fast paths: the blocks call m->core).
+static void set_batch_(KdaCudaModel *m, int64_t B, int64_t T) {
+    m->B = B, m->T = T;
+    KdaDims d = dims_(m);
+    m->core = core_pick_(m, &d);
 }
 
 // FLOPs and fewest bytes of y [N, out] = x [N, in] · Wᵀ, bf16 operands and output (profile).
@@ -754,20 +801,13 @@ static int block_fwd_(KdaCudaModel *m, const KdaLayerTensors *P, DevLayer *L, fl
     if (!m->inproj) TRY(lin_(m, KDA_OP_PROJ_FWD, L->b, L->xa, P->b_proj, N, D, HV));
     TIMED(KDA_OP_GATE_FWD, 0, 6.0 * N * HV,
           kda_cuda_beta_fwd(x, L->beta, L->b, N * HV, c->allow_neg_eigval));
-    if (L->keep && core_tc_(m, &d)) // tensor-core core, kept state (kda_tc_keep_floats)
+    if (L->keep) // M0: the state (and with the tc core more) kept for the backward
         TIMED(KDA_OP_CORE_FWD, 0, 512.0 * N * HV,
-              kda_tc_fwd_keep(x, L->o, m->fin, L->q, L->k, L->v, L->gcum, L->beta, NULL, &d,
-                              L->keep));
-    else if (core_tc_(m, &d))
-        TIMED(KDA_OP_CORE_FWD, 0, 512.0 * N * HV,
-              kda_tc_fwd(x, L->o, m->fin, L->q, L->k, L->v, L->gcum, L->beta, NULL, &d));
-    else if (L->keep) // M0: h and Δ kept for the backward
-        TIMED(KDA_OP_CORE_FWD, 0, 512.0 * N * HV,
-              kda_fast_fwd_keep(x, L->o, m->fin, L->q, L->k, L->v, L->gcum, L->beta, NULL, &d,
+              m->core->fwd_keep(x, L->o, m->fin, L->q, L->k, L->v, L->gcum, L->beta, NULL, &d,
                                 L->keep));
     else
         TIMED(KDA_OP_CORE_FWD, 0, 512.0 * N * HV,
-              kda_cuda_chunk_fwd(x, L->o, m->fin, L->q, L->k, L->v, L->gcum, L->beta, NULL, &d));
+              m->core->fwd(x, L->o, m->fin, L->q, L->k, L->v, L->gcum, L->beta, NULL, &d));
     if (!m->inproj) TRY(lin_(m, KDA_OP_PROJ_FWD, L->z0, L->xa, P->g_proj0, N, D, V));
     TRY(lin_(m, KDA_OP_PROJ_FWD, L->z, L->z0, P->g_proj1, N, V, HVV));
     if (m->fuse_gn) { // the bias folded into the gated norm: z stays the raw GEMM output
@@ -834,7 +874,7 @@ static int keep_reserve_(KdaCudaModel *m) {
     KdaDims d = dims_(m);
     int64_t nl = m->cfg.num_hidden_layers;
     int on = m->core_keep && kda_fast_supported(&d, m->ctx.info.smem_per_block_optin);
-    size_t per = !on ? 0 : core_tc_(m, &d) ? kda_tc_keep_floats(&d) : kda_fast_keep_floats(&d);
+    size_t per = on ? m->core->keep_floats(&d) : 0;
     size_t sets = m->recompute ? 1 : (size_t)nl;
     if (on && m->keep_cap < per * sets) {
         kda_cuda_release(m->keep);
@@ -869,7 +909,7 @@ static int start_forward_(KdaCudaModel *m, const int32_t *ids, const int32_t *la
     m->n_valid = xent_targets(tg, labels, B, T);
     int rc = reserve_(m, N);
     if (!rc) {
-        m->B = B, m->T = T;
+        set_batch_(m, B, T);
         rc = keep_reserve_(m) || prof_begin_(m) || upload_(m, ids, tg, N) ||
              prof_end_(m, KDA_OP_SYNC, 0, 8.0 * (double)N);
     }
@@ -1026,22 +1066,14 @@ static int block_bwd_(KdaCudaModel *m, const KdaLayerTensors *P, KdaLayerTensors
     TRY(dx_(m, KDA_OP_PROJ_BWD, m->dlow, KDA_DT_BF16, m->dz, P->g_proj1, N, V, HVV, 0));
     TRY(proj_bwd_(m, G->g_proj0, P->g_proj0, m->dlow, L->xa, ic.g0, V, 0));
 
-    if (L->keep && core_tc_(m, &d))
+    if (L->keep)
         TIMED(KDA_OP_CORE_BWD, 0, 1024.0 * N * HV,
-              kda_tc_bwd_kept(x, m->dq, m->dk, m->dv, m->dg, m->dbeta, NULL, m->d_o, NULL, L->q,
-                              L->k, L->v, L->gcum, L->beta, NULL, &d, L->keep));
-    else if (core_tc_(m, &d))
-        TIMED(KDA_OP_CORE_BWD, 0, 1024.0 * N * HV,
-              kda_tc_bwd(x, m->dq, m->dk, m->dv, m->dg, m->dbeta, NULL, m->d_o, NULL, L->q, L->k,
-                         L->v, L->gcum, L->beta, NULL, &d));
-    else if (L->keep)
-        TIMED(KDA_OP_CORE_BWD, 0, 1024.0 * N * HV,
-              kda_fast_bwd_kept(x, m->dq, m->dk, m->dv, m->dg, m->dbeta, NULL, m->d_o, NULL, L->q,
+              m->core->bwd_kept(x, m->dq, m->dk, m->dv, m->dg, m->dbeta, NULL, m->d_o, NULL, L->q,
                                 L->k, L->v, L->gcum, L->beta, NULL, &d, L->keep));
     else
         TIMED(KDA_OP_CORE_BWD, 0, 1024.0 * N * HV,
-              kda_cuda_chunk_bwd(x, m->dq, m->dk, m->dv, m->dg, m->dbeta, NULL, m->d_o, NULL, L->q,
-                                 L->k, L->v, L->gcum, L->beta, NULL, &d));
+              m->core->bwd(x, m->dq, m->dk, m->dv, m->dg, m->dbeta, NULL, m->d_o, NULL, L->q, L->k,
+                           L->v, L->gcum, L->beta, NULL, &d));
 
     TIMED(KDA_OP_GATE_BWD, 0, 8.0 * N * HVK,
           kda_cuda_gate_cumsum_bwd(x, m->df, G->A_log, G->dt_bias, m->dg, L->f, P->A_log,
@@ -1507,12 +1539,12 @@ int kda_cuda_model_plan(const KdaConfig *cfg, const KdaParamTable *t, int64_t B,
     m->recompute = recompute != 0;
     m->L =
         kda_calloc((size_t)(cfg->num_hidden_layers > 0 ? cfg->num_hidden_layers : 1), sizeof *m->L);
-    m->B = B, m->T = T;
+    set_batch_(m, B, T);
     Arena a = {NULL, 0};
     layout_(m, B * T, &a); // reserve_'s count, for B·T tokens
     KdaDims d = dims_(m);  // keep_reserve_'s size
     int keep = m->core_keep && kda_fast_supported(&d, smem_optin);
-    size_t per = !keep ? 0 : core_tc_(m, &d) ? kda_tc_keep_floats(&d) : kda_fast_keep_floats(&d);
+    size_t per = keep ? m->core->keep_floats(&d) : 0;
     size_t sets = m->recompute ? 1 : (size_t)cfg->num_hidden_layers;
     out->dtotal = m->dtotal;
     out->state_bytes = 4.0 * F32(m->dtotal); // p, g, m1, m2
