@@ -14,24 +14,14 @@
 #include <stdlib.h>
 #include <string.h>
 
+#define BENCH_NAME "bench_cls"
+#include "bench_common.h"     // defines: g, die_, time_ms_, rand_bf16_ (and KdaRng, kda_cuda_*)
 #include "core/rng.h"         // defines: KdaRng, rng_normal, rng_below
 #include "cuda/cuda_common.h" // defines: KdaCudaCtx, kda_cuda_*
 #include "cuda/gemm_cuda.h"   // defines: kda_cuda_gemm_probe
 #include "cuda/xent_cuda.h"   // defines: kda_cuda_cls_*
 
 enum { ROWS = 8192, D = 1024, V = 128256, CHUNKS = 4 };
-
-static KdaCudaCtx g;
-
-static void die_(const char *what) {
-    fprintf(stderr, "bench_cls: %s: %s\n", what, g.err.msg);
-    exit(1);
-}
-
-static int cmp_f_(const void *a, const void *b) {
-    float x = *(const float *)a, y = *(const float *)b;
-    return (x > y) - (x < y);
-}
 
 typedef struct {
     kda_bf16 *lg, *lg0, *n, *W;
@@ -44,50 +34,24 @@ typedef struct {
 
 static Bench z;
 
-// Median ms of `what` (0 GEMM, 1 row kernel, 2 dX + dW, 3 copy) over 10 runs after 2 warm-ups.
-static float time_ms_(int what) {
-    cudaEvent_t e0, e1;
-    if (cudaEventCreate(&e0) != cudaSuccess || cudaEventCreate(&e1) != cudaSuccess) die_("event");
-    size_t lb = (size_t)ROWS * (size_t)z.ld * 2;
-    float ms[10];
-    for (int i = 0; i < 12; i++) {
-        if (what == 1 && cudaMemcpyAsync(z.lg, z.lg0, lb, cudaMemcpyDeviceToDevice, g.stream))
-            die_("restore");
-        cudaEventRecord(e0, g.stream);
-        int rc = 0;
-        if (what == 0) rc = kda_cuda_cls_chunk_logits(&g, z.n, z.W, ROWS, D, V, 0, &z.ws);
-        if (what == 1)
-            rc = kda_cuda_cls_row_kernel(&g, z.lg, z.nll, z.lse, z.tg, ROWS, V, z.ld, 1.0f / ROWS,
-                                         1, z.kernel, z.cl);
-        if (what == 2) rc = kda_cuda_cls_chunk_bwd(&g, z.dn, z.dW, z.n, z.W, ROWS, D, V, 0, &z.ws);
-        if (what == 3 && cudaMemcpyAsync(z.lg, z.lg0, lb, cudaMemcpyDeviceToDevice, g.stream))
-            rc = -1;
-        if (rc) die_("launch");
-        cudaEventRecord(e1, g.stream);
-        if (kda_cuda_sync(&g)) die_("sync");
-        if (i >= 2) cudaEventElapsedTime(&ms[i - 2], e0, e1);
-    }
-    cudaEventDestroy(e0);
-    cudaEventDestroy(e1);
-    qsort(ms, 10, sizeof *ms, cmp_f_);
-    return (ms[4] + ms[5]) / 2;
+// The four timed pieces of one chunk, and the untimed restore of the pristine logits that each
+// row-kernel run overwrites in place.
+static size_t lbytes_(void) {
+    return (size_t)ROWS * (size_t)z.ld * 2;
 }
-
-// n bf16 values from N(0, std) on the device: a host tile of 1M draws repeated by device copies.
-static kda_bf16 *rand_bf16_(KdaRng *r, int64_t n, float std) {
-    int64_t tile = n < ((int64_t)1 << 20) ? n : ((int64_t)1 << 20);
-    float *h = malloc((size_t)tile * sizeof(float));
-    for (int64_t i = 0; i < tile; i++)
-        h[i] = rng_normal(r, 0.0f, std);
-    kda_bf16 *d = kda_cuda_alloc(&g, (size_t)n * 2);
-    if (!d || kda_cuda_put_bf16(&g, d, h, tile)) die_("upload");
-    for (int64_t at = tile; at < n; at += tile)
-        if (cudaMemcpyAsync(d + at, d, (size_t)((n - at < tile ? n - at : tile) * 2),
-                            cudaMemcpyDeviceToDevice, g.stream) != cudaSuccess)
-            die_("tile copy");
-    if (kda_cuda_sync(&g)) die_("fill");
-    free(h);
-    return d;
+static int f_logits(void) {
+    return kda_cuda_cls_chunk_logits(&g, z.n, z.W, ROWS, D, V, 0, &z.ws);
+}
+static int f_rows(void) {
+    return kda_cuda_cls_row_kernel(&g, z.lg, z.nll, z.lse, z.tg, ROWS, V, z.ld, 1.0f / ROWS, 1,
+                                   z.kernel, z.cl);
+}
+static int f_bwd(void) {
+    return kda_cuda_cls_chunk_bwd(&g, z.dn, z.dW, z.n, z.W, ROWS, D, V, 0, &z.ws);
+}
+static int f_copy(void) {
+    return cudaMemcpyAsync(z.lg, z.lg0, lbytes_(), cudaMemcpyDeviceToDevice, g.stream) !=
+           cudaSuccess;
 }
 
 int main(void) {
@@ -124,10 +88,10 @@ int main(void) {
         die_("pristine copy");
     double gemm_fl = 2.0 * ROWS * D * (double)V, lbytes = 2.0 * (double)nl;
     printf("%-44s %9s %12s %12s\n", "op (one chunk)", "ms", "rate", "x4 chunks ms");
-    float t = time_ms_(0);
+    float t = time_ms_(f_logits, NULL);
     printf("%-44s %9.3f %8.1f TFLOP/s %9.3f\n", "logits GEMM [8192,1024]x[1024,128256] bf16", t,
            gemm_fl / t / 1e9, CHUNKS * t);
-    t = time_ms_(3);
+    t = time_ms_(f_copy, NULL);
     printf("%-44s %9.3f %8.0f GB/s %12.3f\n", "copy of the logits (read + write)", t,
            2 * lbytes / t / 1e6, CHUNKS * t);
     const struct {
@@ -139,13 +103,13 @@ int main(void) {
     float *nll[3];
     for (int k = 0; k < 3; k++) {
         z.kernel = rk[k].kernel, z.cl = rk[k].cl;
-        t = time_ms_(1);
+        t = time_ms_(f_rows, f_copy);
         // bytes: the floor's (logits read once, dlogits written once)
         printf("%-44s %9.3f %8.0f GB/s %12.3f\n", rk[k].name, t, 2 * lbytes / t / 1e6, CHUNKS * t);
         nll[k] = malloc(ROWS * sizeof(float));
         if (kda_cuda_get_f32(&g, nll[k], z.nll, ROWS)) die_("nll");
     }
-    t = time_ms_(2);
+    t = time_ms_(f_bwd, NULL);
     printf("%-44s %9.3f %8.1f TFLOP/s %9.3f\n", "dX + dW GEMMs", t, 2 * gemm_fl / t / 1e9,
            CHUNKS * t);
     // cuBLASLt's candidates for the logits GEMM (xent_cuda.cu's form: logitsᵀ [V, rows] column-

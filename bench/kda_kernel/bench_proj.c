@@ -13,6 +13,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#define BENCH_NAME "bench_proj"
+#include "bench_common.h"     // defines: g, die_, time_ms_, rand_bf16_, BenchFn
 #include "core/rng.h"         // defines: KdaRng, rng_normal
 #include "cuda/cuda_common.h" // defines: KdaCudaCtx, kda_cuda_*
 #include "cuda/gemm_cuda.h"   // defines: kda_cuda_gemm_*, kda_cuda_matmul, kda_cuda_cols_*
@@ -20,57 +22,10 @@
 enum { N = 32768, D = 1024, WI = 1160, HVV = 512, R = 64 };
 static const int64_t COL[6] = {0, 256, 512, 1024, 1088, 1152}, WID[6] = {256, 256, 512, 64, 64, 8};
 
-static KdaCudaCtx g;
-
-static void die_(const char *what) {
-    fprintf(stderr, "bench_proj: %s: %s\n", what, g.err.msg);
-    exit(1);
-}
-
-static int cmp_f_(const void *a, const void *b) {
-    float x = *(const float *)a, y = *(const float *)b;
-    return (x > y) - (x < y);
-}
-
 static struct {
     kda_bf16 *xa, *Win, *inb, *part[6], *f0, *Wf1, *y256, *Wg1, *y512, *on, *Wo, *ybf;
     float *res, *out, *dx, *dWin;
 } z;
-
-typedef int (*Fn)(void);
-
-static float time_ms_(Fn fn) {
-    cudaEvent_t e0, e1;
-    if (cudaEventCreate(&e0) != cudaSuccess || cudaEventCreate(&e1) != cudaSuccess) die_("event");
-    float ms[10];
-    for (int i = 0; i < 12; i++) {
-        cudaEventRecord(e0, g.stream);
-        if (fn()) die_("launch");
-        cudaEventRecord(e1, g.stream);
-        if (kda_cuda_sync(&g)) die_("sync");
-        if (i >= 2) cudaEventElapsedTime(&ms[i - 2], e0, e1);
-    }
-    cudaEventDestroy(e0);
-    cudaEventDestroy(e1);
-    qsort(ms, 10, sizeof *ms, cmp_f_);
-    return (ms[4] + ms[5]) / 2;
-}
-
-static kda_bf16 *rand_bf16_(KdaRng *r, int64_t n, float std) {
-    int64_t tile = n < ((int64_t)1 << 20) ? n : ((int64_t)1 << 20);
-    float *h = malloc((size_t)tile * sizeof(float));
-    for (int64_t i = 0; i < tile; i++)
-        h[i] = rng_normal(r, 0.0f, std);
-    kda_bf16 *d = kda_cuda_alloc(&g, (size_t)n * 2);
-    if (!d || kda_cuda_put_bf16(&g, d, h, tile)) die_("upload");
-    for (int64_t at = tile; at < n; at += tile)
-        if (cudaMemcpyAsync(d + at, d, (size_t)((n - at < tile ? n - at : tile) * 2),
-                            cudaMemcpyDeviceToDevice, g.stream) != cudaSuccess)
-            die_("tile copy");
-    if (kda_cuda_sync(&g)) die_("fill");
-    free(h);
-    return d;
-}
 
 static int f_inproj(void) {
     return kda_cuda_gemm_fwd(&g, z.inb, KDA_DT_BF16, z.xa, z.Win, N, D, WI, 0);
@@ -182,7 +137,7 @@ int main(void) {
     double inb_by = 4.0 * N * WI, fl_in = 2.0 * N * D * WI, fl_o = 2.0 * N * HVV * D;
     const struct {
         const char *name;
-        Fn fn;
+        BenchFn fn;
         double flops, bytes;
     } rows[] = {
         {"in-proj GEMM 1024 -> 1160 bf16", f_inproj, fl_in, 0},
@@ -204,7 +159,7 @@ int main(void) {
     };
     printf("%-44s %9s %14s\n", "op (one layer)", "ms", "rate");
     for (size_t i = 0; i < sizeof rows / sizeof *rows; i++) {
-        float t = time_ms_(rows[i].fn);
+        float t = time_ms_(rows[i].fn, NULL);
         if (rows[i].flops > 0)
             printf("%-44s %9.4f %8.1f TFLOP/s\n", rows[i].name, t, rows[i].flops / t / 1e9);
         else
