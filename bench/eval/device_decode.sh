@@ -41,30 +41,12 @@ if [ ! -x "$KDA_BIN" ]; then
 fi
 
 # A model with random weights: one training step at lr 0 (AdamW leaves the init unchanged).
+# shellcheck source=bench/eval/random_init.sh
+source bench/eval/random_init.sh
 if [ ! -d "$W/ckpt" ]; then
     head -2000 assets/text/moby_dick.txt > "$W/text.txt"
-    "$KDA_BIN" tokenize --tokenizer assets/tokenizers/llama3/tokenizer.json \
-        --input "$W/text.txt" --output-prefix "$W/text" --quiet || exit 1
-    cat > "$W/init.yaml" << YAML
-model: $CONFIG
-train_data_path:
-  - $W/text
-valid_data_path: null
-split: "100,0,0"
-seq_length: 128
-train_iters: 1
-global_batch_size: 1
-micro_batch_size: 1
-lr: 0.0
-min_lr: 0.0
-lr_warmup_iters: 0
-save: $W/ckpt
-eval_interval: 0
-eval_iters: 0
-device: $DEVICE
-YAML
-    "$KDA_BIN" train --config "$W/init.yaml" --no-progress --quiet > "$OUT/decode_init.log" 2>&1 ||
-        { tail -20 "$OUT/decode_init.log"; rm -rf "$W/ckpt"; exit 1; }
+    TEXT=$W/text.txt kda_random_init "$KDA_BIN" "$CONFIG" "$DEVICE" "$W" "$OUT/decode_init.log" ||
+        exit 1
 fi
 log "kda generate, greedy, $NEW new tokens, model $CONFIG (random init), device $DEVICE"
 log "binary: $KDA_BIN ($(git rev-parse --short HEAD 2> /dev/null || echo unknown))"

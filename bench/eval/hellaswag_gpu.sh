@@ -59,29 +59,10 @@ fi
 
 # 2. A KDA-300M-shaped model with random weights: one training step at lr 0 on a small text
 #    dataset (AdamW with lr 0 leaves the initialization unchanged), exported as an HF dir.
+# shellcheck source=bench/eval/random_init.sh
+source bench/eval/random_init.sh
 if [ ! -f "$W/model/model.safetensors" ]; then
-    "$KDA_BIN" tokenize --tokenizer $TOK --input assets/text/moby_dick.txt \
-        --output-prefix "$W/text" --quiet || exit 1
-    cat > "$W/init.yaml" << YAML
-model: $CONFIG
-train_data_path:
-  - $W/text
-valid_data_path: null
-split: "100,0,0"
-seq_length: 128
-train_iters: 1
-global_batch_size: 1
-micro_batch_size: 1
-lr: 0.0
-min_lr: 0.0
-lr_warmup_iters: 0
-save: $W/ckpt
-eval_interval: 0
-eval_iters: 0
-device: $DEVICE
-YAML
-    rm -rf "$W/ckpt"
-    "$KDA_BIN" train --config "$W/init.yaml" --no-progress --quiet > "$OUT/init.log" 2>&1 &&
+    kda_random_init "$KDA_BIN" "$CONFIG" "$DEVICE" "$W" "$OUT/init.log" &&
         "$KDA_BIN" export --checkpoint "$W/ckpt" --output "$W/model" --dtype fp32 \
             --tokenizer $TOK >> "$OUT/init.log" 2>&1 || { tail -20 "$OUT/init.log"; exit 1; }
 fi
