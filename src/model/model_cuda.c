@@ -18,8 +18,8 @@
 #include "model/model.h"        // defines: kda_model_dims, kda_model_check_batch
 #include "cuda/gemm_cuda.h"     // defines: kda_cuda_gemm_*, kda_cuda_bias_*, kda_cuda_cols_*
 #include "cuda/kda_cuda.h"      // defines: kda_cuda_chunk_fwd, kda_cuda_chunk_bwd
-#include "cuda/kda_fast.h"      // defines: kda_fast_chunk
-#include "cuda/kda_tc.h"        // defines: kda_tc_selected, kda_tc_fwd_keep (KDA_CORE=tc)
+#include "cuda/kda_fast.h"      // defines: kda_fast_chunk, kda_fast_*_keep (CORE_SIMT)
+#include "cuda/kda_tc.h"        // defines: kda_tc_selected, kda_tc_* (the CORE_TC table)
 #include "cuda/decode_cuda.h"   // defines: kda_cuda_decode_conv, _delta, _tail
 #include "cuda/conv_cuda.h"     // defines: kda_cuda_conv_silu_*, kda_cuda_conv_l2_fusable
 #include "cuda/embed_cuda.h"    // defines: kda_cuda_embed_fwd, kda_cuda_embed_bwd
@@ -865,7 +865,7 @@ static int forward_dev_(KdaCudaModel *m) {
     return 0;
 }
 
-// The KDA core's kept h and Δ (kda_fast.h M0; with KDA_CORE=tc also w, kg, qg, Aqk: kda_tc.h)
+// The KDA core's kept h and Δ (kda_fast.h M0; with the tc core also w, kg, qg, Aqk: kda_tc.h)
 // for this (B, T): a buffer of one set per layer
 // (one shared set with recompute: each block's forward re-runs just before its backward),
 // grown on demand (cudaFree synchronizes); L[l].keep set, or NULL when off or the fast kernels
