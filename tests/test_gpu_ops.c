@@ -569,8 +569,8 @@ KDA_TEST_GPU(gpu_bwd_strided_outputs) {
                                           W));
         }
         kda_bf16 *h1 = malloc((size_t)n * 2), *h2 = malloc((size_t)nw * 2);
-        CHECK(cudaMemcpy(h1, o1, (size_t)n * 2, cudaMemcpyDeviceToHost) == cudaSuccess);
-        CHECK(cudaMemcpy(h2, o2, (size_t)nw * 2, cudaMemcpyDeviceToHost) == cudaSuccess);
+        ok_(kda_cuda_get_bytes(&g_ctx, h1, o1, (size_t)n * 2));
+        ok_(kda_cuda_get_bytes(&g_ctx, h2, o2, (size_t)nw * 2));
         int64_t bad = 0;
         for (int64_t i = 0; i < B * T; i++)
             for (int64_t j = 0; j < ld; j++) {
@@ -594,8 +594,8 @@ KDA_TEST_GPU(gpu_bwd_strided_outputs) {
     ok_(kda_cuda_beta_bwd(&g_ctx, o1, ddb, db_, n, 1));
     ok_(kda_cuda_beta_bwd_ld(&g_ctx, o2 + 1152, ld, ddb, db_, N, HV, 1));
     kda_bf16 *h1 = malloc((size_t)n * 2), *h2 = malloc((size_t)(N * ld) * 2);
-    CHECK(cudaMemcpy(h1, o1, (size_t)n * 2, cudaMemcpyDeviceToHost) == cudaSuccess);
-    CHECK(cudaMemcpy(h2, o2, (size_t)(N * ld) * 2, cudaMemcpyDeviceToHost) == cudaSuccess);
+    ok_(kda_cuda_get_bytes(&g_ctx, h1, o1, (size_t)n * 2));
+    ok_(kda_cuda_get_bytes(&g_ctx, h2, o2, (size_t)(N * ld) * 2));
     int64_t bad = 0;
     for (int64_t i = 0; i < N; i++)
         for (int64_t j = 0; j < ld; j++)
@@ -912,8 +912,7 @@ KDA_TEST_GPU(gpu_grad_norm) {
         ok_(kda_cuda_grad_norm(&g_ctx, dn, dg, n));
         ok_(kda_cuda_grad_norm(&g_ctx, dn + 1, dg, n));
         double got[2] = {0, 0};
-        ok_(kda_cuda_sync(&g_ctx)); // the tests' stream does not order with cudaMemcpy's
-        KDA_ASSERT(cudaMemcpy(got, dn, 16, cudaMemcpyDeviceToHost) == cudaSuccess);
+        ok_(kda_cuda_get_bytes(&g_ctx, got, dn, 16));
         printf("    grad norm n=%lld: CPU %.17g GPU %.17g\n", (long long)n, ref, got[0]);
         CHECK(fabs(got[0] - ref) <= 1e-12 * ref);
         CHECK(got[0] == got[1]);
@@ -925,7 +924,7 @@ KDA_TEST_GPU(gpu_grad_norm) {
         ok_(kda_cuda_clip_coef(&g_ctx, dc, dn, 1.0));
         float c = 0;
         ok_(kda_cuda_get_f32(&g_ctx, &c, dc, 1));
-        KDA_ASSERT(cudaMemcpy(got, dn, 8, cudaMemcpyDeviceToHost) == cudaSuccess);
+        ok_(kda_cuda_get_bytes(&g_ctx, got, dn, 8));
         CHECK(!isfinite(got[0]));
         CHECK(c == 1.0f);
         free(g);
@@ -1262,7 +1261,7 @@ KDA_TEST_GPU(gpu_cols_split) {
         for (int k = 0; k < cs[c].n; k++) {
             size_t b = (size_t)(rows * cs[c].ld[k]) * 2;
             kda_bf16 *got = malloc(b);
-            CHECK(cudaMemcpy(got, dp.dst[k], b, cudaMemcpyDeviceToHost) == cudaSuccess);
+            ok_(kda_cuda_get_bytes(&g_ctx, got, dp.dst[k], b));
             CHECK_MSG(!memcmp(got, hp.dst[k], b), "case %d part %d differs from the host twin", c,
                       k);
             free(got), free(hp.dst[k]);
@@ -1278,7 +1277,7 @@ KDA_TEST_GPU(gpu_cols_split) {
     kda_bf16 *ds = dalloc_((size_t)n * 2), *dd = dev_poison_((size_t)nd * 2);
     ok_(kda_cuda_put_bytes(&g_ctx, ds, h, (size_t)n * 2));
     ok_(kda_cuda_cols_copy(&g_ctx, dd + 1024, 1160, ds, 64, rows, 64));
-    CHECK(cudaMemcpy(got, dd, (size_t)nd * 2, cudaMemcpyDeviceToHost) == cudaSuccess);
+    ok_(kda_cuda_get_bytes(&g_ctx, got, dd, (size_t)nd * 2));
     int64_t bad = 0;
     for (int64_t r = 0; r < rows; r++)
         for (int64_t c = 0; c < 1160; c++)
