@@ -548,7 +548,9 @@ KDA_TEST_GPU(gpu_bwd_strided_outputs) {
     const struct {
         int64_t B, T, C, W, K, col, ld; // K > 0: fused q/k kernel
     } cs[] = {{2, 65, 256, 4, 32, 0, 1160}, {2, 65, 512, 4, 0, 512, 1160}, {1, 33, 5, 3, 0, 2, 9}};
-    for (int c = 0; c < 3; c++) {
+    for (int cv = 0; cv < 6; cv++) { // the v1 kernels, then v2 (KDA_CONV_V=2)
+        int c = cv % 3;
+        setenv("KDA_CONV_V", cv < 3 ? "1" : "2", 1);
         int64_t B = cs[c].B, T = cs[c].T, C = cs[c].C, W = cs[c].W, K = cs[c].K, ld = cs[c].ld;
         int64_t n = B * T * C, nw = B * T * ld, nr = K > 0 ? B * T * (C / K) : 1;
         float *p = bf16r_(randn_(&r, n, 1.0f), n), *w = randn_(&r, C * W, 0.5f);
@@ -579,9 +581,10 @@ KDA_TEST_GPU(gpu_bwd_strided_outputs) {
                 bad += h2[i * ld + j] != want;
             }
         float *a = get_f32_(g1, C * W), *b = get_f32_(g2, C * W);
+        unsetenv("KDA_CONV_V");
         CHECK_MSG(bad == 0 && !memcmp(a, b, (size_t)(C * W) * 4),
-                  "case %d: %lld dp elements differ (or dw) with the row stride", c,
-                  (long long)bad);
+                  "case %d (v%d): %lld dp elements differ (or dw) with the row stride", c,
+                  cv < 3 ? 1 : 2, (long long)bad);
         free(p), free(w), free(dy), free(dw0), free(rs), free(h1), free(h2), free(a), free(b);
         dfree_all_();
     }
@@ -1066,6 +1069,34 @@ static void fuse_gnorm_case_(KdaRng *r, int64_t N, int64_t HV, int64_t V) {
     free(u_dw), free(u_db), free(xb), free(zb), free(gb), free(yb), free(dxb), free(dzb);
     free(h_rs), free(h_dw), free(h_db), free(h_y), free(h_dx), free(h_dz);
     dfree_all_();
+}
+
+// The v2 conv kernels (KDA_CONV_V=2: forward 4 channels x 8 tokens per thread, backward 2 x 8,
+// loads issued at the tile start, the backward's blocks walking several block rows) against the
+// CPU reference and the host twin: T = 1 and T not a multiple of the 8-token tiles, C with
+// partial channel groups (36: 9 and 18 groups of a 32-lane block; 6 takes the backward's 2-channel
+// path only), odd C and misaligned pointers (the v1 fallback), W 1..8, the model's B·T (512 block
+// rows, the backward's 256-row cap walked twice) and the fused q/k kernels with K 8..128 (K = 128
+// keeps the v1 backward: K / 2 lanes would exceed a warp).
+KDA_TEST_GPU(gpu_conv_v2) {
+    if (!gpu_()) return;
+    KdaRng r;
+    rng_seed(&r, 171);
+    setenv("KDA_CONV_V", "2", 1);
+    conv_case_(&r, 2, 1, 36, 4, 0);
+    conv_case_(&r, 3, 65, 36, 4, 0);
+    conv_case_(&r, 2, 33, 6, 3, 0);
+    conv_case_(&r, 1, 31, 5, 2, 0);
+    conv_case_(&r, 2, 63, 384, 4, 1);
+    conv_case_(&r, 2, 97, 256, 8, 0);
+    conv_case_(&r, 1, 17, 512, 1, 0);
+    conv_case_(&r, 16, 2048, 512, 4, 0);
+    fuse_conv_l2_case_(&r, 2, 65, 8, 32, 4);
+    fuse_conv_l2_case_(&r, 1, 1, 2, 8, 4);
+    fuse_conv_l2_case_(&r, 3, 17, 3, 64, 8);
+    fuse_conv_l2_case_(&r, 1, 40, 2, 128, 2);
+    fuse_conv_l2_case_(&r, 16, 2048, 8, 32, 4);
+    unsetenv("KDA_CONV_V");
 }
 
 KDA_TEST_GPU(gpu_fuse_gnorm_bias) {
