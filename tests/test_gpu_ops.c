@@ -548,7 +548,9 @@ KDA_TEST_GPU(gpu_bwd_strided_outputs) {
     const struct {
         int64_t B, T, C, W, K, col, ld; // K > 0: fused q/k kernel
     } cs[] = {{2, 65, 256, 4, 32, 0, 1160}, {2, 65, 512, 4, 0, 512, 1160}, {1, 33, 5, 3, 0, 2, 9}};
-    for (int c = 0; c < 3; c++) {
+    for (int cv = 0; cv < 6; cv++) { // the v1 kernels, then v2 (KDA_CONV_V=2)
+        int c = cv % 3;
+        setenv("KDA_CONV_V", cv < 3 ? "1" : "2", 1);
         int64_t B = cs[c].B, T = cs[c].T, C = cs[c].C, W = cs[c].W, K = cs[c].K, ld = cs[c].ld;
         int64_t n = B * T * C, nw = B * T * ld, nr = K > 0 ? B * T * (C / K) : 1;
         float *p = bf16r_(randn_(&r, n, 1.0f), n), *w = randn_(&r, C * W, 0.5f);
@@ -569,8 +571,8 @@ KDA_TEST_GPU(gpu_bwd_strided_outputs) {
                                           W));
         }
         kda_bf16 *h1 = malloc((size_t)n * 2), *h2 = malloc((size_t)nw * 2);
-        CHECK(cudaMemcpy(h1, o1, (size_t)n * 2, cudaMemcpyDeviceToHost) == cudaSuccess);
-        CHECK(cudaMemcpy(h2, o2, (size_t)nw * 2, cudaMemcpyDeviceToHost) == cudaSuccess);
+        ok_(kda_cuda_get_bytes(&g_ctx, h1, o1, (size_t)n * 2));
+        ok_(kda_cuda_get_bytes(&g_ctx, h2, o2, (size_t)nw * 2));
         int64_t bad = 0;
         for (int64_t i = 0; i < B * T; i++)
             for (int64_t j = 0; j < ld; j++) {
@@ -579,9 +581,10 @@ KDA_TEST_GPU(gpu_bwd_strided_outputs) {
                 bad += h2[i * ld + j] != want;
             }
         float *a = get_f32_(g1, C * W), *b = get_f32_(g2, C * W);
+        unsetenv("KDA_CONV_V");
         CHECK_MSG(bad == 0 && !memcmp(a, b, (size_t)(C * W) * 4),
-                  "case %d: %lld dp elements differ (or dw) with the row stride", c,
-                  (long long)bad);
+                  "case %d (v%d): %lld dp elements differ (or dw) with the row stride", c,
+                  cv < 3 ? 1 : 2, (long long)bad);
         free(p), free(w), free(dy), free(dw0), free(rs), free(h1), free(h2), free(a), free(b);
         dfree_all_();
     }
@@ -594,8 +597,8 @@ KDA_TEST_GPU(gpu_bwd_strided_outputs) {
     ok_(kda_cuda_beta_bwd(&g_ctx, o1, ddb, db_, n, 1));
     ok_(kda_cuda_beta_bwd_ld(&g_ctx, o2 + 1152, ld, ddb, db_, N, HV, 1));
     kda_bf16 *h1 = malloc((size_t)n * 2), *h2 = malloc((size_t)(N * ld) * 2);
-    CHECK(cudaMemcpy(h1, o1, (size_t)n * 2, cudaMemcpyDeviceToHost) == cudaSuccess);
-    CHECK(cudaMemcpy(h2, o2, (size_t)(N * ld) * 2, cudaMemcpyDeviceToHost) == cudaSuccess);
+    ok_(kda_cuda_get_bytes(&g_ctx, h1, o1, (size_t)n * 2));
+    ok_(kda_cuda_get_bytes(&g_ctx, h2, o2, (size_t)(N * ld) * 2));
     int64_t bad = 0;
     for (int64_t i = 0; i < N; i++)
         for (int64_t j = 0; j < ld; j++)
@@ -912,8 +915,7 @@ KDA_TEST_GPU(gpu_grad_norm) {
         ok_(kda_cuda_grad_norm(&g_ctx, dn, dg, n));
         ok_(kda_cuda_grad_norm(&g_ctx, dn + 1, dg, n));
         double got[2] = {0, 0};
-        ok_(kda_cuda_sync(&g_ctx)); // the tests' stream does not order with cudaMemcpy's
-        KDA_ASSERT(cudaMemcpy(got, dn, 16, cudaMemcpyDeviceToHost) == cudaSuccess);
+        ok_(kda_cuda_get_bytes(&g_ctx, got, dn, 16));
         printf("    grad norm n=%lld: CPU %.17g GPU %.17g\n", (long long)n, ref, got[0]);
         CHECK(fabs(got[0] - ref) <= 1e-12 * ref);
         CHECK(got[0] == got[1]);
@@ -925,7 +927,7 @@ KDA_TEST_GPU(gpu_grad_norm) {
         ok_(kda_cuda_clip_coef(&g_ctx, dc, dn, 1.0));
         float c = 0;
         ok_(kda_cuda_get_f32(&g_ctx, &c, dc, 1));
-        KDA_ASSERT(cudaMemcpy(got, dn, 8, cudaMemcpyDeviceToHost) == cudaSuccess);
+        ok_(kda_cuda_get_bytes(&g_ctx, got, dn, 8));
         CHECK(!isfinite(got[0]));
         CHECK(c == 1.0f);
         free(g);
@@ -1067,6 +1069,34 @@ static void fuse_gnorm_case_(KdaRng *r, int64_t N, int64_t HV, int64_t V) {
     free(u_dw), free(u_db), free(xb), free(zb), free(gb), free(yb), free(dxb), free(dzb);
     free(h_rs), free(h_dw), free(h_db), free(h_y), free(h_dx), free(h_dz);
     dfree_all_();
+}
+
+// The v2 conv kernels (KDA_CONV_V=2: forward 4 channels x 8 tokens per thread, backward 2 x 8,
+// loads issued at the tile start, the backward's blocks walking several block rows) against the
+// CPU reference and the host twin: T = 1 and T not a multiple of the 8-token tiles, C with
+// partial channel groups (36: 9 and 18 groups of a 32-lane block; 6 takes the backward's 2-channel
+// path only), odd C and misaligned pointers (the v1 fallback), W 1..8, the model's B·T (512 block
+// rows, the backward's 256-row cap walked twice) and the fused q/k kernels with K 8..128 (K = 128
+// keeps the v1 backward: K / 2 lanes would exceed a warp).
+KDA_TEST_GPU(gpu_conv_v2) {
+    if (!gpu_()) return;
+    KdaRng r;
+    rng_seed(&r, 171);
+    setenv("KDA_CONV_V", "2", 1);
+    conv_case_(&r, 2, 1, 36, 4, 0);
+    conv_case_(&r, 3, 65, 36, 4, 0);
+    conv_case_(&r, 2, 33, 6, 3, 0);
+    conv_case_(&r, 1, 31, 5, 2, 0);
+    conv_case_(&r, 2, 63, 384, 4, 1);
+    conv_case_(&r, 2, 97, 256, 8, 0);
+    conv_case_(&r, 1, 17, 512, 1, 0);
+    conv_case_(&r, 16, 2048, 512, 4, 0);
+    fuse_conv_l2_case_(&r, 2, 65, 8, 32, 4);
+    fuse_conv_l2_case_(&r, 1, 1, 2, 8, 4);
+    fuse_conv_l2_case_(&r, 3, 17, 3, 64, 8);
+    fuse_conv_l2_case_(&r, 1, 40, 2, 128, 2);
+    fuse_conv_l2_case_(&r, 16, 2048, 8, 32, 4);
+    unsetenv("KDA_CONV_V");
 }
 
 KDA_TEST_GPU(gpu_fuse_gnorm_bias) {
@@ -1262,7 +1292,7 @@ KDA_TEST_GPU(gpu_cols_split) {
         for (int k = 0; k < cs[c].n; k++) {
             size_t b = (size_t)(rows * cs[c].ld[k]) * 2;
             kda_bf16 *got = malloc(b);
-            CHECK(cudaMemcpy(got, dp.dst[k], b, cudaMemcpyDeviceToHost) == cudaSuccess);
+            ok_(kda_cuda_get_bytes(&g_ctx, got, dp.dst[k], b));
             CHECK_MSG(!memcmp(got, hp.dst[k], b), "case %d part %d differs from the host twin", c,
                       k);
             free(got), free(hp.dst[k]);
@@ -1278,7 +1308,7 @@ KDA_TEST_GPU(gpu_cols_split) {
     kda_bf16 *ds = dalloc_((size_t)n * 2), *dd = dev_poison_((size_t)nd * 2);
     ok_(kda_cuda_put_bytes(&g_ctx, ds, h, (size_t)n * 2));
     ok_(kda_cuda_cols_copy(&g_ctx, dd + 1024, 1160, ds, 64, rows, 64));
-    CHECK(cudaMemcpy(got, dd, (size_t)nd * 2, cudaMemcpyDeviceToHost) == cudaSuccess);
+    ok_(kda_cuda_get_bytes(&g_ctx, got, dd, (size_t)nd * 2));
     int64_t bad = 0;
     for (int64_t r = 0; r < rows; r++)
         for (int64_t c = 0; c < 1160; c++)

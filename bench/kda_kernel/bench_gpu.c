@@ -87,6 +87,7 @@ typedef struct {
     float *res, *rstd, *dxf, *dwf, *normw;  // RMSNorm
     void *cp, *cy, *cdy, *cdp;              // conv over 2HK + HV·V = 1024 channels
     float *cw, *cdw;
+    float *crs;                            // the fused q/k conv's rstd [N, H] (positive)
     void *q, *k, *v, *o, *dO, *f16, *df16; // KDA core
     float *gcum, *g, *beta, *Alog, *dtb, *dAlog, *ddtb;
     float *dq, *dk, *dg, *dbeta;
@@ -133,6 +134,68 @@ static int b_conv_fwd(void *a) {
 static int b_conv_bwd(void *a) {
     (void)a;
     return kda_cuda_conv_silu_bwd(&g, z.cdp, z.cdw, z.cdy, z.cp, z.cw, B, T, 1024, W);
+}
+// The model's conv calls (model_cuda.c block_fwd_ / conv_l2_bwd_): q (and k) fused with the L2
+// norm over C = H·K = 256 channels, v plain over HV·V = 512, as v1 and as v2 (KDA_CONV_V, read
+// at every launch). Inputs are prefixes of the conv buffers; dq is the core's [N, H, K] fp32.
+static void conv_v_(int v) {
+    setenv("KDA_CONV_V", v == 2 ? "2" : "1", 1);
+}
+static int b_qconv_fwd_(int v) {
+    conv_v_(v);
+    return kda_cuda_conv_silu_l2_fwd(&g, z.cy, z.crs, z.cp, z.cw, B, T, H * K, W, K, 1e-6f);
+}
+static int b_qconv_bwd_(int v) {
+    conv_v_(v);
+    return kda_cuda_conv_silu_l2_bwd(&g, z.cdp, z.cdw, z.dq, z.cp, z.cw, z.crs, B, T, H * K, W, K);
+}
+static int b_vconv_fwd_(int v) {
+    conv_v_(v);
+    return kda_cuda_conv_silu_fwd(&g, z.cy, z.cp, z.cw, B, T, H * V, W);
+}
+static int b_vconv_bwd_(int v) {
+    conv_v_(v);
+    return kda_cuda_conv_silu_bwd(&g, z.cdp, z.cdw, z.cdy, z.cp, z.cw, B, T, H * V, W);
+}
+static int b_qconv_fwd1(void *a) {
+    (void)a;
+    return b_qconv_fwd_(1);
+}
+static int b_qconv_fwd2(void *a) {
+    (void)a;
+    return b_qconv_fwd_(2);
+}
+static int b_qconv_bwd1(void *a) {
+    (void)a;
+    return b_qconv_bwd_(1);
+}
+static int b_qconv_bwd2(void *a) {
+    (void)a;
+    return b_qconv_bwd_(2);
+}
+static int b_vconv_fwd1(void *a) {
+    (void)a;
+    return b_vconv_fwd_(1);
+}
+static int b_vconv_fwd2(void *a) {
+    (void)a;
+    return b_vconv_fwd_(2);
+}
+static int b_vconv_bwd1(void *a) {
+    (void)a;
+    return b_vconv_bwd_(1);
+}
+static int b_vconv_bwd2(void *a) {
+    (void)a;
+    return b_vconv_bwd_(2);
+}
+static int b_beta_fwd(void *a) {
+    (void)a;
+    return kda_cuda_beta_fwd(&g, z.beta, z.f16, (int64_t)N * H, 1);
+}
+static int b_beta_bwd(void *a) {
+    (void)a;
+    return kda_cuda_beta_bwd(&g, z.df16, z.dbeta, z.f16, (int64_t)N * H, 1);
 }
 static int b_gate_fwd(void *a) {
     (void)a;
@@ -294,6 +357,7 @@ int main(void) {
     z.cdy = rand_buf_(&r, (int64_t)N * 1024, 2, 0, 1),
     z.cdp = rand_buf_(&r, (int64_t)N * 1024, 2, 0, 1);
     z.cw = rand_buf_(&r, 1024 * W, 4, 0, .3f), z.cdw = rand_buf_(&r, 1024 * W, 4, 0, 1);
+    z.crs = rand_buf_(&r, (int64_t)N * H, 4, 1, .1f);
     int64_t nqk = (int64_t)N * H * K, nv = (int64_t)N * H * V;
     z.q = rand_buf_(&r, nqk, 2, 0, .18f), z.k = rand_buf_(&r, nqk, 2, 0, .18f);
     z.v = rand_buf_(&r, nv, 2, 0, 1), z.o = rand_buf_(&r, nv, 2, 0, 1),
@@ -350,6 +414,16 @@ int main(void) {
         {"rmsnorm bwd 32768x1024", b_rms_bwd, (double)N * D * 16, 0, 0},
         {"conv+silu fwd 16x2048x1024", b_conv_fwd, (double)N * 1024 * 4, 0, 0},
         {"conv+silu bwd 16x2048x1024", b_conv_bwd, (double)N * 1024 * 6, 0, 0},
+        {"conv+silu+l2 q fwd v1 16x2048x256", b_qconv_fwd1, (double)N * (256 * 4 + H * 4), 0, 0},
+        {"conv+silu+l2 q fwd v2 16x2048x256", b_qconv_fwd2, (double)N * (256 * 4 + H * 4), 0, 0},
+        {"conv+silu+l2 q bwd v1 16x2048x256", b_qconv_bwd1, (double)N * (256 * 8 + H * 4), 0, 0},
+        {"conv+silu+l2 q bwd v2 16x2048x256", b_qconv_bwd2, (double)N * (256 * 8 + H * 4), 0, 0},
+        {"conv+silu v fwd v1 16x2048x512", b_vconv_fwd1, (double)N * 512 * 4, 0, 0},
+        {"conv+silu v fwd v2 16x2048x512", b_vconv_fwd2, (double)N * 512 * 4, 0, 0},
+        {"conv+silu v bwd v1 16x2048x512", b_vconv_bwd1, (double)N * 512 * 6, 0, 0},
+        {"conv+silu v bwd v2 16x2048x512", b_vconv_bwd2, (double)N * 512 * 6, 0, 0},
+        {"beta fwd 16x2048x8", b_beta_fwd, (double)N * H * 6, 0, 0},
+        {"beta bwd 16x2048x8", b_beta_bwd, (double)N * H * 8, 0, 0},
         {"gate+cumsum fwd 16x2048x8x32", b_gate_fwd, (double)N * 256 * 10, 0, 0},
         {"gate bwd 16x2048x8x32", b_gate_bwd, (double)N * 256 * 6, 0, 0},
         {"swiglu fwd 32768x4096", b_swiglu_fwd, (double)N * I * 6, 0, 0},

@@ -57,6 +57,35 @@ __host__ __device__ __forceinline__ float l2_bwd_dot_lane(float (&yh)[VEC], cons
 #define CONV_PD       8 // backward prefetch distance (tokens)
 #define CONV_TT_F(PF) ((PF) ? CONV_TT_FWD : 16)
 
+// ---- v2 shapes (KDA_CONV_V=2; the same kernels' templates, other parameters) ----------------
+// Why v1 sits at ~4.5x its floor at the model's shapes (B16 T2048, C 256 q/k and 512 v, W 4;
+// H200: 132 SMs, ~1 µs loaded HBM latency, so ~32 KB in flight per SM for 4 TB/s):
+//  * the v1 forward loads one word and uses it at once (its store to y may alias p, so the next
+//    load cannot move above it): 256 (q, k) or 512 (v) blocks, 2-4 per SM, keep 8-16 KB in
+//    flight per SM, and every token of a 16-token tile waits a full round trip;
+//  * the v1 backward walks 35 steps per thread, each waiting on its p and dy loads, over only
+//    256 (q, k) or 512 (v) blocks (tiles of 32 tokens): a chain of dependent round trips;
+//  * the prefetching v1 (KDA_CONV_PREFETCH=1) issued the loads ahead but held them in more
+//    registers (backward 172: one 256-thread block per SM; forward 8 channels x 11 words): 8
+//    warps per SM to hide the SiLU / L2 arithmetic and the loads, and the same few blocks in
+//    waves, so it measured slower.
+// v2 keeps the loads-first walk but sizes it for occupancy: the forward 4 channels (8-byte words)
+// x 8 tokens per thread, all 11 loads issued before the first use; the backward 2 channels
+// (4-byte p, 8-byte dy words) x 8 tokens, all 14 p and 11 dy loads at the tile start (PD = TT +
+// W - 1; the fused q/k backward's fp32 dq and rstd too, with 2 blocks per SM: at 3 its 80
+// registers spilled); __launch_bounds__ asks for CONV2_MINB_* blocks per SM (register cap), and the
+// grids have 4x (forward: 2x) the v1 blocks. The backward's blocks walk several block rows (at most
+// CONV2_ROWS partial rows of dw, as v1's 128 at the model shape). The arithmetic per element is
+// v1's (tap order, fp32); the L2 head sums group 4 (forward) or 2 (backward) channels per lane
+// before the lane tree, so rstd / dp may differ from v1 in the last bits (the tests hold both to
+// the CPU reference).
+#define CONV2_TT_FWD   8
+#define CONV2_TT_BWD   8
+#define CONV2_MINB_FWD 3
+#define CONV2_MINB_BWD 3
+#define CONV2_ROWS     256
+#define CONV2_MINB_L2  2
+
 // VEC consecutive elements of storage E as one raw load (held until converted).
 template <int VEC, class E> struct ConvRaw;
 template <> struct ConvRaw<8, kda_bf16> {
@@ -82,6 +111,30 @@ template <> struct ConvRaw<4, kda_bf16> {
     }
     __device__ __forceinline__ void get(float (&v)[4]) const {
         unpack2(u.x, v[0], v[1]), unpack2(u.y, v[2], v[3]);
+    }
+};
+template <> struct ConvRaw<2, kda_bf16> {
+    unsigned u;
+    __device__ __forceinline__ void ld(const kda_bf16 *p) {
+        u = *reinterpret_cast<const unsigned *>(p);
+    }
+    __device__ __forceinline__ void zero() {
+        u = 0u;
+    }
+    __device__ __forceinline__ void get(float (&v)[2]) const {
+        unpack2(u, v[0], v[1]);
+    }
+};
+template <> struct ConvRaw<2, float> {
+    float2 u;
+    __device__ __forceinline__ void ld(const float *p) {
+        u = *reinterpret_cast<const float2 *>(p);
+    }
+    __device__ __forceinline__ void zero() {
+        u = make_float2(0.0f, 0.0f);
+    }
+    __device__ __forceinline__ void get(float (&v)[2]) const {
+        v[0] = u.x, v[1] = u.y;
     }
 };
 template <> struct ConvRaw<1, kda_bf16> {
@@ -121,14 +174,15 @@ template <> struct ConvRaw<1, float> {
     }
 };
 
-// Thread's work item: channel ch0 (first of VEC), row b, tokens [t0, t1). Returns false when
-// the thread has no channels (tail of the channel groups) or no tokens (tail of the tiles).
+// Thread's work item: channel ch0 (first of VEC), row b, tokens [t0, t1) of the block row `row`
+// (blockIdx.y unless the kernel walks several). Returns false when the thread has no channels
+// (tail of the channel groups) or no tokens (tail of the tiles).
 template <int VEC, int TT> struct ConvItem {
     int64_t ch0, b, t0, t1;
-    __device__ bool init(int64_t B, int64_t T, int64_t C) {
+    __device__ bool init(int64_t B, int64_t T, int64_t C, int64_t row) {
         int64_t ncg = C / VEC, ntile = (T + TT - 1) / TT;
         int64_t cg = (int64_t)blockIdx.x * 32 + threadIdx.x;
-        int64_t q = (int64_t)blockIdx.y * CONV_BT + threadIdx.y;
+        int64_t q = row * CONV_BT + threadIdx.y;
         ch0 = cg * VEC;
         b = q / ntile;
         t0 = (q - b * ntile) * TT;
@@ -140,13 +194,15 @@ template <int VEC, int TT> struct ConvItem {
 // y_t = SiLU(Σ_i w[ch, i] p_{t-(W-1)+i}), zero history before t = 0. E: bf16 or fp32 storage.
 // With L2 (the fused q/k path): y = SiLU(conv) / sqrt(|SiLU(conv)|² + eps) per head of K = lg·VEC
 // channels (lg consecutive lanes hold a head; C = H·K), rstd [B·T·H] = that reciprocal root.
-template <int W, int VEC, bool L2, bool PF, class E>
-__global__ void __launch_bounds__(32 * CONV_BT)
+// TT_ (0: CONV_TT_F(PF)) and MINB (blocks per SM for __launch_bounds__, which caps the
+// registers) set the v2 shape (below); the v1 launches keep the defaults.
+template <int W, int VEC, bool L2, bool PF, class E, int TT_ = 0, int MINB = 1>
+__global__ void __launch_bounds__(32 * CONV_BT, MINB)
     conv_fwd_k(E *y, float *rstd, const E *p, const float *w, int64_t B, int64_t T, int64_t C,
                int lg, float eps) {
-    constexpr int TT = CONV_TT_F(PF);
+    constexpr int TT = TT_ > 0 ? TT_ : CONV_TT_F(PF);
     ConvItem<VEC, TT> it;
-    if (!it.init(B, T, C)) return;
+    if (!it.init(B, T, C, blockIdx.y)) return;
     float wr[W][VEC], win[W][VEC]; // win[i] = p_{t-(W-1)+i}; win[W-1] is the current token
 #pragma unroll
     for (int v = 0; v < VEC; v++)
@@ -231,27 +287,40 @@ __global__ void __launch_bounds__(32 * CONV_BT)
 // output: the kernel recomputes ŷ = SiLU(c)·rstd and turns it into the gradient w.r.t. SiLU(c),
 // rstd (dq·... - (dq·ŷ) ŷ) with the head's dot over its lg lanes, before the SiLU and conv
 // backward; dy is unused then.
-template <int W, int VEC, bool L2, bool PF>
-__global__ void __launch_bounds__(32 * CONV_BT)
+// TT (tokens per tile), PD (ring depth; PD >= TT + W - 1 issues every load of the tile at its
+// start) and MINB (blocks per SM for __launch_bounds__) set the v2 shape (below). The block walks
+// block rows blockIdx.y, + gridDim.y, ... (v1: gridDim.y = the rows, one each); a thread's dw sums
+// run over its tiles in that order, so the partials depend on the shapes only.
+template <int W, int VEC, bool L2, bool PF, int TT = CONV_TT_BWD, int PD = CONV_PD, int MINB = 1>
+__global__ void __launch_bounds__(32 * CONV_BT, MINB)
     conv_bwd_k(kda_bf16 *dp, double *part, const kda_bf16 *dy, const kda_bf16 *p, const float *w,
                const float *dq, const float *rstd, int64_t B, int64_t T, int64_t C, int lg,
                int64_t ldo) {
     __shared__ float sh[CONV_BT][32 * VEC];
-    ConvItem<VEC, CONV_TT_BWD> it;
-    bool active = it.init(B, T, C);
-    float wr[W][VEC], pw[W][VEC], dcw[W][VEC], acc[W][VEC];
-    // pw[i] = p_{t-(W-1)+i}; dcw[i] = dc_{t-(W-1)+i} (dcw[W-1] = dc_t)
+    float wr[W][VEC], acc[W][VEC];
 #pragma unroll
     for (int i = 0; i < W; i++)
 #pragma unroll
         for (int v = 0; v < VEC; v++)
-            wr[i][v] = pw[i][v] = dcw[i][v] = acc[i][v] = 0.0f;
-    if (active) {
+            wr[i][v] = acc[i][v] = 0.0f;
+    const int64_t nrows = CEIL_DIV(B * CEIL_DIV(T, (int64_t)TT), (int64_t)CONV_BT);
+    if ((int64_t)blockIdx.x * 32 + threadIdx.x < C / VEC) {
 #pragma unroll
         for (int v = 0; v < VEC; v++)
 #pragma unroll
             for (int i = 0; i < W; i++)
-                wr[i][v] = w[(it.ch0 + v) * W + i];
+                wr[i][v] = w[((int64_t)blockIdx.x * 32 + threadIdx.x) * VEC * W + v * W + i];
+    }
+    for (int64_t row = blockIdx.y; row < nrows; row += gridDim.y) {
+        ConvItem<VEC, TT> it;
+        if (!it.init(B, T, C, row)) continue; // warp-uniform in t; no barrier inside the walk
+        float pw[W][VEC], dcw[W][VEC];
+        // pw[i] = p_{t-(W-1)+i}; dcw[i] = dc_{t-(W-1)+i} (dcw[W-1] = dc_t)
+#pragma unroll
+        for (int i = 0; i < W; i++)
+#pragma unroll
+            for (int v = 0; v < VEC; v++)
+                pw[i][v] = dcw[i][v] = 0.0f;
         const kda_bf16 *pb = p + it.b * T * C + it.ch0;
         const kda_bf16 *dyb = L2 ? NULL : dy + it.b * T * C + it.ch0;
         kda_bf16 *dpb = dp + it.b * T * ldo + it.ch0; // rows of dp: stride ldo (>= C)
@@ -264,12 +333,12 @@ __global__ void __launch_bounds__(32 * CONV_BT)
         }
         // the ring: slot s % CONV_PD holds token t0 + s's p, incoming gradient (and rstd) from
         // CONV_PD steps before its use (loaded only for t < T)
-        constexpr int NS = CONV_TT_BWD + W - 1;
+        constexpr int NS = TT + W - 1;
         using GRaw =
             typename std::conditional<L2, ConvRaw<VEC, float>, ConvRaw<VEC, kda_bf16>>::type;
-        ConvRaw<VEC, kda_bf16> rp[CONV_PD];
-        GRaw rg[CONV_PD];
-        float rr[CONV_PD];
+        ConvRaw<VEC, kda_bf16> rp[PD];
+        GRaw rg[PD];
+        float rr[PD];
         auto fetch = [&](int slot, int j) {
             int64_t tn = it.t0 + j;
             if (j >= NS || tn >= T) return;
@@ -283,7 +352,7 @@ __global__ void __launch_bounds__(32 * CONV_BT)
         };
         if constexpr (PF) {
 #pragma unroll
-            for (int j = 0; j < CONV_PD; j++)
+            for (int j = 0; j < PD; j++)
                 fetch(j, j);
         }
 #pragma unroll
@@ -295,11 +364,11 @@ __global__ void __launch_bounds__(32 * CONV_BT)
                 float g[VEC], c[VEC];
                 float rs = 0.0f; // the head's rstd (L2 only)
                 if constexpr (PF) {
-                    rp[s % CONV_PD].get(pw[W - 1]);
-                    rg[s % CONV_PD].get(g);
-                    if constexpr (L2) rs = rr[s % CONV_PD];
-                    fetch(s % CONV_PD, s + CONV_PD); // the slot is free again
-                } else { // the kernel before: this token's loads, used at once
+                    rp[s % PD].get(pw[W - 1]);
+                    rg[s % PD].get(g);
+                    if constexpr (L2) rs = rr[s % PD];
+                    fetch(s % PD, s + PD); // the slot is free again
+                } else {                   // the kernel before: this token's loads, used at once
                     ld_bf<VEC>(pw[W - 1], pb + t * C);
                     if constexpr (L2) {
                         ld_f<VEC>(g, dq + (it.b * T + t) * C + it.ch0);
@@ -431,11 +500,38 @@ static bool conv_pf_(void) {
     return e && !strcmp(e, "1");
 }
 
+// KDA_CONV_V=2 (read at every launch, so a test or bench can A/B in one process): the v2 kernels
+// (above) where the shapes and alignment allow them, else the v1 kernels; KDA_CONV_PREFETCH only
+// selects among the v1 kernels.
+static bool conv_v2_(void) {
+    const char *e = getenv("KDA_CONV_V");
+    return e && !strcmp(e, "2");
+}
+
+// Grid of the v2 backward: block rows capped at CONV2_ROWS (each block walks rows y, y + cap, ...),
+// a constant, so the dw partials' order depends on the shapes only, not on the GPU.
+static dim3 conv2_bwd_grid(int64_t B, int64_t T, int64_t C) {
+    int64_t rows = CEIL_DIV(B * CEIL_DIV(T, (int64_t)CONV2_TT_BWD), (int64_t)CONV_BT);
+    return dim3((unsigned)CEIL_DIV(C / 2, (int64_t)32),
+                (unsigned)(rows < CONV2_ROWS ? rows : CONV2_ROWS));
+}
+
 int kda_cuda_conv_silu_fwd(KdaCudaCtx *ctx, kda_bf16 *y, const kda_bf16 *p, const float *w,
                            int64_t B, int64_t T, int64_t C, int64_t W) {
     KDA_CUDA_REQUIRE(ctx, B >= 0 && T >= 0 && C > 0 && W >= 1 && W <= CONV_MAX_W);
     if (B * T == 0) return 0;
     // 16-byte path when every row of channels splits into whole, aligned 8-element groups.
+    if (conv_v2_() && C % 4 == 0 && aligned_(8, y, p)) {
+        dim3 g2 = conv_grid(B, T, C, 4, CONV2_TT_FWD), b2(32, CONV_BT);
+        KDA_CUDA_REQUIRE(ctx, g2.y > 0); // B·T up to 4.2M tokens
+#define CONV_FWD2(W_)                                                                              \
+    conv_fwd_k<W_, 4, false, true, kda_bf16, CONV2_TT_FWD, CONV2_MINB_FWD>                         \
+        <<<g2, b2, 0, ctx->stream>>>(y, NULL, p, w, B, T, C, 0, 0.0f)
+        CONV_DISPATCH_W(W, CONV_FWD2);
+#undef CONV_FWD2
+        CUDA_CHECK_LAUNCH(ctx);
+        return 0;
+    }
     bool v8 = C % 8 == 0 && aligned_(16, y, p), pf = conv_pf_();
     dim3 grid = conv_grid(B, T, C, v8 ? 8 : 1, CONV_TT_F(pf)), block(32, CONV_BT);
     KDA_CUDA_REQUIRE(ctx, grid.y > 0); // B·T up to 4.2M tokens (forward) / 16.7M (backward)
@@ -470,6 +566,21 @@ int kda_cuda_conv_silu_bwd_ld(KdaCudaCtx *ctx, kda_bf16 *dp, int64_t ldo, float 
                               int64_t T, int64_t C, int64_t W) {
     KDA_CUDA_REQUIRE(ctx, B >= 0 && T >= 0 && C > 0 && W >= 1 && W <= CONV_MAX_W && ldo >= C);
     if (B * T == 0) return 0;
+    if (conv_v2_() && C % 2 == 0 && ldo % 2 == 0 && aligned_(4, dp, dy, p)) {
+        dim3 g2 = conv2_bwd_grid(B, T, C), b2(32, CONV_BT);
+        int64_t P = g2.y; // dw partials: one per block, [P, C, W] double
+        double *part = (double *)kda_cuda_scratch(ctx, (size_t)(P * C * W) * sizeof(double));
+        if (!part) return -1;
+#define CONV_BWD2(W_)                                                                              \
+    conv_bwd_k<W_, 2, false, true, CONV2_TT_BWD, CONV2_TT_BWD + W_ - 1, CONV2_MINB_BWD>            \
+        <<<g2, b2, 0, ctx->stream>>>(dp, part, dy, p, w, NULL, NULL, B, T, C, 0, ldo)
+        CONV_DISPATCH_W(W, CONV_BWD2);
+#undef CONV_BWD2
+        CUDA_CHECK_LAUNCH(ctx);
+        colsum_finish(ctx->stream, dw, part, P, C * W);
+        CUDA_CHECK_LAUNCH(ctx);
+        return 0;
+    }
     // 8-byte groups of 4 channels: the backward holds 4 W-long windows per channel (weights,
     // p, dc, dw sums), so 8 channels per thread would cost ~2x the registers for W = 4.
     bool v4 = C % 4 == 0 && ldo % 4 == 0 && aligned_(8, dp, dy, p);
@@ -512,6 +623,18 @@ int kda_cuda_conv_silu_l2_fwd(KdaCudaCtx *ctx, kda_bf16 *y, float *rstd, const k
     KDA_CUDA_REQUIRE(ctx, kda_cuda_conv_l2_fusable(K) && C % K == 0);
     KDA_CUDA_REQUIRE(ctx, aligned_(16, y, p)); // the 16-byte path: a head is K / 8 lanes
     if (B * T == 0) return 0;
+    if (conv_v2_()) { // K / 4 lanes a head (K <= 128: at most a warp)
+        dim3 g2 = conv_grid(B, T, C, 4, CONV2_TT_FWD), b2(32, CONV_BT);
+        KDA_CUDA_REQUIRE(ctx, g2.y > 0);
+        int lg4 = (int)(K / 4);
+#define CONV_L2_FWD2(W_)                                                                           \
+    conv_fwd_k<W_, 4, true, true, kda_bf16, CONV2_TT_FWD, CONV2_MINB_FWD>                          \
+        <<<g2, b2, 0, ctx->stream>>>(y, rstd, p, w, B, T, C, lg4, eps)
+        CONV_DISPATCH_W(W, CONV_L2_FWD2);
+#undef CONV_L2_FWD2
+        CUDA_CHECK_LAUNCH(ctx);
+        return 0;
+    }
     bool pf = conv_pf_();
     dim3 grid = conv_grid(B, T, C, 8, CONV_TT_F(pf)), block(32, CONV_BT);
     KDA_CUDA_REQUIRE(ctx, grid.y > 0);
@@ -543,6 +666,22 @@ int kda_cuda_conv_silu_l2_bwd_ld(KdaCudaCtx *ctx, kda_bf16 *dp, int64_t ldo, flo
     KDA_CUDA_REQUIRE(ctx, kda_cuda_conv_l2_fusable(K) && C % K == 0 && ldo >= C && ldo % 4 == 0);
     KDA_CUDA_REQUIRE(ctx, aligned_(16, dy) && aligned_(8, dp, p)); // a head is K / 4 lanes
     if (B * T == 0) return 0;
+    if (conv_v2_() && K <= 64) { // K / 2 lanes a head: at most a warp
+        dim3 g2 = conv2_bwd_grid(B, T, C), b2(32, CONV_BT);
+        int64_t P = g2.y; // dw partials: one per block, [P, C, W] double
+        double *part = (double *)kda_cuda_scratch(ctx, (size_t)(P * C * W) * sizeof(double));
+        if (!part) return -1;
+        int lg2 = (int)(K / 2);
+#define CONV_L2_BWD2(W_)                                                                           \
+    conv_bwd_k<W_, 2, true, true, CONV2_TT_BWD, CONV2_TT_BWD + W_ - 1, CONV2_MINB_L2>              \
+        <<<g2, b2, 0, ctx->stream>>>(dp, part, NULL, p, w, dy, rstd, B, T, C, lg2, ldo)
+        CONV_DISPATCH_W(W, CONV_L2_BWD2);
+#undef CONV_L2_BWD2
+        CUDA_CHECK_LAUNCH(ctx);
+        colsum_finish(ctx->stream, dw, part, P, C * W);
+        CUDA_CHECK_LAUNCH(ctx);
+        return 0;
+    }
     dim3 grid = conv_grid(B, T, C, 4, CONV_TT_BWD), block(32, CONV_BT);
     KDA_CUDA_REQUIRE(ctx, grid.y > 0);
     int64_t P = grid.y; // dw partials: one per block row, [P, C, W] double

@@ -184,6 +184,11 @@ int kda_cuda_put_bytes(KdaCudaCtx *ctx, void *dst, const void *src, size_t bytes
     return kda_cuda_sync(ctx);
 }
 
+int kda_cuda_get_bytes(KdaCudaCtx *ctx, void *dst, const void *src, size_t bytes) {
+    CUDA_CHECK(ctx, cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToHost, ctx->stream));
+    return kda_cuda_sync(ctx);
+}
+
 int kda_cuda_put_f32(KdaCudaCtx *ctx, float *dst, const float *src, int64_t n) {
     return kda_cuda_put_bytes(ctx, dst, src, (size_t)n * sizeof(float));
 }

@@ -119,6 +119,10 @@ int kda_cuda_get_f32(KdaCudaCtx *ctx, float *dst, const float *src, int64_t n);
 int kda_cuda_put_bf16(KdaCudaCtx *ctx, kda_bf16 *dst, const float *src, int64_t n);
 int kda_cuda_get_bf16(KdaCudaCtx *ctx, float *dst, const kda_bf16 *src, int64_t n);
 int kda_cuda_put_bytes(KdaCudaCtx *ctx, void *dst, const void *src, size_t bytes);
+// Device -> host raw bytes, queued on ctx->stream behind its kernels, then synchronized. Tests
+// use it instead of a bare cudaMemcpy: that runs on the legacy default stream, which does not
+// wait for ctx->stream (a non-blocking stream), so it can read an output before its kernel ran.
+int kda_cuda_get_bytes(KdaCudaCtx *ctx, void *dst, const void *src, size_t bytes);
 
 #ifdef __cplusplus
 }

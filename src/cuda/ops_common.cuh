@@ -107,7 +107,7 @@ unsigned row_blocks(int64_t N) {
 }
 
 // ---- vector bf16 access: VEC consecutive elements as one 2·VEC-byte load/store ---------------
-// VEC = 8 (16 B), 4 (8 B) or 1 (scalar fallback). The caller guarantees the alignment
+// VEC = 8 (16 B), 4 (8 B), 2 (4 B) or 1 (scalar fallback). The caller guarantees the alignment
 // (vec_ok below). Element 0 is the low half of the first 32-bit word (little endian).
 __device__ __forceinline__ void unpack2(unsigned u, float &lo, float &hi) {
     lo = __uint_as_float(u << 16);
@@ -127,8 +127,10 @@ template <int VEC> __device__ __forceinline__ void ld_bf(float (&v)[VEC], const 
         uint2 u = *reinterpret_cast<const uint2 *>(p);
         unpack2(u.x, v[0], v[1]);
         unpack2(u.y, v[2], v[3]);
+    } else if constexpr (VEC == 2) {
+        unpack2(*reinterpret_cast<const unsigned *>(p), v[0], v[1]);
     } else {
-        static_assert(VEC == 1, "VEC is 1, 4 or 8");
+        static_assert(VEC == 1, "VEC is 1, 2, 4 or 8");
         v[0] = bf2f(*p);
     }
 }
@@ -138,19 +140,24 @@ template <int VEC> __device__ __forceinline__ void st_bf(kda_bf16 *p, const floa
             make_uint4(pack2(v[0], v[1]), pack2(v[2], v[3]), pack2(v[4], v[5]), pack2(v[6], v[7]));
     } else if constexpr (VEC == 4) {
         *reinterpret_cast<uint2 *>(p) = make_uint2(pack2(v[0], v[1]), pack2(v[2], v[3]));
+    } else if constexpr (VEC == 2) {
+        *reinterpret_cast<unsigned *>(p) = pack2(v[0], v[1]);
     } else {
-        static_assert(VEC == 1, "VEC is 1, 4 or 8");
+        static_assert(VEC == 1, "VEC is 1, 2, 4 or 8");
         *p = f2bf(v[0]);
     }
 }
 
-// fp32 counterparts (VEC = 4: one 16-byte access).
+// fp32 counterparts (VEC = 4: one 16-byte access; 2: 8 bytes).
 template <int VEC> __device__ __forceinline__ void ld_f(float (&v)[VEC], const float *p) {
     if constexpr (VEC == 4) {
         float4 u = *reinterpret_cast<const float4 *>(p);
         v[0] = u.x, v[1] = u.y, v[2] = u.z, v[3] = u.w;
+    } else if constexpr (VEC == 2) {
+        float2 u = *reinterpret_cast<const float2 *>(p);
+        v[0] = u.x, v[1] = u.y;
     } else {
-        static_assert(VEC == 1, "VEC is 1 or 4");
+        static_assert(VEC == 1, "VEC is 1, 2 or 4");
         v[0] = *p;
     }
 }
