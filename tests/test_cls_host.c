@@ -202,7 +202,9 @@ KDA_TEST(cls_host2_matches_cpu_xent) {
     float *dn_c = malloc((size_t)(rows * V) * 4), *dW_c = calloc((size_t)(V * V), 4);
     xent_fwd(nll_c, lse_c, NULL, n, W, tg, rows, V, V, work, wf);
     xent_bwd(dn_c, dW_c, n, W, tg, lse_c, rows, V, V, scale, work, wf);
-    const struct { int nth, cl; } cfg[] = {{1, 1}, {100, 1}, {256, 1}, {32, 2}, {256, 4}, {64, 8}};
+    const struct { // 512 x 4, 1024 x 8: the pipelined kernel's shapes (KDA_CLS_ROW_PIPE)
+        int nth, cl;
+    } cfg[] = {{1, 1}, {100, 1}, {256, 1}, {32, 2}, {256, 4}, {64, 8}, {512, 4}, {1024, 8}};
     for (size_t k = 0; k < sizeof cfg / sizeof *cfg; k++) {
         kda_bf16 *g = malloc((size_t)(rows * ld) * sizeof *g);
         memcpy(g, lg, (size_t)(rows * ld) * sizeof *g);
@@ -241,7 +243,8 @@ KDA_TEST(cls_host2_matches_cpu_xent) {
 // Both twins at the real vocabulary (128,256) against a double sum over the same bf16 logits:
 // lse and nll within 1e-6 · max(1, |lse|) (the cluster kernel: ~5 fp32 roundings of the
 // partition sum, 3e-7; the rows include a flat one and one at +40), for the device's shapes
-// (256 x 4 blocks; 512 threads) and the longest sequential sums (1 thread, 1 block).
+// (256 x 4 blocks; 512 threads; the pipelined kernel's 512 or 1024 x 4) and the longest
+// sequential sums (1 thread, 1 block).
 KDA_TEST(cls_host2_exact_at_full_vocab) {
     const int64_t V = 128256, ld = kda_cuda_cls_ld(V), rows = 3;
     CHECK_EQ_INT(kda_cuda_cls_cluster(V), 4);
@@ -259,7 +262,7 @@ KDA_TEST(cls_host2_exact_at_full_vocab) {
     }
     const struct {
         int kernel, nth, cl;
-    } cfg[] = {{0, 256, 4}, {0, 1, 1}, {0, 256, 8}, {1, 512, 0}};
+    } cfg[] = {{0, 256, 4}, {0, 1, 1}, {0, 256, 8}, {1, 512, 0}, {0, 512, 4}, {0, 1024, 4}};
     for (size_t k = 0; k < sizeof cfg / sizeof *cfg; k++) {
         kda_bf16 *g = malloc((size_t)(rows * ld) * sizeof *g);
         memcpy(g, lg, (size_t)(rows * ld) * sizeof *g);

@@ -1,8 +1,9 @@
 // test_gpu_cls.c - the fused classifier's row kernels on the device (src/cuda/xent_cuda.h
-// kda_cuda_cls_row_kernel: the cluster kernel, default, and the block kernel, KDA_CLS_ROW=1)
-// against their host twins (kda_cuda_cls_rows2_host, kda_cuda_cls_rows_host; the CPU suite holds
-// the twins to the CPU cross-entropy and to float64 in test_cls_host.c) and against each other,
-// at vocabularies from 5 to 128,256 and every cluster size (make test-gpu; needs a device).
+// kda_cuda_cls_row_kernel: the cluster kernel, default, the block kernel, KDA_CLS_ROW=1, and the
+// pipelined cluster kernel, KDA_CLS_ROW=2) against their host twins (kda_cuda_cls_rows2_host,
+// kda_cuda_cls_rows_host; the CPU suite holds the twins to the CPU cross-entropy and to float64 in
+// test_cls_host.c) and against each other, at vocabularies from 5 to 128,256 and every cluster
+// size (make test-gpu; needs a device).
 //
 // Tolerances: lse and nll 1e-6 · max(1, |lse|) (device expf vs the host's libm: <= 3 ulps per
 // term, so the partition sums differ by ~2e-7 relative; plus one fp32 ulp of each stored lse);
@@ -52,23 +53,30 @@ static void make_rows_(kda_bf16 *lg, int32_t *tg, int64_t rows, int64_t V, int64
     }
 }
 
-// Runs `kernel` (cl blocks per row) on the device over a copy of lg; out: the device's dlogits,
-// nll, lse. Returns 0 or -1.
+// The pipelined kernel's shape (kda_cuda_cls_row_pipe; 0s: its defaults).
+typedef struct {
+    int nth, nbuf, clusters;
+} PipeShape;
+
+// Runs `kernel` (cl blocks per row) on the device over a copy of lg; pipe non-NULL: the
+// pipelined kernel with that shape instead. out: the device's dlogits, nll, lse. Returns 0 or -1.
 static int run_dev_(KdaCudaCtx *ctx, const kda_bf16 *lg, const int32_t *tg, int64_t rows, int64_t V,
-                    int64_t ld, float scale, int kernel, int cl, kda_bf16 *out, float *nll,
-                    float *lse) {
+                    int64_t ld, float scale, int kernel, int cl, const PipeShape *pipe,
+                    kda_bf16 *out, float *nll, float *lse) {
     size_t lb = (size_t)(rows * ld) * sizeof(kda_bf16);
     kda_bf16 *dl = kda_cuda_alloc(ctx, lb);
     int32_t *dt = kda_cuda_alloc(ctx, (size_t)rows * 4);
     float *dn = kda_cuda_alloc(ctx, (size_t)rows * 4), *ds = kda_cuda_alloc(ctx, (size_t)rows * 4);
-    int rc = !dl || !dt || !dn || !ds || kda_cuda_put_bytes(ctx, dl, lg, lb) ||
-             kda_cuda_put_bytes(ctx, dt, tg, (size_t)rows * 4) ||
-             kda_cuda_poison(ctx, dn, (size_t)rows * 4) ||
-             kda_cuda_poison(ctx, ds, (size_t)rows * 4) ||
-             kda_cuda_cls_row_kernel(ctx, dl, dn, ds, dt, rows, V, ld, scale, 1, kernel, cl) ||
-             kda_cuda_sync(ctx) || cudaMemcpy(out, dl, lb, cudaMemcpyDeviceToHost) != cudaSuccess ||
-             cudaMemcpy(nll, dn, (size_t)rows * 4, cudaMemcpyDeviceToHost) != cudaSuccess ||
-             cudaMemcpy(lse, ds, (size_t)rows * 4, cudaMemcpyDeviceToHost) != cudaSuccess;
+    int rc =
+        !dl || !dt || !dn || !ds || kda_cuda_put_bytes(ctx, dl, lg, lb) ||
+        kda_cuda_put_bytes(ctx, dt, tg, (size_t)rows * 4) ||
+        kda_cuda_poison(ctx, dn, (size_t)rows * 4) || kda_cuda_poison(ctx, ds, (size_t)rows * 4) ||
+        (pipe ? kda_cuda_cls_row_pipe(ctx, dl, dn, ds, dt, rows, V, ld, scale, 1, cl, pipe->nth,
+                                      pipe->nbuf, pipe->clusters)
+              : kda_cuda_cls_row_kernel(ctx, dl, dn, ds, dt, rows, V, ld, scale, 1, kernel, cl)) ||
+        kda_cuda_sync(ctx) || cudaMemcpy(out, dl, lb, cudaMemcpyDeviceToHost) != cudaSuccess ||
+        cudaMemcpy(nll, dn, (size_t)rows * 4, cudaMemcpyDeviceToHost) != cudaSuccess ||
+        cudaMemcpy(lse, ds, (size_t)rows * 4, cudaMemcpyDeviceToHost) != cudaSuccess;
     kda_cuda_release(dl), kda_cuda_release(dt), kda_cuda_release(dn), kda_cuda_release(ds);
     return rc ? -1 : 0;
 }
@@ -125,9 +133,9 @@ KDA_TEST_GPU(gpu_cls_rows_match_host) {
         float nd[37], sd[37], nb[37], sb[37], nh[37], sh[37];
         make_rows_(lg, tg, rows, V, ld, 100 + c);
         float scale = 1.0f / 31.0f;
-        int rc = run_dev_(&ctx, lg, tg, rows, V, ld, scale, KDA_CLS_ROW_CLUSTER, cases[c].cl, gd,
-                          nd, sd) ||
-                 run_dev_(&ctx, lg, tg, rows, V, ld, scale, KDA_CLS_ROW_BLOCK, 0, gb, nb, sb);
+        int rc = run_dev_(&ctx, lg, tg, rows, V, ld, scale, KDA_CLS_ROW_CLUSTER, cases[c].cl, NULL,
+                          gd, nd, sd) ||
+                 run_dev_(&ctx, lg, tg, rows, V, ld, scale, KDA_CLS_ROW_BLOCK, 0, NULL, gb, nb, sb);
         CHECK_MSG(rc == 0, "V %lld cl %d: %s", (long long)V, cl, ctx.err.msg);
         if (rc) {
             ok = 0;
@@ -154,6 +162,91 @@ KDA_TEST_GPU(gpu_cls_rows_match_host) {
         kda_cuda_clear_error(&ctx);
         CHECK(kda_cuda_cls_row_kernel(&ctx, (kda_bf16 *)d, d, d, (int32_t *)d, 1, 128256, 128256,
                                       1.0f, 0, KDA_CLS_ROW_CLUSTER, 1) == -1);
+        kda_cuda_clear_error(&ctx);
+    }
+    kda_cuda_release(d);
+    kda_cuda_free(&ctx);
+}
+
+// The pipelined kernel (KDA_CLS_ROW_PIPE) against its host twin kda_cuda_cls_rows2_host(nth, cl)
+// (tolerances above) at the cluster kernel's vocabularies and cluster sizes, in several shapes:
+// its defaults through kda_cuda_cls_row_kernel (as many clusters as fit: one row each at these
+// 37 rows, mostly), and explicit threads / buffers with 1-5 clusters, so that each cluster runs
+// 8-37 rows through every buffer and both pair slots several times (a buffer reused too early, a
+// pair slot overwritten before a peer read it, or a row skipped shows as a mismatch or the NaN
+// poison). With 256 threads it must equal the cluster kernel bit for bit (the same function).
+KDA_TEST_GPU(gpu_cls_pipe_match_host) {
+    int ok = kda_cuda_device_count() > 0;
+    CHECK_MSG(ok, "no usable CUDA device (GPU tests need one)");
+    if (!ok) return;
+    KdaCudaCtx ctx;
+    KdaError err = {{0}};
+    CHECK_MSG(kda_cuda_init(&ctx, 0, &err) == 0, "%s", err.msg);
+    if (err.msg[0]) return;
+    const struct {
+        int64_t V;
+        int cl; // 0: kda_cuda_cls_cluster's choice
+    } cases[] = {{1003, 1}, {1003, 2},  {1003, 4},  {1003, 8},   {5, 8},
+                 {8, 2},    {32768, 1}, {32769, 0}, {128256, 0}, {128256, 8}};
+    const PipeShape shapes[] = {{0, 0, 0}, {256, 2, 3}, {512, 3, 1}, {1024, 1, 2}, {512, 2, 5}};
+    const int64_t rows = 37;
+    for (size_t c = 0; c < sizeof cases / sizeof *cases && ok; c++) {
+        int64_t V = cases[c].V, ld = kda_cuda_cls_ld(V);
+        int cl = cases[c].cl ? cases[c].cl : kda_cuda_cls_cluster(V);
+        size_t n = (size_t)(rows * ld);
+        kda_bf16 *lg = kda_malloc(n * 2), *gd = kda_malloc(n * 2), *gc = kda_malloc(n * 2),
+                 *gh = kda_malloc(n * 2);
+        int32_t *tg = kda_malloc((size_t)rows * 4);
+        float nd[37], sd[37], nc[37], sc[37], nh[37], sh[37];
+        make_rows_(lg, tg, rows, V, ld, 300 + c);
+        float scale = 1.0f / 31.0f;
+        int rc = run_dev_(&ctx, lg, tg, rows, V, ld, scale, KDA_CLS_ROW_CLUSTER, cases[c].cl, NULL,
+                          gc, nc, sc);
+        CHECK_MSG(rc == 0, "V %lld cl %d cluster: %s", (long long)V, cl, ctx.err.msg);
+        for (size_t k = 0; k < sizeof shapes / sizeof *shapes && rc == 0; k++) {
+            const PipeShape *p = &shapes[k];
+            int nth = p->nth ? p->nth : 512;
+            rc = k == 0 ? run_dev_(&ctx, lg, tg, rows, V, ld, scale, KDA_CLS_ROW_PIPE, cases[c].cl,
+                                   NULL, gd, nd, sd)
+                        : run_dev_(&ctx, lg, tg, rows, V, ld, scale, KDA_CLS_ROW_PIPE, cases[c].cl,
+                                   p, gd, nd, sd);
+            CHECK_MSG(rc == 0, "V %lld cl %d pipe %d x %d x %d: %s", (long long)V, cl, nth, p->nbuf,
+                      p->clusters, ctx.err.msg);
+            if (rc) break;
+            memcpy(gh, lg, n * 2);
+            kda_cuda_cls_rows2_host(gh, nh, sh, tg, rows, V, ld, scale, 1, nth, cl);
+            char what[96];
+            snprintf(what, sizeof what, "V %lld cl %d pipe %d x %d x %d device vs host",
+                     (long long)V, cl, nth, p->nbuf, p->clusters);
+            int64_t d1 = compare_(what, gd, nd, sd, gh, nh, sh, rows, V, ld, scale);
+            int64_t d2 = 0;
+            if (nth == 256) { // the cluster kernel's function: the same bits
+                d2 = memcmp(gd, gc, n * 2) != 0;
+                for (int64_t i = 0; i < rows; i++)
+                    d2 += nd[i] != nc[i] || sd[i] != sc[i];
+                CHECK_MSG(d2 == 0,
+                          "V %lld cl %d pipe 256: %lld differences from the cluster kernel",
+                          (long long)V, cl, (long long)d2);
+            }
+            printf("    V %6lld, %d blocks/row, pipe %4d threads %d buffers %d clusters: dlogits "
+                   "differing from the host twin %lld\n",
+                   (long long)V, cl, nth, p->nbuf, p->clusters, (long long)d1);
+        }
+        ok = rc == 0;
+        free(lg), free(gd), free(gc), free(gh), free(tg);
+    }
+    // argument checks: threads other than 256 / 512 / 1024; 4 buffers; a slice over 4096 groups
+    float *d = kda_cuda_alloc(&ctx, 1024 * 2);
+    CHECK(d != NULL);
+    if (d) {
+        CHECK(kda_cuda_cls_row_pipe(&ctx, (kda_bf16 *)d, d, d, (int32_t *)d, 1, 100, 128, 1.0f, 0,
+                                    1, 128, 0, 0) == -1);
+        kda_cuda_clear_error(&ctx);
+        CHECK(kda_cuda_cls_row_pipe(&ctx, (kda_bf16 *)d, d, d, (int32_t *)d, 1, 100, 128, 1.0f, 0,
+                                    1, 512, 4, 0) == -1);
+        kda_cuda_clear_error(&ctx);
+        CHECK(kda_cuda_cls_row_pipe(&ctx, (kda_bf16 *)d, d, d, (int32_t *)d, 1, 128256, 128256,
+                                    1.0f, 0, 1, 512, 0, 0) == -1); // a slice over 4096 groups
         kda_cuda_clear_error(&ctx);
     }
     kda_cuda_release(d);

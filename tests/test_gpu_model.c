@@ -511,6 +511,10 @@ KDA_TEST_GPU(gpu_model_cls_fused_block) { // the block row kernel (KDA_CLS_ROW=1
     if (have_gpu_()) xent_case_(1, KDA_CLS_ROW_BLOCK);
 }
 
+KDA_TEST_GPU(gpu_model_cls_fused_pipe) { // the pipelined row kernel (KDA_CLS_ROW=2)
+    if (have_gpu_()) xent_case_(1, KDA_CLS_ROW_PIPE);
+}
+
 // ---- AdamW + scaling + clipping vs the CPU optimizer on the same gradients -------------------
 
 static void check_close_(const float *a, const float *b, int64_t n, const char *what) {

@@ -61,8 +61,9 @@ static double logit_(const float *n, const float *W, int64_t r, int64_t v, int b
     return bf16 ? (double)bf16_to_f32(f32_to_bf16((float)l)) : l;
 }
 
-// mode 0: the legacy head (kda_cuda_xent_fwd, fp32 logits); 1, 2: the fused classifier's loss-
-// only mode (bf16 logits) with the cluster (1) or block (2) row kernel, in token chunks of 16.
+// mode 0: the legacy head (kda_cuda_xent_fwd, fp32 logits); 1, 2, 3: the fused classifier's
+// loss-only mode (bf16 logits) with the cluster (1), block (2) or pipelined (3) row kernel, in
+// token chunks of 16.
 static void peaked_case_(int mode) {
     int ok = kda_cuda_device_count() > 0;
     CHECK_MSG(ok, "no usable CUDA device (GPU tests need one)");
@@ -82,7 +83,9 @@ static void peaked_case_(int mode) {
     double *dsum = kda_cuda_alloc(&ctx, 8);
     KdaCudaXentWs ws = {NULL, NULL, CH};
     KdaCudaClsWs cws = {NULL, ROWS, kda_cuda_cls_ld(V),
-                        mode == 2 ? KDA_CLS_ROW_BLOCK : KDA_CLS_ROW_CLUSTER};
+                        mode == 2   ? KDA_CLS_ROW_BLOCK
+                        : mode == 3 ? KDA_CLS_ROW_PIPE
+                                    : KDA_CLS_ROW_CLUSTER};
     if (mode == 0) {
         ws.logits = kda_cuda_alloc(&ctx, kda_cuda_xent_logits_bytes(N, CH));
         ws.stat = kda_cuda_alloc(&ctx, kda_cuda_xent_stat_bytes(N));
@@ -146,6 +149,7 @@ KDA_TEST_GPU(gpu_xent_peaked_vocab_exact) {
 KDA_TEST_GPU(gpu_cls_peaked_vocab_exact) {
     peaked_case_(1);
     peaked_case_(2);
+    peaked_case_(3);
 }
 
 #endif // KDA_HAVE_CUDA

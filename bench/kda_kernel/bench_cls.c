@@ -1,8 +1,10 @@
 // bench_cls.c - the LM head of the fused classifier at the 300M shapes, one token chunk of the
 // micro-batch-16 step (8192 tokens, D = 1024, vocabulary 128,256: a quarter of the step's head):
-// the logits GEMM, each row kernel (the block kernel KDA_CLS_ROW=1 and the cluster kernel at 4
-// and 8 blocks per row), the dX + dW GEMMs, and a device-to-device copy of the chunk's logits (the
-// cluster kernel's floor: it reads the logits once and writes the dlogits once, as a copy does).
+// the logits GEMM, each row kernel (the block kernel KDA_CLS_ROW=1, the cluster kernel at 4 and 8
+// blocks per row, the pipelined cluster kernel KDA_CLS_ROW=2 in several shapes: blocks per row x
+// threads x slice buffers), the dX + dW GEMMs, and a device-to-device copy of the chunk's logits
+// (the cluster kernels' floor: they read the logits once and write the dlogits once, as a copy
+// does).
 // Every timed row kernel starts from the same random logits (restored by an untimed copy); CUDA
 // events around the launch only, 2 warm-ups, median of 10. Prints ms, GB/s or TFLOP/s and the
 // step's share (x 4 chunks), the largest |nll| difference between the kernels, and cuBLASLt's
@@ -29,7 +31,7 @@ typedef struct {
     int32_t *tg;
     int64_t ld;
     KdaCudaClsWs ws;
-    int kernel, cl; // the row kernel under test
+    int kernel, cl, nth, nbuf; // the row kernel under test (nth, nbuf: KDA_CLS_ROW_PIPE's shape)
 } Bench;
 
 static Bench z;
@@ -43,6 +45,9 @@ static int f_logits(void) {
     return kda_cuda_cls_chunk_logits(&g, z.n, z.W, ROWS, D, V, 0, &z.ws);
 }
 static int f_rows(void) {
+    if (z.kernel == KDA_CLS_ROW_PIPE)
+        return kda_cuda_cls_row_pipe(&g, z.lg, z.nll, z.lse, z.tg, ROWS, V, z.ld, 1.0f / ROWS, 1,
+                                     z.cl, z.nth, z.nbuf, 0);
     return kda_cuda_cls_row_kernel(&g, z.lg, z.nll, z.lse, z.tg, ROWS, V, z.ld, 1.0f / ROWS, 1,
                                    z.kernel, z.cl);
 }
@@ -94,15 +99,25 @@ int main(void) {
     t = time_ms_(f_copy, NULL);
     printf("%-44s %9.3f %8.0f GB/s %12.3f\n", "copy of the logits (read + write)", t,
            2 * lbytes / t / 1e6, CHUNKS * t);
+    // the pipelined kernel: 4 x 512 x 3 is KDA_CLS_ROW=2 (one block of 192 KB per SM); 8 blocks
+    // per row halve the slice (32 KB): 2 or 3 blocks per SM
     const struct {
         const char *name;
-        int kernel, cl;
-    } rk[] = {{"row kernel: block (KDA_CLS_ROW=1)", KDA_CLS_ROW_BLOCK, 0},
-              {"row kernel: cluster, 4 blocks/row (default)", KDA_CLS_ROW_CLUSTER, 4},
-              {"row kernel: cluster, 8 blocks/row", KDA_CLS_ROW_CLUSTER, 8}};
-    float *nll[3];
-    for (int k = 0; k < 3; k++) {
-        z.kernel = rk[k].kernel, z.cl = rk[k].cl;
+        int kernel, cl, nth, nbuf;
+    } rk[] = {{"row kernel: block (KDA_CLS_ROW=1)", KDA_CLS_ROW_BLOCK, 0, 0, 0},
+              {"row kernel: cluster, 4 blocks/row (default)", KDA_CLS_ROW_CLUSTER, 4, 0, 0},
+              {"row kernel: cluster, 8 blocks/row", KDA_CLS_ROW_CLUSTER, 8, 0, 0},
+              {"row kernel: pipe 4 x 512 thr x 3 buf (=2)", KDA_CLS_ROW_PIPE, 4, 512, 3},
+              {"row kernel: pipe 4 x 512 thr x 2 buf", KDA_CLS_ROW_PIPE, 4, 512, 2},
+              {"row kernel: pipe 4 x 1024 thr x 3 buf", KDA_CLS_ROW_PIPE, 4, 1024, 3},
+              {"row kernel: pipe 4 x 256 thr x 3 buf", KDA_CLS_ROW_PIPE, 4, 256, 3},
+              {"row kernel: pipe 8 x 512 thr x 3 buf", KDA_CLS_ROW_PIPE, 8, 512, 3},
+              {"row kernel: pipe 8 x 256 thr x 2 buf", KDA_CLS_ROW_PIPE, 8, 256, 2},
+              {"row kernel: pipe 8 x 1024 thr x 2 buf", KDA_CLS_ROW_PIPE, 8, 1024, 2}};
+    enum { NK = sizeof rk / sizeof *rk };
+    float *nll[NK];
+    for (int k = 0; k < NK; k++) {
+        z.kernel = rk[k].kernel, z.cl = rk[k].cl, z.nth = rk[k].nth, z.nbuf = rk[k].nbuf;
         t = time_ms_(f_rows, f_copy);
         // bytes: the floor's (logits read once, dlogits written once)
         printf("%-44s %9.3f %8.0f GB/s %12.3f\n", rk[k].name, t, 2 * lbytes / t / 1e6, CHUNKS * t);
@@ -129,13 +144,13 @@ int main(void) {
            gemm_fl / ms[0] / 1e9, best, ms[best], gemm_fl / ms[best] / 1e9);
     double worst = 0, mean = 0;
     for (int i = 0; i < ROWS; i++) {
-        for (int k = 1; k < 3; k++)
+        for (int k = 1; k < NK; k++)
             worst = fmax(worst, fabs((double)nll[k][i] - nll[0][i]));
         mean += nll[0][i] / ROWS;
     }
-    printf("max |nll(cluster) - nll(block)| %.3g over %d rows (mean nll %.4f)\n", worst, ROWS,
+    printf("max |nll(cluster, pipe) - nll(block)| %.3g over %d rows (mean nll %.4f)\n", worst, ROWS,
            mean);
-    for (int k = 0; k < 3; k++)
+    for (int k = 0; k < NK; k++)
         free(nll[k]);
     free(tg);
     kda_cuda_free(&g);

@@ -72,6 +72,12 @@ int kda_cuda_xent_bwd(KdaCudaCtx *ctx, float *dn, float *dWh, const kda_bf16 *n,
 //   e^(m_old - m_new) in double when its max grows); the block takes the exact max M of the m_t,
 //   rescales each partial by e^(m_t - M) in double and adds them in a fixed tree in double: S
 //   within ~2 fp32 roundings (~2.4e-7 relative) of the exact sum, whatever the vocabulary size.
+// * KDA_CLS_ROW_PIPE (environment KDA_CLS_ROW=2): the cluster kernel's arithmetic per row (the
+//   same function of the slicing and the threads per block: with 256 threads the same bits as
+//   KDA_CLS_ROW_CLUSTER, with the default 512 the partition sum's group order differs, within
+//   the same ~5 roundings), on a persistent grid: as many clusters as fit at once, each taking
+//   every G-th row, each block keeping up to 3 slice buffers and copying the next rows' slices
+//   while it reduces and writes the current one (one cluster barrier per row).
 // Either way lse = M + log S (double, stored fp32) and nll = lse - x_target, so |Δnll| <~ 4e-7 +
 // 1 fp32 ulp of lse against exact arithmetic on the same bf16 logits; the dlogits are
 // (e^(x_j - lse) - [j = target]) · scale per element (ex2.approx; the same formula in both).
@@ -81,11 +87,12 @@ int kda_cuda_xent_bwd(KdaCudaCtx *ctx, float *dn, float *dWh, const kda_bf16 *n,
 // rows).
 #define KDA_CLS_ROW_CLUSTER 0
 #define KDA_CLS_ROW_BLOCK   1
+#define KDA_CLS_ROW_PIPE    2
 typedef struct {
     kda_bf16 *logits; // [rows, ld] bf16 device workspace (16-byte aligned; 256 for cuBLASLt)
     int64_t rows;     // tokens per chunk (>= 1)
     int64_t ld;       // row stride (elements): n_vocab rounded up to a multiple of 64
-    int row_kernel;   // KDA_CLS_ROW_CLUSTER (0, the default of a zeroed field) or _BLOCK
+    int row_kernel;   // KDA_CLS_ROW_CLUSTER (0, the default of a zeroed field), _BLOCK, _PIPE
 } KdaCudaClsWs;
 
 // Blocks per row of the cluster row kernel: the fewest of 1, 2, 4, 8 whose slices hold at most
@@ -95,12 +102,24 @@ int kda_cuda_cls_cluster(int64_t n_vocab);
 // One row kernel over logits [rows, ld] bf16 (device, 16-byte aligned, ld % 64 == 0, ld >=
 // n_vocab), in place when grad != 0 (padding columns >= n_vocab are neither used nor written);
 // nll [rows], lse [rows] fp32 written; targets [rows] (negative: ignored row). kernel:
-// KDA_CLS_ROW_*; cl (cluster kernel): blocks per row, 0 = kda_cuda_cls_cluster(n_vocab), else
-// 1, 2, 4 or 8 with slices of at most 4096 groups (tests and benchmarks pick it; a vocabulary
-// too large for 8 slices runs the block kernel). Returns 0 or -1 (ctx->err).
+// KDA_CLS_ROW_*; cl (cluster and pipelined kernels): blocks per row, 0 =
+// kda_cuda_cls_cluster(n_vocab), else 1, 2, 4 or 8 with slices of at most 4096 groups (tests and
+// benchmarks pick it; a vocabulary too large for 8 slices runs the block kernel). Returns 0 or -1
+// (ctx->err).
 int kda_cuda_cls_row_kernel(KdaCudaCtx *ctx, kda_bf16 *logits, float *nll, float *lse,
                             const int32_t *targets, int64_t rows, int64_t n_vocab, int64_t ld,
                             float scale, int grad, int kernel, int cl);
+
+// KDA_CLS_ROW_PIPE with its shape chosen (tests, benchmarks; kda_cuda_cls_row_kernel passes 0s):
+// cl blocks per row as above (0: kda_cuda_cls_cluster), nth threads per block (256, 512 or 1024;
+// 0: 512), nbuf slice buffers per block (1..3, nbuf · slice bytes within the device's opt-in
+// shared memory; 0: the most of 3 that fit), clusters in the persistent grid (0: as many as fit
+// on the device at once; any other count takes the rows round-robin: tests force several rows
+// per cluster). Arguments as kda_cuda_cls_row_kernel's; a vocabulary too large for 8 slices is
+// an error here. The host twin: kda_cuda_cls_rows2_host(nth, cl). Returns 0 or -1 (ctx->err).
+int kda_cuda_cls_row_pipe(KdaCudaCtx *ctx, kda_bf16 *logits, float *nll, float *lse,
+                          const int32_t *targets, int64_t rows, int64_t n_vocab, int64_t ld,
+                          float scale, int grad, int cl, int nth, int nbuf, int clusters);
 
 int64_t kda_cuda_cls_ld(int64_t n_vocab);
 // Tokens per chunk for N rows: the fewest chunks whose [rows, ld] bf16 logits fit
@@ -166,7 +185,7 @@ void kda_cuda_cls_rows_host(kda_bf16 *logits, float *nll, float *lse, const int3
                             int64_t rows, int64_t n_vocab, int64_t ld, float scale, int grad,
                             int nthreads);
 // KDA_CLS_ROW_CLUSTER with cl blocks per row (1, 2, 4, 8) of `nthreads` threads (any >= 1; the
-// device runs 256, in warps of 32).
+// device runs 256, in warps of 32); also KDA_CLS_ROW_PIPE's twin (the device: 512 by default).
 void kda_cuda_cls_rows2_host(kda_bf16 *logits, float *nll, float *lse, const int32_t *targets,
                              int64_t rows, int64_t n_vocab, int64_t ld, float scale, int grad,
                              int nthreads, int cl);

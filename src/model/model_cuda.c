@@ -123,7 +123,7 @@ struct KdaCudaModel {
     int64_t chunk; // the KDA core's chunk (kda_fast_chunk: 32 for K = 32, V = 64); gcum uses it too
     int recompute; // per-block activation recomputation (kda_cuda_model_set_recompute)
     size_t cls_budget; // bytes of the fused classifier's logits chunk (0: no workspace for it)
-    int cls_row;       // its row kernel: KDA_CLS_ROW_CLUSTER, _BLOCK (KDA_CLS_ROW=1)
+    int cls_row;       // its row kernel: KDA_CLS_ROW_CLUSTER, _BLOCK (KDA_CLS_ROW=1), _PIPE (=2)
     int core_keep;     // keep the KDA core's forward h and Δ for the backward (KDA_CORE_KEEP)
     int core_tc;       // the tensor-core KDA core (cuda/kda_tc.h) where it fits; KDA_CORE=simt off
     const struct CoreOps *core; // the KDA core of this (B, T): core_pick_, once per batch shape
@@ -428,9 +428,12 @@ static void configure_(KdaCudaModel *m, const KdaConfig *cfg, const KdaParamTabl
     m->chunk = kda_fast_chunk(cfg->head_dim, cfg->head_v_dim, m->ctx.info.smem_per_block_optin);
     m->cls_budget = CLS_BUDGET;
     // the fused classifier's row kernel: a cluster per row, the row read once (default since
-    // 2026-12-03); "1": a block per row (the kernel before, to measure against)
+    // 2026-12-03); "1": a block per row (the kernel before, to measure against); "2": the
+    // cluster kernel on a persistent grid, the next rows' loads in flight (to measure against)
     const char *row = getenv("KDA_CLS_ROW");
-    m->cls_row = row && !strcmp(row, "1") ? KDA_CLS_ROW_BLOCK : KDA_CLS_ROW_CLUSTER;
+    m->cls_row = row && !strcmp(row, "1")   ? KDA_CLS_ROW_BLOCK
+                 : row && !strcmp(row, "2") ? KDA_CLS_ROW_PIPE
+                                            : KDA_CLS_ROW_CLUSTER;
     const char *keep = getenv("KDA_CORE_KEEP"); // "0": the backward recomputes h and Δ
     m->core_keep = !(keep && !strcmp(keep, "0"));
     m->core_tc = kda_tc_selected(); // KDA_CORE=simt: the SIMT core (the oracle)
@@ -1237,7 +1240,8 @@ int kda_cuda_model_set_cls_budget(KdaCudaModel *m, size_t bytes, KdaError *err) 
 }
 
 void kda_cuda_model_set_cls_row(KdaCudaModel *m, int kernel) {
-    if (kernel != KDA_CLS_ROW_CLUSTER && kernel != KDA_CLS_ROW_BLOCK) return;
+    if (kernel != KDA_CLS_ROW_CLUSTER && kernel != KDA_CLS_ROW_BLOCK && kernel != KDA_CLS_ROW_PIPE)
+        return;
     m->cls_row = kernel;
     m->cls.row_kernel = kernel;
 }

@@ -93,9 +93,9 @@ int kda_cuda_model_forward_backward(KdaCudaModel *m, const int32_t *ids, const i
 // B·T = 32768 and a 128,256 vocabulary; chunks share the legacy head's workspace). 0 drops the
 // workspace (forward_backward then fails). Frees the activation arena like set_recompute.
 int kda_cuda_model_set_cls_budget(KdaCudaModel *m, size_t bytes, KdaError *err);
-// The fused classifier's row kernel (xent_cuda.h KDA_CLS_ROW_CLUSTER, the default, or
-// KDA_CLS_ROW_BLOCK, which the environment KDA_CLS_ROW=1 selects at create); other values are
-// ignored. Takes effect at the next forward_backward.
+// The fused classifier's row kernel (xent_cuda.h KDA_CLS_ROW_CLUSTER, the default,
+// KDA_CLS_ROW_BLOCK or KDA_CLS_ROW_PIPE, which the environment KDA_CLS_ROW=1 or =2 selects at
+// create); other values are ignored. Takes effect at the next forward_backward.
 void kda_cuda_model_set_cls_row(KdaCudaModel *m, int kernel);
 
 // Per-block activation recomputation (off by default): keep only each block's input [N, D] fp32
