@@ -69,6 +69,47 @@ KDA_TEST(dist_env_torchrun) {
     CHECK(read_env(&e, noworld, &err) == -1 && strstr(err.msg, "WORLD_SIZE"));
     const char *none[] = {NULL};
     CHECK(read_env(&e, none, &err) == 0 && e.world == 1 && !strcmp(e.launcher, "none"));
+    CHECK(read_env(&e, v, &err) == 0 && e.rdzv_port == 1234); // no agent store: MASTER_PORT
+}
+
+// Under torchrun's elastic agent (TORCHELASTIC_USE_AGENT_STORE=True) the agent's own TCP store
+// holds MASTER_PORT: kda's rank 0 serves its rendezvous on the next port (before 2026-12-03 it
+// bound MASTER_PORT and failed with "Address already in use"); KDA_RDZV_PORT overrides both.
+KDA_TEST(dist_env_torchrun_agent_store) {
+    const char *v[] = {"RANK=0",
+                       "WORLD_SIZE=2",
+                       "MASTER_ADDR=n1",
+                       "MASTER_PORT=29500",
+                       "TORCHELASTIC_USE_AGENT_STORE=True",
+                       NULL};
+    KdaDistEnv e;
+    KdaError err;
+    CHECK(read_env(&e, v, &err) == 0);
+    CHECK(e.master_port == 29500 && e.rdzv_port == 29501 && strstr(e.rdzv_port_from, "agent"));
+    const char *off[] = {"RANK=0",
+                         "WORLD_SIZE=2",
+                         "MASTER_ADDR=n1",
+                         "MASTER_PORT=29500",
+                         "TORCHELASTIC_USE_AGENT_STORE=False",
+                         NULL};
+    CHECK(read_env(&e, off, &err) == 0 && e.rdzv_port == 29500);
+    const char *own[] = {"RANK=0",
+                         "WORLD_SIZE=2",
+                         "MASTER_ADDR=n1",
+                         "MASTER_PORT=29500",
+                         "TORCHELASTIC_USE_AGENT_STORE=True",
+                         "KDA_RDZV_PORT=40000",
+                         NULL};
+    CHECK(read_env(&e, own, &err) == 0 && e.rdzv_port == 40000);
+    const char *bad[] = {"RANK=0", "WORLD_SIZE=2", "MASTER_ADDR=n1", "KDA_RDZV_PORT=70000", NULL};
+    CHECK(read_env(&e, bad, &err) == -1 && strstr(err.msg, "KDA_RDZV_PORT"));
+    const char *top[] = {"RANK=0",
+                         "WORLD_SIZE=2",
+                         "MASTER_ADDR=n1",
+                         "MASTER_PORT=65535",
+                         "TORCHELASTIC_USE_AGENT_STORE=True",
+                         NULL};
+    CHECK(read_env(&e, top, &err) == -1 && strstr(err.msg, "KDA_RDZV_PORT"));
 }
 
 KDA_TEST(dist_env_slurm_and_mpirun) {

@@ -14,13 +14,16 @@
 //     and far below one step).
 //   ZeRO-1 vs plain data parallel: bit-exact (the shards update with the same element-wise
 //     arithmetic from the same all-reduced gradient; the all-gather copies bits).
+#include <arpa/inet.h>
 #include <dirent.h>
 #include <errno.h>
 #include <limits.h>
+#include <netinet/in.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <time.h>
@@ -74,7 +77,9 @@ static const char *make_cfg_(const char *name, const char *data, int gbs, int it
     return fclose(f) ? NULL : path;
 }
 
-typedef enum { L_SINGLE, L_TORCHRUN, L_SLURM, L_MPIRUN } Launcher;
+// L_TORCHRUN_AGENT: torchrun's variables plus TORCHELASTIC_USE_AGENT_STORE=True, as torchrun's
+// elastic agent sets them while its own TCP store listens on MASTER_PORT.
+typedef enum { L_SINGLE, L_TORCHRUN, L_TORCHRUN_AGENT, L_SLURM, L_MPIRUN } Launcher;
 
 static void clear_launch_env_(void) {
     const char *v[] = {"RANK",
@@ -92,7 +97,9 @@ static void clear_launch_env_(void) {
                        "OMPI_COMM_WORLD_RANK",
                        "OMPI_COMM_WORLD_SIZE",
                        "OMPI_COMM_WORLD_LOCAL_RANK",
-                       "OMPI_COMM_WORLD_LOCAL_SIZE"};
+                       "OMPI_COMM_WORLD_LOCAL_SIZE",
+                       "TORCHELASTIC_USE_AGENT_STORE",
+                       "KDA_RDZV_PORT"};
     for (size_t i = 0; i < sizeof v / sizeof *v; i++)
         unsetenv(v[i]);
 }
@@ -116,7 +123,8 @@ static pid_t spawn_rank_(Launcher how, int r, int world, int local_world, const 
     clear_launch_env_();
     setenv("OMP_NUM_THREADS", "1", 1);
     int lr = r % local_world;
-    if (how == L_TORCHRUN) {
+    if (how == L_TORCHRUN || how == L_TORCHRUN_AGENT) {
+        if (how == L_TORCHRUN_AGENT) setenv("TORCHELASTIC_USE_AGENT_STORE", "True", 1);
         setenv_int_("RANK", r);
         setenv_int_("WORLD_SIZE", world);
         setenv_int_("LOCAL_RANK", lr);
@@ -146,11 +154,34 @@ static pid_t spawn_rank_(Launcher how, int r, int world, int local_world, const 
 }
 
 static int g_quiet_failures; // a test that expects failing ranks: no log dump
+static char *rank_log_(const char *save, int r);
 
 // Runs a world to completion (limit_s): returns the number of failed ranks.
+// A port P whose successor is free too, with a socket listening on P (all interfaces, as
+// torchrun's agent store listens) in *fd; -1 if none was found.
+static int agent_store_port_(int *fd) {
+    for (int tries = 0; tries < 50; tries++) {
+        int p = dist_test_free_port();
+        if (p <= 0 || p >= 65535) continue;
+        int s = socket(AF_INET, SOCK_STREAM, 0), t = socket(AF_INET, SOCK_STREAM, 0);
+        struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = htons((uint16_t)p)};
+        a.sin_addr.s_addr = htonl(INADDR_ANY);
+        struct sockaddr_in b = a;
+        b.sin_port = htons((uint16_t)(p + 1));
+        int ok = s >= 0 && t >= 0 && !bind(s, (struct sockaddr *)&a, sizeof a) && !listen(s, 8) &&
+                 !bind(t, (struct sockaddr *)&b, sizeof b);
+        if (t >= 0) close(t);
+        if (ok) return *fd = s, p;
+        if (s >= 0) close(s);
+    }
+    return -1;
+}
+
 static int run_world_(Launcher how, int world, const char *cfg, const char *save, const char *args,
                       double limit_s) {
-    int port = dist_test_free_port();
+    int agent_fd = -1;
+    int port = how == L_TORCHRUN_AGENT ? agent_store_port_(&agent_fd) : dist_test_free_port();
+    if (port <= 0) return world;
     pid_t pids[8] = {0};
     for (int r = 0; r < world; r++) {
         char log[PATH_MAX + 32];
@@ -159,6 +190,7 @@ static int run_world_(Launcher how, int world, const char *cfg, const char *save
     }
     int late;
     int failed = dist_test_wait(pids, world, limit_s, &late);
+    if (agent_fd >= 0) close(agent_fd);
     if (failed && !g_quiet_failures) {
         for (int r = 0; r < world; r++) {
             char log[PATH_MAX + 32];
@@ -325,6 +357,26 @@ KDA_TEST(dp_two_ranks_bit_exact_torchrun_mpirun_nproc) {
     s = read_file(log, &n, &e);
     CHECK(s && !strstr(s, "iteration"));
     free(s);
+}
+
+// torchrun's elastic agent holds MASTER_PORT with its own store (here: a listening socket):
+// kda's rank 0 serves its rendezvous on MASTER_PORT + 1 (before 2026-12-03 rank 0 failed with
+// "cannot listen on port N: Address already in use"); the run equals one process's. And
+// `--profile N` prints its table on rank 0 only (before, every rank printed one).
+KDA_TEST(dp_torchrun_agent_store_port_and_rank0_profile) {
+    NEED_GLOO();
+    CHECK(make_data_(g_data, sizeof g_data) == 0);
+    const char *cfg = make_cfg_("gbs4agent", g_data, 4, 3, NULL);
+    char one[PATH_MAX], ag[PATH_MAX];
+    snprintf(one, sizeof one, "%s", save_dir_("one_agent"));
+    snprintf(ag, sizeof ag, "%s", save_dir_("torchrun_agent2"));
+    CHECK(run_world_(L_SINGLE, 1, cfg, one, NULL, 120) == 0);
+    CHECK(run_world_(L_TORCHRUN_AGENT, 2, cfg, ag, "--profile 2", 120) == 0);
+    check_same_(one, ag, 0, 0);
+    char *s0 = rank_log_(ag, 0), *s1 = rank_log_(ag, 1);
+    CHECK_MSG(s0 && strstr(s0, "profile of iteration 2"), "rank 0 printed no profile table");
+    CHECK_MSG(s1 && !strstr(s1, "profile of iteration"), "rank 1 printed a profile table too");
+    free(s0), free(s1);
 }
 
 // FLA's data order: the ranks read slices of the one global chunk order.

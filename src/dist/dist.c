@@ -85,6 +85,27 @@ static int master_(KdaDistEnv *e, KdaGetenv get, const char *fallback_host, KdaE
     if (e->master_port > 65535)
         return kda_fail(err, "launch: MASTER_PORT=%d: expected a TCP port (1-65535)",
                         e->master_port);
+    e->rdzv_port = e->master_port;
+    e->rdzv_port_from = "MASTER_PORT";
+    if (env_(get, "KDA_RDZV_PORT")) { // the user's choice wins
+        if (int_var_(get, "KDA_RDZV_PORT", 1, &e->rdzv_port, err)) return -1;
+        if (e->rdzv_port > 65535)
+            return kda_fail(err, "launch: KDA_RDZV_PORT=%d: expected a TCP port (1-65535)",
+                            e->rdzv_port);
+        e->rdzv_port_from = "KDA_RDZV_PORT";
+        return 0;
+    }
+    // torchrun's elastic agent already serves its own TCP store on MASTER_PORT and tells its
+    // workers so (torch's workers then join that store as clients); kda's rendezvous speaks
+    // its own protocol, so rank 0 serves it on the next port instead of failing to bind.
+    const char *agent = env_(get, "TORCHELASTIC_USE_AGENT_STORE");
+    if (agent && !strcmp(agent, "True")) {
+        if (e->master_port == 65535)
+            return kda_fail(err, "launch: MASTER_PORT=65535 is torchrun's store; kda's rendezvous "
+                                 "needs the next port: set KDA_RDZV_PORT");
+        e->rdzv_port = e->master_port + 1;
+        e->rdzv_port_from = "MASTER_PORT+1 (torchrun's agent serves MASTER_PORT)";
+    }
     return 0;
 }
 
@@ -102,7 +123,8 @@ int kda_dist_env_read(KdaDistEnv *e, KdaGetenv get, KdaError *err) {
     e->world = e->local_world = 1;
     e->launcher = "none";
     snprintf(e->master_addr, sizeof e->master_addr, "127.0.0.1");
-    e->master_port = 29500;
+    e->master_port = e->rdzv_port = 29500;
+    e->rdzv_port_from = "MASTER_PORT";
     if (env_(get, "RANK") || env_(get, "WORLD_SIZE")) {
         e->launcher = "torchrun";
         if (int_var_(get, "RANK", 0, &e->rank, err) ||
@@ -222,7 +244,7 @@ __attribute__((unused)) static int explain_(KdaDist *d, KdaError *err) {
             return kda_fail(err,
                             "rank %d: %s; rank 0 (the rendezvous at %s:%d) is gone: it exited, "
                             "crashed or was killed",
-                            d->env.rank, what, d->env.master_addr, d->env.master_port);
+                            d->env.rank, what, d->env.master_addr, d->env.rdzv_port);
         int n = ranks_in_(st, d->env.world, KDA_STORE_DIED, list, sizeof list);
         if (n)
             return kda_fail(err, "rank %d: %s; rank%s %s %s gone (exited, crashed or was killed)",
@@ -260,7 +282,7 @@ static int join_(KdaDist *d, KdaError *err) {
                 if (st[r] == KDA_STORE_ABSENT)
                     k += (size_t)snprintf(list + k, sizeof list - k, "%s%d", n++ ? ", " : "", r);
             return kda_fail(err, "rendezvous at %s:%d: rank%s %s of %d did not join within %.0f s",
-                            d->env.master_addr, d->env.master_port, absent > 1 ? "s" : "", list,
+                            d->env.master_addr, d->env.rdzv_port, absent > 1 ? "s" : "", list,
                             d->env.world, d->timeout_s);
         }
         struct timespec ts = {0, 50 * 1000 * 1000};
@@ -512,11 +534,12 @@ int kda_dist_open(KdaDist **out, const KdaDistEnv *env, KdaDistKind kind, int de
     signal(SIGPIPE, SIG_IGN);
     KdaDist *d = kda_calloc(1, sizeof *d);
     d->env = *env;
+    if (d->env.rdzv_port <= 0) d->env.rdzv_port = d->env.master_port; // a hand-made env
     d->kind = kind;
     d->timeout_s = timeout_s;
     // A lone Gloo rank needs no rendezvous: every collective is the identity.
     int rv = env->world > 1 || kind == KDA_DIST_NCCL;
-    if (rv && (kda_store_open(&d->store, env->master_addr, env->master_port, env->rank, env->world,
+    if (rv && (kda_store_open(&d->store, env->master_addr, d->env.rdzv_port, env->rank, env->world,
                               timeout_s, err) ||
                join_(d, err)))
         goto fail;

@@ -18,6 +18,9 @@
 //       SLURM_NODELIST
 //   none of them: a single process (rank 0 of 1).
 // MASTER_PORT defaults to 29500 (torchrun's default) when a convention does not set it.
+// Rank 0 serves the rendezvous on MASTER_PORT, except: KDA_RDZV_PORT names another port; under
+// torchrun's elastic agent (TORCHELASTIC_USE_AGENT_STORE=True: the agent's own TCP store holds
+// MASTER_PORT) it serves MASTER_PORT + 1.
 //
 // Faults: every collective fails (returns -1, never hangs past timeout_s) when a peer died or a
 // collective timed out; the message then names the ranks whose rendezvous connection closed
@@ -43,7 +46,11 @@ typedef struct {
     int local_rank, local_world; // on this node (local_rank picks the GPU)
     char master_addr[256];
     int master_port;
-    const char *launcher; // "torchrun", "mpirun", "slurm" or "none" (static string)
+    int rdzv_port;              // where rank 0 serves kda's rendezvous (store.h): master_port,
+                                // or KDA_RDZV_PORT, or master_port + 1 under torchrun's agent
+                                // (0 in a hand-made env: master_port)
+    const char *rdzv_port_from; // which of those (static string, for messages)
+    const char *launcher;       // "torchrun", "mpirun", "slurm" or "none" (static string)
 } KdaDistEnv;
 
 typedef const char *(*KdaGetenv)(const char *name);
@@ -58,8 +65,9 @@ int kda_slurm_first_host(const char *nodelist, char *out, size_t cap, KdaError *
 typedef struct KdaDist KdaDist;
 
 // Joins the world of env (world >= 1) on engine kind. Sets SIGPIPE to be ignored in this
-// process (a peer's death must surface as an error, not kill the rank). device: the CUDA device (NCCL). Fails with
-// one clear line when this build has no engine of that kind (world > 1 is never run alone).
+// process (a peer's death must surface as an error, not kill the rank). device: the CUDA device
+// (NCCL). Fails with one clear line when this build has no engine of that kind (world > 1 is never
+// run alone).
 int kda_dist_open(KdaDist **out, const KdaDistEnv *env, KdaDistKind kind, int device,
                   double timeout_s, KdaError *err);
 // Leaves the world: goodbye to the rendezvous (rank 0 waits briefly for the others), frees

@@ -727,8 +727,8 @@ static void progress_tick(Run *r, double tok_s) {
     progress_update(&r->prog, (double)r->st.iteration, extra);
 }
 
-// One iteration under the runtime's per-op profile (kda train --profile N): the table goes to
-// stdout and, when asked, into o->profile_out.
+// One iteration under the runtime's per-op profile (kda train --profile N): rank 0's table goes
+// to stdout and, when asked, every rank's into its o->profile_out.
 static int profiled_step(Run *r, KdaStepInfo *si, KdaError *err) {
     const char *dev = kda_runtime_device(r->rt) == KDA_DEVICE_CUDA ? "cuda" : "cpu";
     KdaProf prof;
@@ -743,8 +743,10 @@ static int profiled_step(Run *r, KdaStepInfo *si, KdaError *err) {
              (long long)si->iteration, dev, (long long)r->n_micro,
              (long long)r->rc->micro_batch_size, (long long)r->T, ms,
              ms > 0 ? (double)r->tokens_per_iter / (ms / 1e3) : 0.0);
-    clear_bar(r);
-    kda_prof_print(&prof, title, stdout);
+    if (r->rank == 0) { // one table per run, as every other log line (each rank measured its own)
+        clear_bar(r);
+        kda_prof_print(&prof, title, stdout);
+    }
     if (r->o->profile_out) *r->o->profile_out = prof;
     return 0;
 }
