@@ -38,6 +38,7 @@ LOG=$OUT/kda_kernel.log
 # shellcheck source=bench/train_throughput/gpu_env.sh
 source bench/train_throughput/gpu_env.sh
 kda_gpu_env > "$LOG" 2>&1 || { cat "$LOG"; exit 1; }
+kda_fla_autotune_seed >> "$LOG" 2>&1 # FLA_ONE_CONFIG=0: its full autotune's recorded results
 FLA_OK=1
 kda_fla_env 2>> "$LOG" || { FLA_OK=0; echo "fla: not run: cannot import fla (carry .whl)"; }
 kda_env_info | tee -a "$LOG"

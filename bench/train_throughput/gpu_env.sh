@@ -13,6 +13,9 @@
 #   kda_fla_env                  # -> 0 when torch and fla.ops.kda import (installing .whl/*.whl
 #                                #    into /tmp/site, on PYTHONPATH, if needed)
 #   kda_env_info                 # GPU, driver, nvcc, python packages: a few lines on stdout
+#   kda_fla_autotune_seed        # with FLA_ONE_CONFIG=0: unpack FLA_AUTOTUNE_SEED (default
+#                                #    bench/train_throughput/fla_autotune_h200.tgz, "" = none) into
+#                                #    $TRITON_CACHE_DIR; prints what it did (one line)
 
 KDA_DEPS=/tmp/kdadeps
 KDA_GPU_BUILD=${KDA_GPU_BUILD:-build-gpu}
@@ -71,4 +74,23 @@ kda_env_info() {
         2> /dev/null || echo "no torch/triton"
     python3 -c 'import fla, transformers; print("fla", fla.__version__, "transformers", transformers.__version__)' \
         2> /dev/null || echo "no fla/transformers"
+}
+
+# The results of FLA 0.6.0's own full autotune (Triton's *.autotune.json: the timings of every
+# config and the one chosen), recorded on one H200 on 2026-12-03 (bench/train_throughput/run.sh,
+# FLA_ONE_CONFIG=0, mb 16/32/64; docs/log/gpu-2026-12-03.md §5). With TRITON_CACHE_AUTOTUNING=1
+# Triton reuses them where its key (kernel source, Triton version, GPU, shapes) matches: FLA runs
+# the configs its autotune chose without the ~330 s of benchmarking them again; where nothing
+# matches (another FLA, Triton or GPU) it autotunes as usual.
+kda_fla_autotune_seed() {
+    local seed=${FLA_AUTOTUNE_SEED-bench/train_throughput/fla_autotune_h200.tgz}
+    if [ "${FLA_ONE_CONFIG:-1}" != 0 ] || [ -z "$seed" ]; then return 0; fi
+    export TRITON_CACHE_DIR=${TRITON_CACHE_DIR:-/tmp/kda_triton_cache}
+    if [ ! -f "$seed" ]; then
+        echo "FLA autotune seed: $seed not found; FLA autotunes in full"
+        return 0
+    fi
+    mkdir -p "$TRITON_CACHE_DIR" &&
+        tar xzf "$seed" -C "$TRITON_CACHE_DIR" --strip-components=1 &&
+        echo "FLA autotune seed: $(tar tzf "$seed" | grep -c autotune.json) results of FLA's full autotune from $seed in $TRITON_CACHE_DIR"
 }

@@ -18,6 +18,9 @@
 #                    machine). The table says which was used.
 #   KDA_LIMIT=570    seconds for the whole script; each stage gets what is left
 #   FLA_LIMIT=330    seconds for the FLA side (its warm-up, autotune included, and timed steps)
+#   FLA_AUTOTUNE_SEED=bench/train_throughput/fla_autotune_h200.tgz   with FLA_ONE_CONFIG=0: the
+#                    results of FLA's own full autotune on an H200 (gpu_env.sh), so a fresh machine
+#                    skips its benchmarking; "" = autotune from scratch
 #   KDA_BIN=...      use this kda binary instead of building build-gpu/kda
 #   KDA_EXTRA_TARGETS=""  more make targets for the background build (e.g. build-gpu/kda_test),
 #                    so a device call needs one build only
@@ -77,6 +80,7 @@ if has fla && ! kda_fla_env 2>> "$OUT/build.log"; then
     PARTS=${PARTS//fla/}
 fi
 kda_env_info | tee -a "$OUT/build.log"
+has fla && kda_fla_autotune_seed | tee -a "$OUT/build.log"
 echo "MODEL=$MODEL FLA_ONE_CONFIG=$FLA_ONE_CONFIG MBS='$MBS' TRY_MBS='$TRY_MBS' SEQ=$SEQ WARMUP=$WARMUP STEPS=$STEPS"
 
 # 1. kda.c build in the background (touches build.done either way)
@@ -161,7 +165,7 @@ cp "$RES" "$OUT/train_throughput.jsonl" 2>/dev/null
         --note "$WARMUP warm-up steps then $STEPS timed steps per micro-batch, no gradient accumulation; random token ids; AdamW lr 2e-4 (0.9, 0.95, 1e-8, wd 0.01), clip 1.0, fp32 master weights, bf16 compute, on both sides." \
         --note "kda.c ms/step: wall clock between the log lines of the first and last timed iteration (log_interval 1); FLA: CUDA events around the timed steps. tokens/s = micro-batch x $SEQ / (ms/step)." \
         --note "GPU mem used: peak device memory in use from NVML, sampled every 50 ms (CUDA context and allocator caches included); FLA max_memory_allocated: torch's tensor peak. kda train's own 'peak memory' is host RSS." \
-        --note "FLA autotune: $([ "$FLA_ONE_CONFIG" = 1 ] && echo 'first config only (FLA_ONE_CONFIG=1): FLA kernels may be slower than with its full autotune' || echo 'full')." \
+        --note "FLA autotune: $([ "$FLA_ONE_CONFIG" = 1 ] && echo 'first config only (FLA_ONE_CONFIG=1): FLA kernels may be slower than with its full autotune' || echo "full$([ -n "${FLA_AUTOTUNE_SEED-x}" ] && echo ' (its chosen configs from FLA_AUTOTUNE_SEED where they match: see build.log)')")." \
         --note "kda.c targets: seq_length tokens + 1 per sample, $SEQ targets per row; FLA: $SEQ input ids, $((SEQ - 1)) targets per row; both count $SEQ tokens per row."
 } > "$OUT/train_throughput.md"
 cat "$OUT/train_throughput.md"
