@@ -377,8 +377,23 @@ static int nccl_ok_(KdaDist *d, ncclResult_t r, const char *what, KdaError *err)
     return explain_(d, err);
 }
 
+// 1 when the rendezvous says a peer is gone without a goodbye (killed, crashed) or cannot be
+// reached (rank 0, its host, is gone): a collective with that peer can never finish. Ranks that
+// left with a goodbye are not counted: one may leave a moment before this rank's stream reports
+// the last collective complete.
+static int peer_gone_(KdaDist *d) {
+    char st[4096], list[1024];
+    KdaError e;
+    if (!d->store) return 0;
+    if (kda_store_status(d->store, st, sizeof st, 2.0, &e)) return 1;
+    return ranks_in_(st, d->env.world, KDA_STORE_DIED, list, sizeof list) > 0;
+}
+
+// NCCL has no view of a peer process that died inside a collective: its kernels spin until the
+// timeout. So besides NCCL's async error and the timeout, the wait asks the rendezvous once a
+// second whether a peer is gone, and then aborts at once with the peer named (explain_).
 int kda_dist_dev_wait(KdaDist *d, void *stream, KdaError *err) {
-    double t_end = now_seconds() + d->timeout_s;
+    double t_end = now_seconds() + d->timeout_s, t_ask = now_seconds() + 1.0;
     for (;;) {
         cudaError_t q = cudaStreamQuery((cudaStream_t)stream);
         if (q == cudaSuccess) return 0;
@@ -387,11 +402,19 @@ int kda_dist_dev_wait(KdaDist *d, void *stream, KdaError *err) {
                             cudaGetErrorString(q));
         ncclResult_t a = ncclSuccess;
         ncclCommGetAsyncError(d->nccl, &a);
-        if ((a != ncclSuccess && a != ncclInProgress) || now_seconds() > t_end) {
+        double now = now_seconds();
+        int gone = 0;
+        if (now > t_ask) {
+            gone = peer_gone_(d);
+            t_ask = now_seconds() + 1.0;
+        }
+        if ((a != ncclSuccess && a != ncclInProgress) || gone || now > t_end) {
             ncclCommAbort(d->nccl);
             d->nccl = NULL;
             kda_fail(err, "NCCL collective %s",
-                     a != ncclSuccess && a != ncclInProgress ? ncclGetErrorString(a) : "timed out");
+                     a != ncclSuccess && a != ncclInProgress ? ncclGetErrorString(a)
+                     : gone                                  ? "stopped: a peer is gone"
+                                                             : "timed out");
             return explain_(d, err);
         }
         struct timespec ts = {0, 50 * 1000};
