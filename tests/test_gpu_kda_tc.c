@@ -12,11 +12,11 @@
 // 3e-3 for fp32 outputs (inside FLA's 5e-3 / 8e-3 / 2e-2), 1e-2 for the bf16 outputs o and dv
 // (bf16 rounding alone ~2e-3). The same tolerances hold against kda_fast (whose own error is
 // ~1e-6). A wrong fragment layout, term or race shows as >= 1e-1 or NaN.
-// Both kernel versions (kda_tc_set_version 3 and 4; 4 is the default) run every shape; v4 against
-// v3 on the same inputs must agree to fp32 reassociation (TOL_V4_V3 = 2e-5: the same TF32
-// products, other summation orders in the pair sums and the dg scan; the host emulation sees at
-// most 1.6e-6, dg under a -30-nat gate), which is what shows a v4 race or a v4 phase reading a
-// tile too early (>= 1e-3; the host emulation cannot see those).
+// Both kernel versions (kda_tc_set_version 3 and 4 on the test context; 4 is the default) run every
+// shape; v4 against v3 on the same inputs must agree to fp32 reassociation (TOL_V4_V3 = 2e-5: the
+// same TF32 products, other summation orders in the pair sums and the dg scan; the host emulation
+// sees at most 1.6e-6, dg under a -30-nat gate), which is what shows a v4 race or a v4 phase
+// reading a tile too early (>= 1e-3; the host emulation cannot see those).
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -285,10 +285,10 @@ static void tc_sweep_one_(int mode, uint64_t seed, int small_only) {
 // both versions, v3 then v4, on fresh inputs each.
 static void tc_sweep_(int mode, uint64_t seed, int small_only) {
     for (int ver = 3; ver <= 4; ver++) {
-        int prev = kda_tc_set_version(ver);
+        int prev = kda_tc_set_version(&g_tctx, ver);
         printf("  -- kda_tc v%d\n", ver);
         tc_sweep_one_(mode, seed + (uint64_t)ver, small_only);
-        kda_tc_set_version(prev);
+        kda_tc_set_version(&g_tctx, prev);
     }
 }
 
@@ -327,7 +327,7 @@ KDA_TEST_GPU(gpu_kda_tc_misaligned) {
     DevIn mis = in;
     mis.q = mq + 1, mis.k = mk + 1, mis.v = mv + 1, mis.dO = mo + 1, mis.gc = mg + 1;
     for (int ver = 3; ver <= 4; ver++) {
-        int prev = kda_tc_set_version(ver);
+        int prev = kda_tc_set_version(&g_tctx, ver);
         FwdOut fa = gpu_fwd_(&c, &in, 0, NULL), fu = gpu_fwd_(&c, &mis, 0, NULL);
         CHECK_MSG(fa.o && fu.o && !memcmp(fa.o, fu.o, (size_t)c.nv * sizeof(float)),
                   "v%d: o differs between aligned and misaligned inputs", ver);
@@ -337,7 +337,7 @@ KDA_TEST_GPU(gpu_kda_tc_misaligned) {
                           !memcmp(al.g[i], un.g[i], (size_t)bwd_n_(&c, i) * sizeof(float)),
                       "v%d: %s differs between aligned and misaligned inputs", ver, BWD_NAMES[i]);
         fwd_out_free_(&fa), fwd_out_free_(&fu), bwd_out_free_(&al), bwd_out_free_(&un);
-        kda_tc_set_version(prev);
+        kda_tc_set_version(&g_tctx, prev);
     }
     kda_cuda_release(mq), kda_cuda_release(mk), kda_cuda_release(mv), kda_cuda_release(mo);
     kda_cuda_release(mg);
@@ -374,14 +374,14 @@ KDA_TEST_GPU(gpu_kda_tc_v4_matches_v3) {
         BwdOut b[2], bk[2];
         memset(b, 0, sizeof b), memset(bk, 0, sizeof bk);
         for (int v = 0; v < 2; v++) {
-            int prev = kda_tc_set_version(v ? 4 : 3);
-            CHECK(kda_tc_version() == (v ? 4 : 3));
+            int prev = kda_tc_set_version(&g_tctx, v ? 4 : 3);
+            CHECK(g_tctx.tc_version == (v ? 4 : 3));
             f[v] = gpu_fwd_(&c, &in, 0, NULL);
             b[v] = gpu_bwd_(&c, &in, 0, NULL);
             KDA_ASSERT(kda_cuda_poison(&g_tctx, keep, nk * 4) == 0);
             fk[v] = gpu_fwd_(&c, &in, 1, keep);
             bk[v] = gpu_bwd_(&c, &in, 1, keep);
-            kda_tc_set_version(prev);
+            kda_tc_set_version(&g_tctx, prev);
         }
         if (f[0].o && f[1].o) {
             kda_case_expect("v4 vs v3 o", f[0].o, f[1].o, c.nv, TOL_V4_V3);
@@ -449,7 +449,7 @@ KDA_TEST_GPU(gpu_kda_tc_matches_host) {
                        ver, kept ? "kept" : "plain", (long long)s->B, (long long)s->T,
                        (long long)s->H, (long long)s->HV, (long long)s->K, (long long)s->V,
                        (long long)s->C, (double)s->gmax);
-                int prev = kda_tc_set_version(ver);
+                int prev = kda_tc_set_version(&g_tctx, ver);
                 // host
                 kda_bf16 *ho = malloc((size_t)c.nv * 2), *hdv = malloc((size_t)c.nv * 2);
                 float *hfs = malloc((size_t)c.ns * 4);
@@ -458,9 +458,9 @@ KDA_TEST_GPU(gpu_kda_tc_matches_host) {
                     h.g[g] = malloc((size_t)bwd_n_(&c, g) * 4);
                 memset(hkeep, 0xff, nk * 4);
                 kda_tc_fwd_host(ho, hfs, qb, kb, vb, c.gcum, c.beta, c.S0, &c.d,
-                                kept ? hkeep : NULL);
+                                kept ? hkeep : NULL, ver);
                 kda_tc_bwd_host(h.g[0], h.g[1], hdv, h.g[3], h.g[4], h.g[5], dOb, c.dST, qb, kb, vb,
-                                c.gcum, c.beta, c.S0, &c.d, kept ? hkeep : NULL);
+                                c.gcum, c.beta, c.S0, &c.d, kept ? hkeep : NULL, ver);
                 free(h.g[2]);
                 h.g[2] = host_f32_(hdv, c.nv);
                 float *hof = host_f32_(ho, c.nv);
@@ -480,7 +480,7 @@ KDA_TEST_GPU(gpu_kda_tc_matches_host) {
                 }
                 fwd_out_free_(&f), bwd_out_free_(&b), bwd_out_free_(&h);
                 free(ho), free(hdv), free(hfs), free(hof);
-                kda_tc_set_version(prev);
+                kda_tc_set_version(&g_tctx, prev);
             }
         }
         kda_cuda_release(keep);

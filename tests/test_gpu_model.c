@@ -37,7 +37,6 @@
 #include "core/util.h"        // defines: bf16_to_f32, f32_to_bf16
 #include "cpu/xent.h"         // defines: xent_fwd, xent_bwd, xent_targets, xent_work_floats
 #include "cuda/cuda_common.h" // defines: KdaCudaCtx, kda_cuda_*
-#include "cuda/kda_tc.h"      // defines: kda_tc_set_version
 #include "model/model_cuda.h" // defines: KdaCudaModel, kda_cuda_model_*
 #include "cuda/xent_cuda.h"   // defines: kda_cuda_xent_fwd, kda_cuda_xent_bwd
 #include "io/model_io.h"      // defines: kda_model_load_dir
@@ -294,7 +293,6 @@ KDA_TEST_GPU(gpu_model_core_keep_bit_identical) {
 }
 
 static void core_keep_case_(int version) {
-    int prev = kda_tc_set_version(version);
     KdaModel m;
     tiny_untied_(&m, 0.05, 71);
     KdaError err = {{0}};
@@ -311,14 +309,15 @@ static void core_keep_case_(int version) {
     int rc = 0;
     for (int pass = 0; pass < 3 && !rc; pass++) {
         if (pass == 0) setenv("KDA_CORE_KEEP", "0", 1);
+        setenv("KDA_TC_V", version == 3 ? "3" : "4", 1); // the model's context reads it at init
         KdaCudaModel *dm = NULL;
         rc = kda_cuda_model_create(&dm, &m.cfg, &m.table, m.params, 0, &err);
         unsetenv("KDA_CORE_KEEP");
+        unsetenv("KDA_TC_V");
         if (!rc) rc = kda_cuda_model_set_recompute(dm, pass == 2, &err);
         if (!rc) rc = gpu_step_fused_(dm, ids, B, T, NULL, &loss[pass], g[pass], &err);
         kda_cuda_model_free(dm);
     }
-    kda_tc_set_version(prev);
     CHECK_MSG(rc == 0, "%s", err.msg);
     if (!rc) {
         for (int pass = 1; pass < 3; pass++) {

@@ -14,7 +14,7 @@
 // 2^-11 ≈ 4.9e-4 per operand), so fp32 outputs land at ~1e-4..1e-3; o and dv are stored in bf16
 // (~2e-3 alone). fp32 outputs 3e-3 (FLA: o/state 5e-3, dq/dk/dS0 8e-3, dg/dβ 2e-2), bf16 outputs
 // 1e-2. A wrong term or a wrong fragment coordinate shows as >= 1e-1 or NaN.
-// Both kernel versions run (kda_tc_set_version 3 and 4: the v4 bodies are the default's); the
+// Both kernel versions run (3 and 4: the v4 bodies are the default's); the
 // shapes at K 32, V 64, chunk 32 reach v4's compile-time main backward (checked), the others its
 // reverse pass and output with v3's main backward.
 #include <math.h>
@@ -121,7 +121,7 @@ static void case_free_(TcCase *f) {
     free(f->qb), free(f->kb), free(f->vb), free(f->dOb);
 }
 
-static void check_fwd_(const TcCase *f) {
+static void check_fwd_(const TcCase *f, int version) {
     const KdaCase *c = &f->c;
     KdaDims dc = kda_case_cpu_dims(c);
     float *o = malloc((size_t)c->nv * 4), *fs = malloc((size_t)c->ns * 4);
@@ -130,7 +130,7 @@ static void check_fwd_(const TcCase *f) {
     memset(ho, 0xff, (size_t)c->nv * 2); // NaN poison: every element must be written
     memset(hfs, 0xff, (size_t)c->ns * 4);
     kda_chunk_fwd(o, fs, c->q, c->k, c->v, c->g, c->beta, c->S0, &dc);
-    kda_tc_fwd_host(ho, hfs, f->qb, f->kb, f->vb, c->gcum, c->beta, c->S0, &c->d, NULL);
+    kda_tc_fwd_host(ho, hfs, f->qb, f->kb, f->vb, c->gcum, c->beta, c->S0, &c->d, NULL, version);
     float *hof = from_bf16_(ho, c->nv);
     kda_case_expect("tc fwd o (bf16)", o, hof, c->nv, TOL_TC_BF16);
     kda_case_expect("tc fwd final state", fs, hfs, c->ns, TOL_TC_F32);
@@ -139,7 +139,7 @@ static void check_fwd_(const TcCase *f) {
 
 // keep: the backward reads the forward's kept h and Δ (kda_tc_fwd_host with keep, then
 // kda_tc_bwd_host with kept) instead of recomputing them.
-static void check_bwd_(const TcCase *f, int keep) {
+static void check_bwd_(const TcCase *f, int keep, int version) {
     const KdaCase *c = &f->c;
     KdaDims dc = kda_case_cpu_dims(c);
     int64_t nqk = c->nqk, nv = c->nv, ng = c->ng, nb = c->nb, ns = c->ns;
@@ -160,11 +160,12 @@ static void check_bwd_(const TcCase *f, int keep) {
         kept = malloc(nk * 4);
         memset(kept, 0xff, nk * 4); // NaN: the forward must write every kept value
         kda_bf16 *o = malloc((size_t)nv * 2);
-        kda_tc_fwd_host(o, NULL, f->qb, f->kb, f->vb, c->gcum, c->beta, c->S0, &c->d, kept);
+        kda_tc_fwd_host(o, NULL, f->qb, f->kb, f->vb, c->gcum, c->beta, c->S0, &c->d, kept,
+                        version);
         free(o);
     }
     kda_tc_bwd_host(hq, hk, hv, hg, hb, hs, f->dOb, c->dST, f->qb, f->kb, f->vb, c->gcum, c->beta,
-                    c->S0, &c->d, kept);
+                    c->S0, &c->d, kept, version);
     float *hvf = from_bf16_(hv, nv);
     kda_case_expect("tc bwd dq", dq, hq, nqk, TOL_TC_F32);
     kda_case_expect("tc bwd dk", dk, hk, nqk, TOL_TC_F32);
@@ -196,9 +197,8 @@ static const Shape SHAPES[] = {
     {1, 97, 2, 4, 32, 64, 32, 0, 30.0f},
 };
 
-// mode 0 forward, 1 backward, 2 backward kept; version: kda_tc_set_version's 3 or 4.
+// mode 0 forward, 1 backward, 2 backward kept; version: the kernel version, 3 or 4.
 static void sweep_(int mode, uint64_t seed, int version) {
-    int prev = kda_tc_set_version(version);
     KdaRng r;
     rng_seed(&r, seed);
     for (size_t i = 0; i < sizeof SHAPES / sizeof SHAPES[0]; i++) {
@@ -210,14 +210,13 @@ static void sweep_(int mode, uint64_t seed, int version) {
         case_make_(&c, &r, s->B, s->T, s->H, s->HV, s->K, s->V, s->C, s->state, s->gmax);
         CHECK(kda_tc_supported(&c.c.d, 232448));
         int v4main = version == 4 && s->K == 32 && s->V == 64 && s->C == 32;
-        CHECK(kda_tc_bwd_main_version(&c.c.d) == (v4main ? 4 : 3));
+        CHECK(kda_tc_bwd_main_version(version, &c.c.d) == (v4main ? 4 : 3));
         if (mode == 0)
-            check_fwd_(&c);
+            check_fwd_(&c, version);
         else
-            check_bwd_(&c, mode == 2);
+            check_bwd_(&c, mode == 2, version);
         case_free_(&c);
     }
-    kda_tc_set_version(prev);
 }
 
 KDA_TEST(kda_tc_host_fwd) {
@@ -248,22 +247,21 @@ static void v4_vs_v3_(const TcCase *f, int kept, double tol_bwd) {
     const int64_t n[7] = {c->nv, c->nqk, c->nqk, c->nv, c->ng, c->nb, c->ns};
     float *out[2][7] = {{NULL}};
     for (int v = 0; v < 2; v++) {
-        int prev = kda_tc_set_version(v ? 4 : 3);
-        CHECK(kda_tc_bwd_main_version(&c->d) == (v ? 4 : 3));
+        int ver = v ? 4 : 3;
+        CHECK(kda_tc_bwd_main_version(ver, &c->d) == ver);
         size_t nk = kda_tc_keep_floats(&c->d);
         float *keep = kept ? malloc(nk * 4) : NULL;
         if (keep) memset(keep, 0xff, nk * 4);
         kda_bf16 *o = malloc((size_t)c->nv * 2), *dv = malloc((size_t)c->nv * 2);
         for (int t = 1; t < 7; t++)
             out[v][t] = malloc((size_t)n[t] * 4), memset(out[v][t], 0xff, (size_t)n[t] * 4);
-        kda_tc_fwd_host(o, NULL, f->qb, f->kb, f->vb, c->gcum, c->beta, c->S0, &c->d, keep);
+        kda_tc_fwd_host(o, NULL, f->qb, f->kb, f->vb, c->gcum, c->beta, c->S0, &c->d, keep, ver);
         kda_tc_bwd_host(out[v][1], out[v][2], dv, out[v][4], out[v][5], out[v][6], f->dOb, c->dST,
-                        f->qb, f->kb, f->vb, c->gcum, c->beta, c->S0, &c->d, keep);
+                        f->qb, f->kb, f->vb, c->gcum, c->beta, c->S0, &c->d, keep, ver);
         out[v][0] = from_bf16_(o, c->nv);
         free(out[v][3]);
         out[v][3] = from_bf16_(dv, c->nv);
         free(keep), free(o), free(dv);
-        kda_tc_set_version(prev);
     }
     static const char *names[7] = {"o", "dq", "dk", "dv", "dg", "dbeta", "d initial state"};
     for (int t = 0; t < 7; t++) {

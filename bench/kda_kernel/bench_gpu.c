@@ -248,17 +248,17 @@ static int b_fast128_fwdbwd(void *a) {
                               z.q128, z.k128, z.v128, z.gcum128, z.beta, NULL, &z.d128);
 }
 // The tensor-core core (kda_tc.h, the model's default core) on the same inputs and dims as the
-// fast rows above; each row runs kernel version tc_ver_ (kda_tc_set_version: 4, the default, in
-// the 'kda tc ...' rows; 3 in the 'kda tc3 ...' rows).
+// fast rows above; each row runs kernel version tc_ver_ (kda_tc_set_version on g: 4, the default,
+// in the 'kda tc ...' rows; 3 in the 'kda tc3 ...' rows).
 static int tc_ver_ = 4;
 static int b_tc_fwd(void *a) {
     (void)a;
-    kda_tc_set_version(tc_ver_);
+    kda_tc_set_version(&g, tc_ver_);
     return kda_tc_fwd(&g, z.o, NULL, z.q, z.k, z.v, z.gcum32, z.beta, NULL, &z.d32);
 }
 static int b_tc_bwd(void *a) {
     (void)a;
-    kda_tc_set_version(tc_ver_);
+    kda_tc_set_version(&g, tc_ver_);
     return kda_tc_bwd(&g, z.dq, z.dk, z.dv, z.dg, z.dbeta, NULL, z.dO, NULL, z.q, z.k, z.v,
                       z.gcum32, z.beta, NULL, &z.d32);
 }
@@ -267,12 +267,12 @@ static int b_tc_fwdbwd(void *a) {
 }
 static int b_tc128_fwd(void *a) {
     (void)a;
-    kda_tc_set_version(tc_ver_);
+    kda_tc_set_version(&g, tc_ver_);
     return kda_tc_fwd(&g, z.o128, NULL, z.q128, z.k128, z.v128, z.gcum128, z.beta, NULL, &z.d128);
 }
 static int b_tc128_bwd(void *a) {
     (void)a;
-    kda_tc_set_version(tc_ver_);
+    kda_tc_set_version(&g, tc_ver_);
     return kda_tc_bwd(&g, z.dq128, z.dk128, z.dv128, z.dg128, z.dbeta, NULL, z.dO128, NULL, z.q128,
                       z.k128, z.v128, z.gcum128, z.beta, NULL, &z.d128);
 }
@@ -290,14 +290,14 @@ static int b_fast_kept(void *a) {
 }
 static int b_tc_kept(void *a) {
     (void)a;
-    kda_tc_set_version(tc_ver_);
+    kda_tc_set_version(&g, tc_ver_);
     return kda_tc_fwd_keep(&g, z.o, NULL, z.q, z.k, z.v, z.gcum32, z.beta, NULL, &z.d32, z.keep) ||
            kda_tc_bwd_kept(&g, z.dq, z.dk, z.dv, z.dg, z.dbeta, NULL, z.dO, NULL, z.q, z.k, z.v,
                            z.gcum32, z.beta, NULL, &z.d32, z.keep);
 }
 static int b_tc128_kept(void *a) {
     (void)a;
-    kda_tc_set_version(tc_ver_);
+    kda_tc_set_version(&g, tc_ver_);
     return kda_tc_fwd_keep(&g, z.o128, NULL, z.q128, z.k128, z.v128, z.gcum128, z.beta, NULL,
                            &z.d128, z.keep128) ||
            kda_tc_bwd_kept(&g, z.dq128, z.dk128, z.dv128, z.dg128, z.dbeta, NULL, z.dO128, NULL,
@@ -481,7 +481,7 @@ int main(void) {
         for (int s = 0; s < 2; s++) {
             float kms[8];
             if (path > 0 && !kda_tc_supported(&dd[s], g.info.smem_per_block_optin)) continue;
-            if (path > 0) kda_tc_set_version(path % 2 ? 3 : 4);
+            if (path > 0) kda_tc_set_version(&g, path % 2 ? 3 : 4);
             int rc = path == 0  ? kda_fast_profile(&g, &dd[s], 10, kms)
                      : path < 3 ? kda_tc_profile(&g, &dd[s], 10, kms)
                                 : kda_tc_profile_kept(&g, &dd[s], 10, kms);
@@ -497,7 +497,7 @@ int main(void) {
             printf("  %-28s %8.3f ms\n", "sum", sum);
         }
     }
-    kda_tc_set_version(0);
+    kda_tc_set_version(&g, 4);
     // AdamW and grad norm over 300M fp32 parameters (separate buffers, allocated last)
     z.p = rand_buf_(&r, NPARAM, 4, 0, .02f), z.grad = rand_buf_(&r, NPARAM, 4, 0, 1e-3f);
     z.m = rand_buf_(&r, NPARAM, 4, 0, 1e-3f), z.vv = rand_buf_(&r, NPARAM, 4, 1e-6f, 1e-7f);

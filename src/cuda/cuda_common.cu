@@ -94,6 +94,8 @@ int kda_cuda_init(KdaCudaCtx *ctx, int device, KdaError *err) {
     ctx->plan_off = plan && !strcmp(plan, "0");
     const char *tune = getenv("KDA_GEMM_TUNE");
     ctx->gemm_tune = tune && !strcmp(tune, "1");
+    const char *tcv = getenv("KDA_TC_V");
+    ctx->tc_version = tcv && !strcmp(tcv, "3") ? 3 : 4;
     return 0;
 }
 

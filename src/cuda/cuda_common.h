@@ -62,6 +62,9 @@ typedef struct {
     // (default 0: the heuristic's first; the choice may differ between processes, and with it
     // the rounding of the products).
     int gemm_tune;
+    // tc_version: the tensor-core KDA core's kernels (cuda/kda_tc.h), 4 (the default) or 3 when
+    // KDA_TC_V=3 at init; kda_tc_set_version changes it (tests, benchmarks).
+    int tc_version;
     // kernels whose dynamic shared-memory limit was raised on this device, and to what
     // (kda_cuda_smem_limit): cudaFuncSetAttribute once per kernel instead of per launch
     struct {

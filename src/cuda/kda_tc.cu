@@ -443,10 +443,10 @@ __host__ __device__ inline Mat no_mat() {
 struct TcArgs : ChunkArgs {
     bool async;   // the state passes prefetch with cp.async (KDA_TC_ASYNC=0: plain copies)
     bool dO_al16; // dO 16-byte aligned: the reverse pass copies it with cp.async
-    // v4 (kda_tc_version): 16-byte aligned q and k, v, gcum, and the scratch / kept tensors; an
+    // v4 (ctx->tc_version): 16-byte aligned q and k, v, gcum, and the scratch / kept tensors; an
     // unaligned one is copied with plain loads
     bool qk_al16, v_al16, g_al16, s_al16;
-    int ver;         // kda_tc_version() of this call: 3 or 4
+    int ver;         // the kernel version of this call (ctx->tc_version): 3 or 4
     bool state_o;    // v4 forward: the state pass writes o as well (no output kernel)
     float *Akk, *KK; // kept (v4 at bwd4_dims): [cid][C][C] Akk, KK; NULL without a kept buffer
     const kda_bf16 *q, *k, *v, *dO;
@@ -1075,7 +1075,7 @@ __host__ __device__ void bwd_body(const TcArgs &a, int64_t blk, float *sm) {
     FOR(i, n) a.dbeta[beta_at(a, p.b, p.t0 + i, p.j)] = dbs[i];
 }
 
-// ==== v4 (kda_tc_version() == 4, the default; KDA_TC_V=3 selects the v3 bodies above) ==========
+// ==== v4 (ctx->tc_version == 4, the default; KDA_TC_V=3 selects the v3 bodies above) ==========
 // At K 32 / V 64 / chunk 32 (the models' dims; others run v3's intra and main backward):
 //   * intra4_body: compile-time dims; q, k, G through cp.async, βv loaded alongside; the dense
 //     enumeration of the diagonal pairs; the off-diagonal block beside the forward substitution;
@@ -2066,7 +2066,7 @@ int prepare(KdaCudaCtx *ctx, TcArgs &a, const KdaDims *d) {
     a = make_args(d);
     const char *as = getenv("KDA_TC_ASYNC"); // "0": the state passes' copies without cp.async
     a.async = !(as && !strcmp(as, "0"));
-    a.ver = kda_tc_version();
+    a.ver = ctx->tc_version == 3 ? 3 : 4;
     KDA_CUDA_REQUIRE(ctx, kda_tc_supported(d, ctx->info.smem_per_block_optin));
     float *ws = (float *)kda_cuda_scratch(ctx, scratch_floats(a) * sizeof(float));
     if (!ws) return -1;
@@ -2205,9 +2205,9 @@ struct HostRun {
     int64_t chunks, tiles;
 };
 
-void host_begin(HostRun *r, const KdaDims *d) {
+void host_begin(HostRun *r, const KdaDims *d, int version) {
     r->a = make_args(d);
-    r->a.ver = kda_tc_version();
+    r->a.ver = version == 3 ? 3 : 4;
     r->ws = (float *)kda_calloc(scratch_floats(r->a), sizeof(float));
     r->sm = (float *)kda_calloc(max_smem_bytes(r->a) / sizeof(float), sizeof(float));
     carve(r->a, r->ws);
@@ -2244,23 +2244,15 @@ extern "C" int kda_tc_selected(void) {
     return !(s && !strcmp(s, "simt"));
 }
 
-static int g_tc_version; // kda_tc_set_version's override; 0: none
-
-extern "C" int kda_tc_version(void) {
-    if (g_tc_version) return g_tc_version;
-    const char *s = getenv("KDA_TC_V");
-    return s && !strcmp(s, "3") ? 3 : 4;
-}
-
-extern "C" int kda_tc_set_version(int v) {
-    int prev = g_tc_version;
-    g_tc_version = v == 3 || v == 4 ? v : 0;
+extern "C" int kda_tc_set_version(KdaCudaCtx *ctx, int v) {
+    int prev = ctx->tc_version;
+    ctx->tc_version = v == 3 ? 3 : 4;
     return prev;
 }
 
-extern "C" int kda_tc_bwd_main_version(const KdaDims *d) {
+extern "C" int kda_tc_bwd_main_version(int version, const KdaDims *d) {
     TcArgs a = make_args(d);
-    return kda_tc_version() == 4 && bwd4_dims(a) ? 4 : 3;
+    return version == 4 && bwd4_dims(a) ? 4 : 3;
 }
 
 extern "C" int kda_tc_supported(const KdaDims *d, size_t smem_optin) {
@@ -2366,9 +2358,9 @@ extern "C" int kda_tc_profile_kept(KdaCudaCtx *ctx, const KdaDims *d, int reps, 
 extern "C" void kda_tc_fwd_host(kda_bf16 *o, float *final_state, const kda_bf16 *q,
                                 const kda_bf16 *k, const kda_bf16 *v, const float *gcum,
                                 const float *beta, const float *init_state, const KdaDims *d,
-                                float *keep) {
+                                float *keep, int version) {
     HostRun r;
-    host_begin(&r, d);
+    host_begin(&r, d, version);
     TcArgs &a = r.a;
     if (keep) keep_carve(a, keep);
     a.q = q, a.k = k, a.v = v, a.gcum = gcum, a.beta = beta, a.init_state = init_state;
@@ -2389,9 +2381,9 @@ extern "C" void kda_tc_bwd_host(float *dq, float *dk, kda_bf16 *dv, float *dg, f
                                 float *dinit_state, const kda_bf16 *d_o, const float *dfinal_state,
                                 const kda_bf16 *q, const kda_bf16 *k, const kda_bf16 *v,
                                 const float *gcum, const float *beta, const float *init_state,
-                                const KdaDims *d, const float *kept) {
+                                const KdaDims *d, const float *kept, int version) {
     HostRun r;
-    host_begin(&r, d);
+    host_begin(&r, d, version);
     TcArgs &a = r.a;
     if (kept) keep_carve(a, (float *)kept);
     a.q = q, a.k = k, a.v = v, a.dO = d_o, a.gcum = gcum, a.beta = beta;

@@ -3,7 +3,7 @@
 // intra-chunk pair terms factored through 16-token sub-block boundaries. The model's default
 // core where it fits (kda_tc_supported) since the GPU run of 2026-12-03; KDA_CORE=simt selects
 // the SIMT path of kda_fast.h, which stays the GPU oracle of this one. Two kernel versions
-// (kda_tc_version): v4, the default, and v3, kept whole for A/B runs (KDA_TC_V=3).
+// (the context's tc_version): v4, the default, and v3, kept whole for A/B runs (KDA_TC_V=3).
 //
 // Same arguments, layouts and dtypes as kda_fast.h (and kda_cuda.h):
 //   q, k   [B, T, H, K]   bf16, L2-normalized          v, o, do  [B, T, HV, V] bf16
@@ -50,18 +50,17 @@ extern "C" {
 // 0 when KDA_CORE=simt is set in the environment, else 1 (read on every call; the caller caches
 // it).
 int kda_tc_selected(void);
-// The kernel version of the next calls (read on every call): 4 (the default), or 3 when
-// KDA_TC_V=3 is set, unless kda_tc_set_version overrides it. v4: the output's tiles and the main
-// backward's inputs through cp.async, the reverse state pass computing dΔ_intra itself, and (at K
-// 32, V 64, chunk 32) the main backward with compile-time dims and side-by-side warp groups; v3
-// stays whole for A/B runs (bench/kda_kernel/bench_gpu.c) and as a fallback.
-int kda_tc_version(void);
-// Overrides kda_tc_version for this process: 3 or 4; 0 returns to the environment. Returns the
-// previous override (0: none). For tests and benchmarks (not thread-safe).
-int kda_tc_set_version(int v);
-// The main backward's version for dims d at the current kda_tc_version(): 4 where bwd4 is
-// instantiated (K 32, V 64, chunk 32), else 3.
-int kda_tc_bwd_main_version(const KdaDims *d);
+// The kernel version of ctx's next calls (ctx->tc_version): 4, the default, or 3 (KDA_TC_V=3 at
+// kda_cuda_init). v4: the output's tiles and the main backward's inputs through cp.async, the
+// reverse state pass computing dΔ_intra itself, and (at K 32, V 64, chunk 32) the main backward
+// with compile-time dims and side-by-side warp groups; v3 stays whole for A/B runs
+// (bench/kda_kernel/bench_gpu.c) and as a fallback.
+// Sets ctx's version (3 or 4; anything else: 4) and returns the previous one. For tests and
+// benchmarks; the context's thread only.
+int kda_tc_set_version(KdaCudaCtx *ctx, int v);
+// The main backward's version for dims d at kernel version `version`: 4 where bwd4 is
+// instantiated (K 32, V 64, chunk 32) and version is 4, else 3.
+int kda_tc_bwd_main_version(int version, const KdaDims *d);
 // 1 when the tensor-core kernels take these dims with `smem_optin` bytes of shared memory per
 // block (see the list above), else 0.
 int kda_tc_supported(const KdaDims *d, size_t smem_optin);
@@ -79,7 +78,7 @@ int kda_tc_bwd(KdaCudaCtx *ctx, float *dq, float *dk, kda_bf16 *dv, float *dg, f
                const float *beta, const float *init_state, const KdaDims *d);
 // M0 forms: keep (written) / kept (read) are kda_tc_keep_floats(d) floats (layout above); kept
 // must hold kda_tc_fwd_keep's values for the same inputs, dims and kernel version
-// (kda_tc_version).
+// (ctx->tc_version).
 size_t kda_tc_keep_floats(const KdaDims *d);
 int kda_tc_fwd_keep(KdaCudaCtx *ctx, kda_bf16 *o, float *final_state, const kda_bf16 *q,
                     const kda_bf16 *k, const kda_bf16 *v, const float *gcum, const float *beta,
@@ -99,16 +98,16 @@ int kda_tc_profile(KdaCudaCtx *ctx, const KdaDims *d, int reps, float ms[8]);
 // (backward); ms[7] = 0.
 int kda_tc_profile_kept(KdaCudaCtx *ctx, const KdaDims *d, int reps, float ms[8]);
 
-// Host emulation: the same kernel bodies on host memory (same arguments, host pointers); keep /
-// kept NULL: the plain forms.
+// Host emulation: the same kernel bodies on host memory (same arguments, host pointers), kernel
+// version `version` (3 or 4, as a context's tc_version); keep / kept NULL: the plain forms.
 void kda_tc_fwd_host(kda_bf16 *o, float *final_state, const kda_bf16 *q, const kda_bf16 *k,
                      const kda_bf16 *v, const float *gcum, const float *beta,
-                     const float *init_state, const KdaDims *d, float *keep);
+                     const float *init_state, const KdaDims *d, float *keep, int version);
 void kda_tc_bwd_host(float *dq, float *dk, kda_bf16 *dv, float *dg, float *dbeta,
                      float *dinit_state, const kda_bf16 *d_o, const float *dfinal_state,
                      const kda_bf16 *q, const kda_bf16 *k, const kda_bf16 *v, const float *gcum,
                      const float *beta, const float *init_state, const KdaDims *d,
-                     const float *kept);
+                     const float *kept, int version);
 
 // The building blocks, exposed for the CPU suite (tests/test_kda_tc.c):
 // D [M, N] = A [M, Kd] · B [Kd, N] (row-major, fp32) through the warp-tile mma code path of the
