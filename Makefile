@@ -105,6 +105,10 @@ endif
 
 LIB_OBJ  := $(LIB_SRC:%.c=$(BUILD)/%.o) $(CU_OBJ) $(CC_OBJ)
 TEST_OBJ := $(TEST_SRC:%.c=$(BUILD)/%.o)
+# The GPU benchmarks' C drivers (bench/kda_kernel/*.c: run on the GPU machine by its scripts)
+# are compiled and linked by `make test` on a CUDA build, so an API change cannot leave them
+# broken until the next device call.
+BENCH_BIN := $(if $(CU_OBJ),$(patsubst bench/kda_kernel/%.c,$(BUILD)/bench/%,$(sort $(wildcard bench/kda_kernel/*.c))))
 
 .PHONY: all test test-san test-gpu check-refs demo deps deps-check fuzz format clean FORCE
 all: $(BUILD)/kda $(BUILD)/kda_test
@@ -136,6 +140,10 @@ $(BUILD)/kda: $(BUILD)/src/cli/main.o $(BUILD)/libkda.a
 $(BUILD)/kda_test: $(TEST_OBJ) $(BUILD)/libkda.a
 	$(CC) $(LDFLAGS) -o $@ $^ $(LDLIBS)
 
+$(BUILD)/bench/%: bench/kda_kernel/%.c $(BUILD)/libkda.a | deps-check
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) -o $@ $< $(BUILD)/libkda.a $(LDFLAGS) $(LDLIBS)
+
 # A fresh machine: one line naming what is missing instead of a wall of compiler errors
 # (checked before any object is compiled: an order-only prerequisite).
 $(LIB_OBJ) $(TEST_OBJ) $(BUILD)/src/cli/main.o: | deps-check
@@ -144,7 +152,7 @@ deps-check:
 	  $(CC) $(filter -I%,$(CFLAGS)) -E -x c - >/dev/null 2>&1 || \
 	  { echo "kda: build dependencies missing (libyaml, zstd, zlib, snappy, OpenBLAS headers): run 'make deps'"; exit 1; }
 
-test: all check-refs
+test: all $(BENCH_BIN) check-refs
 	OMP_NUM_THREADS=$${OMP_NUM_THREADS:-2} KDA_BIN=./$(BUILD)/kda ./$(BUILD)/kda_test $(TESTS)
 
 # The CPU suite under AddressSanitizer, UndefinedBehaviorSanitizer and LeakSanitizer, in its own
@@ -193,4 +201,4 @@ format:
 clean:
 	rm -rf $(BUILD)
 
--include $(LIB_OBJ:.o=.d) $(CC_OBJ:.o=.d) $(TEST_OBJ:.o=.d) $(BUILD)/src/cli/main.d $(FUZZ_OBJ:.o=.d)
+-include $(LIB_OBJ:.o=.d) $(CC_OBJ:.o=.d) $(TEST_OBJ:.o=.d) $(BUILD)/src/cli/main.d $(FUZZ_OBJ:.o=.d) $(BENCH_BIN:=.d)
