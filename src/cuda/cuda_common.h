@@ -72,6 +72,14 @@ typedef struct {
         size_t bytes;
     } smem_set[32];
     int n_smem_set;
+    // the last cluster-occupancy answer of a persistent kernel (xent_cuda.cu's pipelined row
+    // kernel: cudaOccupancyMaxActiveClusters costs host time on every chunk); clusters 0: none
+    struct {
+        const void *fn;
+        int cl;
+        size_t smem;
+        int clusters;
+    } occ;
 } KdaCudaCtx;
 
 // Records "file:line: what: reason" in ctx->err (keeps the first) and returns -1.

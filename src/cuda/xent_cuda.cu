@@ -3,7 +3,6 @@
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
-#include <atomic>      // std::atomic: the pipelined kernel's occupancy
 #include <type_traits> // std::is_same
 
 #include <cooperative_groups.h> // cluster_group: the cluster row kernel
@@ -853,22 +852,16 @@ int cls3_launch(KdaCudaCtx *ctx, kda_bf16 *logits, float *nll, float *lse, const
     cfg.stream = ctx->stream;
     cfg.attrs = at;
     cfg.numAttrs = 1;
-    if (clusters == 0) {
-        // the occupancy query costs host time on every chunk (and sits inside a benchmark's
-        // events): its last answer is kept, keyed by device, cl and bytes, in one atomic word
-        // (threads of one process may launch on several devices; a race only repeats the query)
-        static std::atomic<uint64_t> last{0};
-        uint64_t key = ((uint64_t)(ctx->device & 0xff) << 40) | ((uint64_t)cl << 32) |
-                       ((uint64_t)smem << 12); // smem < 2^20, a multiple of 16: bits 16 .. 31
-        uint64_t v = last.load(std::memory_order_relaxed);
-        if (v >> 16 == key >> 16 && (v & 0xffff)) {
-            clusters = (int)(v & 0xffff);
+    if (clusters == 0) { // the context keeps the last answer (KdaCudaCtx.occ)
+        const void *fn = (const void *)cls3_row_k<NTH>;
+        if (ctx->occ.fn == fn && ctx->occ.cl == cl && ctx->occ.smem == smem && ctx->occ.clusters) {
+            clusters = ctx->occ.clusters;
         } else {
             cfg.gridDim = dim3((unsigned)cl); // the query reads the cluster shape, not the grid
-            CUDA_CHECK(ctx, cudaOccupancyMaxActiveClusters(&clusters, (const void *)cls3_row_k<NTH>,
-                                                           &cfg));
-            KDA_CUDA_REQUIRE(ctx, clusters > 0 && clusters < 0x10000); // 0: no SM fits a block
-            last.store(key | (uint64_t)clusters, std::memory_order_relaxed);
+            CUDA_CHECK(ctx, cudaOccupancyMaxActiveClusters(&clusters, fn, &cfg));
+            KDA_CUDA_REQUIRE(ctx, clusters > 0); // 0: no SM fits a block
+            ctx->occ.fn = fn, ctx->occ.cl = cl, ctx->occ.smem = smem;
+            ctx->occ.clusters = clusters;
         }
     }
     if (clusters > rows) clusters = (int)rows;
