@@ -169,6 +169,7 @@ test-gpu: all
 check-refs:
 	python3 tools/check_spec_refs.py --self-test
 	python3 tools/check_spec_refs.py
+	python3 bench/parity/spread.py --self-test
 
 deps:
 	./tools/install-deps.sh

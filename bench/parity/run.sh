@@ -16,7 +16,9 @@
 #   NHELD=16         unseen chunks (of assets/text/moby_dick.txt) for the cross-scoring
 #   SEQ=2048         only for the CPU smoke test (the FLA side is fixed at 2048 x 16)
 #   LIMIT=540        seconds for the whole script; each stage gets what is left
-#   FLA_ONE_CONFIG=1 one Triton autotune config per FLA kernel (tools/reference/fla_patch.py)
+#   FLA_ONE_CONFIG=1 one Triton autotune config per FLA kernel (tools/reference/fla_patch.py);
+#                    0: FLA's full autotune, its recorded results first (FLA_AUTOTUNE_SEED,
+#                    bench/train_throughput/gpu_env.sh)
 # CPU smoke test of the kda side, the data and the chunk order (no torch needed):
 #   PARTS=kda DEVICE=cpu KDA_BIN=build/kda ITERS=4 SEQ=128 \
 #       KDA_ARGS="--model configs/demo_model.json --micro_batch_size 2 --global_batch_size 2" \
@@ -59,7 +61,10 @@ source bench/train_throughput/gpu_env.sh
 if [ "$DEVICE" = cuda ] && [ -z "$KDA_BIN" ]; then
     kda_gpu_env > "$OUT/build.log" 2>&1 || die "$(cat "$OUT/build.log")"
 fi
-if has fla; then kda_fla_env 2>> "$OUT/build.log" || die "cannot import fla (carry .whl)"; fi
+if has fla; then
+    kda_fla_env 2>> "$OUT/build.log" || die "cannot import fla (carry .whl)"
+    kda_fla_autotune_seed >> "$OUT/build.log" # FLA_ONE_CONFIG=0: its recorded autotune results
+fi
 kda_env_info | tee -a "$OUT/build.log"
 
 # 1. kda.c build (background) and the FLA side (background: init, warm-up, then waits)
