@@ -278,19 +278,20 @@ KDA_TEST_GPU(gpu_decode_state_copy) {
     kda_model_free(&m);
 }
 
-// KDA_DECODE_GRAPH=1: the step replayed as a CUDA graph gives the eager step's logits bit for bit
-// (the same kernels and GEMM plans on the same buffers), and the capture really happened.
+// The step replayed as a CUDA graph (the default) gives the eager step's logits
+// (KDA_DECODE_GRAPH=0) bit for bit (the same kernels and GEMM plans on the same buffers), and the
+// capture really happened.
 KDA_TEST_GPU(gpu_decode_graph_equals_eager) {
     KdaModel m;
     model_(&m, 1, 0);
     KdaCudaModel *g = NULL;
     KdaCudaDecode *eager = NULL, *graph = NULL;
     KdaError err = {{0}};
+    setenv("KDA_DECODE_GRAPH", "0", 1);
     int rc = kda_cuda_model_create(&g, &m.cfg, &m.table, m.params, 0, &err) ||
              kda_cuda_decode_create(g, &eager, &err);
-    setenv("KDA_DECODE_GRAPH", "1", 1);
-    rc = rc || kda_cuda_decode_create(g, &graph, &err);
     unsetenv("KDA_DECODE_GRAPH");
+    rc = rc || kda_cuda_decode_create(g, &graph, &err);
     CHECK_MSG(rc == 0, "%s", err.msg);
     int64_t V = m.cfg.vocab_size;
     int32_t ids[48];

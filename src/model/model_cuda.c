@@ -1583,9 +1583,10 @@ struct KdaCudaDecode {
     bf *ga, *up, *mm;        // [I] each
     float *logits;           // [n_vocab]
     int64_t bytes;           // of mem
-    // KDA_DECODE_GRAPH=1 at create: after one eager step, the step is captured once as a CUDA
-    // graph (its ~25 launches per layer replayed by one), reading the id from and writing the
-    // logits to pinned host buffers. graph: 0 not yet, 1 ready, -1 off or the capture failed.
+    // By default (KDA_DECODE_GRAPH=0 at create: eager) after one eager step the step is captured
+    // once as a CUDA graph (its ~25 launches per layer replayed by one), reading the id from and
+    // writing the logits to pinned host buffers. graph: 0 not yet, 1 ready, -1 off or the capture
+    // failed.
     int graph;
     cudaGraphExec_t exec;
     int32_t *h_id;   // [1] pinned
@@ -1626,8 +1627,10 @@ int kda_cuda_decode_create(KdaCudaModel *m, KdaCudaDecode **out, KdaError *err) 
     }
     a.base = st->mem, a.used = 0;
     decode_layout_(&m->cfg, st, &a);
-    const char *g = getenv("KDA_DECODE_GRAPH"); // "1": replay the step as a CUDA graph
-    st->graph = g && !strcmp(g, "1") ? 0 : -1;
+    // the step replayed as a CUDA graph unless KDA_DECODE_GRAPH=0 (measured 2026-12-03: 728 vs
+    // 548 tokens/s at a 128-token prompt, the same ids; docs/log/gpu-2026-12-03.md §6)
+    const char *g = getenv("KDA_DECODE_GRAPH");
+    st->graph = g && !strcmp(g, "0") ? -1 : 0;
     if (st->graph == 0 &&
         (cudaMallocHost((void **)&st->h_id, sizeof(int32_t)) != cudaSuccess ||
          cudaMallocHost((void **)&st->h_logits, F32(m->cfg.vocab_size)) != cudaSuccess)) {

@@ -234,10 +234,10 @@ size_t kda_cuda_model_arena_bytes(const KdaCudaModel *m);
 
 // ---- recurrent decode (one sequence; cuda/decode_cuda.h) -----------------------------------
 // A decode cache in device memory: the state S [L, HV, K, V] fp32, the conv tails [L, HK | HK |
-// HVV, W-1] fp32 and one token's scratch (a few vectors and the logits). Zero at create. With the
-// environment KDA_DECODE_GRAPH=1 at create (opt-in until measured on a GPU), the second and later
-// steps replay the step as one CUDA graph (captured once per cache; the same kernels on the same
-// buffers, so the same bits); a capture that fails falls back to the eager step.
+// HVV, W-1] fp32 and one token's scratch (a few vectors and the logits). Zero at create. The
+// second and later steps replay the step as one CUDA graph (captured once per cache; the same
+// kernels on the same buffers, so the same bits; KDA_DECODE_GRAPH=0 at create: every step eager);
+// a capture that fails falls back to the eager step.
 typedef struct KdaCudaDecode KdaCudaDecode;
 int kda_cuda_decode_create(KdaCudaModel *m, KdaCudaDecode **st, KdaError *err);
 void kda_cuda_decode_free(KdaCudaDecode *st);         // accepts NULL
