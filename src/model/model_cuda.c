@@ -1313,9 +1313,17 @@ static void *graph_capture_(KdaCudaModel *m) {
         what = "cudaGraphInstantiate";
         e = cudaGraphInstantiate(&exec, g, 0);
     }
+    size_t nodes = 0; // for the log line: the launches one replay stands for
+    if (e == cudaSuccess && cudaGraphGetNodes(g, NULL, &nodes) != cudaSuccess)
+        nodes = 0, (void)cudaGetLastError();
     // the exec keeps what it needs of the graph; a failure to free the template only leaks it
     if (g && cudaGraphDestroy(g) != cudaSuccess) (void)cudaGetLastError();
-    if (e == cudaSuccess) return exec;
+    if (e == cudaSuccess) {
+        kda_info("CUDA graph of the training micro-batch (B=%lld T=%lld n_valid=%lld) captured: "
+                 "%zu nodes",
+                 (long long)m->B, (long long)m->T, (long long)m->n_valid, nodes);
+        return exec;
+    }
     graph_warn_(m, what, e);
     return NULL;
 }
