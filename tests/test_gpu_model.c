@@ -1033,4 +1033,173 @@ KDA_TEST_GPU(gpu_model_memory_plan_equals_arena) {
     kda_model_free(&m);
 }
 
+// ---- one CUDA graph per micro-batch (KDA_GRAPH=1) ----------------------------------------------
+
+// The schedule of gpu_model_graph_bit_identical: per step two micro-batches (gradient
+// accumulation, as the trainer runs them) of T tokens per row, with or without ignored labels.
+typedef struct {
+    int64_t T[2];
+    int ignore[2];
+} GraphStep;
+
+// One training step of dm over sched: zeroed grads, two forward_backwards (fused classifier),
+// the mean loss, the gradients (dense) into g, finish (scale 1/2, clip 1.0), AdamW number s
+// (lr 1e-3), the parameters into p. The batches depend on s and the micro-batch only.
+static int graph_step_(KdaCudaModel *dm, const GraphStep *sched, int64_t s, float *loss, float *g,
+                       float *p, KdaError *err) {
+    const KdaAdamWConfig oc = {0.9, 0.95, 1e-8, 0.1};
+    const int64_t B = 2, vocab = kda_cuda_model_config(dm)->vocab_size;
+    if (kda_cuda_model_zero_grads(dm, err)) return -1;
+    double sum = 0.0;
+    for (int mi = 0; mi < 2; mi++) {
+        int64_t T = sched->T[mi], N = B * T;
+        int32_t *ids = random_ids_(N, vocab, (uint64_t)(100 * s + mi));
+        int32_t *lab = kda_malloc((size_t)N * sizeof(int32_t));
+        memcpy(lab, ids, (size_t)N * sizeof(int32_t));
+        for (int64_t i = 0; sched->ignore[mi] && i < N; i += 3 + (i % 5)) // another n_valid
+            lab[i] = XENT_IGNORE;
+        float l = NAN;
+        int rc = kda_cuda_model_forward_backward(dm, ids, lab, B, T, NULL, &l, err);
+        free(ids), free(lab);
+        if (rc) return -1;
+        sum += l;
+    }
+    *loss = (float)(sum / 2.0);
+    if (kda_cuda_model_get_grads(dm, g, err) ||
+        !isfinite(kda_cuda_model_finish_grads(dm, 0.5, 1.0, err)))
+        return -1;
+    return kda_cuda_model_adamw(dm, &oc, s, 1e-3, err) || kda_cuda_model_get_params(dm, p, err);
+}
+
+// Elements of a [n] and b [n] whose bits differ.
+static int64_t bits_differ_(const float *a, const float *b, int64_t n) {
+    int64_t d = 0;
+    for (int64_t i = 0; i < n; i++)
+        d += memcmp(&a[i], &b[i], sizeof(float)) != 0;
+    return d;
+}
+
+// KDA_GRAPH=1 (pass 1; pass 2 with per-block recompute, which gpu_model_recompute_bit_identical
+// holds to the stored activations' bits) against the eager model (pass 0): the same kernels in
+// the same order, so every step's loss, gradients and updated parameters must be bit-identical.
+// The schedule walks the graph states: T = 64 warmed, captured, replayed; T = 48 (a new key, the
+// arena not regrown); ignored labels (a new n_valid: the loss rows' 1/n_valid is baked in);
+// keys alternating within a step; T = 80 (the arena grows: every graph dropped and re-captured).
+// The graph passes must have captured and replayed (a capture that falls back to eager keeps the
+// bits but is a failure of this test: it is what the switch is for).
+KDA_TEST_GPU(gpu_model_graph_bit_identical) {
+    if (!have_gpu_()) return;
+    static const GraphStep SCHED[] = {{{64, 64}, {0, 0}}, {{64, 64}, {0, 0}}, {{64, 64}, {0, 0}},
+                                      {{48, 48}, {0, 0}}, {{48, 48}, {1, 1}}, {{64, 48}, {0, 1}},
+                                      {{48, 64}, {1, 0}}, {{80, 80}, {0, 0}}, {{80, 80}, {0, 0}}};
+    const int n_steps = (int)(sizeof SCHED / sizeof SCHED[0]);
+    KdaModel m;
+    tiny_untied_(&m, 0.05, 81);
+    KdaError err = {{0}};
+    int64_t n = m.table.total_numel;
+    float *g[3], *p[3], loss[3][sizeof SCHED / sizeof SCHED[0]];
+    for (int pass = 0; pass < 3; pass++)
+        g[pass] = kda_malloc((size_t)n * 4), p[pass] = kda_malloc((size_t)n * 4);
+    KdaCudaModel *dm[3] = {NULL, NULL, NULL};
+    int rc = 0;
+    for (int pass = 0; pass < 3 && !rc; pass++) {
+        if (pass)
+            setenv("KDA_GRAPH", "1", 1); // read at create
+        else
+            unsetenv("KDA_GRAPH");
+        rc = kda_cuda_model_create(&dm[pass], &m.cfg, &m.table, m.params, 0, &err);
+        unsetenv("KDA_GRAPH");
+        // 64 rows per logits chunk: 2-3 token chunks with a partial last one at these shapes
+        size_t budget = (size_t)64 * (size_t)kda_cuda_cls_ld(m.cfg.vocab_size) * 2;
+        if (!rc) rc = kda_cuda_model_set_cls_budget(dm[pass], budget, &err);
+        if (!rc) rc = kda_cuda_model_set_recompute(dm[pass], pass == 2, &err);
+    }
+    CHECK_MSG(rc == 0, "%s", err.msg);
+    for (int s = 0; s < n_steps && !rc; s++) {
+        for (int pass = 0; pass < 3 && !rc; pass++)
+            rc = graph_step_(dm[pass], &SCHED[s], s + 1, &loss[pass][s], g[pass], p[pass], &err);
+        CHECK_MSG(rc == 0, "step %d: %s", s + 1, err.msg);
+        for (int pass = 1; pass < 3 && !rc; pass++) {
+            int64_t dg = bits_differ_(g[pass], g[0], n), dp = bits_differ_(p[pass], p[0], n);
+            CHECK_MSG(memcmp(&loss[pass][s], &loss[0][s], sizeof(float)) == 0 && !dg && !dp,
+                      "step %d pass %d: loss %.9g vs eager %.9g, %lld grads and %lld params of "
+                      "%lld differ",
+                      s + 1, pass, loss[pass][s], loss[0][s], (long long)dg, (long long)dp,
+                      (long long)n);
+        }
+    }
+    int64_t st[3][3] = {{0}};
+    for (int pass = 0; pass < 3 && dm[pass]; pass++)
+        kda_cuda_model_graph_stats(dm[pass], &st[pass][0], &st[pass][1], &st[pass][2]);
+    for (int pass = 0; pass < 3 && !rc; pass++)
+        printf(
+            "    pass %d (%s): last loss %.6f, graphs captured %lld, replayed %lld, failed %lld\n",
+            pass,
+            pass == 0   ? "eager"
+            : pass == 1 ? "KDA_GRAPH=1"
+                        : "KDA_GRAPH=1 + recompute",
+            loss[pass][n_steps - 1], (long long)st[pass][0], (long long)st[pass][1],
+            (long long)st[pass][2]);
+    CHECK(st[0][0] == 0 && st[0][1] == 0 && st[0][2] == 0);
+    for (int pass = 1; pass < 3 && !rc; pass++)
+        CHECK_MSG(st[pass][0] >= 4 && st[pass][1] >= 4 && st[pass][2] == 0,
+                  "pass %d: %lld captures, %lld replays, %lld failures (want >= 4, >= 4, 0; the "
+                  "warning line above names a failure)",
+                  pass, (long long)st[pass][0], (long long)st[pass][1], (long long)st[pass][2]);
+    for (int pass = 0; pass < 3; pass++)
+        kda_cuda_model_free(dm[pass]), free(g[pass]), free(p[pass]);
+    kda_model_free(&m);
+}
+
+// Off by default, and eager while a profile runs: the profiled iteration's ops are the eager
+// launches (their events could not be captured), and graphs resume after it.
+KDA_TEST_GPU(gpu_model_graph_off_and_profile) {
+    if (!have_gpu_()) return;
+    KdaModel m;
+    tiny_untied_(&m, 0.05, 91);
+    KdaError err = {{0}};
+    int64_t n = m.table.total_numel;
+    float *g = kda_malloc((size_t)n * 4), *p = kda_malloc((size_t)n * 4), loss = NAN;
+    const GraphStep st = {{64, 64}, {0, 0}};
+    int64_t c = -1, r = -1, f = -1;
+    unsetenv("KDA_GRAPH");
+    KdaCudaModel *dm = NULL;
+    int rc = kda_cuda_model_create(&dm, &m.cfg, &m.table, m.params, 0, &err);
+    for (int s = 1; s <= 3 && !rc; s++)
+        rc = graph_step_(dm, &st, s, &loss, g, p, &err);
+    CHECK_MSG(rc == 0, "%s", err.msg);
+    if (dm) kda_cuda_model_graph_stats(dm, &c, &r, &f);
+    CHECK(c == 0 && r == 0 && f == 0);
+    kda_cuda_model_free(dm), dm = NULL;
+    setenv("KDA_GRAPH", "1", 1);
+    rc = kda_cuda_model_create(&dm, &m.cfg, &m.table, m.params, 0, &err);
+    unsetenv("KDA_GRAPH");
+    KdaProf prof;
+    kda_prof_reset(&prof, 0, 0);
+    // step 1: warm-up (twice: the scratch grows in the first), step 2 captures; step 3 profiled
+    rc = rc || graph_step_(dm, &st, 1, &loss, g, p, &err) ||
+         graph_step_(dm, &st, 2, &loss, g, p, &err);
+    int64_t c2 = 0;
+    if (!rc) kda_cuda_model_graph_stats(dm, &c2, &r, &f);
+    rc = rc || kda_cuda_model_profile(dm, &prof, &err) ||
+         graph_step_(dm, &st, 3, &loss, g, p, &err) || kda_cuda_model_profile(dm, NULL, &err);
+    int64_t c3 = 0, r3 = 0;
+    if (!rc) kda_cuda_model_graph_stats(dm, &c3, &r3, &f);
+    rc = rc || graph_step_(dm, &st, 4, &loss, g, p, &err);
+    int64_t r4 = 0;
+    if (!rc) kda_cuda_model_graph_stats(dm, &c, &r4, &f);
+    CHECK_MSG(rc == 0, "%s", err.msg);
+    if (!rc) {
+        printf("    graphs after steps 2 / 3 (profiled) / 4: captured %lld / %lld / %lld, "
+               "replayed %lld / %lld, failed %lld\n",
+               (long long)c2, (long long)c3, (long long)c, (long long)r3, (long long)r4,
+               (long long)f);
+        CHECK(c2 >= 1 && c3 == c2 && r3 == r && r4 == r3 + 2 && c == c3 && f == 0);
+        CHECK(prof.row[KDA_OP_CORE_FWD].calls == 4); // 2 layers x 2 micro-batches, eager
+    }
+    kda_cuda_model_free(dm);
+    free(g), free(p);
+    kda_model_free(&m);
+}
+
 #endif // KDA_HAVE_CUDA

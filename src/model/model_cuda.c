@@ -12,6 +12,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "core/log.h"           // defines: kda_warn
 #include "core/prof.h"          // defines: KdaProf, kda_prof_add
 #include "cpu/kda_core.h"       // defines: KdaDims
 #include "cpu/xent.h"           // defines: xent_targets, XENT_IGNORE
@@ -29,6 +30,7 @@
 #include "cuda/swiglu_cuda.h"   // defines: kda_cuda_swiglu_*
 #include "cuda/xent_cuda.h"     // defines: kda_cuda_xent_fwd, kda_cuda_xent_bwd
 #include "model/zero1.h"        // defines: kda_zero1_plan, kda_zero1_clip (ZeRO-1)
+#include "model/step_graph.h"   // defines: KdaStepGraph, kda_step_graph_* (KDA_GRAPH)
 
 #define ROW_ALIGN   128                 // elements: device rows start 256-byte aligned (bf16)
 #define L2NORM_EPS  1e-6f               // q/k L2 norm eps, fixed in FLA (§5.3 step 6)
@@ -149,6 +151,9 @@ struct KdaCudaModel {
     int n_ev, cap_ev, open_ev; // open_ev: first event of the running op (-1: none)
     ProfRec *rec;
     int n_rec;
+    // KDA_GRAPH=1 at create: forward_backward's device work as one CUDA graph per batch key
+    // (step_graph.h; the execs are cudaGraphExec_t, destroyed through graph_destroy_)
+    KdaStepGraph graphs;
 };
 
 typedef struct {
@@ -459,6 +464,22 @@ static void configure_(KdaCudaModel *m, const KdaConfig *cfg, const KdaParamTabl
     m->dtab.total_numel = m->dtotal;
 }
 
+// step_graph's destroy callback for one cudaGraphExec_t. A replay of it may still be queued
+// (the table drops graphs when a buffer they point into moved, or evicts one for a new key), so
+// the stream is drained first. A failure is kept in the context's error and shows at the next
+// call that reports (this runs where nothing returns).
+static void graph_destroy_(void *user, void *exec) {
+    KdaCudaModel *m = user;
+    cudaError_t e = cudaStreamSynchronize(m->ctx.stream);
+    if (e != cudaSuccess)
+        kda_cuda_fail_at(&m->ctx, __FILE__, __LINE__, "cudaStreamSynchronize(graph drop)",
+                         cudaGetErrorString(e));
+    e = cudaGraphExecDestroy((cudaGraphExec_t)exec);
+    if (e != cudaSuccess)
+        kda_cuda_fail_at(&m->ctx, __FILE__, __LINE__, "cudaGraphExecDestroy",
+                         cudaGetErrorString(e));
+}
+
 int kda_cuda_model_create(KdaCudaModel **out, const KdaConfig *cfg, const KdaParamTable *t,
                           const float *params, int device, KdaError *err) {
     *out = NULL;
@@ -470,6 +491,8 @@ int kda_cuda_model_create(KdaCudaModel **out, const KdaConfig *cfg, const KdaPar
     }
     m->ctx_ok = 1;
     configure_(m, cfg, t);
+    // KDA_GRAPH=1: one CUDA graph per micro-batch key (opt-in until measured on a GPU)
+    kda_step_graph_init(&m->graphs, kda_step_graph_env_on(getenv("KDA_GRAPH")), graph_destroy_, m);
     kda_zero1_plan(&m->sh, m->dtotal, 1, 0, 1, NULL); // the whole layout (cannot fail)
     m->dorder = kda_malloc((size_t)(t->n > 0 ? t->n : 1) * sizeof *m->dorder);
     for (int i = 0; i < t->n; i++) // rows in device order (AdamW walks runs of them)
@@ -513,6 +536,7 @@ fail:
 void kda_cuda_model_free(KdaCudaModel *m) {
     if (!m) return;
     if (m->ctx_ok) kda_cuda_sync(&m->ctx);
+    kda_step_graph_clear(&m->graphs); // before the context (and its stream) goes
     kda_cuda_release(m->arena);
     kda_cuda_release(m->p);
     kda_cuda_release(m->g);
@@ -1211,6 +1235,134 @@ int kda_cuda_model_backward(KdaCudaModel *m, KdaError *err) {
     return 0;
 }
 
+// ---- one CUDA graph per training micro-batch (KDA_GRAPH=1; docs/cuda.md) -----------------------
+// What is captured: the device work of kda_cuda_model_forward_backward after the ids / targets
+// upload (embedding, blocks, final norm, the fused classifier with its loss sum, the whole
+// backward). The upload stays eager: its source is the caller's pageable memory, which a graph
+// cannot copy from, and cudaMemcpyAsync stages it before returning, so the graph launched
+// behind it on the same stream reads the new ids. Zero grads, the loss and norm reads, the
+// gradient norm and AdamW stay eager too (host syncs and host scalars: lr, step, clip).
+
+// The micro-batch's device work, queued on the model's stream.
+static int fb_enqueue_(KdaCudaModel *m) {
+    return trunk_fwd_(m) || head_fused_(m) || trunk_bwd_(m) ? -1 : 0;
+}
+
+// 1 when this call must run eagerly whatever the key: graphs off; a profile (its events around
+// every op would be captured, and it measures the eager path); data parallelism (the layer hook
+// records events for the overlap stream inside the backward; ZeRO-1 and the norm reducer are
+// kept eager with it until measured); a prefill's final-state output (m->fin).
+static int graph_blocked_(const KdaCudaModel *m) {
+    return !m->graphs.on || m->prof || m->layer_hook || m->norm_reduce || m->sharded ||
+           m->fin != NULL;
+}
+
+// Everything a captured micro-batch bakes in besides its key (B, T, n_valid): the buffers its
+// launches point into (arena and its layout size, kept states, the context's scratch and
+// cuBLASLt workspace, params, grads, bf16 copy, device scalars), the model's and context's
+// switches, and the launchers' per-call environment switches (they pick kernels at launch time;
+// a graph keeps the kernels it captured). B and T pick the KDA core and its kept-state slices.
+static uint64_t graph_fp_(const KdaCudaModel *m) {
+    static const char *const PER_CALL_ENV[] = {"KDA_TC_ASYNC", "KDA_CONV_PREFETCH", "KDA_CONV_V",
+                                               "KDA_RMS_FWD", "KDA_RMS_BWD"};
+    const void *ptr[] = {m->arena, m->keep, m->ctx.ws, m->ctx.lt_ws, m->p, m->g, m->pb, m->scal};
+    size_t size[] = {(size_t)m->cap_tokens, m->arena_bytes, m->keep_cap, m->ctx.ws_size,
+                     m->cls_budget};
+    int sw[] = {m->recompute,      m->fuse_l2,      m->fuse_gn,      m->fuse_dh, m->inproj,
+                m->gateup,         m->cls_row,      m->core_keep,    m->core_tc, m->dy_inplace,
+                m->ctx.tc_version, m->ctx.plan_off, m->ctx.gemm_tune};
+    uint64_t h = kda_step_graph_fp(KDA_STEP_GRAPH_FP0, ptr, sizeof ptr);
+    h = kda_step_graph_fp(h, size, sizeof size);
+    h = kda_step_graph_fp(h, sw, sizeof sw);
+    for (size_t i = 0; i < sizeof PER_CALL_ENV / sizeof PER_CALL_ENV[0]; i++)
+        h = kda_step_graph_fp_str(h, getenv(PER_CALL_ENV[i]));
+    return h;
+}
+
+// One warning line for a graph that could not be made or launched (the key then runs eagerly);
+// clears the context's error and CUDA's last error, which the eager run must not inherit.
+static void graph_warn_(KdaCudaModel *m, const char *what, cudaError_t e) {
+    kda_warn("CUDA graph of the training micro-batch (B=%lld T=%lld n_valid=%lld): %s failed: %s; "
+             "this batch shape runs eagerly",
+             (long long)m->B, (long long)m->T, (long long)m->n_valid, what,
+             m->ctx.err.msg[0] ? m->ctx.err.msg : cudaGetErrorString(e));
+    (void)cudaGetLastError();
+    kda_cuda_clear_error(&m->ctx);
+}
+
+// The micro-batch's device work captured from the model's stream and instantiated, or NULL
+// (after one warning line). Nothing runs during a capture. ThreadLocal mode: a call of this
+// thread that cannot be captured (a synchronization, cudaMalloc, a pageable copy) fails the
+// capture instead of slipping out of it (Relaxed would let cudaMalloc through), and other
+// threads (data loader, data-parallel overlap) are not restricted (Global mode would fail their
+// unsafe calls while the capture is open).
+static void *graph_capture_(KdaCudaModel *m) {
+    cudaStream_t s = m->ctx.stream;
+    cudaGraph_t g = NULL;
+    cudaGraphExec_t exec = NULL;
+    const char *what = "cudaStreamBeginCapture";
+    cudaError_t e = cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal);
+    if (e == cudaSuccess) {
+        int rc = fb_enqueue_(m); // always ended below, also after a failed launcher
+        what = "cudaStreamEndCapture";
+        e = cudaStreamEndCapture(s, &g);
+        if (e == cudaSuccess && (rc || !g))
+            what = "a launch during the capture", e = cudaErrorStreamCaptureInvalidated;
+    }
+    if (e == cudaSuccess) {
+        what = "cudaGraphInstantiate";
+        e = cudaGraphInstantiate(&exec, g, 0);
+    }
+    size_t nodes = 0; // for the log line: the launches one replay stands for
+    if (e == cudaSuccess && cudaGraphGetNodes(g, NULL, &nodes) != cudaSuccess)
+        nodes = 0, (void)cudaGetLastError();
+    // the exec keeps what it needs of the graph; a failure to free the template only leaks it
+    if (g && cudaGraphDestroy(g) != cudaSuccess) (void)cudaGetLastError();
+    if (e == cudaSuccess) {
+        kda_info("CUDA graph of the training micro-batch (B=%lld T=%lld n_valid=%lld) captured: "
+                 "%zu nodes",
+                 (long long)m->B, (long long)m->T, (long long)m->n_valid, nodes);
+        return exec;
+    }
+    graph_warn_(m, what, e);
+    return NULL;
+}
+
+// Launches slot sl's graph; a failed launch drops it (one warning) and runs the batch eagerly.
+static int graph_launch_(KdaCudaModel *m, KdaStepGraphSlot *sl) {
+    cudaError_t e = cudaGraphLaunch((cudaGraphExec_t)sl->exec, m->ctx.stream);
+    if (e == cudaSuccess) return 0;
+    graph_warn_(m, "cudaGraphLaunch", e);
+    kda_step_graph_failed(&m->graphs, sl);
+    return fb_enqueue_(m);
+}
+
+// The micro-batch's device work: eagerly, or through its key's graph (step_graph.h: the first
+// call of a key runs eagerly and warms the caches a capture cannot fill; the second captures
+// and launches; later calls launch). The results are the eager path's bits: the same kernels
+// with the same arguments in the same order. -1 with the context's error set.
+static int fb_run_(KdaCudaModel *m) {
+    KdaStepGraphSlot *sl = NULL;
+    KdaGraphAction a = KDA_GRAPH_EAGER;
+    if (!graph_blocked_(m)) {
+        KdaStepGraphKey key = {m->B, m->T, m->n_valid};
+        a = kda_step_graph_plan(&m->graphs, key, graph_fp_(m), &sl);
+    }
+    if (a == KDA_GRAPH_CAPTURE) {
+        void *exec = graph_capture_(m);
+        kda_step_graph_captured(&m->graphs, sl, exec);
+        a = exec ? KDA_GRAPH_REPLAY : KDA_GRAPH_EAGER;
+    }
+    return a == KDA_GRAPH_REPLAY ? graph_launch_(m, sl) : fb_enqueue_(m);
+}
+
+void kda_cuda_model_graph_stats(const KdaCudaModel *m, int64_t *captures, int64_t *replays,
+                                int64_t *failures) {
+    *captures = m->graphs.captures;
+    *replays = m->graphs.replays;
+    *failures = m->graphs.failures;
+}
+
 int kda_cuda_model_forward_backward(KdaCudaModel *m, const int32_t *ids, const int32_t *labels,
                                     int64_t B, int64_t T, float *nll, float *loss, KdaError *err) {
     if (m->cfg.num_v_heads != m->cfg.num_heads && m->chunk == 64)
@@ -1221,7 +1373,7 @@ int kda_cuda_model_forward_backward(KdaCudaModel *m, const int32_t *ids, const i
     if (!m->cls_budget)
         return kda_fail(err, "CUDA model: the fused classifier has no workspace (budget 0)");
     if (start_forward_(m, ids, labels, B, T, err)) return -1;
-    int rc = trunk_fwd_(m) || head_fused_(m) || trunk_bwd_(m);
+    int rc = fb_run_(m);
     if (!rc && nll && kda_cuda_get_f32(&m->ctx, nll, m->nll, B * T)) rc = -1;
     if (rc) return fail_(m, err);
     if (loss) return kda_cuda_model_loss(m, loss, err);

@@ -87,8 +87,21 @@ int kda_cuda_model_backward(KdaCudaModel *m, KdaError *err);
 // chunk in bf16 and turned into dlogits in place (no logits recompute, no fp32 logits). The
 // loss then comes from bf16 logits (the legacy forward's are fp32): the difference is bf16
 // rounding noise, xent_cuda.h. Eval and scoring keep kda_cuda_model_forward.
+//
+// CUDA graphs (the environment KDA_GRAPH=1 at create; opt-in until measured on a GPU): the device
+// work after the ids upload is captured once per key (B, T, the count of valid targets) and
+// replayed: a key's first call runs eagerly (warm-up), its second captures and launches, later
+// ones launch (up to 4 keys held; a moved buffer or a changed switch drops them all). The same
+// kernels in the same order: the results are the eager path's bits. Eager whatever the switch
+// while a profile runs or a data-parallel hook (layer hook, norm reducer, ZeRO-1 shard) is set;
+// a capture or launch that fails leaves its key eager with one warning line (never an error).
 int kda_cuda_model_forward_backward(KdaCudaModel *m, const int32_t *ids, const int32_t *labels,
                                     int64_t B, int64_t T, float *nll, float *loss, KdaError *err);
+// forward_backward's graphs so far: captured, launches of a held graph after the one that
+// followed its capture, captures or launches that failed (their keys run eagerly). All 0 with
+// KDA_GRAPH off. Host only.
+void kda_cuda_model_graph_stats(const KdaCudaModel *m, int64_t *captures, int64_t *replays,
+                                int64_t *failures);
 // Bytes of the fused classifier's logits chunk (default 2 GiB: 4 chunks of 8192 tokens at
 // B·T = 32768 and a 128,256 vocabulary; chunks share the legacy head's workspace). 0 drops the
 // workspace (forward_backward then fails). Frees the activation arena like set_recompute.
