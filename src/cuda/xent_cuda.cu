@@ -587,6 +587,16 @@ inline double cls2_warp_sum_host(double *a) {
     return a[0];
 }
 
+// 16 bytes of row (global) into sl (shared) without a register round trip (cp.async.cg); lands
+// after a commit and the matching cls2_wait.
+__device__ inline void cls2_cp16(kda_bf16 *sl, const kda_bf16 *row) {
+    unsigned d = (unsigned)__cvta_generic_to_shared(sl);
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(d), "l"(row) : "memory");
+}
+__device__ inline void cls2_commit() {
+    asm volatile("cp.async.commit_group;" ::: "memory");
+}
+
 __device__ inline void cls2_wait(int pending) { // this thread's copies but the last `pending`
     switch (pending) {
     case 3:
@@ -627,12 +637,9 @@ __global__ void __launch_bounds__(CLS2_THREADS)
     for (int s = 0; s < CLS2_STAGES; s++) {
         for (int64_t k = s * kq; k < K && k < (s + 1) * kq; k++) {
             int64_t j = tid + k * CLS2_THREADS;
-            unsigned d = (unsigned)__cvta_generic_to_shared(sl + 8 * j);
-            asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(d),
-                         "l"(row + 8 * (gs0 + j))
-                         : "memory");
+            cls2_cp16(sl + 8 * j, row + 8 * (gs0 + j));
         }
-        asm volatile("cp.async.commit_group;" ::: "memory");
+        cls2_commit();
     }
     unsigned m2 = 0xff80ff80u;
     for (int s = 0; s < CLS2_STAGES; s++) {
@@ -758,12 +765,9 @@ __device__ inline void cls3_issue(kda_bf16 *sl, const kda_bf16 *row, int64_t gs0
     if (row)
         for (int64_t k = 0; k < K; k++) {
             int64_t j = tid + k * NTH;
-            unsigned d = (unsigned)__cvta_generic_to_shared(sl + 8 * j);
-            asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(d),
-                         "l"(row + 8 * (gs0 + j))
-                         : "memory");
+            cls2_cp16(sl + 8 * j, row + 8 * (gs0 + j));
         }
-    asm volatile("cp.async.commit_group;" ::: "memory");
+    cls2_commit();
 }
 
 // Block `rank` of cluster c: slice `rank` of rows c, c + G, ... (G = gridDim.x / cl) of lg
