@@ -1151,6 +1151,50 @@ KDA_TEST_GPU(gpu_model_graph_bit_identical) {
     kda_model_free(&m);
 }
 
+// KDA_ADAMW_ONE=1: AdamW in one launch over the run table (kda_cuda_adamw_runs) against one
+// launch per run of rows with the same decay flag: the same per-element operations, so the
+// parameters after every step are bit-identical; the profile's AdamW row counts the launches
+// (1 against one per run), so a silent fallback to the per-run path fails the test.
+KDA_TEST_GPU(gpu_model_adamw_one_launch) {
+    if (!have_gpu_()) return;
+    static const GraphStep SCHED[] = {{{64, 64}, {0, 0}}, {{48, 48}, {1, 0}}, {{64, 64}, {0, 0}}};
+    KdaModel m;
+    tiny_untied_(&m, 0.05, 95);
+    KdaError err = {{0}};
+    int64_t n = m.table.total_numel;
+    float *g[2] = {NULL, NULL}, *p[2] = {NULL, NULL}, loss[2];
+    int64_t calls[2] = {0, 0};
+    KdaCudaModel *dm[2] = {NULL, NULL};
+    int rc = 0;
+    for (int pass = 0; pass < 2 && !rc; pass++) {
+        g[pass] = kda_malloc((size_t)n * 4), p[pass] = kda_malloc((size_t)n * 4);
+        if (pass) setenv("KDA_ADAMW_ONE", "1", 1); // read at create
+        rc = kda_cuda_model_create(&dm[pass], &m.cfg, &m.table, m.params, 0, &err);
+        unsetenv("KDA_ADAMW_ONE");
+    }
+    for (int s = 0; s < 3 && !rc; s++) {
+        for (int pass = 0; pass < 2 && !rc; pass++) {
+            KdaProf prof;
+            kda_prof_reset(&prof, 0, 0);
+            rc = kda_cuda_model_profile(dm[pass], &prof, &err) ||
+                 graph_step_(dm[pass], &SCHED[s], s + 1, &loss[pass], g[pass], p[pass], &err) ||
+                 kda_cuda_model_profile(dm[pass], NULL, &err);
+            calls[pass] = prof.row[KDA_OP_ADAMW].calls;
+        }
+        CHECK_MSG(rc == 0, "step %d: %s", s + 1, err.msg);
+        if (rc) break;
+        int64_t dp = bits_differ_(p[1], p[0], n);
+        CHECK_MSG(!dp && calls[1] == 1 && calls[0] > 1,
+                  "step %d: %lld of %lld params differ; AdamW launches %lld (one) vs %lld (runs)",
+                  s + 1, (long long)dp, (long long)n, (long long)calls[1], (long long)calls[0]);
+    }
+    printf("    AdamW: 1 launch vs %lld, parameters bit-identical after 3 steps\n",
+           (long long)calls[0]);
+    for (int pass = 0; pass < 2; pass++)
+        kda_cuda_model_free(dm[pass]), free(g[pass]), free(p[pass]);
+    kda_model_free(&m);
+}
+
 // Off by default, and eager while a profile runs: the profiled iteration's ops are the eager
 // launches (their events could not be captured), and graphs resume after it.
 KDA_TEST_GPU(gpu_model_graph_off_and_profile) {

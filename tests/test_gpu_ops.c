@@ -899,6 +899,74 @@ KDA_TEST_GPU(gpu_adamw) {
     dfree_all_();
 }
 
+// AdamW in one launch over runs (kda_cuda_adamw_runs, KDA_ADAMW_ONE=1) against one
+// kda_cuda_adamw call per run: p, m, v and the bf16 copy bit for bit. Runs of 1-3 elements
+// straddle the 16-byte groups. Case 0: n a multiple of 4, aligned (the vector kernel), no clip
+// coefficient; case 1: n = 70003 (the scalar kernel); case 2: the buffers one float past their
+// alignment (the scalar kernel), both with the clip coefficient.
+KDA_TEST_GPU(gpu_adamw_runs_one_launch) {
+    if (!gpu_()) return;
+    KdaRng r;
+    rng_seed(&r, 113);
+    int64_t ends[] = {1, 2, 5, 8, 9, 100, 513, 1000, 4096, 70000, 70004};
+    const unsigned char dec[] = {1, 0, 1, 0, 1, 0, 1, 0, 1, 0, 1};
+    const int nr = (int)(sizeof ends / sizeof ends[0]);
+    KdaCudaAdamScalars sd = kda_cuda_adam_scalars(0.9, 0.95, 1e-8, 0.1, 3, 3e-4);
+    KdaCudaAdamScalars sn = kda_cuda_adam_scalars(0.9, 0.95, 1e-8, 0.0, 3, 3e-4);
+    int64_t *dends = dalloc_(sizeof ends);
+    unsigned char *ddec = dalloc_(sizeof dec);
+    CHECK(kda_cuda_put_bytes(&g_ctx, ddec, dec, sizeof dec) == 0);
+    float coef = 0.73f, *dcoef = dev_f32_(&coef, 1);
+    for (int c = 0; c < 3; c++) {
+        ends[nr - 1] = c == 1 ? 70003 : 70004;
+        CHECK(kda_cuda_put_bytes(&g_ctx, dends, ends, sizeof ends) == 0);
+        int64_t off = c == 2 ? 1 : 0, n = ends[nr - 1], nt = n + 1;
+        float *p = randn_(&r, nt, 0.02f), *g = randn_(&r, nt, 1.0f);
+        float *m = randn_(&r, nt, 0.01f), *v = randn_(&r, nt, 0.001f);
+        for (int64_t i = 0; i < nt; i++)
+            v[i] = fabsf(v[i]);
+        float *P[2], *M[2], *V[2];
+        kda_bf16 *PB[2];
+        float *dg = dev_f32_(g, nt);
+        for (int k = 0; k < 2; k++) {
+            P[k] = dev_f32_(p, nt), M[k] = dev_f32_(m, nt), V[k] = dev_f32_(v, nt);
+            PB[k] = dev_poison_((size_t)nt * 2);
+        }
+        const float *gs = c == 0 ? NULL : dcoef;
+        ok_(kda_cuda_adamw_runs(&g_ctx, P[0] + off, PB[0] + off, dg + off, M[0] + off, V[0] + off,
+                                n, dends, ddec, nr, &sd, &sn, gs));
+        for (int k = 0; k < nr; k++) {
+            int64_t a = off + (k ? ends[k - 1] : 0), b = off + ends[k];
+            ok_(kda_cuda_adamw(&g_ctx, P[1] + a, PB[1] + a, dg + a, M[1] + a, V[1] + a, b - a,
+                               dec[k] ? &sd : &sn, gs));
+        }
+        float *h[2][3];
+        kda_bf16 *hb[2];
+        for (int k = 0; k < 2; k++) {
+            h[k][0] = get_f32_(P[k], nt), h[k][1] = get_f32_(M[k], nt),
+            h[k][2] = get_f32_(V[k], nt);
+            hb[k] = malloc((size_t)nt * 2);
+            CHECK(kda_cuda_get_bytes(&g_ctx, hb[k], PB[k], (size_t)nt * 2) == 0);
+        }
+        int64_t moved = 0;
+        for (int64_t i = 0; i < n; i++)
+            moved += h[0][0][off + i] != p[off + i];
+        CHECK_MSG(!memcmp(h[0][0], h[1][0], (size_t)nt * 4) &&
+                      !memcmp(h[0][1], h[1][1], (size_t)nt * 4) &&
+                      !memcmp(h[0][2], h[1][2], (size_t)nt * 4) &&
+                      !memcmp(hb[0], hb[1], (size_t)nt * 2),
+                  "case %d: one launch differs from one launch per run", c);
+        CHECK_MSG(moved > n / 2, "case %d: only %lld of %lld parameters moved", c, (long long)moved,
+                  (long long)n);
+        printf("    case %d: n %lld, %d runs, offset %lld: bit-identical, %lld parameters moved\n",
+               c, (long long)n, nr, (long long)off, (long long)moved);
+        for (int k = 0; k < 2; k++)
+            free(h[k][0]), free(h[k][1]), free(h[k][2]), free(hb[k]);
+        free(p), free(g), free(m), free(v);
+    }
+    dfree_all_();
+}
+
 // Grad norm: double accumulation on both sides, different orders: rel 1e-12. Two runs on the
 // GPU must give the same bits (fixed two-stage order).
 KDA_TEST_GPU(gpu_grad_norm) {

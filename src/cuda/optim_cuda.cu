@@ -60,6 +60,61 @@ __global__ void adamw_v4_k(float *p, kda_bf16 *pb, const float *g, float *m, flo
     }
 }
 
+// The run table of adamw_runs_k in shared memory: ends [nr] int64, then decay [nr] bytes.
+// run_of: the first run whose end is > i, from run r on (elements are visited in increasing
+// order within a thread's group, so a group walks forward from its first element's run).
+__device__ __forceinline__ int run_of(const int64_t *ends, int nr, int64_t i) {
+    int lo = 0, hi = nr - 1; // ends[nr - 1] = n > i
+    while (lo < hi) {
+        int mid = (lo + hi) >> 1;
+        if (ends[mid] > i)
+            hi = mid;
+        else
+            lo = mid + 1;
+    }
+    return lo;
+}
+
+// Groups [4k, 4k+4) as 16-byte accesses where vec (the pointers allow it), else one element per
+// k; each element with the scalars of its run (a group may straddle run ends).
+template <bool VEC>
+__global__ void adamw_runs_k(float *p, kda_bf16 *pb, const float *g, float *m, float *v, int64_t n,
+                             const int64_t *ends_g, const unsigned char *decay_g, int nr,
+                             KdaCudaAdamScalars sd, KdaCudaAdamScalars sn, const float *gscale) {
+    extern __shared__ int64_t ends[]; // [nr], then decay [nr] bytes
+    unsigned char *decay = (unsigned char *)(ends + nr);
+    for (int r = threadIdx.x; r < nr; r += blockDim.x)
+        ends[r] = ends_g[r], decay[r] = decay_g[r];
+    __syncthreads();
+    float gs = gscale ? *gscale : 1.0f;
+    constexpr int W = VEC ? 4 : 1;
+    int64_t ng = VEC ? n / 4 : n;
+    for (int64_t k = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; k < ng;
+         k += (int64_t)gridDim.x * blockDim.x) {
+        float pv[W], gv[W], mv[W], vv[W];
+        if (VEC) {
+            ld_f<W>(pv, p + W * k), ld_f<W>(gv, g + W * k), ld_f<W>(mv, m + W * k);
+            ld_f<W>(vv, v + W * k);
+        } else {
+            pv[0] = p[k], gv[0] = g[k], mv[0] = m[k], vv[0] = v[k];
+        }
+        int r = run_of(ends, nr, W * k);
+#pragma unroll
+        for (int e = 0; e < W; e++) {
+            while (W * k + e >= ends[r])
+                r++;
+            adam_elem(pv[e], mv[e], vv[e], gv[e], decay[r] ? sd : sn, gs, gscale != NULL);
+        }
+        if (VEC) {
+            st_f<W>(p + W * k, pv), st_f<W>(m + W * k, mv), st_f<W>(v + W * k, vv);
+            if (pb) st_bf<W>(pb + W * k, pv);
+        } else {
+            p[k] = pv[0], m[k] = mv[0], v[k] = vv[0];
+            if (pb) pb[k] = f2bf(pv[0]);
+        }
+    }
+}
+
 __global__ void f32_to_bf16_k(kda_bf16 *dst, const float *src, int64_t n) {
     for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < n;
          i += (int64_t)gridDim.x * blockDim.x)
@@ -149,6 +204,27 @@ int kda_cuda_adamw(KdaCudaCtx *ctx, float *p, kda_bf16 *p_bf16, const float *g, 
                                                                gscale);
         CUDA_CHECK_LAUNCH(ctx);
     }
+    return 0;
+}
+
+int kda_cuda_adamw_runs(KdaCudaCtx *ctx, float *p, kda_bf16 *p_bf16, const float *g, float *m,
+                        float *v, int64_t n, const int64_t *ends, const unsigned char *decay,
+                        int nruns, const KdaCudaAdamScalars *s_decay,
+                        const KdaCudaAdamScalars *s_plain, const float *gscale) {
+    KDA_CUDA_REQUIRE(ctx, n >= 0 && s_decay && s_plain && ends && decay && nruns >= 1 &&
+                              nruns <= KDA_ADAMW_MAX_RUNS);
+    if (n == 0) return 0;
+    size_t smem = (size_t)nruns * (sizeof(int64_t) + 1);
+    // the 16-byte path needs every group inside the buffers' alignment and n % 4 == 0 (a tail
+    // would need a second launch; the model's layout is padded to a multiple of 4)
+    if (n % 4 == 0 && aligned_(16, p, g, m, v) && aligned_(8, p_bf16)) {
+        adamw_runs_k<true><<<grid_for(n / 4), 256, smem, ctx->stream>>>(
+            p, p_bf16, g, m, v, n, ends, decay, nruns, *s_decay, *s_plain, gscale);
+    } else {
+        adamw_runs_k<false><<<grid_for(n), 256, smem, ctx->stream>>>(
+            p, p_bf16, g, m, v, n, ends, decay, nruns, *s_decay, *s_plain, gscale);
+    }
+    CUDA_CHECK_LAUNCH(ctx);
     return 0;
 }
 

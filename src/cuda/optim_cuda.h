@@ -25,6 +25,18 @@ KdaCudaAdamScalars kda_cuda_adam_scalars(double beta1, double beta2, double eps,
 // gscale (device, [1] fp32, may be NULL) multiplies g first (the clip coefficient).
 int kda_cuda_adamw(KdaCudaCtx *ctx, float *p, kda_bf16 *p_bf16, const float *g, float *m, float *v,
                    int64_t n, const KdaCudaAdamScalars *s, const float *gscale);
+// The same update over runs of elements with two sets of scalars, in one launch instead of one
+// per run (the model's layout alternates decayed matrices and non-decayed vectors: ~100 runs at
+// 12 layers, many of them a few thousand elements): run r covers [ends[r-1], ends[r]) (ends[-1]
+// = 0, ends[nruns-1] = n, increasing) and takes s_decay when decay[r] != 0, else s_plain.
+// ends (device, [nruns] int64) and decay (device, [nruns] uint8) are read only; 1 <= nruns <=
+// KDA_ADAMW_MAX_RUNS. Each element gets exactly kda_cuda_adamw's operations with its run's
+// scalars: the same bits as one kda_cuda_adamw call per run.
+#define KDA_ADAMW_MAX_RUNS 2048
+int kda_cuda_adamw_runs(KdaCudaCtx *ctx, float *p, kda_bf16 *p_bf16, const float *g, float *m,
+                        float *v, int64_t n, const int64_t *ends, const unsigned char *decay,
+                        int nruns, const KdaCudaAdamScalars *s_decay,
+                        const KdaCudaAdamScalars *s_plain, const float *gscale);
 // p_bf16 [n] = bf16(p [n]) (initial copy of the master weights).
 int kda_cuda_f32_to_bf16(KdaCudaCtx *ctx, kda_bf16 *dst, const float *src, int64_t n);
 

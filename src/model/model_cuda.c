@@ -154,6 +154,14 @@ struct KdaCudaModel {
     // KDA_GRAPH=1 at create: forward_backward's device work as one CUDA graph per batch key
     // (step_graph.h; the execs are cudaGraphExec_t, destroyed through graph_destroy_)
     KdaStepGraph graphs;
+    // KDA_ADAMW_ONE=1 at create: AdamW in one launch over the shard (kda_cuda_adamw_runs) instead
+    // of one per run of rows with the same decay flag. The run table (device: ends [n] int64 from
+    // the shard's start, then decay [n] bytes) covers [adam_lo, adam_lo + adam_n) of the layout;
+    // it was built for the shard [adam_sh_lo, adam_sh_hi).
+    int adamw_one;
+    void *adam_runs;
+    int adam_nruns;
+    int64_t adam_lo, adam_n, adam_sh_lo, adam_sh_hi;
 };
 
 typedef struct {
@@ -493,6 +501,8 @@ int kda_cuda_model_create(KdaCudaModel **out, const KdaConfig *cfg, const KdaPar
     configure_(m, cfg, t);
     // KDA_GRAPH=1: one CUDA graph per micro-batch key (opt-in until measured on a GPU)
     kda_step_graph_init(&m->graphs, kda_step_graph_env_on(getenv("KDA_GRAPH")), graph_destroy_, m);
+    const char *one = getenv("KDA_ADAMW_ONE"); // "1": AdamW in one launch (opt-in until measured)
+    m->adamw_one = one && !strcmp(one, "1");
     kda_zero1_plan(&m->sh, m->dtotal, 1, 0, 1, NULL); // the whole layout (cannot fail)
     m->dorder = kda_malloc((size_t)(t->n > 0 ? t->n : 1) * sizeof *m->dorder);
     for (int i = 0; i < t->n; i++) // rows in device order (AdamW walks runs of them)
@@ -545,6 +555,7 @@ void kda_cuda_model_free(KdaCudaModel *m) {
     kda_cuda_release(m->pb);
     kda_cuda_release(m->scal);
     kda_cuda_release(m->keep);
+    kda_cuda_release(m->adam_runs);
     for (int i = 0; i < m->cap_ev; i++)
         cudaEventDestroy(m->ev[i]);
     free(m->ev);
@@ -1579,17 +1590,12 @@ double kda_cuda_model_finish_grads(KdaCudaModel *m, double scale, double max_nor
     return norm;
 }
 
-int kda_cuda_model_adamw(KdaCudaModel *m, const KdaAdamWConfig *c, int64_t step, double lr,
-                         KdaError *err) {
-    KdaCudaAdamScalars sd =
-        kda_cuda_adam_scalars(c->beta1, c->beta2, c->eps, c->weight_decay, step, lr);
-    KdaCudaAdamScalars sn = kda_cuda_adam_scalars(c->beta1, c->beta2, c->eps, 0.0, step, lr);
-    const float *gs = m->clip_pending ? m->coef : NULL;
-    m->clip_pending = 0;
-    // One launch per run of consecutive rows with the same decay flag, over the device rows
-    // (padding included: zero grads and moments keep zero parameters at zero), each clipped to
-    // the optimizer's shard (ZeRO-1; the moments hold the shard only, from sh.lo).
-    // Rows in device order (dorder): the fused input projection moves rows out of table order.
+// The runs of rows with the same decay flag over the device rows (padding included: zero grads
+// and moments keep zero parameters at zero), clipped to the optimizer's shard (ZeRO-1), in
+// device order (dorder: the fused input projection moves rows out of table order). fn(user, a,
+// b, decay) per non-empty run [a, b) of the device layout, in increasing order.
+static int adam_runs_(const KdaCudaModel *m, int (*fn)(void *user, int64_t a, int64_t b, int decay),
+                      void *user) {
     const KdaParamInfo *R = m->dtab.rows;
     const int *o = m->dorder;
     int i = 0, n = m->dtab.n;
@@ -1599,18 +1605,109 @@ int kda_cuda_model_adamw(KdaCudaModel *m, const KdaAdamWConfig *c, int64_t step,
             j++;
         int64_t a = R[o[i]].offset;
         int64_t b = j + 1 < n ? R[o[j + 1]].offset : m->dtotal;
-        const KdaCudaAdamScalars *s = R[o[i]].weight_decay ? &sd : &sn;
+        int decay = R[o[i]].weight_decay != 0;
         i = j + 1;
-        if (!kda_zero1_clip(&m->sh, a, b, m->dtotal, &a, &b)) continue;
-        int64_t k = a - m->sh.lo; // the moments' index of element a
-        // fp32 p, g, m, v read; p, m, v written; bf16 copy written: 30 bytes per parameter
-        if (prof_begin_(m) ||
-            kda_cuda_adamw(&m->ctx, m->p + a, m->pb + a, m->g + a, m->m1 + k, m->m2 + k, b - a, s,
-                           gs) ||
-            prof_end_(m, KDA_OP_ADAMW, 0, 30.0 * (double)(b - a)))
-            return fail_(m, err);
+        if (kda_zero1_clip(&m->sh, a, b, m->dtotal, &a, &b) && fn(user, a, b, decay)) return -1;
     }
     return 0;
+}
+
+typedef struct {
+    KdaCudaModel *m;
+    KdaCudaAdamScalars sd, sn;
+    const float *gs;
+} AdamCall;
+
+// One launch per run (the path before KDA_ADAMW_ONE; the moments hold the shard from sh.lo).
+static int adam_one_run_(void *user, int64_t a, int64_t b, int decay) {
+    AdamCall *c = user;
+    KdaCudaModel *m = c->m;
+    int64_t k = a - m->sh.lo; // the moments' index of element a
+    // fp32 p, g, m, v read; p, m, v written; bf16 copy written: 30 bytes per parameter
+    return prof_begin_(m) ||
+           kda_cuda_adamw(&m->ctx, m->p + a, m->pb + a, m->g + a, m->m1 + k, m->m2 + k, b - a,
+                          decay ? &c->sd : &c->sn, c->gs) ||
+           prof_end_(m, KDA_OP_ADAMW, 0, 30.0 * (double)(b - a));
+}
+
+typedef struct {
+    int64_t *ends;
+    unsigned char *decay;
+    int n, cap;
+    int64_t lo, hi; // the shard's first element; the last run's end
+} RunTable;
+
+static int add_run_(void *user, int64_t a, int64_t b, int decay) {
+    RunTable *t = user;
+    if (t->n > 0 && t->ends[t->n - 1] != a - t->lo) return -1; // runs must tile the shard
+    if (t->n == 0 && a != t->lo) return -1;
+    if (t->n == t->cap) return -1;
+    t->ends[t->n] = b - t->lo;
+    t->decay[t->n++] = (unsigned char)decay;
+    t->hi = b;
+    return 0;
+}
+
+// Uploads t into a new device run table m->adam_runs (ends at the start, decay after all
+// KDA_ADAMW_MAX_RUNS ends), ordered on the context's stream and waited for (t lives on the
+// caller's stack). -1 on a device failure (ctx->err set).
+static int adam_upload_(KdaCudaModel *m, const RunTable *t) {
+    size_t ends_bytes = (size_t)KDA_ADAMW_MAX_RUNS * sizeof(int64_t);
+    if (!(m->adam_runs = kda_cuda_alloc(&m->ctx, ends_bytes + KDA_ADAMW_MAX_RUNS))) return -1;
+    cudaStream_t st = m->ctx.stream;
+    CUDA_CHECK(&m->ctx, cudaMemcpyAsync(m->adam_runs, t->ends, (size_t)t->n * sizeof(int64_t),
+                                        cudaMemcpyHostToDevice, st));
+    CUDA_CHECK(&m->ctx, cudaMemcpyAsync((char *)m->adam_runs + ends_bytes, t->decay, (size_t)t->n,
+                                        cudaMemcpyHostToDevice, st));
+    CUDA_CHECK(&m->ctx, cudaStreamSynchronize(st));
+    return 0;
+}
+
+// The device run table of the current shard, built once per shard. Returns 0 (table ready),
+// 1 when the runs cannot use one (they do not tile the shard, or more than KDA_ADAMW_MAX_RUNS:
+// the caller launches per run), -1 on a device failure (ctx->err set).
+static int adam_table_(KdaCudaModel *m) {
+    if (m->adam_runs && m->adam_sh_lo == m->sh.lo && m->adam_sh_hi == m->sh.hi) return 0;
+    kda_cuda_release(m->adam_runs);
+    m->adam_runs = NULL;
+    RunTable t = {.cap = KDA_ADAMW_MAX_RUNS, .lo = m->sh.lo, .hi = m->sh.lo};
+    t.ends = kda_malloc((size_t)t.cap * sizeof *t.ends);
+    t.decay = kda_malloc((size_t)t.cap);
+    int rc = adam_runs_(m, add_run_, &t) || t.n == 0 ? 1 : adam_upload_(m, &t);
+    free(t.ends), free(t.decay);
+    if (rc) {
+        kda_cuda_release(m->adam_runs);
+        m->adam_runs = NULL;
+        return rc;
+    }
+    m->adam_nruns = t.n;
+    m->adam_lo = t.lo, m->adam_n = t.hi - t.lo;
+    m->adam_sh_lo = m->sh.lo, m->adam_sh_hi = m->sh.hi;
+    return 0;
+}
+
+int kda_cuda_model_adamw(KdaCudaModel *m, const KdaAdamWConfig *c, int64_t step, double lr,
+                         KdaError *err) {
+    AdamCall call = {
+        .m = m,
+        .sd = kda_cuda_adam_scalars(c->beta1, c->beta2, c->eps, c->weight_decay, step, lr),
+        .sn = kda_cuda_adam_scalars(c->beta1, c->beta2, c->eps, 0.0, step, lr),
+        .gs = m->clip_pending ? m->coef : NULL};
+    m->clip_pending = 0;
+    int table = m->adamw_one ? adam_table_(m) : 1;
+    if (table < 0) return fail_(m, err);
+    if (table == 0) {
+        int64_t a = m->adam_lo, n = m->adam_n;
+        const int64_t *ends = m->adam_runs;
+        const unsigned char *dec = (const unsigned char *)(ends + KDA_ADAMW_MAX_RUNS);
+        if (prof_begin_(m) ||
+            kda_cuda_adamw_runs(&m->ctx, m->p + a, m->pb + a, m->g + a, m->m1, m->m2, n, ends, dec,
+                                m->adam_nruns, &call.sd, &call.sn, call.gs) ||
+            prof_end_(m, KDA_OP_ADAMW, 0, 30.0 * (double)n))
+            return fail_(m, err);
+        return 0;
+    }
+    return adam_runs_(m, adam_one_run_, &call) ? fail_(m, err) : 0;
 }
 
 int kda_cuda_model_get_params(KdaCudaModel *m, float *params, KdaError *err) {
