@@ -7,7 +7,11 @@
 # runs CMD (stdout/stderr pass through, exit status returned; killed after S seconds, status
 # 124) and writes
 #   {"baseline_mib": used before CMD, "peak_mib": largest sample, "peak_minus_baseline_mib": ...,
-#    "samples": n, "source": "nvml"|"nvidia-smi"}.
+#    "samples": n, "source": "nvml"|"nvidia-smi",
+#    "sm_clock_mhz_mean" / "_min": the SM clock over the samples taken while the GPU was busy
+#    (utilization >= 90 %), "power_w_max", "temp_c_max" (NVML only; null elsewhere)}.
+# The clock and power are there to explain a run-to-run spread between machines of one kind
+# (2026-12-03: the same tree measured 1.7 % apart on two H200s, the GEMM rows most).
 # This is device memory in use as the driver sees it: CUDA context, cuBLAS workspaces and
 # allocator caches included, every process on the GPU counted. It is the only GPU number kda.c's
 # `kda train` offers today (its log's "peak memory (MiB)" is host RSS), so run.sh takes it for
@@ -49,6 +53,16 @@ class _Reader:
             return float(r.stdout.strip().splitlines()[0])
         return float("nan")
 
+    def clocks(self):
+        """(SM clock MHz, power W, temperature C, utilization %) now, or None without NVML."""
+        if self.source != "nvml":
+            return None
+        n = self._nvml
+        return (n.nvmlDeviceGetClockInfo(self._h, n.NVML_CLOCK_SM),
+                n.nvmlDeviceGetPowerUsage(self._h) / 1000.0,
+                n.nvmlDeviceGetTemperature(self._h, n.NVML_TEMPERATURE_GPU),
+                n.nvmlDeviceGetUtilizationRates(self._h).gpu)
+
 
 class GpuMemSampler:
     """Samples used device memory in a thread between __enter__ and __exit__."""
@@ -58,6 +72,8 @@ class GpuMemSampler:
         self.interval = interval_ms / 1000.0
         self.baseline_mib = self.peak_mib = float("nan")
         self.samples = 0
+        self.busy_clocks = []  # SM MHz of the samples at >= 90 % utilization
+        self.power_w_max = self.temp_c_max = None
         self._stop = threading.Event()
         self._thread = None
 
@@ -69,6 +85,16 @@ class GpuMemSampler:
         self.samples += 1
         if not v <= self.peak_mib:  # also replaces the initial nan
             self.peak_mib = v
+        try:
+            c = self.reader.clocks()
+        except Exception:
+            c = None
+        if c:
+            mhz, watts, temp, util = c
+            if util >= 90:
+                self.busy_clocks.append(mhz)
+            self.power_w_max = watts if self.power_w_max is None else max(self.power_w_max, watts)
+            self.temp_c_max = temp if self.temp_c_max is None else max(self.temp_c_max, temp)
 
     def _loop(self):
         while not self._stop.wait(self.interval):
@@ -95,9 +121,13 @@ class GpuMemSampler:
         """The numbers as a dict; MiB values are None when nothing could be read."""
         def mib(x):
             return round(x, 1) if x == x else None  # nan -> None (JSON null)
+        bc = self.busy_clocks
         return {"baseline_mib": mib(self.baseline_mib), "peak_mib": mib(self.peak_mib),
                 "peak_minus_baseline_mib": mib(self.peak_mib - self.baseline_mib),
-                "samples": self.samples, "source": self.reader.source or "none"}
+                "samples": self.samples, "source": self.reader.source or "none",
+                "sm_clock_mhz_mean": round(sum(bc) / len(bc), 1) if bc else None,
+                "sm_clock_mhz_min": min(bc) if bc else None,
+                "power_w_max": self.power_w_max, "temp_c_max": self.temp_c_max}
 
 
 def main():

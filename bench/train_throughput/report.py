@@ -77,6 +77,8 @@ def kda_result(text, mb, seq, warmup, mem=None, rc=0):
         res["gpu_mem_used_mib"] = mem.get("peak_mib")
         res["gpu_mem_baseline_mib"] = mem.get("baseline_mib")
         res["gpu_mem_source"] = mem.get("source")
+        for k in ("sm_clock_mhz_mean", "sm_clock_mhz_min", "power_w_max", "temp_c_max"):
+            res["gpu_" + k] = mem.get(k)
     return res
 
 

@@ -104,8 +104,14 @@ max_mb=0
 for mb in $MBS $TRY_MBS; do [ "$mb" -gt "$max_mb" ] && max_mb=$mb; done
 nseq=$(((WARMUP + STEPS) * max_mb))
 [ "$nseq" -lt 1024 ] && nseq=1024
-has kda && python3 $HERE/make_random_dataset.py "$W/random" --sequences "$nseq" \
-    --length $((SEQ + 1)) --vocab "$VOCAB" --seed 1234 2>&1 | tail -1
+if has kda; then
+    python3 $HERE/make_random_dataset.py "$W/random" --sequences "$nseq" \
+        --length $((SEQ + 1)) --vocab "$VOCAB" --seed 1234 > "$W/dataset.log" 2>&1 || {
+        echo "run.sh: make_random_dataset.py failed (it needs numpy): $(tail -1 "$W/dataset.log")"
+        exit 1
+    }
+    tail -1 "$W/dataset.log"
+fi
 
 # 3. FLA (its warm-up overlaps the build; timed steps wait for build.done)
 if has fla; then
