@@ -538,19 +538,23 @@ __global__ void __launch_bounds__(G2_THREADS, 3)
 }
 
 // The backward's main kernel, the forward's grid; db (when not NULL): beta's backward.
+// FROM_CUMSUM a template argument: the model's form (0) compiles without the scan and the
+// per-element carry selects.
+template <int FROM_CUMSUM>
 __global__ void __launch_bounds__(G2_THREADS)
     gate2_bwd_k(kda_bf16 *df, double *part_dt, double *part_A, kda_bf16 *db, int64_t ldb,
                 const float *dgrad, const float *dbeta, const kda_bf16 *f, const kda_bf16 *b,
                 const float *A_log, const float *dt_bias, int64_t T, int64_t HV, int64_t K,
-                int64_t chunk, int from_cumsum, float s) {
+                int64_t chunk, float s) {
+    const int from_cumsum = FROM_CUMSUM;
     __shared__ float tot[G2_WARPS * G2_COLS], sdt[G2_WARPS * G2_COLS], sa[G2_WARPS * 32];
     __shared__ int end[G2_WARPS];
     float dg[G2_SEG][G2_VEC], fv[G2_SEG][G2_VEC];
     int64_t HK = HV * K;
     G2Pos p = g2_pos(blockIdx.x, blockIdx.y, threadIdx.x, T, HK, chunk);
     unsigned carry = g2_bwd_load(dg, fv, tot, end, p, dgrad, f, T, HK, chunk, from_cumsum);
-    if (from_cumsum) __syncthreads(); // uniform over the block
-    g2_bwd_math(dg, fv, carry, tot, end, sdt, sa, df, p, A_log, dt_bias, HK, K);
+    if (from_cumsum) __syncthreads();
+    g2_bwd_math(dg, fv, from_cumsum ? carry : 0u, tot, end, sdt, sa, df, p, A_log, dt_bias, HK, K);
     __syncthreads();
     g2_bwd_part(part_dt, part_A, sdt, sa, blockIdx.x, blockIdx.y, threadIdx.x, A_log, HK, K);
     if (db && blockIdx.y == 0) g2_beta_bwd(db, ldb, dbeta, b, p, threadIdx.x, HV, s);
@@ -613,9 +617,14 @@ int g2_bwd(KdaCudaCtx *ctx, kda_bf16 *df, float *dA_log, float *ddt_bias, kda_bf
     int64_t HK = HV * K, P = B * g2_blocks_per_row(T, chunk), G = HK / G2_VEC;
     double *part = (double *)kda_cuda_scratch(ctx, (size_t)(P * (HK + G)) * sizeof(double));
     if (!part) return -1;
-    gate2_bwd_k<<<g2_grid(B, T, HK, chunk), G2_THREADS, 0, ctx->stream>>>(
-        df, part, part + P * HK, db, ldb, dgrad, dbeta, f, b, A_log, dt_bias, T, HV, K, chunk,
-        from_cumsum, s);
+    if (from_cumsum)
+        gate2_bwd_k<1><<<g2_grid(B, T, HK, chunk), G2_THREADS, 0, ctx->stream>>>(
+            df, part, part + P * HK, db, ldb, dgrad, dbeta, f, b, A_log, dt_bias, T, HV, K, chunk,
+            s);
+    else
+        gate2_bwd_k<0><<<g2_grid(B, T, HK, chunk), G2_THREADS, 0, ctx->stream>>>(
+            df, part, part + P * HK, db, ldb, dgrad, dbeta, f, b, A_log, dt_bias, T, HV, K, chunk,
+            s);
     CUDA_CHECK_LAUNCH(ctx);
     gate2_finish_k<<<(unsigned)(CEIL_DIV(HK, (int64_t)32) + HV), G2_FIN, 0, ctx->stream>>>(
         dA_log, ddt_bias, part, part + P * HK, P, HK, K);
