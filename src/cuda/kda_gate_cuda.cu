@@ -133,8 +133,9 @@ namespace {
 //     trip), scans its segment, and the segments' sums go through shared memory (the chunk
 //     cumsum as a segmented scan: another fp32 addition order than v1's serial one);
 //   * one exponential e = exp(-|a|) gives both softplus(a) = max(a, 0) + log1p(e) and
-//     σ(a) = (a >= 0 ? 1 : e) / (1 + e); log1p(e) as a short odd series (g2_log1p), ~30
-//     instructions per element forward and ~35 backward instead of ~80 and ~100;
+//     σ(a) = (a >= 0 ? 1 : e) / (1 + e); log1p(e) as a short odd series (g2_log1p): ≈ 41 PTX
+//     lines per element forward and ≈ 54 backward (static, movs excluded) where v1's backward
+//     has ≈ 166 (perf-log.md, "Gate + beta v2");
 //   * the backward sums ddt_bias and dA_log per block (fp32 over the segment, then double over
 //     the 8 segments in order) into per-block partials, and one finish launch adds them in a fixed
 //     order: two launches instead of three; beta's forward or backward rides in the first column
