@@ -608,10 +608,14 @@ KDA_TEST_GPU(gpu_bwd_strided_outputs) {
     dfree_all_();
 }
 
-static void gate_case_(KdaRng *r, int64_t B, int64_t T, int64_t HV, int64_t K, int64_t chunk) {
+// ver: the context's gate_version for the case (1 or 2; shapes v2 does not take run v1).
+static void gate_case_(KdaRng *r, int ver, int64_t B, int64_t T, int64_t HV, int64_t K,
+                       int64_t chunk) {
     int64_t HK = HV * K, N = B * T, n = N * HK;
-    printf("  B=%lld T=%lld HV=%lld K=%lld\n", (long long)B, (long long)T, (long long)HV,
-           (long long)K);
+    printf("  v%d B=%lld T=%lld HV=%lld K=%lld chunk=%lld\n", ver, (long long)B, (long long)T,
+           (long long)HV, (long long)K, (long long)chunk);
+    g_ctx.gate_version = ver;
+    int v2 = ver == 2 && K % 4 == 0 && chunk <= 64; // the v2 kernels run
     float *f = randn_(r, n, 2.0f);
     for (int64_t i = 0; i < n; i += 97)
         f[i] = 24.0f; // the softplus threshold branch
@@ -669,10 +673,26 @@ static void gate_case_(KdaRng *r, int64_t B, int64_t T, int64_t HV, int64_t K, i
     float *g_ddt2 = get_f32_(dddt2, HK);
     expect_("gate bwd (dg input) df bf16", df, g_df2, n, TOL_BF16);
     expect_("gate bwd (dg input) dA_log fp32", dA, g_dA2, HV, TOL_F32);
-    // The kernel's running sum of dgcum adds in the CPU loop's order (fp32, no FMA), so
-    // both runs see the same dg bits; fixed-order reductions then give the same sums.
-    CHECK_MSG(!memcmp(g_dA, g_dA2, (size_t)HV * 4), "gate dA_log differs between runs");
-    CHECK_MSG(!memcmp(g_ddt, g_ddt2, (size_t)HK * 4), "gate ddt_bias differs between runs");
+    // v1's running sum of dgcum adds in the CPU loop's order (fp32, no FMA), so both runs see
+    // the same dg bits; fixed-order reductions then give the same sums. v2 adds dgcum in
+    // segments (another order): its check is a second identical call giving the same bits.
+    if (!v2) {
+        CHECK_MSG(!memcmp(g_dA, g_dA2, (size_t)HV * 4), "gate dA_log differs between runs");
+        CHECK_MSG(!memcmp(g_ddt, g_ddt2, (size_t)HK * 4), "gate ddt_bias differs between runs");
+    } else {
+        float *ddA3 = dev_f32_(dA0, HV), *dddt3 = dev_f32_(ddt0, HK);
+        kda_bf16 *ddf3 = dev_poison_((size_t)n * 2);
+        ok_(kda_cuda_gate_cumsum_bwd(&g_ctx, ddf3, ddA3, dddt3, ddg, dfr, dAl, ddtb, B, T, HV, K,
+                                     chunk, 0));
+        float *g_df3 = get_bf16_(ddf3, n), *g_dA3 = get_f32_(ddA3, HV);
+        float *g_ddt3 = get_f32_(dddt3, HK);
+        CHECK_MSG(!memcmp(g_dA2, g_dA3, (size_t)HV * 4) &&
+                      !memcmp(g_ddt2, g_ddt3, (size_t)HK * 4) &&
+                      !memcmp(g_df2, g_df3, (size_t)n * 4),
+                  "gate v2 backward differs between two identical calls");
+        free(g_df3), free(g_dA3), free(g_ddt3);
+    }
+    g_ctx.gate_version = 1;
     free(g_df2), free(g_dA2), free(g_ddt2);
     free(f), free(A_log), free(dtb), free(dgc), free(dA0), free(ddt0), free(g), free(gc);
     free(dg), free(df), free(dA), free(ddt), free(g_g), free(g_gc), free(g_df), free(g_dA);
@@ -688,10 +708,138 @@ KDA_TEST_GPU(gpu_gate_cumsum) {
     KdaRng r;
     rng_seed(&r, 105);
     for (int ti = 0; ti < N_T_SWEEP; ti++)
-        gate_case_(&r, 2, T_SWEEP[ti], 4, 32, 64);
-    gate_case_(&r, 3, 130, 3, 20, 64);
-    gate_case_(&r, 2, 100, 2, 300, 48);  // K > 256: the reduction's step is 0 chunks + 256 d
-    gate_case_(&r, 16, 2048, 8, 32, 64); // the 300M model's shape
+        gate_case_(&r, 1, 2, T_SWEEP[ti], 4, 32, 64);
+    gate_case_(&r, 1, 3, 130, 3, 20, 64);
+    gate_case_(&r, 1, 2, 100, 2, 300, 48);  // K > 256: the reduction's step is 0 chunks + 256 d
+    gate_case_(&r, 1, 16, 2048, 8, 32, 64); // the 300M model's shape
+}
+
+// The v2 kernels (gate_version 2): T = 1 (7 of 8 segments empty), chunk remainders, HK not a
+// multiple of the 128-column tile (K = 20, 12, 300), several chunks per block (32, 16, 7, 5, 1),
+// 48, B·T large (64 x 2048, 512k tokens), the model's shape and chunk; K = 6 and chunk 128 take
+// v1.
+KDA_TEST_GPU(gpu_gate_cumsum_v2) {
+    if (!gpu_()) return;
+    KdaRng r;
+    rng_seed(&r, 115);
+    for (int ti = 0; ti < N_T_SWEEP; ti++)
+        gate_case_(&r, 2, 2, T_SWEEP[ti], 4, 32, 64);
+    gate_case_(&r, 2, 3, 130, 3, 20, 64);
+    gate_case_(&r, 2, 2, 200, 3, 12, 64);
+    gate_case_(&r, 2, 2, 100, 2, 300, 48);
+    gate_case_(&r, 2, 1, 37, 5, 8, 5);
+    gate_case_(&r, 2, 2, 65, 4, 32, 32);
+    gate_case_(&r, 2, 2, 130, 4, 32, 16);
+    gate_case_(&r, 2, 1, 100, 3, 8, 7);
+    gate_case_(&r, 2, 2, 70, 2, 4, 1);
+    gate_case_(&r, 2, 16, 2048, 8, 32, 64);
+    gate_case_(&r, 2, 16, 2048, 8, 32, 32); // the model's chunk
+    gate_case_(&r, 2, 64, 2048, 8, 32, 32);
+    gate_case_(&r, 2, 2, 65, 3, 6, 64);    // K % 4 != 0: v1
+    gate_case_(&r, 2, 2, 300, 2, 32, 128); // chunk > 64: v1
+}
+
+// The fused launchers (kda_cuda_gate_beta_fwd / _bwd, the model's calls) with v1 and v2: gcum
+// and beta, df, dA_log and ddt_bias accumulating onto non-zero starts, db at a row stride with
+// its other columns untouched; v2 against v1 within the tolerances, and v2's fallback shapes
+// (K = 6) bit-identical to v1.
+static void gate_beta_case_(KdaRng *r, int64_t B, int64_t T, int64_t HV, int64_t K, int64_t chunk) {
+    int64_t HK = HV * K, N = B * T, n = N * HK, nb = N * HV, ldb = HV + 5;
+    printf("  fused B=%lld T=%lld HV=%lld K=%lld chunk=%lld\n", (long long)B, (long long)T,
+           (long long)HV, (long long)K, (long long)chunk);
+    float *f = randn_(r, n, 2.0f), *b = bf16r_(randn_(r, nb, 3.0f), nb);
+    bf16r_(f, n);
+    float *A_log = malloc((size_t)HV * 4), *dtb = malloc((size_t)HK * 4);
+    for (int64_t j = 0; j < HV; j++)
+        A_log[j] = (float)log(1.0 + 15.0 * rng_uniform(r));
+    for (int64_t i = 0; i < HK; i++)
+        dtb[i] = (float)(-4.0 + 3.0 * rng_uniform(r));
+    float *dg = randn_(r, n, 1.0f), *dbeta = randn_(r, nb, 1.0f);
+    float *dA0 = randn_(r, HV, 1.0f), *ddt0 = randn_(r, HK, 1.0f);
+    kda_bf16 *dfr = dev_bf16_(f, n), *dbr = dev_bf16_(b, nb);
+    float *dAl = dev_f32_(A_log, HV), *ddtb = dev_f32_(dtb, HK), *ddg = dev_f32_(dg, n);
+    float *ddbeta = dev_f32_(dbeta, nb);
+    float *out[2][4];     // per version: gcum, beta, dA_log, ddt_bias
+    kda_bf16 *bout[2][2]; // per version: df, db [N, ldb]
+    for (int ver = 1; ver <= 2; ver++) {
+        g_ctx.gate_version = ver;
+        float *gc = dev_poison_((size_t)n * 4), *be = dev_poison_((size_t)nb * 4);
+        float *dA = dev_f32_(dA0, HV), *ddt = dev_f32_(ddt0, HK);
+        kda_bf16 *df = dev_poison_((size_t)n * 2), *db = dev_poison_((size_t)(N * ldb) * 2);
+        ok_(kda_cuda_gate_beta_fwd(&g_ctx, gc, NULL, be, dfr, dbr, dAl, ddtb, B, T, HV, K, chunk,
+                                   1));
+        ok_(kda_cuda_gate_beta_bwd(&g_ctx, df, dA, ddt, db, ldb, ddg, ddbeta, dfr, dbr, dAl, ddtb,
+                                   B, T, HV, K, chunk, 0, 1));
+        out[ver - 1][0] = get_f32_(gc, n), out[ver - 1][1] = get_f32_(be, nb);
+        out[ver - 1][2] = get_f32_(dA, HV), out[ver - 1][3] = get_f32_(ddt, HK);
+        bout[ver - 1][0] = malloc((size_t)n * 2), bout[ver - 1][1] = malloc((size_t)(N * ldb) * 2);
+        ok_(kda_cuda_get_bytes(&g_ctx, bout[ver - 1][0], df, (size_t)n * 2));
+        ok_(kda_cuda_get_bytes(&g_ctx, bout[ver - 1][1], db, (size_t)(N * ldb) * 2));
+    }
+    g_ctx.gate_version = 1;
+    // CPU: gate, chunk cumsum, gate and beta backwards
+    float *g = malloc((size_t)n * 4), *gc = malloc((size_t)n * 4), *df = malloc((size_t)n * 4);
+    float *dA = copy_(dA0, HV), *ddt = copy_(ddt0, HK);
+    float *be = malloc((size_t)nb * 4), *db = malloc((size_t)nb * 4);
+    kda_gate_fwd(g, f, A_log, dtb, N, HV, K, NULL);
+    for (int64_t i = 0; i < n; i++) {
+        int64_t t = i / HK % T;
+        gc[i] = g[i] + (t % chunk ? gc[i - HK] : 0.0f);
+    }
+    kda_gate_bwd(df, dA, ddt, dg, f, A_log, dtb, N, HV, K, NULL);
+    kda_beta_fwd(be, b, nb, 1);
+    kda_beta_bwd(db, dbeta, b, nb, 1);
+    for (int v = 0; v < 2; v++) {
+        float *hdf = malloc((size_t)n * 4), *hdb = malloc((size_t)nb * 4);
+        int64_t bad = 0;
+        for (int64_t i = 0; i < n; i++)
+            hdf[i] = bf16_to_f32(bout[v][0][i]);
+        for (int64_t i = 0; i < N; i++)
+            for (int64_t j = 0; j < ldb; j++) {
+                if (j < HV)
+                    hdb[i * HV + j] = bf16_to_f32(bout[v][1][i * ldb + j]);
+                else
+                    bad += bout[v][1][i * ldb + j] != 0xFFFF;
+            }
+        printf("    v%d\n", v + 1);
+        expect_("fused gate chunk cumsum fp32", gc, out[v][0], n, TOL_F32);
+        expect_("fused beta fp32", be, out[v][1], nb, TOL_F32);
+        expect_("fused gate bwd dA_log += fp32", dA, out[v][2], HV, TOL_F32);
+        expect_("fused gate bwd ddt_bias += fp32", ddt, out[v][3], HK, TOL_F32);
+        expect_("fused gate bwd df bf16", df, hdf, n, TOL_BF16);
+        expect_("fused beta bwd db bf16", db, hdb, nb, TOL_BF16);
+        CHECK_MSG(bad == 0, "fused beta bwd (v%d): %lld elements outside db's columns", v + 1,
+                  (long long)bad);
+        free(hdf), free(hdb);
+    }
+    // beta's expressions are v1's in both versions; K % 4 != 0 runs v1 whole
+    CHECK_MSG(!memcmp(out[0][1], out[1][1], (size_t)nb * 4), "fused beta differs v1 vs v2");
+    CHECK_MSG(!memcmp(bout[0][1], bout[1][1], (size_t)(N * ldb) * 2), "fused db differs v1/v2");
+    if (K % 4)
+        CHECK_MSG(!memcmp(out[0][0], out[1][0], (size_t)n * 4) &&
+                      !memcmp(out[0][2], out[1][2], (size_t)HV * 4) &&
+                      !memcmp(out[0][3], out[1][3], (size_t)HK * 4) &&
+                      !memcmp(bout[0][0], bout[1][0], (size_t)n * 2),
+                  "v2's fallback (K = %lld) differs from v1", (long long)K);
+    for (int v = 0; v < 2; v++) {
+        for (int k = 0; k < 4; k++)
+            free(out[v][k]);
+        free(bout[v][0]), free(bout[v][1]);
+    }
+    free(f), free(b), free(A_log), free(dtb), free(dg), free(dbeta), free(dA0), free(ddt0);
+    free(g), free(gc), free(df), free(dA), free(ddt), free(be), free(db);
+    dfree_all_();
+}
+
+KDA_TEST_GPU(gpu_gate_beta_fused) {
+    if (!gpu_()) return;
+    KdaRng r;
+    rng_seed(&r, 116);
+    gate_beta_case_(&r, 2, 1, 4, 32, 64);
+    gate_beta_case_(&r, 3, 130, 3, 20, 64);
+    gate_beta_case_(&r, 2, 100, 3, 8, 7);
+    gate_beta_case_(&r, 16, 2048, 8, 32, 32); // the 300M model's shape and chunk
+    gate_beta_case_(&r, 2, 65, 3, 6, 64);     // v2 falls back to v1
 }
 
 KDA_TEST_GPU(gpu_beta) {

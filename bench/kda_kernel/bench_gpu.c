@@ -89,6 +89,7 @@ typedef struct {
     float *cw, *cdw;
     float *crs;                            // the fused q/k conv's rstd [N, H] (positive)
     void *q, *k, *v, *o, *dO, *f16, *df16; // KDA core
+    void *b16, *db16;                      // beta's logits and their gradient [N, H]
     float *gcum, *g, *beta, *Alog, *dtb, *dAlog, *ddtb;
     float *dq, *dk, *dg, *dbeta;
     void *dv;
@@ -205,6 +206,35 @@ static int b_gate_bwd(void *a) {
     (void)a;
     return kda_cuda_gate_cumsum_bwd(&g, z.df16, z.dAlog, z.ddtb, z.dg, z.f16, z.Alog, z.dtb, B, T,
                                     H, K, 64, 0);
+}
+// The model's gate + beta calls (kda_cuda_gate_beta_*: no g output, dg input, db [N, H], the
+// model's chunk: the fast path's, 32 at K32 V64) on gate kernel version v (1: gate and beta
+// launches, four backward; 2: one forward launch, two backward).
+static int b_gate_beta_(int v, int bwd) {
+    g.gate_version = v;
+    int rc =
+        bwd ? kda_cuda_gate_beta_bwd(&g, z.df16, z.dAlog, z.ddtb, z.db16, H, z.dg, z.dbeta, z.f16,
+                                     z.b16, z.Alog, z.dtb, B, T, H, K, z.d32.chunk, 0, 1)
+            : kda_cuda_gate_beta_fwd(&g, z.gcum, NULL, z.beta, z.f16, z.b16, z.Alog, z.dtb, B, T, H,
+                                     K, z.d32.chunk, 1);
+    g.gate_version = 1;
+    return rc;
+}
+static int b_gb_fwd1(void *a) {
+    (void)a;
+    return b_gate_beta_(1, 0);
+}
+static int b_gb_fwd2(void *a) {
+    (void)a;
+    return b_gate_beta_(2, 0);
+}
+static int b_gb_bwd1(void *a) {
+    (void)a;
+    return b_gate_beta_(1, 1);
+}
+static int b_gb_bwd2(void *a) {
+    (void)a;
+    return b_gate_beta_(2, 1);
 }
 static int b_swiglu_fwd(void *a) {
     (void)a;
@@ -370,6 +400,7 @@ int main(void) {
     z.dq = rand_buf_(&r, nqk, 4, 0, 1), z.dk = rand_buf_(&r, nqk, 4, 0, 1),
     z.dg = rand_buf_(&r, nqk, 4, 0, 1);
     z.dbeta = rand_buf_(&r, (int64_t)N * H, 4, 0, 1), z.dv = rand_buf_(&r, nv, 2, 0, 1);
+    z.b16 = rand_buf_(&r, (int64_t)N * H, 2, 0, 2), z.db16 = rand_buf_(&r, (int64_t)N * H, 2, 0, 1);
     z.d = (KdaDims){B, T, H, H, K, V, 0.17677670f, 64};
     int64_t C32 = kda_fast_chunk(K, V, g.info.smem_per_block_optin);
     z.d32 = z.d, z.d32.chunk = C32;
@@ -426,6 +457,10 @@ int main(void) {
         {"beta bwd 16x2048x8", b_beta_bwd, (double)N * H * 8, 0, 0},
         {"gate+cumsum fwd 16x2048x8x32", b_gate_fwd, (double)N * 256 * 10, 0, 0},
         {"gate bwd 16x2048x8x32", b_gate_bwd, (double)N * 256 * 6, 0, 0},
+        {"gate+beta fwd v1 16x2048x8x32 (model)", b_gb_fwd1, (double)N * (256 * 6 + H * 6), 0, 0},
+        {"gate+beta fwd v2 16x2048x8x32 (model)", b_gb_fwd2, (double)N * (256 * 6 + H * 6), 0, 0},
+        {"gate+beta bwd v1 16x2048x8x32 (model)", b_gb_bwd1, (double)N * (256 * 8 + H * 8), 0, 0},
+        {"gate+beta bwd v2 16x2048x8x32 (model)", b_gb_bwd2, (double)N * (256 * 8 + H * 8), 0, 0},
         {"swiglu fwd 32768x4096", b_swiglu_fwd, (double)N * I * 6, 0, 0},
         {"kda fast fwd 16x2048 H8 K32 V64", b_fast_fwd, 0, 0, 1},
         {"kda fast bwd 16x2048 H8 K32 V64", b_fast_bwd, 0, 0, 1},

@@ -96,6 +96,8 @@ int kda_cuda_init(KdaCudaCtx *ctx, int device, KdaError *err) {
     ctx->gemm_tune = tune && !strcmp(tune, "1");
     const char *tcv = getenv("KDA_TC_V");
     ctx->tc_version = tcv && !strcmp(tcv, "3") ? 3 : 4;
+    const char *gv = getenv("KDA_GATE_V");
+    ctx->gate_version = gv && !strcmp(gv, "2") ? 2 : 1;
     return 0;
 }
 

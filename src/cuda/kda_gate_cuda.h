@@ -39,8 +39,44 @@ int kda_cuda_gate_cumsum_bwd(KdaCudaCtx *ctx, kda_bf16 *df, float *dA_log, float
                              const float *dt_bias, int64_t B, int64_t T, int64_t HV, int64_t K,
                              int64_t chunk, int from_cumsum);
 
+// Kernel versions (ctx->gate_version, KDA_GATE_V=2 at init; tests may set the field): v1, the
+// default, one thread per column walking the chunk; v2 one block per 128 columns x the whole
+// chunks of a row that fit in 64 tokens (kda_gate_cuda.cu's v2 section). v2 takes K % 4 == 0, chunk
+// <= 64, f / df 8-byte and the fp32 tensors 16-byte aligned; other calls run v1. v2's outputs are
+// not v1's bits (another fp32 addition order in the chunk cumsum and the partial sums, a series
+// log1p and a fast division: a few ulp per element; beta's are v1's bits); each version is
+// bit-deterministic by shape. v2 with from_cumsum = 1 adds dgcum in segments, not in one serial
+// order.
+
+// The model's form of the gate and beta together (one launch with v2, the two above with v1):
+// kda_cuda_gate_cumsum_fwd's outputs plus beta [B*T*HV] fp32 = s·σ(b), b [B*T, HV] bf16 (s as
+// kda_cuda_beta_fwd).
+int kda_cuda_gate_beta_fwd(KdaCudaCtx *ctx, float *gcum, float *g, float *beta, const kda_bf16 *f,
+                           const kda_bf16 *b, const float *A_log, const float *dt_bias, int64_t B,
+                           int64_t T, int64_t HV, int64_t K, int64_t chunk, int allow_neg_eigval);
+// kda_cuda_gate_cumsum_bwd plus beta's backward: db [B*T, ldb] bf16 (columns [0, HV), ldb >= HV,
+// overwritten) from dbeta [B*T, HV] fp32 and b (as kda_cuda_beta_bwd_ld). Two launches with v2
+// (main, then the ordered finish of dA_log and ddt_bias), four with v1.
+int kda_cuda_gate_beta_bwd(KdaCudaCtx *ctx, kda_bf16 *df, float *dA_log, float *ddt_bias,
+                           kda_bf16 *db, int64_t ldb, const float *dgrad, const float *dbeta,
+                           const kda_bf16 *f, const kda_bf16 *b, const float *A_log,
+                           const float *dt_bias, int64_t B, int64_t T, int64_t HV, int64_t K,
+                           int64_t chunk, int from_cumsum, int allow_neg_eigval);
+
+// Host twins of the v2 kernels (host pointers; the kernels' per-thread code, threads run one
+// after another): the fused launchers' arguments (g, beta, db may be NULL). Single-threaded.
+// Return 0, or -1 for shapes v2 does not take (K % 4, chunk > 64) or no memory.
+int kda_cuda_gate2_fwd_host(float *gcum, float *g, float *beta, const kda_bf16 *f,
+                            const kda_bf16 *b, const float *A_log, const float *dt_bias, int64_t B,
+                            int64_t T, int64_t HV, int64_t K, int64_t chunk, int allow_neg_eigval);
+int kda_cuda_gate2_bwd_host(kda_bf16 *df, float *dA_log, float *ddt_bias, kda_bf16 *db, int64_t ldb,
+                            const float *dgrad, const float *dbeta, const kda_bf16 *f,
+                            const kda_bf16 *b, const float *A_log, const float *dt_bias, int64_t B,
+                            int64_t T, int64_t HV, int64_t K, int64_t chunk, int from_cumsum,
+                            int allow_neg_eigval);
+
 // fp32 forward twin (the scoring path, --precision fp32, model/model_cuda_f32.h): shapes as
-// kda_cuda_gate_cumsum_fwd (no g output), all tensors fp32.
+// kda_cuda_gate_cumsum_fwd (no g output), all tensors fp32; always v1.
 int kda_cuda_gate_cumsum_fwd_f32(KdaCudaCtx *ctx, float *gcum, const float *f, const float *A_log,
                                  const float *dt_bias, int64_t B, int64_t T, int64_t HV, int64_t K,
                                  int64_t chunk);

@@ -833,12 +833,20 @@ static int block_fwd_(KdaCudaModel *m, const KdaLayerTensors *P, DevLayer *L, fl
           kda_cuda_conv_silu_fwd(x, L->v, L->pv, P->v_conv, m->B, m->T, HVV, Wc));
     if (!m->inproj) TRY(lin_(m, KDA_OP_PROJ_FWD, L->f0, L->xa, P->f_proj0, N, D, V));
     TRY(lin_(m, KDA_OP_PROJ_FWD, L->f, L->f0, P->f_proj1, N, V, HVK));
-    TIMED(KDA_OP_GATE_FWD, 0, 6.0 * N * HVK,
-          kda_cuda_gate_cumsum_fwd(x, L->gcum, NULL, L->f, P->A_log, P->dt_bias, m->B, m->T, HV, K,
-                                   d.chunk));
+    // gate v2 (KDA_GATE_V=2): the gate and beta in one launch, after b's GEMM
+    int gate2 = x->gate_version == 2;
+    if (!gate2)
+        TIMED(KDA_OP_GATE_FWD, 0, 6.0 * N * HVK,
+              kda_cuda_gate_cumsum_fwd(x, L->gcum, NULL, L->f, P->A_log, P->dt_bias, m->B, m->T, HV,
+                                       K, d.chunk));
     if (!m->inproj) TRY(lin_(m, KDA_OP_PROJ_FWD, L->b, L->xa, P->b_proj, N, D, HV));
-    TIMED(KDA_OP_GATE_FWD, 0, 6.0 * N * HV,
-          kda_cuda_beta_fwd(x, L->beta, L->b, N * HV, c->allow_neg_eigval));
+    if (gate2)
+        TIMED(KDA_OP_GATE_FWD, 0, 6.0 * N * (HVK + HV),
+              kda_cuda_gate_beta_fwd(x, L->gcum, NULL, L->beta, L->f, L->b, P->A_log, P->dt_bias,
+                                     m->B, m->T, HV, K, d.chunk, c->allow_neg_eigval));
+    else
+        TIMED(KDA_OP_GATE_FWD, 0, 6.0 * N * HV,
+              kda_cuda_beta_fwd(x, L->beta, L->b, N * HV, c->allow_neg_eigval));
     if (L->keep) // M0: the state (and with the tc core more) kept for the backward
         TIMED(KDA_OP_CORE_FWD, 0, 512.0 * N * HV,
               m->core->fwd_keep(x, L->o, m->fin, L->q, L->k, L->v, L->gcum, L->beta, NULL, &d,
@@ -1113,13 +1121,6 @@ static int block_bwd_(KdaCudaModel *m, const KdaLayerTensors *P, KdaLayerTensors
               m->core->bwd(x, m->dq, m->dk, m->dv, m->dg, m->dbeta, NULL, m->d_o, NULL, L->q, L->k,
                            L->v, L->gcum, L->beta, NULL, &d));
 
-    TIMED(KDA_OP_GATE_BWD, 0, 8.0 * N * HVK,
-          kda_cuda_gate_cumsum_bwd(x, m->df, G->A_log, G->dt_bias, m->dg, L->f, P->A_log,
-                                   P->dt_bias, m->B, m->T, HV, K, d.chunk, 0));
-    TRY(dw_(m, KDA_OP_PROJ_BWD, G->f_proj1, m->df, L->f0, N, V, HVK));
-    TRY(dx_(m, KDA_OP_PROJ_BWD, m->dlow, KDA_DT_BF16, m->df, P->f_proj1, N, V, HVK, 0));
-    TRY(proj_bwd_(m, G->f_proj0, P->f_proj0, m->dlow, L->xa, ic.f0, V, 1));
-
     // With the fused input projection and KDA_DY_INPLACE=1 the beta and conv backwards write
     // their dY straight into its columns of m->inb (row stride ic.width; no copy), else into
     // m->db / m->dt2, then the part's own GEMMs or (fused input projection) a column copy. The
@@ -1127,9 +1128,27 @@ static int block_bwd_(KdaCudaModel *m, const KdaLayerTensors *P, KdaLayerTensors
     // that keep them 8-byte aligned, else it writes m->dt2 and is copied.
     int fz = m->inproj && m->dy_inplace,
         fzq = fz && (!m->fuse_l2 || (ic.width % 4 == 0 && ic.k % 4 == 0));
-    TIMED(KDA_OP_GATE_BWD, 0, 8.0 * N * HV,
-          kda_cuda_beta_bwd_ld(x, fz ? m->inb + ic.b : m->db, fz ? ic.width : HV, m->dbeta, L->b, N,
-                               HV, c->allow_neg_eigval));
+    // gate v2 (KDA_GATE_V=2): beta's backward in the gate's launch; db is read only by the b
+    // part's GEMMs or its m->inb columns below, which the f part's GEMMs and copy leave alone
+    int gate2 = x->gate_version == 2;
+    if (gate2)
+        TIMED(KDA_OP_GATE_BWD, 0, 8.0 * N * (HVK + HV),
+              kda_cuda_gate_beta_bwd(x, m->df, G->A_log, G->dt_bias, fz ? m->inb + ic.b : m->db,
+                                     fz ? ic.width : HV, m->dg, m->dbeta, L->f, L->b, P->A_log,
+                                     P->dt_bias, m->B, m->T, HV, K, d.chunk, 0,
+                                     c->allow_neg_eigval));
+    else
+        TIMED(KDA_OP_GATE_BWD, 0, 8.0 * N * HVK,
+              kda_cuda_gate_cumsum_bwd(x, m->df, G->A_log, G->dt_bias, m->dg, L->f, P->A_log,
+                                       P->dt_bias, m->B, m->T, HV, K, d.chunk, 0));
+    TRY(dw_(m, KDA_OP_PROJ_BWD, G->f_proj1, m->df, L->f0, N, V, HVK));
+    TRY(dx_(m, KDA_OP_PROJ_BWD, m->dlow, KDA_DT_BF16, m->df, P->f_proj1, N, V, HVK, 0));
+    TRY(proj_bwd_(m, G->f_proj0, P->f_proj0, m->dlow, L->xa, ic.f0, V, 1));
+
+    if (!gate2)
+        TIMED(KDA_OP_GATE_BWD, 0, 8.0 * N * HV,
+              kda_cuda_beta_bwd_ld(x, fz ? m->inb + ic.b : m->db, fz ? ic.width : HV, m->dbeta,
+                                   L->b, N, HV, c->allow_neg_eigval));
     if (!fz) TRY(proj_bwd_(m, G->b_proj, P->b_proj, m->db, L->xa, ic.b, HV, 1));
 
     TRY(conv_l2_bwd_(m, fzq ? m->inb + ic.q : m->dt2, fzq ? ic.width : HK, G->q_conv, m->dq, L->pq,
@@ -1279,9 +1298,10 @@ static uint64_t graph_fp_(const KdaCudaModel *m) {
     const void *ptr[] = {m->arena, m->keep, m->ctx.ws, m->ctx.lt_ws, m->p, m->g, m->pb, m->scal};
     size_t size[] = {(size_t)m->cap_tokens, m->arena_bytes, m->keep_cap, m->ctx.ws_size,
                      m->cls_budget};
-    int sw[] = {m->recompute,      m->fuse_l2,      m->fuse_gn,      m->fuse_dh, m->inproj,
-                m->gateup,         m->cls_row,      m->core_keep,    m->core_tc, m->dy_inplace,
-                m->ctx.tc_version, m->ctx.plan_off, m->ctx.gemm_tune};
+    int sw[] = {m->recompute,     m->fuse_l2,         m->fuse_gn,        m->fuse_dh,
+                m->inproj,        m->gateup,          m->cls_row,        m->core_keep,
+                m->core_tc,       m->dy_inplace,      m->ctx.tc_version, m->ctx.plan_off,
+                m->ctx.gemm_tune, m->ctx.gate_version};
     uint64_t h = kda_step_graph_fp(KDA_STEP_GRAPH_FP0, ptr, sizeof ptr);
     h = kda_step_graph_fp(h, size, sizeof size);
     h = kda_step_graph_fp(h, sw, sizeof sw);
