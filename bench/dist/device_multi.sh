@@ -133,9 +133,10 @@ skip() { # NAME WHY: a row of the report's "not run" list, and a line now
 # multi.py launch, rank r's output in $W/NAME.rank<r>.log), NVML memory of DEVS sampled; rank 0's
 # output in $W/NAME.log. Returns the exit status (124: killed at TIMEOUT).
 # torchrun: torch's elastic agent serves its own TCP store on MASTER_PORT (the static rendezvous
-# always; c10d unless TORCH_DISABLE_SHARE_RDZV_TCP_STORE=1, torch >= 2.4), where kda's rank 0
-# wants to serve its rendezvous; the launch stage tries both forms, the other stages use kda's
-# launcher or plain variables (env).
+# always; c10d unless TORCH_DISABLE_SHARE_RDZV_TCP_STORE=1, torch >= 2.4) and says so with
+# TORCHELASTIC_USE_AGENT_STORE=True; kda's rank 0 then serves its rendezvous on MASTER_PORT + 1
+# (src/dist/dist.h, since 2026-12-03; not yet run under a real torchrun). The launch stage tries
+# both forms, the other stages use kda's launcher or plain variables (env).
 train() {
     local name=$1 launch=$2 n=$3 devs=$4 t=$5 pre=()
     shift 5
@@ -260,8 +261,8 @@ fi
 if want sweep; then
     stage sweep
     if [ -n "$HARNESS" ]; then
-        # plain torchrun variables (multi.py launch): under torchrun kda's rank 0 would compete
-        # with torch's agent store for MASTER_PORT (see train)
+        # plain torchrun variables (multi.py launch): the harness is not kda and serves its own
+        # rendezvous on MASTER_PORT, which torch's agent store would hold (see train)
         timeout -k 10 "$(budget 120)" python3 $DIST/multi.py launch --nproc "$NGPU" \
             --log-prefix "$W/kda_sweep" -- "$HARNESS" --engine "$ENGINE" "${SWEEP_ARGS[@]}" \
             > "$W/kda_sweep.jsonl" 2> "$W/kda_sweep.log"
