@@ -261,8 +261,8 @@ fi
 if want sweep; then
     stage sweep
     if [ -n "$HARNESS" ]; then
-        # plain torchrun variables (multi.py launch): the harness is not kda and serves its own
-        # rendezvous on MASTER_PORT, which torch's agent store would hold (see train)
+        # plain torchrun variables (multi.py launch, no agent): the harness forms its world with
+        # kda's rendezvous (dist.h), so no agent store competes for MASTER_PORT (see train)
         timeout -k 10 "$(budget 120)" python3 $DIST/multi.py launch --nproc "$NGPU" \
             --log-prefix "$W/kda_sweep" -- "$HARNESS" --engine "$ENGINE" "${SWEEP_ARGS[@]}" \
             > "$W/kda_sweep.jsonl" 2> "$W/kda_sweep.log"
