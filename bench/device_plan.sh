@@ -1,0 +1,108 @@
+#!/bin/bash
+# device_plan.sh - the performance issue's open measurements as numbered device calls (each one
+# `run` of the device tool, <= 9.5 min; docs/perf-log.md "Next GPU session: the plan"), so a fresh
+# checkout runs them without hand-written call scripts.
+#
+# Usage (repository root, on the GPU machine; carry .devdeps and .whl):
+#   bash bench/device_plan.sh 1   # kda.c vs FLA (full autotune, recorded results) at mb 16/32/64,
+#                                 # the whole GPU suite, bench_gpu (the core's per-kernel profile),
+#                                 # the CE row kernels' shapes
+#   bash bench/device_plan.sh 2   # the opt-in switches one by one at mb 16, profile and timing
+#   bash bench/device_plan.sh 3   # the kernel comparison with FLA (run_compare.sh)
+#   bash bench/device_plan.sh 4   # KDA-1B vs FLA at mb 8 and 16 (FLA autotunes 1B afresh)
+#   bash bench/device_plan.sh 5   # the parity noise floor: the parity run with FLA's full autotune
+# Output: $OUT/stepN/ (the scripts' own outputs), $OUT/stepN.md (what is printed last), and
+# $OUT/stepN.tgz (stepN/ packed: the device tool brings back a few files per call).
+# LIMIT (default 560) bounds the whole step; every stage takes what is left.
+set -u
+STEP=${1:-}
+case $STEP in 1 | 2 | 3 | 4 | 5) ;; *)
+    echo "usage: bash bench/device_plan.sh 1|2|3|4|5 (see the header)"
+    exit 2
+    ;;
+esac
+START=$(date +%s)
+LIMIT=${LIMIT:-560}
+left() { echo $((LIMIT - ($(date +%s) - START))); }
+OUT=${OUT:-/tmp/kda-out}
+D=$OUT/step$STEP
+SUM=$OUT/step$STEP.md
+mkdir -p "$D"
+: > "$SUM"
+say() { echo "$*" | tee -a "$SUM"; }
+pack() { tar czf "$OUT/step$STEP.tgz" -C "$OUT" "step$STEP" 2> /dev/null; }
+trap pack EXIT
+# shellcheck source=bench/train_throughput/gpu_env.sh
+source bench/train_throughput/gpu_env.sh
+export TRITON_CACHE_DIR=${TRITON_CACHE_DIR:-/tmp/kda_triton_cache}
+B=${KDA_GPU_BUILD:-build-gpu}
+
+# tput NAME ENV...: kda.c alone at mb 16 with the switches ENV (profile at iteration 3 unless
+# PROFILE is in ENV), one line per run into the summary.
+tput() {
+    local name=$1
+    shift
+    [ "$(left)" -lt 40 ] && { say "$name: skipped (time)"; return; }
+    local lim=$(($(left) < 90 ? $(left) : 90))
+    env PROFILE=3 "$@" OUT="$D/$name" PARTS=kda MBS=16 KDA_BIN="$B/kda" KDA_LIMIT=$lim \
+        bash bench/train_throughput/run.sh > "$D/$name.txt" 2>&1
+    say "$name [$*]: $(grep -E '^\| *16 ' "$D/$name/train_throughput.md" | cut -d'|' -f2-5)" \
+        "$(grep -E 'KDA core|gate|conv|CE rows|AdamW|unaccounted|step \(wall' \
+            "$D/$name/kda_profile_mb16.md" 2> /dev/null | cut -d'|' -f2,3,4 | tr '\n' ';')"
+}
+
+case $STEP in
+1)
+    OUT=$D/tp FLA_ONE_CONFIG=0 FLA_LIMIT=300 KDA_LIMIT=$(($(left) - 170)) MBS="16 32 64" \
+        PROFILE=3 KDA_EXTRA_TARGETS="$B/kda_test $B/bench/bench_gpu" \
+        bash bench/train_throughput/run.sh > "$D/tp.txt" 2>&1
+    grep -E '^\| *(16|32|64) |^fla_train: mb|FLA autotune seed' "$D/tp.txt" "$D/tp/build.log" |
+        cut -d: -f2- | tee -a "$SUM"
+    kda_gpu_env > /dev/null
+    KDA_BIN=$B/kda timeout $(($(left) - 110)) "$B/kda_test" --gpu > "$D/suite.txt" 2>&1
+    say "GPU suite: rc=$? $(tail -1 "$D/suite.txt")"
+    grep '^FAIL' "$D/suite.txt" | tee -a "$SUM"
+    timeout $(($(left) - 50)) "$B/bench/bench_gpu" > "$D/bench_gpu.txt" 2>&1
+    say "bench_gpu: rc=$?"
+    grep -A9 'tc v4 kept path per kernel' "$D/bench_gpu.txt" | tee -a "$SUM"
+    [ "$(left)" -gt 45 ] && OUT=$D timeout $(($(left) - 5)) bash bench/kda_kernel/run_cls.sh cls \
+        > "$D/cls.txt" 2>&1
+    grep -iE 'row|pipe|cluster' "$D/cls.txt" | head -16 | tee -a "$SUM"
+    ;;
+2)
+    kda_gpu_env > /dev/null && kda_gpu_build "$D/build.log" "$B/kda" "$B/kda_test" || exit 1
+    KDA_GATE_V=2 KDA_BIN=$B/kda timeout 120 "$B/kda_test" --gpu gpu_model gpu_gate gpu_adamw \
+        > "$D/tests.txt" 2>&1
+    say "gpu_model gpu_gate gpu_adamw with KDA_GATE_V=2: rc=$? $(tail -1 "$D/tests.txt")"
+    tput base
+    tput graph KDA_GRAPH=1 PROFILE=
+    tput base_noprof PROFILE=
+    tput adamw KDA_ADAMW_ONE=1
+    tput gate KDA_GATE_V=2
+    tput conv KDA_CONV_V=2
+    tput dy KDA_DY_INPLACE=1
+    tput tune KDA_GEMM_TUNE=1
+    tput all KDA_ADAMW_ONE=1 KDA_GATE_V=2 KDA_CONV_V=2 KDA_DY_INPLACE=1
+    ;;
+3)
+    OUT=$D FLA_ONE_CONFIG=0 KDA_LIMIT=$(($(left) - 10)) bash bench/kda_kernel/run_compare.sh \
+        > "$D/compare.txt" 2>&1
+    say "run_compare: rc=$?"
+    tail -30 "$D/compare.txt" | tee -a "$SUM"
+    ;;
+4)
+    OUT=$D/tp MODEL=configs/kda_1B.json FLA_ONE_CONFIG=0 FLA_LIMIT=$(($(left) - 120)) \
+        KDA_LIMIT=$(($(left) - 10)) MBS="8 16" bash bench/train_throughput/run.sh > "$D/tp.txt" 2>&1
+    grep -E '^\| *(8|16) |^fla_train: mb' "$D/tp.txt" | tee -a "$SUM"
+    # the 1B shapes' autotune results, to record beside the 300M ones
+    (cd "$TRITON_CACHE_DIR/.." && find "$(basename "$TRITON_CACHE_DIR")" -name '*.autotune.json' |
+        tar czf "$D/fla_autotune_1B.tgz" -T -) 2> /dev/null
+    ;;
+5)
+    OUT=$D/fla0 W=/tmp/par_fla0 FLA_ONE_CONFIG=0 LIMIT=$(($(left) - 10)) \
+        bash bench/parity/run.sh > "$D/parity.txt" 2>&1
+    say "parity (FLA full autotune): rc=$?"
+    tail -12 "$D/parity.txt" | tee -a "$SUM"
+    ;;
+esac
+say "step $STEP: $(($(date +%s) - START)) s"
