@@ -315,6 +315,29 @@ KDA_TEST(dist_hung_rank_times_out_named) {
            dt);
 }
 
+// A rendezvous port already taken: rank 0 fails at once with one line that names the port and
+// where it came from (here KDA_RDZV_PORT), so the user knows which variable to change.
+KDA_TEST(dist_taken_port_names_its_origin) {
+    NEED_GLOO();
+    int port = dist_test_free_port(), fd = socket(AF_INET, SOCK_STREAM, 0);
+    struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = htons((uint16_t)port)};
+    a.sin_addr.s_addr = htonl(INADDR_ANY);
+    KDA_ASSERT(fd >= 0 && !bind(fd, (struct sockaddr *)&a, sizeof a) && !listen(fd, 4));
+    char rv[32];
+    snprintf(rv, sizeof rv, "KDA_RDZV_PORT=%d", port);
+    const char *v[] = {"RANK=0", "WORLD_SIZE=2", "MASTER_ADDR=127.0.0.1", rv, NULL};
+    KdaDistEnv e;
+    KdaError err = {{0}};
+    CHECK(read_env(&e, v, &err) == 0);
+    KdaDist *d = NULL;
+    CHECK(kda_dist_open(&d, &e, KDA_DIST_HOST, 0, 2, &err) == -1 && d == NULL);
+    char want[64];
+    snprintf(want, sizeof want, "[port %d: KDA_RDZV_PORT;", port);
+    CHECK_MSG(strstr(err.msg, "cannot listen") && strstr(err.msg, want), "%s", err.msg);
+    printf("    %s\n", err.msg);
+    close(fd);
+}
+
 KDA_TEST(dist_no_engine_is_one_clear_error) {
     KdaDistEnv e = {
         .rank = 0, .world = 2, .local_world = 2, .master_port = 1, .launcher = "torchrun"};

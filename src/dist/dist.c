@@ -542,6 +542,17 @@ __attribute__((unused)) static int engine_missing_(const KdaDistEnv *env, KdaDis
                     env->world, env->rank, env->launcher, how);
 }
 
+// A rendezvous that could not be served or reached: the message says where its port came from
+// (MASTER_PORT, MASTER_PORT + 1 under torchrun's agent, KDA_RDZV_PORT), so the user knows which
+// variable to change.
+static void port_origin_(const KdaDist *d, KdaError *err) {
+    if (!d->env.rdzv_port_from) return; // a hand-made env
+    char what[sizeof err->msg];
+    snprintf(what, sizeof what, "%s", err->msg);
+    kda_fail(err, "%s [port %d: %s; KDA_RDZV_PORT=N chooses another]", what, d->env.rdzv_port,
+             d->env.rdzv_port_from);
+}
+
 int kda_dist_open(KdaDist **out, const KdaDistEnv *env, KdaDistKind kind, int device,
                   double timeout_s, KdaError *err) {
     *out = NULL;
@@ -562,10 +573,12 @@ int kda_dist_open(KdaDist **out, const KdaDistEnv *env, KdaDistKind kind, int de
     d->timeout_s = timeout_s;
     // A lone Gloo rank needs no rendezvous: every collective is the identity.
     int rv = env->world > 1 || kind == KDA_DIST_NCCL;
-    if (rv && (kda_store_open(&d->store, env->master_addr, d->env.rdzv_port, env->rank, env->world,
-                              timeout_s, err) ||
-               join_(d, err)))
+    if (rv && kda_store_open(&d->store, env->master_addr, d->env.rdzv_port, env->rank, env->world,
+                             timeout_s, err)) {
+        port_origin_(d, err);
         goto fail;
+    }
+    if (rv && join_(d, err)) goto fail;
 #ifdef KDA_HAVE_GLOO
     if (kind == KDA_DIST_HOST && env->world > 1) {
         char local[64];

@@ -49,7 +49,8 @@ typedef struct {
     int rdzv_port;              // where rank 0 serves kda's rendezvous (store.h): master_port,
                                 // or KDA_RDZV_PORT, or master_port + 1 under torchrun's agent
                                 // (0 in a hand-made env: master_port)
-    const char *rdzv_port_from; // which of those (static string, for messages)
+    const char *rdzv_port_from; // which of those (static string; named when the rendezvous
+                                // cannot be served or reached; NULL in a hand-made env)
     const char *launcher;       // "torchrun", "mpirun", "slurm" or "none" (static string)
 } KdaDistEnv;
 

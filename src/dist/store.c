@@ -247,7 +247,7 @@ static int server_start_(Server **out, int port, int world, KdaError *err) {
         close(fd);
         return kda_fail(err,
                         "rendezvous: rank 0 cannot listen on port %d: %s (another job on this "
-                        "MASTER_PORT?)",
+                        "port?)",
                         port, strerror(e));
     }
     Server *s = kda_calloc(1, sizeof *s);
