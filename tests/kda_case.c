@@ -93,6 +93,18 @@ KdaDims kda_case_cpu_dims(const KdaCase *c) {
     return d;
 }
 
+void kda_case_expect_rel(const char *what, const float *ref, const float *out, int64_t n,
+                         double tol) {
+    double num = 0.0, den = 0.0;
+    for (int64_t i = 0; i < n; i++) {
+        double d = (double)out[i] - (double)ref[i];
+        num += d * d, den += (double)ref[i] * ref[i];
+    }
+    double e = isfinite(num) ? sqrt(num) / (sqrt(den) + 1e-30) : INFINITY;
+    CHECK_MSG(e <= tol, "%s: rel %.3g > %g", what, e, tol);
+    printf("    %-34s rel %.2e\n", what, e);
+}
+
 void kda_case_expect(const char *what, const float *ref, const float *out, int64_t n, double tol) {
     double se = 0.0, sr = 0.0, maxabs = 0.0;
     int finite = 1;

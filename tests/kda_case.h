@@ -40,5 +40,10 @@ KdaDims kda_case_cpu_dims(const KdaCase *c);
 // matters where the reference is exactly zero, e.g. dg of a single token with a zero initial
 // state, where any rounding residue makes the relative error infinite). Prints one line.
 void kda_case_expect(const char *what, const float *ref, const float *out, int64_t n, double tol);
+// The strict form (the host-twin tests of the fused and gate kernels): sqrt(Σ (out - ref)²) /
+// (sqrt(Σ ref²) + 1e-30) <= tol, infinite when any difference is not finite; no absolute clause.
+// Prints one line.
+void kda_case_expect_rel(const char *what, const float *ref, const float *out, int64_t n,
+                         double tol);
 
 #endif

@@ -17,6 +17,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "kda_case.h" // defines: kda_case_expect_rel
 #include "test.h"
 
 #ifdef KDA_HAVE_CUDA
@@ -32,22 +33,6 @@
 
 #define TOL_BF16 1e-2
 #define TOL_F32  1e-5
-
-static double rel_(const float *out, const float *ref, int64_t n) {
-    double num = 0.0, den = 0.0;
-    for (int64_t i = 0; i < n; i++) {
-        double d = (double)out[i] - (double)ref[i];
-        num += d * d, den += (double)ref[i] * ref[i];
-    }
-    if (!isfinite(num)) return INFINITY;
-    return sqrt(num) / (sqrt(den) + 1e-30);
-}
-
-static void expect_(const char *what, const float *out, const float *ref, int64_t n, double tol) {
-    double e = rel_(out, ref, n);
-    CHECK_MSG(e <= tol, "%s: rel %.3g > %g", what, e, tol);
-    printf("    %-34s rel %.2e\n", what, e);
-}
 
 // n values N(0, std), rounded to bf16: b (bf16) and f (the same values in fp32).
 static void rand_bf16_(KdaRng *r, kda_bf16 *b, float *f, int64_t n, float std) {
@@ -89,10 +74,10 @@ static void conv_l2_case_(KdaRng *r, int64_t B, int64_t T, int64_t H, int64_t K,
     kda_cuda_conv_silu_l2_fwd_host(yb, rs_t, pb, w, B, T, C, W, K, 1e-6f);
     kda_cuda_conv_silu_l2_bwd_host(dpb, dw_t, dq, pb, w, rs_t, B, T, C, W, K);
     float *y_t = bf16_to_f32s_(yb, n), *dp_t = bf16_to_f32s_(dpb, n);
-    expect_("conv+silu+l2 y bf16", y_t, y, n, TOL_BF16);
-    expect_("conv+silu+l2 rstd", rs_t, rs, NH, TOL_F32);
-    expect_("conv+silu+l2 bwd dp bf16", dp_t, dp, n, TOL_BF16);
-    expect_("conv+silu+l2 bwd dw += fp32", dw_t, dw, C * W, TOL_F32);
+    kda_case_expect_rel("conv+silu+l2 y bf16", y, y_t, n, TOL_BF16);
+    kda_case_expect_rel("conv+silu+l2 rstd", rs, rs_t, NH, TOL_F32);
+    kda_case_expect_rel("conv+silu+l2 bwd dp bf16", dp, dp_t, n, TOL_BF16);
+    kda_case_expect_rel("conv+silu+l2 bwd dw += fp32", dw, dw_t, C * W, TOL_F32);
     free(pb), free(yb), free(dpb), free(p), free(w), free(dq), free(qc), free(c), free(y);
     free(rs), free(dqc), free(dp), free(dw), free(dw_t), free(rs_t), free(y_t), free(dp_t);
 }
@@ -140,12 +125,12 @@ static void gnorm_bias_case_(KdaRng *r, int64_t N, int64_t HV, int64_t V) {
     kda_cuda_gnorm_bias_fwd_host(yb, rs_t, xb, zb, bias, w, N, HV, V, 1e-6f);
     kda_cuda_gnorm_bias_bwd_host(dxb, dzb, dw_t, db_t, gb, xb, zb, bias, w, rs_t, N, HV, V);
     float *y_t = bf16_to_f32s_(yb, n), *dx_t = bf16_to_f32s_(dxb, n), *dz_t = bf16_to_f32s_(dzb, n);
-    expect_("gnorm+bias y bf16", y_t, y, n, TOL_BF16);
-    expect_("gnorm+bias rstd", rs_t, rs, NR, TOL_F32);
-    expect_("gnorm+bias bwd dx bf16", dx_t, dx, n, TOL_BF16);
-    expect_("gnorm+bias bwd dz bf16", dz_t, dz, n, TOL_BF16);
-    expect_("gnorm+bias bwd dw += fp32", dw_t, dw, V, TOL_F32);
-    expect_("gnorm+bias bwd dbias += (bf16 dz)", db_t, db, HV * V, TOL_BF16);
+    kda_case_expect_rel("gnorm+bias y bf16", y, y_t, n, TOL_BF16);
+    kda_case_expect_rel("gnorm+bias rstd", rs, rs_t, NR, TOL_F32);
+    kda_case_expect_rel("gnorm+bias bwd dx bf16", dx, dx_t, n, TOL_BF16);
+    kda_case_expect_rel("gnorm+bias bwd dz bf16", dz, dz_t, n, TOL_BF16);
+    kda_case_expect_rel("gnorm+bias bwd dw += fp32", dw, dw_t, V, TOL_F32);
+    kda_case_expect_rel("gnorm+bias bwd dbias += (bf16 dz)", db, db_t, HV * V, TOL_BF16);
     free(xb), free(zb), free(gb), free(yb), free(dxb), free(dzb), free(x), free(z), free(g);
     free(bias), free(w), free(zs), free(y), free(rs), free(dx), free(dz), free(dw), free(db);
     free(rs_t), free(dw_t), free(db_t), free(y_t), free(dx_t), free(dz_t);

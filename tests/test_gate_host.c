@@ -17,6 +17,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "kda_case.h" // defines: kda_case_expect_rel
 #include "test.h"
 
 #ifdef KDA_HAVE_CUDA
@@ -28,22 +29,6 @@
 
 #define TOL_BF16 1e-2
 #define TOL_F32  1e-5
-
-static double rel_(const float *out, const float *ref, int64_t n) {
-    double num = 0.0, den = 0.0;
-    for (int64_t i = 0; i < n; i++) {
-        double d = (double)out[i] - (double)ref[i];
-        num += d * d, den += (double)ref[i] * ref[i];
-    }
-    if (!isfinite(num)) return INFINITY;
-    return sqrt(num) / (sqrt(den) + 1e-30);
-}
-
-static void expect_(const char *what, const float *out, const float *ref, int64_t n, double tol) {
-    double e = rel_(out, ref, n);
-    CHECK_MSG(e <= tol, "%s: rel %.3g > %g", what, e, tol);
-    printf("    %-34s rel %.2e\n", what, e);
-}
 
 static float *f32s_(const kda_bf16 *b, int64_t n) {
     float *f = malloc((size_t)(n > 0 ? n : 1) * sizeof(float));
@@ -120,9 +105,9 @@ static void gate2_case_(KdaRng *r, int64_t B, int64_t T, int64_t HV, int64_t K, 
     float *t_g = nan_(n), *t_gc = nan_(n), *t_beta = nan_(nb);
     CHECK(kda_cuda_gate2_fwd_host(t_gc, t_g, t_beta, fb, bb, A_log, dtb, B, T, HV, K, chunk, 1) ==
           0);
-    expect_("gate g fp32", t_g, g, n, TOL_F32);
-    expect_("gate chunk cumsum fp32", t_gc, gc, n, TOL_F32);
-    expect_("beta fp32 (neg eig)", t_beta, beta, nb, TOL_F32);
+    kda_case_expect_rel("gate g fp32", g, t_g, n, TOL_F32);
+    kda_case_expect_rel("gate chunk cumsum fp32", gc, t_gc, n, TOL_F32);
+    kda_case_expect_rel("beta fp32 (neg eig)", beta, t_beta, nb, TOL_F32);
     double worst = 0.0;
     for (int64_t i = 0; i < n; i++) {
         double a = (double)f[i] + dtb[i % HK], A = exp((double)A_log[i % HK / K]);
@@ -149,11 +134,11 @@ static void gate2_case_(KdaRng *r, int64_t B, int64_t T, int64_t HV, int64_t K, 
                 else
                     bad += t_db[i * ldb + j] != 0xFFFF;
             }
-        expect_(from_cumsum ? "gate bwd df bf16 (dgcum)" : "gate bwd df bf16 (dg)", o_df, df, n,
-                TOL_BF16);
-        expect_("gate bwd dA_log += fp32", t_dA, dA, HV, TOL_F32);
-        expect_("gate bwd ddt_bias += fp32", t_ddt, ddt, HK, TOL_F32);
-        expect_("beta bwd db bf16 (row stride)", o_db, db, nb, TOL_BF16);
+        kda_case_expect_rel(from_cumsum ? "gate bwd df bf16 (dgcum)" : "gate bwd df bf16 (dg)", df,
+                            o_df, n, TOL_BF16);
+        kda_case_expect_rel("gate bwd dA_log += fp32", dA, t_dA, HV, TOL_F32);
+        kda_case_expect_rel("gate bwd ddt_bias += fp32", ddt, t_ddt, HK, TOL_F32);
+        kda_case_expect_rel("beta bwd db bf16 (row stride)", db, o_db, nb, TOL_BF16);
         CHECK_MSG(bad == 0, "beta bwd wrote %lld elements outside its columns", (long long)bad);
         free(t_df), free(t_db), free(t_dA), free(t_ddt), free(o_df), free(o_db);
     }
