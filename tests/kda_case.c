@@ -93,6 +93,27 @@ KdaDims kda_case_cpu_dims(const KdaCase *c) {
     return d;
 }
 
+void kda_case_chunk_cumsums(float *gc, float *dg, const float *g, const float *dgc, int64_t B,
+                            int64_t T, int64_t HK, int64_t chunk) {
+    for (int64_t b = 0; b < B; b++)
+        for (int64_t c0 = 0; c0 < T; c0 += chunk)
+            for (int64_t jd = 0; jd < HK; jd++) {
+                int64_t c1 = c0 + chunk < T ? c0 + chunk : T;
+                float acc = 0.0f;
+                for (int64_t t = c0; t < c1; t++) {
+                    int64_t i = (b * T + t) * HK + jd;
+                    acc += g[i];
+                    gc[i] = acc;
+                }
+                acc = 0.0f;
+                for (int64_t t = c1 - 1; t >= c0; t--) {
+                    int64_t i = (b * T + t) * HK + jd;
+                    acc += dgc[i];
+                    dg[i] = acc;
+                }
+            }
+}
+
 void kda_case_expect_rel(const char *what, const float *ref, const float *out, int64_t n,
                          double tol) {
     double num = 0.0, den = 0.0;

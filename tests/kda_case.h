@@ -35,6 +35,12 @@ void kda_case_strong_gate(KdaCase *c, KdaRng *r, float gmax);
 // c->d with chunk 64: the CPU reference's chunk (the chunked form is exact for any chunk).
 KdaDims kda_case_cpu_dims(const KdaCase *c);
 
+// The gate's chunk cumsums in fp32, token order within each chunk of `chunk` tokens of each row
+// (the reference of the GPU gate kernels): gc [B, T, HK] = forward cumsum of g, dg [B, T, HK] =
+// reverse cumsum of dgc (the backward of the forward one). Overwrites gc and dg.
+void kda_case_chunk_cumsums(float *gc, float *dg, const float *g, const float *dgc, int64_t B,
+                            int64_t T, int64_t HK, int64_t chunk);
+
 // FLA's assert_close rule (kda-model.md §6.6) as a test check: out [n] passes when every value is
 // finite and rel-RMS(out, ref) <= tol or every element is within 1e-6 absolute (the second clause
 // matters where the reference is exactly zero, e.g. dg of a single token with a zero initial

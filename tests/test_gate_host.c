@@ -17,7 +17,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "kda_case.h" // defines: kda_case_expect_rel
+#include "kda_case.h" // defines: kda_case_expect_rel, kda_case_chunk_cumsums
 #include "test.h"
 
 #ifdef KDA_HAVE_CUDA
@@ -80,23 +80,7 @@ static void gate2_case_(KdaRng *r, int64_t B, int64_t T, int64_t HV, int64_t K, 
           *db = malloc((size_t)(nb > 0 ? nb : 1) * 4);
     memcpy(dA, dA0, (size_t)HV * 4), memcpy(ddt, ddt0, (size_t)HK * 4);
     kda_gate_fwd(g, f, A_log, dtb, N, HV, K, NULL);
-    for (int64_t bi = 0; bi < B; bi++)
-        for (int64_t c0 = 0; c0 < T; c0 += chunk)
-            for (int64_t jd = 0; jd < HK; jd++) {
-                int64_t c1 = c0 + chunk < T ? c0 + chunk : T;
-                float acc = 0.0f;
-                for (int64_t t = c0; t < c1; t++) {
-                    int64_t i = (bi * T + t) * HK + jd;
-                    acc += g[i];
-                    gc[i] = acc;
-                }
-                acc = 0.0f;
-                for (int64_t t = c1 - 1; t >= c0; t--) {
-                    int64_t i = (bi * T + t) * HK + jd;
-                    acc += dgc[i];
-                    dg[i] = acc;
-                }
-            }
+    kda_case_chunk_cumsums(gc, dg, g, dgc, B, T, HK, chunk);
     kda_gate_bwd(df, dA, ddt, dg, f, A_log, dtb, N, HV, K, NULL);
     kda_beta_fwd(beta, b, nb, 1);
     kda_beta_bwd(db, dbeta, b, nb, 1);

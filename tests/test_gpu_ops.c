@@ -21,6 +21,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "kda_case.h" // defines: kda_case_chunk_cumsums
 #include "test.h"
 
 #ifdef KDA_HAVE_CUDA
@@ -630,23 +631,7 @@ static void gate_case_(KdaRng *r, int ver, int64_t B, int64_t T, int64_t HV, int
     float *g = malloc((size_t)n * 4), *gc = malloc((size_t)n * 4), *dg = malloc((size_t)n * 4);
     float *df = malloc((size_t)n * 4), *dA = copy_(dA0, HV), *ddt = copy_(ddt0, HK);
     kda_gate_fwd(g, f, A_log, dtb, N, HV, K, NULL);
-    for (int64_t b = 0; b < B; b++)
-        for (int64_t c0 = 0; c0 < T; c0 += chunk)
-            for (int64_t jd = 0; jd < HK; jd++) {
-                int64_t c1 = c0 + chunk < T ? c0 + chunk : T;
-                float acc = 0.0f;
-                for (int64_t t = c0; t < c1; t++) {
-                    int64_t i = (b * T + t) * HK + jd;
-                    acc += g[i];
-                    gc[i] = acc;
-                }
-                acc = 0.0f;
-                for (int64_t t = c1 - 1; t >= c0; t--) {
-                    int64_t i = (b * T + t) * HK + jd;
-                    acc += dgc[i];
-                    dg[i] = acc;
-                }
-            }
+    kda_case_chunk_cumsums(gc, dg, g, dgc, B, T, HK, chunk);
     kda_gate_bwd(df, dA, ddt, dg, f, A_log, dtb, N, HV, K, NULL);
     // GPU
     kda_bf16 *dfr = dev_bf16_(f, n);
