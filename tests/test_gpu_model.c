@@ -791,6 +791,8 @@ KDA_TEST_GPU(gpu_model_profile) {
         // each way instead of two (fwd: gate|up + down; bwd: down dW, dX, gate|up dX and dW)
         int fu = kda_cuda_model_fused(dm), l2f = fu & 1, gnf = (fu >> 1) & 1, dhf = (fu >> 2) & 1;
         int gu = kda_cuda_model_gateup(dm);
+        // gate v2 (the default): the gate and beta in one launch each way instead of two
+        int gb = kda_cuda_model_gate_beta_fused(dm) ? 1 : 2;
         // fused dY: by default (KDA_DY_INPLACE unset) b, q, k and v are copied into it (4 copies
         // beside g0 and f0's); with KDA_DY_INPLACE=1 their kernels write it, the fused q/k conv
         // only where its 4-element groups stay 8-byte aligned (model_cuda.c block_bwd_): this
@@ -813,8 +815,8 @@ KDA_TEST_GPU(gpu_model_profile) {
             {KDA_OP_CONV_BWD, 3 * L},
             {KDA_OP_L2NORM_FWD, l2f ? 0 : 2 * L},
             {KDA_OP_L2NORM_BWD, l2f ? 0 : 2 * L},
-            {KDA_OP_GATE_FWD, 2 * L},
-            {KDA_OP_GATE_BWD, 2 * L},
+            {KDA_OP_GATE_FWD, gb * L},
+            {KDA_OP_GATE_BWD, gb * L},
             {KDA_OP_CORE_FWD, L},
             {KDA_OP_CORE_BWD, L},
             {KDA_OP_ONORM_FWD, (gnf ? 1 : 2) * L}, // bias + gated norm
@@ -1033,7 +1035,7 @@ KDA_TEST_GPU(gpu_model_memory_plan_equals_arena) {
     kda_model_free(&m);
 }
 
-// ---- one CUDA graph per micro-batch (KDA_GRAPH=1) ----------------------------------------------
+// ---- one CUDA graph per micro-batch (the default; KDA_GRAPH=0 off) --------------------------
 
 // The schedule of gpu_model_graph_bit_identical: per step two micro-batches (gradient
 // accumulation, as the trainer runs them) of T tokens per row, with or without ignored labels.
@@ -1079,7 +1081,7 @@ static int64_t bits_differ_(const float *a, const float *b, int64_t n) {
     return d;
 }
 
-// KDA_GRAPH=1 (pass 1; pass 2 with per-block recompute, which gpu_model_recompute_bit_identical
+// Graphs (pass 1; pass 2 with per-block recompute, which gpu_model_recompute_bit_identical
 // holds to the stored activations' bits) against the eager model (pass 0): the same kernels in
 // the same order, so every step's loss, gradients and updated parameters must be bit-identical.
 // The schedule walks the graph states: T = 64 warmed, captured, replayed; T = 48 (a new key, the
@@ -1103,10 +1105,7 @@ KDA_TEST_GPU(gpu_model_graph_bit_identical) {
     KdaCudaModel *dm[3] = {NULL, NULL, NULL};
     int rc = 0;
     for (int pass = 0; pass < 3 && !rc; pass++) {
-        if (pass)
-            setenv("KDA_GRAPH", "1", 1); // read at create
-        else
-            unsetenv("KDA_GRAPH");
+        if (!pass) setenv("KDA_GRAPH", "0", 1); // read at create; graphs are the default
         rc = kda_cuda_model_create(&dm[pass], &m.cfg, &m.table, m.params, 0, &err);
         unsetenv("KDA_GRAPH");
         // 64 rows per logits chunk: 2-3 token chunks with a partial last one at these shapes
@@ -1135,9 +1134,9 @@ KDA_TEST_GPU(gpu_model_graph_bit_identical) {
         printf(
             "    pass %d (%s): last loss %.6f, graphs captured %lld, replayed %lld, failed %lld\n",
             pass,
-            pass == 0   ? "eager"
-            : pass == 1 ? "KDA_GRAPH=1"
-                        : "KDA_GRAPH=1 + recompute",
+            pass == 0   ? "KDA_GRAPH=0"
+            : pass == 1 ? "graphs (default)"
+                        : "graphs + recompute",
             loss[pass][n_steps - 1], (long long)st[pass][0], (long long)st[pass][1],
             (long long)st[pass][2]);
     CHECK(st[0][0] == 0 && st[0][1] == 0 && st[0][2] == 0);
@@ -1151,7 +1150,7 @@ KDA_TEST_GPU(gpu_model_graph_bit_identical) {
     kda_model_free(&m);
 }
 
-// KDA_ADAMW_ONE=1: AdamW in one launch over the run table (kda_cuda_adamw_runs) against one
+// AdamW in one launch over the run table (kda_cuda_adamw_runs, the default) against one
 // launch per run of rows with the same decay flag: the same per-element operations, so the
 // parameters after every step are bit-identical; the profile's AdamW row counts the launches
 // (1 against one per run), so a silent fallback to the per-run path fails the test.
@@ -1168,7 +1167,7 @@ KDA_TEST_GPU(gpu_model_adamw_one_launch) {
     int rc = 0;
     for (int pass = 0; pass < 2 && !rc; pass++) {
         g[pass] = kda_malloc((size_t)n * 4), p[pass] = kda_malloc((size_t)n * 4);
-        if (pass) setenv("KDA_ADAMW_ONE", "1", 1); // read at create
+        if (!pass) setenv("KDA_ADAMW_ONE", "0", 1); // read at create; one launch is the default
         rc = kda_cuda_model_create(&dm[pass], &m.cfg, &m.table, m.params, 0, &err);
         unsetenv("KDA_ADAMW_ONE");
     }
@@ -1195,7 +1194,7 @@ KDA_TEST_GPU(gpu_model_adamw_one_launch) {
     kda_model_free(&m);
 }
 
-// Off by default, and eager while a profile runs: the profiled iteration's ops are the eager
+// Off with KDA_GRAPH=0, and eager while a profile runs: the profiled iteration's ops are the eager
 // launches (their events could not be captured), and graphs resume after it.
 KDA_TEST_GPU(gpu_model_graph_off_and_profile) {
     if (!have_gpu_()) return;
@@ -1206,7 +1205,7 @@ KDA_TEST_GPU(gpu_model_graph_off_and_profile) {
     float *g = kda_malloc((size_t)n * 4), *p = kda_malloc((size_t)n * 4), loss = NAN;
     const GraphStep st = {{64, 64}, {0, 0}};
     int64_t c = -1, r = -1, f = -1;
-    unsetenv("KDA_GRAPH");
+    setenv("KDA_GRAPH", "0", 1);
     KdaCudaModel *dm = NULL;
     int rc = kda_cuda_model_create(&dm, &m.cfg, &m.table, m.params, 0, &err);
     for (int s = 1; s <= 3 && !rc; s++)
@@ -1215,9 +1214,8 @@ KDA_TEST_GPU(gpu_model_graph_off_and_profile) {
     if (dm) kda_cuda_model_graph_stats(dm, &c, &r, &f);
     CHECK(c == 0 && r == 0 && f == 0);
     kda_cuda_model_free(dm), dm = NULL;
-    setenv("KDA_GRAPH", "1", 1);
+    unsetenv("KDA_GRAPH"); // the default: graphs on
     rc = kda_cuda_model_create(&dm, &m.cfg, &m.table, m.params, 0, &err);
-    unsetenv("KDA_GRAPH");
     KdaProf prof;
     kda_prof_reset(&prof, 0, 0);
     // step 1: warm-up (twice: the scratch grows in the first), step 2 captures; step 3 profiled

@@ -609,12 +609,14 @@ KDA_TEST_GPU(gpu_bwd_strided_outputs) {
     dfree_all_();
 }
 
-// ver: the context's gate_version for the case (1 or 2; shapes v2 does not take run v1).
+// ver: the context's gate_version for the case (1 or 2; shapes v2 does not take run v1); the
+// context's own version is restored after it.
 static void gate_case_(KdaRng *r, int ver, int64_t B, int64_t T, int64_t HV, int64_t K,
                        int64_t chunk) {
     int64_t HK = HV * K, N = B * T, n = N * HK;
     printf("  v%d B=%lld T=%lld HV=%lld K=%lld chunk=%lld\n", ver, (long long)B, (long long)T,
            (long long)HV, (long long)K, (long long)chunk);
+    int ver0 = g_ctx.gate_version;
     g_ctx.gate_version = ver;
     int v2 = ver == 2 && K % 4 == 0 && chunk <= 64; // the v2 kernels run
     float *f = randn_(r, n, 2.0f);
@@ -677,7 +679,7 @@ static void gate_case_(KdaRng *r, int ver, int64_t B, int64_t T, int64_t HV, int
                   "gate v2 backward differs between two identical calls");
         free(g_df3), free(g_dA3), free(g_ddt3);
     }
-    g_ctx.gate_version = 1;
+    g_ctx.gate_version = ver0;
     free(g_df2), free(g_dA2), free(g_ddt2);
     free(f), free(A_log), free(dtb), free(dgc), free(dA0), free(ddt0), free(g), free(gc);
     free(dg), free(df), free(dA), free(ddt), free(g_g), free(g_gc), free(g_df), free(g_dA);
@@ -744,8 +746,9 @@ static void gate_beta_case_(KdaRng *r, int64_t B, int64_t T, int64_t HV, int64_t
     kda_bf16 *dfr = dev_bf16_(f, n), *dbr = dev_bf16_(b, nb);
     float *dAl = dev_f32_(A_log, HV), *ddtb = dev_f32_(dtb, HK), *ddg = dev_f32_(dg, n);
     float *ddbeta = dev_f32_(dbeta, nb);
-    float *out[2][4];     // per version: gcum, beta, dA_log, ddt_bias
-    kda_bf16 *bout[2][2]; // per version: df, db [N, ldb]
+    float *out[2][4];              // per version: gcum, beta, dA_log, ddt_bias
+    kda_bf16 *bout[2][2];          // per version: df, db [N, ldb]
+    int ver0 = g_ctx.gate_version; // the context's own, restored after the two versions
     for (int ver = 1; ver <= 2; ver++) {
         g_ctx.gate_version = ver;
         float *gc = dev_poison_((size_t)n * 4), *be = dev_poison_((size_t)nb * 4);
@@ -761,7 +764,7 @@ static void gate_beta_case_(KdaRng *r, int64_t B, int64_t T, int64_t HV, int64_t
         ok_(kda_cuda_get_bytes(&g_ctx, bout[ver - 1][0], df, (size_t)n * 2));
         ok_(kda_cuda_get_bytes(&g_ctx, bout[ver - 1][1], db, (size_t)(N * ldb) * 2));
     }
-    g_ctx.gate_version = 1;
+    g_ctx.gate_version = ver0;
     // CPU: gate, chunk cumsum, gate and beta backwards
     float *g = malloc((size_t)n * 4), *gc = malloc((size_t)n * 4), *df = malloc((size_t)n * 4);
     float *dA = copy_(dA0, HV), *ddt = copy_(ddt0, HK);

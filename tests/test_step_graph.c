@@ -30,13 +30,13 @@ static KdaGraphAction call_(KdaStepGraph *g, int64_t T, int64_t nv, uint64_t fp,
 KDA_TEST(step_graph_off_is_eager) {
     KdaStepGraph g;
     Sink sk = {{0}};
-    kda_step_graph_init(&g, kda_step_graph_env_on(NULL), destroy_, &sk);
+    kda_step_graph_init(&g, kda_step_graph_env_on("0"), destroy_, &sk);
     for (int i = 0; i < 4; i++)
         CHECK(call_(&g, 64, 126, 1, 1) == KDA_GRAPH_EAGER);
     CHECK(g.captures == 0 && g.replays == 0);
-    CHECK(!kda_step_graph_env_on("0") && !kda_step_graph_env_on("") &&
-          !kda_step_graph_env_on("11") && !kda_step_graph_env_on("yes") &&
-          kda_step_graph_env_on("1"));
+    // on by default: only "0" turns graphs off
+    CHECK(!kda_step_graph_env_on("0") && kda_step_graph_env_on(NULL) && kda_step_graph_env_on("") &&
+          kda_step_graph_env_on("1") && kda_step_graph_env_on("yes"));
 }
 
 KDA_TEST(step_graph_warm_capture_replay) {

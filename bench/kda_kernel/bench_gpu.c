@@ -211,13 +211,14 @@ static int b_gate_bwd(void *a) {
 // model's chunk: the fast path's, 32 at K32 V64) on gate kernel version v (1: gate and beta
 // launches, four backward; 2: one forward launch, two backward).
 static int b_gate_beta_(int v, int bwd) {
+    int v0 = g.gate_version; // the context's (KDA_GATE_V at init), restored after the call
     g.gate_version = v;
     int rc =
         bwd ? kda_cuda_gate_beta_bwd(&g, z.df16, z.dAlog, z.ddtb, z.db16, H, z.dg, z.dbeta, z.f16,
                                      z.b16, z.Alog, z.dtb, B, T, H, K, z.d32.chunk, 0, 1)
             : kda_cuda_gate_beta_fwd(&g, z.gcum, NULL, z.beta, z.f16, z.b16, z.Alog, z.dtb, B, T, H,
                                      K, z.d32.chunk, 1);
-    g.gate_version = 1;
+    g.gate_version = v0;
     return rc;
 }
 static int b_gb_fwd1(void *a) {

@@ -65,8 +65,8 @@ typedef struct {
     // tc_version: the tensor-core KDA core's kernels (cuda/kda_tc.h), 4 (the default) or 3 when
     // KDA_TC_V=3 at init; kda_tc_set_version changes it (tests, benchmarks).
     int tc_version;
-    // gate_version: the gate + beta kernels (cuda/kda_gate_cuda.h), 1 (the default) or 2 when
-    // KDA_GATE_V=2 at init; tests and benchmarks may set the field between calls.
+    // gate_version: the gate + beta kernels (cuda/kda_gate_cuda.h), 2 (the default) or 1 when
+    // KDA_GATE_V=1 at init; tests and benchmarks may set the field between calls.
     int gate_version;
     // kernels whose dynamic shared-memory limit was raised on this device, and to what
     // (kda_cuda_smem_limit): cudaFuncSetAttribute once per kernel instead of per launch

@@ -39,14 +39,14 @@ int kda_cuda_gate_cumsum_bwd(KdaCudaCtx *ctx, kda_bf16 *df, float *dA_log, float
                              const float *dt_bias, int64_t B, int64_t T, int64_t HV, int64_t K,
                              int64_t chunk, int from_cumsum);
 
-// Kernel versions (ctx->gate_version, KDA_GATE_V=2 at init; tests may set the field): v1, the
-// default, one thread per column walking the chunk; v2 one block per 128 columns x the whole
-// chunks of a row that fit in 64 tokens (kda_gate_cuda.cu's v2 section). v2 takes K % 4 == 0, chunk
-// <= 64, f / df 8-byte and the fp32 tensors 16-byte aligned; other calls run v1. v2's outputs are
-// not v1's bits (another fp32 addition order in the chunk cumsum and the partial sums, a series
-// log1p and a fast division: a few ulp per element; beta's are v1's bits); each version is
-// bit-deterministic by shape. v2 with from_cumsum = 1 adds dgcum in segments, not in one serial
-// order.
+// Kernel versions (ctx->gate_version; KDA_GATE_V=1 at init selects v1; tests may set the field):
+// v1 one thread per column walking the chunk; v2, the default, one block per 128 columns x the
+// whole chunks of a row that fit in 64 tokens (kda_gate_cuda.cu's v2 section). v2 takes
+// K % 4 == 0, chunk <= 64, f / df 8-byte and the fp32 tensors 16-byte aligned; other calls run
+// v1. v2's outputs are not v1's bits (another fp32 addition order in the chunk cumsum and the
+// partial sums, a series log1p and a fast division: a few ulp per element; beta's are v1's bits);
+// each version is bit-deterministic by shape. v2 with from_cumsum = 1 adds dgcum in segments, not
+// in one serial order.
 
 // The model's form of the gate and beta together (one launch with v2, the two above with v1):
 // kda_cuda_gate_cumsum_fwd's outputs plus beta [B*T*HV] fp32 = s·σ(b), b [B*T, HV] bf16 (s as

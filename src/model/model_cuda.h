@@ -209,13 +209,17 @@ int kda_cuda_model_unpack(KdaCudaModel *m, float *dense, const float *d_buf, Kda
 int kda_cuda_model_inproj(const KdaCudaModel *m);
 // 1 when, with the fused input projection, the beta and conv backwards write their dY straight
 // into the fused dY buffer's columns (row stride: kda_cuda_*_bwd_ld) instead of a contiguous
-// buffer and a column copy. Opt-in (environment KDA_DY_INPLACE=1 at create): on the GPU run of
-// 2026-12-03 gpu_bwd_strided_outputs found the strided conv backward's rows differing from the
-// contiguous one's (cause not found), so the copy path is the default until it is understood.
+// buffer and a column copy. Opt-in (environment KDA_DY_INPLACE=1 at create): the strided
+// outputs match (gpu_bwd_strided_outputs; its one failure was the test's readback race), but
+// the step measured -0.2..-0.8 ms, inside the run-to-run noise (docs/perf-log.md, 2026-12-03,
+// session 5).
 int kda_cuda_model_dy_inplace(const KdaCudaModel *m);
 // 1 when the MLP runs gate|up as one GEMM each way (KDA_LAYOUT_GATEUP; the default, KDA_GATEUP=0
 // at create turns it off; 0 when the sizes do not allow it).
 int kda_cuda_model_gateup(const KdaCudaModel *m);
+// 1 when each block runs the gate and beta as one kernel each way (gate v2, the context's
+// gate_version 2: the default; KDA_GATE_V=1 at create keeps v1's two launches each way).
+int kda_cuda_model_gate_beta_fused(const KdaCudaModel *m);
 
 // The model's config (derived fields filled) and device name, for logs.
 const KdaConfig *kda_cuda_model_config(const KdaCudaModel *m);

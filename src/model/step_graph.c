@@ -113,5 +113,5 @@ uint64_t kda_step_graph_fp_str(uint64_t h, const char *s) {
 }
 
 int kda_step_graph_env_on(const char *v) {
-    return v && !strcmp(v, "1");
+    return !(v && !strcmp(v, "0"));
 }

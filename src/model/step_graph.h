@@ -1,6 +1,6 @@
 // step_graph.h - the bookkeeping of the GPU model's CUDA graphs of one training micro-batch
-// (model_cuda.c, KDA_GRAPH=1; docs/cuda.md "One CUDA graph per micro-batch"): which batch keys
-// ran eagerly once, which hold a graph, which failed to capture, and when to drop them all.
+// (model_cuda.c, on unless KDA_GRAPH=0; docs/cuda.md "One CUDA graph per micro-batch"): which batch
+// keys ran eagerly once, which hold a graph, which failed to capture, and when to drop them all.
 //
 // Per key (B, T, n_valid: the batch shape and the 1/n_valid the loss rows take by value) the
 // first call runs eagerly (the warm-up: scratch growth, GEMM plans, shared-memory attributes),
@@ -76,7 +76,8 @@ void kda_step_graph_failed(KdaStepGraph *g, KdaStepGraphSlot *s);
 uint64_t kda_step_graph_fp(uint64_t h, const void *p, size_t n);
 uint64_t kda_step_graph_fp_str(uint64_t h, const char *s);
 
-// The switch's reading: 1 when v is exactly "1" (KDA_GRAPH=1), else 0 (unset, "0", anything).
+// The switch's reading: 0 when v is exactly "0" (KDA_GRAPH=0), else 1 (unset, "1", anything):
+// graphs are the default since they measured faster (docs/perf-log.md, 2026-12-03 session 5).
 int kda_step_graph_env_on(const char *v);
 
 #endif
