@@ -7,17 +7,19 @@
 #   bash bench/device_plan.sh 1   # kda.c vs FLA (full autotune, recorded results) at mb 16/32/64,
 #                                 # the whole GPU suite, bench_gpu (the core's per-kernel profile),
 #                                 # the CE row kernels' shapes
-#   bash bench/device_plan.sh 2   # the opt-in switches one by one at mb 16, profile and timing
+#   bash bench/device_plan.sh 2   # each switch against the defaults at mb 16, profile and timing
 #   bash bench/device_plan.sh 3   # the kernel comparison with FLA (run_compare.sh)
 #   bash bench/device_plan.sh 4   # KDA-1B vs FLA at mb 8 and 16 (FLA autotunes 1B afresh)
 #   bash bench/device_plan.sh 5   # the parity noise floor: the parity run with FLA's full autotune
+#   bash bench/device_plan.sh 6   # Nsight Compute's counters of the step's slowest custom kernels
+#                                 # (the KDA core's, the CE row kernel, conv), through bench_gpu
 # Output: $OUT/stepN/ (the scripts' own outputs), $OUT/stepN.md (what is printed last), and
 # $OUT/stepN.tgz (stepN/ packed: the device tool brings back a few files per call).
 # LIMIT (default 560) bounds the whole step; every stage takes what is left.
 set -u
 STEP=${1:-}
-case $STEP in 1 | 2 | 3 | 4 | 5) ;; *)
-    echo "usage: bash bench/device_plan.sh 1|2|3|4|5 (see the header)"
+case $STEP in 1 | 2 | 3 | 4 | 5 | 6) ;; *)
+    echo "usage: bash bench/device_plan.sh 1|2|3|4|5|6 (see the header)"
     exit 2
     ;;
 esac
@@ -71,18 +73,19 @@ case $STEP in
     ;;
 2)
     kda_gpu_env > /dev/null && kda_gpu_build "$D/build.log" "$B/kda" "$B/kda_test" || exit 1
-    KDA_GATE_V=2 KDA_BIN=$B/kda timeout 120 "$B/kda_test" --gpu gpu_model gpu_gate gpu_adamw \
-        > "$D/tests.txt" 2>&1
-    say "gpu_model gpu_gate gpu_adamw with KDA_GATE_V=2: rc=$? $(tail -1 "$D/tests.txt")"
+    # the model's tests on the paths the defaults of 2026-12-03 (session 5) replaced
+    KDA_GATE_V=1 KDA_GRAPH=0 KDA_ADAMW_ONE=0 KDA_BIN=$B/kda timeout 120 "$B/kda_test" --gpu \
+        gpu_model gpu_gate gpu_adamw > "$D/tests.txt" 2>&1
+    say "gpu_model gpu_gate gpu_adamw with the old paths: rc=$? $(tail -1 "$D/tests.txt")"
     tput base
-    tput graph KDA_GRAPH=1 PROFILE=
+    tput graph_off KDA_GRAPH=0 PROFILE=
     tput base_noprof PROFILE=
-    tput adamw KDA_ADAMW_ONE=1
-    tput gate KDA_GATE_V=2
-    tput conv KDA_CONV_V=2
+    tput adamw_off KDA_ADAMW_ONE=0
+    tput gate_v1 KDA_GATE_V=1
+    tput conv_v1 KDA_CONV_V=1
+    tput conv_v2 KDA_CONV_V=2
     tput dy KDA_DY_INPLACE=1
     tput tune KDA_GEMM_TUNE=1
-    tput all KDA_ADAMW_ONE=1 KDA_GATE_V=2 KDA_CONV_V=2 KDA_DY_INPLACE=1
     ;;
 3)
     OUT=$D FLA_ONE_CONFIG=0 KDA_LIMIT=$(($(left) - 10)) bash bench/kda_kernel/run_compare.sh \
@@ -103,6 +106,29 @@ case $STEP in
         bash bench/parity/run.sh > "$D/parity.txt" 2>&1
     say "parity (FLA full autotune): rc=$?"
     tail -12 "$D/parity.txt" | tee -a "$SUM"
+    ;;
+6)
+    # Which of speed-of-light, occupancy or stalls bounds each kernel: the v1-v4 core predictions
+    # missed by 2-4x without these counters. ncu works on the Firecracker runtime only
+    # (device/KINDS.md); --clock-control none leaves the clocks alone (METHOD.md). Each regex
+    # profiles one launch of the kernel after 3 of its warm-up launches, inside bench_gpu's run.
+    kda_gpu_env > /dev/null && kda_gpu_build "$D/build.log" "$B/bench/bench_gpu" \
+        "$B/bench/bench_cls" || exit 1
+    NCU=$(command -v ncu || ls /opt/nvidia/nsight-compute/*/ncu 2> /dev/null | head -1)
+    [ -n "$NCU" ] || { say "ncu: not found"; exit 1; }
+    for k in tc_bwd4_k tc_intra4_k tc_state4_k tc_rstate4_k cls2_row_k conv_bwd_k conv_fwd_k; do
+        [ "$(left)" -lt 60 ] && { say "$k: skipped (time)"; continue; }
+        bin=$B/bench/bench_gpu
+        [ "$k" = cls2_row_k ] && bin=$B/bench/bench_cls
+        timeout $(($(left) - 30)) "$NCU" --clock-control none -k "regex:$k" -s 3 -c 1 \
+            --section SpeedOfLight --section Occupancy --section LaunchStats \
+            --section WarpStateStats --section MemoryWorkloadAnalysis --section SchedulerStats \
+            --section ComputeWorkloadAnalysis -o "$D/$k" "$bin" > "$D/$k.txt" 2>&1
+        say "$k: rc=$?"
+        "$NCU" -i "$D/$k.ncu-rep" --print-summary none > "$D/$k.details.txt" 2>&1
+        grep -E 'Duration|Memory Throughput|Compute \(SM\) Throughput|Achieved Occupancy|Registers Per|Theoretical Occupancy|Block Limit|Warp Cycles Per Issued|Issue Slots Busy|L2 Hit|DRAM Throughput' \
+            "$D/$k.details.txt" | head -16 | tee -a "$SUM"
+    done
     ;;
 esac
 say "step $STEP: $(($(date +%s) - START)) s"
