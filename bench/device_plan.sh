@@ -8,7 +8,8 @@
 #                                 # the whole GPU suite, bench_gpu (the core's per-kernel profile),
 #                                 # the CE row kernels' shapes
 #   bash bench/device_plan.sh 2   # each switch against the defaults at mb 16, profile and timing
-#   bash bench/device_plan.sh 3   # the kernel comparison with FLA (run_compare.sh)
+#   bash bench/device_plan.sh 3   # the kernel comparison with FLA (run_compare.sh); SHAPES=128x128
+#                                 # gives FLA's K = V = 128 autotune the whole call
 #   bash bench/device_plan.sh 4   # KDA-1B vs FLA at mb 8 and 16 (FLA autotunes 1B afresh)
 #   bash bench/device_plan.sh 5   # the parity noise floor: the parity run with FLA's full autotune
 #   bash bench/device_plan.sh 6   # Nsight Compute's counters of the step's slowest custom kernels
@@ -88,10 +89,13 @@ case $STEP in
     tput tune KDA_GEMM_TUNE=1
     ;;
 3)
-    OUT=$D FLA_ONE_CONFIG=0 KDA_LIMIT=$(($(left) - 10)) bash bench/kda_kernel/run_compare.sh \
-        > "$D/compare.txt" 2>&1
+    OUT=$D FLA_ONE_CONFIG=0 KDA_LIMIT=$(($(left) - 15)) FLA_LIMIT=$(($(left) - 100)) \
+        bash bench/kda_kernel/run_compare.sh > "$D/compare.txt" 2>&1
     say "run_compare: rc=$?"
     tail -30 "$D/compare.txt" | tee -a "$SUM"
+    # the autotune results of the shapes run, to record beside the 300M ones
+    (cd "$TRITON_CACHE_DIR/.." && find "$(basename "$TRITON_CACHE_DIR")" -name '*.autotune.json' |
+        tar czf "$D/fla_autotune_kernel.tgz" -T -) 2> /dev/null
     ;;
 4)
     OUT=$D/tp MODEL=configs/kda_1B.json FLA_ONE_CONFIG=0 FLA_LIMIT=$(($(left) - 120)) \
