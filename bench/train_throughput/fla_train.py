@@ -150,6 +150,9 @@ def run_one(cfg, a, mb):
         "finite": all(math.isfinite(x) for x in losses), "warmup_s": round(warm_s, 1),
         "waited_s": round(waited_s, 1),
     }
+    # the clocks and power beside kda.c's (report.py): both sides run at the H200's 700 W cap
+    for k in ("sm_clock_mhz_mean", "sm_clock_mhz_min", "power_w_max", "temp_c_max"):
+        res["gpu_" + k] = mem.result()[k]
     del model, opt, batches
     torch.cuda.empty_cache()
     return res

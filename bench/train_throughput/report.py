@@ -123,7 +123,25 @@ def table(results, title=None, notes=()):
         out.append("| " + " | ".join([str(mb)] + side(k, False) + side(f, True) + [ratio]) + " |")
     out.append("")
     out += [f"* {n}" for n in notes]
+    out += clock_notes(kda, fla)
     return "\n".join(out) + "\n"
+
+
+def clock_notes(kda, fla):
+    """One line per micro-batch with the SM clock and power NVML saw on each side (gpumem.py):
+    at the H200's 700 W cap the clock, and with it every row, moves between runs and machines."""
+    def one(name, r):
+        if not r or r.get("gpu_sm_clock_mhz_mean") is None:
+            return None
+        return (f"{name} SM clock mean {fmt(r.get('gpu_sm_clock_mhz_mean'), '.0f')} MHz "
+                f"(min {fmt(r.get('gpu_sm_clock_mhz_min'), '.0f')}), power max "
+                f"{fmt(r.get('gpu_power_w_max'), '.0f')} W")
+    lines = []
+    for mb in sorted(set(kda) | set(fla)):
+        parts = [p for p in (one("kda.c", kda.get(mb)), one("FLA", fla.get(mb))) if p]
+        if parts:
+            lines.append(f"* mb {mb}, NVML while busy: " + "; ".join(parts))
+    return lines
 
 
 def main():
