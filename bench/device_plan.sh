@@ -78,6 +78,9 @@ case $STEP in
     KDA_GATE_V=1 KDA_GRAPH=0 KDA_ADAMW_ONE=0 KDA_BIN=$B/kda timeout 120 "$B/kda_test" --gpu \
         gpu_model gpu_gate gpu_adamw > "$D/tests.txt" 2>&1
     say "gpu_model gpu_gate gpu_adamw with the old paths: rc=$? $(tail -1 "$D/tests.txt")"
+    KDA_MLP_RECOMPUTE=1 KDA_BIN=$B/kda timeout 60 "$B/kda_test" --gpu gpu_model gpu_swiglu \
+        > "$D/tests_mlp.txt" 2>&1
+    say "gpu_model gpu_swiglu with KDA_MLP_RECOMPUTE=1: rc=$? $(tail -1 "$D/tests_mlp.txt")"
     tput base
     tput graph_off KDA_GRAPH=0 PROFILE=
     tput base_noprof PROFILE=
@@ -86,6 +89,7 @@ case $STEP in
     tput conv_v1 KDA_CONV_V=1
     tput conv_v2 KDA_CONV_V=2
     tput dy KDA_DY_INPLACE=1
+    tput mlp KDA_MLP_RECOMPUTE=1
     tput tune KDA_GEMM_TUNE=1
     ;;
 3)

@@ -1194,6 +1194,56 @@ KDA_TEST_GPU(gpu_model_adamw_one_launch) {
     kda_model_free(&m);
 }
 
+// KDA_MLP_RECOMPUTE=1 (the SwiGLU product kept in one shared buffer, recomputed by the
+// backward's SwiGLU kernel) against the default (one per layer): the recomputed product has the
+// forward's bits, so every step's loss, gradients and parameters are bit-identical; the arena is
+// smaller by (L - 1)·N·I bf16 elements (the plan counts the same), and the switch is on (a
+// silent fallback to the default would pass the bits but fail this).
+KDA_TEST_GPU(gpu_model_mlp_recompute_bit_identical) {
+    if (!have_gpu_()) return;
+    static const GraphStep SCHED[] = {{{64, 64}, {0, 0}}, {{48, 64}, {1, 0}}, {{64, 64}, {0, 1}}};
+    KdaModel m;
+    tiny_untied_(&m, 0.05, 97);
+    KdaError err = {{0}};
+    int64_t n = m.table.total_numel;
+    float *g[2] = {NULL, NULL}, *p[2] = {NULL, NULL}, loss[2];
+    KdaCudaModel *dm[2] = {NULL, NULL};
+    int rc = 0;
+    for (int pass = 0; pass < 2 && !rc; pass++) {
+        g[pass] = kda_malloc((size_t)n * 4), p[pass] = kda_malloc((size_t)n * 4);
+        if (pass) setenv("KDA_MLP_RECOMPUTE", "1", 1); // read at create
+        rc = kda_cuda_model_create(&dm[pass], &m.cfg, &m.table, m.params, 0, &err);
+        unsetenv("KDA_MLP_RECOMPUTE");
+    }
+    CHECK_MSG(rc == 0, "%s", err.msg);
+    if (!rc)
+        CHECK_MSG(!kda_cuda_model_mlp_recompute(dm[0]) && kda_cuda_model_mlp_recompute(dm[1]),
+                  "KDA_MLP_RECOMPUTE: %d without, %d with (want 0, 1)",
+                  kda_cuda_model_mlp_recompute(dm[0]), kda_cuda_model_mlp_recompute(dm[1]));
+    for (int s = 0; s < 3 && !rc; s++) {
+        for (int pass = 0; pass < 2 && !rc; pass++)
+            rc = graph_step_(dm[pass], &SCHED[s], s + 1, &loss[pass], g[pass], p[pass], &err);
+        CHECK_MSG(rc == 0, "step %d: %s", s + 1, err.msg);
+        if (rc) break;
+        int64_t dg = bits_differ_(g[1], g[0], n), dp = bits_differ_(p[1], p[0], n);
+        CHECK_MSG(memcmp(&loss[1], &loss[0], sizeof(float)) == 0 && !dg && !dp,
+                  "step %d: loss %.9g vs %.9g, %lld grads and %lld params of %lld differ", s + 1,
+                  loss[1], loss[0], (long long)dg, (long long)dp, (long long)n);
+    }
+    if (!rc) { // both arenas sized for the last step's 2 x 64 tokens
+        const KdaConfig *c = kda_cuda_model_config(dm[0]);
+        size_t a0 = kda_cuda_model_arena_bytes(dm[0]), a1 = kda_cuda_model_arena_bytes(dm[1]);
+        size_t per = ((size_t)(2 * 64 * c->intermediate_size) * 2 + 255) & ~(size_t)255;
+        size_t want = (size_t)(c->num_hidden_layers - 1) * per;
+        CHECK_MSG(a0 - a1 == want, "arena %zu vs %zu bytes: saved %zu, want %zu", a0, a1, a0 - a1,
+                  want);
+        printf("    MLP recompute: bit-identical over 3 steps; arena %zu -> %zu bytes\n", a0, a1);
+    }
+    for (int pass = 0; pass < 2; pass++)
+        kda_cuda_model_free(dm[pass]), free(g[pass]), free(p[pass]);
+    kda_model_free(&m);
+}
+
 // Off with KDA_GRAPH=0, and eager while a profile runs: the profiled iteration's ops are the eager
 // launches (their events could not be captured), and graphs resume after it.
 KDA_TEST_GPU(gpu_model_graph_off_and_profile) {

@@ -1411,8 +1411,9 @@ KDA_TEST_GPU(gpu_rmsnorm_fwd_reg_matches_loop) {
 
 // gate|up SwiGLU (model_cuda's KDA_GATEUP=1 path): gu [N, 2I] rows gate | up against the flat
 // kernels on the halves copied out; the same per-element math, so the same bits. The backward
-// also in place (dm = dgu's gate half, ld 2I, as the model calls it). I = 4096 (16-byte path)
-// and I = 20 (the scalar path).
+// also in place (dm = dgu's gate half, ld 2I, as the model calls it), and with the product
+// recomputed (KDA_MLP_RECOMPUTE's call): the forward's bits, the gradients unchanged. I = 4096
+// (16-byte path) and I = 20 (the scalar path).
 KDA_TEST_GPU(gpu_swiglu_gate_up) {
     if (!gpu_()) return;
     KdaRng r;
@@ -1432,7 +1433,7 @@ KDA_TEST_GPU(gpu_swiglu_gate_up) {
         kda_bf16 *dA = dev_poison_((size_t)n * 2), *dB = dev_poison_((size_t)n * 2);
         ok_(kda_cuda_swiglu_gu_fwd(&g_ctx, m1, dgu_in, N, I));
         ok_(kda_cuda_swiglu_fwd(&g_ctx, m2, da_, db_, n));
-        ok_(kda_cuda_swiglu_gu_bwd(&g_ctx, dgu, ddm, I, dgu_in, N, I));
+        ok_(kda_cuda_swiglu_gu_bwd(&g_ctx, dgu, NULL, ddm, I, dgu_in, N, I));
         ok_(kda_cuda_swiglu_bwd(&g_ctx, dA, dB, ddm, da_, db_, n));
         float *g1 = get_bf16_(m1, n), *g2 = get_bf16_(m2, n), *gd = get_bf16_(dgu, 2 * n);
         float *gA = get_bf16_(dA, n), *gB = get_bf16_(dB, n);
@@ -1447,11 +1448,21 @@ KDA_TEST_GPU(gpu_swiglu_gate_up) {
         kda_bf16 *dip = dev_poison_((size_t)n * 4);
         for (int64_t i = 0; i < N; i++)
             ok_(kda_cuda_put_bf16(&g_ctx, dip + i * 2 * I, dm + i * I, I));
-        ok_(kda_cuda_swiglu_gu_bwd(&g_ctx, dip, dip, 2 * I, dgu_in, N, I));
+        ok_(kda_cuda_swiglu_gu_bwd(&g_ctx, dip, NULL, dip, 2 * I, dgu_in, N, I));
         float *gi = get_bf16_(dip, 2 * n);
         CHECK_MSG(!memcmp(gi, gd, (size_t)(2 * n) * 4), "in-place gate|up backward differs");
+        // in place again, the product recomputed into a poisoned buffer
+        kda_bf16 *dip2 = dev_poison_((size_t)n * 4), *mr = dev_poison_((size_t)n * 2);
+        for (int64_t i = 0; i < N; i++)
+            ok_(kda_cuda_put_bf16(&g_ctx, dip2 + i * 2 * I, dm + i * I, I));
+        ok_(kda_cuda_swiglu_gu_bwd(&g_ctx, dip2, mr, dip2, 2 * I, dgu_in, N, I));
+        float *gi2 = get_bf16_(dip2, 2 * n), *gm = get_bf16_(mr, n);
+        CHECK_MSG(!memcmp(gi2, gd, (size_t)(2 * n) * 4),
+                  "gate|up backward with the product recomputed: gradients differ");
+        CHECK_MSG(!memcmp(gm, g1, (size_t)n * 4),
+                  "gate|up backward: the recomputed product differs from the forward's");
         free(gu), free(dm), free(a), free(b), free(g1), free(g2), free(gd), free(gA), free(gB);
-        free(gi);
+        free(gi), free(gi2), free(gm);
         dfree_all_();
     }
 }

@@ -258,4 +258,29 @@ KDA_TEST(runtime_memory_plan_gpu_without_device) {
     CHECK(kda_runtime_memory_plan(KDA_DEVICE_CUDA, &cfg, 4, 256, 1, 0, &full, &err) == -1);
     CHECK(strstr(err.msg, "use_short_conv") != NULL);
 }
+
+// KDA_MLP_RECOMPUTE=1 (read by the plan as by the model's create): one shared SwiGLU product
+// instead of one per layer, so the plan's activations drop by exactly (L - 1) arena slots of
+// N·I bf16 (256-byte aligned), and not at all with per-block recompute (one block's set either
+// way). The counting pass once kept the per-layer buffers (its pointers are all NULL).
+KDA_TEST(runtime_memory_plan_gpu_mlp_recompute) {
+    KdaConfig cfg;
+    KdaError err;
+    CHECK(kda_config_load(&cfg, "configs/tiny.json", &err) == 0 &&
+          kda_config_derive(&cfg, "tiny", &err) == 0);
+    KdaMemoryPlan p[2][2]; // [switch][recompute]
+    int rc = 0;
+    for (int sw = 0; sw < 2; sw++) {
+        if (sw) setenv("KDA_MLP_RECOMPUTE", "1", 1);
+        for (int rec = 0; rec < 2; rec++)
+            rc |= kda_runtime_memory_plan(KDA_DEVICE_CUDA, &cfg, 4, 256, 1, rec, &p[sw][rec], &err);
+        unsetenv("KDA_MLP_RECOMPUTE");
+    }
+    CHECK_MSG(rc == 0, "%s", err.msg);
+    double slot = (double)(((size_t)(4 * 256 * cfg.intermediate_size) * 2 + 255) & ~(size_t)255);
+    double want = (double)(cfg.num_hidden_layers - 1) * slot;
+    CHECK_MSG(p[0][0].acts - p[1][0].acts == want, "saved %.0f bytes, want %.0f",
+              p[0][0].acts - p[1][0].acts, want);
+    CHECK(p[1][1].acts == p[0][1].acts);
+}
 #endif

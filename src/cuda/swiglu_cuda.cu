@@ -80,9 +80,10 @@ __global__ void swiglu_gu_fwd_k(kda_bf16 *m, const kda_bf16 *gu, int64_t N, int6
 }
 
 // dm may be dgu's gate half (dm = dgu, ld_dm = 2I): each thread reads its dm group before it
-// writes the same group of d(gate), and no other thread touches it.
+// writes the same group of d(gate), and no other thread touches it. m != NULL: the forward's
+// product recomputed into m [N, I] (swiglu_gu_fwd_k's expression on the same inputs: its bits).
 template <int VEC>
-__global__ void swiglu_gu_bwd_k(kda_bf16 *dgu, const kda_bf16 *dm, int64_t ld_dm,
+__global__ void swiglu_gu_bwd_k(kda_bf16 *dgu, kda_bf16 *m, const kda_bf16 *dm, int64_t ld_dm,
                                 const kda_bf16 *gu, int64_t N, int64_t I) {
     int64_t c = ((int64_t)blockIdx.x * blockDim.x + threadIdx.x) * VEC;
     if (c >= I) return;
@@ -98,6 +99,13 @@ __global__ void swiglu_gu_bwd_k(kda_bf16 *dgu, const kda_bf16 *dm, int64_t ld_dm
         }
         st_bf<VEC>(dgu + r * 2 * I + c, dav);
         st_bf<VEC>(dgu + r * 2 * I + I + c, dbv);
+        if (m) {
+            float mv[VEC];
+#pragma unroll
+            for (int v = 0; v < VEC; v++)
+                mv[v] = silu_f(av[v]) * bv[v];
+            st_bf<VEC>(m + r * I + c, mv);
+        }
     }
 }
 
@@ -156,14 +164,14 @@ int kda_cuda_swiglu_gu_fwd(KdaCudaCtx *ctx, kda_bf16 *m, const kda_bf16 *gu, int
     return 0;
 }
 
-int kda_cuda_swiglu_gu_bwd(KdaCudaCtx *ctx, kda_bf16 *dgu, const kda_bf16 *dm, int64_t ld_dm,
-                           const kda_bf16 *gu, int64_t N, int64_t I) {
+int kda_cuda_swiglu_gu_bwd(KdaCudaCtx *ctx, kda_bf16 *dgu, kda_bf16 *m, const kda_bf16 *dm,
+                           int64_t ld_dm, const kda_bf16 *gu, int64_t N, int64_t I) {
     KDA_CUDA_REQUIRE(ctx, N >= 0 && I > 0 && ld_dm >= I);
     if (N == 0) return 0;
-    if (I % 8 == 0 && ld_dm % 8 == 0 && aligned_(16, dgu, dm, gu))
-        swiglu_gu_bwd_k<8><<<gu_grid(N, I, 8), 256, 0, ctx->stream>>>(dgu, dm, ld_dm, gu, N, I);
+    if (I % 8 == 0 && ld_dm % 8 == 0 && aligned_(16, dgu, dm, gu) && (!m || aligned_(16, m)))
+        swiglu_gu_bwd_k<8><<<gu_grid(N, I, 8), 256, 0, ctx->stream>>>(dgu, m, dm, ld_dm, gu, N, I);
     else
-        swiglu_gu_bwd_k<1><<<gu_grid(N, I, 1), 256, 0, ctx->stream>>>(dgu, dm, ld_dm, gu, N, I);
+        swiglu_gu_bwd_k<1><<<gu_grid(N, I, 1), 256, 0, ctx->stream>>>(dgu, m, dm, ld_dm, gu, N, I);
     CUDA_CHECK_LAUNCH(ctx);
     return 0;
 }

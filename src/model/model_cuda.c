@@ -132,13 +132,19 @@ struct KdaCudaModel {
     int inproj;     // q|k|v|f0|g0|b back to back on the device: one input GEMM (KDA_INPROJ)
     int dy_inplace; // beta/conv backwards write into the fused dY (KDA_DY_INPLACE=1, opt-in)
     int gateup;     // gate_proj|up_proj back to back: one [2I, D] GEMM each way (KDA_GATEUP)
-    int fuse;       // fused elementwise kernels wanted (KDA_FUSE; kda_cuda_model_set_fuse)
-    int fuse_l2;    // conv + SiLU + L2 norm of q and k in one kernel (fuse and K fits)
-    int fuse_gn;    // gated out-norm with the g_proj.1 bias folded in (fuse and V fits)
-    int fuse_dh;    // RMSNorm backward writes the bf16 dh (no fp32 -> bf16 cast)
-    int *dorder;    // [table.n] row indices by device offset
-    bf *inb;        // [N, INPROJ width] bf16: the fused input GEMM's output, then its dY
-    float *keep;    // [keep_cap] floats: per layer (one layer's with recompute) kept h and Δ
+    // KDA_MLP_RECOMPUTE=1 at create (gate|up only; opt-in until measured): the SwiGLU product is
+    // not kept per layer; the forward writes it into one shared buffer for down_proj and the
+    // backward's SwiGLU kernel writes it again, bit for bit, for down_proj's weight gradient
+    // (FLA's fused SwiGLU + linear keeps no product either): -N·I·2 bytes per layer saved, one
+    // more N·I·2-byte write per layer spent
+    int mlp_recompute;
+    int fuse;    // fused elementwise kernels wanted (KDA_FUSE; kda_cuda_model_set_fuse)
+    int fuse_l2; // conv + SiLU + L2 norm of q and k in one kernel (fuse and K fits)
+    int fuse_gn; // gated out-norm with the g_proj.1 bias folded in (fuse and V fits)
+    int fuse_dh; // RMSNorm backward writes the bf16 dh (no fp32 -> bf16 cast)
+    int *dorder; // [table.n] row indices by device offset
+    bf *inb;     // [N, INPROJ width] bf16: the fused input GEMM's output, then its dY
+    float *keep; // [keep_cap] floats: per layer (one layer's with recompute) kept h and Δ
     size_t keep_cap;
     int have_fwd;
     int clip_pending;
@@ -151,13 +157,14 @@ struct KdaCudaModel {
     int n_ev, cap_ev, open_ev; // open_ev: first event of the running op (-1: none)
     ProfRec *rec;
     int n_rec;
-    // KDA_GRAPH=1 at create: forward_backward's device work as one CUDA graph per batch key
-    // (step_graph.h; the execs are cudaGraphExec_t, destroyed through graph_destroy_)
+    // forward_backward's device work as one CUDA graph per batch key (the default; KDA_GRAPH=0
+    // at create: eager) (step_graph.h; the execs are cudaGraphExec_t, destroyed through
+    // graph_destroy_)
     KdaStepGraph graphs;
-    // KDA_ADAMW_ONE=1 at create: AdamW in one launch over the shard (kda_cuda_adamw_runs) instead
-    // of one per run of rows with the same decay flag. The run table (device: ends [n] int64 from
-    // the shard's start, then decay [n] bytes) covers [adam_lo, adam_lo + adam_n) of the layout;
-    // it was built for the shard [adam_sh_lo, adam_sh_hi).
+    // AdamW in one launch over the shard (kda_cuda_adamw_runs; the default, KDA_ADAMW_ONE=0 at
+    // create: one launch per run of rows with the same decay flag). The run table (device: ends [n]
+    // int64 from the shard's start, then decay [n] bytes) covers [adam_lo, adam_lo + adam_n) of the
+    // layout; it was built for the shard [adam_sh_lo, adam_sh_hi).
     int adamw_one;
     void *adam_runs;
     int adam_nruns;
@@ -193,6 +200,7 @@ static void layout_(KdaCudaModel *m, int64_t N, Arena *a) {
     int64_t D = c->hidden_size, H = c->num_heads, HV = c->num_v_heads, V = c->head_v_dim;
     int64_t HK = c->key_dim, HVK = c->gate_dim, HVV = c->value_dim, I = c->intermediate_size;
     int64_t Wd = max64_(HK, HVV);
+    bf *mm_shared = m->mlp_recompute ? take_(a, BF(N * I)) : NULL; // every layer's SwiGLU product
     for (int64_t l = 0; l < c->num_hidden_layers; l++) {
         DevLayer *L = &m->L[l];
         if (m->recompute && l > 0) { // only the block input is per layer; the rest is shared
@@ -213,7 +221,8 @@ static void layout_(KdaCudaModel *m, int64_t N, Arena *a) {
         L->on = take_(a, BF(N * HVV));
         L->h2 = take_(a, F32(N * D)), L->xm = take_(a, BF(N * D)), L->rstd_m = take_(a, F32(N));
         L->ga = take_(a, BF(N * I * (m->gateup ? 2 : 1))); // gate|up: [N, 2I], gate | up per row
-        L->up = m->gateup ? NULL : take_(a, BF(N * I)), L->mm = take_(a, BF(N * I));
+        L->up = m->gateup ? NULL : take_(a, BF(N * I));
+        L->mm = m->mlp_recompute ? mm_shared : take_(a, BF(N * I)); // (counting: both NULL)
     }
     m->inb = m->inproj ? take_(a, BF(N * inproj_width_(c))) : NULL;
     m->hL = take_(a, F32(N * D)), m->nf = take_(a, BF(N * D)), m->rstd_f = take_(a, F32(N));
@@ -468,6 +477,8 @@ static void configure_(KdaCudaModel *m, const KdaConfig *cfg, const KdaParamTabl
         getenv("KDA_DY_INPLACE"); // "1": strided dY writes (kda_cuda_model_dy_inplace)
     m->dy_inplace = m->inproj && dyi && !strcmp(dyi, "1");
     m->gateup = (got & KDA_LAYOUT_GATEUP) != 0;
+    const char *mr = getenv("KDA_MLP_RECOMPUTE"); // "1": the SwiGLU product recomputed
+    m->mlp_recompute = m->gateup && mr && !strcmp(mr, "1");
     m->dtotal = off > 0 ? off : ROW_ALIGN;
     m->dtab.total_numel = m->dtotal;
 }
@@ -582,6 +593,9 @@ int kda_cuda_model_dy_inplace(const KdaCudaModel *m) {
 }
 int kda_cuda_model_gateup(const KdaCudaModel *m) {
     return m->gateup;
+}
+int kda_cuda_model_mlp_recompute(const KdaCudaModel *m) {
+    return m->mlp_recompute;
 }
 int kda_cuda_model_gate_beta_fused(const KdaCudaModel *m) {
     return m->ctx.gate_version == 2;
@@ -1074,12 +1088,16 @@ static int block_bwd_(KdaCudaModel *m, const KdaLayerTensors *P, KdaLayerTensors
     // MLP: out = h2 + down(SwiGLU(gate(xm), up(xm)))
     if (!m->fuse_dh) // else the RMSNorm backward that wrote dh wrote dhb too
         TIMED(KDA_OP_CAST, 0, 6.0 * ND, kda_cuda_f32_to_bf16(x, m->dhb, m->dh, N * D));
-    TRY(dw_(m, KDA_OP_MLP_BWD, G->down_proj, m->dhb, L->mm, N, I, D));
+    if (!m->mlp_recompute) TRY(dw_(m, KDA_OP_MLP_BWD, G->down_proj, m->dhb, L->mm, N, I, D));
     if (m->gateup) { // dm into the gate half of d(gate|up), SwiGLU's backward in place, then
                      // one dX GEMM (overwriting dx) and one dW GEMM over the 2I columns
         TRY(dx_ld_(m, KDA_OP_MLP_BWD, m->dI1, 2 * I, m->dhb, P->down_proj, N, I, D));
-        TIMED(KDA_OP_SWIGLU_BWD, 0, 10.0 * N * I,
-              kda_cuda_swiglu_gu_bwd(x, m->dI1, m->dI1, 2 * I, L->ga, N, I));
+        // with the MLP recompute the same kernel writes the product back into the shared L->mm
+        // (another layer's by now), then down_proj's weight gradient reads it
+        TIMED(KDA_OP_SWIGLU_BWD, 0, (m->mlp_recompute ? 12.0 : 10.0) * N * I,
+              kda_cuda_swiglu_gu_bwd(x, m->dI1, m->mlp_recompute ? L->mm : NULL, m->dI1, 2 * I,
+                                     L->ga, N, I));
+        if (m->mlp_recompute) TRY(dw_(m, KDA_OP_MLP_BWD, G->down_proj, m->dhb, L->mm, N, I, D));
         TRY(dx_(m, KDA_OP_MLP_BWD, m->dx, KDA_DT_F32, m->dI1, P->gate_proj, N, D, 2 * I, 0));
         TRY(dw_(m, KDA_OP_MLP_BWD, G->gate_proj, m->dI1, L->xm, N, D, 2 * I));
     } else {
@@ -1304,10 +1322,10 @@ static uint64_t graph_fp_(const KdaCudaModel *m) {
     const void *ptr[] = {m->arena, m->keep, m->ctx.ws, m->ctx.lt_ws, m->p, m->g, m->pb, m->scal};
     size_t size[] = {(size_t)m->cap_tokens, m->arena_bytes, m->keep_cap, m->ctx.ws_size,
                      m->cls_budget};
-    int sw[] = {m->recompute,     m->fuse_l2,         m->fuse_gn,        m->fuse_dh,
-                m->inproj,        m->gateup,          m->cls_row,        m->core_keep,
-                m->core_tc,       m->dy_inplace,      m->ctx.tc_version, m->ctx.plan_off,
-                m->ctx.gemm_tune, m->ctx.gate_version};
+    int sw[] = {m->recompute,     m->fuse_l2,          m->fuse_gn,        m->fuse_dh,
+                m->inproj,        m->gateup,           m->cls_row,        m->core_keep,
+                m->core_tc,       m->dy_inplace,       m->ctx.tc_version, m->ctx.plan_off,
+                m->ctx.gemm_tune, m->ctx.gate_version, m->mlp_recompute};
     uint64_t h = kda_step_graph_fp(KDA_STEP_GRAPH_FP0, ptr, sizeof ptr);
     h = kda_step_graph_fp(h, size, sizeof size);
     h = kda_step_graph_fp(h, sw, sizeof sw);

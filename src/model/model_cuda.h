@@ -220,6 +220,12 @@ int kda_cuda_model_gateup(const KdaCudaModel *m);
 // 1 when each block runs the gate and beta as one kernel each way (gate v2, the context's
 // gate_version 2: the default; KDA_GATE_V=1 at create keeps v1's two launches each way).
 int kda_cuda_model_gate_beta_fused(const KdaCudaModel *m);
+// 1 when the MLP keeps no SwiGLU product per layer (environment KDA_MLP_RECOMPUTE=1 at create,
+// with gate|up; opt-in until measured): one shared [N, I] buffer, written by the forward for
+// down_proj and again, bit for bit, by the backward's SwiGLU kernel for down_proj's weight
+// gradient. Saves (L - 1)·N·I·2 bytes (3 GiB at KDA-300M, mb 16); costs one N·I·2-byte write per
+// layer in the backward.
+int kda_cuda_model_mlp_recompute(const KdaCudaModel *m);
 
 // The model's config (derived fields filled) and device name, for logs.
 const KdaConfig *kda_cuda_model_config(const KdaCudaModel *m);
