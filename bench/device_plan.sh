@@ -131,11 +131,14 @@ case $STEP in
         timeout $(($(left) - 30)) "$NCU" --clock-control none -k "regex:$k" -s 3 -c 1 \
             --section SpeedOfLight --section Occupancy --section LaunchStats \
             --section WarpStateStats --section MemoryWorkloadAnalysis --section SchedulerStats \
-            --section ComputeWorkloadAnalysis -o "$D/$k" "$bin" > "$D/$k.txt" 2>&1
+            --section ComputeWorkloadAnalysis --section InstructionStats -o "$D/$k" "$bin" \
+            > "$D/$k.txt" 2>&1
         say "$k: rc=$?"
         "$NCU" -i "$D/$k.ncu-rep" --print-summary none > "$D/$k.details.txt" 2>&1
-        grep -E 'Duration|Memory Throughput|Compute \(SM\) Throughput|Achieved Occupancy|Registers Per|Theoretical Occupancy|Block Limit|Warp Cycles Per Issued|Issue Slots Busy|L2 Hit|DRAM Throughput' \
-            "$D/$k.details.txt" | head -16 | tee -a "$SUM"
+        # issue-bound (perf-log "v4: where the instructions go"): Issue Slots Busy 55-70 %,
+        # Executed Ipc Active 2.3-2.6, the instruction count near the SASS estimate
+        grep -E 'Duration|Memory Throughput|Compute \(SM\) Throughput|Achieved Occupancy|Registers Per|Theoretical Occupancy|Warp Cycles Per Issued|Issue Slots Busy|Executed Ipc A|Executed Instructions  |DRAM Throughput|Stall' \
+            "$D/$k.details.txt" | head -24 | tee -a "$SUM"
     done
     ;;
 esac
