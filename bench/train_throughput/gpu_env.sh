@@ -79,7 +79,7 @@ kda_env_info() {
 # The results of FLA 0.6.0's own full autotune (Triton's *.autotune.json: the timings of every
 # config and the one chosen), recorded on one H200 on 2026-12-03 (bench/train_throughput/run.sh,
 # FLA_ONE_CONFIG=0: KDA-300M at mb 16/32/64, docs/log/gpu-2026-12-03.md §5, 37 results; KDA-1B at
-# mb 8/16, §10, 38 more). With TRITON_CACHE_AUTOTUNING=1
+# mb 8/16, §12, 38 more). With TRITON_CACHE_AUTOTUNING=1
 # Triton reuses them where its key (kernel source, Triton version, GPU, shapes) matches: FLA runs
 # the configs its autotune chose without the ~330 s of benchmarking them again; where nothing
 # matches (another FLA, Triton or GPU) it autotunes as usual.
