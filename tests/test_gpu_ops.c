@@ -342,10 +342,12 @@ KDA_TEST_GPU(gpu_rmsnorm) {
     if (!gpu_()) return;
     KdaRng r;
     rng_seed(&r, 102);
-    // D = 24, 1024: fused backward, float4 path; 1030: fused, scalar path (D % 4 != 0);
-    // 2048: wider than the fused kernel's shared memory, the two-pass path.
-    const int64_t Ds[] = {24, 1024, 1030, 2048};
-    for (int di = 0; di < 4; di++)
+    // D = 24: fused backward, float4 path; 1024, 2048: rows in registers (NV = 8: 8-warp blocks,
+    // NV = 16: 4-warp blocks, 64 KB of dynamic shared memory); 1030: fused, scalar path
+    // (D % 4 != 0); 2046: fused, scalar, over 48 KB of shared memory (the raised limit); 2176:
+    // wider than the fused kernel's 64 KB, separate dx and dw kernels (two-pass).
+    const int64_t Ds[] = {24, 1024, 1030, 2048, 2046, 2176};
+    for (int di = 0; di < 6; di++)
         for (int ti = 0; ti < N_T_SWEEP; ti++) {
             int64_t N = 2 * T_SWEEP[ti], D = Ds[di], n = N * D;
             printf("  N=%lld D=%lld\n", (long long)N, (long long)D);
@@ -1313,14 +1315,15 @@ KDA_TEST_GPU(gpu_fuse_gnorm_bias) {
     fuse_gnorm_case_(&r, 63, 2, 256);  // 32 lanes per row
 }
 
-// The RMSNorm backward's bf16 copy of dx is bf16(dx) exactly (both paths: D <= 1536 fused with
-// the dw sums, wider rows separate), and dx and dw are the plain launcher's bits.
+// The RMSNorm backward's bf16 copy of dx is bf16(dx) exactly (every path: rows in registers at
+// D = 1024 and 2048, fused with the dw sums at 36, wider rows separate at 2176), and dx and dw are
+// the plain launcher's bits.
 KDA_TEST_GPU(gpu_fuse_rmsnorm_bwd_bf16) {
     if (!gpu_()) return;
     KdaRng r;
     rng_seed(&r, 155);
-    const int64_t Ds[] = {1024, 2048, 36};
-    for (int di = 0; di < 3; di++)
+    const int64_t Ds[] = {1024, 2048, 36, 2176};
+    for (int di = 0; di < 4; di++)
         for (int acc = 0; acc < 2; acc++) {
             int64_t N = 300, D = Ds[di], n = N * D;
             printf("  N=%lld D=%lld accumulate=%d\n", (long long)N, (long long)D, acc);
@@ -1349,17 +1352,21 @@ KDA_TEST_GPU(gpu_fuse_rmsnorm_bwd_bf16) {
         }
 }
 
-// The RMSNorm backward's register kernel (D = 128·NV <= 1536, the default) against the two-pass
-// loop kernel it replaced (KDA_RMS_BWD=loop): the same arithmetic in the same order, so dx, its
-// bf16 copy and dw bit for bit; N = 300 leaves a partial 64-row tile.
+// The RMSNorm backward's register kernel (D = 128·NV <= 2048, the default) against the loop
+// kernel it replaced (rmsnorm_bwd_fused_k, KDA_RMS_BWD=loop): the same arithmetic in the same
+// order, so dx, its bf16 copy and dw bit for bit; N = 300 leaves a partial 64-row tile.
+// D = 128 .. 1536: 8-warp blocks; 1664 .. 2048 (NV = 13 .. 16): 4-warp blocks, acc in dynamic
+// shared memory (the loop kernel's over 48 KB too), N = 2113 also (34 tiles, the last partial);
+// 2176: over the limit, both runs take the separate dx and dw kernels.
 KDA_TEST_GPU(gpu_rmsnorm_bwd_reg_matches_loop) {
     if (!gpu_()) return;
     KdaRng r;
     rng_seed(&r, 159);
-    const int64_t Ds[] = {128, 384, 1024, 1536};
-    for (int di = 0; di < 4; di++)
+    const int64_t Ns[] = {300, 300, 300, 300, 300, 300, 300, 300, 2113, 300};
+    const int64_t Ds[] = {128, 384, 1024, 1536, 1664, 1792, 1920, 2048, 2048, 2176};
+    for (int di = 0; di < 10; di++)
         for (int acc = 0; acc < 2; acc++) {
-            int64_t N = 300, D = Ds[di], n = N * D;
+            int64_t N = Ns[di], D = Ds[di], n = N * D;
             float *x = randn_(&r, n, 1.0f), *dy = randn_(&r, n, 1.0f), *w = randn_(&r, D, 1.0f);
             float *dx0 = randn_(&r, n, 1.0f), *rs = malloc((size_t)N * 4);
             for (int64_t i = 0; i < N; i++)
@@ -1376,21 +1383,23 @@ KDA_TEST_GPU(gpu_rmsnorm_bwd_reg_matches_loop) {
             float *wb = get_f32_(dwb, D), *h1 = get_bf16_(ha, n), *h2 = get_bf16_(hb, n);
             CHECK_MSG(!memcmp(a, b, (size_t)n * 4) && !memcmp(h1, h2, (size_t)n * 4) &&
                           !memcmp(wa, wb, (size_t)D * 4),
-                      "D %lld accumulate %d: register and loop kernels differ", (long long)D, acc);
+                      "N %lld D %lld accumulate %d: register and loop kernels differ", (long long)N,
+                      (long long)D, acc);
             free(x), free(dy), free(w), free(dx0), free(rs), free(a), free(b), free(wa), free(wb);
             free(h1), free(h2);
             dfree_all_();
         }
 }
 
-// The RMSNorm forward's register kernel (D = 128·NV <= 1536, the default) against the loop kernel
-// (KDA_RMS_FWD=loop): y and rstd bit for bit; N = 301 leaves a partial block of rows.
+// The RMSNorm forward's register kernel (D = 128·NV <= 2048, the default) against the loop kernel
+// (KDA_RMS_FWD=loop): y and rstd bit for bit; N = 301 leaves a partial block of rows. D = 2176:
+// over the limit, the loop kernel both times.
 KDA_TEST_GPU(gpu_rmsnorm_fwd_reg_matches_loop) {
     if (!gpu_()) return;
     KdaRng r;
     rng_seed(&r, 163);
-    const int64_t Ds[] = {128, 640, 1024, 1536};
-    for (int di = 0; di < 4; di++) {
+    const int64_t Ds[] = {128, 640, 1024, 1536, 1664, 1920, 2048, 2176};
+    for (int di = 0; di < 8; di++) {
         int64_t N = 301, D = Ds[di], n = N * D;
         float *x = randn_(&r, n, 1.0f), *w = randn_(&r, D, 1.0f);
         float *dx_ = dev_f32_(x, n), *dw_ = dev_f32_(w, D);

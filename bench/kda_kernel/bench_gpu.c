@@ -1,5 +1,6 @@
 // bench_gpu.c - timings of the CUDA kernels at the 300M model's shapes (kda-model.md §1.2:
-// D = 1024, H = HV = 8, K = 32, V = 64, I = 4096, W = 4) for one 16 x 2048-token micro-batch.
+// D = 1024, H = HV = 8, K = 32, V = 64, I = 4096, W = 4) for one 16 x 2048-token micro-batch,
+// and of the RMSNorm at KDA-1B's (D = 2048, an 8 x 2048-token micro-batch).
 // CUDA events around each launch, 3 warm-ups, median of 10 runs; random (never zero) inputs.
 // Prints ms, the bytes or FLOPs that the time implies, and ns per token-head for the KDA core.
 //
@@ -85,7 +86,8 @@ enum { B = 16, T = 2048, N = B * T, D = 1024, H = 8, K = 32, V = 64, I = 4096, W
 typedef struct {
     void *x16, *w16, *dy16, *y16, *yf, *wf; // GEMM: x [N, D], W [I, D], dy [N, I]
     float *res, *rstd, *dxf, *dwf, *normw;  // RMSNorm
-    void *cp, *cy, *cdy, *cdp;              // conv over 2HK + HV·V = 1024 channels
+    float *rdy, *dwf2, *normw2; // RMSNorm's own dy [N·D]; dw, w [2048] for the 16384 x 2048 rows
+    void *cp, *cy, *cdy, *cdp;  // conv over 2HK + HV·V = 1024 channels
     float *cw, *cdw;
     float *crs;                            // the fused q/k conv's rstd [N, H] (positive)
     void *q, *k, *v, *o, *dO, *f16, *df16; // KDA core
@@ -127,6 +129,50 @@ static int b_rms_fwd(void *a) {
 static int b_rms_bwd(void *a) {
     (void)a;
     return kda_cuda_rmsnorm_bwd(&g, z.dxf, z.dwf, z.res, z.res, z.normw, z.rstd, N, D, 1);
+}
+// The model's RMSNorm calls (model_cuda.c) at KDA-1B's mb-8 shape, 16384 x 2048 (the same
+// N·D as the rows above), with the register kernels (default) or the loop kernels (KDA_RMS_FWD /
+// KDA_RMS_BWD=loop, read at every launch): the backward as the blocks call it, dy and x separate
+// buffers, dx accumulated (read and written) and its bf16 copy written, 18 B per element. The
+// 32768 x 1024 bwd row above reads x for dy (one buffer: 12 B of the 16 it counts reach HBM);
+// its model-form twin follows.
+static void rms_loop_env_(const char *var, int loop) {
+    if (loop)
+        setenv(var, "loop", 1);
+    else
+        unsetenv(var);
+}
+static int b_rms_fwd_(int64_t n, int64_t d, const float *w, int loop) {
+    rms_loop_env_("KDA_RMS_FWD", loop);
+    int rc = kda_cuda_rmsnorm_fwd(&g, z.x16, z.rstd, z.res, w, n, d, 1e-6f);
+    unsetenv("KDA_RMS_FWD");
+    return rc;
+}
+static int b_rms_bwd_model_(int64_t n, int64_t d, float *dw, const float *w, int loop) {
+    rms_loop_env_("KDA_RMS_BWD", loop);
+    int rc = kda_cuda_rmsnorm_bwd_bf16(&g, z.dxf, z.y16, dw, z.rdy, z.res, w, z.rstd, n, d, 1);
+    unsetenv("KDA_RMS_BWD");
+    return rc;
+}
+static int b_rms_fwd_2k(void *a) {
+    (void)a;
+    return b_rms_fwd_(N / 2, 2 * D, z.normw2, 0);
+}
+static int b_rms_fwd_2k_loop(void *a) {
+    (void)a;
+    return b_rms_fwd_(N / 2, 2 * D, z.normw2, 1);
+}
+static int b_rms_bwd_2k(void *a) {
+    (void)a;
+    return b_rms_bwd_model_(N / 2, 2 * D, z.dwf2, z.normw2, 0);
+}
+static int b_rms_bwd_2k_loop(void *a) {
+    (void)a;
+    return b_rms_bwd_model_(N / 2, 2 * D, z.dwf2, z.normw2, 1);
+}
+static int b_rms_bwd_1k_model(void *a) {
+    (void)a;
+    return b_rms_bwd_model_(N, D, z.dwf, z.normw, 0);
 }
 static int b_conv_fwd(void *a) {
     (void)a;
@@ -383,6 +429,8 @@ int main(void) {
     z.wf = rand_buf_(&r, (int64_t)I * D, 4, 0, 1), z.dxf = rand_buf_(&r, (int64_t)N * D, 4, 0, 1);
     z.res = rand_buf_(&r, (int64_t)N * D, 4, 0, 1), z.rstd = rand_buf_(&r, N, 4, 1, .1f);
     z.dwf = rand_buf_(&r, D, 4, 0, 1), z.normw = rand_buf_(&r, D, 4, 1, .1f);
+    z.rdy = rand_buf_(&r, (int64_t)N * D, 4, 0, 1);
+    z.dwf2 = rand_buf_(&r, 2 * D, 4, 0, 1), z.normw2 = rand_buf_(&r, 2 * D, 4, 1, .1f);
     z.cp = rand_buf_(&r, (int64_t)N * 1024, 2, 0, 1),
     z.cy = rand_buf_(&r, (int64_t)N * 1024, 2, 0, 1);
     z.cdy = rand_buf_(&r, (int64_t)N * 1024, 2, 0, 1),
@@ -444,6 +492,11 @@ int main(void) {
         {"gemm dW   4096x1024 += over 32768", b_gemm_dw, 0, 2.0 * N * D * I, 0},
         {"rmsnorm fwd 32768x1024", b_rms_fwd, (double)N * D * 6, 0, 0},
         {"rmsnorm bwd 32768x1024", b_rms_bwd, (double)N * D * 16, 0, 0},
+        {"rmsnorm bwd 32768x1024 acc+bf16 (model)", b_rms_bwd_1k_model, (double)N * D * 18, 0, 0},
+        {"rmsnorm fwd 16384x2048", b_rms_fwd_2k, (double)N * D * 6, 0, 0},
+        {"rmsnorm fwd 16384x2048 loop", b_rms_fwd_2k_loop, (double)N * D * 6, 0, 0},
+        {"rmsnorm bwd 16384x2048 acc+bf16 (model)", b_rms_bwd_2k, (double)N * D * 18, 0, 0},
+        {"rmsnorm bwd 16384x2048 acc+bf16 loop", b_rms_bwd_2k_loop, (double)N * D * 18, 0, 0},
         {"conv+silu fwd 16x2048x1024", b_conv_fwd, (double)N * 1024 * 4, 0, 0},
         {"conv+silu bwd 16x2048x1024", b_conv_bwd, (double)N * 1024 * 6, 0, 0},
         {"conv+silu+l2 q fwd v1 16x2048x256", b_qconv_fwd1, (double)N * (256 * 4 + H * 4), 0, 0},

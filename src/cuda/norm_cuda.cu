@@ -53,9 +53,12 @@ __global__ void rmsnorm_fwd_k(Y *y, float *rstd, float *x, const kda_bf16 *a, co
     }
 }
 
-// The same without the residual add for D = 128·NV (NV <= 12), the row's x held in registers:
-// all of a lane's loads issued first (the loop kernel's loads wait on each other's math, and its
-// second pass reads x again); the same arithmetic in the same order as rmsnorm_fwd_k<4>.
+// The same without the residual add for D = 128·NV (NV <= RMS_REG_MAX_NV), the row's x held in
+// registers: all of a lane's loads issued first (the loop kernel's loads wait on each other's
+// math, and its second pass reads x again); the same arithmetic in the same order as
+// rmsnorm_fwd_k<4>: the same bits. At NV = 16 (KDA-1B's D = 2048) a lane holds 64 floats and a
+// warp has its row's 8 KB of x in flight at once; 8 warps of one row each per block, as below 16.
+#define RMS_REG_MAX_NV 16 // D <= 2048 (KDA-1B's hidden size)
 template <int NV, class Y>
 __global__ void rmsnorm_fwd_reg_k(Y *y, float *rstd, const float *x, const float *w, int64_t N,
                                   float eps) {
@@ -115,7 +118,10 @@ __global__ void rmsnorm_bwd_k(float *dx, kda_bf16 *dxb, const float *dy, const f
 // of shared memory (rows in increasing order, no atomics); the block then writes
 // part[blockIdx.x, d] = Σ_k acc[k][d] in double, k increasing, and colsum_finish adds the
 // tiles. VEC = 4: float4 loads (D % 4 == 0, 16-byte aligned rows), else 1.
-#define RMS_FUSED_MAX_D 1536 // 8 warps x D x 4 B of shared memory <= 48 KB
+// 8 warps x D x 4 B of shared memory: up to 48 KB (D <= 1536) by default, 64 KB at D = 2048
+// after the launcher raises the kernel's limit (kda_cuda_smem_limit), 3 blocks per SM on an H200.
+#define RMS_FUSED_MAX_D  2048
+#define RMS_SMEM_DEFAULT (48 * 1024) // dynamic shared memory a block gets without opting in
 template <int VEC>
 __global__ void __launch_bounds__(32 * ROWS_PER_BLOCK)
     rmsnorm_bwd_fused_k(float *dx, kda_bf16 *dxb, double *part, const float *dy, const float *x,
@@ -168,27 +174,68 @@ __global__ void __launch_bounds__(32 * ROWS_PER_BLOCK)
     }
 }
 
-// The same for D = 128·NV (NV <= 12: 300M's D = 1024 is NV = 8), with each lane's dy and x
-// elements of the row held in registers between the two passes: every dy, x load of the row is
-// issued before the first use (256 B per lane in flight at D = 1024) and the second pass reads
-// only w (L1) and, accumulating, dx. rmsnorm_bwd_fused_k's second pass re-read dy and x, 8 KB
-// per warp per row: with 32 warps per SM that is 34 MB over the GPU, most of the L2, so part of
-// it came from HBM (the row measured 2.8 TB/s, 1.47x its floor, 2026-12-03). Same arithmetic in
-// the same order as rmsnorm_bwd_fused_k<4> (lane elements 4l + 128k .. +3, k increasing): the
-// same bits.
+// The same for D = 128·NV (NV <= RMS_REG_MAX_NV: 300M's D = 1024 is NV = 8, 1B's 2048 is 16),
+// with each lane's dy and x elements of the row held in registers between the two passes: every
+// dy, x load of the row is issued before the first use (256 B per lane in flight at D = 1024)
+// and the second pass reads only w (L1) and, accumulating, dx. rmsnorm_bwd_fused_k's second pass
+// re-read dy and x, 8 KB per warp per row: with 32 warps per SM that is 34 MB over the GPU, most
+// of the L2, so part of it came from HBM (the row measured 2.8 TB/s, 1.47x its floor,
+// 2026-12-03). Same arithmetic in the same order as rmsnorm_bwd_fused_k<4> (lane elements
+// 4l + 128k .. +3, k increasing; row r0 + j of the tile adds into acc row j % 8, rows in
+// increasing order; the tile sum over the 8 acc rows in double): the same bits.
+// Blocks (rmsnorm_bwd_reg_warps, _minb; ptxas of CUDA 13.0 for sm_90a):
+// * NV <= 12: 8 warps, warp k takes rows r0 + k, r0 + k + 8, ... into its acc row k; acc static
+//   (32·NV KB); launch bounds 256 only (the code and bits of before: 40-128 registers, NV = 8
+//   spilling 12 B as it did).
+// * NV = 13 .. 16: acc is 52-64 KB, over the 48 KB of static shared memory, so it is dynamic (the
+//   launcher raises the limit once per context, kda_cuda_smem_limit). A lane's row is 4·NV
+//   floats of dy and as many of x (128 at NV = 16): 8-warp blocks would fit 1 per SM (2 need
+//   <= 128 registers: spills), and each block's end (__syncthreads, its 64-row column sums, the
+//   next block's start) would idle the whole SM. So 4 warps per block: warp k takes rows
+//   r0 + k, r0 + k + 4, ... and owns acc rows k and k + 4. NV 13-15: launch bounds 128 x 3,
+//   168 registers, no spills, 3 blocks (12 warps) per SM by registers and shared memory (3 x
+//   52-60 KB of the 227). NV = 16 spills 328 B at 168, so 128 x 2: 219 registers, no spills, 2
+//   blocks (8 warps) per SM; KDA-1B at mb 8 has 256 tiles, which fit the 264 slots in one wave
+//   anyway.
+// Why that should reach the HBM floor: HBM needs about latency x bandwidth = 1 us x 4.2 TB/s /
+// 132 SMs = 33 KB in flight per SM. A warp puts its row's 16 KB of dy and x (D = 2048) in flight
+// at once, then its 8 KB of dx when accumulating, so 2-3 of the 8 resident warps in a load phase
+// cover it. At the floor a row (36 KB with accumulate and dxb) takes a warp ~9 us (8 warps share
+// the SM's ~33 GB/s), against ~2 round trips (~2-3 us) of its own latency and ~950 issued
+// instructions (~1/8 of the SM's issue rate over the 8 warps; the acc updates, 4-way
+// bank-conflicted scalar LDS/STS, take ~1/4 of the shared-memory bandwidth).
+__host__ __device__ constexpr int rmsnorm_bwd_reg_warps(int NV) { // warps per block
+    return NV <= 12 ? ROWS_PER_BLOCK : 4;
+}
+// the launch bounds' blocks per SM (0: none given, the 1-argument form)
+__host__ __device__ constexpr int rmsnorm_bwd_reg_minb(int NV) {
+    return NV <= 12 ? 0 : NV <= 15 ? 3 : 2;
+}
 template <int NV>
-__global__ void __launch_bounds__(32 * ROWS_PER_BLOCK)
+__global__ void __launch_bounds__(32 * rmsnorm_bwd_reg_warps(NV), rmsnorm_bwd_reg_minb(NV))
     rmsnorm_bwd_reg_k(float *dx, kda_bf16 *dxb, double *part, const float *dy, const float *x,
                       const float *w, const float *rstd, int64_t N, int accumulate) {
     constexpr int64_t D = 128 * NV;
-    __shared__ float acc[ROWS_PER_BLOCK * D];
+    constexpr int WARPS = rmsnorm_bwd_reg_warps(NV);
+    constexpr bool DYN = WARPS < ROWS_PER_BLOCK; // acc [ROWS_PER_BLOCK][D] in dynamic shared
+    static_assert(ROWS_PER_BLOCK % WARPS == 0, "a warp owns whole acc rows");
+    __shared__ float acc_s[DYN ? 1 : ROWS_PER_BLOCK * D];
+    extern __shared__ float acc_d[];
+    float *acc = DYN ? acc_d : acc_s;
     int warp = threadIdx.x / 32, lane = threadIdx.x & 31;
     float *my = acc + (int64_t)warp * D;
-    for (int64_t d = lane; d < D; d += 32)
-        my[d] = 0.0f;
+    if constexpr (DYN) {
+        for (int k = warp; k < ROWS_PER_BLOCK; k += WARPS)
+            for (int64_t d = lane; d < D; d += 32)
+                acc[(int64_t)k * D + d] = 0.0f;
+    } else {
+        for (int64_t d = lane; d < D; d += 32)
+            my[d] = 0.0f;
+    }
     __syncwarp(); // the loop below reads columns another lane zeroed
     int64_t r0 = (int64_t)blockIdx.x * TILE_ROWS, r1 = min(r0 + TILE_ROWS, N);
-    for (int64_t r = r0 + warp; r < r1; r += ROWS_PER_BLOCK) {
+    for (int64_t r = r0 + warp; r < r1; r += WARPS) {
+        if constexpr (DYN) my = acc + ((r - r0) % ROWS_PER_BLOCK) * D;
         const float *xr = x + r * D, *dyr = dy + r * D;
         float *dxr = dx + r * D;
         float a[NV][4], c[NV][4];
@@ -245,8 +292,10 @@ struct RmsDw { // dy ⊙ x̂
 extern "C" {
 
 // KDA_RMS_FWD=loop / KDA_RMS_BWD=loop (read at every call): the RMSNorm forward's / backward's
-// loop kernel instead of the one that holds the row in registers (the same bits; kept to
-// measure against).
+// loop kernel (rmsnorm_fwd_k<4>, rmsnorm_bwd_fused_k<4>) instead of the one that holds the row
+// in registers, D = 128·NV <= 2048 (the same bits; kept to measure against). Before the register
+// kernels reached D = 2048 (2026-12-03), D in (1536, 2048] ran the two-pass backward
+// (rmsnorm_bwd_k + colsum_add, other bits), which D > 2048 still runs.
 static bool rms_loop_(const char *var) {
     const char *e = getenv(var);
     return e && !strcmp(e, "loop");
@@ -257,7 +306,7 @@ int kda_cuda_rmsnorm_fwd(KdaCudaCtx *ctx, kda_bf16 *y, float *rstd, const float 
     KDA_CUDA_REQUIRE(ctx, N >= 0 && D > 0);
     if (N == 0) return 0;
     bool v4 = D % 4 == 0 && aligned_(16, x, w) && aligned_(8, y);
-    if (v4 && D % 128 == 0 && D <= 12 * 128 && !rms_loop_("KDA_RMS_FWD")) {
+    if (v4 && D % 128 == 0 && D <= RMS_REG_MAX_NV * 128 && !rms_loop_("KDA_RMS_FWD")) {
 #define RMS_FREG(NV_)                                                                              \
     case NV_:                                                                                      \
         rmsnorm_fwd_reg_k<NV_><<<row_blocks(N), 256, 0, ctx->stream>>>(y, rstd, x, w, N, eps);     \
@@ -274,8 +323,12 @@ int kda_cuda_rmsnorm_fwd(KdaCudaCtx *ctx, kda_bf16 *y, float *rstd, const float 
             RMS_FREG(9);
             RMS_FREG(10);
             RMS_FREG(11);
-        default:
             RMS_FREG(12);
+            RMS_FREG(13);
+            RMS_FREG(14);
+            RMS_FREG(15);
+        default:
+            RMS_FREG(16);
         }
 #undef RMS_FREG
     } else if (v4)
@@ -313,7 +366,12 @@ int kda_cuda_rmsnorm_bwd_bf16(KdaCudaCtx *ctx, float *dx, kda_bf16 *dxb, float *
                               int64_t D, int accumulate) {
     KDA_CUDA_REQUIRE(ctx, N >= 0 && D > 0);
     if (N == 0) return 0;
-    if (D > RMS_FUSED_MAX_D) { // wide rows: dx pass, then a separate column-sum pass for dw
+    // the fused and register kernels' acc [8, D] fp32; a device that cannot give a block that
+    // much shared memory takes the two-pass path
+    size_t shmem = (size_t)(ROWS_PER_BLOCK * D) * sizeof(float);
+    if (D > RMS_FUSED_MAX_D ||
+        (shmem > RMS_SMEM_DEFAULT && shmem > ctx->info.smem_per_block_optin)) {
+        // wide rows: dx pass, then a separate column-sum pass for dw
         rmsnorm_bwd_k<<<row_blocks(N), 256, 0, ctx->stream>>>(dx, dxb, dy, x, w, rstd, N, D,
                                                               accumulate);
         CUDA_CHECK_LAUNCH(ctx);
@@ -322,14 +380,17 @@ int kda_cuda_rmsnorm_bwd_bf16(KdaCudaCtx *ctx, float *dx, kda_bf16 *dxb, float *
     int64_t P = CEIL_DIV(N, (int64_t)TILE_ROWS);
     double *part = (double *)kda_cuda_scratch(ctx, (size_t)(P * D) * sizeof(double));
     if (!part) return -1;
-    size_t shmem = (size_t)(ROWS_PER_BLOCK * D) * sizeof(float);
     bool v4 = D % 4 == 0 && aligned_(16, dx, dy, x, w) && aligned_(8, dxb);
-    if (v4 && D % 128 == 0 && D <= 12 * 128 && !rms_loop_("KDA_RMS_BWD")) { // rows in registers
+    if (v4 && D % 128 == 0 && D <= RMS_REG_MAX_NV * 128 && !rms_loop_("KDA_RMS_BWD")) {
+        // rows in registers; above NV = 12, 4-warp blocks with acc in dynamic shared memory
 #define RMS_REG(NV_)                                                                               \
-    case NV_:                                                                                      \
-        rmsnorm_bwd_reg_k<NV_><<<(unsigned)P, 32 * ROWS_PER_BLOCK, 0, ctx->stream>>>(              \
+    case NV_: {                                                                                    \
+        constexpr int W_ = rmsnorm_bwd_reg_warps(NV_);                                             \
+        size_t sm_ = W_ < ROWS_PER_BLOCK ? shmem : 0;                                              \
+        if (sm_ && kda_cuda_smem_limit(ctx, (const void *)rmsnorm_bwd_reg_k<NV_>, sm_)) return -1; \
+        rmsnorm_bwd_reg_k<NV_><<<(unsigned)P, 32 * W_, sm_, ctx->stream>>>(                        \
             dx, dxb, part, dy, x, w, rstd, N, accumulate);                                         \
-        break
+    } break
         switch (D / 128) {
             RMS_REG(1);
             RMS_REG(2);
@@ -342,16 +403,25 @@ int kda_cuda_rmsnorm_bwd_bf16(KdaCudaCtx *ctx, float *dx, kda_bf16 *dxb, float *
             RMS_REG(9);
             RMS_REG(10);
             RMS_REG(11);
-        default:
             RMS_REG(12);
+            RMS_REG(13);
+            RMS_REG(14);
+            RMS_REG(15);
+        default:
+            RMS_REG(16);
         }
 #undef RMS_REG
-    } else if (v4)
-        rmsnorm_bwd_fused_k<4><<<(unsigned)P, 32 * ROWS_PER_BLOCK, shmem, ctx->stream>>>(
-            dx, dxb, part, dy, x, w, rstd, N, D, accumulate);
-    else
-        rmsnorm_bwd_fused_k<1><<<(unsigned)P, 32 * ROWS_PER_BLOCK, shmem, ctx->stream>>>(
-            dx, dxb, part, dy, x, w, rstd, N, D, accumulate);
+    } else {
+        const void *fn =
+            v4 ? (const void *)rmsnorm_bwd_fused_k<4> : (const void *)rmsnorm_bwd_fused_k<1>;
+        if (shmem > RMS_SMEM_DEFAULT && kda_cuda_smem_limit(ctx, fn, shmem)) return -1;
+        if (v4)
+            rmsnorm_bwd_fused_k<4><<<(unsigned)P, 32 * ROWS_PER_BLOCK, shmem, ctx->stream>>>(
+                dx, dxb, part, dy, x, w, rstd, N, D, accumulate);
+        else
+            rmsnorm_bwd_fused_k<1><<<(unsigned)P, 32 * ROWS_PER_BLOCK, shmem, ctx->stream>>>(
+                dx, dxb, part, dy, x, w, rstd, N, D, accumulate);
+    }
     CUDA_CHECK_LAUNCH(ctx);
     colsum_finish(ctx->stream, dw, part, P, D);
     CUDA_CHECK_LAUNCH(ctx);
