@@ -33,6 +33,7 @@
 #include "model/runtime.h" // defines: KdaRuntime, kda_runtime_forward, kda_runtime_logits
 #include "io/model_io.h"   // defines: kda_model_load_dir
 #include "model/model.h"   // defines: KdaModel, kda_model_forward
+#include "kda_case.h"      // defines: kda_case_rel_rms
 #include "tiny_model.h"    // defines: tiny_runtime
 
 #define FP32_TOL       1e-4 // per-sequence mean NLL, GPU fp32 vs CPU
@@ -201,12 +202,7 @@ KDA_TEST_GPU(gpu_score_precision_fp32_logits_and_batch) {
     CHECK_MSG(kda_runtime_forward(d, ids, NULL, 1, T, NULL, NULL, &err) == 0 &&
                   kda_runtime_logits(d, 0, T - 1, gl, &err) == 0,
               "%s", err.msg);
-    double num = 0.0, den = 0.0;
-    for (int64_t v = 0; v < V; v++) {
-        double e = (double)gl[v] - cl[(T - 1) * V + v];
-        num += e * e, den += (double)cl[(T - 1) * V + v] * cl[(T - 1) * V + v];
-    }
-    double rel = sqrt(num / (den + 1e-30));
+    double rel = kda_case_rel_rms(cl + (T - 1) * V, gl, V);
     printf("    fp32 last-position logits vs CPU: rel RMS %.3g (tolerance %.0e)\n", rel,
            LOGITS_TOL);
     CHECK(rel <= LOGITS_TOL);
