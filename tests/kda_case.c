@@ -1,4 +1,5 @@
-// kda_case.c - random KDA-core inputs for the kernel tests (see kda_case.h).
+// kda_case.c - random KDA-core inputs for the kernel tests, their CPU references and the tests'
+// relative-error checks (see kda_case.h).
 #include "kda_case.h"
 
 #include <math.h>
@@ -8,8 +9,9 @@
 
 #include "test.h" // defines: CHECK_MSG
 
-#include "core/error.h" // defines: kda_malloc
-#include "core/util.h"  // defines: bf16_to_f32, f32_to_bf16
+#include "core/error.h"   // defines: kda_malloc
+#include "core/util.h"    // defines: bf16_to_f32, f32_to_bf16
+#include "cpu/kda_core.h" // defines: kda_chunk_fwd, kda_chunk_bwd
 
 static float *randn_(KdaRng *r, int64_t n, float mean, float std) {
     float *x = kda_malloc((size_t)(n > 0 ? n : 1) * sizeof(float));
@@ -91,6 +93,78 @@ KdaDims kda_case_cpu_dims(const KdaCase *c) {
     KdaDims d = c->d;
     d.chunk = 64;
     return d;
+}
+
+uint16_t *kda_case_to_bf16(const float *x, int64_t n) {
+    uint16_t *b = kda_malloc((size_t)n * sizeof(uint16_t)); // kda_malloc(0): one byte
+    for (int64_t i = 0; i < n; i++)
+        b[i] = f32_to_bf16(x[i]);
+    return b;
+}
+
+float *kda_case_from_bf16(const uint16_t *b, int64_t n) {
+    float *x = kda_malloc((size_t)n * sizeof(float));
+    for (int64_t i = 0; i < n; i++)
+        x[i] = bf16_to_f32(b[i]);
+    return x;
+}
+
+void kda_case_bf16_make(KdaCaseBf16 *f, KdaRng *r, int64_t B, int64_t T, int64_t H, int64_t HV,
+                        int64_t K, int64_t V, int64_t chunk, int with_state, float gmax) {
+    kda_case_make(&f->c, r, B, T, H, HV, K, V, chunk, with_state);
+    if (gmax > 0) kda_case_strong_gate(&f->c, r, gmax);
+    f->qb = kda_case_to_bf16(f->c.q, f->c.nqk), f->kb = kda_case_to_bf16(f->c.k, f->c.nqk);
+    f->vb = kda_case_to_bf16(f->c.v, f->c.nv), f->dOb = kda_case_to_bf16(f->c.dO, f->c.nv);
+}
+
+void kda_case_bf16_free(KdaCaseBf16 *f) {
+    kda_case_free(&f->c);
+    free(f->qb), free(f->kb), free(f->vb), free(f->dOb);
+}
+
+void kda_case_ref_fwd(const KdaCase *c, float **o, float **fs) {
+    KdaDims dc = kda_case_cpu_dims(c);
+    *o = kda_malloc((size_t)c->nv * 4), *fs = kda_malloc((size_t)c->ns * 4);
+    kda_chunk_fwd(*o, *fs, c->q, c->k, c->v, c->g, c->beta, c->S0, &dc);
+}
+
+void kda_case_ref_bwd(const KdaCase *c, KdaCaseGrads *ref) {
+    KdaDims dc = kda_case_cpu_dims(c);
+    ref->dq = kda_malloc((size_t)c->nqk * 4), ref->dk = kda_malloc((size_t)c->nqk * 4);
+    ref->dv = kda_malloc((size_t)c->nv * 4), ref->dg = kda_malloc((size_t)c->ng * 4);
+    ref->db = kda_malloc((size_t)c->nb * 4), ref->dS0 = kda_malloc((size_t)c->ns * 4);
+    kda_chunk_bwd(ref->dq, ref->dk, ref->dv, ref->dg, ref->db, ref->dS0, c->dO, c->dST, c->q, c->k,
+                  c->v, c->g, c->beta, c->S0, &dc);
+}
+
+static void *poisoned_(int64_t n, size_t size) {
+    void *p = kda_malloc((size_t)n * size);
+    memset(p, 0xff, (size_t)n * size);
+    return p;
+}
+
+void kda_case_grads_poisoned(const KdaCase *c, KdaCaseGrads *got, uint16_t **dvb) {
+    got->dq = poisoned_(c->nqk, 4), got->dk = poisoned_(c->nqk, 4), got->dv = NULL;
+    got->dg = poisoned_(c->ng, 4), got->db = poisoned_(c->nb, 4), got->dS0 = poisoned_(c->ns, 4);
+    *dvb = poisoned_(c->nv, 2);
+}
+
+void kda_case_expect_grads(const char *prefix, const KdaCaseGrads *ref, const KdaCaseGrads *got,
+                           const KdaCase *c, double tol_f32, double tol_bf16) {
+    const float *r[6] = {ref->dq, ref->dk, ref->dv, ref->dg, ref->db, ref->dS0};
+    const float *g[6] = {got->dq, got->dk, got->dv, got->dg, got->db, got->dS0};
+    const int64_t n[6] = {c->nqk, c->nqk, c->nv, c->ng, c->nb, c->ns};
+    static const char *const names[6] = {"dq", "dk", "dv (bf16)", "dg", "dbeta", "d initial state"};
+    for (int i = 0; i < 6; i++) {
+        char what[96];
+        snprintf(what, sizeof what, "%s %s", prefix, names[i]);
+        kda_case_expect(what, r[i], g[i], n[i], i == 2 ? tol_bf16 : tol_f32);
+    }
+}
+
+void kda_case_grads_free(KdaCaseGrads *g) {
+    free(g->dq), free(g->dk), free(g->dv), free(g->dg), free(g->db), free(g->dS0);
+    memset(g, 0, sizeof *g);
 }
 
 void kda_case_chunk_cumsums(float *gc, float *dg, const float *g, const float *dgc, int64_t B,

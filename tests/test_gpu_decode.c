@@ -33,7 +33,7 @@
 #include "model/model_cuda.h" // defines: KdaCudaModel, KdaCudaDecode (the graph switch)
 #include "model/model.h"      // defines: KdaModel
 #include "model/runtime.h"    // defines: KdaRuntime, kda_runtime_*
-#include "kda_case.h"         // defines: kda_case_rel_rms
+#include "kda_case.h"         // defines: kda_case_rel_rms, kda_case_from_bf16
 #include "tiny_model.h"       // defines: tiny_runtime, tiny_random_ids
 
 #define TOL_KERNEL_S    1e-5
@@ -43,13 +43,6 @@
 #define N_DECODE        8
 
 // ---- kernels vs host twins ---------------------------------------------------------------------
-
-static float *bf16s_to_f32_(const kda_bf16 *b, int64_t n) {
-    float *f = malloc((size_t)n * sizeof(float));
-    for (int64_t i = 0; i < n; i++)
-        f[i] = bf16_to_f32(b[i]);
-    return f;
-}
 
 KDA_TEST_GPU(gpu_decode_kernels_match_host_twins) {
     KdaCudaCtx ctx;
@@ -111,7 +104,7 @@ KDA_TEST_GPU(gpu_decode_kernels_match_host_twins) {
         pb[i] = f32_to_bf16(p[i]);
     kda_cuda_decode_delta_host(ob, S, qb, kb, vb, g, beta, H, HV, K, V, 0.25f);
     kda_cuda_decode_conv_host(yb, tail, pb, w, C, W, K, 1, 1e-6f);
-    float *of = bf16s_to_f32_(ob, HV * V), *yf = bf16s_to_f32_(yb, C);
+    float *of = kda_case_from_bf16(ob, HV * V), *yf = kda_case_from_bf16(yb, C);
     if (ok) {
         double es = kda_case_rel_rms(S, S_dev, HV * K * V),
                eo = kda_case_rel_rms(of, o_dev, HV * V);
