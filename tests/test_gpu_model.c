@@ -40,7 +40,7 @@
 #include "cuda/cuda_common.h" // defines: KdaCudaCtx, kda_cuda_*
 #include "model/model_cuda.h" // defines: KdaCudaModel, kda_cuda_model_*
 #include "cuda/xent_cuda.h"   // defines: kda_cuda_xent_fwd, kda_cuda_xent_bwd
-#include "io/model_io.h"      // defines: kda_model_load_dir
+#include "tiny_model.h"       // defines: tiny_load_model
 #include "kda_case.h"         // defines: kda_case_expect, kda_case_fla_ratio
 #include "io/safetensors.h"   // defines: SafeTensors, st_open, st_find
 #include "model/model.h"      // defines: KdaModel, kda_model_forward, kda_model_backward
@@ -69,19 +69,6 @@ static int have_gpu_(void) {
     int ok = kda_cuda_device_count() > 0;
     CHECK_MSG(ok, "no usable CUDA device (GPU tests need one)");
     return ok;
-}
-
-static int load_golden_(KdaModel *m, const char *rel) {
-    KdaError err;
-    KdaConfig cfg;
-    KdaParamTable t;
-    float *flat;
-    int rc = kda_model_load_dir(test_data(rel), &cfg, &t, &flat, &err);
-    CHECK_MSG(rc == 0, "%s", err.msg);
-    if (rc) return -1;
-    rc = kda_model_init_from(m, &cfg, &t, flat, &err);
-    CHECK_MSG(rc == 0, "%s", err.msg);
-    return rc;
 }
 
 static int32_t *golden_ids_(const char *rel, int64_t *B, int64_t *T) {
@@ -204,7 +191,7 @@ KDA_TEST_GPU(gpu_model_a_loss_and_grads) {
     memset(&m, 0, sizeof m);
     int64_t B = 0, T = 0;
     int32_t *ids = golden_ids_("golden/model_a_step.safetensors", &B, &T);
-    if (ids && !load_golden_(&m, "golden/model_a")) {
+    if (ids && !tiny_load_model(&m, "golden/model_a")) {
         compare_step_(&m, ids, B, T, "model_a(tied)", 0);
         compare_step_(&m, ids, B, T, "model_a(tied, fused classifier)", 1);
     }

@@ -4,8 +4,10 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "core/error.h" // defines: KDA_ASSERT
-#include "core/rng.h"   // defines: KdaRng, rng_seed, rng_below
+#include "core/error.h"  // defines: KDA_ASSERT
+#include "core/rng.h"    // defines: KdaRng, rng_seed, rng_below
+#include "io/model_io.h" // defines: kda_model_load_dir
+#include "test.h"        // defines: CHECK_MSG, test_data
 
 KdaConfig tiny_config(TinyKind kind) {
     KdaConfig c;
@@ -45,4 +47,15 @@ KdaRuntime *tiny_runtime(const KdaModel *m, const char *device, const char *prec
         return NULL;
     }
     return rt;
+}
+
+int tiny_load_model(KdaModel *m, const char *rel) {
+    KdaConfig cfg;
+    KdaParamTable t;
+    float *flat;
+    KdaError err;
+    int rc = kda_model_load_dir(test_data(rel), &cfg, &t, &flat, &err) ||
+             kda_model_init_from(m, &cfg, &t, flat, &err);
+    CHECK_MSG(rc == 0, "%s: %s", rel, err.msg);
+    return rc ? -1 : 0;
 }

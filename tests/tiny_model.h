@@ -1,6 +1,7 @@
 // tiny_model.h - the tiny KDA configs the CPU model tests build in code (test_model.c,
-// test_generate.c), one per structural option, random token ids, and a runtime over a model:
-// one definition, so the model and generation tests cover the same shapes.
+// test_generate.c), one per structural option, random token ids, a runtime over a model, and the
+// loader of the model directories under tests/data: one definition, so the model and generation
+// tests cover the same shapes.
 //
 // Every kind: D 32, L 2, H 2, K 8, I 48, vocab 50, conv 4, FLA's other defaults.
 //   TINY_TIED     HV = H, V = 8, tied head
@@ -26,5 +27,9 @@ void tiny_random_ids(int32_t *ids, int64_t n, int64_t vocab, uint64_t seed);
 // device's default) over a copy of m's parameters, its KDA core m->core. NULL when it does not
 // open (no GPU, an unsupported config); close with kda_runtime_close.
 KdaRuntime *tiny_runtime(const KdaModel *m, const char *device, const char *precision);
+// Loads the HF model directory rel under tests/data (test_data: golden/model_a, fla_trained/...)
+// into m (kda_model_load_dir, kda_model_init_from). 0, or -1 after a failed check naming rel and
+// the error.
+int tiny_load_model(KdaModel *m, const char *rel);
 
 #endif
