@@ -49,6 +49,17 @@ KdaRuntime *tiny_runtime(const KdaModel *m, const char *device, const char *prec
     return rt;
 }
 
+double tiny_forward_ll(KdaModel *m, const int32_t *ids, int64_t n, int64_t n_cont) {
+    float *nll = kda_malloc((size_t)n * sizeof *nll);
+    KdaError err;
+    KDA_ASSERT(kda_model_forward(m, ids, NULL, 1, n, nll, NULL, NULL, &err) == 0);
+    double s = 0.0;
+    for (int64_t p = n - n_cont; p < n; p++)
+        s -= nll[p - 1]; // nll[t] scores token t + 1
+    free(nll);
+    return s;
+}
+
 int tiny_load_model(KdaModel *m, const char *rel) {
     KdaConfig cfg;
     KdaParamTable t;

@@ -27,6 +27,9 @@ void tiny_random_ids(int32_t *ids, int64_t n, int64_t vocab, uint64_t seed);
 // device's default) over a copy of m's parameters, its KDA core m->core. NULL when it does not
 // open (no GPU, an unsupported config); close with kda_runtime_close.
 KdaRuntime *tiny_runtime(const KdaModel *m, const char *device, const char *precision);
+// The log-likelihood of the last n_cont tokens of ids [n] under m, from one CPU forward of the
+// whole sequence (-Σ nll): the reference of the eval tests. Aborts (KDA_ASSERT) if it fails.
+double tiny_forward_ll(KdaModel *m, const int32_t *ids, int64_t n, int64_t n_cont);
 // Loads the HF model directory rel under tests/data (test_data: golden/model_a, fla_trained/...)
 // into m (kda_model_load_dir, kda_model_init_from). 0, or -1 after a failed check naming rel and
 // the error.
