@@ -380,15 +380,9 @@ KDA_TEST(checkpoint_export_round_trip) {
 
 // Runs `$KDA_BIN export ARGS` (a child process: kda export exits on error), output in msg.
 static int export_cli(const char *args, char *msg, size_t cap) {
-    const char *bin = getenv("KDA_BIN");
-    char cmd[8192];
-    snprintf(cmd, sizeof cmd, "OMP_NUM_THREADS=1 %s export %s 2>&1", bin ? bin : "build/kda", args);
-    FILE *f = popen(cmd, "r");
-    if (!f) return -1;
-    size_t n = fread(msg, 1, cap - 1, f);
-    msg[n] = 0;
-    int st = pclose(f);
-    return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+    char a[8192];
+    snprintf(a, sizeof a, "export %s", args);
+    return test_run_kda(msg, cap, "OMP_NUM_THREADS=1", a);
 }
 
 // kda export into a training checkpoint (or a save dir) is refused and leaves its fp32
