@@ -40,7 +40,7 @@
 #include "cuda/cuda_common.h" // defines: KdaCudaCtx, kda_cuda_*
 #include "model/model_cuda.h" // defines: KdaCudaModel, kda_cuda_model_*
 #include "cuda/xent_cuda.h"   // defines: kda_cuda_xent_fwd, kda_cuda_xent_bwd
-#include "tiny_model.h"       // defines: tiny_load_model
+#include "tiny_model.h"       // defines: tiny_load_model, tiny_model_init
 #include "kda_case.h"         // defines: kda_case_expect, kda_case_fla_ratio
 #include "io/safetensors.h"   // defines: SafeTensors, st_open, st_find
 #include "model/model.h"      // defines: KdaModel, kda_model_forward, kda_model_backward
@@ -104,13 +104,7 @@ static void tiny_heads_(KdaModel *m, double init_std, uint64_t seed, int64_t hea
     c.initializer_range = init_std;
     KdaError err;
     KDA_ASSERT(kda_config_derive(&c, "tiny_untied", &err) == 0);
-    KDA_ASSERT(kda_model_init(m, &c, &err) == 0);
-    kda_params_init(&m->table, &m->cfg, m->params, seed);
-    KdaRng r;
-    rng_seed(&r, seed + 1);
-    for (int64_t l = 0; l < c.num_hidden_layers; l++)
-        for (int64_t i = 0; i < m->cfg.value_dim; i++)
-            m->w.layers[l].g_proj1_bias[i] = rng_normal(&r, 0.0f, 0.5f);
+    tiny_model_init(m, &c, seed);
 }
 static void tiny_untied_(KdaModel *m, double init_std, uint64_t seed) {
     tiny_heads_(m, init_std, seed, 2);

@@ -5,7 +5,7 @@
 #include <string.h>
 
 #include "core/error.h"  // defines: KDA_ASSERT
-#include "core/rng.h"    // defines: KdaRng, rng_seed, rng_below
+#include "core/rng.h"    // defines: KdaRng, rng_seed, rng_below, rng_normal
 #include "io/model_io.h" // defines: kda_model_load_dir
 #include "test.h"        // defines: CHECK_MSG, test_data
 
@@ -24,6 +24,17 @@ KdaConfig tiny_config(TinyKind kind) {
     KdaError err;
     KDA_ASSERT(kda_config_derive(&c, "tiny", &err) == 0);
     return c;
+}
+
+void tiny_model_init(KdaModel *m, const KdaConfig *c, uint64_t seed) {
+    KdaError err;
+    KDA_ASSERT(kda_model_init(m, c, &err) == 0);
+    kda_params_init(&m->table, &m->cfg, m->params, seed);
+    KdaRng r;
+    rng_seed(&r, seed + 1);
+    for (int64_t l = 0; l < c->num_hidden_layers; l++)
+        for (int64_t i = 0; i < m->cfg.value_dim; i++)
+            m->w.layers[l].g_proj1_bias[i] = rng_normal(&r, 0.0f, 0.5f);
 }
 
 void tiny_random_ids(int32_t *ids, int64_t n, int64_t vocab, uint64_t seed) {

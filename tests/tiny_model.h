@@ -21,6 +21,10 @@ typedef enum { TINY_TIED, TINY_GVA_NEG, TINY_NO_CONV, TINY_BOUNDED } TinyKind;
 
 // The derived config of kind (aborts through KDA_ASSERT if it does not derive: a test bug).
 KdaConfig tiny_config(TinyKind kind);
+// m with c's parameters initialized by FLA's rules (kda_params_init, seed) and every layer's
+// g_proj1_bias then drawn N(0, 0.5) from seed + 1 (FLA inits it to zero: a non-zero bias puts the
+// output gate's bias path under test). Aborts (KDA_ASSERT) if the model does not build.
+void tiny_model_init(KdaModel *m, const KdaConfig *c, uint64_t seed);
 // ids [n] int32, uniform in [0, vocab), from a generator seeded with seed (overwrites ids).
 void tiny_random_ids(int32_t *ids, int64_t n, int64_t vocab, uint64_t seed);
 // A runtime (model/runtime.h) on device ("cpu", "cuda", "auto") with precision (NULL: the
