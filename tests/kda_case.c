@@ -143,6 +143,10 @@ static void *poisoned_(int64_t n, size_t size) {
     return p;
 }
 
+void kda_case_fwd_poisoned(const KdaCase *c, uint16_t **ob, float **fs) {
+    *ob = poisoned_(c->nv, 2), *fs = poisoned_(c->ns, 4);
+}
+
 void kda_case_grads_poisoned(const KdaCase *c, KdaCaseGrads *got, uint16_t **dvb) {
     got->dq = poisoned_(c->nqk, 4), got->dk = poisoned_(c->nqk, 4), got->dv = NULL;
     got->dg = poisoned_(c->ng, 4), got->db = poisoned_(c->nb, 4), got->dS0 = poisoned_(c->ns, 4);

@@ -55,6 +55,9 @@ void kda_case_bf16_free(KdaCaseBf16 *f);
 // The CPU reference forward of c (kda_chunk_fwd at kda_case_cpu_dims): o [nv] and the final
 // state fs [ns], fresh buffers.
 void kda_case_ref_fwd(const KdaCase *c, float **o, float **fs);
+// Fresh buffers for a host emulation's forward, every byte 0xff (NaN: it must write every
+// element): o in bf16 [nv] (the kernels store o in bf16) and the final state fs [ns].
+void kda_case_fwd_poisoned(const KdaCase *c, uint16_t **ob, float **fs);
 
 // The core's six gradients, in kda_chunk_bwd's order: dq, dk [nqk], dv [nv], dg [ng], dβ [nb],
 // d initial state [ns].

@@ -28,12 +28,10 @@
 
 static void check_fwd_(const KdaCaseBf16 *f) {
     const KdaCase *c = &f->c;
-    float *o, *fs;
+    float *o, *fs, *hfs;
+    kda_bf16 *ho;
     kda_case_ref_fwd(c, &o, &fs);
-    float *hfs = malloc((size_t)c->ns * 4);
-    kda_bf16 *ho = malloc((size_t)c->nv * 2);
-    memset(ho, 0xff, (size_t)c->nv * 2); // NaN poison: every element must be written
-    memset(hfs, 0xff, (size_t)c->ns * 4);
+    kda_case_fwd_poisoned(c, &ho, &hfs);
     kda_fast_fwd_host(ho, hfs, f->qb, f->kb, f->vb, c->gcum, c->beta, c->S0, &c->d);
     float *hof = kda_case_from_bf16(ho, c->nv);
     kda_case_expect("fwd o (bf16)", o, hof, c->nv, 1e-2);

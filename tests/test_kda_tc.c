@@ -92,12 +92,10 @@ KDA_TEST(kda_tc_matmul_emulation) {
 
 static void check_fwd_(const KdaCaseBf16 *f, int version) {
     const KdaCase *c = &f->c;
-    float *o, *fs;
+    float *o, *fs, *hfs;
+    kda_bf16 *ho;
     kda_case_ref_fwd(c, &o, &fs);
-    float *hfs = malloc((size_t)c->ns * 4);
-    kda_bf16 *ho = malloc((size_t)c->nv * 2);
-    memset(ho, 0xff, (size_t)c->nv * 2); // NaN poison: every element must be written
-    memset(hfs, 0xff, (size_t)c->ns * 4);
+    kda_case_fwd_poisoned(c, &ho, &hfs);
     kda_tc_fwd_host(ho, hfs, f->qb, f->kb, f->vb, c->gcum, c->beta, c->S0, &c->d, NULL, version);
     float *hof = kda_case_from_bf16(ho, c->nv);
     kda_case_expect("tc fwd o (bf16)", o, hof, c->nv, TOL_TC_BF16);
