@@ -1,4 +1,5 @@
-// kda_case.c - random KDA-core inputs for the kernel tests (see kda_case.h).
+// kda_case.c - random KDA-core inputs for the kernel tests, their CPU references and the tests'
+// relative-error checks (see kda_case.h).
 #include "kda_case.h"
 
 #include <math.h>
@@ -8,8 +9,9 @@
 
 #include "test.h" // defines: CHECK_MSG
 
-#include "core/error.h" // defines: kda_malloc
-#include "core/util.h"  // defines: bf16_to_f32, f32_to_bf16
+#include "core/error.h"   // defines: kda_malloc
+#include "core/util.h"    // defines: bf16_to_f32, f32_to_bf16
+#include "cpu/kda_core.h" // defines: kda_chunk_fwd, kda_chunk_bwd
 
 static float *randn_(KdaRng *r, int64_t n, float mean, float std) {
     float *x = kda_malloc((size_t)(n > 0 ? n : 1) * sizeof(float));
@@ -93,6 +95,82 @@ KdaDims kda_case_cpu_dims(const KdaCase *c) {
     return d;
 }
 
+uint16_t *kda_case_to_bf16(const float *x, int64_t n) {
+    uint16_t *b = kda_malloc((size_t)n * sizeof(uint16_t)); // kda_malloc(0): one byte
+    for (int64_t i = 0; i < n; i++)
+        b[i] = f32_to_bf16(x[i]);
+    return b;
+}
+
+float *kda_case_from_bf16(const uint16_t *b, int64_t n) {
+    float *x = kda_malloc((size_t)n * sizeof(float));
+    for (int64_t i = 0; i < n; i++)
+        x[i] = bf16_to_f32(b[i]);
+    return x;
+}
+
+void kda_case_bf16_make(KdaCaseBf16 *f, KdaRng *r, int64_t B, int64_t T, int64_t H, int64_t HV,
+                        int64_t K, int64_t V, int64_t chunk, int with_state, float gmax) {
+    kda_case_make(&f->c, r, B, T, H, HV, K, V, chunk, with_state);
+    if (gmax > 0) kda_case_strong_gate(&f->c, r, gmax);
+    f->qb = kda_case_to_bf16(f->c.q, f->c.nqk), f->kb = kda_case_to_bf16(f->c.k, f->c.nqk);
+    f->vb = kda_case_to_bf16(f->c.v, f->c.nv), f->dOb = kda_case_to_bf16(f->c.dO, f->c.nv);
+}
+
+void kda_case_bf16_free(KdaCaseBf16 *f) {
+    kda_case_free(&f->c);
+    free(f->qb), free(f->kb), free(f->vb), free(f->dOb);
+}
+
+void kda_case_ref_fwd(const KdaCase *c, float **o, float **fs) {
+    KdaDims dc = kda_case_cpu_dims(c);
+    *o = kda_malloc((size_t)c->nv * 4), *fs = kda_malloc((size_t)c->ns * 4);
+    kda_chunk_fwd(*o, *fs, c->q, c->k, c->v, c->g, c->beta, c->S0, &dc);
+}
+
+void kda_case_ref_bwd(const KdaCase *c, KdaCaseGrads *ref) {
+    KdaDims dc = kda_case_cpu_dims(c);
+    ref->dq = kda_malloc((size_t)c->nqk * 4), ref->dk = kda_malloc((size_t)c->nqk * 4);
+    ref->dv = kda_malloc((size_t)c->nv * 4), ref->dg = kda_malloc((size_t)c->ng * 4);
+    ref->db = kda_malloc((size_t)c->nb * 4), ref->dS0 = kda_malloc((size_t)c->ns * 4);
+    kda_chunk_bwd(ref->dq, ref->dk, ref->dv, ref->dg, ref->db, ref->dS0, c->dO, c->dST, c->q, c->k,
+                  c->v, c->g, c->beta, c->S0, &dc);
+}
+
+static void *poisoned_(int64_t n, size_t size) {
+    void *p = kda_malloc((size_t)n * size);
+    memset(p, 0xff, (size_t)n * size);
+    return p;
+}
+
+void kda_case_fwd_poisoned(const KdaCase *c, uint16_t **ob, float **fs) {
+    *ob = poisoned_(c->nv, 2), *fs = poisoned_(c->ns, 4);
+}
+
+void kda_case_grads_poisoned(const KdaCase *c, KdaCaseGrads *got, uint16_t **dvb) {
+    got->dq = poisoned_(c->nqk, 4), got->dk = poisoned_(c->nqk, 4), got->dv = NULL;
+    got->dg = poisoned_(c->ng, 4), got->db = poisoned_(c->nb, 4), got->dS0 = poisoned_(c->ns, 4);
+    *dvb = poisoned_(c->nv, 2);
+}
+
+void kda_case_expect_grads(const char *prefix, const KdaCaseGrads *ref, const KdaCaseGrads *got,
+                           const KdaCase *c, double tol_f32, double tol_bf16) {
+    const float *r[6] = {ref->dq, ref->dk, ref->dv, ref->dg, ref->db, ref->dS0};
+    const float *g[6] = {got->dq, got->dk, got->dv, got->dg, got->db, got->dS0};
+    const int64_t n[6] = {c->nqk, c->nqk, c->nv, c->ng, c->nb, c->ns};
+    static const char *const names[6] = {"dq", "dk", "dv (bf16)", "dg", "dbeta", "d initial state"};
+    for (int i = 0; i < 6; i++) {
+        char what[96];
+        snprintf(what, sizeof what, "%s %s", prefix, names[i]);
+        kda_case_expect(what, r[i], g[i], n[i], i == 2 ? tol_bf16 : tol_f32);
+    }
+}
+
+void kda_case_grads_free(KdaCaseGrads *g) {
+    free(g->dq), free(g->dk), free(g->dv), free(g->dg), free(g->db), free(g->dS0);
+    memset(g, 0, sizeof *g);
+}
+
 void kda_case_chunk_cumsums(float *gc, float *dg, const float *g, const float *dgc, int64_t B,
                             int64_t T, int64_t HK, int64_t chunk) {
     for (int64_t b = 0; b < B; b++)
@@ -114,32 +192,44 @@ void kda_case_chunk_cumsums(float *gc, float *dg, const float *g, const float *d
             }
 }
 
+double kda_case_rel_rms(const float *ref, const float *out, int64_t n) {
+    double se = 0.0, sr = 0.0;
+    for (int64_t i = 0; i < n; i++) {
+        double e = (double)out[i] - ref[i];
+        se += e * e, sr += (double)ref[i] * ref[i];
+    }
+    if (!isfinite(se)) return INFINITY; // a float squared cannot overflow a double sum
+    if (sr == 0.0) return se == 0.0 ? 0.0 : INFINITY;
+    return sqrt(se / sr);
+}
+
+double kda_case_max_abs(const float *ref, const float *out, int64_t n) {
+    double m = 0.0;
+    for (int64_t i = 0; i < n; i++) {
+        double e = fabs((double)out[i] - ref[i]);
+        if (!isfinite(e)) return INFINITY; // a max that kept a NaN would lose it to the next e
+        m = e > m ? e : m;
+    }
+    return m;
+}
+
+double kda_case_fla_ratio(const float *ref, const float *out, int64_t n) {
+    return kda_case_max_abs(ref, out, n) <= 1e-6 ? 0.0 : kda_case_rel_rms(ref, out, n);
+}
+
 void kda_case_expect_rel(const char *what, const float *ref, const float *out, int64_t n,
                          double tol) {
-    double num = 0.0, den = 0.0;
-    for (int64_t i = 0; i < n; i++) {
-        double d = (double)out[i] - (double)ref[i];
-        num += d * d, den += (double)ref[i] * ref[i];
-    }
-    double e = isfinite(num) ? sqrt(num) / (sqrt(den) + 1e-30) : INFINITY;
-    CHECK_MSG(e <= tol, "%s: rel %.3g > %g", what, e, tol);
-    printf("    %-34s rel %.2e\n", what, e);
+    double rel = kda_case_rel_rms(ref, out, n);
+    printf("    %-40s n=%-9lld rel %.2e (tol %.0e)%s\n", what, (long long)n, rel, tol,
+           rel <= tol ? "" : "  FAIL");
+    CHECK_MSG(rel <= tol, "%s: rel RMS error %.3g > %g", what, rel, tol);
 }
 
 void kda_case_expect(const char *what, const float *ref, const float *out, int64_t n, double tol) {
-    double se = 0.0, sr = 0.0, maxabs = 0.0;
-    int finite = 1;
-    for (int64_t i = 0; i < n; i++) {
-        if (!isfinite(out[i])) finite = 0;
-        double e = (double)ref[i] - out[i];
-        se += e * e, sr += (double)ref[i] * ref[i];
-        maxabs = fabs(e) > maxabs ? fabs(e) : maxabs;
-    }
-    double rel = !finite ? INFINITY : sr > 0 ? sqrt(se / sr) : (se > 0 ? INFINITY : 0.0);
-    if (!finite) maxabs = INFINITY;
-    int ok = finite && (rel <= tol || maxabs <= 1e-6);
+    double rel = kda_case_rel_rms(ref, out, n), maxabs = kda_case_max_abs(ref, out, n);
+    int ok = rel <= tol || maxabs <= 1e-6; // kda_case_fla_ratio <= tol, both terms printed
     printf("    %-34s n=%-9lld rel %.2e max|d| %.1e (tol %.0e)%s\n", what, (long long)n, rel,
            maxabs, tol, ok ? "" : "  FAIL");
-    CHECK_MSG(ok, "%s: rel RMS error %.3g > %.1g and max abs error %.3g > 1e-6", what, rel, tol,
+    CHECK_MSG(ok, "%s: rel RMS error %.3g > %g and max abs error %.3g > 1e-6", what, rel, tol,
               maxabs);
 }

@@ -250,6 +250,32 @@ static int block_at_stage(const char *stage) {
     return 0;
 }
 
+// Saves ck into save in a fork()ed child whose save blocks at `stage` (block_at_stage), and
+// SIGKILLs it there once it says so through the pipe. Returns the child's wait status.
+static int save_killed_at(const char *save, Ck *ck, const char *stage) {
+    int fds[2];
+    CHECK(pipe(fds) == 0);
+    fflush(NULL);
+    pid_t pid = fork();
+    if (pid == 0) {
+        KdaError err;
+        close(fds[0]);
+        g_pipe_w = fds[1];
+        g_kill_stage = stage;
+        kda_checkpoint_test_hook = block_at_stage;
+        ck_save(save, ck, 0, &err);
+        _exit(2); // not reached when the hook blocks
+    }
+    close(fds[1]);
+    char c = 0;
+    CHECK(read(fds[0], &c, 1) == 1 && c == 1);
+    kill(pid, SIGKILL);
+    int status = 0;
+    waitpid(pid, &status, 0);
+    close(fds[0]);
+    return status;
+}
+
 // The real test: a fork()ed child is SIGKILLed in the middle of a save (after the weights
 // were written; and after the rename, before `latest`). The previous checkpoint stays the
 // `latest` and loads bit-identically; the next save removes the stale temp directory.
@@ -262,25 +288,7 @@ KDA_TEST(checkpoint_sigkill_mid_save) {
         Ck a, b;
         CHECK(ck_make(&a, 1) == 0 && ck_make(&b, 2) == 0);
         CHECK(ck_save(save, &a, 0, &err) == 0);
-        int fds[2];
-        CHECK(pipe(fds) == 0);
-        fflush(NULL);
-        pid_t pid = fork();
-        if (pid == 0) {
-            close(fds[0]);
-            g_pipe_w = fds[1];
-            g_kill_stage = stages[k];
-            kda_checkpoint_test_hook = block_at_stage;
-            ck_save(save, &b, 0, &err);
-            _exit(2); // not reached when the hook blocks
-        }
-        close(fds[1]);
-        char c = 0;
-        CHECK(read(fds[0], &c, 1) == 1 && c == 1);
-        kill(pid, SIGKILL);
-        int status = 0;
-        waitpid(pid, &status, 0);
-        close(fds[0]);
+        int status = save_killed_at(save, &b, stages[k]);
         CHECK(WIFSIGNALED(status) && WTERMSIG(status) == SIGKILL);
         CHECK_MSG(ck_matches(save, &a), "stage %s: previous checkpoint not intact", stages[k]);
         if (k == 0) CHECK_EQ_INT(count_entries(save, ".tmp-iter_"), 1); // the killed save's
@@ -304,24 +312,7 @@ KDA_TEST(checkpoint_resave_same_iteration_killed) {
     CHECK(ck_make(&a, 1) == 0 && ck_make(&b, 2) == 0);
     b.st.iteration = a.st.iteration; // the same iteration, other contents
     CHECK(ck_save(save, &a, 0, &err) == 0);
-    int fds[2];
-    CHECK(pipe(fds) == 0);
-    fflush(NULL);
-    pid_t pid = fork();
-    if (pid == 0) {
-        close(fds[0]);
-        g_pipe_w = fds[1];
-        g_kill_stage = "replacing";
-        kda_checkpoint_test_hook = block_at_stage;
-        ck_save(save, &b, 0, &err);
-        _exit(2);
-    }
-    close(fds[1]);
-    char c = 0;
-    CHECK(read(fds[0], &c, 1) == 1 && c == 1);
-    kill(pid, SIGKILL);
-    waitpid(pid, NULL, 0);
-    close(fds[0]);
+    save_killed_at(save, &b, "replacing");
     CHECK_MSG(ck_matches(save, &b) || ck_matches(save, &a), "latest names no loadable checkpoint");
     CHECK(ck_save(save, &b, 0, &err) == 0 && ck_matches(save, &b)); // and a rerun completes
     CHECK_EQ_INT(count_entries(save, ".tmp"), 0);
@@ -380,15 +371,9 @@ KDA_TEST(checkpoint_export_round_trip) {
 
 // Runs `$KDA_BIN export ARGS` (a child process: kda export exits on error), output in msg.
 static int export_cli(const char *args, char *msg, size_t cap) {
-    const char *bin = getenv("KDA_BIN");
-    char cmd[8192];
-    snprintf(cmd, sizeof cmd, "OMP_NUM_THREADS=1 %s export %s 2>&1", bin ? bin : "build/kda", args);
-    FILE *f = popen(cmd, "r");
-    if (!f) return -1;
-    size_t n = fread(msg, 1, cap - 1, f);
-    msg[n] = 0;
-    int st = pclose(f);
-    return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+    char a[8192];
+    snprintf(a, sizeof a, "export %s", args);
+    return test_run_kda(msg, cap, "OMP_NUM_THREADS=1", a);
 }
 
 // kda export into a training checkpoint (or a save dir) is refused and leaves its fp32

@@ -49,13 +49,15 @@ static void make_logits_(kda_bf16 *lg, int32_t *tg, int64_t rows, int64_t V, int
     }
 }
 
-KDA_TEST(cls_host_matches_cpu_xent) {
-    const int64_t V = 1003, ld = kda_cuda_cls_ld(V), rows = 6; // 1003 = 125 groups of 8 + 3
-    CHECK_EQ_INT(ld, 1024);
-    kda_bf16 *lg = malloc((size_t)(rows * ld) * sizeof *lg);
-    int32_t tg[6];
-    make_logits_(lg, tg, rows, V, ld, 3);
-    // CPU reference: n = logits, Wh = I
+// The CPU cross-entropy of rows x V bf16 logits lg [rows, ld] (n = the logits in fp32, Wh = I):
+// nll, lse [rows] and dlogits dn [rows, V] (malloc'd) at scale = 1 / the valid rows (row 3 is
+// ignored). rows <= 6.
+typedef struct {
+    float nll[6], lse[6], *dn, scale;
+} XentRef;
+
+static void cpu_xent_(XentRef *ref, const kda_bf16 *lg, const int32_t *tg, int64_t rows, int64_t V,
+                      int64_t ld) {
     float *n = malloc((size_t)(rows * V) * 4), *W = calloc((size_t)(V * V), 4);
     for (int64_t i = 0; i < rows; i++)
         for (int64_t j = 0; j < V; j++)
@@ -63,11 +65,52 @@ KDA_TEST(cls_host_matches_cpu_xent) {
     for (int64_t j = 0; j < V; j++)
         W[j * V + j] = 1.0f;
     int64_t wf = xent_work_floats(rows, V), nvalid = rows - 1;
-    float scale = 1.0f / (float)nvalid;
-    float *work = malloc((size_t)wf * 4), nll_c[6], lse_c[6];
-    float *dn_c = malloc((size_t)(rows * V) * 4), *dW_c = calloc((size_t)(V * V), 4);
-    xent_fwd(nll_c, lse_c, NULL, n, W, tg, rows, V, V, work, wf);
-    xent_bwd(dn_c, dW_c, n, W, tg, lse_c, rows, V, V, scale, work, wf);
+    ref->scale = 1.0f / (float)nvalid;
+    float *work = malloc((size_t)wf * 4), *dW = calloc((size_t)(V * V), 4);
+    ref->dn = malloc((size_t)(rows * V) * 4);
+    xent_fwd(ref->nll, ref->lse, NULL, n, W, tg, rows, V, V, work, wf);
+    xent_bwd(ref->dn, dW, n, W, tg, ref->lse, rows, V, V, ref->scale, work, wf);
+    free(n), free(W), free(work), free(dW);
+}
+
+// One twin run against ref at the tolerances above: g holds its dlogits (in place of the logits),
+// nll, lse its losses, nll0, lse0 those of its loss-only run (which must equal them); padding
+// columns stay NaN. what names the configuration in a failure; *worst and *worst_d receive the
+// largest |nll| difference and relative dlogit difference.
+static void expect_rows_(const char *what, const XentRef *ref, const kda_bf16 *g, const float *nll,
+                         const float *lse, const float *nll0, const float *lse0, int64_t rows,
+                         int64_t V, int64_t ld, double *worst, double *worst_d) {
+    *worst = 0, *worst_d = 0;
+    for (int64_t i = 0; i < rows; i++) {
+        double tol = 2e-6 * fmax(1.0, fabs(ref->lse[i]));
+        CHECK_NEAR(lse[i], ref->lse[i], tol);
+        CHECK_NEAR(nll[i], ref->nll[i], tol);
+        CHECK(nll[i] == nll0[i] && lse[i] == lse0[i]);
+        *worst = fmax(*worst, fabs(nll[i] - ref->nll[i]));
+        for (int64_t j = 0; j < V; j++) {
+            double d = bf16_to_f32(g[i * ld + j]), r = ref->dn[i * V + j];
+            double e = fabs(d - r);
+            if (!(e <= fabs(r) / 256.0 + 1e-6 * ref->scale)) {
+                CHECK_MSG(0, "%s row %lld col %lld: dlogit %.9g vs %.9g", what, (long long)i,
+                          (long long)j, d, r);
+                break;
+            }
+            *worst_d = fmax(*worst_d, e / (fabs(r) + 1e-30));
+        }
+        for (int64_t j = V; j < ld; j++) // padding untouched
+            CHECK(isnan(bf16_to_f32(g[i * ld + j])));
+    }
+}
+
+KDA_TEST(cls_host_matches_cpu_xent) {
+    const int64_t V = 1003, ld = kda_cuda_cls_ld(V), rows = 6; // 1003 = 125 groups of 8 + 3
+    CHECK_EQ_INT(ld, 1024);
+    kda_bf16 *lg = malloc((size_t)(rows * ld) * sizeof *lg);
+    int32_t tg[6];
+    make_logits_(lg, tg, rows, V, ld, 3);
+    XentRef ref;
+    cpu_xent_(&ref, lg, tg, rows, V, ld);
+    float scale = ref.scale;
     const int threads[] = {1, 64, 512};
     for (size_t k = 0; k < sizeof threads / sizeof *threads; k++) {
         kda_bf16 *g = malloc((size_t)(rows * ld) * sizeof *g);
@@ -77,32 +120,16 @@ KDA_TEST(cls_host_matches_cpu_xent) {
         kda_cuda_cls_rows_host(g, nll0, lse0, tg, rows, V, ld, scale, 0, threads[k]);
         CHECK(!memcmp(g, lg, (size_t)(rows * ld) * sizeof *g));
         kda_cuda_cls_rows_host(g, nll, lse, tg, rows, V, ld, scale, 1, threads[k]);
-        double worst = 0, worst_d = 0;
-        for (int64_t i = 0; i < rows; i++) {
-            double tol = 2e-6 * fmax(1.0, fabs(lse_c[i]));
-            CHECK_NEAR(lse[i], lse_c[i], tol);
-            CHECK_NEAR(nll[i], nll_c[i], tol);
-            CHECK(nll[i] == nll0[i] && lse[i] == lse0[i]);
-            worst = fmax(worst, fabs(nll[i] - nll_c[i]));
-            for (int64_t j = 0; j < V; j++) {
-                double d = bf16_to_f32(g[i * ld + j]), ref = dn_c[i * V + j];
-                double e = fabs(d - ref);
-                if (!(e <= fabs(ref) / 256.0 + 1e-6 * scale)) {
-                    CHECK_MSG(0, "threads %d row %lld col %lld: dlogit %.9g vs %.9g", threads[k],
-                              (long long)i, (long long)j, d, ref);
-                    break;
-                }
-                worst_d = fmax(worst_d, e / (fabs(ref) + 1e-30));
-            }
-            for (int64_t j = V; j < ld; j++) // padding untouched
-                CHECK(isnan(bf16_to_f32(g[i * ld + j])));
-        }
-        CHECK(nll[3] == 0.0f && dn_c[3 * V] == 0.0f && g[3 * ld] == 0);
+        char what[32];
+        snprintf(what, sizeof what, "threads %d", threads[k]);
+        double worst, worst_d;
+        expect_rows_(what, &ref, g, nll, lse, nll0, lse0, rows, V, ld, &worst, &worst_d);
+        CHECK(nll[3] == 0.0f && ref.dn[3 * V] == 0.0f && g[3 * ld] == 0);
         printf("    %3d threads: max |nll diff| %.2e, max rel dlogit diff %.2e\n", threads[k],
                worst, worst_d);
         free(g);
     }
-    free(lg), free(n), free(W), free(work), free(dn_c), free(dW_c);
+    free(lg), free(ref.dn);
 }
 
 // The partition sum stays exact at the real vocabulary (128,256): lse against a double sum over
@@ -190,18 +217,9 @@ KDA_TEST(cls_host2_matches_cpu_xent) {
     kda_bf16 *lg = malloc((size_t)(rows * ld) * sizeof *lg);
     int32_t tg[6];
     make_logits_(lg, tg, rows, V, ld, 4);
-    float *n = malloc((size_t)(rows * V) * 4), *W = calloc((size_t)(V * V), 4);
-    for (int64_t i = 0; i < rows; i++)
-        for (int64_t j = 0; j < V; j++)
-            n[i * V + j] = bf16_to_f32(lg[i * ld + j]);
-    for (int64_t j = 0; j < V; j++)
-        W[j * V + j] = 1.0f;
-    int64_t wf = xent_work_floats(rows, V), nvalid = rows - 1;
-    float scale = 1.0f / (float)nvalid;
-    float *work = malloc((size_t)wf * 4), nll_c[6], lse_c[6];
-    float *dn_c = malloc((size_t)(rows * V) * 4), *dW_c = calloc((size_t)(V * V), 4);
-    xent_fwd(nll_c, lse_c, NULL, n, W, tg, rows, V, V, work, wf);
-    xent_bwd(dn_c, dW_c, n, W, tg, lse_c, rows, V, V, scale, work, wf);
+    XentRef ref;
+    cpu_xent_(&ref, lg, tg, rows, V, ld);
+    float scale = ref.scale;
     const struct { // 512 x 4, 1024 x 8: the pipelined kernel's shapes (KDA_CLS_ROW_PIPE)
         int nth, cl;
     } cfg[] = {{1, 1}, {100, 1}, {256, 1}, {32, 2}, {256, 4}, {64, 8}, {512, 4}, {1024, 8}};
@@ -212,32 +230,16 @@ KDA_TEST(cls_host2_matches_cpu_xent) {
         kda_cuda_cls_rows2_host(g, nll0, lse0, tg, rows, V, ld, scale, 0, cfg[k].nth, cfg[k].cl);
         CHECK(!memcmp(g, lg, (size_t)(rows * ld) * sizeof *g)); // loss only: logits untouched
         kda_cuda_cls_rows2_host(g, nll, lse, tg, rows, V, ld, scale, 1, cfg[k].nth, cfg[k].cl);
-        double worst = 0, worst_d = 0;
-        for (int64_t i = 0; i < rows; i++) {
-            double tol = 2e-6 * fmax(1.0, fabs(lse_c[i]));
-            CHECK_NEAR(lse[i], lse_c[i], tol);
-            CHECK_NEAR(nll[i], nll_c[i], tol);
-            CHECK(nll[i] == nll0[i] && lse[i] == lse0[i]);
-            worst = fmax(worst, fabs(nll[i] - nll_c[i]));
-            for (int64_t j = 0; j < V; j++) {
-                double d = bf16_to_f32(g[i * ld + j]), ref = dn_c[i * V + j];
-                double e = fabs(d - ref);
-                if (!(e <= fabs(ref) / 256.0 + 1e-6 * scale)) {
-                    CHECK_MSG(0, "%d x %d row %lld col %lld: dlogit %.9g vs %.9g", cfg[k].nth,
-                              cfg[k].cl, (long long)i, (long long)j, d, ref);
-                    break;
-                }
-                worst_d = fmax(worst_d, e / (fabs(ref) + 1e-30));
-            }
-            for (int64_t j = V; j < ld; j++) // padding untouched
-                CHECK(isnan(bf16_to_f32(g[i * ld + j])));
-        }
+        char what[32];
+        snprintf(what, sizeof what, "%d x %d", cfg[k].nth, cfg[k].cl);
+        double worst, worst_d;
+        expect_rows_(what, &ref, g, nll, lse, nll0, lse0, rows, V, ld, &worst, &worst_d);
         CHECK(nll[3] == 0.0f && g[3 * ld] == 0 && g[3 * ld + V - 1] == 0);
         printf("    %3d threads x %d blocks: max |nll diff| %.2e, max rel dlogit diff %.2e\n",
                cfg[k].nth, cfg[k].cl, worst, worst_d);
         free(g);
     }
-    free(lg), free(n), free(W), free(work), free(dn_c), free(dW_c);
+    free(lg), free(ref.dn);
 }
 
 // Both twins at the real vocabulary (128,256) against a double sum over the same bf16 logits:

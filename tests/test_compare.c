@@ -4,7 +4,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/wait.h>
 
 #include "core/util.h"
 #include "test.h"
@@ -89,19 +88,13 @@ KDA_TEST(compare_reads_three_formats) {
 KDA_TEST(compare_cli_table_and_plot) {
     const char *ts = write_("trainer_state.json", TRAINER_STATE);
     const char *ml = write_("primus.log", MEGATRON_LOG);
-    char svg[4096], cmd[16384];
+    char svg[4096], args[16384];
     path_join(svg, sizeof svg, test_tmpdir(), "overlay.svg");
-    const char *bin = getenv("KDA_BIN") ? getenv("KDA_BIN") : "build/kda";
-    snprintf(cmd, sizeof cmd, "%s compare %s %s --labels FLA,Primus --divide 8 -o %s 2>&1", bin, ts,
-             ml, svg);
-    FILE *p = popen(cmd, "r");
-    CHECK(p != NULL);
-    if (!p) return;
+    snprintf(args, sizeof args, "compare %s %s --labels FLA,Primus --divide 8 -o %s", ts, ml, svg);
     static char out[1 << 14];
-    size_t n = fread(out, 1, sizeof out - 1, p);
-    out[n] = 0;
-    int st = pclose(p);
-    CHECK_MSG(WIFEXITED(st) && WEXITSTATUS(st) == 0, "%s", out);
+    int st = test_run_kda(out, sizeof out, NULL, args);
+    CHECK_MSG(st == 0, "%s", out);
+    if (st) return;
     CHECK_MSG(strstr(out, "| 1 | 11.9673 | 11.9669 | -0.00 % |") &&
                   strstr(out, "| 500 | 4.7349 | 4.8390 | +2.20 % |"),
               "%s", out);
@@ -111,10 +104,7 @@ KDA_TEST(compare_cli_table_and_plot) {
     CHECK(s && strstr(s, "<svg") && strstr(s, ">FLA</text>") && strstr(s, ">Primus</text>") &&
           strstr(s, ">1000</text>")); // rounded ticks
     free(s);
-    snprintf(cmd, sizeof cmd, "%s compare %s 2>&1", bin, ts);
-    p = popen(cmd, "r");
-    n = fread(out, 1, sizeof out - 1, p);
-    out[n] = 0;
-    st = pclose(p);
-    CHECK_MSG(WIFEXITED(st) && WEXITSTATUS(st) == 2 && strstr(out, "two inputs"), "%s", out);
+    snprintf(args, sizeof args, "compare %s", ts);
+    st = test_run_kda(out, sizeof out, NULL, args);
+    CHECK_MSG(st == 2 && strstr(out, "two inputs"), "%s", out);
 }

@@ -19,17 +19,6 @@
 #include "dist_test_util.h"
 #include "test.h"
 
-// CPU ranks need Gloo: a build without it (make KDA_GLOO=0) skips these tests, saying so.
-#ifdef KDA_HAVE_GLOO
-#define NEED_GLOO() ((void)0)
-#else
-#define NEED_GLOO()                                                                                \
-    do {                                                                                           \
-        printf("    skipped: this build has no Gloo (CPU ranks)\n");                               \
-        return;                                                                                    \
-    } while (0)
-#endif
-
 // ---------------------------------------------------------------------------------------------
 // Launch environments
 

@@ -37,17 +37,6 @@
 #include "model/params.h"
 #include "test.h"
 
-// CPU ranks need Gloo: a build without it (make KDA_GLOO=0) skips these tests, saying so.
-#ifdef KDA_HAVE_GLOO
-#define NEED_GLOO() ((void)0)
-#else
-#define NEED_GLOO()                                                                                \
-    do {                                                                                           \
-        printf("    skipped: this build has no Gloo (CPU ranks)\n");                               \
-        return;                                                                                    \
-    } while (0)
-#endif
-
 static const char *kda_bin_(void) {
     const char *b = getenv("KDA_BIN");
     return b ? b : "./build/kda";
@@ -686,16 +675,9 @@ KDA_TEST(dp_two_nodes_in_network_namespaces) {
 // --dry-run under a launcher shows the world and the per-rank accumulation (no rendezvous).
 KDA_TEST(dp_dry_run_shows_the_world) {
     static char out[1 << 16];
-    char cmd[1024];
-    snprintf(cmd, sizeof cmd,
-             "RANK=3 WORLD_SIZE=8 LOCAL_RANK=3 LOCAL_WORLD_SIZE=8 MASTER_ADDR=127.0.0.1 "
-             "%s train --config configs/train_kda_300M.yaml --dry-run 2>&1",
-             kda_bin_());
-    FILE *p = popen(cmd, "r");
-    CHECK(p != NULL);
-    size_t n = p ? fread(out, 1, sizeof out - 1, p) : 0;
-    out[n] = 0;
-    CHECK(p && pclose(p) == 0);
+    CHECK(test_run_kda(out, sizeof out,
+                       "RANK=3 WORLD_SIZE=8 LOCAL_RANK=3 LOCAL_WORLD_SIZE=8 MASTER_ADDR=127.0.0.1",
+                       "train --config configs/train_kda_300M.yaml --dry-run") == 0);
     CHECK_MSG(strstr(out,
                      "world size 8 (cuda, launcher torchrun), global batch 1024 = micro 16 x 8 "
                      "accumulation steps x 8 ranks"),

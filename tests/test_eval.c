@@ -18,7 +18,7 @@
 #include "io/model_io.h"
 #include "model/model.h"
 #include "test.h"
-#include "tiny_model.h" // defines: tiny_runtime
+#include "tiny_model.h" // defines: tiny_runtime, tiny_forward_ll
 
 #define TOKENIZER "assets/tokenizers/llama3/tokenizer.json"
 
@@ -209,17 +209,6 @@ static void tiny_(KdaModel *m) {
     kda_params_init(&m->table, &m->cfg, m->params, 11);
 }
 
-static double forward_ll_(KdaModel *m, const int32_t *ids, int64_t n, int64_t n_cont) {
-    float *nll = kda_malloc((size_t)n * sizeof *nll);
-    KdaError err;
-    KDA_ASSERT(kda_model_forward(m, ids, NULL, 1, n, nll, NULL, NULL, &err) == 0);
-    double s = 0.0;
-    for (int64_t p = n - n_cont; p < n; p++)
-        s -= nll[p - 1];
-    free(nll);
-    return s;
-}
-
 KDA_TEST(eval_tokenization_rules) {
     KdaTokenizer *tok = tok_();
     KdaError err;
@@ -261,7 +250,7 @@ KDA_TEST(eval_loglik_equals_forward_nll) {
         CHECK(eval_encode_request(tok, &rq[i], 1, 0, &t[i], &err) == 0);
     double ref[4], ll_shared[4], ll_full[4], ll_trunc[4];
     for (int i = 0; i < 4; i++)
-        ref[i] = forward_ll_(&m, t[i].ids, t[i].n_ctx + t[i].n_cont, t[i].n_cont);
+        ref[i] = tiny_forward_ll(&m, t[i].ids, t[i].n_ctx + t[i].n_cont, t[i].n_cont);
     EvalSettings s = {.bos = 1, .max_length = 2048, .batch_tokens = 64, .share_prefix = 1};
     CHECK(eval_loglik(rt, t, 4, &s, ll_shared, NULL, NULL, &err) == 0);
     s.share_prefix = 0;
@@ -281,7 +270,7 @@ KDA_TEST(eval_loglik_equals_forward_nll) {
         int64_t n = t[i].n_ctx + t[i].n_cont, L = n < 6 ? n : 6,
                 nc = t[i].n_cont < L - 1 ? t[i].n_cont : L - 1;
         // the same fp32 rounding as the untruncated check above (a shorter input): 1e-5
-        CHECK_NEAR(ll_trunc[i], forward_ll_(&m, t[i].ids + (n - L), L, nc), 1e-5);
+        CHECK_NEAR(ll_trunc[i], tiny_forward_ll(&m, t[i].ids + (n - L), L, nc), 1e-5);
     }
     for (int i = 0; i < 4; i++)
         eval_tokens_free(&t[i]);
@@ -478,7 +467,7 @@ KDA_TEST(eval_perplexity_windows) {
         int64_t L = n_all - w * S < S + 1 ? n_all - w * S : S + 1;
         for (int64_t i = 0; i < L; i++)
             ids[i] = (int32_t)all[w * S + i];
-        ref -= forward_ll_(&m, ids, L, L - 1);
+        ref -= tiny_forward_ll(&m, ids, L, L - 1);
     }
     // The same forwards (windows of S + 1 = 4 tokens), summed in another order: the float NLLs
     // rounded to double sums of ~n_all terms of ~5 nats, a few double ulps, plus the fp32

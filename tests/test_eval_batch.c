@@ -13,7 +13,7 @@
 #include "eval/generate.h"
 #include "model/model.h"
 #include "test.h"
-#include "tiny_model.h" // defines: tiny_runtime
+#include "tiny_model.h" // defines: tiny_runtime, tiny_forward_ll
 
 // A tiny random model; vocab 64 unless a fixture needs more (the batched path does not depend
 // on the vocabulary size).
@@ -96,17 +96,6 @@ KDA_TEST(eval_batch_fill_padding_labels_truncation) {
     eval_tokens_free(&r[0]), eval_tokens_free(&r[1]);
 }
 
-static double forward_ll_(KdaModel *m, const int32_t *ids, int64_t n, int64_t n_cont) {
-    float *nll = kda_malloc((size_t)n * sizeof *nll);
-    KdaError err;
-    KDA_ASSERT(kda_model_forward(m, ids, NULL, 1, n, nll, NULL, NULL, &err) == 0);
-    double s = 0.0;
-    for (int64_t p = n - n_cont; p < n; p++)
-        s -= nll[p - 1];
-    free(nll);
-    return s;
-}
-
 KDA_TEST(eval_batch_cpu_batched_matches_unbatched) {
     KdaModel m;
     tiny_(&m);
@@ -130,7 +119,7 @@ KDA_TEST(eval_batch_cpu_batched_matches_unbatched) {
     }
     double ref[N], ll[N], ll_trunc[N];
     for (int i = 0; i < N; i++)
-        ref[i] = forward_ll_(&m, r[i].ids, r[i].n_ctx + r[i].n_cont, r[i].n_cont);
+        ref[i] = tiny_forward_ll(&m, r[i].ids, r[i].n_ctx + r[i].n_cont, r[i].n_cont);
     // share_prefix 0: every request through padded [B, T] batches of at most 200 tokens
     EvalSettings s = {.bos = 0, .max_length = 2048, .batch_tokens = 200, .share_prefix = 0};
     KdaError err;
@@ -150,7 +139,7 @@ KDA_TEST(eval_batch_cpu_batched_matches_unbatched) {
     for (int i = 0; i < N; i++) {
         int64_t n = r[i].n_ctx + r[i].n_cont, L = n < 21 ? n : 21;
         int64_t nc = r[i].n_cont < L - 1 ? r[i].n_cont : L - 1;
-        double want = forward_ll_(&m, r[i].ids + (n - L), L, nc);
+        double want = tiny_forward_ll(&m, r[i].ids + (n - L), L, nc);
         CHECK_NEAR(ll_trunc[i], want, 1e-5 * fmax(1.0, fabs(want)));
     }
     for (int i = 0; i < N; i++)

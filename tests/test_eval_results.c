@@ -5,7 +5,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/wait.h>
 
 #include "core/json.h"
 #include "core/util.h"
@@ -172,21 +171,14 @@ KDA_TEST(eval_results_reads_lm_eval_dir_and_legacy) {
 
 // `kda eval --compare LM_EVAL_DIR kda.json --labels FLA,kda`: the table and the warnings.
 KDA_TEST(eval_results_compare_cli) {
-    char path[4096], cmd[9000];
+    char path[4096], args[9000];
     path_join(path, sizeof path, test_tmpdir(), "kda.json");
     KdaError err;
     CHECK(write_kda_(path, &err) == 0);
-    const char *bin = getenv("KDA_BIN") ? getenv("KDA_BIN") : "build/kda";
-    snprintf(cmd, sizeof cmd, "%s eval --compare %s %s --labels FLA,kda 2>&1", bin,
+    snprintf(args, sizeof args, "eval --compare %s %s --labels FLA,kda",
              test_data("eval/lm_eval_out"), path);
-    FILE *p = popen(cmd, "r");
-    CHECK(p != NULL);
-    if (!p) return;
     static char out[1 << 14];
-    size_t n = fread(out, 1, sizeof out - 1, p);
-    out[n] = 0;
-    int st = pclose(p);
-    CHECK_MSG(WIFEXITED(st) && WEXITSTATUS(st) == 0, "%s", out);
+    CHECK_MSG(test_run_kda(out, sizeof out, NULL, args) == 0, "%s", out);
     CHECK_MSG(strstr(out, "| task | metric | random | FLA | kda | Δ (kda − FLA) |") &&
                   strstr(out, "| arc_easy | acc | 25.00 | 48.78 | 50.00 | +1.22 |") &&
                   strstr(out, "not like for like: BOS differs"),

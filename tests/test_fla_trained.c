@@ -29,9 +29,8 @@
 #include "core/json.h"   // defines: JsonDoc, json_parse, json_get, json_get_num
 #include "core/util.h"   // defines: read_file
 #include "eval/eval.h"   // defines: EvalTokens, EvalSettings, eval_loglik
-#include "io/model_io.h" // defines: kda_model_load_dir
 #include "model/model.h" // defines: KdaModel, kda_model_forward
-#include "tiny_model.h"  // defines: tiny_runtime
+#include "tiny_model.h"  // defines: tiny_runtime, tiny_load_model
 #include "test.h"
 
 #define N_SEQ      8
@@ -100,17 +99,8 @@ static void seqs_free_(FlaSeq *s, int n) {
 static int load_(const char *name, KdaModel *m, FlaSeq *s) {
     char rel[256];
     KdaError err;
-    KdaConfig cfg;
-    KdaParamTable t;
-    float *flat;
     snprintf(rel, sizeof rel, "fla_trained/%s", name);
-    int rc = kda_model_load_dir(test_data(rel), &cfg, &t, &flat, &err);
-    CHECK_MSG(rc == 0, "%s", err.msg);
-    if (rc) return -1;
-    if (kda_model_init_from(m, &cfg, &t, flat, &err)) {
-        CHECK_MSG(0, "%s", err.msg);
-        return -1;
-    }
+    if (tiny_load_model(m, rel)) return -1;
     snprintf(rel, sizeof rel, "fla_trained/%s/scores.jsonl", name);
     size_t len;
     char *text = read_file(test_data(rel), &len, &err), *line = text;

@@ -19,14 +19,7 @@ static void gen_model_(KdaModel *m, TinyKind kind, uint64_t seed) {
     KdaConfig c = tiny_config(kind);
     // A large init std (0.2) so that logits spread widely and the state carries real signal.
     c.initializer_range = 0.2;
-    KdaError err;
-    KDA_ASSERT(kda_model_init(m, &c, &err) == 0);
-    kda_params_init(&m->table, &m->cfg, m->params, seed);
-    KdaRng r;
-    rng_seed(&r, seed + 1);
-    for (int64_t l = 0; l < c.num_hidden_layers; l++)
-        for (int64_t i = 0; i < m->cfg.value_dim; i++)
-            m->w.layers[l].g_proj1_bias[i] = rng_normal(&r, 0.0f, 0.5f);
+    tiny_model_init(m, &c, seed);
 }
 
 // max |a - b| / max(max |b|, 1e-3) over one row of logits.

@@ -35,10 +35,10 @@
 #include "core/util.h"      // defines: read_file
 #include "cpu/kda_core.h"   // defines: KdaDims, KdaGateOpts, kda_*
 #include "eval/score.h"     // defines: ScoreSeq, score_read_input
-#include "io/model_io.h"    // defines: kda_model_load_dir
 #include "io/safetensors.h" // defines: SafeTensors, st_open, st_find, st_meta
 #include "model/model.h"    // defines: KdaModel, kda_model_forward, kda_model_backward
 #include "test.h"
+#include "tiny_model.h" // defines: tiny_load_model
 
 // ---- helpers -------------------------------------------------------------------------------
 
@@ -320,19 +320,6 @@ KDA_TEST(golden_kda_op_bounded) {
 #define FLA_LOGIT_TOL   5e-3 // rel-RMS, vs FLA (FLA vs float64: 5.2e-4)
 #define FLA_GRAD_TOL    1e-2 // rel-RMS per tensor, vs FLA (FLA vs float64: worst 2.7e-3)
 
-static int load_model(KdaModel *m, const char *rel) {
-    KdaError err;
-    KdaConfig cfg;
-    KdaParamTable t;
-    float *flat;
-    int rc = kda_model_load_dir(test_data(rel), &cfg, &t, &flat, &err);
-    CHECK_MSG(rc == 0, "%s", err.msg);
-    if (rc) return -1;
-    rc = kda_model_init_from(m, &cfg, &t, flat, &err);
-    CHECK_MSG(rc == 0, "%s", err.msg);
-    return rc;
-}
-
 // Copies logits[:, t0:t0+n, :] of [B, T, Vb] into out [B, n, Vb].
 static void slice_logits(float *out, const float *logits, int64_t B, int64_t T, int64_t Vb,
                          int64_t t0, int64_t n) {
@@ -417,7 +404,7 @@ static void golden_step(const char *model, int with_fla) {
     memset(&m, 0, sizeof m);
     int64_t B = 0, T = 0;
     int32_t *ids = load_ids(&st, "ids", &B, &T);
-    if (!ids || load_model(&m, rel)) {
+    if (!ids || tiny_load_model(&m, rel)) {
         free(ids);
         kda_model_free(&m);
         st_close(&st);
@@ -491,7 +478,7 @@ static int64_t read_losses(const char *rel, double *loss, int64_t *tokens, int64
 KDA_TEST(golden_score) {
     KdaModel m;
     memset(&m, 0, sizeof m);
-    if (load_model(&m, "golden/score_model")) return;
+    if (tiny_load_model(&m, "golden/score_model")) return;
     KdaError err;
     ScoreSeq *seqs = NULL;
     int64_t n = 0;
@@ -536,7 +523,7 @@ KDA_TEST(golden_init42_loss) {
     int64_t B = 0, T = 0;
     int32_t *ids = load_ids(&st, "ids", &B, &T);
     double *ref = load_f64(&st, "ref64.loss", 1);
-    if (ids && ref && load_model(&m, "golden/init42") == 0) {
+    if (ids && ref && tiny_load_model(&m, "golden/init42") == 0) {
         KdaError err;
         float loss = NAN;
         int rc = kda_model_forward(&m, ids, NULL, B, T, NULL, NULL, &loss, &err);

@@ -33,6 +33,7 @@
 #include "model/model_cuda.h" // defines: KdaCudaModel, KdaCudaDecode (the graph switch)
 #include "model/model.h"      // defines: KdaModel
 #include "model/runtime.h"    // defines: KdaRuntime, kda_runtime_*
+#include "kda_case.h"         // defines: kda_case_rel_rms, kda_case_from_bf16
 #include "tiny_model.h"       // defines: tiny_runtime, tiny_random_ids
 
 #define TOL_KERNEL_S    1e-5
@@ -41,21 +42,7 @@
 #define TOL_REFEED      2e-2
 #define N_DECODE        8
 
-static double rel_rms_(const float *a, const float *b, int64_t n) {
-    double num = 0.0, den = 0.0;
-    for (int64_t i = 0; i < n; i++)
-        num += ((double)a[i] - b[i]) * ((double)a[i] - b[i]), den += (double)b[i] * b[i];
-    return sqrt(num / (den + 1e-30));
-}
-
 // ---- kernels vs host twins ---------------------------------------------------------------------
-
-static float *bf16s_to_f32_(const kda_bf16 *b, int64_t n) {
-    float *f = malloc((size_t)n * sizeof(float));
-    for (int64_t i = 0; i < n; i++)
-        f[i] = bf16_to_f32(b[i]);
-    return f;
-}
 
 KDA_TEST_GPU(gpu_decode_kernels_match_host_twins) {
     KdaCudaCtx ctx;
@@ -117,10 +104,11 @@ KDA_TEST_GPU(gpu_decode_kernels_match_host_twins) {
         pb[i] = f32_to_bf16(p[i]);
     kda_cuda_decode_delta_host(ob, S, qb, kb, vb, g, beta, H, HV, K, V, 0.25f);
     kda_cuda_decode_conv_host(yb, tail, pb, w, C, W, K, 1, 1e-6f);
-    float *of = bf16s_to_f32_(ob, HV * V), *yf = bf16s_to_f32_(yb, C);
+    float *of = kda_case_from_bf16(ob, HV * V), *yf = kda_case_from_bf16(yb, C);
     if (ok) {
-        double es = rel_rms_(S_dev, S, HV * K * V), eo = rel_rms_(o_dev, of, HV * V);
-        double ey = rel_rms_(y_dev, yf, C);
+        double es = kda_case_rel_rms(S, S_dev, HV * K * V),
+               eo = kda_case_rel_rms(of, o_dev, HV * V);
+        double ey = kda_case_rel_rms(yf, y_dev, C);
         printf("    device vs twin: state %.3g, output %.3g, conv %.3g, tail %s\n", es, eo, ey,
                memcmp(tail_dev, tail, sizeof tail) ? "differs" : "equal");
         CHECK(es <= TOL_KERNEL_S && eo <= TOL_KERNEL_BF16 && ey <= TOL_KERNEL_BF16);
@@ -215,8 +203,8 @@ static void decode_case_(int gva) {
             continue;
         double worst_cpu = 0.0, worst_refeed = 0.0;
         for (int64_t k = 0; k < n_pos; k++) {
-            double ec = rel_rms_(lg + k * V, lc + k * V, V);
-            double er = rel_rms_(lg + k * V, lr + k * V, V);
+            double ec = kda_case_rel_rms(lc + k * V, lg + k * V, V);
+            double er = kda_case_rel_rms(lr + k * V, lg + k * V, V);
             CHECK_MSG(ec <= TOL_LOGITS, "gva %d T %lld position %lld: vs CPU rel RMS %.3g", gva,
                       (long long)T, (long long)(T - 1 + k), ec);
             CHECK_MSG(er <= TOL_REFEED, "gva %d T %lld position %lld: vs re-feed rel RMS %.3g", gva,
@@ -230,7 +218,7 @@ static void decode_case_(int gva) {
             if (decode_run_(bad[b], ids, T, lb)) continue;
             double eb = 0.0;
             for (int64_t k = 0; k < n_pos; k++)
-                eb = fmax(eb, rel_rms_(lb + k * V, lc + k * V, V));
+                eb = fmax(eb, kda_case_rel_rms(lc + k * V, lb + k * V, V));
             CHECK_MSG(T == 1 || eb >= 3 * TOL_LOGITS, "broken model %d, T %lld: only %.3g", b + 1,
                       (long long)T, eb);
         }

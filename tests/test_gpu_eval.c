@@ -27,6 +27,7 @@
 #include "eval/generate.h" // defines: kda_generate, kda_generate_refeed
 #include "model/model.h"   // defines: KdaModel
 #include "model/runtime.h" // defines: KdaRuntime, kda_runtime_*
+#include "kda_case.h"      // defines: kda_case_rel_rms
 #include "tiny_model.h"    // defines: tiny_runtime
 
 #define TOL_LL       1e-2 // per request, |gpu - cpu| / max(1, |cpu|); measured worst 4.32e-3
@@ -71,14 +72,6 @@ static void rel_err_(const double *a, const double *b, int n, double *worst, dou
         double d = fabs(a[i] - b[i]) / fmax(1.0, fabs(b[i]));
         *worst = fmax(*worst, d), *mean += d / n;
     }
-}
-
-// rel RMS of a [n] vs b [n]: |a - b| / |b|
-static double rel_rms_(const float *a, const float *b, int64_t n) {
-    double num = 0.0, den = 0.0;
-    for (int64_t v = 0; v < n; v++)
-        num += ((double)a[v] - b[v]) * ((double)a[v] - b[v]), den += (double)b[v] * b[v];
-    return sqrt(num / (den + 1e-30));
 }
 
 // The bf16 GPU runtime and the CPU runtime of m (*gpu NULL, and a failed check, without a GPU).
@@ -213,14 +206,15 @@ KDA_TEST_GPU(gpu_eval_logits_and_greedy_generate) {
                   kda_runtime_logits(d, 0, P - 1, gl, &err) == 0,
               "%s", err.msg);
     const float *cl = lg + (P - 1) * V; // the CPU's last position
-    double rel = rel_rms_(gl, cl, V);
+    double rel = kda_case_rel_rms(cl, gl, V);
     printf("    last-position logits GPU vs CPU: rel RMS %.3g\n", rel);
     CHECK_MSG(rel <= TOL_LOGITS, "rel RMS %.3g > %.3g", rel, TOL_LOGITS);
     for (int v = 0; v < 2; v++) { // the broken models (see model_broken_) must be far outside
         KdaModel mb;
         model_broken_(&mb, v + 1);
         CHECK(kda_model_forward(&mb, prompt, NULL, 1, P, NULL, bl, NULL, &err) == 0);
-        double rb = rel_rms_(bl + (P - 1) * V, cl, V), rg = rel_rms_(gl, bl + (P - 1) * V, V);
+        double rb = kda_case_rel_rms(cl, bl + (P - 1) * V, V),
+               rg = kda_case_rel_rms(bl + (P - 1) * V, gl, V);
         printf("    broken model %d: logits rel RMS vs CPU %.3g, vs GPU %.3g\n", v + 1, rb, rg);
         CHECK_MSG(rb >= 3 * TOL_LOGITS && rg >= 3 * rel, "broken model %d: %.3g / %.3g", v + 1, rb,
                   rg);

@@ -72,9 +72,9 @@ static float *down_bf16_(const void *d, int64_t n) {
 }
 
 static void run_fwd_(const KdaCase *c) {
-    const KdaDims *d = &c->d, dc = kda_case_cpu_dims(c);
-    float *o = malloc((size_t)c->nv * 4), *fs = malloc((size_t)c->ns * 4);
-    kda_chunk_fwd(o, fs, c->q, c->k, c->v, c->g, c->beta, c->S0, &dc);
+    const KdaDims *d = &c->d;
+    float *o, *fs;
+    kda_case_ref_fwd(c, &o, &fs);
     void *q = up_bf16_(c->q, c->nqk), *k = up_bf16_(c->k, c->nqk), *v = up_bf16_(c->v, c->nv);
     void *gc = up_f32_(c->gcum, c->ng), *be = up_f32_(c->beta, c->nb);
     void *S0 = c->S0 ? up_f32_(c->S0, c->ns) : NULL;

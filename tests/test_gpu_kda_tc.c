@@ -26,13 +26,11 @@
 
 #ifdef KDA_HAVE_CUDA
 
-#include "core/rng.h"     // defines: KdaRng
-#include "core/util.h"    // defines: f32_to_bf16, bf16_to_f32
-#include "cpu/kda_core.h" // defines: KdaDims, kda_chunk_fwd, kda_chunk_bwd
+#include "core/rng.h" // defines: KdaRng
 #include "cuda/cuda_common.h"
 #include "cuda/kda_fast.h" // defines: kda_fast_fwd, kda_fast_bwd, kda_fast_bwd_kept
 #include "cuda/kda_tc.h"   // defines: kda_tc_fwd, kda_tc_bwd, kda_tc_fwd_keep, kda_tc_bwd_kept
-#include "kda_case.h"      // defines: KdaCase, kda_case_make, kda_case_expect
+#include "kda_case.h"      // defines: KdaCase, kda_case_make, kda_case_expect, kda_case_ref_*
 
 #define TOL_TC_F32  3e-3
 #define TOL_TC_BF16 1e-2
@@ -143,9 +141,8 @@ static void expect_fwd_(const char *vs, const FwdOut *ref, const FwdOut *out, co
 }
 
 static void run_fwd_(const KdaCase *c) {
-    KdaDims dc = kda_case_cpu_dims(c);
-    FwdOut cpu = {malloc((size_t)c->nv * 4), malloc((size_t)c->ns * 4)};
-    kda_chunk_fwd(cpu.o, cpu.fs, c->q, c->k, c->v, c->g, c->beta, c->S0, &dc);
+    FwdOut cpu;
+    kda_case_ref_fwd(c, &cpu.o, &cpu.fs);
     DevIn in = dev_in_(c);
     FwdOut tc = gpu_fwd_(c, &in, 0, NULL), fast = gpu_fwd_(c, &in, 2, NULL);
     expect_fwd_("cpu", &cpu, &tc, c);
@@ -214,12 +211,9 @@ static void expect_bwd_(const char *vs, const BwdOut *ref, const BwdOut *out, co
 // kept: also the M0 forms (kda_tc_fwd_keep -> kda_tc_bwd_kept, and kda_tc_fwd_keep ->
 // kda_fast_bwd_kept: the shared kept layout).
 static void run_bwd_(const KdaCase *c, int kept) {
-    KdaDims dc = kda_case_cpu_dims(c);
-    BwdOut cpu;
-    for (int i = 0; i < 6; i++)
-        cpu.g[i] = malloc((size_t)bwd_n_(c, i) * 4);
-    kda_chunk_bwd(cpu.g[0], cpu.g[1], cpu.g[2], cpu.g[3], cpu.g[4], cpu.g[5], c->dO, c->dST, c->q,
-                  c->k, c->v, c->g, c->beta, c->S0, &dc);
+    KdaCaseGrads ref;
+    kda_case_ref_bwd(c, &ref);
+    BwdOut cpu = {{ref.dq, ref.dk, ref.dv, ref.dg, ref.db, ref.dS0}}; // freed by bwd_out_free_
     DevIn in = dev_in_(c);
     BwdOut tc = gpu_bwd_(c, &in, 0, NULL), fast = gpu_bwd_(c, &in, 2, NULL);
     expect_bwd_("cpu", &cpu, &tc, c);
@@ -410,19 +404,6 @@ KDA_TEST_GPU(gpu_kda_tc_v4_matches_v3) {
 // every body (the v4 kept backward included), at TOL_HOST_F32 / TOL_HOST_BF16 (see above). Shapes:
 // T not a multiple of the chunk with states, GVA 4x under a -30-nat gate, 64 chunks in series,
 // and two dims that run v3's intra and main backward inside v4 (K16 V24, K = V = 128 chunk 16).
-static kda_bf16 *host_bf16_(const float *x, int64_t n) {
-    kda_bf16 *b = malloc((size_t)(n > 0 ? n : 1) * sizeof(kda_bf16));
-    for (int64_t i = 0; i < n; i++)
-        b[i] = f32_to_bf16(x[i]);
-    return b;
-}
-static float *host_f32_(const kda_bf16 *b, int64_t n) {
-    float *x = malloc((size_t)(n > 0 ? n : 1) * sizeof(float));
-    for (int64_t i = 0; i < n; i++)
-        x[i] = bf16_to_f32(b[i]);
-    return x;
-}
-
 KDA_TEST_GPU(gpu_kda_tc_matches_host) {
     if (!gpu_()) return;
     static const TcShape S[] = {{2, 65, 2, 2, 32, 64, 32, 1, 0},
@@ -438,8 +419,8 @@ KDA_TEST_GPU(gpu_kda_tc_matches_host) {
         kda_case_make(&c, &r, s->B, s->T, s->H, s->HV, s->K, s->V, s->C, s->state);
         if (s->gmax > 0) kda_case_strong_gate(&c, &r, s->gmax);
         DevIn in = dev_in_(&c);
-        kda_bf16 *qb = host_bf16_(c.q, c.nqk), *kb = host_bf16_(c.k, c.nqk);
-        kda_bf16 *vb = host_bf16_(c.v, c.nv), *dOb = host_bf16_(c.dO, c.nv);
+        kda_bf16 *qb = kda_case_to_bf16(c.q, c.nqk), *kb = kda_case_to_bf16(c.k, c.nqk);
+        kda_bf16 *vb = kda_case_to_bf16(c.v, c.nv), *dOb = kda_case_to_bf16(c.dO, c.nv);
         size_t nk = kda_tc_keep_floats(&c.d);
         float *keep = kda_cuda_alloc(&g_tctx, nk * 4), *hkeep = malloc(nk * 4);
         KDA_ASSERT(keep && hkeep);
@@ -462,8 +443,8 @@ KDA_TEST_GPU(gpu_kda_tc_matches_host) {
                 kda_tc_bwd_host(h.g[0], h.g[1], hdv, h.g[3], h.g[4], h.g[5], dOb, c.dST, qb, kb, vb,
                                 c.gcum, c.beta, c.S0, &c.d, kept ? hkeep : NULL, ver);
                 free(h.g[2]);
-                h.g[2] = host_f32_(hdv, c.nv);
-                float *hof = host_f32_(ho, c.nv);
+                h.g[2] = kda_case_from_bf16(hdv, c.nv);
+                float *hof = kda_case_from_bf16(ho, c.nv);
                 // device
                 KDA_ASSERT(kda_cuda_poison(&g_tctx, keep, nk * 4) == 0);
                 FwdOut f = gpu_fwd_(&c, &in, kept, kept ? keep : NULL);

@@ -21,7 +21,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "kda_case.h" // defines: kda_case_chunk_cumsums
+#include "kda_case.h" // defines: kda_case_chunk_cumsums, kda_case_expect_rel
 #include "test.h"
 
 #ifdef KDA_HAVE_CUDA
@@ -141,25 +141,10 @@ static float *copy_(const float *x, int64_t n) {
     return y;
 }
 
-// RMS(ref - out) / RMS(ref); infinity when any output is not finite.
-static double rel_rms_(const float *ref, const float *out, int64_t n) {
-    double se = 0.0, sr = 0.0;
-    for (int64_t i = 0; i < n; i++) {
-        if (!isfinite(out[i])) return INFINITY;
-        double e = (double)ref[i] - out[i];
-        se += e * e;
-        sr += (double)ref[i] * ref[i];
-    }
-    if (sr == 0.0) return se == 0.0 ? 0.0 : INFINITY;
-    return sqrt(se / sr);
-}
-
-// Checks and prints one comparison (the log shows every kernel's error).
+// Checks and prints one comparison (the log shows every kernel's error): the strict rel-RMS
+// check, under the short name this file's many comparisons use.
 static void expect_(const char *what, const float *ref, const float *out, int64_t n, double tol) {
-    double rel = rel_rms_(ref, out, n);
-    printf("    %-40s n=%-9lld rel %.2e (tol %.0e)%s\n", what, (long long)n, rel, tol,
-           rel <= tol ? "" : "  FAIL");
-    CHECK_MSG(rel <= tol, "%s: rel RMS error %.3g > %.1g", what, rel, tol);
+    kda_case_expect_rel(what, ref, out, n, tol);
 }
 
 static int ok_(int rc) {

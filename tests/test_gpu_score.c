@@ -31,9 +31,9 @@
 #include "core/rng.h"      // defines: KdaRng, rng_seed, rng_below
 #include "core/util.h"     // defines: read_file
 #include "model/runtime.h" // defines: KdaRuntime, kda_runtime_forward, kda_runtime_logits
-#include "io/model_io.h"   // defines: kda_model_load_dir
 #include "model/model.h"   // defines: KdaModel, kda_model_forward
-#include "tiny_model.h"    // defines: tiny_runtime
+#include "kda_case.h"      // defines: kda_case_rel_rms
+#include "tiny_model.h"    // defines: tiny_runtime, tiny_load_model
 
 #define FP32_TOL       1e-4 // per-sequence mean NLL, GPU fp32 vs CPU
 #define BF16_TOL       2e-3 // the same for GPU bf16, T >= BF16_LONG_T
@@ -46,15 +46,9 @@ static const int64_t LENGTHS[] = {1, 2, 3, 31, 32, 33, 64, 200, 2048};
 
 // rel: a directory under tests/data (test_data).
 static int load_(KdaModel *m, const char *rel) {
-    KdaConfig cfg;
-    KdaParamTable pt;
-    float *flat;
-    KdaError err;
-    int rc = kda_model_load_dir(test_data(rel), &cfg, &pt, &flat, &err) ||
-             kda_model_init_from(m, &cfg, &pt, flat, &err);
-    CHECK_MSG(rc == 0, "%s: %s", rel, err.msg);
+    int rc = tiny_load_model(m, rel);
     if (!rc) m->core = KDA_CORE_CHUNK; // what `kda score` runs on the CPU
-    return rc ? -1 : 0;
+    return rc;
 }
 
 // ids [2048] of the first 2048-token window of scores.jsonl (rel: under tests/data).
@@ -201,12 +195,7 @@ KDA_TEST_GPU(gpu_score_precision_fp32_logits_and_batch) {
     CHECK_MSG(kda_runtime_forward(d, ids, NULL, 1, T, NULL, NULL, &err) == 0 &&
                   kda_runtime_logits(d, 0, T - 1, gl, &err) == 0,
               "%s", err.msg);
-    double num = 0.0, den = 0.0;
-    for (int64_t v = 0; v < V; v++) {
-        double e = (double)gl[v] - cl[(T - 1) * V + v];
-        num += e * e, den += (double)cl[(T - 1) * V + v] * cl[(T - 1) * V + v];
-    }
-    double rel = sqrt(num / (den + 1e-30));
+    double rel = kda_case_rel_rms(cl + (T - 1) * V, gl, V);
     printf("    fp32 last-position logits vs CPU: rel RMS %.3g (tolerance %.0e)\n", rel,
            LOGITS_TOL);
     CHECK(rel <= LOGITS_TOL);

@@ -3,7 +3,7 @@
 // chain (L2 norm, beta sigmoid, gate, recurrence), and structural properties (a token attends
 // to itself; a channel-constant gate reduces to Gated DeltaNet's scalar decay).
 //
-// Metric: rel_rms(a, ref) = RMS(a - ref) / (RMS(ref) + 1e-30), accumulated in double, as FLA's
+// Metric: kda_case_rel_rms(ref, a) = RMS(a - ref) / RMS(ref), accumulated in double, as FLA's
 // assert_close uses (kda-model.md §6.6).
 //
 // Tolerances and the error each covers: chunked vs recurrent, FORM_TOL 2e-5 rel-RMS: fp32
@@ -22,19 +22,10 @@
 #include "core/error.h"   // defines: kda_malloc, kda_calloc
 #include "core/rng.h"     // defines: KdaRng, rng_seed, rng_normal, rng_uniform
 #include "cpu/kda_core.h" // defines: KdaDims, KdaGateOpts, kda_*
+#include "kda_case.h"     // defines: kda_case_rel_rms, kda_case_max_abs, kda_case_fla_ratio
 #include "test.h"
 
 // ---- helpers -------------------------------------------------------------------------------
-
-static double rel_rms(const float *a, const float *ref, size_t n) {
-    double num = 0.0, den = 0.0;
-    for (size_t i = 0; i < n; i++) {
-        double dd = (double)a[i] - ref[i];
-        num += dd * dd;
-        den += (double)ref[i] * ref[i];
-    }
-    return sqrt(num / n) / (sqrt(den / n) + 1e-30);
-}
 
 static int all_finite(const float *a, size_t n) {
     for (size_t i = 0; i < n; i++)
@@ -179,7 +170,7 @@ static void compare_forms(const Case *c, uint64_t seed, double worst[8]) {
     const float *rb[8] = {b.o, b.fin, b.dq, b.dk, b.dv, b.dg, b.dbeta, b.dinit};
     size_t n[8] = {in.nv, in.ns, in.nqk, in.nqk, in.nv, in.ng, in.nb, in.ns};
     for (int i = 0; i < 8; i++) {
-        double e = rel_rms(rb[i], ra[i], n[i]);
+        double e = kda_case_rel_rms(ra[i], rb[i], n[i]);
         CHECK_MSG(
             all_finite(rb[i], n[i]) && e <= FORM_TOL,
             "chunk vs recurrent, %s: rel-RMS %.3g (T=%lld H=%lld HV=%lld K=%lld V=%lld C=%lld "
@@ -241,7 +232,7 @@ KDA_TEST(kda_chunk_strong_decay_finite) {
     const float *rb[8] = {b.o, b.fin, b.dq, b.dk, b.dv, b.dg, b.dbeta, b.dinit};
     size_t n[8] = {in.nv, in.ns, in.nqk, in.nqk, in.nv, in.ng, in.nb, in.ns};
     for (int i = 0; i < 8; i++) {
-        worst[i] = rel_rms(rb[i], ra[i], n[i]);
+        worst[i] = kda_case_rel_rms(ra[i], rb[i], n[i]);
         CHECK_MSG(all_finite(rb[i], n[i]) && worst[i] <= FORM_TOL, "strong decay %s: %.3g",
                   g_tensor_names[i], worst[i]);
     }
@@ -507,7 +498,7 @@ KDA_TEST(kda_scalar_decay_reduces_to_gated_deltanet) {
     FwdFn forms[2] = {kda_recurrent_fwd, kda_chunk_fwd};
     for (int fi = 0; fi < 2; fi++) {
         Result res = run_form(&in, forms[fi], NULL, NULL, NULL);
-        double e = rel_rms(res.o, ref, in.nv);
+        double e = kda_case_rel_rms(ref, res.o, in.nv);
         CHECK_MSG(e <= 1e-5, "form %d vs scalar-decay reference: rel-RMS %.3g", fi, e);
         result_free(&res);
     }
@@ -552,4 +543,23 @@ KDA_TEST(kda_chunk_production_shape_finite) {
     result_free(&res);
     free(dO);
     inputs_free(&in);
+}
+
+// ---- the metric --------------------------------------------------------------------------------
+
+// kda_case_rel_rms and kda_case_fla_ratio, the rule every float comparison of the suite uses:
+// the value on a known pair, the all-zero reference (0 or infinite; FLA's 1e-6 absolute clause
+// passes a residue), and a NaN output, which must come back infinite (never NaN: fmax would
+// drop it from a worst-of).
+KDA_TEST(kda_case_rel_rms_rules) {
+    const float ref[3] = {3.0f, 0.0f, 4.0f}, out[3] = {3.0f, 0.0f, 4.5f};
+    const float zero[3] = {0}, tiny[3] = {0.0f, 1e-7f, 0.0f}, nan_out[3] = {3.0f, NAN, 4.0f};
+    CHECK_NEAR(kda_case_rel_rms(ref, out, 3), 0.1, 1e-12); // sqrt(0.25 / 25)
+    CHECK_NEAR(kda_case_max_abs(ref, out, 3), 0.5, 0.0);
+    CHECK(kda_case_fla_ratio(ref, out, 3) == kda_case_rel_rms(ref, out, 3));
+    CHECK(kda_case_rel_rms(zero, zero, 3) == 0.0 && kda_case_rel_rms(ref, ref, 0) == 0.0);
+    CHECK(isinf(kda_case_rel_rms(zero, tiny, 3)));
+    CHECK(kda_case_fla_ratio(zero, tiny, 3) == 0.0);
+    CHECK(isinf(kda_case_rel_rms(ref, nan_out, 3)) && isinf(kda_case_max_abs(ref, nan_out, 3)));
+    CHECK(isinf(kda_case_fla_ratio(ref, nan_out, 3)));
 }

@@ -22,86 +22,34 @@
 
 #ifdef KDA_HAVE_CUDA
 
-#include "core/rng.h"      // defines: KdaRng, rng_normal
-#include "core/util.h"     // defines: bf16_to_f32, f32_to_bf16
-#include "cpu/kda_core.h"  // defines: KdaDims, kda_chunk_fwd, kda_chunk_bwd
+#include "core/rng.h"      // defines: KdaRng, rng_seed
 #include "cuda/kda_fast.h" // defines: kda_fast_fwd_host, kda_fast_bwd_host
-#include "kda_case.h"      // defines: KdaCase, kda_case_make (shared with test_gpu_kda.c)
+#include "kda_case.h" // defines: KdaCaseBf16, kda_case_ref_fwd, kda_case_ref_bwd (shared with test_kda_tc.c)
 
-// A KdaCase plus bf16 copies of q, k, v, dO (exact: the case's values are bf16-representable).
-typedef struct {
-    KdaCase c;
-    kda_bf16 *qb, *kb, *vb, *dOb;
-} FastCase;
-
-static kda_bf16 *to_bf16_(const float *x, int64_t n) {
-    kda_bf16 *b = malloc((size_t)(n > 0 ? n : 1) * sizeof(kda_bf16));
-    for (int64_t i = 0; i < n; i++)
-        b[i] = f32_to_bf16(x[i]);
-    return b;
-}
-
-static void case_make_(FastCase *f, KdaRng *r, int64_t B, int64_t T, int64_t H, int64_t HV,
-                       int64_t K, int64_t V, int64_t C, int with_state) {
-    kda_case_make(&f->c, r, B, T, H, HV, K, V, C, with_state);
-    f->qb = to_bf16_(f->c.q, f->c.nqk), f->kb = to_bf16_(f->c.k, f->c.nqk);
-    f->vb = to_bf16_(f->c.v, f->c.nv), f->dOb = to_bf16_(f->c.dO, f->c.nv);
-}
-
-static void case_free_(FastCase *f) {
-    kda_case_free(&f->c);
-    free(f->qb), free(f->kb), free(f->vb), free(f->dOb);
-}
-
-static float *bf16_to_f32_array_(const kda_bf16 *b, int64_t n) {
-    float *x = malloc((size_t)(n > 0 ? n : 1) * sizeof(float));
-    for (int64_t i = 0; i < n; i++)
-        x[i] = bf16_to_f32(b[i]);
-    return x;
-}
-
-static void check_fwd_(const FastCase *f) {
+static void check_fwd_(const KdaCaseBf16 *f) {
     const KdaCase *c = &f->c;
-    KdaDims dc = kda_case_cpu_dims(c);
-    float *o = malloc((size_t)c->nv * 4), *fs = malloc((size_t)c->ns * 4);
-    float *hfs = malloc((size_t)c->ns * 4);
-    kda_bf16 *ho = malloc((size_t)c->nv * 2);
-    memset(ho, 0xff, (size_t)c->nv * 2); // NaN poison: every element must be written
-    memset(hfs, 0xff, (size_t)c->ns * 4);
-    kda_chunk_fwd(o, fs, c->q, c->k, c->v, c->g, c->beta, c->S0, &dc);
+    float *o, *fs, *hfs;
+    kda_bf16 *ho;
+    kda_case_ref_fwd(c, &o, &fs);
+    kda_case_fwd_poisoned(c, &ho, &hfs);
     kda_fast_fwd_host(ho, hfs, f->qb, f->kb, f->vb, c->gcum, c->beta, c->S0, &c->d);
-    float *hof = bf16_to_f32_array_(ho, c->nv);
+    float *hof = kda_case_from_bf16(ho, c->nv);
     kda_case_expect("fwd o (bf16)", o, hof, c->nv, 1e-2);
     kda_case_expect("fwd final state", fs, hfs, c->ns, 2e-5);
     free(o), free(fs), free(hfs), free(ho), free(hof);
 }
 
-static void check_bwd_(const FastCase *f) {
+static void check_bwd_(const KdaCaseBf16 *f) {
     const KdaCase *c = &f->c;
-    KdaDims dc = kda_case_cpu_dims(c);
-    int64_t nqk = c->nqk, nv = c->nv, ng = c->ng, nb = c->nb, ns = c->ns;
-    float *dq = malloc((size_t)nqk * 4), *dk = malloc((size_t)nqk * 4);
-    float *dv = malloc((size_t)nv * 4), *dg = malloc((size_t)ng * 4);
-    float *db = malloc((size_t)nb * 4), *dS0 = malloc((size_t)ns * 4);
-    kda_chunk_bwd(dq, dk, dv, dg, db, dS0, c->dO, c->dST, c->q, c->k, c->v, c->g, c->beta, c->S0,
-                  &dc);
-    float *hq = malloc((size_t)nqk * 4), *hk = malloc((size_t)nqk * 4);
-    float *hg = malloc((size_t)ng * 4), *hb = malloc((size_t)nb * 4), *hs = malloc((size_t)ns * 4);
-    kda_bf16 *hv = malloc((size_t)nv * 2);
-    memset(hq, 0xff, (size_t)nqk * 4), memset(hk, 0xff, (size_t)nqk * 4);
-    memset(hg, 0xff, (size_t)ng * 4), memset(hb, 0xff, (size_t)nb * 4);
-    memset(hs, 0xff, (size_t)ns * 4), memset(hv, 0xff, (size_t)nv * 2);
-    kda_fast_bwd_host(hq, hk, hv, hg, hb, hs, f->dOb, c->dST, f->qb, f->kb, f->vb, c->gcum, c->beta,
-                      c->S0, &c->d);
-    float *hvf = bf16_to_f32_array_(hv, nv);
-    kda_case_expect("bwd dq", dq, hq, nqk, 2e-5);
-    kda_case_expect("bwd dk", dk, hk, nqk, 2e-5);
-    kda_case_expect("bwd dv (bf16)", dv, hvf, nv, 1e-2);
-    kda_case_expect("bwd dg", dg, hg, ng, 2e-5);
-    kda_case_expect("bwd dbeta", db, hb, nb, 2e-5);
-    kda_case_expect("bwd d initial state", dS0, hs, ns, 2e-5);
-    free(dq), free(dk), free(dv), free(dg), free(db), free(dS0);
-    free(hq), free(hk), free(hg), free(hb), free(hs), free(hv), free(hvf);
+    KdaCaseGrads ref, h;
+    kda_bf16 *hv;
+    kda_case_ref_bwd(c, &ref);
+    kda_case_grads_poisoned(c, &h, &hv);
+    kda_fast_bwd_host(h.dq, h.dk, hv, h.dg, h.db, h.dS0, f->dOb, c->dST, f->qb, f->kb, f->vb,
+                      c->gcum, c->beta, c->S0, &c->d);
+    h.dv = kda_case_from_bf16(hv, c->nv);
+    kda_case_expect_grads("bwd", &ref, &h, c, 2e-5, 1e-2);
+    kda_case_grads_free(&ref), kda_case_grads_free(&h), free(hv);
 }
 
 typedef struct {
@@ -125,13 +73,13 @@ static void sweep_(int bwd, uint64_t seed) {
         printf("  B=%lld T=%lld H=%lld HV=%lld K=%lld V=%lld chunk=%lld state=%d\n",
                (long long)s->B, (long long)s->T, (long long)s->H, (long long)s->HV, (long long)s->K,
                (long long)s->V, (long long)s->C, s->state);
-        FastCase c;
-        case_make_(&c, &r, s->B, s->T, s->H, s->HV, s->K, s->V, s->C, s->state);
+        KdaCaseBf16 c;
+        kda_case_bf16_make(&c, &r, s->B, s->T, s->H, s->HV, s->K, s->V, s->C, s->state, 0);
         if (bwd)
             check_bwd_(&c);
         else
             check_fwd_(&c);
-        case_free_(&c);
+        kda_case_bf16_free(&c);
     }
 }
 
@@ -146,19 +94,18 @@ KDA_TEST(kda_fast_host_fwd_f32) {
     rng_seed(&r, 304);
     for (size_t i = 0; i < sizeof SHAPES / sizeof SHAPES[0]; i++) {
         const Shape *s = &SHAPES[i];
-        FastCase f;
-        case_make_(&f, &r, s->B, s->T, s->H, s->HV, s->K, s->V, s->C, s->state);
+        KdaCaseBf16 f;
+        kda_case_bf16_make(&f, &r, s->B, s->T, s->H, s->HV, s->K, s->V, s->C, s->state, 0);
         const KdaCase *c = &f.c;
-        KdaDims dc = kda_case_cpu_dims(c);
-        float *o = malloc((size_t)c->nv * 4), *fs = malloc((size_t)c->ns * 4);
+        float *o, *fs;
+        kda_case_ref_fwd(c, &o, &fs);
         float *ho = malloc((size_t)c->nv * 4), *hfs = malloc((size_t)c->ns * 4);
         memset(ho, 0xff, (size_t)c->nv * 4), memset(hfs, 0xff, (size_t)c->ns * 4);
-        kda_chunk_fwd(o, fs, c->q, c->k, c->v, c->g, c->beta, c->S0, &dc);
         kda_fast_fwd_f32_host(ho, hfs, c->q, c->k, c->v, c->gcum, c->beta, c->S0, &c->d);
         kda_case_expect("fwd f32 o", o, ho, c->nv, 2e-5);
         kda_case_expect("fwd f32 final state", fs, hfs, c->ns, 2e-5);
         free(o), free(fs), free(ho), free(hfs);
-        case_free_(&f);
+        kda_case_bf16_free(&f);
     }
 }
 
@@ -169,7 +116,7 @@ KDA_TEST(kda_fast_host_bwd) {
 // M0 (kda_fast_fwd_keep / kda_fast_bwd_kept): the forward's kept h and Δ replace the backward's
 // state recompute, so every backward output must be bit-identical to the recomputing backward's,
 // and the kept forward's o and final state bit-identical to the plain forward's.
-static void check_kept_(const FastCase *f) {
+static void check_kept_(const KdaCaseBf16 *f) {
     const KdaCase *c = &f->c;
     int64_t nqk = c->nqk, nv = c->nv, ng = c->ng, nb = c->nb, ns = c->ns;
     size_t nk = kda_fast_keep_floats(&c->d);
@@ -209,10 +156,10 @@ KDA_TEST(kda_fast_host_kept_state) {
     rng_seed(&r, 303);
     for (size_t i = 0; i < sizeof SHAPES / sizeof SHAPES[0]; i++) {
         const Shape *s = &SHAPES[i];
-        FastCase c;
-        case_make_(&c, &r, s->B, s->T, s->H, s->HV, s->K, s->V, s->C, s->state);
+        KdaCaseBf16 c;
+        kda_case_bf16_make(&c, &r, s->B, s->T, s->H, s->HV, s->K, s->V, s->C, s->state, 0);
         check_kept_(&c);
-        case_free_(&c);
+        kda_case_bf16_free(&c);
     }
 }
 

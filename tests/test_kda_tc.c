@@ -27,10 +27,9 @@
 #ifdef KDA_HAVE_CUDA
 
 #include "core/rng.h"     // defines: KdaRng, rng_normal
-#include "core/util.h"    // defines: bf16_to_f32, f32_to_bf16
-#include "cpu/kda_core.h" // defines: KdaDims, kda_chunk_fwd, kda_chunk_bwd
+#include "cpu/kda_core.h" // defines: KdaDims
 #include "cuda/kda_tc.h"  // defines: kda_tc_fwd_host, kda_tc_bwd_host, kda_tc_matmul_host
-#include "kda_case.h"     // defines: KdaCase, kda_case_make
+#include "kda_case.h"     // defines: KdaCaseBf16, kda_case_ref_fwd, kda_case_ref_bwd
 
 #define TOL_TC_F32  3e-3
 #define TOL_TC_BF16 1e-2
@@ -91,47 +90,14 @@ KDA_TEST(kda_tc_matmul_emulation) {
 
 // ---- the kernels against the CPU reference ------------------------------------------------------
 
-typedef struct {
-    KdaCase c;
-    kda_bf16 *qb, *kb, *vb, *dOb;
-} TcCase;
-
-static kda_bf16 *to_bf16_(const float *x, int64_t n) {
-    kda_bf16 *b = malloc((size_t)(n > 0 ? n : 1) * sizeof(kda_bf16));
-    for (int64_t i = 0; i < n; i++)
-        b[i] = f32_to_bf16(x[i]);
-    return b;
-}
-static float *from_bf16_(const kda_bf16 *b, int64_t n) {
-    float *x = malloc((size_t)(n > 0 ? n : 1) * sizeof(float));
-    for (int64_t i = 0; i < n; i++)
-        x[i] = bf16_to_f32(b[i]);
-    return x;
-}
-
-static void case_make_(TcCase *f, KdaRng *r, int64_t B, int64_t T, int64_t H, int64_t HV, int64_t K,
-                       int64_t V, int64_t C, int with_state, float gmax) {
-    kda_case_make(&f->c, r, B, T, H, HV, K, V, C, with_state);
-    if (gmax > 0) kda_case_strong_gate(&f->c, r, gmax);
-    f->qb = to_bf16_(f->c.q, f->c.nqk), f->kb = to_bf16_(f->c.k, f->c.nqk);
-    f->vb = to_bf16_(f->c.v, f->c.nv), f->dOb = to_bf16_(f->c.dO, f->c.nv);
-}
-static void case_free_(TcCase *f) {
-    kda_case_free(&f->c);
-    free(f->qb), free(f->kb), free(f->vb), free(f->dOb);
-}
-
-static void check_fwd_(const TcCase *f, int version) {
+static void check_fwd_(const KdaCaseBf16 *f, int version) {
     const KdaCase *c = &f->c;
-    KdaDims dc = kda_case_cpu_dims(c);
-    float *o = malloc((size_t)c->nv * 4), *fs = malloc((size_t)c->ns * 4);
-    float *hfs = malloc((size_t)c->ns * 4);
-    kda_bf16 *ho = malloc((size_t)c->nv * 2);
-    memset(ho, 0xff, (size_t)c->nv * 2); // NaN poison: every element must be written
-    memset(hfs, 0xff, (size_t)c->ns * 4);
-    kda_chunk_fwd(o, fs, c->q, c->k, c->v, c->g, c->beta, c->S0, &dc);
+    float *o, *fs, *hfs;
+    kda_bf16 *ho;
+    kda_case_ref_fwd(c, &o, &fs);
+    kda_case_fwd_poisoned(c, &ho, &hfs);
     kda_tc_fwd_host(ho, hfs, f->qb, f->kb, f->vb, c->gcum, c->beta, c->S0, &c->d, NULL, version);
-    float *hof = from_bf16_(ho, c->nv);
+    float *hof = kda_case_from_bf16(ho, c->nv);
     kda_case_expect("tc fwd o (bf16)", o, hof, c->nv, TOL_TC_BF16);
     kda_case_expect("tc fwd final state", fs, hfs, c->ns, TOL_TC_F32);
     free(o), free(fs), free(hfs), free(ho), free(hof);
@@ -139,42 +105,27 @@ static void check_fwd_(const TcCase *f, int version) {
 
 // keep: the backward reads the forward's kept h and Δ (kda_tc_fwd_host with keep, then
 // kda_tc_bwd_host with kept) instead of recomputing them.
-static void check_bwd_(const TcCase *f, int keep, int version) {
+static void check_bwd_(const KdaCaseBf16 *f, int keep, int version) {
     const KdaCase *c = &f->c;
-    KdaDims dc = kda_case_cpu_dims(c);
-    int64_t nqk = c->nqk, nv = c->nv, ng = c->ng, nb = c->nb, ns = c->ns;
-    float *dq = malloc((size_t)nqk * 4), *dk = malloc((size_t)nqk * 4);
-    float *dv = malloc((size_t)nv * 4), *dg = malloc((size_t)ng * 4);
-    float *db = malloc((size_t)nb * 4), *dS0 = malloc((size_t)ns * 4);
-    kda_chunk_bwd(dq, dk, dv, dg, db, dS0, c->dO, c->dST, c->q, c->k, c->v, c->g, c->beta, c->S0,
-                  &dc);
-    float *hq = malloc((size_t)nqk * 4), *hk = malloc((size_t)nqk * 4);
-    float *hg = malloc((size_t)ng * 4), *hb = malloc((size_t)nb * 4), *hs = malloc((size_t)ns * 4);
-    kda_bf16 *hv = malloc((size_t)nv * 2);
-    memset(hq, 0xff, (size_t)nqk * 4), memset(hk, 0xff, (size_t)nqk * 4);
-    memset(hg, 0xff, (size_t)ng * 4), memset(hb, 0xff, (size_t)nb * 4);
-    memset(hs, 0xff, (size_t)ns * 4), memset(hv, 0xff, (size_t)nv * 2);
+    KdaCaseGrads ref, h;
+    kda_bf16 *hv;
+    kda_case_ref_bwd(c, &ref);
+    kda_case_grads_poisoned(c, &h, &hv);
     float *kept = NULL;
     if (keep) {
         size_t nk = kda_tc_keep_floats(&c->d);
         kept = malloc(nk * 4);
         memset(kept, 0xff, nk * 4); // NaN: the forward must write every kept value
-        kda_bf16 *o = malloc((size_t)nv * 2);
+        kda_bf16 *o = malloc((size_t)c->nv * 2);
         kda_tc_fwd_host(o, NULL, f->qb, f->kb, f->vb, c->gcum, c->beta, c->S0, &c->d, kept,
                         version);
         free(o);
     }
-    kda_tc_bwd_host(hq, hk, hv, hg, hb, hs, f->dOb, c->dST, f->qb, f->kb, f->vb, c->gcum, c->beta,
-                    c->S0, &c->d, kept, version);
-    float *hvf = from_bf16_(hv, nv);
-    kda_case_expect("tc bwd dq", dq, hq, nqk, TOL_TC_F32);
-    kda_case_expect("tc bwd dk", dk, hk, nqk, TOL_TC_F32);
-    kda_case_expect("tc bwd dv (bf16)", dv, hvf, nv, TOL_TC_BF16);
-    kda_case_expect("tc bwd dg", dg, hg, ng, TOL_TC_F32);
-    kda_case_expect("tc bwd dbeta", db, hb, nb, TOL_TC_F32);
-    kda_case_expect("tc bwd d initial state", dS0, hs, ns, TOL_TC_F32);
-    free(dq), free(dk), free(dv), free(dg), free(db), free(dS0), free(kept);
-    free(hq), free(hk), free(hg), free(hb), free(hs), free(hv), free(hvf);
+    kda_tc_bwd_host(h.dq, h.dk, hv, h.dg, h.db, h.dS0, f->dOb, c->dST, f->qb, f->kb, f->vb, c->gcum,
+                    c->beta, c->S0, &c->d, kept, version);
+    h.dv = kda_case_from_bf16(hv, c->nv);
+    kda_case_expect_grads("tc bwd", &ref, &h, c, TOL_TC_F32, TOL_TC_BF16);
+    kda_case_grads_free(&ref), kda_case_grads_free(&h), free(hv), free(kept);
 }
 
 typedef struct {
@@ -206,8 +157,8 @@ static void sweep_(int mode, uint64_t seed, int version) {
         printf("  v%d B=%lld T=%lld H=%lld HV=%lld K=%lld V=%lld chunk=%lld state=%d gmax=%g\n",
                version, (long long)s->B, (long long)s->T, (long long)s->H, (long long)s->HV,
                (long long)s->K, (long long)s->V, (long long)s->C, s->state, (double)s->gmax);
-        TcCase c;
-        case_make_(&c, &r, s->B, s->T, s->H, s->HV, s->K, s->V, s->C, s->state, s->gmax);
+        KdaCaseBf16 c;
+        kda_case_bf16_make(&c, &r, s->B, s->T, s->H, s->HV, s->K, s->V, s->C, s->state, s->gmax);
         CHECK(kda_tc_supported(&c.c.d, 232448));
         int v4main = version == 4 && s->K == 32 && s->V == 64 && s->C == 32;
         CHECK(kda_tc_bwd_main_version(version, &c.c.d) == (v4main ? 4 : 3));
@@ -215,7 +166,7 @@ static void sweep_(int mode, uint64_t seed, int version) {
             check_fwd_(&c, version);
         else
             check_bwd_(&c, mode == 2, version);
-        case_free_(&c);
+        kda_case_bf16_free(&c);
     }
 }
 
@@ -242,7 +193,7 @@ KDA_TEST(kda_tc_host_bwd_kept) {
 // the forward is the same (1e-5), v4's backward takes the forward's Akk, whose off-diagonal block
 // rounds L = β KK to TF32 where v3's backward rounds KK (~2^-11 on that block: <= 4e-4 seen on
 // dv): 2e-3, the same order as the TF32 error against the reference (a wrong kept tile: >= 1e-2).
-static void v4_vs_v3_(const TcCase *f, int kept, double tol_bwd) {
+static void v4_vs_v3_(const KdaCaseBf16 *f, int kept, double tol_bwd) {
     const KdaCase *c = &f->c;
     const int64_t n[7] = {c->nv, c->nqk, c->nqk, c->nv, c->ng, c->nb, c->ns};
     float *out[2][7] = {{NULL}};
@@ -258,9 +209,9 @@ static void v4_vs_v3_(const TcCase *f, int kept, double tol_bwd) {
         kda_tc_fwd_host(o, NULL, f->qb, f->kb, f->vb, c->gcum, c->beta, c->S0, &c->d, keep, ver);
         kda_tc_bwd_host(out[v][1], out[v][2], dv, out[v][4], out[v][5], out[v][6], f->dOb, c->dST,
                         f->qb, f->kb, f->vb, c->gcum, c->beta, c->S0, &c->d, keep, ver);
-        out[v][0] = from_bf16_(o, c->nv);
+        out[v][0] = kda_case_from_bf16(o, c->nv);
         free(out[v][3]);
-        out[v][3] = from_bf16_(dv, c->nv);
+        out[v][3] = kda_case_from_bf16(dv, c->nv);
         free(keep), free(o), free(dv);
     }
     static const char *names[7] = {"o", "dq", "dk", "dv", "dg", "dbeta", "d initial state"};
@@ -281,13 +232,13 @@ KDA_TEST(kda_tc_host_v4_matches_v3) {
     rng_seed(&r, 404);
     for (size_t i = 0; i < sizeof S / sizeof S[0]; i++) {
         const Shape *s = &S[i];
-        TcCase f;
-        case_make_(&f, &r, s->B, s->T, s->H, s->HV, s->K, s->V, s->C, s->state, s->gmax);
+        KdaCaseBf16 f;
+        kda_case_bf16_make(&f, &r, s->B, s->T, s->H, s->HV, s->K, s->V, s->C, s->state, s->gmax);
         printf("  B=%lld T=%lld HV=%lld gmax=%g\n", (long long)s->B, (long long)s->T,
                (long long)s->HV, (double)s->gmax);
         v4_vs_v3_(&f, 0, 1e-5);
         v4_vs_v3_(&f, 1, 2e-3);
-        case_free_(&f);
+        kda_case_bf16_free(&f);
     }
 }
 

@@ -20,7 +20,8 @@
 #include "data/loader.h"
 #include "train/run_config.h"
 #include "train/trainer.h"
-#include "tiny_model.h" // defines: tiny_runtime
+#include "tiny_model.h"   // defines: tiny_runtime
+#include "trainer_case.h" // defines: trainer_case_config, trainer_case_expect_same_run
 
 #define L 16 // seq_length of every test
 
@@ -298,15 +299,7 @@ static int make_rc(KdaRunConfig *rc, const char *data, const char *save, const c
              "save: %s\nseed: 7\nobjective: fla\ndata_order: fla\n"
              "eval_interval: 3\neval_iters: 1\n",
              data, L, save);
-    KdaError err;
-    kda_run_config_defaults(rc);
-    if (kda_run_config_parse(rc, y, strlen(y), "test.yaml", &err) ||
-        (extra && kda_run_config_parse(rc, extra, strlen(extra), "extra.yaml", &err)) ||
-        kda_run_config_validate(rc, &err)) {
-        fprintf(stderr, "run config: %s\n", err.msg);
-        return -1;
-    }
-    return 0;
+    return trainer_case_config(rc, y, extra);
 }
 
 typedef struct {
@@ -335,7 +328,7 @@ static int run(KdaRunConfig *rc, Rec *rec, int64_t stop_after, KdaTrainResult *r
 KDA_TEST(loader_fla_trainer_resume_bit_identical) {
     const char *data = make_fla_data("fla40d", 40);
     CHECK(data != NULL);
-    char sa[1024], sb[1024], pa[PATH_MAX], pb[PATH_MAX];
+    char sa[1024], sb[1024], pa[PATH_MAX];
     snprintf(sa, sizeof sa, "%s/fla_a", test_tmpdir());
     snprintf(sb, sizeof sb, "%s/fla_b", test_tmpdir());
     KdaRunConfig rc;
@@ -355,18 +348,7 @@ KDA_TEST(loader_fla_trainer_resume_bit_identical) {
     CHECK_EQ_INT(res.start_iteration, 4);
     CHECK_EQ_INT(res.iteration, 8);
     kda_run_config_free(&rc);
-    for (int i = 0; i < 8; i++) {
-        CHECK_MSG(memcmp(&ra.loss[i], &rb.loss[i], sizeof(float)) == 0,
-                  "iteration %d: loss %.9g vs %.9g", i + 1, ra.loss[i], rb.loss[i]);
-        CHECK_MSG(ra.norm[i] == rb.norm[i], "iteration %d: grad norm %.17g vs %.17g", i + 1,
-                  ra.norm[i], rb.norm[i]);
-    }
-    const char *files[] = {"model.safetensors", "optimizer.safetensors"};
-    for (int k = 0; k < 2; k++) {
-        snprintf(pa, sizeof pa, "%s/iter_0000008/%s", sa, files[k]);
-        snprintf(pb, sizeof pb, "%s/iter_0000008/%s", sb, files[k]);
-        CHECK_MSG(test_files_equal(pa, pb), "%s differs after resume", files[k]);
-    }
+    trainer_case_expect_same_run(ra.loss, ra.norm, rb.loss, rb.norm, 8, sa, sb);
     snprintf(pa, sizeof pa, "%s/iter_0000008/trainer_state.json", sa);
     size_t n;
     char *st = read_file(pa, &n, &err);

@@ -17,6 +17,18 @@ static const char *tmp_path(const char *name) {
     return path_join(buf, sizeof buf, test_tmpdir(), name);
 }
 
+// Saves w as tmp_path(name), frees it and opens the file back into st: 0, or -1 after a failed
+// check (st unopened).
+static int save_and_open(StWriter *w, const char *name, SafeTensors *st) {
+    KdaError err;
+    const char *path = tmp_path(name);
+    CHECK_MSG(st_writer_save(w, path, &err) == 0, "%s", err.msg);
+    st_writer_free(w);
+    int rc = st_open(st, path, &err);
+    CHECK_MSG(rc == 0, "%s", err.msg);
+    return rc ? -1 : 0;
+}
+
 // A file image: u64 LE header length, the header as given (no padding), n_buffer bytes 0xAB.
 static unsigned char *make_image(const char *header, size_t n_buffer, size_t *n_out) {
     size_t hn = strlen(header);
@@ -187,15 +199,8 @@ KDA_TEST(st_round_trip_every_dtype_aligned) {
     st_writer_add(w, "scalar", ST_F64, 0, NULL, &sc);
     st_writer_add(w, "empty", ST_BF16, 3, shape0, NULL);
     st_writer_meta(w, "note", "hello \"world\"\n");
-    KdaError err;
-    const char *path = tmp_path("all.safetensors");
-    CHECK_MSG(st_writer_save(w, path, &err) == 0, "%s", err.msg);
-    st_writer_free(w);
-
     SafeTensors st;
-    int rc = st_open(&st, path, &err);
-    CHECK_MSG(rc == 0, "%s", err.msg);
-    if (rc) return;
+    if (save_and_open(w, "all.safetensors", &st)) return;
     CHECK_EQ_INT(st.n_tensors, ST_N_DTYPES + 2);
     CHECK(strcmp(st_meta(&st, "format"), "pt") == 0);
     CHECK(strcmp(st_meta(&st, "note"), "hello \"world\"\n") == 0);
@@ -219,6 +224,7 @@ KDA_TEST(st_round_trip_every_dtype_aligned) {
     const StTensor *s = st_find(&st, "scalar"), *e = st_find(&st, "empty");
     CHECK(s && s->ndim == 0 && s->numel == 1 && s->dtype == ST_F64);
     float v = 0;
+    KdaError err;
     CHECK(s && st_to_f32(s, &v, &err) == 0 && v == -1.25f);
     CHECK(e && e->ndim == 3 && e->numel == 0 && e->nbytes == 0);
     st_close(&st);
@@ -238,16 +244,10 @@ KDA_TEST(st_bf16_f16_conversion) {
     st_writer_add_f32(w, "bf", ST_BF16, 1, shape, x);
     st_writer_add_f32(w, "h", ST_F16, 1, shape, x);
     st_writer_add_f32(w, "f", ST_F32, 1, shape, x);
-    KdaError err;
-    const char *path = tmp_path("conv.safetensors");
-    CHECK_MSG(st_writer_save(w, path, &err) == 0, "%s", err.msg);
-    st_writer_free(w);
     SafeTensors st;
-    if (st_open(&st, path, &err) != 0) {
-        CHECK_MSG(0, "%s", err.msg);
-        return;
-    }
+    if (save_and_open(w, "conv.safetensors", &st)) return;
     float out[8];
+    KdaError err;
     CHECK(st_to_f32(st_find(&st, "bf"), out, &err) == 0);
     for (int i = 0; i < 8; i++)
         CHECK_MSG(out[i] == bf_want[i], "bf16[%d] %g vs %g", i, out[i], bf_want[i]);
@@ -267,15 +267,8 @@ KDA_TEST(st_tensor_equal_tied_head) {
     st_writer_add_f32(w, "lm_head.weight", ST_F32, 2, shape, a);
     st_writer_add_f32(w, "other", ST_F32, 2, shape, b);
     st_writer_add_f32(w, "as_bf16", ST_BF16, 2, shape, a);
-    KdaError err;
-    const char *path = tmp_path("tied.safetensors");
-    CHECK_MSG(st_writer_save(w, path, &err) == 0, "%s", err.msg);
-    st_writer_free(w);
     SafeTensors st;
-    if (st_open(&st, path, &err) != 0) {
-        CHECK_MSG(0, "%s", err.msg);
-        return;
-    }
+    if (save_and_open(w, "tied.safetensors", &st)) return;
     const StTensor *e = st_find(&st, "model.embeddings.weight");
     CHECK(st_tensor_equal(e, st_find(&st, "lm_head.weight")));
     CHECK(!st_tensor_equal(e, st_find(&st, "other")));

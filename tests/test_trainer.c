@@ -18,6 +18,7 @@
 #include "data/loader.h"
 #include "train/run_config.h"
 #include "train/trainer.h"
+#include "trainer_case.h" // defines: trainer_case_config, trainer_case_expect_same_run
 
 // 120 documents of 20..59 tokens (fixtures.h TEST_DOCS).
 static const char *make_data(void) {
@@ -29,22 +30,14 @@ static const char *make_data(void) {
 
 // A run config for the tiny model; extra is YAML applied on top (overrides).
 static int make_rc(KdaRunConfig *rc, const char *data, const char *save, const char *extra) {
-    char y[4096];
+    char y[8192]; // room for a PATH_MAX data prefix: nothing is cut (-Wformat-truncation)
     snprintf(y, sizeof y,
              "model: configs/tiny.json\ntrain_data_path: [%s]\nsplit: \"90,10,0\"\n"
              "seq_length: 16\ntrain_iters: 8\nglobal_batch_size: 8\nmicro_batch_size: 4\n"
              "lr: 3.0e-3\nmin_lr: 3.0e-4\nlr_warmup_iters: 2\nlog_interval: 100\n"
              "save: %s\nseed: 7\n",
              data, save);
-    KdaError err;
-    kda_run_config_defaults(rc);
-    if (kda_run_config_parse(rc, y, strlen(y), "test.yaml", &err) ||
-        (extra && kda_run_config_parse(rc, extra, strlen(extra), "extra.yaml", &err)) ||
-        kda_run_config_validate(rc, &err)) {
-        fprintf(stderr, "run config: %s\n", err.msg);
-        return -1;
-    }
-    return 0;
+    return trainer_case_config(rc, y, extra);
 }
 
 typedef struct {
@@ -88,7 +81,7 @@ static int run(KdaRunConfig *rc, Rec *rec, int64_t stop_after, KdaTrainResult *r
 KDA_TEST(trainer_resume_bit_identical) {
     const char *data = make_data();
     CHECK(data != NULL);
-    char sa[1024], sb[1024], pa[PATH_MAX], pb[PATH_MAX];
+    char sa[1024], sb[1024];
     snprintf(sa, sizeof sa, "%s/a", test_tmpdir());
     snprintf(sb, sizeof sb, "%s/b", test_tmpdir());
     const char *ev = "eval_interval: 3\neval_iters: 1\n";
@@ -109,18 +102,7 @@ KDA_TEST(trainer_resume_bit_identical) {
     CHECK_EQ_INT(res.start_iteration, 4);
     CHECK_EQ_INT(res.iteration, 8);
     kda_run_config_free(&rc);
-    for (int i = 0; i < 8; i++) {
-        CHECK_MSG(memcmp(&ra.loss[i], &rb.loss[i], sizeof(float)) == 0,
-                  "iteration %d: loss %.9g vs %.9g", i + 1, ra.loss[i], rb.loss[i]);
-        CHECK_MSG(ra.norm[i] == rb.norm[i], "iteration %d: grad norm %.17g vs %.17g", i + 1,
-                  ra.norm[i], rb.norm[i]);
-    }
-    const char *files[] = {"model.safetensors", "optimizer.safetensors"};
-    for (int k = 0; k < 2; k++) {
-        snprintf(pa, sizeof pa, "%s/iter_0000008/%s", sa, files[k]);
-        snprintf(pb, sizeof pb, "%s/iter_0000008/%s", sb, files[k]);
-        CHECK_MSG(test_files_equal(pa, pb), "%s differs after resume", files[k]);
-    }
+    trainer_case_expect_same_run(ra.loss, ra.norm, rb.loss, rb.norm, 8, sa, sb);
     fprintf(stderr,
             "  resume: 8 losses bit-equal (first %.6f, last %.6f), weights and moments "
             "byte-identical\n",

@@ -4,8 +4,10 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "core/error.h" // defines: KDA_ASSERT
-#include "core/rng.h"   // defines: KdaRng, rng_seed, rng_below
+#include "core/error.h"  // defines: KDA_ASSERT
+#include "core/rng.h"    // defines: KdaRng, rng_seed, rng_below, rng_normal
+#include "io/model_io.h" // defines: kda_model_load_dir
+#include "test.h"        // defines: CHECK_MSG, test_data
 
 KdaConfig tiny_config(TinyKind kind) {
     KdaConfig c;
@@ -22,6 +24,17 @@ KdaConfig tiny_config(TinyKind kind) {
     KdaError err;
     KDA_ASSERT(kda_config_derive(&c, "tiny", &err) == 0);
     return c;
+}
+
+void tiny_model_init(KdaModel *m, const KdaConfig *c, uint64_t seed) {
+    KdaError err;
+    KDA_ASSERT(kda_model_init(m, c, &err) == 0);
+    kda_params_init(&m->table, &m->cfg, m->params, seed);
+    KdaRng r;
+    rng_seed(&r, seed + 1);
+    for (int64_t l = 0; l < c->num_hidden_layers; l++)
+        for (int64_t i = 0; i < m->cfg.value_dim; i++)
+            m->w.layers[l].g_proj1_bias[i] = rng_normal(&r, 0.0f, 0.5f);
 }
 
 void tiny_random_ids(int32_t *ids, int64_t n, int64_t vocab, uint64_t seed) {
@@ -45,4 +58,26 @@ KdaRuntime *tiny_runtime(const KdaModel *m, const char *device, const char *prec
         return NULL;
     }
     return rt;
+}
+
+double tiny_forward_ll(KdaModel *m, const int32_t *ids, int64_t n, int64_t n_cont) {
+    float *nll = kda_malloc((size_t)n * sizeof *nll);
+    KdaError err;
+    KDA_ASSERT(kda_model_forward(m, ids, NULL, 1, n, nll, NULL, NULL, &err) == 0);
+    double s = 0.0;
+    for (int64_t p = n - n_cont; p < n; p++)
+        s -= nll[p - 1]; // nll[t] scores token t + 1
+    free(nll);
+    return s;
+}
+
+int tiny_load_model(KdaModel *m, const char *rel) {
+    KdaConfig cfg;
+    KdaParamTable t;
+    float *flat;
+    KdaError err;
+    int rc = kda_model_load_dir(test_data(rel), &cfg, &t, &flat, &err) ||
+             kda_model_init_from(m, &cfg, &t, flat, &err);
+    CHECK_MSG(rc == 0, "%s: %s", rel, err.msg);
+    return rc ? -1 : 0;
 }

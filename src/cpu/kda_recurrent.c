@@ -39,6 +39,19 @@ void kda_sum_gva(float *dst, const float *src, const KdaDims *d) {
 
 // ---- forward (§5.3 step 10) --------------------------------------------------------------------
 
+// Predict with the decayed state S~ [K, V]: r = S~^T k; delta: d = beta (v - r). The forward's
+// step and the backward's recompute of it (the same loops, so the same bits).
+static void predict_delta_(float *r, float *delta, const float *S, const float *k, const float *v,
+                           float beta, int64_t K, int64_t V) {
+    for (int64_t e = 0; e < V; e++)
+        r[e] = 0.0f;
+    for (int64_t c = 0; c < K; c++)
+        for (int64_t e = 0; e < V; e++)
+            r[e] += S[c * V + e] * k[c];
+    for (int64_t e = 0; e < V; e++)
+        delta[e] = beta * (v[e] - r[e]);
+}
+
 // One token of one value head (declared in kda_core_internal.h, shared with the decode step of
 // kda_step.c): S <- S_t from S_{t-1}; writes r_t (the prediction) and d_t (the delta).
 void kda_recurrent_head_step(float *S, float *r, float *delta, const float *q, const float *k,
@@ -50,14 +63,7 @@ void kda_recurrent_head_step(float *S, float *r, float *delta, const float *q, c
         for (int64_t e = 0; e < V; e++)
             S[c * V + e] *= a;
     }
-    // predict with the decayed state: r = S~^T k; delta: d = beta (v - r)
-    for (int64_t e = 0; e < V; e++)
-        r[e] = 0.0f;
-    for (int64_t c = 0; c < K; c++)
-        for (int64_t e = 0; e < V; e++)
-            r[e] += S[c * V + e] * k[c];
-    for (int64_t e = 0; e < V; e++)
-        delta[e] = beta * (v[e] - r[e]);
+    predict_delta_(r, delta, S, k, v, beta, K, V);
     // update: S = S~ + k d^T
     for (int64_t c = 0; c < K; c++)
         for (int64_t e = 0; e < V; e++)
@@ -155,13 +161,7 @@ void kda_recurrent_bwd(float *dq, float *dk, float *dv, float *dg, float *dbeta,
                 for (int64_t e = 0; e < V; e++)
                     St[c * V + e] = a * Sp[c * V + e];
             }
-            for (int64_t e = 0; e < V; e++)
-                r[e] = 0.0f;
-            for (int64_t c = 0; c < K; c++)
-                for (int64_t e = 0; e < V; e++)
-                    r[e] += St[c * V + e] * kt[c];
-            for (int64_t e = 0; e < V; e++)
-                delta[e] = bt * (vt[e] - r[e]);
+            predict_delta_(r, delta, St, kt, vt, bt, K, V);
 
             // o_t = S_t^T (scale q_t):  G += (scale q_t) do_t^T;  dq_t = scale S_t do_t
             for (int64_t c = 0; c < K; c++) {
