@@ -71,6 +71,12 @@ case $STEP in
     [ "$(left)" -gt 45 ] && OUT=$D timeout $(($(left) - 5)) bash bench/kda_kernel/run_cls.sh cls \
         > "$D/cls.txt" 2>&1
     grep -iE 'row|pipe|cluster' "$D/cls.txt" | head -16 | tee -a "$SUM"
+    # KDA-1B's per-op profile (its RMSNorm rows run the register kernels up to D = 2048 now)
+    [ "$(left)" -gt 40 ] && env PROFILE=3 MODEL=configs/kda_1B.json OUT="$D/p1b" PARTS=kda MBS=8 \
+        KDA_BIN="$B/kda" KDA_LIMIT=$(($(left) - 5)) bash bench/train_throughput/run.sh \
+        > "$D/p1b.txt" 2>&1
+    grep -E '^\| *8 |RMSNorm|step \(wall' "$D/p1b/train_throughput.md" \
+        "$D/p1b/kda_profile_mb8.md" 2> /dev/null | cut -d: -f2- | tee -a "$SUM"
     ;;
 2)
     kda_gpu_env > /dev/null && kda_gpu_build "$D/build.log" "$B/kda" "$B/kda_test" || exit 1
@@ -90,6 +96,8 @@ case $STEP in
     tput conv_v2 KDA_CONV_V=2
     tput dy KDA_DY_INPLACE=1
     tput mlp KDA_MLP_RECOMPUTE=1
+    tput tc5 KDA_TC_V=5
+    tput cls3 KDA_CLS_ROW=3
     tput tune KDA_GEMM_TUNE=1
     ;;
 3)
