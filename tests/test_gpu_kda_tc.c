@@ -13,10 +13,11 @@
 // (bf16 rounding alone ~2e-3). The same tolerances hold against kda_fast (whose own error is
 // ~1e-6). A wrong fragment layout, term or race shows as >= 1e-1 or NaN.
 // Both kernel versions (kda_tc_set_version 3 and 4 on the test context; 4 is the default) run every
-// shape; v4 against v3 on the same inputs must agree to fp32 reassociation (TOL_V4_V3 = 2e-5: the
-// same TF32 products, other summation orders in the pair sums and the dg scan; the host emulation
-// sees at most 1.6e-6, dg under a -30-nat gate), which is what shows a v4 race or a v4 phase
-// reading a tile too early (>= 1e-3; the host emulation cannot see those).
+// shape (v5, bitwise v4 by construction, runs in gpu_kda_tc_v5_matches_v4 and _matches_host); v4
+// against v3 on the same inputs must agree to fp32 reassociation (TOL_V4_V3 = 2e-5: the same TF32
+// products, other summation orders in the pair sums and the dg scan; the host emulation sees at
+// most 1.6e-6, dg under a -30-nat gate), which is what shows a v4 race or a v4 phase reading a tile
+// too early (>= 1e-3; the host emulation cannot see those).
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -400,10 +401,11 @@ KDA_TEST_GPU(gpu_kda_tc_v4_matches_v3) {
 }
 
 // The device against the host emulation of the same kernel bodies (kda_tc_fwd_host /
-// kda_tc_bwd_host), both versions, plain and kept forms: the race and fragment-layout check of
-// every body (the v4 kept backward included), at TOL_HOST_F32 / TOL_HOST_BF16 (see above). Shapes:
-// T not a multiple of the chunk with states, GVA 4x under a -30-nat gate, 64 chunks in series,
-// and two dims that run v3's intra and main backward inside v4 (K16 V24, K = V = 128 chunk 16).
+// kda_tc_bwd_host), versions 3, 4 and 5, plain and kept forms: the race and fragment-layout check
+// of every body (the v4 kept backward included), at TOL_HOST_F32 / TOL_HOST_BF16 (see above).
+// Shapes: T not a multiple of the chunk with states, GVA 4x under a -30-nat gate, 64 chunks in
+// series, and two dims that run v3's intra and main backward inside v4 (K16 V24, K = V = 128 chunk
+// 16).
 KDA_TEST_GPU(gpu_kda_tc_matches_host) {
     if (!gpu_()) return;
     static const TcShape S[] = {{2, 65, 2, 2, 32, 64, 32, 1, 0},
@@ -424,7 +426,7 @@ KDA_TEST_GPU(gpu_kda_tc_matches_host) {
         size_t nk = kda_tc_keep_floats(&c.d);
         float *keep = kda_cuda_alloc(&g_tctx, nk * 4), *hkeep = malloc(nk * 4);
         KDA_ASSERT(keep && hkeep);
-        for (int ver = 3; ver <= 4; ver++) {
+        for (int ver = 3; ver <= 5; ver++) {
             for (int kept = 0; kept <= 1; kept++) {
                 printf("  v%d %s B=%lld T=%lld H=%lld HV=%lld K=%lld V=%lld chunk=%lld gmax=%g\n",
                        ver, kept ? "kept" : "plain", (long long)s->B, (long long)s->T,
@@ -466,6 +468,61 @@ KDA_TEST_GPU(gpu_kda_tc_matches_host) {
         }
         kda_cuda_release(keep);
         free(hkeep), free(qb), free(kb), free(vb), free(dOb);
+        dev_in_free_(&in);
+        kda_case_free(&c);
+    }
+}
+
+// v5 against v4 on the device, plain and kept forms: bitwise equal outputs (o, the final state,
+// dq, dk, dv, dg, dβ, d initial state). v5 stores the mma-only operands rounded to TF32 (low 13
+// mantissa bits cleared) and loads them raw, where v4 applies cvt.rna at every load; the two agree
+// bitwise when the mma reads only the top 19 bits of a TF32 operand register, which is what the
+// compiler's cvt.rna (half an ulp added, the low bits left set) already relies on. A difference
+// here means that assumption or a v5 rounding point is wrong (the host test
+// kda_tc_host_v5_matches_v4 checks the rounding points). Shapes: the model's layer (16 x 2048 x
+// 8), T not a multiple of the chunk with states, T = 1, GVA 4x under a -30-nat gate.
+KDA_TEST_GPU(gpu_kda_tc_v5_matches_v4) {
+    if (!gpu_()) return;
+    static const TcShape S[] = {{16, 2048, 8, 8, 32, 64, 32, 1, 0},
+                                {2, 65, 2, 2, 32, 64, 32, 1, 0},
+                                {2, 1, 2, 2, 32, 64, 32, 0, 0},
+                                {1, 300, 2, 8, 32, 64, 32, 1, 30.0f}};
+    KdaRng r;
+    rng_seed(&r, 518);
+    for (size_t i = 0; i < sizeof S / sizeof S[0]; i++) {
+        const TcShape *s = &S[i];
+        printf("  B=%lld T=%lld H=%lld HV=%lld gmax=%g\n", (long long)s->B, (long long)s->T,
+               (long long)s->H, (long long)s->HV, (double)s->gmax);
+        KdaCase c;
+        kda_case_make(&c, &r, s->B, s->T, s->H, s->HV, s->K, s->V, s->C, s->state);
+        if (s->gmax > 0) kda_case_strong_gate(&c, &r, s->gmax);
+        DevIn in = dev_in_(&c);
+        size_t nk = kda_tc_keep_floats(&c.d);
+        float *keep = kda_cuda_alloc(&g_tctx, nk * 4);
+        KDA_ASSERT(keep);
+        for (int kept = 0; kept <= 1; kept++) {
+            FwdOut f[2];
+            BwdOut b[2];
+            for (int v = 0; v < 2; v++) {
+                int prev = kda_tc_set_version(&g_tctx, v ? 5 : 4);
+                KDA_ASSERT(kda_cuda_poison(&g_tctx, keep, nk * 4) == 0);
+                f[v] = gpu_fwd_(&c, &in, kept, kept ? keep : NULL);
+                b[v] = gpu_bwd_(&c, &in, kept, kept ? keep : NULL);
+                kda_tc_set_version(&g_tctx, prev);
+            }
+            const char *form = kept ? " (kept)" : "";
+            if (f[0].o && f[1].o) {
+                CHECK_MSG(!memcmp(f[0].o, f[1].o, (size_t)c.nv * 4), "v5 vs v4 o%s", form);
+                CHECK_MSG(!memcmp(f[0].fs, f[1].fs, (size_t)c.ns * 4), "v5 vs v4 final state%s",
+                          form);
+            }
+            for (int g = 0; g < 6 && b[0].g[g] && b[1].g[g]; g++)
+                CHECK_MSG(!memcmp(b[0].g[g], b[1].g[g], (size_t)bwd_n_(&c, g) * 4),
+                          "v5 vs v4 %s%s: not bitwise equal", BWD_NAMES[g], form);
+            for (int v = 0; v < 2; v++)
+                fwd_out_free_(&f[v]), bwd_out_free_(&b[v]);
+        }
+        kda_cuda_release(keep);
         dev_in_free_(&in);
         kda_case_free(&c);
     }

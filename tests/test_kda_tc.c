@@ -16,7 +16,8 @@
 // 1e-2. A wrong term or a wrong fragment coordinate shows as >= 1e-1 or NaN.
 // Both kernel versions run (3 and 4: the v4 bodies are the default's); the
 // shapes at K 32, V 64, chunk 32 reach v4's compile-time main backward (checked), the others its
-// reverse pass and output with v3's main backward.
+// reverse pass and output with v3's main backward. v5 (v4 with operands rounded once) must equal
+// v4 bitwise on every shape (kda_tc_host_v5_matches_v4).
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -239,6 +240,59 @@ KDA_TEST(kda_tc_host_v4_matches_v3) {
         v4_vs_v3_(&f, 0, 1e-5);
         v4_vs_v3_(&f, 1, 2e-3);
         kda_case_bf16_free(&f);
+    }
+}
+
+// v5 against v4 on every shape of the sweep, plain and kept forms: v5 stores the tensors that
+// only mma reads already rounded to TF32 and loads their fragments without the cvt, which is
+// idempotent, so every output must be bitwise v4's (o, the final state, dq, dk, dv, dg, dβ, the
+// initial state's gradient). A rounded tensor that some body also reads elementwise would differ
+// here by ~2^-11 relative. Dims other than K 32 / V 64 / chunk 32 run v4 under version 5 (the
+// check is then trivially equal, and kda_tc_bwd_main_version says 3).
+static void v5_vs_v4_(const TcCase *f, int kept) {
+    const KdaCase *c = &f->c;
+    const int64_t n[8] = {c->nv, c->ns, c->nqk, c->nqk, c->nv, c->ng, c->nb, c->ns};
+    static const size_t esz[8] = {2, 4, 4, 4, 2, 4, 4, 4};
+    void *out[2][8];
+    for (int v = 0; v < 2; v++) {
+        const int ver = v ? 5 : 4;
+        size_t nk = kda_tc_keep_floats(&c->d);
+        float *keep = kept ? malloc(nk * 4) : NULL;
+        if (keep) memset(keep, 0xff, nk * 4);
+        for (int t = 0; t < 8; t++) {
+            out[v][t] = malloc((size_t)(n[t] > 0 ? n[t] : 1) * esz[t]);
+            memset(out[v][t], 0xff, (size_t)n[t] * esz[t]);
+        }
+        kda_tc_fwd_host(out[v][0], out[v][1], f->qb, f->kb, f->vb, c->gcum, c->beta, c->S0, &c->d,
+                        keep, ver);
+        kda_tc_bwd_host(out[v][2], out[v][3], out[v][4], out[v][5], out[v][6], out[v][7], f->dOb,
+                        c->dST, f->qb, f->kb, f->vb, c->gcum, c->beta, c->S0, &c->d, keep, ver);
+        free(keep);
+    }
+    static const char *names[8] = {"o",  "final state", "dq",    "dk",
+                                   "dv", "dg",          "dbeta", "d initial state"};
+    for (int t = 0; t < 8; t++) {
+        CHECK_MSG(!memcmp(out[0][t], out[1][t], (size_t)n[t] * esz[t]),
+                  "v5 vs v4 %s%s: not bitwise equal", names[t], kept ? " (kept)" : "");
+        free(out[0][t]), free(out[1][t]);
+    }
+}
+
+KDA_TEST(kda_tc_host_v5_matches_v4) {
+    KdaRng r;
+    rng_seed(&r, 405);
+    for (size_t i = 0; i < sizeof SHAPES / sizeof SHAPES[0]; i++) {
+        const Shape *s = &SHAPES[i];
+        printf("  B=%lld T=%lld H=%lld HV=%lld K=%lld V=%lld chunk=%lld state=%d gmax=%g\n",
+               (long long)s->B, (long long)s->T, (long long)s->H, (long long)s->HV, (long long)s->K,
+               (long long)s->V, (long long)s->C, s->state, (double)s->gmax);
+        TcCase f;
+        case_make_(&f, &r, s->B, s->T, s->H, s->HV, s->K, s->V, s->C, s->state, s->gmax);
+        const int v5main = s->K == 32 && s->V == 64 && s->C == 32;
+        CHECK(kda_tc_bwd_main_version(5, &f.c.d) == (v5main ? 5 : 3));
+        v5_vs_v4_(&f, 0);
+        v5_vs_v4_(&f, 1);
+        case_free_(&f);
     }
 }
 

@@ -326,7 +326,8 @@ static int b_fast128_fwdbwd(void *a) {
 }
 // The tensor-core core (kda_tc.h, the model's default core) on the same inputs and dims as the
 // fast rows above; each row runs kernel version tc_ver_ (kda_tc_set_version on g: 4, the default,
-// in the 'kda tc ...' rows; 3 in the 'kda tc3 ...' rows).
+// in the 'kda tc ...' rows; 3 in the 'kda tc3 ...' rows; 5, v4 with operands rounded once, in the
+// 'kda tc5 ...' rows).
 static int tc_ver_ = 4;
 static int b_tc_fwd(void *a) {
     (void)a;
@@ -404,6 +405,18 @@ TC3_(b_tc128_fwd)
 TC3_(b_tc128_bwd)
 TC3_(b_tc128_fwdbwd)
 TC3_(b_tc128_kept)
+// The 'kda tc5 ...' rows: the same calls on kernel version 5 (K 32 / V 64 only: other dims run v4).
+#define TC5_(name)                                                                                 \
+    static int name##5(void *a) {                                                                  \
+        tc_ver_ = 5;                                                                               \
+        int rc = name(a);                                                                          \
+        tc_ver_ = 4;                                                                               \
+        return rc;                                                                                 \
+    }
+TC5_(b_tc_fwd)
+TC5_(b_tc_bwd)
+TC5_(b_tc_fwdbwd)
+TC5_(b_tc_kept)
 static int b_adamw(void *a) {
     (void)a;
     return kda_cuda_adamw(&g, z.p, z.pb, z.grad, z.m, z.vv, NPARAM, &z.s, NULL);
@@ -524,12 +537,16 @@ int main(void) {
         {"kda fast fwd+bwd kept 16x2048 H8 K32 V64", b_fast_kept, 0, 0, 1},
         {"kda tc3 fwd 16x2048 H8 K32 V64", b_tc_fwd3, 0, 0, 1},
         {"kda tc fwd 16x2048 H8 K32 V64", b_tc_fwd, 0, 0, 1},
+        {"kda tc5 fwd 16x2048 H8 K32 V64", b_tc_fwd5, 0, 0, 1},
         {"kda tc3 bwd 16x2048 H8 K32 V64", b_tc_bwd3, 0, 0, 1},
         {"kda tc bwd 16x2048 H8 K32 V64", b_tc_bwd, 0, 0, 1},
+        {"kda tc5 bwd 16x2048 H8 K32 V64", b_tc_bwd5, 0, 0, 1},
         {"kda tc3 fwd+bwd 16x2048 H8 K32 V64", b_tc_fwdbwd3, 0, 0, 1},
         {"kda tc fwd+bwd 16x2048 H8 K32 V64", b_tc_fwdbwd, 0, 0, 1},
+        {"kda tc5 fwd+bwd 16x2048 H8 K32 V64", b_tc_fwdbwd5, 0, 0, 1},
         {"kda tc3 fwd+bwd kept 16x2048 H8 K32 V64", b_tc_kept3, 0, 0, 1},
         {"kda tc fwd+bwd kept 16x2048 H8 K32 V64", b_tc_kept, 0, 0, 1},
+        {"kda tc5 fwd+bwd kept 16x2048 H8 K32 V64", b_tc_kept5, 0, 0, 1},
         {"kda tc3 fwd+bwd kept sync 16x2048 H8 K32 V64", b_tc_kept_sync3, 0, 0, 1},
         {"kda tc fwd+bwd kept sync 16x2048 H8 K32 V64", b_tc_kept_sync, 0, 0, 1},
         {"kda tc3 fwd 16x2048 H8 K128 V128", b_tc128_fwd3, 0, 0, 1},
@@ -554,33 +571,36 @@ int main(void) {
         else
             printf("%-40s %10.3f %9.0f GB/s\n", rows[i].name, ms, rows[i].bytes / ms / 1e6);
     }
-    // Per-kernel breakdown of the fast path and of the tensor-core path, v3 then v4, plain forms
-    // (kda_fast_profile / kda_tc_profile: min of 10, own inputs; v4's backward intra is the
+    // Per-kernel breakdown of the fast path and of the tensor-core path, v3, v4 then v5, plain
+    // forms (kda_fast_profile / kda_tc_profile: min of 10, own inputs; v4's backward intra is the
     // forward's form and its reverse state pass includes dΔ_intra), then the tensor-core kept
-    // forms (kda_tc_profile_kept: what the model runs)
-    for (int path = 0; path < 5; path++) {
+    // forms (kda_tc_profile_kept: what the model runs); v5 at K 32 / V 64 only (elsewhere it is v4)
+    for (int path = 0; path < 7; path++) {
         static const char *names[8] = {
             "fwd intra",         "fwd state", "fwd output", "bwd intra", "bwd state (recompute)",
             "bwd reverse state", "bwd main",  "bwd gva sum"};
         static const char *kept_names[8] = {
             "fwd intra",         "fwd state", "fwd output",  "bwd ddi",
             "bwd reverse state", "bwd main",  "bwd gva sum", "-"};
-        static const char *paths[5] = {"fast", "tc v3", "tc v4", "tc v3 kept", "tc v4 kept"};
+        static const char *paths[7] = {"fast",       "tc v3",      "tc v4",     "tc v5",
+                                       "tc v3 kept", "tc v4 kept", "tc v5 kept"};
         KdaDims dd[2] = {z.d32, z.d128};
+        const int ver = path > 0 ? 3 + (path - 1) % 3 : 0, kept = path >= 4;
         for (int s = 0; s < 2; s++) {
             float kms[8];
             if (path > 0 && !kda_tc_supported(&dd[s], g.info.smem_per_block_optin)) continue;
-            if (path > 0) kda_tc_set_version(&g, path % 2 ? 3 : 4);
-            int rc = path == 0  ? kda_fast_profile(&g, &dd[s], 10, kms)
-                     : path < 3 ? kda_tc_profile(&g, &dd[s], 10, kms)
-                                : kda_tc_profile_kept(&g, &dd[s], 10, kms);
+            if (ver == 5 && kda_tc_bwd_main_version(5, &dd[s]) != 5) continue;
+            if (path > 0) kda_tc_set_version(&g, ver);
+            int rc = path == 0 ? kda_fast_profile(&g, &dd[s], 10, kms)
+                     : !kept   ? kda_tc_profile(&g, &dd[s], 10, kms)
+                               : kda_tc_profile_kept(&g, &dd[s], 10, kms);
             if (rc) die_("profile");
             printf("%s path per kernel, K%lld V%lld chunk %lld:\n", paths[path], (long long)dd[s].K,
                    (long long)dd[s].V, (long long)dd[s].chunk);
             float sum = 0.0f;
-            for (int i = 0; i < (path >= 3 ? 7 : 8); i++) {
-                printf("  %-28s %8.3f ms %7.2f ns/token-head\n",
-                       path >= 3 ? kept_names[i] : names[i], kms[i], kms[i] * 1e6 / th);
+            for (int i = 0; i < (kept ? 7 : 8); i++) {
+                printf("  %-28s %8.3f ms %7.2f ns/token-head\n", kept ? kept_names[i] : names[i],
+                       kms[i], kms[i] * 1e6 / th);
                 sum += kms[i];
             }
             printf("  %-28s %8.3f ms\n", "sum", sum);

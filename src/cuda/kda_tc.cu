@@ -297,6 +297,60 @@ __host__ __device__ inline unsigned opnd(const MatH &m, int r, int c) {
     return (unsigned)m.p[r * m.rs + c * m.cs] << 16;
 }
 
+// v5: an fp32 tile whose every value is already TF32 (tf32_round: its producer rounded it, and it
+// is read by nothing but mma), so a fragment is the stored word, with no cvt (about 2 instructions
+// per operand element on the device: |x| < Inf test and a predicated add). cvt.rna is idempotent
+// on such a word, so the products are bitwise v4's.
+struct MatT {
+    const float *p;
+    int rs, cs;
+};
+__host__ __device__ inline MatT mat_off(const MatT &m, int r, int c) {
+    MatT o;
+    o.p = m.p + r * m.rs + c * m.cs, o.rs = m.rs, o.cs = m.cs;
+    return o;
+}
+__host__ __device__ inline unsigned opnd(const MatT &m, int r, int c) {
+    const float x = m.p[r * m.rs + c * m.cs];
+#ifdef __CUDA_ARCH__
+    return __float_as_uint(x);
+#else
+    unsigned u;
+    memcpy(&u, &x, sizeof u);
+    return u;
+#endif
+}
+// The operand view of an fp32 tile: MatT when R (its values are TF32-rounded: v5), else Mat (v4:
+// rounded at every fragment load). R false gives v4's types, so its code is v4's.
+template <bool R> struct MatOf_ { typedef Mat T; };
+template <> struct MatOf_<true> { typedef MatT T; };
+template <bool R>
+__host__ __device__ inline typename MatOf_<R>::T matr(const float *p, int rs, int cs) {
+    typename MatOf_<R>::T m;
+    m.p = p, m.rs = rs, m.cs = cs;
+    return m;
+}
+// x as TF32 in an fp32 word (low 13 mantissa bits zero): what a v5 producer stores for a tensor
+// that only mma reads. On the device cvt.rna leaves the low bits set (its SASS adds half an ulp;
+// the mma ignores them), so they are cleared here: the stored word is then a TF32 value, on which
+// the consumer's raw fragment and a v4 consumer's cvt.rna agree (a second cvt of the unmasked
+// word could carry into bit 13). The host's tf32_bits clears them already (and keeps NaN as it is,
+// as v4's host operands do).
+__host__ __device__ inline float tf32_round(float x) {
+#ifdef __CUDA_ARCH__
+    return __uint_as_float(tf32_bits(x) & 0xffffe000u);
+#else
+    unsigned u = tf32_bits(x);
+    float f;
+    memcpy(&f, &u, sizeof f);
+    return f;
+#endif
+}
+// The value a producer stores: rounded when R (v5), unchanged otherwise (v4).
+template <bool R> __host__ __device__ inline float rnd_(float x) {
+    return R ? tf32_round(x) : x;
+}
+
 // a += A[0:16, 0:Kd] · B[0:Kd, 0:8], operands rounded to TF32 (Kd % 8 == 0). On the device every
 // lane of the warp calls it together (mma.sync is warp-collective).
 template <class MA, class MB>
@@ -446,7 +500,7 @@ struct TcArgs : ChunkArgs {
     // v4 (ctx->tc_version): 16-byte aligned q and k, v, gcum, and the scratch / kept tensors; an
     // unaligned one is copied with plain loads
     bool qk_al16, v_al16, g_al16, s_al16;
-    int ver;         // the kernel version of this call (ctx->tc_version): 3 or 4
+    int ver;         // the kernel version of this call (ctx->tc_version): 3, 4 or 5 (v4's bodies)
     bool state_o;    // v4 forward: the state pass writes o as well (no output kernel)
     float *Akk, *KK; // kept (v4 at bwd4_dims): [cid][C][C] Akk, KK; NULL without a kept buffer
     const kda_bf16 *q, *k, *v, *dO;
@@ -669,7 +723,7 @@ __host__ __device__ void state_prefetch_(const TcArgs &a, int64_t cid, int v0, f
     }
     cp_commit_();
 }
-template <int C_, int K_, int VT_, int NS>
+template <int C_, int K_, int VT_, int NS, bool RT = false>
 __host__ __device__ void state4_body(const TcArgs &a, int64_t blk, float *sm);
 // v3's pass is v4's at run-time dims with a double buffer (below).
 __host__ __device__ void state_body(const TcArgs &a, int64_t blk, float *sm) {
@@ -1076,6 +1130,7 @@ __host__ __device__ void bwd_body(const TcArgs &a, int64_t blk, float *sm) {
 }
 
 // ==== v4 (ctx->tc_version == 4, the default; KDA_TC_V=3 selects the v3 bodies above) ==========
+// (v5, KDA_TC_V=5: these bodies with RT = true at the models' dims, see tc_intra5_k)
 // At K 32 / V 64 / chunk 32 (the models' dims; others run v3's intra and main backward):
 //   * intra4_body: compile-time dims; q, k, G through cp.async, βv loaded alongside; the dense
 //     enumeration of the diagonal pairs; the off-diagonal block beside the forward substitution;
@@ -1164,7 +1219,11 @@ __host__ __device__ inline size_t state4_floats(int C, int K, int Vt, int ns, bo
     int buf = state_buf_floats(C, K, Vt) + (with_o ? state_obuf_floats(C, K) : 0);
     return (size_t)(with_o ? 2 : 1) * K * pad8(Vt) + (size_t)ns * buf;
 }
-template <int C_, int K_, int VT_, int NS>
+// RT (v5): w, kg, qg, Aqk come TF32-rounded from intra4_body<.., true> and the shared Δ tile is
+// rounded where it is computed (this pass reads it by mma only), so their fragments skip the
+// cvt. The Δ written out stays unrounded: the kept layout's h and Δ are kda_fast's as well
+// (kda_fast_bwd_kept reads a tc forward's, elementwise).
+template <int C_, int K_, int VT_, int NS, bool RT> // RT's default: the declaration above
 __host__ __device__ void state4_body(const TcArgs &a, int64_t blk, float *sm) {
     const int tid = tid_(), nth = nth_c_<TC_THREADS>();
     const int C = C_ ? C_ : a.C, K = K_ ? K_ : a.K, Vt = VT_ ? VT_ : a.Vt, V = a.V, nvt = V / Vt;
@@ -1201,16 +1260,16 @@ __host__ __device__ void state4_body(const TcArgs &a, int64_t blk, float *sm) {
             a.h[cid * K * V + (int64_t)x * V + v0 + c] = S[x * LT + c];
         }
         float *Dg = a.D + cid * C * V + v0;
-        block_mm(C, Vt, mat(Ws, LW, 1), mat(S, LT, 1), K, no_mat(), no_mat(), 0,
+        block_mm(C, Vt, matr<RT>(Ws, LW, 1), mat(S, LT, 1), K, no_mat(), no_mat(), 0,
                  [&](int r, int c, float v, float) { // Ds holds u: Δ = u - w S in place
                      float d = Ds[r * LT + c] - v;
-                     Ds[r * LT + c] = d;
+                     Ds[r * LT + c] = rnd_<RT>(d); // this pass reads it by mma only
                      Dg[(int64_t)r * V + c] = d;
                  });
         sync_();
         if (!fo) {
             block_mm(
-                K, Vt, mat(KGs, 1, LG), mat(Ds, LT, 1), C, no_mat(), no_mat(), 0,
+                K, Vt, matr<RT>(KGs, 1, LG), matr<RT>(Ds, LT, 1), C, no_mat(), no_mat(), 0,
                 [&](int r, int c, float v, float) { S[r * LT + c] = gls[r] * S[r * LT + c] + v; });
             continue;
         }
@@ -1219,10 +1278,10 @@ __host__ __device__ void state4_body(const TcArgs &a, int64_t blk, float *sm) {
         const float *QG = gls + K, *Aq = QG + C * LQ;
         const int t0 = nc * C, nr = imin(C, a.T - t0);
         block_mm(
-            K, Vt, mat(KGs, 1, LG), mat(Ds, LT, 1), C, no_mat(), no_mat(), 0,
+            K, Vt, matr<RT>(KGs, 1, LG), matr<RT>(Ds, LT, 1), C, no_mat(), no_mat(), 0,
             [&](int r, int c, float v, float) { S2[r * LT + c] = gls[r] * S[r * LT + c] + v; });
-        block_mm(C, Vt, mat(QG, LQ, 1), mat(S, LT, 1), K, mat(Aq, LA, 1), mat(Ds, LT, 1), C,
-                 [&](int r, int c, float v1, float v2) {
+        block_mm(C, Vt, matr<RT>(QG, LQ, 1), mat(S, LT, 1), K, matr<RT>(Aq, LA, 1),
+                 matr<RT>(Ds, LT, 1), C, [&](int r, int c, float v1, float v2) {
                      if (r < nr) a.o[v_at(a, b, t0 + r, j) + v0 + c] = stbf(v1 + v2);
                  });
         float *t = S;
@@ -1281,7 +1340,10 @@ __host__ __device__ void rstate4_prefetch_(const TcArgs &a, int64_t cid, int nc,
     FOR(e, K4) cp16_(&gls[4 * e], &a.gl[cid * K + 4 * e], as);
     cp_commit_();
 }
-template <int C_, int K_, int VT_, int NS>
+// RT (v5): w, qg, kg, Aqk come TF32-rounded from intra4_body<.., true> and dΔ is stored rounded
+// (every consumer of dΔ is an mma: this pass's and the main backward's), so their fragments skip
+// the cvt.
+template <int C_, int K_, int VT_, int NS, bool RT = false>
 __host__ __device__ void rstate4_body(const TcArgs &a, int64_t blk, float *sm) {
     const int tid = tid_(), nth = nth_c_<TC_THREADS>();
     const int C = C_ ? C_ : a.C, K = K_ ? K_ : a.K, Vt = VT_ ? VT_ : a.Vt, V = a.V, nvt = V / Vt;
@@ -1323,15 +1385,15 @@ __host__ __device__ void rstate4_body(const TcArgs &a, int64_t blk, float *sm) {
             a.dh[cid * K * V + (int64_t)x * V + v0 + c] = dS[x * LT + c];
         }
         float *dDg = a.dD + cid * C * V + v0;
-        block_mm(C, Vt, mat(Aq, 1, LA), math(dOb, LO, 1), C, mat(KGs, LG, 1), mat(dS, LT, 1), K,
-                 [&](int r, int c, float vi, float vs) {
-                     float d = vi + vs;
+        block_mm(C, Vt, matr<RT>(Aq, 1, LA), math(dOb, LO, 1), C, matr<RT>(KGs, LG, 1),
+                 mat(dS, LT, 1), K, [&](int r, int c, float vi, float vs) {
+                     float d = rnd_<RT>(vi + vs);
                      dDs[r * LT + c] = d;
                      dDg[(int64_t)r * V + c] = d;
                  });
         sync_();
-        block_mm(K, Vt, mat(QGs, 1, LW), math(dOb, LO, 1), C, mat(Ws, 1, LW), mat(dDs, LT, 1), C,
-                 [&](int r, int c, float vq, float vw) {
+        block_mm(K, Vt, matr<RT>(QGs, 1, LW), math(dOb, LO, 1), C, matr<RT>(Ws, 1, LW),
+                 matr<RT>(dDs, LT, 1), C, [&](int r, int c, float vq, float vw) {
                      dS[r * LT + c] = gls[r] * dS[r * LT + c] + vq - vw;
                  });
     }
@@ -1365,7 +1427,13 @@ template <int C, int K, int V> struct Bwd4 {
 
 // KA: Akk and KK come from the kept buffer (a.Akk, a.KK: the forward intra's), so (1)-(3) reduce
 // to Kb and the products that need no Akk; else they are computed here (v3's algorithm).
-template <int C, int K, int V, bool KA>
+// RT (v5): the mma-only fp32 operands are TF32 values and their fragments skip the cvt: dΔ
+// (rstate4_body<.., true> stores it rounded), Akk (KA: intra4_body<.., true> stores it rounded;
+// the plain form's Akk is the forward substitution's, read elementwise, so it keeps the cvt), and
+// the ones rounded here where they are written: dw, the first dAkk (read by (5) only), M, and
+// (7)'s factors Qf, Kfb, Kr. Not: Δ (the kept layout's is kda_fast's too: stored unrounded), h,
+// dh (dΓ_last's Σ dS S0), Kb (dΓ), dAqk and the second dAkk (the pair sums).
+template <int C, int K, int V, bool KA, bool RT = false>
 __host__ __device__ void bwd4_body(const TcArgs &a, int64_t blk, float *sm) {
     typedef Bwd4<C, K, V> P;
     constexpr int LK = P::LK, LV = P::LV, LC = P::LC, LQ = P::LQ, LW = P::LW, R = SUB;
@@ -1464,8 +1532,8 @@ __host__ __device__ void bwd4_body(const TcArgs &a, int64_t blk, float *sm) {
             int i = e / K, c = e % K;
             Kb[i * LK + c] = bs[i] * ldbf(Kh[i * LQ + c]) * fexp(Gs[i * LK + c]);
         }
-        block_mm_w(0, 8, C, K, math(dOh, LW, 1), mat(S0, 1, LV), V, mat(dDs, LV, 1), mat(S0, 1, LV),
-                   V, [&](int r, int c, float vo, float vd) {
+        block_mm_w(0, 8, C, K, math(dOh, LW, 1), mat(S0, 1, LV), V, matr<RT>(dDs, LV, 1),
+                   mat(S0, 1, LV), V, [&](int r, int c, float vo, float vd) {
                        T1[r * LK + c] = vo;
                        T3[r * LK + c] = vd;
                    });
@@ -1489,7 +1557,7 @@ __host__ __device__ void bwd4_body(const TcArgs &a, int64_t blk, float *sm) {
             dG[x] = ldbf(Qh[i * LQ + c]) * dqi - tkv;
             dk[x] = el * T2[x];
             tk[x] = tkv;
-            T3[x] = -T3[x];
+            T3[x] = rnd_<RT>(-T3[x]); // dw: read by mma only
         }
         sync_();
     } else {
@@ -1553,8 +1621,8 @@ __host__ __device__ void bwd4_body(const TcArgs &a, int64_t blk, float *sm) {
         if (off)
             block_mm_w(2, 2, SUB, SUB, mat(Kf1, LK, 1), mat(Kr1, 1, LK), K, no_mat(), no_mat(), 0,
                        [&](int r, int c, float v, float) { KK[(R + r) * LC + c] = v; });
-        block_mm_w(4, 8, C, K, math(dOh, LW, 1), mat(S0, 1, LV), V, mat(dDs, LV, 1), mat(S0, 1, LV),
-                   V, [&](int r, int c, float vo, float vd) {
+        block_mm_w(4, 8, C, K, math(dOh, LW, 1), mat(S0, 1, LV), V, matr<RT>(dDs, LV, 1),
+                   mat(S0, 1, LV), V, [&](int r, int c, float vo, float vd) {
                        T1[r * LK + c] = vo;
                        T3[r * LK + c] = vd;
                    });
@@ -1588,9 +1656,9 @@ __host__ __device__ void bwd4_body(const TcArgs &a, int64_t blk, float *sm) {
             float dqi = scale * eg * T1[x], tkv = kx * el * T2[x];
             dq[x] = dqi; // o has (scale q e^G) S0
             dG[x] = ldbf(Qh[i * LQ + c]) * dqi - tkv;
-            dk[x] = el * T2[x]; // S_end has (k e^{G_last - G})ᵀ Δ
-            tk[x] = tkv;        // summed into dΓ_last in (4)
-            T3[x] = -T3[x];     // dw (Δ = u - w S0)
+            dk[x] = el * T2[x];       // S_end has (k e^{G_last - G})ᵀ Δ
+            tk[x] = tkv;              // summed into dΓ_last in (4)
+            T3[x] = rnd_<RT>(-T3[x]); // dw (Δ = u - w S0): read by mma only
         }
         sync_();
     } // KA
@@ -1604,23 +1672,23 @@ __host__ __device__ void bwd4_body(const TcArgs &a, int64_t blk, float *sm) {
         s = warp_sum_(s);
         if (lane_() == 0) dGl[c] += s;
     }
-    block_mm_w(0, 8, C, C, mat(dDs, LV, 1), math(Vh, 1, LW), V, mat(dw, LK, 1), mat(Kb, 1, LK), K,
-               [&](int r, int c, float vv, float vk) {
-                   dAkk[r * LC + c] = r < n && c < r ? bs[c] * vv + vk : 0.0f;
+    block_mm_w(0, 8, C, C, matr<RT>(dDs, LV, 1), math(Vh, 1, LW), V, matr<RT>(dw, LK, 1),
+               mat(Kb, 1, LK), K, [&](int r, int c, float vv, float vk) {
+                   dAkk[r * LC + c] = rnd_<RT>(r < n && c < r ? bs[c] * vv + vk : 0.0f);
                });
-    block_mm_w(8, 8, C, V, mat(Ak, 1, LC), mat(dDs, LV, 1), C, no_mat(), no_mat(), 0,
-               [&](int r, int c, float v, float) {
+    block_mm_w(8, 8, C, V, matr < RT && KA > (Ak, 1, LC), matr<RT>(dDs, LV, 1), C, no_mat(),
+               no_mat(), 0, [&](int r, int c, float v, float) {
                    dVb[r * LV + c] = v;
                    if (r < n) a.dv[v_at(a, p.b, p.t0 + r, p.j) + c] = stbf(bs[r] * v);
                });
-    block_mm_w(8, 8, C, K, mat(Ak, 1, LC), mat(dw, LK, 1), C, no_mat(), no_mat(), 0,
-               [&](int r, int c, float v, float) { dKb[r * LK + c] = v; });
+    block_mm_w(8, 8, C, K, matr < RT && KA > (Ak, 1, LC), matr<RT>(dw, LK, 1), C, no_mat(),
+               no_mat(), 0, [&](int r, int c, float v, float) { dKb[r * LK + c] = v; });
     sync_();
 
     // (5) M = Akkᵀ dAkk (warps 0-7); Kb = β k e^G: dk += β e^G dKb, dΓ += Kb dKb; dβ = v·dVb +
     //     (k e^G)·dKb (a warp per row)
-    block_mm_w(0, 8, C, C, mat(Ak, 1, LC), mat(dAkk, LC, 1), C, no_mat(), no_mat(), 0,
-               [&](int r, int c, float v, float) { Mm[r * LC + c] = v; });
+    block_mm_w(0, 8, C, C, matr < RT && KA > (Ak, 1, LC), matr<RT>(dAkk, LC, 1), C, no_mat(),
+               no_mat(), 0, [&](int r, int c, float v, float) { Mm[r * LC + c] = rnd_<RT>(v); });
     FOR(e, C * K) {
         int i = e / K, c = e % K, x = i * LK + c;
         dk[x] += bs[i] * fexp(Gs[x]) * dKb[x];
@@ -1638,7 +1706,7 @@ __host__ __device__ void bwd4_body(const TcArgs &a, int64_t blk, float *sm) {
     // (6) dL = -M Akkᵀ on the strict lower triangle (into dAkk); the factors of the off-diagonal
     //     sub-block for (7): Qf = q_i e^{G_i - G_R}, Kfb = β_i k_i e^{G_i - G_R} (rows R.., 0 past
     //     the end), Kr = k_j e^{G_R - G_j} (rows ..R-1)
-    block_mm(C, C, mat(Mm, LC, 1), mat(Ak, 1, LC), C, no_mat(), no_mat(), 0,
+    block_mm(C, C, matr<RT>(Mm, LC, 1), matr < RT && KA > (Ak, 1, LC), C, no_mat(), no_mat(), 0,
              [&](int r, int c, float v, float) {
                  float l = r < n && c < r ? -v : 0.0f;
                  dAkk[r * LC + c] = l;
@@ -1652,9 +1720,9 @@ __host__ __device__ void bwd4_body(const TcArgs &a, int64_t blk, float *sm) {
         FOR(e, SUB * K) {
             int i = e / K, c = e % K, r = R + i;
             float gR = Gs[R * LK + c], f = r < n ? fexp(Gs[r * LK + c] - gR) : 0.0f;
-            Qf[i * LK + c] = ldbf(Qh[r * LQ + c]) * f;
-            Kfb[i * LK + c] = bs[r] * ldbf(Kh[r * LQ + c]) * f;
-            Kr[i * LK + c] = ldbf(Kh[i * LQ + c]) * fexp(gR - Gs[i * LK + c]);
+            Qf[i * LK + c] = rnd_<RT>(ldbf(Qh[r * LQ + c]) * f); // (7)'s mma operands only
+            Kfb[i * LK + c] = rnd_<RT>(bs[r] * ldbf(Kh[r * LQ + c]) * f);
+            Kr[i * LK + c] = rnd_<RT>(ldbf(Kh[i * LQ + c]) * fexp(gR - Gs[i * LK + c]));
         }
     }
     sync_();
@@ -1668,16 +1736,16 @@ __host__ __device__ void bwd4_body(const TcArgs &a, int64_t blk, float *sm) {
     //     exponent (G is non-increasing), and the other side's entries of dAqk and dL are zero
     //     (masked), so the one finite factor serves both.
     if (off) {
-        block_mm_w(0, 4, SUB, K, mat(dAqk + R * LC, LC, 1), mat(Kr, LK, 1), SUB,
-                   mat(dAkk + R * LC, LC, 1), mat(Kr, LK, 1), SUB,
+        block_mm_w(0, 4, SUB, K, mat(dAqk + R * LC, LC, 1), matr<RT>(Kr, LK, 1), SUB,
+                   mat(dAkk + R * LC, LC, 1), matr<RT>(Kr, LK, 1), SUB,
                    [&](int r, int c, float vq, float vl) {
                        bool in = R + r < n;
                        float f = in ? fexp(Gs[(R + r) * LK + c] - Gs[R * LK + c]) : 0.0f;
                        T1[(R + r) * LK + c] = in ? scale * vq * f : 0.0f;
                        T2[(R + r) * LK + c] = in ? bs[R + r] * vl * f : 0.0f;
                    });
-        block_mm_w(4, 4, SUB, K, mat(dAqk + R * LC, 1, LC), mat(Qf, LK, 1), SUB,
-                   mat(dAkk + R * LC, 1, LC), mat(Kfb, LK, 1), SUB,
+        block_mm_w(4, 4, SUB, K, mat(dAqk + R * LC, 1, LC), matr<RT>(Qf, LK, 1), SUB,
+                   mat(dAkk + R * LC, 1, LC), matr<RT>(Kfb, LK, 1), SUB,
                    [&](int r, int c, float vq, float vk) {
                        T3[r * LK + c] = (scale * vq + vk) * fexp(Gs[R * LK + c] - Gs[r * LK + c]);
                    });
@@ -1781,7 +1849,10 @@ __host__ __device__ inline void tri_pair_(int t, int &i, int &j) {
     j = t - i * (i + 1) / 2;
 }
 
-template <int C, int K, int V>
+// RT (v5): w, kg, qg, Aqk and the kept Akk are stored TF32-rounded: the state passes and the kept
+// main backward read them only as mma operands (u, KK and e^{G_last} are read elementwise: kept
+// as they are).
+template <int C, int K, int V, bool RT = false>
 __host__ __device__ void intra4_body(const TcArgs &a, int64_t blk, float *sm) {
     typedef Intra4<C, K, V> P;
     constexpr int LK = P::LK, LC = P::LC, LQ = P::LQ, LV = P::LV, R = SUB;
@@ -1888,8 +1959,8 @@ __host__ __device__ void intra4_body(const TcArgs &a, int64_t blk, float *sm) {
         int i = e / K, c = e % K;
         float g = Gs[i * LK + c], eg = fexp(g), kx = ldbf(Kh[i * LQ + c]);
         Kb[i * LK + c] = bs[i] * kx * eg;
-        qgg[e] = scale * ldbf(Qh[i * LQ + c]) * eg;
-        kgg[e] = kx * fexp(Gl[c] - g);
+        qgg[e] = rnd_<RT>(scale * ldbf(Qh[i * LQ + c]) * eg);
+        kgg[e] = rnd_<RT>(kx * fexp(Gl[c] - g));
     }
     FOR(c, K) a.gl[p.cid * K + c] = fexp(Gl[c]);
     sync_();
@@ -1931,19 +2002,19 @@ __host__ __device__ void intra4_body(const TcArgs &a, int64_t blk, float *sm) {
                    no_mat(), 0, [&](int r, int c, float v, float) { Ak[(R + r) * LC + c] = -v; });
     }
     float *aqg = a.Aqk + p.cid * C * C;
-    GFOR(e, C * C, 2, TC_THREADS / 32 - 2) aqg[e] = Aq[(e / C) * LC + e % C];
+    GFOR(e, C * C, 2, TC_THREADS / 32 - 2) aqg[e] = rnd_<RT>(Aq[(e / C) * LC + e % C]);
     sync_();
 
     // (4) w = Akk Kb, u = Akk βv (8 + 16 tiles, 3 per warp); kept: Akk and KK written out
     float *wg = a.w + p.cid * C * K, *ug = a.u + p.cid * C * V;
     block_mm(C, K, mat(Ak, LC, 1), mat(Kb, LK, 1), C, no_mat(), no_mat(), 0,
-             [&](int r, int c, float v, float) { wg[r * K + c] = v; });
+             [&](int r, int c, float v, float) { wg[r * K + c] = rnd_<RT>(v); });
     block_mm(C, V, mat(Ak, LC, 1), mat(Vb, LV, 1), C, no_mat(), no_mat(), 0,
              [&](int r, int c, float v, float) { ug[r * V + c] = v; });
     if (keepA) {
         float *akg = a.Akk + p.cid * C * C, *kkg = a.KK + p.cid * C * C;
         FOR(e, C * C) {
-            akg[e] = Ak[(e / C) * LC + e % C];
+            akg[e] = rnd_<RT>(Ak[(e / C) * LC + e % C]);
             kkg[e] = KKs[(e / C) * LC + e % C];
         }
     }
@@ -1953,6 +2024,15 @@ __host__ __device__ void intra4_body(const TcArgs &a, int64_t blk, float *sm) {
 // The dims bwd4_body and intra4_body are instantiated for (the models': K 32, V 64, chunk 32).
 __host__ __device__ inline bool bwd4_dims(const ChunkArgs &a) {
     return a.C == 32 && a.K == 32 && a.V == 64;
+}
+// v5's rounded-operand bodies run at bwd4_dims only (where every producer and consumer of the
+// rounded tensors is a v4 body with the flag); elsewhere version 5 runs v4 as it is.
+__host__ __device__ inline bool v5_(const TcArgs &a) {
+    return a.ver == 5 && bwd4_dims(a);
+}
+// The context's version as a call's: 3, 5, or 4 for anything else.
+__host__ __device__ inline int ver_of_(int v) {
+    return v == 3 || v == 5 ? v : 4;
 }
 
 // ---- device entry points ------------------------------------------------------------------------
@@ -2002,6 +2082,30 @@ __global__ void __launch_bounds__(TC4_THREADS, 2) tc_bwd4_k(TcArgs a) {
 __global__ void __launch_bounds__(TC4_THREADS, 2) tc_bwd4k_k(TcArgs a) {
     extern __shared__ float sm[];
     bwd4_body<32, 32, 64, true>(a, blockIdx.x, sm);
+}
+// v5 (ctx->tc_version 5, at bwd4_dims): v4's bodies with the mma-only operands rounded once by
+// their producers (the RT flag); the names differ from v4's so that profiles tell them apart.
+template <int C_, int K_, int VT_, int NS>
+__global__ void __launch_bounds__(TC_THREADS) tc_state5_k(TcArgs a) {
+    extern __shared__ float sm[];
+    state4_body<C_, K_, VT_, NS, true>(a, blockIdx.x, sm);
+}
+template <int C_, int K_, int VT_, int NS>
+__global__ void __launch_bounds__(TC_THREADS) tc_rstate5_k(TcArgs a) {
+    extern __shared__ float sm[];
+    rstate4_body<C_, K_, VT_, NS, true>(a, blockIdx.x, sm);
+}
+__global__ void __launch_bounds__(TC_THREADS) tc_intra5_k(TcArgs a) {
+    extern __shared__ float sm[];
+    intra4_body<32, 32, 64, true>(a, blockIdx.x, sm);
+}
+__global__ void __launch_bounds__(TC4_THREADS, 2) tc_bwd5_k(TcArgs a) {
+    extern __shared__ float sm[];
+    bwd4_body<32, 32, 64, false, true>(a, blockIdx.x, sm);
+}
+__global__ void __launch_bounds__(TC4_THREADS, 2) tc_bwd5k_k(TcArgs a) {
+    extern __shared__ float sm[];
+    bwd4_body<32, 32, 64, true, true>(a, blockIdx.x, sm);
 }
 
 // ---- argument setup shared by the device and host drivers ---------------------------------------
@@ -2066,7 +2170,7 @@ int prepare(KdaCudaCtx *ctx, TcArgs &a, const KdaDims *d) {
     a = make_args(d);
     const char *as = getenv("KDA_TC_ASYNC"); // "0": the state passes' copies without cp.async
     a.async = !(as && !strcmp(as, "0"));
-    a.ver = ctx->tc_version == 3 ? 3 : 4;
+    a.ver = ver_of_(ctx->tc_version);
     KDA_CUDA_REQUIRE(ctx, kda_tc_supported(d, ctx->info.smem_per_block_optin));
     float *ws = (float *)kda_cuda_scratch(ctx, scratch_floats(a) * sizeof(float));
     if (!ws) return -1;
@@ -2078,9 +2182,11 @@ int prepare(KdaCudaCtx *ctx, TcArgs &a, const KdaDims *d) {
 // a double buffer.
 int launch_state_fwd(KdaCudaCtx *ctx, cudaEvent_t **ev, const TcArgs &a) {
     int64_t tiles = (int64_t)a.B * a.HV * (a.V / a.Vt);
-    if (a.ver != 4)
+    if (a.ver == 3)
         return launch(ctx, ev, tc_state_k, tiles, state_floats(a.C, a.K, a.Vt), TC_THREADS, a);
     size_t f = state4_floats(a.C, a.K, a.Vt, stages4(a), a.state_o);
+    if (v5_(a))
+        return launch(ctx, ev, tc_state5_k<32, 32, 32, TC4_STAGES>, tiles, f, TC_THREADS, a);
     if (bwd4_dims(a))
         return launch(ctx, ev, tc_state4_k<32, 32, 32, TC4_STAGES>, tiles, f, TC_THREADS, a);
     return launch(ctx, ev, tc_state4_k<0, 0, 0, 2>, tiles, f, TC_THREADS, a);
@@ -2088,6 +2194,8 @@ int launch_state_fwd(KdaCudaCtx *ctx, cudaEvent_t **ev, const TcArgs &a) {
 int launch_rstate4(KdaCudaCtx *ctx, cudaEvent_t **ev, const TcArgs &a) {
     int64_t tiles = (int64_t)a.B * a.HV * (a.V / a.Vt);
     size_t f = rstate4_floats(a.C, a.K, a.Vt, stages4(a));
+    if (v5_(a))
+        return launch(ctx, ev, tc_rstate5_k<32, 32, 32, TC4_STAGES>, tiles, f, TC_THREADS, a);
     if (bwd4_dims(a))
         return launch(ctx, ev, tc_rstate4_k<32, 32, 32, TC4_STAGES>, tiles, f, TC_THREADS, a);
     return launch(ctx, ev, tc_rstate4_k<0, 0, 0, 2>, tiles, f, TC_THREADS, a);
@@ -2096,7 +2204,10 @@ int launch_rstate4(KdaCudaCtx *ctx, cudaEvent_t **ev, const TcArgs &a) {
 // The forward's intra kernel: v4's at its dims, else v3's (forward form: writes Aqk).
 int launch_intra_fwd(KdaCudaCtx *ctx, cudaEvent_t **ev, const TcArgs &a) {
     int64_t chunks = (int64_t)a.B * a.HV * a.NT;
-    if (a.ver == 4 && bwd4_dims(a))
+    if (v5_(a))
+        return launch(ctx, ev, tc_intra5_k, chunks, (size_t)Intra4<32, 32, 64>::floats, TC_THREADS,
+                      a);
+    if (a.ver >= 4 && bwd4_dims(a))
         return launch(ctx, ev, tc_intra4_k, chunks, (size_t)Intra4<32, 32, 64>::floats, TC_THREADS,
                       a);
     return launch(ctx, ev, tc_intra_k, chunks, intra_floats(a.C, a.K, a.V, false), TC_THREADS, a,
@@ -2126,7 +2237,7 @@ int tc_fwd(KdaCudaCtx *ctx, cudaEvent_t **ev, kda_bf16 *o, float *final_state, c
     if (keep) keep_carve(a, keep);
     a.q = q, a.k = k, a.v = v, a.gcum = gcum, a.beta = beta, a.init_state = init_state;
     a.o = o, a.final_state = final_state;
-    a.state_o = a.ver == 4; // v4: o from the state pass
+    a.state_o = a.ver >= 4; // v4: o from the state pass
     set_align(a);
     int64_t chunks = (int64_t)a.B * a.HV * a.NT;
     if (launch_intra_fwd(ctx, ev, a) || launch_state_fwd(ctx, ev, a)) return -1;
@@ -2153,7 +2264,7 @@ int tc_bwd(KdaCudaCtx *ctx, cudaEvent_t **ev, float *dq, float *dk, kda_bf16 *dv
     a.dv = dv, a.dg = dg, a.dbeta = dbeta, a.dinit = dinit_state;
     if (a.HV == a.H) a.dq = dq, a.dk = dk;
     set_align(a);
-    const bool v4 = a.ver == 4;
+    const bool v4 = a.ver >= 4; // v5 too: v4's kernels with rounded operands
     int64_t chunks = (int64_t)a.B * a.HV * a.NT, tiles = (int64_t)a.B * a.HV * (a.V / a.Vt);
     if (ev && kept && v4) // kda_tc_profile_kept: v4 has no ddi kernel (an empty slot)
         CUDA_CHECK(ctx, cudaEventRecord(*(*ev)++, ctx->stream));
@@ -2167,8 +2278,9 @@ int tc_bwd(KdaCudaCtx *ctx, cudaEvent_t **ev, float *dq, float *dk, kda_bf16 *dv
         (v4 && launch_rstate4(ctx, ev, a)))
         return -1;
     if (v4 && bwd4_dims(a)) {
-        if (launch(ctx, ev, kept ? tc_bwd4k_k : tc_bwd4_k, chunks, (size_t)Bwd4<32, 32, 64>::floats,
-                   TC4_THREADS, a))
+        void (*bwd_k)(TcArgs) =
+            v5_(a) ? (kept ? tc_bwd5k_k : tc_bwd5_k) : (kept ? tc_bwd4k_k : tc_bwd4_k);
+        if (launch(ctx, ev, bwd_k, chunks, (size_t)Bwd4<32, 32, 64>::floats, TC4_THREADS, a))
             return -1;
     } else if (launch(ctx, ev, tc_bwd_k, chunks, bwd_floats(a.C, a.K, a.V, a.Vt), TC_BWD_THREADS,
                       a)) {
@@ -2207,7 +2319,7 @@ struct HostRun {
 
 void host_begin(HostRun *r, const KdaDims *d, int version) {
     r->a = make_args(d);
-    r->a.ver = version == 3 ? 3 : 4;
+    r->a.ver = ver_of_(version);
     r->ws = (float *)kda_calloc(scratch_floats(r->a), sizeof(float));
     r->sm = (float *)kda_calloc(max_smem_bytes(r->a) / sizeof(float), sizeof(float));
     carve(r->a, r->ws);
@@ -2216,16 +2328,20 @@ void host_begin(HostRun *r, const KdaDims *d, int version) {
 }
 // launch_state_fwd's choice, on the host.
 void state_fwd_host(const TcArgs &a, int64_t b, float *sm) {
-    if (a.ver == 4 && bwd4_dims(a))
+    if (v5_(a))
+        state4_body<32, 32, 32, TC4_STAGES, true>(a, b, sm);
+    else if (a.ver >= 4 && bwd4_dims(a))
         state4_body<32, 32, 32, TC4_STAGES>(a, b, sm);
-    else if (a.ver == 4)
+    else if (a.ver >= 4)
         state4_body<0, 0, 0, 2>(a, b, sm);
     else
         state_body(a, b, sm);
 }
 // launch_intra_fwd's choice, on the host.
 void intra_fwd_host(const TcArgs &a, int64_t b, float *sm) {
-    if (a.ver == 4 && bwd4_dims(a))
+    if (v5_(a))
+        intra4_body<32, 32, 64, true>(a, b, sm);
+    else if (a.ver >= 4 && bwd4_dims(a))
         intra4_body<32, 32, 64>(a, b, sm);
     else
         intra_body(a, b, sm, false);
@@ -2246,13 +2362,14 @@ extern "C" int kda_tc_selected(void) {
 
 extern "C" int kda_tc_set_version(KdaCudaCtx *ctx, int v) {
     int prev = ctx->tc_version;
-    ctx->tc_version = v == 3 ? 3 : 4;
+    ctx->tc_version = ver_of_(v);
     return prev;
 }
 
 extern "C" int kda_tc_bwd_main_version(int version, const KdaDims *d) {
     TcArgs a = make_args(d);
-    return version == 4 && bwd4_dims(a) ? 4 : 3;
+    version = ver_of_(version);
+    return version >= 4 && bwd4_dims(a) ? version : 3;
 }
 
 extern "C" int kda_tc_supported(const KdaDims *d, size_t smem_optin) {
@@ -2366,7 +2483,7 @@ extern "C" void kda_tc_fwd_host(kda_bf16 *o, float *final_state, const kda_bf16 
     a.q = q, a.k = k, a.v = v, a.gcum = gcum, a.beta = beta, a.init_state = init_state;
     a.o = o, a.final_state = final_state;
     set_align(a);
-    a.state_o = a.ver == 4; // v4: o from the state pass
+    a.state_o = a.ver >= 4; // v4: o from the state pass
     for (int64_t b = 0; b < r.chunks; b++)
         intra_fwd_host(a, b, r.sm);
     for (int64_t b = 0; b < r.tiles; b++)
@@ -2391,7 +2508,7 @@ extern "C" void kda_tc_bwd_host(float *dq, float *dk, kda_bf16 *dv, float *dg, f
     a.dv = dv, a.dg = dg, a.dbeta = dbeta, a.dinit = dinit_state;
     if (a.HV == a.H) a.dq = dq, a.dk = dk;
     set_align(a);
-    const bool v4 = a.ver == 4;
+    const bool v4 = a.ver >= 4; // v5 too
     for (int64_t b = 0; b < r.chunks; b++) {
         if (!kept && v4)
             intra_fwd_host(a, b, r.sm);
@@ -2403,7 +2520,9 @@ extern "C" void kda_tc_bwd_host(float *dq, float *dk, kda_bf16 *dv, float *dg, f
     for (int64_t b = 0; b < r.tiles && !kept; b++)
         state_fwd_host(a, b, r.sm);
     for (int64_t b = 0; b < r.tiles; b++) {
-        if (v4 && bwd4_dims(a))
+        if (v5_(a))
+            rstate4_body<32, 32, 32, TC4_STAGES, true>(a, b, r.sm);
+        else if (v4 && bwd4_dims(a))
             rstate4_body<32, 32, 32, TC4_STAGES>(a, b, r.sm);
         else if (v4)
             rstate4_body<0, 0, 0, 2>(a, b, r.sm);
@@ -2411,7 +2530,10 @@ extern "C" void kda_tc_bwd_host(float *dq, float *dk, kda_bf16 *dv, float *dg, f
             state_bwd_body(a, b, r.sm);
     }
     for (int64_t b = 0; b < r.chunks; b++) {
-        if (v4 && bwd4_dims(a))
+        if (v5_(a))
+            kept ? bwd4_body<32, 32, 64, true, true>(a, b, r.sm)
+                 : bwd4_body<32, 32, 64, false, true>(a, b, r.sm);
+        else if (v4 && bwd4_dims(a))
             kept ? bwd4_body<32, 32, 64, true>(a, b, r.sm)
                  : bwd4_body<32, 32, 64, false>(a, b, r.sm);
         else

@@ -2,8 +2,9 @@
 // the chunk-parallel algorithm of kda_fast.h with every GEMM-shaped product on mma, and the
 // intra-chunk pair terms factored through 16-token sub-block boundaries. The model's default
 // core where it fits (kda_tc_supported) since the GPU run of 2026-12-03; KDA_CORE=simt selects
-// the SIMT path of kda_fast.h, which stays the GPU oracle of this one. Two kernel versions
-// (the context's tc_version): v4, the default, and v3, kept whole for A/B runs (KDA_TC_V=3).
+// the SIMT path of kda_fast.h, which stays the GPU oracle of this one. Kernel versions (the
+// context's tc_version): v4, the default; v3, kept whole for A/B runs (KDA_TC_V=3); v5, v4 with
+// operands rounded to TF32 once, bitwise v4's results (KDA_TC_V=5, opt-in until measured).
 //
 // Same arguments, layouts and dtypes as kda_fast.h (and kda_cuda.h):
 //   q, k   [B, T, H, K]   bf16, L2-normalized          v, o, do  [B, T, HV, V] bf16
@@ -55,11 +56,15 @@ int kda_tc_selected(void);
 // reverse state pass computing dΔ_intra itself, and (at K 32, V 64, chunk 32) the main backward
 // with compile-time dims and side-by-side warp groups; v3 stays whole for A/B runs
 // (bench/kda_kernel/bench_gpu.c) and as a fallback.
-// Sets ctx's version (3 or 4; anything else: 4) and returns the previous one. For tests and
+// v5 (KDA_TC_V=5, opt-in until measured): v4 with every tensor that only mma reads rounded to
+// TF32 once, where it is produced (w, kg, qg, Aqk, the kept Akk, Δ, dΔ and some of the main
+// backward's own tiles), and its fragments loaded without the per-element cvt; cvt.rna is
+// idempotent, so the results are bitwise v4's. At K 32, V 64, chunk 32; other dims run v4.
+// Sets ctx's version (3, 4 or 5; anything else: 4) and returns the previous one. For tests and
 // benchmarks; the context's thread only.
 int kda_tc_set_version(KdaCudaCtx *ctx, int v);
-// The main backward's version for dims d at kernel version `version`: 4 where bwd4 is
-// instantiated (K 32, V 64, chunk 32) and version is 4, else 3.
+// The main backward's version for dims d at kernel version `version`: 4 (5) where bwd4 is
+// instantiated (K 32, V 64, chunk 32) and version is 4 (5), else 3.
 int kda_tc_bwd_main_version(int version, const KdaDims *d);
 // 1 when the tensor-core kernels take these dims with `smem_optin` bytes of shared memory per
 // block (see the list above), else 0.
@@ -99,7 +104,7 @@ int kda_tc_profile(KdaCudaCtx *ctx, const KdaDims *d, int reps, float ms[8]);
 int kda_tc_profile_kept(KdaCudaCtx *ctx, const KdaDims *d, int reps, float ms[8]);
 
 // Host emulation: the same kernel bodies on host memory (same arguments, host pointers), kernel
-// version `version` (3 or 4, as a context's tc_version); keep / kept NULL: the plain forms.
+// version `version` (3, 4 or 5, as a context's tc_version); keep / kept NULL: the plain forms.
 void kda_tc_fwd_host(kda_bf16 *o, float *final_state, const kda_bf16 *q, const kda_bf16 *k,
                      const kda_bf16 *v, const float *gcum, const float *beta,
                      const float *init_state, const KdaDims *d, float *keep, int version);
