@@ -249,7 +249,7 @@ KDA_TEST(kda_tc_host_v4_matches_v3) {
 // initial state's gradient). A rounded tensor that some body also reads elementwise would differ
 // here by ~2^-11 relative. Dims other than K 32 / V 64 / chunk 32 run v4 under version 5 (the
 // check is then trivially equal, and kda_tc_bwd_main_version says 3).
-static void v5_vs_v4_(const TcCase *f, int kept) {
+static void v5_vs_v4_(const KdaCaseBf16 *f, int kept) {
     const KdaCase *c = &f->c;
     const int64_t n[8] = {c->nv, c->ns, c->nqk, c->nqk, c->nv, c->ng, c->nb, c->ns};
     static const size_t esz[8] = {2, 4, 4, 4, 2, 4, 4, 4};
@@ -286,13 +286,13 @@ KDA_TEST(kda_tc_host_v5_matches_v4) {
         printf("  B=%lld T=%lld H=%lld HV=%lld K=%lld V=%lld chunk=%lld state=%d gmax=%g\n",
                (long long)s->B, (long long)s->T, (long long)s->H, (long long)s->HV, (long long)s->K,
                (long long)s->V, (long long)s->C, s->state, (double)s->gmax);
-        TcCase f;
-        case_make_(&f, &r, s->B, s->T, s->H, s->HV, s->K, s->V, s->C, s->state, s->gmax);
+        KdaCaseBf16 f;
+        kda_case_bf16_make(&f, &r, s->B, s->T, s->H, s->HV, s->K, s->V, s->C, s->state, s->gmax);
         const int v5main = s->K == 32 && s->V == 64 && s->C == 32;
         CHECK(kda_tc_bwd_main_version(5, &f.c.d) == (v5main ? 5 : 3));
         v5_vs_v4_(&f, 0);
         v5_vs_v4_(&f, 1);
-        case_free_(&f);
+        kda_case_bf16_free(&f);
     }
 }
 
