@@ -486,6 +486,10 @@ KDA_TEST_GPU(gpu_model_cls_fused_pipe) { // the pipelined row kernel (KDA_CLS_RO
     if (have_gpu_()) xent_case_(1, KDA_CLS_ROW_PIPE);
 }
 
+KDA_TEST_GPU(gpu_model_cls_fused_trim) { // the trimmed cluster row kernel (KDA_CLS_ROW=3)
+    if (have_gpu_()) xent_case_(1, KDA_CLS_ROW_TRIM);
+}
+
 // ---- AdamW + scaling + clipping vs the CPU optimizer on the same gradients -------------------
 
 static void check_close_(const float *a, const float *b, int64_t n, const char *what) {
