@@ -385,7 +385,7 @@ KDA_TEST(cls_host_trim_same_bits) {
                         tg[i] = (int32_t)(8 * g0 + 8 * (i % 3) + 1 < V ? 8 * g0 + 8 * (i % 3) + 1
                                                                        : V - 1);
                     }
-                bad += trim_same_bits_(lg, tg, rows, V, ld, nths[k], cls[c]);
+                bad += trim_same_bits_(lg, tg, rows, V, ld, nths[k], cls[c]) != 0;
                 cases++;
             }
         free(lg);
