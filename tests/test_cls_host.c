@@ -25,7 +25,7 @@
 #include "core/rng.h"       // defines: KdaRng, rng_normal, rng_below
 #include "core/util.h"      // defines: bf16_to_f32, f32_to_bf16
 #include "cpu/xent.h"       // defines: xent_fwd, xent_bwd, xent_work_floats, XENT_IGNORE
-#include "cuda/xent_cuda.h" // defines: kda_cuda_cls_rows_host, kda_cuda_cls_ld
+#include "cuda/xent_cuda.h" // defines: kda_cuda_cls_rows_host, kda_cuda_cls_rows_trim_host
 
 // Trained-like logits of row r: N(0, 2) background, the target +14, three distractors +8; row 1
 // is flat (N(0, 0.5)), row 2 sits at large magnitudes (+40), row 3 is ignored.
@@ -332,6 +332,65 @@ KDA_TEST(cls_host2_edge_rows) {
         }
         free(lg);
     }
+}
+
+// The trimmed cluster kernel's twin (KDA_CLS_ROW_TRIM) against the cluster kernel's on the same
+// rows: the SAME bits (nll, lse and every dlogit, memcmp), with and without the dlogits pass.
+// The rows: make_logits_'s (flat, +40, ignored), a target moved into each slice of the row (the
+// last one at V - 1: in the row's partial group when V % 8 != 0), and the edge cases of
+// cls_host2_edge_rows (-inf logits, a slice of them, a NaN logit). Returns the mismatches.
+static int trim_same_bits_(const kda_bf16 *lg, const int32_t *tg, int64_t rows, int64_t V,
+                           int64_t ld, int nth, int cl) {
+    size_t n = (size_t)(rows * ld);
+    kda_bf16 *a = malloc(n * sizeof *a), *b = malloc(n * sizeof *b);
+    float na[8], sa[8], nb[8], sb[8];
+    int bad = 0;
+    for (int grad = 0; grad <= 1; grad++) {
+        memcpy(a, lg, n * sizeof *a), memcpy(b, lg, n * sizeof *b);
+        kda_cuda_cls_rows2_host(a, na, sa, tg, rows, V, ld, 0.125f, grad, nth, cl);
+        kda_cuda_cls_rows_trim_host(b, nb, sb, tg, rows, V, ld, 0.125f, grad, nth, cl);
+        int same = !memcmp(a, b, n * sizeof *a) && !memcmp(na, nb, (size_t)rows * sizeof *na) &&
+                   !memcmp(sa, sb, (size_t)rows * sizeof *sa);
+        CHECK_MSG(same, "V %lld nth %d cl %d grad %d: trimmed twin's bits differ", (long long)V,
+                  nth, cl, grad);
+        bad += !same;
+    }
+    free(a), free(b);
+    return bad;
+}
+
+KDA_TEST(cls_host_trim_same_bits) {
+    const int64_t Vs[] = {1003, 5, 8, 9, 64, 128256};
+    int cases = 0, bad = 0;
+    for (size_t v = 0; v < sizeof Vs / sizeof *Vs; v++) {
+        int64_t V = Vs[v], ld = kda_cuda_cls_ld(V), rows = V == 128256 ? 4 : 8;
+        kda_bf16 *lg = malloc((size_t)(rows * ld) * sizeof *lg);
+        int32_t tg[8];
+        make_logits_(lg, tg, rows < 6 ? rows : 6, V, ld, 40 + v); // rows 0..5 (3 ignored)
+        for (int64_t i = 6; i < rows; i++) // rows 6, 7: copies of row 0 with other targets
+            memcpy(lg + i * ld, lg, (size_t)ld * sizeof *lg), tg[i] = tg[0];
+        if (rows > 4) tg[6] = (int32_t)(V - 1), tg[7] = (int32_t)(V / 2);
+        if (V == 64) { // row 4: -inf outside its target's group, row 5: a NaN logit
+            for (int64_t j = 0; j < V; j++)
+                if (j / 8 != tg[4] / 8) lg[4 * ld + j] = f32_to_bf16(-INFINITY);
+            lg[5 * ld + 7] = f32_to_bf16(NAN);
+        }
+        int cls[] = {1, 2, 4, 8}, nths[] = {1, 32, 100, 256};
+        for (int c = 0; c < 4; c++)
+            for (int k = 0; k < 4; k++) {
+                if (V == 128256 && (cls[c] < 4 || nths[k] < 256)) continue; // the device's shapes
+                for (int64_t i = 0; i < rows && V > 64; i++) // target into slice i % cl
+                    if (tg[i] >= 0 && i < 6 && i != 1) {
+                        int64_t gpc = ((V + 7) / 8 + cls[c] - 1) / cls[c], g0 = (i % cls[c]) * gpc;
+                        tg[i] = (int32_t)(8 * g0 + 8 * (i % 3) + 1 < V ? 8 * g0 + 8 * (i % 3) + 1
+                                                                       : V - 1);
+                    }
+                bad += trim_same_bits_(lg, tg, rows, V, ld, nths[k], cls[c]) != 0;
+                cases++;
+            }
+        free(lg);
+    }
+    printf("    %d shapes x 2 modes: trimmed twin bit-identical in %d\n", cases, cases - bad);
 }
 
 // Blocks per row: the fewest slices of at most 4096 groups (64 KB of shared memory).

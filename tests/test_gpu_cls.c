@@ -1,9 +1,10 @@
 // test_gpu_cls.c - the fused classifier's row kernels on the device (src/cuda/xent_cuda.h
 // kda_cuda_cls_row_kernel: the cluster kernel, default, the block kernel, KDA_CLS_ROW=1, and the
-// pipelined cluster kernel, KDA_CLS_ROW=2) against their host twins (kda_cuda_cls_rows2_host,
-// kda_cuda_cls_rows_host; the CPU suite holds the twins to the CPU cross-entropy and to float64 in
-// test_cls_host.c) and against each other, at vocabularies from 5 to 128,256 and every cluster
-// size (make test-gpu; needs a device).
+// pipelined cluster kernel, KDA_CLS_ROW=2; the trimmed cluster kernel, KDA_CLS_ROW=3, which must
+// give the cluster kernel's bits) against their host twins (kda_cuda_cls_rows2_host,
+// kda_cuda_cls_rows_trim_host, kda_cuda_cls_rows_host; the CPU suite holds the twins to the CPU
+// cross-entropy and to float64 in test_cls_host.c) and against each other, at vocabularies from 5
+// to 128,256 and every cluster size (make test-gpu; needs a device).
 //
 // Tolerances: lse and nll 1e-6 · max(1, |lse|) (device expf vs the host's libm: <= 3 ulps per
 // term, so the partition sums differ by ~2e-7 relative; plus one fp32 ulp of each stored lse);
@@ -128,14 +129,17 @@ KDA_TEST_GPU(gpu_cls_rows_match_host) {
         int cl = cases[c].cl ? cases[c].cl : kda_cuda_cls_cluster(V);
         size_t n = (size_t)(rows * ld);
         kda_bf16 *lg = kda_malloc(n * 2), *gd = kda_malloc(n * 2), *gb = kda_malloc(n * 2),
-                 *gh = kda_malloc(n * 2);
+                 *gh = kda_malloc(n * 2), *gt = kda_malloc(n * 2);
         int32_t *tg = kda_malloc((size_t)rows * 4);
-        float nd[37], sd[37], nb[37], sb[37], nh[37], sh[37];
+        float nd[37], sd[37], nb[37], sb[37], nh[37], sh[37], nt[37], st[37];
         make_rows_(lg, tg, rows, V, ld, 100 + c);
         float scale = 1.0f / 31.0f;
-        int rc = run_dev_(&ctx, lg, tg, rows, V, ld, scale, KDA_CLS_ROW_CLUSTER, cases[c].cl, NULL,
-                          gd, nd, sd) ||
-                 run_dev_(&ctx, lg, tg, rows, V, ld, scale, KDA_CLS_ROW_BLOCK, 0, NULL, gb, nb, sb);
+        int rc =
+            run_dev_(&ctx, lg, tg, rows, V, ld, scale, KDA_CLS_ROW_CLUSTER, cases[c].cl, NULL, gd,
+                     nd, sd) ||
+            run_dev_(&ctx, lg, tg, rows, V, ld, scale, KDA_CLS_ROW_BLOCK, 0, NULL, gb, nb, sb) ||
+            run_dev_(&ctx, lg, tg, rows, V, ld, scale, KDA_CLS_ROW_TRIM, cases[c].cl, NULL, gt, nt,
+                     st);
         CHECK_MSG(rc == 0, "V %lld cl %d: %s", (long long)V, cl, ctx.err.msg);
         if (rc) {
             ok = 0;
@@ -150,8 +154,17 @@ KDA_TEST_GPU(gpu_cls_rows_match_host) {
             printf("    V %6lld, %d blocks/row: dlogits differing from the host twin %lld, from "
                    "the block kernel %lld (of %lld)\n",
                    (long long)V, cl, (long long)d1, (long long)d2, (long long)(rows * V));
+            // the trimmed kernel: the cluster kernel's bits, and its own twin's within tolerance
+            CHECK_MSG(!memcmp(gt, gd, n * 2) && !memcmp(nt, nd, sizeof(float) * rows) &&
+                          !memcmp(st, sd, sizeof(float) * rows),
+                      "V %lld cl %d: the trimmed kernel's bits differ from the cluster kernel's",
+                      (long long)V, cl);
+            memcpy(gh, lg, n * 2);
+            kda_cuda_cls_rows_trim_host(gh, nh, sh, tg, rows, V, ld, scale, 1, 256, cl);
+            snprintf(what, sizeof what, "V %lld cl %d trimmed device vs host", (long long)V, cl);
+            compare_(what, gt, nt, st, gh, nh, sh, rows, V, ld, scale);
         }
-        free(lg), free(gd), free(gb), free(gh), free(tg);
+        free(lg), free(gd), free(gb), free(gh), free(gt), free(tg);
     }
     // argument checks: a cluster size other than 1, 2, 4, 8; a slice over 4096 groups
     float *d = kda_cuda_alloc(&ctx, 1024 * 2);

@@ -456,9 +456,11 @@ static void xent_case_(int fused, int row) {
         CHECK_MSG(e_dn <= TOL_XENT_GRAD, "dn rel-RMS %.3g", e_dn);
         CHECK_MSG(e_dw <= TOL_XENT_GRAD, "dW rel-RMS %.3g", e_dw);
         printf("    %s, 3 chunks: max |nll diff| %.2e, loss sum %.6f vs %.6f, dn %.2e, dW %.2e\n",
-               !fused ? "xent"
-               : row  ? "fused classifier (block rows)"
-                      : "fused classifier",
+               !fused                     ? "xent"
+               : row == KDA_CLS_ROW_BLOCK ? "fused classifier (block rows)"
+               : row == KDA_CLS_ROW_PIPE  ? "fused classifier (pipelined rows)"
+               : row == KDA_CLS_ROW_TRIM  ? "fused classifier (trimmed cluster rows)"
+                                          : "fused classifier",
                worst, sum_g, sum_c, e_dn, e_dw);
         free(nll_g), free(lse_g), free(dn_g), free(dW_g);
     }
@@ -484,6 +486,10 @@ KDA_TEST_GPU(gpu_model_cls_fused_block) { // the block row kernel (KDA_CLS_ROW=1
 
 KDA_TEST_GPU(gpu_model_cls_fused_pipe) { // the pipelined row kernel (KDA_CLS_ROW=2)
     if (have_gpu_()) xent_case_(1, KDA_CLS_ROW_PIPE);
+}
+
+KDA_TEST_GPU(gpu_model_cls_fused_trim) { // the trimmed cluster row kernel (KDA_CLS_ROW=3)
+    if (have_gpu_()) xent_case_(1, KDA_CLS_ROW_TRIM);
 }
 
 // ---- AdamW + scaling + clipping vs the CPU optimizer on the same gradients -------------------

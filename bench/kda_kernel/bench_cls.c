@@ -1,14 +1,14 @@
 // bench_cls.c - the LM head of the fused classifier at the 300M shapes, one token chunk of the
 // micro-batch-16 step (8192 tokens, D = 1024, vocabulary 128,256: a quarter of the step's head):
 // the logits GEMM, each row kernel (the block kernel KDA_CLS_ROW=1, the cluster kernel at 4 and 8
-// blocks per row, the pipelined cluster kernel KDA_CLS_ROW=2 in several shapes: blocks per row x
-// threads x slice buffers), the dX + dW GEMMs, and a device-to-device copy of the chunk's logits
-// (the cluster kernels' floor: they read the logits once and write the dlogits once, as a copy
-// does).
-// Every timed row kernel starts from the same random logits (restored by an untimed copy); CUDA
-// events around the launch only, 2 warm-ups, median of 10. Prints ms, GB/s or TFLOP/s and the
-// step's share (x 4 chunks), the largest |nll| difference between the kernels, and cuBLASLt's
-// candidates for the logits GEMM timed (kda_cuda_gemm_probe).
+// blocks per row and its trimmed instantiation KDA_CLS_ROW=3 beside it, the pipelined cluster
+// kernel KDA_CLS_ROW=2 in several shapes: blocks per row x threads x slice buffers), the dX + dW
+// GEMMs, and a device-to-device copy of the chunk's logits (the cluster kernels' floor: they read
+// the logits once and write the dlogits once, as a copy does). Every timed row kernel starts from
+// the same random logits (restored by an untimed copy); CUDA events around the launch only, 2
+// warm-ups, median of 10. Prints ms, GB/s or TFLOP/s and the step's share (x 4 chunks), the largest
+// |nll| difference between the kernels, and cuBLASLt's candidates for the logits GEMM timed
+// (kda_cuda_gemm_probe).
 //
 // Build and run: bash bench/kda_kernel/run_cls.sh (on the GPU machine; < 60 s).
 #include <math.h>
@@ -106,7 +106,9 @@ int main(void) {
         int kernel, cl, nth, nbuf;
     } rk[] = {{"row kernel: block (KDA_CLS_ROW=1)", KDA_CLS_ROW_BLOCK, 0, 0, 0},
               {"row kernel: cluster, 4 blocks/row (default)", KDA_CLS_ROW_CLUSTER, 4, 0, 0},
+              {"row kernel: trimmed, 4 blocks/row (=3)", KDA_CLS_ROW_TRIM, 4, 0, 0},
               {"row kernel: cluster, 8 blocks/row", KDA_CLS_ROW_CLUSTER, 8, 0, 0},
+              {"row kernel: trimmed, 8 blocks/row", KDA_CLS_ROW_TRIM, 8, 0, 0},
               {"row kernel: pipe 4 x 512 thr x 3 buf (=2)", KDA_CLS_ROW_PIPE, 4, 512, 3},
               {"row kernel: pipe 4 x 512 thr x 2 buf", KDA_CLS_ROW_PIPE, 4, 512, 2},
               {"row kernel: pipe 4 x 1024 thr x 3 buf", KDA_CLS_ROW_PIPE, 4, 1024, 3},
@@ -150,6 +152,10 @@ int main(void) {
     }
     printf("max |nll(cluster, pipe) - nll(block)| %.3g over %d rows (mean nll %.4f)\n", worst, ROWS,
            mean);
+    // rk[2], rk[4]: the trimmed kernel, which must give the cluster kernel's (rk[1], rk[3]) bits
+    printf("trimmed vs cluster nll bit-identical: 4 blocks/row %s, 8 blocks/row %s\n",
+           memcmp(nll[1], nll[2], ROWS * sizeof(float)) ? "NO" : "yes",
+           memcmp(nll[3], nll[4], ROWS * sizeof(float)) ? "NO" : "yes");
     for (int k = 0; k < NK; k++)
         free(nll[k]);
     free(tg);

@@ -436,17 +436,37 @@ __host__ __device__ inline int cls2_valid(int64_t g, int64_t V) {
     return V - 8 * g >= 8 ? 8 : (int)(V - 8 * g);
 }
 
+// The trimmed variant (KDA_CLS_ROW_TRIM, TRIM = true below) computes the same bits with fewer
+// instructions: 32-bit group indices (a slice holds at most CLS2_MAX_GROUPS groups, a row at most
+// 8 slices), and the passes test no group for the row's end except the row's last, partial group
+// (V % 8 != 0), peeled after the whole ones: it is the highest group of its slice, so its thread
+// meets it last either way and every thread's order of groups is unchanged.
+template <bool TRIM> struct Cls2Idx { typedef int64_t T; };
+template <> struct Cls2Idx<true> { typedef int T; };
+
+// One group's bf16x2 max folded into m2.
+__host__ __device__ inline unsigned cls2_max8(uint4 q, unsigned m2) {
+    return cls2_hmax2(m2, cls2_hmax2(cls2_hmax2(q.x, q.y), cls2_hmax2(q.z, q.w)));
+}
+
 // Phase 1 for the thread's groups k in [k0, k1) (slice-relative index tid + k·nth): the running
 // bf16x2 max m2 (start 0xff80ff80 = -inf, -inf). sl: the slice's first group, gs0: its index.
-__host__ __device__ inline unsigned cls2_max_part(const kda_bf16 *sl, int64_t gs0, int64_t V,
-                                                  int tid, int nth, int64_t k0, int64_t k1,
-                                                  unsigned m2) {
-    for (int64_t k = k0; k < k1; k++) {
-        int64_t j = tid + k * nth;
+// TRIM: the thread's groups k < kw are whole (no test); the others (at most its last) are tested.
+template <bool TRIM = false>
+__host__ __device__ inline unsigned
+cls2_max_part(const kda_bf16 *sl, typename Cls2Idx<TRIM>::T gs0, typename Cls2Idx<TRIM>::T V,
+              int tid, int nth, typename Cls2Idx<TRIM>::T k0, typename Cls2Idx<TRIM>::T k1,
+              unsigned m2, typename Cls2Idx<TRIM>::T kw = 0) {
+    typedef typename Cls2Idx<TRIM>::T I;
+    I ke = TRIM ? (k1 < kw ? k1 : kw) : k0; // the whole groups' end (TRIM)
+    for (I k = k0; k < ke; k++)
+        m2 = cls2_max8(cls2_ld16(sl + 8 * (tid + k * nth)), m2);
+    for (I k = ke > k0 ? ke : k0; k < k1; k++) {
+        I j = tid + k * nth;
         uint4 q = cls2_ld16(sl + 8 * j);
         int n = cls2_valid(gs0 + j, V);
         if (n < 8) q = cls2_mask(q, n, 0xff80u);
-        m2 = cls2_hmax2(m2, cls2_hmax2(cls2_hmax2(q.x, q.y), cls2_hmax2(q.z, q.w)));
+        m2 = cls2_max8(q, m2);
     }
     return m2;
 }
@@ -457,22 +477,37 @@ __host__ __device__ inline float cls2_max2_f(unsigned m2) {
 // Phase 2: the thread's Σ e^(x - m) over its groups of the slice's ngs (m: the block max). A
 // block max of -inf (every logit of the slice -inf or NaN; the max skips NaN) sums e^x
 // instead: 0 for -inf, NaN for NaN, so a NaN logit always reaches the row's lse.
-__host__ __device__ inline double cls2_sum(const kda_bf16 *sl, int64_t gs0, int64_t ngs, int64_t V,
-                                           int tid, int nth, float m) {
+// TRIM: the slice's groups j < nw are whole (no test), the rest (at most the last) tested.
+__host__ __device__ inline float cls2_sum8(uint4 q, float m) { // one group's fp32 tree
+    float x[8], e[8];
+    cls2_unpack(q, x);
+    for (int i = 0; i < 8; i++)
+        e[i] = expf(x[i] - m);
+    return ((e[0] + e[1]) + (e[2] + e[3])) + ((e[4] + e[5]) + (e[6] + e[7]));
+}
+template <bool TRIM = false>
+__host__ __device__ inline double
+cls2_sum(const kda_bf16 *sl, typename Cls2Idx<TRIM>::T gs0, typename Cls2Idx<TRIM>::T ngs,
+         typename Cls2Idx<TRIM>::T V, int tid, int nth, float m, typename Cls2Idx<TRIM>::T nw = 0) {
+    typedef typename Cls2Idx<TRIM>::T I;
     double s = 0.0;
     if (m == -INFINITY) m = 0.0f;
+    I j = tid;
+    if (TRIM) {
 #ifdef __CUDA_ARCH__
 #pragma unroll 4
 #endif
-    for (int64_t j = tid; j < ngs; j += nth) {
-        float x[8], e[8];
+        for (; j < nw; j += nth)
+            s += (double)cls2_sum8(cls2_ld16(sl + 8 * j), m);
+    }
+#ifdef __CUDA_ARCH__
+#pragma unroll(TRIM ? 1 : 4)
+#endif
+    for (; j < ngs; j += nth) {
         uint4 q = cls2_ld16(sl + 8 * j);
         int n = cls2_valid(gs0 + j, V);
         if (n < 8) q = cls2_mask(q, n, 0xff80u); // past the row: -inf, e^(-inf - m) = 0
-        cls2_unpack(q, x);
-        for (int i = 0; i < 8; i++)
-            e[i] = expf(x[i] - m);
-        s += (double)(((e[0] + e[1]) + (e[2] + e[3])) + ((e[4] + e[5]) + (e[6] + e[7])));
+        s += (double)cls2_sum8(q, m);
     }
     return s;
 }
@@ -525,17 +560,71 @@ __host__ __device__ inline void cls2_store8(kda_bf16 *row, int64_t g, int n, con
         if (i < n) row[8 * g + i] = y[i];
 }
 
+// One group's 8 dlogits d in fp32 (cls_grad's formula): 0 on an ignored row (t < 0), else
+// (e^(x - l) - [i == ti]) · scale, ti the target's element in the group (-1: not here).
+__host__ __device__ inline void cls2_grad8(uint4 q, int ti, float l, int32_t t, float scale,
+                                           float *d) {
+    float x[8];
+    cls2_unpack(q, x);
+    if (t < 0) {
+        for (int i = 0; i < 8; i++)
+            d[i] = 0.0f;
+    } else if (ti < 0) { // cls_grad's (e - 0) · scale: the same bits
+        for (int i = 0; i < 8; i++)
+            d[i] = cls_fast_exp(x[i] - l) * scale;
+    } else {
+        for (int i = 0; i < 8; i++)
+            d[i] = (cls_fast_exp(x[i] - l) - (i == ti ? 1.0f : 0.0f)) * scale;
+    }
+}
+
+// bf16 pair (lo, hi) of two floats, each rounded to nearest even: one cvt.rn.bf16x2.f32 (the
+// same F2FP rounding per half as f2bf's cvt.rn.bf16.f32, without the shift and merge).
+__host__ __device__ inline unsigned cls2_pack(float lo, float hi) {
+#ifdef __CUDA_ARCH__
+    __nv_bfloat162 h = __floats2bfloat162_rn(lo, hi);
+    return *reinterpret_cast<unsigned *>(&h);
+#else
+    return (unsigned)f2bf(lo) | ((unsigned)f2bf(hi) << 16);
+#endif
+}
+__host__ __device__ inline void cls2_st16(void *p, uint4 q) {
+#ifdef __CUDA_ARCH__
+    *reinterpret_cast<uint4 *>(p) = q;
+#else
+    memcpy(p, &q, sizeof q);
+#endif
+}
+
 // Phase 4: dlogits over the thread's groups (cls_grad's formula per element), read from the
 // slice sl, written to out (the same groups of the row in global memory; on the host the same
-// memory as sl: each group is read before its thread overwrites it).
-__host__ __device__ inline void cls2_grad(const kda_bf16 *sl, kda_bf16 *out, int64_t gs0,
-                                          int64_t ngs, int64_t V, int tid, int nth, float l,
-                                          int32_t t, float scale) {
-    int64_t gt = t >= 0 ? t / 8 - gs0 : -1; // the target's group in the slice (if here)
+// memory as sl: each group is read before its thread overwrites it). TRIM: groups j < nw whole
+// (no test; bf16 pairs packed by cls2_pack), the rest (at most the last) tested as before.
+template <bool TRIM = false>
+__host__ __device__ inline void
+cls2_grad(const kda_bf16 *sl, kda_bf16 *out, typename Cls2Idx<TRIM>::T gs0,
+          typename Cls2Idx<TRIM>::T ngs, typename Cls2Idx<TRIM>::T V, int tid, int nth, float l,
+          int32_t t, float scale, typename Cls2Idx<TRIM>::T nw = 0) {
+    typedef typename Cls2Idx<TRIM>::T I;
+    I gt = t >= 0 ? t / 8 - gs0 : -1; // the target's group in the slice (if here)
+    I j = tid;
+    if (TRIM) {
 #ifdef __CUDA_ARCH__
 #pragma unroll 2
 #endif
-    for (int64_t j = tid; j < ngs; j += nth) {
+        for (; j < nw; j += nth) {
+            float d[8];
+            cls2_grad8(cls2_ld16(sl + 8 * j), j == gt ? (int)(t - 8 * (gs0 + j)) : -1, l, t, scale,
+                       d);
+            cls2_st16(out + 8 * (gs0 + j),
+                      make_uint4(cls2_pack(d[0], d[1]), cls2_pack(d[2], d[3]),
+                                 cls2_pack(d[4], d[5]), cls2_pack(d[6], d[7])));
+        }
+    }
+#ifdef __CUDA_ARCH__
+#pragma unroll(TRIM ? 1 : 2)
+#endif
+    for (; j < ngs; j += nth) { // (cls2_grad8 here would merge the f2bf of its branches)
         float x[8];
         kda_bf16 y[8];
         cls2_unpack(cls2_ld16(sl + 8 * j), x);
@@ -616,27 +705,37 @@ __device__ inline void cls2_wait(int pending) { // this thread's copies but the 
 
 // Block b of cluster r (b = rank): slice `rank` of row r of lg [rows, ld]. Writes nll[r], lse[r]
 // (the block holding the target; block 0 on an ignored row); grad != 0: dlogits in place.
+// TRIM (KDA_CLS_ROW_TRIM; false: KDA_CLS_ROW_CLUSTER): the same bits with fewer instructions:
+// 32-bit indices and untested whole groups in the passes (above), the block's warp sums added by
+// thread 0 only (the one that publishes them), and the cluster combine and log S computed by
+// thread 0 only (the same function, cls2_combine, then the same double l = M + log S) and
+// broadcast through shared memory, instead of by all CLS2_THREADS threads.
+template <bool TRIM>
 __global__ void __launch_bounds__(CLS2_THREADS)
     cls2_row_k(kda_bf16 *lg, float *nll, float *lse, const int32_t *tg, int64_t V, int64_t ld,
                float scale, int grad) {
+    typedef typename Cls2Idx<TRIM>::T I;
     extern __shared__ uint4 cls2_smem[]; // the slice: gpc groups of 16 bytes
     __shared__ float wm[CLS2_WARPS], xm;
-    __shared__ double wsum[CLS2_WARPS], xs;
+    __shared__ double wsum[CLS2_WARPS], xs, xl;
     cg::cluster_group cluster = cg::this_cluster();
     int cl = (int)cluster.num_blocks(), rank = (int)cluster.block_rank();
     int tid = (int)threadIdx.x, lane = tid & 31, warp = tid >> 5;
     int64_t r = blockIdx.x / cl;
     kda_bf16 *row = lg + r * ld, *sl = reinterpret_cast<kda_bf16 *>(cls2_smem);
-    int64_t ng = (V + 7) / 8, gpc = cls2_gpc(V, cl), gs0 = rank * gpc;
-    int64_t ngs = ng - gs0 < gpc ? ng - gs0 : gpc;
+    I Vi = (I)V, ng = (I)((V + 7) / 8), gpc = (I)cls2_gpc(V, cl), gs0 = (I)rank * gpc;
+    I ngs = ng - gs0 < gpc ? ng - gs0 : gpc;
     if (ngs < 0) ngs = 0;
+    I nw = Vi / 8 - gs0; // TRIM: the slice's whole groups [0, nw), the thread's kw of them
+    nw = nw < 0 ? 0 : nw < ngs ? nw : ngs;
+    I kw = nw > tid ? (nw - 1 - tid) / CLS2_THREADS + 1 : 0;
     // every copy in flight at once, in CLS2_STAGES commit groups; the max runs on each group as
     // it lands (the thread reads only what it copied: no barrier)
-    int64_t K = ngs > tid ? (ngs - 1 - tid) / CLS2_THREADS + 1 : 0;
-    int64_t kq = (K + CLS2_STAGES - 1) / CLS2_STAGES;
+    I K = ngs > tid ? (ngs - 1 - tid) / CLS2_THREADS + 1 : 0;
+    I kq = (K + CLS2_STAGES - 1) / CLS2_STAGES;
     for (int s = 0; s < CLS2_STAGES; s++) {
-        for (int64_t k = s * kq; k < K && k < (s + 1) * kq; k++) {
-            int64_t j = tid + k * CLS2_THREADS;
+        for (I k = s * kq; k < K && k < (s + 1) * kq; k++) {
+            I j = tid + k * CLS2_THREADS;
             cls2_cp16(sl + 8 * j, row + 8 * (gs0 + j));
         }
         cls2_commit();
@@ -644,8 +743,8 @@ __global__ void __launch_bounds__(CLS2_THREADS)
     unsigned m2 = 0xff80ff80u;
     for (int s = 0; s < CLS2_STAGES; s++) {
         cls2_wait(CLS2_STAGES - 1 - s);
-        int64_t k0 = s * kq, k1 = (s + 1) * kq < K ? (s + 1) * kq : K;
-        m2 = cls2_max_part(sl, gs0, V, tid, CLS2_THREADS, k0, k1 > k0 ? k1 : k0, m2);
+        I k0 = s * kq, k1 = (s + 1) * kq < K ? (s + 1) * kq : K;
+        m2 = cls2_max_part<TRIM>(sl, gs0, Vi, tid, CLS2_THREADS, k0, k1 > k0 ? k1 : k0, m2, kw);
     }
     float m = cls2_warp_max(cls2_max2_f(m2));
     if (lane == 0) wm[warp] = m;
@@ -654,35 +753,53 @@ __global__ void __launch_bounds__(CLS2_THREADS)
     for (int w = 0; w < CLS2_WARPS; w++)
         mc = fmaxf(mc, wm[w]);
     mc += 0.0f; // -0 -> +0, as the host
-    double s = cls2_sum(sl, gs0, ngs, V, tid, CLS2_THREADS, mc);
+    double s = cls2_sum<TRIM>(sl, gs0, ngs, Vi, tid, CLS2_THREADS, mc, nw);
     s = cls2_warp_sum(s);
     if (lane == 0) wsum[warp] = s;
     __syncthreads();
-    double sc = 0.0;
-    for (int w = 0; w < CLS2_WARPS; w++)
-        sc += wsum[w];
-    if (tid == 0) xm = mc, xs = sc;
+    if (!TRIM || tid == 0) {
+        double sc = 0.0;
+        for (int w = 0; w < CLS2_WARPS; w++)
+            sc += wsum[w];
+        if (tid == 0) xm = mc, xs = sc;
+    }
     cluster.sync(); // every block's (xm, xs) written
-    float M;
-    double S;
-    cls2_combine(Cls2Pairs{&xm, &xs}, cl, &M, &S);
-    cluster.barrier_arrive(); // done with the other blocks' shared memory (they wait at the end)
-    double l = (double)M + log(S);
+    double l;
+    if (TRIM) {
+        if (tid == 0) {
+            float M;
+            double S;
+            cls2_combine(Cls2Pairs{&xm, &xs}, cl, &M, &S);
+            xl = (double)M + log(S); // not into xs: the other blocks may still be reading it
+        }
+        cluster.barrier_arrive(); // thread 0: after its reads of the other blocks' memory
+        __syncthreads();          // xl written
+        l = xl;
+    } else {
+        float M;
+        double S;
+        cls2_combine(Cls2Pairs{&xm, &xs}, cl, &M, &S);
+        cluster.barrier_arrive(); // done with the other blocks' memory (they wait at the end)
+        l = (double)M + log(S);
+    }
     int32_t t = tg[r];
     bool own = t >= 0 ? (t / 8 >= gs0 && t / 8 < gs0 + ngs) : rank == 0;
     if (tid == 0 && own) {
         lse[r] = (float)l;
         nll[r] = t >= 0 ? (float)(l - (double)bf2f(sl[t - 8 * gs0])) : 0.0f;
     }
-    if (grad) cls2_grad(sl, row, gs0, ngs, V, tid, CLS2_THREADS, (float)l, t, scale);
+    if (grad) cls2_grad<TRIM>(sl, row, gs0, ngs, Vi, tid, CLS2_THREADS, (float)l, t, scale, nw);
     cluster.barrier_wait();
 }
 
 // The host emulation of cls2_row_k: blocks of a cluster and threads of a block one after another,
 // the same per-thread passes, lane trees and orders; logits in place (each group is read by
-// its thread before it writes it).
+// its thread before it writes it). TRIM: the trimmed kernel's twin (its whole-group split; its
+// single-thread combine is this one, which runs once per row).
+template <bool TRIM>
 void cls2_rows_host(kda_bf16 *logits, float *nll, float *lse, const int32_t *targets, int64_t rows,
                     int64_t V, int64_t ld, float scale, int grad, int nth, int cl) {
+    typedef typename Cls2Idx<TRIM>::T I;
     int nw = (nth + 31) / 32;
     float *wmx = (float *)kda_malloc((size_t)nw * sizeof(float));
     double *wsm = (double *)kda_malloc((size_t)nw * sizeof(double));
@@ -692,15 +809,19 @@ void cls2_rows_host(kda_bf16 *logits, float *nll, float *lse, const int32_t *tar
     for (int64_t r = 0; r < rows; r++) {
         kda_bf16 *row = logits + r * ld;
         for (int rank = 0; rank < cl; rank++) {
-            int64_t gs0 = rank * gpc, ngs = ng - gs0 < gpc ? ng - gs0 : gpc;
+            I gs0 = (I)(rank * gpc), ngs = (I)(ng - gs0 < gpc ? ng - gs0 : gpc);
             if (ngs < 0) ngs = 0;
+            I nwh = (I)(V / 8 - gs0); // the slice's whole groups (TRIM)
+            nwh = nwh < 0 ? 0 : nwh < ngs ? nwh : ngs;
             const kda_bf16 *sl = row + 8 * gs0;
             for (int w = 0; w < nw; w++) {
                 float a[32];
                 for (int ln = 0; ln < 32; ln++) {
                     int tid = 32 * w + ln;
-                    int64_t K = tid < nth && ngs > tid ? (ngs - 1 - tid) / nth + 1 : 0;
-                    a[ln] = cls2_max2_f(cls2_max_part(sl, gs0, V, tid, nth, 0, K, 0xff80ff80u));
+                    I K = tid < nth && ngs > tid ? (ngs - 1 - tid) / nth + 1 : 0;
+                    I kw = tid < nth && nwh > tid ? (nwh - 1 - tid) / nth + 1 : 0;
+                    a[ln] = cls2_max2_f(
+                        cls2_max_part<TRIM>(sl, gs0, (I)V, tid, nth, 0, K, 0xff80ff80u, kw));
                 }
                 wmx[w] = cls2_warp_max_host(a);
             }
@@ -712,7 +833,7 @@ void cls2_rows_host(kda_bf16 *logits, float *nll, float *lse, const int32_t *tar
                 double a[32];
                 for (int ln = 0; ln < 32; ln++) {
                     int tid = 32 * w + ln;
-                    a[ln] = tid < nth ? cls2_sum(sl, gs0, ngs, V, tid, nth, mc) : 0.0;
+                    a[ln] = tid < nth ? cls2_sum<TRIM>(sl, gs0, ngs, (I)V, tid, nth, mc, nwh) : 0.0;
                 }
                 wsm[w] = cls2_warp_sum_host(a);
             }
@@ -730,9 +851,12 @@ void cls2_rows_host(kda_bf16 *logits, float *nll, float *lse, const int32_t *tar
         nll[r] = t >= 0 ? (float)(l - (double)bf2f(row[t])) : 0.0f;
         if (grad)
             for (int rank = 0; rank < cl; rank++) {
-                int64_t gs0 = rank * gpc, ngs = ng - gs0 < gpc ? ng - gs0 : gpc;
+                I gs0 = (I)(rank * gpc), ngs = (I)(ng - gs0 < gpc ? ng - gs0 : gpc);
+                I nwh = (I)(V / 8 - gs0);
+                nwh = nwh < 0 ? 0 : nwh < ngs ? nwh : ngs;
                 for (int tid = 0; tid < nth && ngs > 0; tid++)
-                    cls2_grad(row + 8 * gs0, row, gs0, ngs, V, tid, nth, (float)l, t, scale);
+                    cls2_grad<TRIM>(row + 8 * gs0, row, gs0, ngs, (I)V, tid, nth, (float)l, t,
+                                    scale, nwh);
             }
     }
     free(wmx), free(wsm), free(pm), free(ps);
@@ -1001,7 +1125,7 @@ int kda_cuda_cls_row_kernel(KdaCudaCtx *ctx, kda_bf16 *logits, float *nll, float
                             float scale, int grad, int kernel, int cl) {
     KDA_CUDA_REQUIRE(ctx, rows > 0 && n_vocab > 0 && ld >= n_vocab && ld % 64 == 0 && logits);
     KDA_CUDA_REQUIRE(ctx, kernel == KDA_CLS_ROW_CLUSTER || kernel == KDA_CLS_ROW_BLOCK ||
-                              kernel == KDA_CLS_ROW_PIPE);
+                              kernel == KDA_CLS_ROW_PIPE || kernel == KDA_CLS_ROW_TRIM);
     if (kernel != KDA_CLS_ROW_BLOCK && cl == 0) cl = kda_cuda_cls_cluster(n_vocab);
     if (kernel == KDA_CLS_ROW_PIPE && cl != 0)
         return kda_cuda_cls_row_pipe(ctx, logits, nll, lse, targets, rows, n_vocab, ld, scale, grad,
@@ -1017,7 +1141,9 @@ int kda_cuda_cls_row_kernel(KdaCudaCtx *ctx, kda_bf16 *logits, float *nll, float
                               cls2_gpc(n_vocab, cl) <= CLS2_MAX_GROUPS && rows <= 0x7fffffff / cl &&
                               ((uintptr_t)logits & 15) == 0);
     size_t smem = (size_t)cls2_gpc(n_vocab, cl) * 16;
-    if (kda_cuda_smem_limit(ctx, (const void *)cls2_row_k, smem)) return -1;
+    const void *fn = kernel == KDA_CLS_ROW_TRIM ? (const void *)cls2_row_k<true>
+                                                : (const void *)cls2_row_k<false>;
+    if (kda_cuda_smem_limit(ctx, fn, smem)) return -1;
     cudaLaunchAttribute at[1];
     at[0].id = cudaLaunchAttributeClusterDimension;
     at[0].val.clusterDim.x = (unsigned)cl;
@@ -1030,8 +1156,11 @@ int kda_cuda_cls_row_kernel(KdaCudaCtx *ctx, kda_bf16 *logits, float *nll, float
     cfg.stream = ctx->stream;
     cfg.attrs = at;
     cfg.numAttrs = 1;
-    CUDA_CHECK(ctx, cudaLaunchKernelEx(&cfg, cls2_row_k, logits, nll, lse, targets, n_vocab, ld,
-                                       scale, grad));
+    CUDA_CHECK(ctx, kernel == KDA_CLS_ROW_TRIM
+                        ? cudaLaunchKernelEx(&cfg, cls2_row_k<true>, logits, nll, lse, targets,
+                                             n_vocab, ld, scale, grad)
+                        : cudaLaunchKernelEx(&cfg, cls2_row_k<false>, logits, nll, lse, targets,
+                                             n_vocab, ld, scale, grad));
     CUDA_CHECK_LAUNCH(ctx);
     return 0;
 }
@@ -1107,7 +1236,13 @@ void kda_cuda_cls_rows_host(kda_bf16 *logits, float *nll, float *lse, const int3
 void kda_cuda_cls_rows2_host(kda_bf16 *logits, float *nll, float *lse, const int32_t *targets,
                              int64_t rows, int64_t n_vocab, int64_t ld, float scale, int grad,
                              int nthreads, int cl) {
-    cls2_rows_host(logits, nll, lse, targets, rows, n_vocab, ld, scale, grad, nthreads, cl);
+    cls2_rows_host<false>(logits, nll, lse, targets, rows, n_vocab, ld, scale, grad, nthreads, cl);
+}
+
+void kda_cuda_cls_rows_trim_host(kda_bf16 *logits, float *nll, float *lse, const int32_t *targets,
+                                 int64_t rows, int64_t n_vocab, int64_t ld, float scale, int grad,
+                                 int nthreads, int cl) {
+    cls2_rows_host<true>(logits, nll, lse, targets, rows, n_vocab, ld, scale, grad, nthreads, cl);
 }
 
 void kda_cuda_cls_rows_f32_host(const float *logits, float *nll, float *lse, const int32_t *targets,

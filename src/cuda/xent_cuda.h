@@ -78,6 +78,10 @@ int kda_cuda_xent_bwd(KdaCudaCtx *ctx, float *dn, float *dWh, const kda_bf16 *n,
 //   the same ~5 roundings), on a persistent grid: as many clusters as fit at once, each taking
 //   every G-th row, each block keeping up to 3 slice buffers and copying the next rows' slices
 //   while it reduces and writes the current one (one cluster barrier per row).
+// * KDA_CLS_ROW_TRIM (environment KDA_CLS_ROW=3; not yet measured): KDA_CLS_ROW_CLUSTER's
+//   kernel instantiated trimmed, the same bits in fewer instructions: 32-bit indices, no test
+//   for the row's end but on its last, partial group, bf16 pairs packed in one conversion, and
+//   the cluster combine and log S computed by one thread per block instead of all of them.
 // Either way lse = M + log S (double, stored fp32) and nll = lse - x_target, so |Δnll| <~ 4e-7 +
 // 1 fp32 ulp of lse against exact arithmetic on the same bf16 logits; the dlogits are
 // (e^(x_j - lse) - [j = target]) · scale per element (ex2.approx; the same formula in both).
@@ -88,11 +92,12 @@ int kda_cuda_xent_bwd(KdaCudaCtx *ctx, float *dn, float *dWh, const kda_bf16 *n,
 #define KDA_CLS_ROW_CLUSTER 0
 #define KDA_CLS_ROW_BLOCK   1
 #define KDA_CLS_ROW_PIPE    2
+#define KDA_CLS_ROW_TRIM    3
 typedef struct {
     kda_bf16 *logits; // [rows, ld] bf16 device workspace (16-byte aligned; 256 for cuBLASLt)
     int64_t rows;     // tokens per chunk (>= 1)
     int64_t ld;       // row stride (elements): n_vocab rounded up to a multiple of 64
-    int row_kernel;   // KDA_CLS_ROW_CLUSTER (0, the default of a zeroed field), _BLOCK, _PIPE
+    int row_kernel; // KDA_CLS_ROW_CLUSTER (0, the default of a zeroed field), _BLOCK, _PIPE, _TRIM
 } KdaCudaClsWs;
 
 // Blocks per row of the cluster row kernel: the fewest of 1, 2, 4, 8 whose slices hold at most
@@ -102,7 +107,7 @@ int kda_cuda_cls_cluster(int64_t n_vocab);
 // One row kernel over logits [rows, ld] bf16 (device, 16-byte aligned, ld % 64 == 0, ld >=
 // n_vocab), in place when grad != 0 (padding columns >= n_vocab are neither used nor written);
 // nll [rows], lse [rows] fp32 written; targets [rows] (negative: ignored row). kernel:
-// KDA_CLS_ROW_*; cl (cluster and pipelined kernels): blocks per row, 0 =
+// KDA_CLS_ROW_*; cl (cluster, trimmed and pipelined kernels): blocks per row, 0 =
 // kda_cuda_cls_cluster(n_vocab), else 1, 2, 4 or 8 with slices of at most 4096 groups (tests and
 // benchmarks pick it; a vocabulary too large for 8 slices runs the block kernel). Returns 0 or -1
 // (ctx->err).
@@ -189,6 +194,10 @@ void kda_cuda_cls_rows_host(kda_bf16 *logits, float *nll, float *lse, const int3
 void kda_cuda_cls_rows2_host(kda_bf16 *logits, float *nll, float *lse, const int32_t *targets,
                              int64_t rows, int64_t n_vocab, int64_t ld, float scale, int grad,
                              int nthreads, int cl);
+// KDA_CLS_ROW_TRIM's twin, arguments as kda_cuda_cls_rows2_host's (the same bits as it: tests).
+void kda_cuda_cls_rows_trim_host(kda_bf16 *logits, float *nll, float *lse, const int32_t *targets,
+                                 int64_t rows, int64_t n_vocab, int64_t ld, float scale, int grad,
+                                 int nthreads, int cl);
 // The block kernel on fp32 logits [rows, ld] (the scoring path's head; loss only).
 void kda_cuda_cls_rows_f32_host(const float *logits, float *nll, float *lse, const int32_t *targets,
                                 int64_t rows, int64_t n_vocab, int64_t ld, int nthreads);

@@ -125,7 +125,7 @@ struct KdaCudaModel {
     int64_t chunk; // the KDA core's chunk (kda_fast_chunk: 32 for K = 32, V = 64); gcum uses it too
     int recompute; // per-block activation recomputation (kda_cuda_model_set_recompute)
     size_t cls_budget; // bytes of the fused classifier's logits chunk (0: no workspace for it)
-    int cls_row;       // its row kernel: KDA_CLS_ROW_CLUSTER, _BLOCK (KDA_CLS_ROW=1), _PIPE (=2)
+    int cls_row;       // its row kernel: KDA_CLS_ROW_CLUSTER, _BLOCK, _PIPE, _TRIM (=1, =2, =3)
     int core_keep;     // keep the KDA core's forward h and Δ for the backward (KDA_CORE_KEEP)
     int core_tc;       // the tensor-core KDA core (cuda/kda_tc.h) where it fits; KDA_CORE=simt off
     const struct CoreOps *core; // the KDA core of this (B, T): core_pick_, once per batch shape
@@ -451,10 +451,12 @@ static void configure_(KdaCudaModel *m, const KdaConfig *cfg, const KdaParamTabl
     m->cls_budget = CLS_BUDGET;
     // the fused classifier's row kernel: a cluster per row, the row read once (default since
     // 2026-12-03); "1": a block per row (the kernel before, to measure against); "2": the
-    // cluster kernel on a persistent grid, the next rows' loads in flight (to measure against)
+    // cluster kernel on a persistent grid, the next rows' loads in flight (to measure against);
+    // "3": the cluster kernel trimmed, the same bits in fewer instructions (not yet measured)
     const char *row = getenv("KDA_CLS_ROW");
     m->cls_row = row && !strcmp(row, "1")   ? KDA_CLS_ROW_BLOCK
                  : row && !strcmp(row, "2") ? KDA_CLS_ROW_PIPE
+                 : row && !strcmp(row, "3") ? KDA_CLS_ROW_TRIM
                                             : KDA_CLS_ROW_CLUSTER;
     const char *keep = getenv("KDA_CORE_KEEP"); // "0": the backward recomputes h and Δ
     m->core_keep = !(keep && !strcmp(keep, "0"));
@@ -1447,7 +1449,8 @@ int kda_cuda_model_set_cls_budget(KdaCudaModel *m, size_t bytes, KdaError *err) 
 }
 
 void kda_cuda_model_set_cls_row(KdaCudaModel *m, int kernel) {
-    if (kernel != KDA_CLS_ROW_CLUSTER && kernel != KDA_CLS_ROW_BLOCK && kernel != KDA_CLS_ROW_PIPE)
+    if (kernel != KDA_CLS_ROW_CLUSTER && kernel != KDA_CLS_ROW_BLOCK &&
+        kernel != KDA_CLS_ROW_PIPE && kernel != KDA_CLS_ROW_TRIM)
         return;
     m->cls_row = kernel;
     m->cls.row_kernel = kernel;

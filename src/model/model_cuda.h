@@ -107,8 +107,8 @@ void kda_cuda_model_graph_stats(const KdaCudaModel *m, int64_t *captures, int64_
 // workspace (forward_backward then fails). Frees the activation arena like set_recompute.
 int kda_cuda_model_set_cls_budget(KdaCudaModel *m, size_t bytes, KdaError *err);
 // The fused classifier's row kernel (xent_cuda.h KDA_CLS_ROW_CLUSTER, the default,
-// KDA_CLS_ROW_BLOCK or KDA_CLS_ROW_PIPE, which the environment KDA_CLS_ROW=1 or =2 selects at
-// create); other values are ignored. Takes effect at the next forward_backward.
+// KDA_CLS_ROW_BLOCK, KDA_CLS_ROW_PIPE or KDA_CLS_ROW_TRIM, which the environment KDA_CLS_ROW=1, =2
+// or =3 selects at create); other values are ignored. Takes effect at the next forward_backward.
 void kda_cuda_model_set_cls_row(KdaCudaModel *m, int kernel);
 
 // Per-block activation recomputation (off by default): keep only each block's input [N, D] fp32
