@@ -1290,6 +1290,26 @@ KDA_TEST_GPU(gpu_conv_v2) {
     unsetenv("KDA_CONV_V");
 }
 
+// The fused q/k kernels are instantiated per head size K (its lane group, K / VEC lanes, is a
+// compile-time constant of the kernel): every K of kda_cuda_conv_l2_fusable through the v1 and the
+// v2 kernels, forward and backward (K = 128's v2 backward runs v1), against the host twin and the
+// unfused path, with H = 3 (a partial 32-lane block: whole heads of lanes idle); and the v1
+// kernels with and without the prefetch, bit for bit.
+KDA_TEST_GPU(gpu_fuse_conv_l2_each_k) {
+    if (!gpu_()) return;
+    KdaRng r;
+    rng_seed(&r, 173);
+    const int64_t Ks[] = {8, 16, 32, 64, 128};
+    for (int v = 1; v <= 2; v++) {
+        setenv("KDA_CONV_V", v == 1 ? "1" : "2", 1);
+        for (int k = 0; k < 5; k++) {
+            fuse_conv_l2_case_(&r, 2, 37, 3, Ks[k], 4);
+            if (v == 1) conv_pf_case_(&r, 1, 33, 3 * Ks[k], 3, Ks[k]);
+        }
+    }
+    unsetenv("KDA_CONV_V");
+}
+
 KDA_TEST_GPU(gpu_fuse_gnorm_bias) {
     if (!gpu_()) return;
     KdaRng r;

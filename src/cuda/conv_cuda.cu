@@ -177,12 +177,18 @@ template <> struct ConvRaw<1, float> {
 // Thread's work item: channel ch0 (first of VEC), row b, tokens [t0, t1) of the block row `row`
 // (blockIdx.y unless the kernel walks several). Returns false when the thread has no channels
 // (tail of the channel groups) or no tokens (tail of the tiles).
+// 32-bit index math (the kernels are issue-bound; 64-bit products, compares and the divide below
+// cost 2-3x the instructions): the launchers refuse calls with B·T or T·max(C, ldo) above
+// CONV_I32_MAX (conv_i32_ok), so the tile and row numbers (< B·T + 8), the tokens (< T + TT + W)
+// and every per-token offset (t·C, t·ldo, t·H with t < T) fit in an int. Only a row's base
+// offset b·T·C is 64-bit, formed once per thread. The addresses are the same: the same bits.
+#define CONV_I32_MAX ((int64_t)INT32_MAX - 1024)
 template <int VEC, int TT> struct ConvItem {
-    int64_t ch0, b, t0, t1;
-    __device__ bool init(int64_t B, int64_t T, int64_t C, int64_t row) {
-        int64_t ncg = C / VEC, ntile = (T + TT - 1) / TT;
-        int64_t cg = (int64_t)blockIdx.x * 32 + threadIdx.x;
-        int64_t q = row * CONV_BT + threadIdx.y;
+    int ch0, b, t0, t1;
+    __device__ bool init(int B, int T, int C, int row) {
+        int ncg = C / VEC, ntile = (T + TT - 1) / TT;
+        int cg = (int)blockIdx.x * 32 + (int)threadIdx.x;
+        int q = row * CONV_BT + (int)threadIdx.y;
         ch0 = cg * VEC;
         b = q / ntile;
         t0 = (q - b * ntile) * TT;
@@ -192,36 +198,40 @@ template <int VEC, int TT> struct ConvItem {
 };
 
 // y_t = SiLU(Σ_i w[ch, i] p_{t-(W-1)+i}), zero history before t = 0. E: bf16 or fp32 storage.
-// With L2 (the fused q/k path): y = SiLU(conv) / sqrt(|SiLU(conv)|² + eps) per head of K = lg·VEC
-// channels (lg consecutive lanes hold a head; C = H·K), rstd [B·T·H] = that reciprocal root.
+// With L2 (the fused q/k path): y = SiLU(conv) / sqrt(|SiLU(conv)|² + eps) per head of K = LG·VEC
+// channels (LG consecutive lanes hold a head; C = H·K), rstd [B·T·H] = that reciprocal root. LG
+// is a template parameter (the launchers dispatch on K) so the head's group sum unrolls
+// (group_sum<LG>, ops_common.cuh: the same butterfly as the run-time group_sum).
 // TT_ (0: CONV_TT_F(PF)) and MINB (blocks per SM for __launch_bounds__, which caps the
 // registers) set the v2 shape (below); the v1 launches keep the defaults.
-template <int W, int VEC, bool L2, bool PF, class E, int TT_ = 0, int MINB = 1>
+template <int W, int VEC, bool L2, bool PF, class E, int TT_ = 0, int MINB = 1, int LG = 1>
 __global__ void __launch_bounds__(32 * CONV_BT, MINB)
-    conv_fwd_k(E *y, float *rstd, const E *p, const float *w, int64_t B, int64_t T, int64_t C,
-               int lg, float eps) {
+    conv_fwd_k(E *y, float *rstd, const E *p, const float *w, int B, int T, int C, float eps) {
     constexpr int TT = TT_ > 0 ? TT_ : CONV_TT_F(PF);
     ConvItem<VEC, TT> it;
-    if (!it.init(B, T, C, blockIdx.y)) return;
+    if (!it.init(B, T, C, (int)blockIdx.y)) return;
     float wr[W][VEC], win[W][VEC]; // win[i] = p_{t-(W-1)+i}; win[W-1] is the current token
 #pragma unroll
     for (int v = 0; v < VEC; v++)
 #pragma unroll
         for (int i = 0; i < W; i++)
             wr[i][v] = w[(it.ch0 + v) * W + i];
-    const E *pb = p + it.b * T * C + it.ch0;
-    E *yb = y + it.b * T * C + it.ch0;
-    // L2: this lane's head (K = lg·VEC channels) and whether it writes the head's rstd
-    const int64_t K = L2 ? (int64_t)lg * VEC : 1, H = C / K, head = it.ch0 / K;
+    const int64_t row0 = (int64_t)it.b * T; // the row's first token (64-bit: B·T·C may not fit)
+    const E *pb = p + row0 * C + it.ch0;
+    E *yb = y + row0 * C + it.ch0;
+    // L2: this lane's head (K = LG·VEC channels), whether it writes the head's rstd, its rstd
+    constexpr int K = L2 ? LG * VEC : 1;
+    const int H = C / K, head = it.ch0 / K;
     const bool lead = it.ch0 % K == 0;
-    (void)H, (void)head, (void)lead; // unused without L2
+    float *rb = L2 ? rstd + row0 * H + head : NULL;
+    (void)H, (void)lead, (void)rb; // unused without L2
     // every load of the tile first: raw[j] = p_{t0-(W-1)+j} (zero before t = 0; not loaded
     // past the tile's end), the history p_{t0-(W-1)} .. p_{t0-1} and the tile's tokens
     ConvRaw<VEC, E> raw[PF ? TT + W - 1 : 1];
     if constexpr (PF) {
 #pragma unroll
         for (int j = 0; j < TT + W - 1; j++) {
-            int64_t tau = it.t0 - (W - 1) + j;
+            int tau = it.t0 - (W - 1) + j;
             if (tau >= 0 && tau < it.t1)
                 raw[j].ld(pb + tau * C);
             else
@@ -233,7 +243,7 @@ __global__ void __launch_bounds__(32 * CONV_BT, MINB)
     } else {
 #pragma unroll
         for (int i = 0; i < W - 1; i++) { // history p_{t0-(W-1)} .. p_{t0-1}
-            int64_t tau = it.t0 - (W - 1) + i;
+            int tau = it.t0 - (W - 1) + i;
             if (tau >= 0) {
                 ld_v<VEC>(win[i], pb + tau * C);
             } else {
@@ -245,7 +255,7 @@ __global__ void __launch_bounds__(32 * CONV_BT, MINB)
     }
 #pragma unroll
     for (int s = 0; s < TT; s++) {
-        int64_t t = it.t0 + s;
+        int t = it.t0 + s;
         if (t >= it.t1) break; // warp-uniform (one tile per warp)
         if constexpr (PF)
             raw[s + W - 1].get(win[W - 1]);
@@ -260,12 +270,12 @@ __global__ void __launch_bounds__(32 * CONV_BT, MINB)
                 acc += wr[i][v] * win[i][v]; // tap order 0..W-1, as the CPU twin
             out[v] = silu_f(acc);
         }
-        if constexpr (L2) { // the head's sum of squares over its lg lanes (fp32, tree order)
-            float rs = l2_rs(group_sum(sumsq_lane<VEC>(out), lg), eps);
+        if constexpr (L2) { // the head's sum of squares over its LG lanes (fp32, tree order)
+            float rs = l2_rs(group_sum<LG>(sumsq_lane<VEC>(out)), eps);
 #pragma unroll
             for (int v = 0; v < VEC; v++)
                 out[v] *= rs;
-            if (lead) rstd[(it.b * T + t) * H + head] = rs;
+            if (lead) rb[t * H] = rs;
         }
         st_v<VEC>(yb + t * C, out);
 #pragma unroll
@@ -285,17 +295,17 @@ __global__ void __launch_bounds__(32 * CONV_BT, MINB)
 // part[blockIdx.y, ch, i]; colsum_finish adds the blocks in order. All fixed by the shapes.
 // With L2 (the fused q/k path) the incoming gradient is dq [B, T, C] fp32 w.r.t. the L2 norm's
 // output: the kernel recomputes ŷ = SiLU(c)·rstd and turns it into the gradient w.r.t. SiLU(c),
-// rstd (dq·... - (dq·ŷ) ŷ) with the head's dot over its lg lanes, before the SiLU and conv
-// backward; dy is unused then.
+// rstd (dq·... - (dq·ŷ) ŷ) with the head's dot over its LG lanes (a template parameter, as the
+// forward's), before the SiLU and conv backward; dy is unused then.
 // TT (tokens per tile), PD (ring depth; PD >= TT + W - 1 issues every load of the tile at its
 // start) and MINB (blocks per SM for __launch_bounds__) set the v2 shape (below). The block walks
 // block rows blockIdx.y, + gridDim.y, ... (v1: gridDim.y = the rows, one each); a thread's dw sums
 // run over its tiles in that order, so the partials depend on the shapes only.
-template <int W, int VEC, bool L2, bool PF, int TT = CONV_TT_BWD, int PD = CONV_PD, int MINB = 1>
+template <int W, int VEC, bool L2, bool PF, int TT = CONV_TT_BWD, int PD = CONV_PD, int MINB = 1,
+          int LG = 1>
 __global__ void __launch_bounds__(32 * CONV_BT, MINB)
     conv_bwd_k(kda_bf16 *dp, double *part, const kda_bf16 *dy, const kda_bf16 *p, const float *w,
-               const float *dq, const float *rstd, int64_t B, int64_t T, int64_t C, int lg,
-               int64_t ldo) {
+               const float *dq, const float *rstd, int B, int T, int C, int ldo) {
     __shared__ float sh[CONV_BT][32 * VEC];
     float wr[W][VEC], acc[W][VEC];
 #pragma unroll
@@ -303,15 +313,15 @@ __global__ void __launch_bounds__(32 * CONV_BT, MINB)
 #pragma unroll
         for (int v = 0; v < VEC; v++)
             wr[i][v] = acc[i][v] = 0.0f;
-    const int64_t nrows = CEIL_DIV(B * CEIL_DIV(T, (int64_t)TT), (int64_t)CONV_BT);
-    if ((int64_t)blockIdx.x * 32 + threadIdx.x < C / VEC) {
+    const int nrows = CEIL_DIV(B * CEIL_DIV(T, TT), CONV_BT);
+    if ((int)blockIdx.x * 32 + (int)threadIdx.x < C / VEC) {
 #pragma unroll
         for (int v = 0; v < VEC; v++)
 #pragma unroll
             for (int i = 0; i < W; i++)
-                wr[i][v] = w[((int64_t)blockIdx.x * 32 + threadIdx.x) * VEC * W + v * W + i];
+                wr[i][v] = w[((int)blockIdx.x * 32 + (int)threadIdx.x) * VEC * W + v * W + i];
     }
-    for (int64_t row = blockIdx.y; row < nrows; row += gridDim.y) {
+    for (int row = (int)blockIdx.y; row < nrows; row += (int)gridDim.y) {
         ConvItem<VEC, TT> it;
         if (!it.init(B, T, C, row)) continue; // warp-uniform in t; no barrier inside the walk
         float pw[W][VEC], dcw[W][VEC];
@@ -321,14 +331,18 @@ __global__ void __launch_bounds__(32 * CONV_BT, MINB)
 #pragma unroll
             for (int v = 0; v < VEC; v++)
                 pw[i][v] = dcw[i][v] = 0.0f;
-        const kda_bf16 *pb = p + it.b * T * C + it.ch0;
-        const kda_bf16 *dyb = L2 ? NULL : dy + it.b * T * C + it.ch0;
-        kda_bf16 *dpb = dp + it.b * T * ldo + it.ch0; // rows of dp: stride ldo (>= C)
-        const int64_t K = L2 ? (int64_t)lg * VEC : 1, H = C / K, head = it.ch0 / K;
-        (void)H, (void)head; // unused without L2
+        const int64_t row0 = (int64_t)it.b * T; // the row's first token (64-bit, once)
+        const kda_bf16 *pb = p + row0 * C + it.ch0;
+        const kda_bf16 *dyb = L2 ? NULL : dy + row0 * C + it.ch0;
+        kda_bf16 *dpb = dp + row0 * ldo + it.ch0; // rows of dp: stride ldo (>= C)
+        constexpr int K = L2 ? LG * VEC : 1;
+        const int H = C / K, head = it.ch0 / K;
+        const float *dqb = L2 ? dq + row0 * C + it.ch0 : NULL; // L2: dq and rstd of the lane
+        const float *rb = L2 ? rstd + row0 * H + head : NULL;
+        (void)dqb, (void)rb; // unused without L2
 #pragma unroll
         for (int i = 0; i < W - 1; i++) {
-            int64_t tau = it.t0 - (W - 1) + i;
+            int tau = it.t0 - (W - 1) + i;
             if (tau >= 0) ld_bf<VEC>(pw[i], pb + tau * C);
         }
         // the ring: slot s % CONV_PD holds token t0 + s's p, incoming gradient (and rstd) from
@@ -340,12 +354,12 @@ __global__ void __launch_bounds__(32 * CONV_BT, MINB)
         GRaw rg[PD];
         float rr[PD];
         auto fetch = [&](int slot, int j) {
-            int64_t tn = it.t0 + j;
+            int tn = it.t0 + j;
             if (j >= NS || tn >= T) return;
             rp[slot].ld(pb + tn * C);
             if constexpr (L2) {
-                rg[slot].ld(dq + (it.b * T + tn) * C + it.ch0);
-                rr[slot] = rstd[(it.b * T + tn) * H + head];
+                rg[slot].ld(dqb + tn * C);
+                rr[slot] = rb[tn * H];
             } else {
                 rg[slot].ld(dyb + tn * C);
             }
@@ -357,7 +371,7 @@ __global__ void __launch_bounds__(32 * CONV_BT, MINB)
         }
 #pragma unroll
         for (int s = 0; s < NS; s++) {
-            int64_t t = it.t0 + s;
+            int t = it.t0 + s;
             if (t - (W - 1) >= it.t1) break; // every dp of the tile emitted (warp-uniform)
             float dc[VEC];
             if (t < T) { // warp-uniform (one tile per warp): the group sums below are safe
@@ -371,8 +385,8 @@ __global__ void __launch_bounds__(32 * CONV_BT, MINB)
                 } else {                   // the kernel before: this token's loads, used at once
                     ld_bf<VEC>(pw[W - 1], pb + t * C);
                     if constexpr (L2) {
-                        ld_f<VEC>(g, dq + (it.b * T + t) * C + it.ch0);
-                        rs = rstd[(it.b * T + t) * H + head];
+                        ld_f<VEC>(g, dqb + t * C);
+                        rs = rb[t * H];
                     } else {
                         ld_bf<VEC>(g, dyb + t * C);
                     }
@@ -386,7 +400,7 @@ __global__ void __launch_bounds__(32 * CONV_BT, MINB)
                 }
                 if constexpr (L2) {
                     float yh[VEC];
-                    float dot = group_sum(l2_bwd_dot_lane<VEC>(yh, g, c, rs), lg);
+                    float dot = group_sum<LG>(l2_bwd_dot_lane<VEC>(yh, g, c, rs));
 #pragma unroll
                     for (int v = 0; v < VEC; v++)
                         g[v] = rs * (g[v] - dot * yh[v]);
@@ -409,7 +423,7 @@ __global__ void __launch_bounds__(32 * CONV_BT, MINB)
                     for (int v = 0; v < VEC; v++)
                         acc[i][v] += dc[v] * pw[i][v];
             }
-            int64_t tau = t - (W - 1);
+            int tau = t - (W - 1);
             if (tau >= it.t0) { // dp_τ = Σ_i w_i dc_{τ+(W-1)-i} = Σ_i w_i dcw[W-1-i]
                 float o[VEC];
 #pragma unroll
@@ -441,7 +455,7 @@ __global__ void __launch_bounds__(32 * CONV_BT, MINB)
             sh[threadIdx.y][threadIdx.x * VEC + v] = acc[i][v];
         __syncthreads();
         for (int k = threadIdx.y * 32 + threadIdx.x; k < 32 * VEC; k += 32 * CONV_BT) {
-            int64_t ch = (int64_t)blockIdx.x * 32 * VEC + k;
+            int ch = (int)blockIdx.x * 32 * VEC + k;
             if (ch < C) {
                 double s = 0.0;
                 for (int y = 0; y < CONV_BT; y++)
@@ -482,6 +496,27 @@ __global__ void __launch_bounds__(32 * CONV_BT, MINB)
         break;                                                                                     \
     }
 
+// The fused q/k kernels for the run-time head size K (8, 16, .., 128: kda_cuda_conv_l2_fusable):
+// MACRO(W_, K) with K a constant, so each instantiation has a constant lane-group size (K / VEC).
+#define CONV_DISPATCH_K(K_, W_, MACRO)                                                             \
+    switch (K_) {                                                                                  \
+    case 8:                                                                                        \
+        MACRO(W_, 8);                                                                              \
+        break;                                                                                     \
+    case 16:                                                                                       \
+        MACRO(W_, 16);                                                                             \
+        break;                                                                                     \
+    case 32:                                                                                       \
+        MACRO(W_, 32);                                                                             \
+        break;                                                                                     \
+    case 64:                                                                                       \
+        MACRO(W_, 64);                                                                             \
+        break;                                                                                     \
+    default:                                                                                       \
+        MACRO(W_, 128);                                                                            \
+        break;                                                                                     \
+    }
+
 } // namespace
 
 extern "C" {
@@ -491,6 +526,13 @@ extern "C" {
 static dim3 conv_grid(int64_t B, int64_t T, int64_t C, int vec, int tt) {
     int64_t rows = CEIL_DIV(B * CEIL_DIV(T, (int64_t)tt), (int64_t)CONV_BT);
     return dim3((unsigned)CEIL_DIV(C / vec, (int64_t)32), rows <= 65535 ? (unsigned)rows : 0u);
+}
+
+// Whether the kernels' 32-bit index math (ConvItem) holds for these sizes: B·T tokens and T·ld
+// elements a row (ld = max(C, ldo)) at most CONV_I32_MAX. The launchers refuse larger calls (a
+// 2^31-element sequence; the v1 forward's grid already stops at 4.2M tokens).
+static bool conv_i32_ok(int64_t B, int64_t T, int64_t ld) {
+    return B * T <= CONV_I32_MAX && T * ld <= CONV_I32_MAX;
 }
 
 // KDA_CONV_PREFETCH=1 (read at every launch): the conv kernels with their prefetch (opt-in since
@@ -529,13 +571,14 @@ int kda_cuda_conv_silu_fwd(KdaCudaCtx *ctx, kda_bf16 *y, const kda_bf16 *p, cons
                            int64_t B, int64_t T, int64_t C, int64_t W) {
     KDA_CUDA_REQUIRE(ctx, B >= 0 && T >= 0 && C > 0 && W >= 1 && W <= CONV_MAX_W);
     if (B * T == 0) return 0;
+    KDA_CUDA_REQUIRE(ctx, conv_i32_ok(B, T, C));
     // 16-byte path when every row of channels splits into whole, aligned 8-element groups.
     if (conv_v2_(CONV_K_FWD) && C % 4 == 0 && aligned_(8, y, p)) {
         dim3 g2 = conv_grid(B, T, C, 4, CONV2_TT_FWD), b2(32, CONV_BT);
         KDA_CUDA_REQUIRE(ctx, g2.y > 0); // B·T up to 4.2M tokens
 #define CONV_FWD2(W_)                                                                              \
     conv_fwd_k<W_, 4, false, true, kda_bf16, CONV2_TT_FWD, CONV2_MINB_FWD>                         \
-        <<<g2, b2, 0, ctx->stream>>>(y, NULL, p, w, B, T, C, 0, 0.0f)
+        <<<g2, b2, 0, ctx->stream>>>(y, NULL, p, w, B, T, C, 0.0f)
         CONV_DISPATCH_W(W, CONV_FWD2);
 #undef CONV_FWD2
         CUDA_CHECK_LAUNCH(ctx);
@@ -547,10 +590,9 @@ int kda_cuda_conv_silu_fwd(KdaCudaCtx *ctx, kda_bf16 *y, const kda_bf16 *p, cons
 #define CONV_FWD_PF(W_, PF_)                                                                       \
     if (v8)                                                                                        \
         conv_fwd_k<W_, 8, false, PF_>                                                              \
-            <<<grid, block, 0, ctx->stream>>>(y, NULL, p, w, B, T, C, 0, 0.0f);                    \
+            <<<grid, block, 0, ctx->stream>>>(y, NULL, p, w, B, T, C, 0.0f);                       \
     else                                                                                           \
-        conv_fwd_k<W_, 1, false, PF_>                                                              \
-            <<<grid, block, 0, ctx->stream>>>(y, NULL, p, w, B, T, C, 0, 0.0f)
+        conv_fwd_k<W_, 1, false, PF_><<<grid, block, 0, ctx->stream>>>(y, NULL, p, w, B, T, C, 0.0f)
 #define CONV_FWD(W_)                                                                               \
     if (pf) {                                                                                      \
         CONV_FWD_PF(W_, true);                                                                     \
@@ -575,6 +617,7 @@ int kda_cuda_conv_silu_bwd_ld(KdaCudaCtx *ctx, kda_bf16 *dp, int64_t ldo, float 
                               int64_t T, int64_t C, int64_t W) {
     KDA_CUDA_REQUIRE(ctx, B >= 0 && T >= 0 && C > 0 && W >= 1 && W <= CONV_MAX_W && ldo >= C);
     if (B * T == 0) return 0;
+    KDA_CUDA_REQUIRE(ctx, conv_i32_ok(B, T, ldo));
     if (conv_v2_(CONV_K_BWD) && C % 2 == 0 && ldo % 2 == 0 && aligned_(4, dp, dy, p)) {
         dim3 g2 = conv2_bwd_grid(B, T, C), b2(32, CONV_BT);
         int64_t P = g2.y; // dw partials: one per block, [P, C, W] double
@@ -582,7 +625,7 @@ int kda_cuda_conv_silu_bwd_ld(KdaCudaCtx *ctx, kda_bf16 *dp, int64_t ldo, float 
         if (!part) return -1;
 #define CONV_BWD2(W_)                                                                              \
     conv_bwd_k<W_, 2, false, true, CONV2_TT_BWD, CONV2_TT_BWD + W_ - 1, CONV2_MINB_BWD>            \
-        <<<g2, b2, 0, ctx->stream>>>(dp, part, dy, p, w, NULL, NULL, B, T, C, 0, ldo)
+        <<<g2, b2, 0, ctx->stream>>>(dp, part, dy, p, w, NULL, NULL, B, T, C, ldo)
         CONV_DISPATCH_W(W, CONV_BWD2);
 #undef CONV_BWD2
         CUDA_CHECK_LAUNCH(ctx);
@@ -602,10 +645,10 @@ int kda_cuda_conv_silu_bwd_ld(KdaCudaCtx *ctx, kda_bf16 *dp, int64_t ldo, float 
 #define CONV_BWD_PF(W_, PF_)                                                                       \
     if (v4)                                                                                        \
         conv_bwd_k<W_, 4, false, PF_>                                                              \
-            <<<grid, block, 0, ctx->stream>>>(dp, part, dy, p, w, NULL, NULL, B, T, C, 0, ldo);    \
+            <<<grid, block, 0, ctx->stream>>>(dp, part, dy, p, w, NULL, NULL, B, T, C, ldo);       \
     else                                                                                           \
         conv_bwd_k<W_, 1, false, PF_>                                                              \
-            <<<grid, block, 0, ctx->stream>>>(dp, part, dy, p, w, NULL, NULL, B, T, C, 0, ldo)
+            <<<grid, block, 0, ctx->stream>>>(dp, part, dy, p, w, NULL, NULL, B, T, C, ldo)
 #define CONV_BWD(W_)                                                                               \
     if (pf) {                                                                                      \
         CONV_BWD_PF(W_, true);                                                                     \
@@ -632,14 +675,16 @@ int kda_cuda_conv_silu_l2_fwd(KdaCudaCtx *ctx, kda_bf16 *y, float *rstd, const k
     KDA_CUDA_REQUIRE(ctx, kda_cuda_conv_l2_fusable(K) && C % K == 0);
     KDA_CUDA_REQUIRE(ctx, aligned_(16, y, p)); // the 16-byte path: a head is K / 8 lanes
     if (B * T == 0) return 0;
+    KDA_CUDA_REQUIRE(ctx, conv_i32_ok(B, T, C));
     if (conv_v2_(CONV_K_L2_FWD)) { // K / 4 lanes a head (K <= 128: at most a warp)
         dim3 g2 = conv_grid(B, T, C, 4, CONV2_TT_FWD), b2(32, CONV_BT);
         KDA_CUDA_REQUIRE(ctx, g2.y > 0);
-        int lg4 = (int)(K / 4);
-#define CONV_L2_FWD2(W_)                                                                           \
-    conv_fwd_k<W_, 4, true, true, kda_bf16, CONV2_TT_FWD, CONV2_MINB_FWD>                          \
-        <<<g2, b2, 0, ctx->stream>>>(y, rstd, p, w, B, T, C, lg4, eps)
-        CONV_DISPATCH_W(W, CONV_L2_FWD2);
+#define CONV_L2_FWD2(W_, K_)                                                                       \
+    conv_fwd_k<W_, 4, true, true, kda_bf16, CONV2_TT_FWD, CONV2_MINB_FWD, K_ / 4>                  \
+        <<<g2, b2, 0, ctx->stream>>>(y, rstd, p, w, B, T, C, eps)
+#define CONV_L2_FWD2_K(W_) CONV_DISPATCH_K(K, W_, CONV_L2_FWD2)
+        CONV_DISPATCH_W(W, CONV_L2_FWD2_K);
+#undef CONV_L2_FWD2_K
 #undef CONV_L2_FWD2
         CUDA_CHECK_LAUNCH(ctx);
         return 0;
@@ -647,15 +692,16 @@ int kda_cuda_conv_silu_l2_fwd(KdaCudaCtx *ctx, kda_bf16 *y, float *rstd, const k
     bool pf = conv_pf_();
     dim3 grid = conv_grid(B, T, C, 8, CONV_TT_F(pf)), block(32, CONV_BT);
     KDA_CUDA_REQUIRE(ctx, grid.y > 0);
-    int lg = (int)(K / 8);
-#define CONV_L2_FWD(W_)                                                                            \
+#define CONV_L2_FWD(W_, K_)                                                                        \
     if (pf)                                                                                        \
-        conv_fwd_k<W_, 8, true, true>                                                              \
-            <<<grid, block, 0, ctx->stream>>>(y, rstd, p, w, B, T, C, lg, eps);                    \
+        conv_fwd_k<W_, 8, true, true, kda_bf16, 0, 1, K_ / 8>                                      \
+            <<<grid, block, 0, ctx->stream>>>(y, rstd, p, w, B, T, C, eps);                        \
     else                                                                                           \
-        conv_fwd_k<W_, 8, true, false>                                                             \
-            <<<grid, block, 0, ctx->stream>>>(y, rstd, p, w, B, T, C, lg, eps)
-    CONV_DISPATCH_W(W, CONV_L2_FWD);
+        conv_fwd_k<W_, 8, true, false, kda_bf16, 0, 1, K_ / 8>                                     \
+            <<<grid, block, 0, ctx->stream>>>(y, rstd, p, w, B, T, C, eps)
+#define CONV_L2_FWD_K(W_) CONV_DISPATCH_K(K, W_, CONV_L2_FWD)
+    CONV_DISPATCH_W(W, CONV_L2_FWD_K);
+#undef CONV_L2_FWD_K
 #undef CONV_L2_FWD
     CUDA_CHECK_LAUNCH(ctx);
     return 0;
@@ -675,16 +721,20 @@ int kda_cuda_conv_silu_l2_bwd_ld(KdaCudaCtx *ctx, kda_bf16 *dp, int64_t ldo, flo
     KDA_CUDA_REQUIRE(ctx, kda_cuda_conv_l2_fusable(K) && C % K == 0 && ldo >= C && ldo % 4 == 0);
     KDA_CUDA_REQUIRE(ctx, aligned_(16, dy) && aligned_(8, dp, p)); // a head is K / 4 lanes
     if (B * T == 0) return 0;
+    KDA_CUDA_REQUIRE(ctx, conv_i32_ok(B, T, ldo));
     if (conv_v2_(CONV_K_L2_BWD) && K <= 64) { // K / 2 lanes a head: at most a warp
         dim3 g2 = conv2_bwd_grid(B, T, C), b2(32, CONV_BT);
         int64_t P = g2.y; // dw partials: one per block, [P, C, W] double
         double *part = (double *)kda_cuda_scratch(ctx, (size_t)(P * C * W) * sizeof(double));
         if (!part) return -1;
-        int lg2 = (int)(K / 2);
-#define CONV_L2_BWD2(W_)                                                                           \
-    conv_bwd_k<W_, 2, true, true, CONV2_TT_BWD, CONV2_TT_BWD + W_ - 1, CONV2_MINB_L2>              \
-        <<<g2, b2, 0, ctx->stream>>>(dp, part, NULL, p, w, dy, rstd, B, T, C, lg2, ldo)
-        CONV_DISPATCH_W(W, CONV_L2_BWD2);
+            // K_ = 128 never gets here; its case names K = 64's instantiation (no extra kernel)
+#define CONV_L2_BWD2(W_, K_)                                                                       \
+    conv_bwd_k<W_, 2, true, true, CONV2_TT_BWD, CONV2_TT_BWD + W_ - 1, CONV2_MINB_L2,              \
+               (K_ <= 64 ? K_ : 64) / 2>                                                           \
+        <<<g2, b2, 0, ctx->stream>>>(dp, part, NULL, p, w, dy, rstd, B, T, C, ldo)
+#define CONV_L2_BWD2_K(W_) CONV_DISPATCH_K(K, W_, CONV_L2_BWD2)
+        CONV_DISPATCH_W(W, CONV_L2_BWD2_K);
+#undef CONV_L2_BWD2_K
 #undef CONV_L2_BWD2
         CUDA_CHECK_LAUNCH(ctx);
         colsum_finish(ctx->stream, dw, part, P, C * W);
@@ -696,16 +746,17 @@ int kda_cuda_conv_silu_l2_bwd_ld(KdaCudaCtx *ctx, kda_bf16 *dp, int64_t ldo, flo
     int64_t P = grid.y; // dw partials: one per block row, [P, C, W] double
     double *part = (double *)kda_cuda_scratch(ctx, (size_t)(P * C * W) * sizeof(double));
     if (!part) return -1;
-    int lg = (int)(K / 4);
     bool pf = conv_pf_();
-#define CONV_L2_BWD(W_)                                                                            \
+#define CONV_L2_BWD(W_, K_)                                                                        \
     if (pf)                                                                                        \
-        conv_bwd_k<W_, 4, true, true>                                                              \
-            <<<grid, block, 0, ctx->stream>>>(dp, part, NULL, p, w, dy, rstd, B, T, C, lg, ldo);   \
+        conv_bwd_k<W_, 4, true, true, CONV_TT_BWD, CONV_PD, 1, K_ / 4>                             \
+            <<<grid, block, 0, ctx->stream>>>(dp, part, NULL, p, w, dy, rstd, B, T, C, ldo);       \
     else                                                                                           \
-        conv_bwd_k<W_, 4, true, false>                                                             \
-            <<<grid, block, 0, ctx->stream>>>(dp, part, NULL, p, w, dy, rstd, B, T, C, lg, ldo)
-    CONV_DISPATCH_W(W, CONV_L2_BWD);
+        conv_bwd_k<W_, 4, true, false, CONV_TT_BWD, CONV_PD, 1, K_ / 4>                            \
+            <<<grid, block, 0, ctx->stream>>>(dp, part, NULL, p, w, dy, rstd, B, T, C, ldo)
+#define CONV_L2_BWD_K(W_) CONV_DISPATCH_K(K, W_, CONV_L2_BWD)
+    CONV_DISPATCH_W(W, CONV_L2_BWD_K);
+#undef CONV_L2_BWD_K
 #undef CONV_L2_BWD
     CUDA_CHECK_LAUNCH(ctx);
     colsum_finish(ctx->stream, dw, part, P, C * W);
@@ -717,16 +768,17 @@ int kda_cuda_conv_silu_fwd_f32(KdaCudaCtx *ctx, float *y, const float *p, const 
                                int64_t T, int64_t C, int64_t W) {
     KDA_CUDA_REQUIRE(ctx, B >= 0 && T >= 0 && C > 0 && W >= 1 && W <= CONV_MAX_W);
     if (B * T == 0) return 0;
+    KDA_CUDA_REQUIRE(ctx, conv_i32_ok(B, T, C));
     bool v4 = C % 4 == 0 && aligned_(16, y, p); // float4 groups of 4 channels
     dim3 grid = conv_grid(B, T, C, v4 ? 4 : 1, CONV_TT_FWD), block(32, CONV_BT);
     KDA_CUDA_REQUIRE(ctx, grid.y > 0);
 #define CONV_FWD(W_)                                                                               \
     if (v4)                                                                                        \
         conv_fwd_k<W_, 4, false, true>                                                             \
-            <<<grid, block, 0, ctx->stream>>>(y, NULL, p, w, B, T, C, 0, 0.0f);                    \
+            <<<grid, block, 0, ctx->stream>>>(y, NULL, p, w, B, T, C, 0.0f);                       \
     else                                                                                           \
         conv_fwd_k<W_, 1, false, true>                                                             \
-            <<<grid, block, 0, ctx->stream>>>(y, NULL, p, w, B, T, C, 0, 0.0f)
+            <<<grid, block, 0, ctx->stream>>>(y, NULL, p, w, B, T, C, 0.0f)
     CONV_DISPATCH_W(W, CONV_FWD);
 #undef CONV_FWD
     CUDA_CHECK_LAUNCH(ctx);

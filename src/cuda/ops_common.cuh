@@ -204,6 +204,21 @@ __device__ __forceinline__ float group_sum(float v, int lg) {
         v += __shfl_xor_sync(mask, v, o);
     return v;
 }
+// The same sum for a compile-time group size LG (1, 2, 4, .., 32): the same xor butterfly, offsets
+// LG/2, ..., 1 in that order, so the same pairing and bit for bit group_sum(v, LG). Why a second
+// one: with a run-time lg the loop does not unroll and ptxas cannot prove the lane-dependent mask
+// converged, so every shuffle is wrapped in a convergence check and a collective fallback (MATCH /
+// REDUX / VOTEU, WARPSYNC.COLLECTIVE: ~10 instructions a shuffle in the fused conv kernels, which
+// are issue-bound); with LG constant the shuffles unroll and the check runs once per call.
+template <int LG> __device__ __forceinline__ float group_sum(float v) {
+    static_assert(LG >= 1 && LG <= 32 && (LG & (LG - 1)) == 0, "LG is a power of two <= 32");
+    unsigned mask = 0xffffffffu;
+    if constexpr (LG < 32) mask = ((1u << LG) - 1u) << ((threadIdx.x & 31u) & ~(unsigned)(LG - 1));
+#pragma unroll
+    for (int o = LG / 2; o > 0; o >>= 1)
+        v += __shfl_xor_sync(mask, v, o);
+    return v;
+}
 inline float group_sum_host(float *a, int lg) { // a [lg], destroyed
     for (int o = lg / 2; o > 0; o >>= 1)
         for (int i = 0; i < o; i++)
