@@ -203,6 +203,20 @@ __host__ __device__ inline int imin(int a, int b) {
          e += e##_st)
 #define WFOR(e, n)                                                                                 \
     for (int e = lane_(), e##_end = (n), e##_st = lane_step_(); e < e##_end; e += e##_st)
+// FOR / WFOR over the rows [0, n) of a tile of N rows (N compile-time, n <= N run-time): with CT
+// (v5) the loop runs to N and skips the items past n, so its trip count is a constant (a lane's
+// one pass at N = 32, where WFOR(e, n) is unrolled 4x with a remainder loop for a loop that runs
+// once); without CT it is FOR(e, n) / WFOR(e, n). Either way the same items in the same order, so
+// a sum over them adds the same terms in the same order.
+#define FOR_CT(e, N, n, CT)                                                                        \
+    for (int e = tid, e##_end = (CT) ? (N) : (n); e < e##_end; e += nth)                           \
+        if ((CT) && e >= (n)) {                                                                    \
+        } else
+#define WFOR_CT(e, N, n, CT)                                                                       \
+    for (int e = lane_(), e##_end = (CT) ? (N) : (n), e##_st = lane_step_(); e < e##_end;          \
+         e += e##_st)                                                                              \
+        if ((CT) && e >= (n)) {                                                                    \
+        } else
 
 // ---- warp tiles on the tensor cores -------------------------------------------------------------
 // A matrix view: element (r, c) at p[r·rs + c·cs] (cs = 1: row-major; rs = 1: a transpose).
@@ -1192,6 +1206,20 @@ __host__ __device__ inline void zero16_(void *dst) {
     float *f = (float *)dst;
     f[0] = f[1] = f[2] = f[3] = 0.0f;
 }
+// cp16_ with the copy form fixed at compile time: A (v5's bodies, when every flag of the call
+// allows cp.async) issues the cp.async with no run-time flag and no fallback branch; else
+// cp16_(dst, src, async). The same 16 bytes land either way.
+template <bool A> struct Bool_ { static constexpr bool value = A; };
+template <bool A> __host__ __device__ inline void cp16c_(void *dst, const void *src, bool async) {
+#ifdef __CUDA_ARCH__
+    if (A) {
+        unsigned d = (unsigned)__cvta_generic_to_shared(dst);
+        asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(d), "l"(src) : "memory");
+        return;
+    }
+#endif
+    cp16_(dst, src, async);
+}
 
 // ---- the state passes of v4: an NS-stage cp.async pipeline (chunk n + NS - 1 is copied while
 // chunk n computes: the latency of a copy is spread over NS - 1 steps of the chain instead of one)
@@ -1466,14 +1494,31 @@ __host__ __device__ void bwd4_body(const TcArgs &a, int64_t blk, float *sm) {
 
     // (0) copies: group 1 q, k, v, dO (bf16), G, Δ, dΔ; group 2 h, dh (lands during (1)-(2)).
     //     Rows past the end: zeros (Δ, dΔ are zero there in the scratch already).
-    {
+    //     AS (v5, when every tensor allows cp.async): the copies without a run-time form and with
+    //     32-bit offsets from the chunk's first token (row i of q, k is i·H·K past it, of v, dO
+    //     i·HV·V, of G i·HV·K; kda_tc_supported keeps B·T·HV·max(K, V) below 2^31); else v4's.
+    const bool all_async = RT && aq && av && ad && ag && as;
+    auto copies = [&](auto AS_) {
+        constexpr bool AS = decltype(AS_)::value;
         constexpr int K8 = K / 8, V8 = V / 8, K4 = K / 4, V4 = V / 4;
+        const int64_t q0 = AS ? qk_at(a, p.b, p.t0, p.hq) : 0,
+                      v0 = AS ? v_at(a, p.b, p.t0, p.j) : 0;
+        const int64_t g0 = AS ? g_at(a, p.b, p.t0, p.j) : 0;
+        const kda_bf16 *qc = a.q + q0, *kc = a.k + q0, *vc = a.v + v0, *oc = a.dO + v0;
+        const float *gc = a.gcum + g0;
+        const int qrs = a.H * K, vrs = a.HV * V, grs = a.HV * K;
         FOR(e, C * K8) {
             int i = e / K8, c = e % K8 * 8;
             if (i < n) {
-                const int64_t o = qk_at(a, p.b, p.t0 + i, p.hq) + c;
-                cp16_(&Qh[i * LQ + c], &a.q[o], aq);
-                cp16_(&Kh[i * LQ + c], &a.k[o], aq);
+                if (AS) {
+                    const int o = i * qrs + c;
+                    cp16c_<AS>(&Qh[i * LQ + c], &qc[o], aq);
+                    cp16c_<AS>(&Kh[i * LQ + c], &kc[o], aq);
+                } else {
+                    const int64_t o = qk_at(a, p.b, p.t0 + i, p.hq) + c;
+                    cp16_(&Qh[i * LQ + c], &a.q[o], aq);
+                    cp16_(&Kh[i * LQ + c], &a.k[o], aq);
+                }
             } else {
                 zero16_(&Qh[i * LQ + c]), zero16_(&Kh[i * LQ + c]);
             }
@@ -1481,44 +1526,58 @@ __host__ __device__ void bwd4_body(const TcArgs &a, int64_t blk, float *sm) {
         FOR(e, C * V8) {
             int i = e / V8, c = e % V8 * 8;
             if (i < n) {
-                const int64_t o = v_at(a, p.b, p.t0 + i, p.j) + c;
-                cp16_(&Vh[i * LW + c], &a.v[o], av);
-                cp16_(&dOh[i * LW + c], &a.dO[o], ad);
+                if (AS) {
+                    const int o = i * vrs + c;
+                    cp16c_<AS>(&Vh[i * LW + c], &vc[o], av);
+                    cp16c_<AS>(&dOh[i * LW + c], &oc[o], ad);
+                } else {
+                    const int64_t o = v_at(a, p.b, p.t0 + i, p.j) + c;
+                    cp16_(&Vh[i * LW + c], &a.v[o], av);
+                    cp16_(&dOh[i * LW + c], &a.dO[o], ad);
+                }
             } else {
                 zero16_(&Vh[i * LW + c]), zero16_(&dOh[i * LW + c]);
             }
         }
         FOR(e, C * K4) {
             int i = e / K4, c = e % K4 * 4;
-            if (i < n)
-                cp16_(&Gs[i * LK + c], &a.gcum[g_at(a, p.b, p.t0 + i, p.j) + c], ag);
-            else
+            if (i < n) {
+                if (AS)
+                    cp16c_<AS>(&Gs[i * LK + c], &gc[i * grs + c], ag);
+                else
+                    cp16_(&Gs[i * LK + c], &a.gcum[g_at(a, p.b, p.t0 + i, p.j) + c], ag);
+            } else {
                 zero16_(&Gs[i * LK + c]);
+            }
         }
         const float *D = a.D + p.cid * C * V, *dD = a.dD + p.cid * C * V;
         FOR(e, C * V4) {
             int i = e / V4, c = e % V4 * 4;
-            cp16_(&Ds[i * LV + c], &D[i * V + c], as);
-            cp16_(&dDs[i * LV + c], &dD[i * V + c], as);
+            cp16c_<AS>(&Ds[i * LV + c], &D[i * V + c], as);
+            cp16c_<AS>(&dDs[i * LV + c], &dD[i * V + c], as);
         }
         if (KA) {
             constexpr int C4 = C / 4;
             const float *akg = a.Akk + p.cid * C * C, *kkg = a.KK + p.cid * C * C;
             FOR(e, C * C4) {
                 int i = e / C4, c = e % C4 * 4;
-                cp16_(&Ak[i * LC + c], &akg[i * C + c], as);
-                cp16_(&KK[i * LC + c], &kkg[i * C + c], as);
+                cp16c_<AS>(&Ak[i * LC + c], &akg[i * C + c], as);
+                cp16c_<AS>(&KK[i * LC + c], &kkg[i * C + c], as);
             }
         }
         cp_commit_();
         const float *h = a.h + p.cid * K * V, *dh = a.dh + p.cid * K * V;
         FOR(e, K * V4) {
             int x = e / V4, c = e % V4 * 4;
-            cp16_(&S0[x * LV + c], &h[x * V + c], as);
-            cp16_(&dS[x * LV + c], &dh[x * V + c], as);
+            cp16c_<AS>(&S0[x * LV + c], &h[x * V + c], as);
+            cp16c_<AS>(&dS[x * LV + c], &dh[x * V + c], as);
         }
         cp_commit_();
-    }
+    };
+    if (all_async)
+        copies(Bool_<true>());
+    else
+        copies(Bool_<false>());
     FOR(i, C) bs[i] = i < n ? a.beta[beta_at(a, p.b, p.t0 + i, p.j)] : 0.0f;
     FOR(c, K) dGl[c] = 0.0f;
     const float *Gl = Gs + (n - 1) * LK;
@@ -1668,7 +1727,7 @@ __host__ __device__ void bwd4_body(const TcArgs &a, int64_t blk, float *sm) {
     //     dKb = Akkᵀ dw
     for (int c = warp; c < K; c += nwarp) {
         float s = 0.0f;
-        WFOR(i, n) s += tk[i * LK + c];
+        WFOR_CT(i, C, n, RT) s += tk[i * LK + c];
         s = warp_sum_(s);
         if (lane_() == 0) dGl[c] += s;
     }
@@ -1790,9 +1849,10 @@ __host__ __device__ void bwd4_body(const TcArgs &a, int64_t blk, float *sm) {
             dG[x] += qr * rq + kr * rk - kr * cx;
         }
     }
-    for (int i = warp; i < n; i += nwarp) {
+    for (int i = warp; i < (RT ? C : n); i += nwarp) { // RT: a warp-uniform guard, the bound C
+        if (RT && i >= n) break;
         float s = 0.0f;
-        WFOR(jj, i) s += dAkk[i * LC + jj] * KK[i * LC + jj];
+        WFOR_CT(jj, C, i, RT) s += dAkk[i * LC + jj] * KK[i * LC + jj];
         s = warp_sum_(s);
         if (lane_() == 0) dbs[i] += s;
     }
@@ -1803,7 +1863,7 @@ __host__ __device__ void bwd4_body(const TcArgs &a, int64_t blk, float *sm) {
     //     terms), dg and dβ written out row by row
     for (int c = warp; c < K; c += nwarp) {
         if (off) {
-            WFOR(i, n) {
+            WFOR_CT(i, C, n, RT) {
                 int x = i * LK + c;
                 float qx = ldbf(Qh[i * LQ + c]), kx = ldbf(Kh[i * LQ + c]);
                 dG[x] += i >= R ? qx * T1[x] + kx * T2[x] : -kx * T3[x];
@@ -1814,16 +1874,32 @@ __host__ __device__ void bwd4_body(const TcArgs &a, int64_t blk, float *sm) {
     }
     sync_();
     const int gva = a.HV != a.H, heads = gva ? a.HV : a.H, hw = gva ? p.j : p.hq;
-    FOR(e, n * K) {
-        int i = e / K, c = e % K, x = i * LK + c;
-        float oq = off && i >= R ? T1[x] : 0.0f;
-        float ok = off ? (i >= R ? T2[x] : T3[x]) : 0.0f;
-        int64_t o = (((int64_t)p.b * a.T + p.t0 + i) * heads + hw) * K + c;
-        a.dq[o] = dq[x] + oq;
-        a.dk[o] = dk[x] + ok;
-        a.dg[g_at(a, p.b, p.t0 + i, p.j) + c] = dG[x];
+    if (RT) { // per-chunk bases and 32-bit row offsets (row i is i·heads·K past the first token)
+        const int64_t o0 = (((int64_t)p.b * a.T + p.t0) * heads + hw) * K;
+        float *dq0 = a.dq + o0, *dk0 = a.dk + o0, *dg0 = a.dg + g_at(a, p.b, p.t0, p.j);
+        const int qrs = heads * K, grs = a.HV * K;
+        FOR_CT(e, C * K, n * K, RT) {
+            int i = e / K, c = e % K, x = i * LK + c;
+            float oq = off && i >= R ? T1[x] : 0.0f;
+            float ok = off ? (i >= R ? T2[x] : T3[x]) : 0.0f;
+            dq0[i * qrs + c] = dq[x] + oq;
+            dk0[i * qrs + c] = dk[x] + ok;
+            dg0[i * grs + c] = dG[x];
+        }
+        float *db0 = a.dbeta + beta_at(a, p.b, p.t0, p.j);
+        FOR_CT(i, C, n, RT) db0[i * a.HV] = dbs[i];
+    } else {
+        FOR(e, n * K) {
+            int i = e / K, c = e % K, x = i * LK + c;
+            float oq = off && i >= R ? T1[x] : 0.0f;
+            float ok = off ? (i >= R ? T2[x] : T3[x]) : 0.0f;
+            int64_t o = (((int64_t)p.b * a.T + p.t0 + i) * heads + hw) * K + c;
+            a.dq[o] = dq[x] + oq;
+            a.dk[o] = dk[x] + ok;
+            a.dg[g_at(a, p.b, p.t0 + i, p.j) + c] = dG[x];
+        }
+        FOR(i, n) a.dbeta[beta_at(a, p.b, p.t0 + i, p.j)] = dbs[i];
     }
-    FOR(i, n) a.dbeta[beta_at(a, p.b, p.t0 + i, p.j)] = dbs[i];
     (void)nth;
 }
 
