@@ -2396,6 +2396,8 @@ struct HostRun {
 void host_begin(HostRun *r, const KdaDims *d, int version) {
     r->a = make_args(d);
     r->a.ver = ver_of_(version);
+    r->a.async = true; // the device's default: the host copies at once either way, and v5's main
+                       // backward then takes its all-cp.async copy path (32-bit offsets)
     r->ws = (float *)kda_calloc(scratch_floats(r->a), sizeof(float));
     r->sm = (float *)kda_calloc(max_smem_bytes(r->a) / sizeof(float), sizeof(float));
     carve(r->a, r->ws);
