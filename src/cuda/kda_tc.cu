@@ -203,15 +203,22 @@ __host__ __device__ inline int imin(int a, int b) {
          e += e##_st)
 #define WFOR(e, n)                                                                                 \
     for (int e = lane_(), e##_end = (n), e##_st = lane_step_(); e < e##_end; e += e##_st)
+// FOR(e, N) for a compile-time N: at CT (v5) with a pass counter whose bound ceil(N / nth) is a
+// constant (nth is compile-time on the device), so the compiler unrolls it fully (once or twice at
+// the v5 dims) instead of a 4x-unrolled body and a remainder loop; the same items in the same
+// order.
+#define FOR_N(e, N, CT)                                                                            \
+    for (int e = tid, e##_k = 0, e##_end = (N);                                                    \
+         (CT) ? e##_k < ((N) + nth - 1) / nth && e < e##_end : e < e##_end; e += nth, e##_k++)
 // FOR / WFOR over the rows [0, n) of a tile of N rows (N compile-time, n <= N run-time): with CT
 // (v5) the loop runs to N and skips the items past n, so its trip count is a constant (a lane's
 // one pass at N = 32, where WFOR(e, n) is unrolled 4x with a remainder loop for a loop that runs
 // once); without CT it is FOR(e, n) / WFOR(e, n). Either way the same items in the same order, so
 // a sum over them adds the same terms in the same order.
 #define FOR_CT(e, N, n, CT)                                                                        \
-    for (int e = tid, e##_end = (CT) ? (N) : (n); e < e##_end; e += nth)                           \
-        if ((CT) && e >= (n)) {                                                                    \
-        } else
+    FOR_N(e, (CT) ? (N) : (n), CT)                                                                 \
+    if ((CT) && e >= (n)) {                                                                        \
+    } else
 #define WFOR_CT(e, N, n, CT)                                                                       \
     for (int e = lane_(), e##_end = (CT) ? (N) : (n), e##_st = lane_step_(); e < e##_end;          \
          e += e##_st)                                                                              \
@@ -1469,6 +1476,9 @@ __host__ __device__ void bwd4_body(const TcArgs &a, int64_t blk, float *sm) {
 #ifdef __CUDA_ARCH__
     const int tid = (int)threadIdx.x, warp = tid >> 5;
     constexpr int nth = TC4_THREADS, nwarp = TC4_THREADS / 32;
+    // v5: launched with exactly nth threads; telling the compiler drops FOR_N's guards e < N
+    // where N is a multiple of nth, and bounds the other thread-indexed loops
+    if (RT) __builtin_assume(tid < nth);
 #else
     const int tid = 0, warp = 0, nth = 1, nwarp = 1;
 #endif
@@ -1507,7 +1517,7 @@ __host__ __device__ void bwd4_body(const TcArgs &a, int64_t blk, float *sm) {
         const kda_bf16 *qc = a.q + q0, *kc = a.k + q0, *vc = a.v + v0, *oc = a.dO + v0;
         const float *gc = a.gcum + g0;
         const int qrs = a.H * K, vrs = a.HV * V, grs = a.HV * K;
-        FOR(e, C * K8) {
+        FOR_N(e, C * K8, RT) {
             int i = e / K8, c = e % K8 * 8;
             if (i < n) {
                 if (AS) {
@@ -1523,7 +1533,7 @@ __host__ __device__ void bwd4_body(const TcArgs &a, int64_t blk, float *sm) {
                 zero16_(&Qh[i * LQ + c]), zero16_(&Kh[i * LQ + c]);
             }
         }
-        FOR(e, C * V8) {
+        FOR_N(e, C * V8, RT) {
             int i = e / V8, c = e % V8 * 8;
             if (i < n) {
                 if (AS) {
@@ -1539,7 +1549,7 @@ __host__ __device__ void bwd4_body(const TcArgs &a, int64_t blk, float *sm) {
                 zero16_(&Vh[i * LW + c]), zero16_(&dOh[i * LW + c]);
             }
         }
-        FOR(e, C * K4) {
+        FOR_N(e, C * K4, RT) {
             int i = e / K4, c = e % K4 * 4;
             if (i < n) {
                 if (AS)
@@ -1551,7 +1561,7 @@ __host__ __device__ void bwd4_body(const TcArgs &a, int64_t blk, float *sm) {
             }
         }
         const float *D = a.D + p.cid * C * V, *dD = a.dD + p.cid * C * V;
-        FOR(e, C * V4) {
+        FOR_N(e, C * V4, RT) {
             int i = e / V4, c = e % V4 * 4;
             cp16c_<AS>(&Ds[i * LV + c], &D[i * V + c], as);
             cp16c_<AS>(&dDs[i * LV + c], &dD[i * V + c], as);
@@ -1559,7 +1569,7 @@ __host__ __device__ void bwd4_body(const TcArgs &a, int64_t blk, float *sm) {
         if (KA) {
             constexpr int C4 = C / 4;
             const float *akg = a.Akk + p.cid * C * C, *kkg = a.KK + p.cid * C * C;
-            FOR(e, C * C4) {
+            FOR_N(e, C * C4, RT) {
                 int i = e / C4, c = e % C4 * 4;
                 cp16c_<AS>(&Ak[i * LC + c], &akg[i * C + c], as);
                 cp16c_<AS>(&KK[i * LC + c], &kkg[i * C + c], as);
@@ -1567,7 +1577,7 @@ __host__ __device__ void bwd4_body(const TcArgs &a, int64_t blk, float *sm) {
         }
         cp_commit_();
         const float *h = a.h + p.cid * K * V, *dh = a.dh + p.cid * K * V;
-        FOR(e, K * V4) {
+        FOR_N(e, K * V4, RT) {
             int x = e / V4, c = e % V4 * 4;
             cp16c_<AS>(&S0[x * LV + c], &h[x * V + c], as);
             cp16c_<AS>(&dS[x * LV + c], &dh[x * V + c], as);
@@ -1578,8 +1588,8 @@ __host__ __device__ void bwd4_body(const TcArgs &a, int64_t blk, float *sm) {
         copies(Bool_<true>());
     else
         copies(Bool_<false>());
-    FOR(i, C) bs[i] = i < n ? a.beta[beta_at(a, p.b, p.t0 + i, p.j)] : 0.0f;
-    FOR(c, K) dGl[c] = 0.0f;
+    FOR_N(i, C, RT) bs[i] = i < n ? a.beta[beta_at(a, p.b, p.t0 + i, p.j)] : 0.0f;
+    FOR_N(c, K, RT) dGl[c] = 0.0f;
     const float *Gl = Gs + (n - 1) * LK;
     if (KA) {
         // (1-3, kept Akk and KK) after both groups: Kb = β k e^G; warps 0-7 T1 = dO S0ᵀ and T3 =
@@ -1587,7 +1597,7 @@ __host__ __device__ void bwd4_body(const TcArgs &a, int64_t blk, float *sm) {
         //     dΓ_last's state part and the state terms' elementwise part
         cp_wait_();
         sync_();
-        FOR(e, C * K) {
+        FOR_N(e, C * K, RT) {
             int i = e / K, c = e % K;
             Kb[i * LK + c] = bs[i] * ldbf(Kh[i * LQ + c]) * fexp(Gs[i * LK + c]);
         }
@@ -1608,7 +1618,7 @@ __host__ __device__ void bwd4_body(const TcArgs &a, int64_t blk, float *sm) {
             s = warp_sum_(s);
             if (lane_() == 0) dGl[c] = fexp(Gl[c]) * s;
         }
-        FOR(e, C * K) {
+        FOR_N(e, C * K, RT) {
             int i = e / K, c = e % K, x = i * LK + c;
             float eg = fexp(Gs[x]), el = fexp(Gl[c] - Gs[x]), kx = ldbf(Kh[i * LQ + c]);
             float dqi = scale * eg * T1[x], tkv = kx * el * T2[x];
@@ -1627,19 +1637,19 @@ __host__ __device__ void bwd4_body(const TcArgs &a, int64_t blk, float *sm) {
         //     Kr1 = k_j e^{G_R - G_j} for rows ..R-1); Akk := I; KK's diagonal sub-blocks pairwise
         //     (strict lower); Kb = β k e^G; dAqk = mask_{j<=i}(dO Δᵀ) on the tensor cores
         if (off) {
-            FOR(e, SUB * K) {
+            FOR_N(e, SUB * K, RT) {
                 int i = e / K, c = e % K, r = R + i;
                 float gR = Gs[R * LK + c], f = r < n ? fexp(Gs[r * LK + c] - gR) : 0.0f;
                 Kf1[i * LK + c] = ldbf(Kh[r * LQ + c]) * f;
                 Kr1[i * LK + c] = ldbf(Kh[i * LQ + c]) * fexp(gR - Gs[i * LK + c]);
             }
         }
-        FOR(e, C * C) {
+        FOR_N(e, C * C, RT) {
             int i = e / C, jj = e % C;
             Ak[i * LC + jj] = i == jj ? 1.0f : 0.0f;
             if (jj >= i || (i / SUB != jj / SUB && !off)) KK[i * LC + jj] = 0.0f;
         }
-        FOR(e, C * SUB) {
+        FOR_N(e, C * SUB, RT) {
             int i = e / SUB, jj = i / SUB * SUB + e % SUB;
             if (jj >= i) continue;
             float kk = 0.0f;
@@ -1651,7 +1661,7 @@ __host__ __device__ void bwd4_body(const TcArgs &a, int64_t blk, float *sm) {
             }
             KK[i * LC + jj] = kk;
         }
-        FOR(e, C * K) {
+        FOR_N(e, C * K, RT) {
             int i = e / K, c = e % K;
             Kb[i * LK + c] = bs[i] * ldbf(Kh[i * LQ + c]) * fexp(Gs[i * LK + c]);
         }
@@ -1748,7 +1758,7 @@ __host__ __device__ void bwd4_body(const TcArgs &a, int64_t blk, float *sm) {
     //     (k e^G)·dKb (a warp per row)
     block_mm_w(0, 8, C, C, matr < RT && KA > (Ak, 1, LC), matr<RT>(dAkk, LC, 1), C, no_mat(),
                no_mat(), 0, [&](int r, int c, float v, float) { Mm[r * LC + c] = rnd_<RT>(v); });
-    FOR(e, C * K) {
+    FOR_N(e, C * K, RT) {
         int i = e / K, c = e % K, x = i * LK + c;
         dk[x] += bs[i] * fexp(Gs[x]) * dKb[x];
         dG[x] += Kb[x] * dKb[x];
@@ -1771,12 +1781,12 @@ __host__ __device__ void bwd4_body(const TcArgs &a, int64_t blk, float *sm) {
                  dAkk[r * LC + c] = l;
                  Lt[c * LC + r] = bs[r] * l;
              });
-    FOR(e, C * C) {
+    FOR_N(e, C * C, RT) {
         int i = e / C, jj = e % C;
         At[jj * LC + i] = scale * dAqk[i * LC + jj];
     }
     if (off) {
-        FOR(e, SUB * K) {
+        FOR_N(e, SUB * K, RT) {
             int i = e / K, c = e % K, r = R + i;
             float gR = Gs[R * LK + c], f = r < n ? fexp(Gs[r * LK + c] - gR) : 0.0f;
             Qf[i * LK + c] = rnd_<RT>(ldbf(Qh[r * LQ + c]) * f); // (7)'s mma operands only
@@ -1812,7 +1822,7 @@ __host__ __device__ void bwd4_body(const TcArgs &a, int64_t blk, float *sm) {
     // (a thread: channel c of rows r1 and r1 + 8 of one sub-block, which share the loads of G, k,
     // q at every column j; the row coefficients come 4 at a time from dAqk, dL and their
     // transposes At = scale dAqkᵀ, Lt = (β dL)ᵀ)
-    FOR(e, SUB * K) {
+    FOR_N(e, SUB * K, RT) {
         const int c = e % K, rb = e / K, s0 = rb / (SUB / 2) * SUB, r1 = s0 + rb % (SUB / 2);
         if (r1 >= n) continue;
         const int rr[2] = {r1, r1 + SUB / 2};
