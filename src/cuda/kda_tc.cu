@@ -115,6 +115,20 @@ __host__ __device__ inline void cp16_(void *dst, const void *src, bool async) {
     memcpy(dst, src, 16);
 #endif
 }
+// cp16_ with the copy form fixed at compile time: A (v5's bodies, when every flag of the call
+// allows cp.async) issues the cp.async with no run-time flag and no fallback branch; else
+// cp16_(dst, src, async). The same 16 bytes land either way.
+template <bool A> struct Bool_ { static constexpr bool value = A; };
+template <bool A> __host__ __device__ inline void cp16c_(void *dst, const void *src, bool async) {
+#ifdef __CUDA_ARCH__
+    if (A) {
+        unsigned d = (unsigned)__cvta_generic_to_shared(dst);
+        asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(d), "l"(src) : "memory");
+        return;
+    }
+#endif
+    cp16_(dst, src, async);
+}
 __host__ __device__ inline void cp_commit_() {
 #ifdef __CUDA_ARCH__
     asm volatile("cp.async.commit_group;" ::: "memory");
@@ -712,34 +726,63 @@ __host__ __device__ void intra_body(const TcArgs &a, int64_t blk, float *sm, boo
 __host__ __device__ inline int state_buf_floats(int C, int K, int Vt) {
     return C * pad4(K) + C * pad8(K) + C * pad8(Vt) + K; // Ws, KGs, Us, gls
 }
-// (template dims 0: a's; TC_THREADS threads on the device)
-template <int C_, int K_, int VT_>
+// (template dims 0: a's; TC_THREADS threads on the device). A (v5, a.async set): cp.async with
+// no run-time form, 32-bit offsets from the chunk's bases, FOR_N's fully unrolled passes.
+template <int C_, int K_, int VT_, bool A = false>
 __host__ __device__ void state_prefetch_(const TcArgs &a, int64_t cid, int v0, float *buf) {
     const int tid = tid_(), nth = nth_c_<TC_THREADS>();
     const int C = C_ ? C_ : a.C, K = K_ ? K_ : a.K, V = a.V, Vt = VT_ ? VT_ : a.Vt, LW = pad4(K),
               LG = pad8(K), LT = pad8(Vt);
     float *Ws = buf, *KGs = Ws + C * LW, *Us = KGs + C * LG, *gls = Us + C * LT;
     const int K4 = K / 4, T4 = Vt / 4;
-    FOR(e, C * K4) {
-        int i = e / K4, c = e % K4 * 4;
-        cp16_(&Ws[i * LW + c], &a.w[cid * C * K + i * K + c], a.async);
-        cp16_(&KGs[i * LG + c], &a.kg[cid * C * K + i * K + c], a.async);
-    }
-    FOR(e, C * T4) {
-        int i = e / T4, c = e % T4 * 4;
-        cp16_(&Us[i * LT + c], &a.u[cid * C * V + (int64_t)i * V + v0 + c], a.async);
-    }
-    FOR(e, K4) cp16_(&gls[4 * e], &a.gl[cid * K + 4 * e], a.async);
-    if (a.state_o) { // v4: qg and Aqk of the chunk for o (after gls: state_obuf_floats)
-        const int LQ = pad4(K), LA = pad4(C), C4 = C / 4;
-        float *QG = gls + K, *Aq = QG + C * LQ;
+    if (A) {
+        const float *w = a.w + cid * C * K, *kg = a.kg + cid * C * K, *u = a.u + cid * C * V + v0;
+        FOR_N(e, C * K4, A) {
+            int i = e / K4, c = e % K4 * 4;
+            cp16c_<A>(&Ws[i * LW + c], &w[i * K + c], true);
+            cp16c_<A>(&KGs[i * LG + c], &kg[i * K + c], true);
+        }
+        FOR_N(e, C * T4, A) {
+            int i = e / T4, c = e % T4 * 4;
+            cp16c_<A>(&Us[i * LT + c], &u[i * V + c], true);
+        }
+        const float *gl = a.gl + cid * K;
+        FOR_N(e, K4, A) cp16c_<A>(&gls[4 * e], &gl[4 * e], true);
+        if (a.state_o) {
+            const int LQ = pad4(K), LA = pad4(C), C4 = C / 4;
+            float *QG = gls + K, *Aq = QG + C * LQ;
+            const float *qg = a.qg + cid * C * K, *aqk = a.Aqk + cid * C * C;
+            FOR_N(e, C * K4, A) {
+                int i = e / K4, c = e % K4 * 4;
+                cp16c_<A>(&QG[i * LQ + c], &qg[i * K + c], true);
+            }
+            FOR_N(e, C * C4, A) {
+                int i = e / C4, c = e % C4 * 4;
+                cp16c_<A>(&Aq[i * LA + c], &aqk[i * C + c], true);
+            }
+        }
+    } else {
         FOR(e, C * K4) {
             int i = e / K4, c = e % K4 * 4;
-            cp16_(&QG[i * LQ + c], &a.qg[cid * C * K + i * K + c], a.async);
+            cp16_(&Ws[i * LW + c], &a.w[cid * C * K + i * K + c], a.async);
+            cp16_(&KGs[i * LG + c], &a.kg[cid * C * K + i * K + c], a.async);
         }
-        FOR(e, C * C4) {
-            int i = e / C4, c = e % C4 * 4;
-            cp16_(&Aq[i * LA + c], &a.Aqk[cid * C * C + i * C + c], a.async);
+        FOR(e, C * T4) {
+            int i = e / T4, c = e % T4 * 4;
+            cp16_(&Us[i * LT + c], &a.u[cid * C * V + (int64_t)i * V + v0 + c], a.async);
+        }
+        FOR(e, K4) cp16_(&gls[4 * e], &a.gl[cid * K + 4 * e], a.async);
+        if (a.state_o) { // v4: qg and Aqk of the chunk for o (after gls: state_obuf_floats)
+            const int LQ = pad4(K), LA = pad4(C), C4 = C / 4;
+            float *QG = gls + K, *Aq = QG + C * LQ;
+            FOR(e, C * K4) {
+                int i = e / K4, c = e % K4 * 4;
+                cp16_(&QG[i * LQ + c], &a.qg[cid * C * K + i * K + c], a.async);
+            }
+            FOR(e, C * C4) {
+                int i = e / C4, c = e % C4 * 4;
+                cp16_(&Aq[i * LA + c], &a.Aqk[cid * C * C + i * C + c], a.async);
+            }
         }
     }
     cp_commit_();
@@ -1213,20 +1256,6 @@ __host__ __device__ inline void zero16_(void *dst) {
     float *f = (float *)dst;
     f[0] = f[1] = f[2] = f[3] = 0.0f;
 }
-// cp16_ with the copy form fixed at compile time: A (v5's bodies, when every flag of the call
-// allows cp.async) issues the cp.async with no run-time flag and no fallback branch; else
-// cp16_(dst, src, async). The same 16 bytes land either way.
-template <bool A> struct Bool_ { static constexpr bool value = A; };
-template <bool A> __host__ __device__ inline void cp16c_(void *dst, const void *src, bool async) {
-#ifdef __CUDA_ARCH__
-    if (A) {
-        unsigned d = (unsigned)__cvta_generic_to_shared(dst);
-        asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(d), "l"(src) : "memory");
-        return;
-    }
-#endif
-    cp16_(dst, src, async);
-}
 
 // ---- the state passes of v4: an NS-stage cp.async pipeline (chunk n + NS - 1 is copied while
 // chunk n computes: the latency of a copy is spread over NS - 1 steps of the chain instead of one)
@@ -1274,7 +1303,9 @@ __host__ __device__ void state4_body(const TcArgs &a, int64_t blk, float *sm) {
         S[x * LT + c] = a.init_state ? a.init_state[bj * K * V + x * V + v0 + c] : 0.0f;
     }
     for (int s = 0; s < NS - 1; s++) { // the pipeline's first NS - 1 chunks, a group each
-        if (s < NT)
+        if (s < NT && RT && a.async)
+            state_prefetch_<C_, K_, VT_, RT>(a, bj * NT + s, v0, bufs + s * BUF);
+        else if (s < NT)
             state_prefetch_<C_, K_, VT_>(a, bj * NT + s, v0, bufs + s * BUF);
         else
             cp_commit_();
@@ -1286,13 +1317,23 @@ __host__ __device__ void state4_body(const TcArgs &a, int64_t blk, float *sm) {
         cp_wait_n_<NS - 2>();
         sync_(); // chunk nc's tiles have landed; chunk nc - 1 is done with S and its buffer
         const int nx = nc + NS - 1;
-        if (nx < NT)
+        if (nx < NT && RT && a.async) // v5: the copies' compile-time form
+            state_prefetch_<C_, K_, VT_, RT>(a, cid + NS - 1, v0, bufs + (nx % NS) * BUF);
+        else if (nx < NT)
             state_prefetch_<C_, K_, VT_>(a, cid + NS - 1, v0, bufs + (nx % NS) * BUF);
         else
             cp_commit_();
-        FOR(e, K * Vt) {
-            int x = e / Vt, c = e % Vt;
-            a.h[cid * K * V + (int64_t)x * V + v0 + c] = S[x * LT + c];
+        if (RT) { // the chunk's base and 32-bit offsets, FOR_N's unrolled passes
+            float *hg = a.h + cid * K * V + v0;
+            FOR_N(e, K * Vt, RT) {
+                int x = e / Vt, c = e % Vt;
+                hg[x * V + c] = S[x * LT + c];
+            }
+        } else {
+            FOR(e, K * Vt) {
+                int x = e / Vt, c = e % Vt;
+                a.h[cid * K * V + (int64_t)x * V + v0 + c] = S[x * LT + c];
+            }
         }
         float *Dg = a.D + cid * C * V + v0;
         block_mm(C, Vt, matr<RT>(Ws, LW, 1), mat(S, LT, 1), K, no_mat(), no_mat(), 0,
@@ -1343,7 +1384,9 @@ __host__ __device__ inline size_t rstate4_floats(int C, int K, int Vt, int ns) {
     return (size_t)K * pad8(Vt) + (size_t)C * pad8(Vt) +
            (size_t)ns * (size_t)rstate4_buf_floats(C, K, Vt);
 }
-template <int C_, int K_, int VT_>
+// A (v5, every flag allows cp.async): cp.async with no run-time form, 32-bit offsets from the
+// chunk's bases (dO's row i is i·HV·V past the chunk's first token), FOR_N's unrolled passes.
+template <int C_, int K_, int VT_, bool A = false>
 __host__ __device__ void rstate4_prefetch_(const TcArgs &a, int64_t cid, int nc, int v0, int b,
                                            int j, float *buf) {
     const int tid = tid_(), nth = nth_c_<TC_THREADS>();
@@ -1355,24 +1398,50 @@ __host__ __device__ void rstate4_prefetch_(const TcArgs &a, int64_t cid, int nc,
     float *Ws = buf, *QGs = Ws + C * LW, *KGs = QGs + C * LW, *Aq = KGs + C * LG;
     kda_bf16 *dOb = (kda_bf16 *)(Aq + C * LA);
     float *gls = (float *)(dOb + C * LO);
-    FOR(e, C * K4) {
-        int i = e / K4, c = e % K4 * 4;
-        cp16_(&Ws[i * LW + c], &a.w[cid * C * K + i * K + c], as);
-        cp16_(&QGs[i * LW + c], &a.qg[cid * C * K + i * K + c], as);
-        cp16_(&KGs[i * LG + c], &a.kg[cid * C * K + i * K + c], as);
+    if (A) {
+        const float *w = a.w + cid * C * K, *qg = a.qg + cid * C * K, *kg = a.kg + cid * C * K;
+        FOR_N(e, C * K4, A) {
+            int i = e / K4, c = e % K4 * 4;
+            cp16c_<A>(&Ws[i * LW + c], &w[i * K + c], true);
+            cp16c_<A>(&QGs[i * LW + c], &qg[i * K + c], true);
+            cp16c_<A>(&KGs[i * LG + c], &kg[i * K + c], true);
+        }
+        const float *aqk = a.Aqk + cid * C * C;
+        FOR_N(e, C * C4, A) {
+            int i = e / C4, c = e % C4 * 4;
+            cp16c_<A>(&Aq[i * LA + c], &aqk[i * C + c], true);
+        }
+        const kda_bf16 *dO = a.dO + v_at(a, b, t0, j) + v0;
+        const int ors = a.HV * a.V;
+        FOR_N(e, C * T8, A) {
+            int i = e / T8, c = e % T8 * 8;
+            if (t0 + i < a.T)
+                cp16c_<A>(&dOb[i * LO + c], &dO[i * ors + c], true);
+            else
+                zero16_(&dOb[i * LO + c]);
+        }
+        const float *gl = a.gl + cid * K;
+        FOR_N(e, K4, A) cp16c_<A>(&gls[4 * e], &gl[4 * e], true);
+    } else {
+        FOR(e, C * K4) {
+            int i = e / K4, c = e % K4 * 4;
+            cp16_(&Ws[i * LW + c], &a.w[cid * C * K + i * K + c], as);
+            cp16_(&QGs[i * LW + c], &a.qg[cid * C * K + i * K + c], as);
+            cp16_(&KGs[i * LG + c], &a.kg[cid * C * K + i * K + c], as);
+        }
+        FOR(e, C * C4) {
+            int i = e / C4, c = e % C4 * 4;
+            cp16_(&Aq[i * LA + c], &a.Aqk[cid * C * C + i * C + c], as);
+        }
+        FOR(e, C * T8) {
+            int i = e / T8, c = e % T8 * 8;
+            if (t0 + i < a.T)
+                cp16_(&dOb[i * LO + c], &a.dO[v_at(a, b, t0 + i, j) + v0 + c], ao);
+            else
+                zero16_(&dOb[i * LO + c]);
+        }
+        FOR(e, K4) cp16_(&gls[4 * e], &a.gl[cid * K + 4 * e], as);
     }
-    FOR(e, C * C4) {
-        int i = e / C4, c = e % C4 * 4;
-        cp16_(&Aq[i * LA + c], &a.Aqk[cid * C * C + i * C + c], as);
-    }
-    FOR(e, C * T8) {
-        int i = e / T8, c = e % T8 * 8;
-        if (t0 + i < a.T)
-            cp16_(&dOb[i * LO + c], &a.dO[v_at(a, b, t0 + i, j) + v0 + c], ao);
-        else
-            zero16_(&dOb[i * LO + c]);
-    }
-    FOR(e, K4) cp16_(&gls[4 * e], &a.gl[cid * K + 4 * e], as);
     cp_commit_();
 }
 // RT (v5): w, qg, kg, Aqk come TF32-rounded from intra4_body<.., true> and dΔ is stored rounded
@@ -1393,8 +1462,12 @@ __host__ __device__ void rstate4_body(const TcArgs &a, int64_t blk, float *sm) {
         dS[x * LT + c] = a.dfinal ? a.dfinal[bj * K * V + x * V + v0 + c] : 0.0f;
     }
     // chunks in reverse: step s handles chunk NT - 1 - s in buffer s % NS
+    const bool pa = RT && a.async && a.s_al16 && a.dO_al16; // v5: the copies' compile-time form
     for (int s = 0; s < NS - 1; s++) {
-        if (s < NT)
+        if (s < NT && pa)
+            rstate4_prefetch_<C_, K_, VT_, RT>(a, bj * NT + NT - 1 - s, NT - 1 - s, v0, b, j,
+                                               bufs + s * BUF);
+        else if (s < NT)
             rstate4_prefetch_<C_, K_, VT_>(a, bj * NT + NT - 1 - s, NT - 1 - s, v0, b, j,
                                            bufs + s * BUF);
         else
@@ -1410,14 +1483,25 @@ __host__ __device__ void rstate4_body(const TcArgs &a, int64_t blk, float *sm) {
         cp_wait_n_<NS - 2>();
         sync_(); // chunk nc's tiles have landed; the previous step is done with dS, dDs, its half
         const int sx = st + NS - 1;
-        if (sx < NT)
+        if (sx < NT && pa)
+            rstate4_prefetch_<C_, K_, VT_, RT>(a, bj * NT + NT - 1 - sx, NT - 1 - sx, v0, b, j,
+                                               bufs + (sx % NS) * BUF);
+        else if (sx < NT)
             rstate4_prefetch_<C_, K_, VT_>(a, bj * NT + NT - 1 - sx, NT - 1 - sx, v0, b, j,
                                            bufs + (sx % NS) * BUF);
         else
             cp_commit_();
-        FOR(e, K * Vt) {
-            int x = e / Vt, c = e % Vt;
-            a.dh[cid * K * V + (int64_t)x * V + v0 + c] = dS[x * LT + c];
+        if (RT) { // the chunk's base and 32-bit offsets, FOR_N's unrolled passes
+            float *dhg = a.dh + cid * K * V + v0;
+            FOR_N(e, K * Vt, RT) {
+                int x = e / Vt, c = e % Vt;
+                dhg[x * V + c] = dS[x * LT + c];
+            }
+        } else {
+            FOR(e, K * Vt) {
+                int x = e / Vt, c = e % Vt;
+                a.dh[cid * K * V + (int64_t)x * V + v0 + c] = dS[x * LT + c];
+            }
         }
         float *dDg = a.dD + cid * C * V + v0;
         block_mm(C, Vt, matr<RT>(Aq, 1, LA), math(dOb, LO, 1), C, matr<RT>(KGs, LG, 1),
