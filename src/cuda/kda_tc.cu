@@ -2029,6 +2029,7 @@ __host__ __device__ void intra4_body(const TcArgs &a, int64_t blk, float *sm) {
 #ifdef __CUDA_ARCH__
     const int tid = (int)threadIdx.x;
     constexpr int nth = TC_THREADS;
+    if (RT) __builtin_assume(tid < nth); // as bwd4_body's
 #else
     const int tid = 0, nth = 1;
 #endif
@@ -2045,8 +2046,45 @@ __host__ __device__ void intra4_body(const TcArgs &a, int64_t blk, float *sm) {
     const bool keepA = a.Akk != NULL; // write Akk and KK for bwd4_body<.., true>
 
     // (0) copies (one group): q, k (bf16), G; v as 16-byte loads times β into βv (in flight with
-    //     the copies); rows past the end zeros
-    {
+    //     the copies); rows past the end zeros. AS (v5, when q, k, v, G all allow it): the
+    //     copies without a run-time form and 32-bit offsets from the chunk's first token, as
+    //     bwd4_body's; else v4's.
+    if (RT && aq && ag && a.v_al16) {
+        constexpr int K8 = K / 8, V8 = V / 8, K4 = K / 4;
+        const int64_t q0 = qk_at(a, p.b, p.t0, p.hq), v0 = v_at(a, p.b, p.t0, p.j);
+        const kda_bf16 *qc = a.q + q0, *kc = a.k + q0, *vc = a.v + v0;
+        const float *gc = a.gcum + g_at(a, p.b, p.t0, p.j),
+                    *bc = a.beta + beta_at(a, p.b, p.t0, p.j);
+        const int qrs = a.H * K, vrs = a.HV * V, grs = a.HV * K;
+        FOR_N(e, C * K8, RT) {
+            int i = e / K8, c = e % K8 * 8;
+            if (i < n) {
+                cp16c_<RT>(&Qh[i * LQ + c], &qc[i * qrs + c], aq);
+                cp16c_<RT>(&Kh[i * LQ + c], &kc[i * qrs + c], aq);
+            } else {
+                zero16_(&Qh[i * LQ + c]), zero16_(&Kh[i * LQ + c]);
+            }
+        }
+        FOR_N(e, C * V8, RT) {
+            int i = e / V8, c = e % V8 * 8;
+            float x[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+            float b = 0.0f;
+            if (i < n) {
+                ld8bf_(x, &vc[i * vrs + c], true);
+                b = bc[i * a.HV];
+            }
+            for (int u = 0; u < 8; u++)
+                Vb[i * LV + c + u] = x[u] * b;
+        }
+        FOR_N(e, C * K4, RT) {
+            int i = e / K4, c = e % K4 * 4;
+            if (i < n)
+                cp16c_<RT>(&Gs[i * LK + c], &gc[i * grs + c], ag);
+            else
+                zero16_(&Gs[i * LK + c]);
+        }
+        cp_commit_();
+    } else {
         constexpr int K8 = K / 8, V8 = V / 8, K4 = K / 4;
         FOR(e, C * K8) {
             int i = e / K8, c = e % K8 * 8;
@@ -2078,7 +2116,7 @@ __host__ __device__ void intra4_body(const TcArgs &a, int64_t blk, float *sm) {
         }
         cp_commit_();
     }
-    FOR(i, C) bs[i] = i < n ? a.beta[beta_at(a, p.b, p.t0 + i, p.j)] : 0.0f;
+    FOR_N(i, C, RT) bs[i] = i < n ? a.beta[beta_at(a, p.b, p.t0 + i, p.j)] : 0.0f;
     cp_wait_();
     sync_();
 
@@ -2088,7 +2126,7 @@ __host__ __device__ void intra4_body(const TcArgs &a, int64_t blk, float *sm) {
     //     Aqk (j <= i) and L = β KK (j < i) in fp32; Kb = β k e^G; qg, kg and e^{G_last} written
     //     out
     if (off) {
-        FOR(e, SUB * K) {
+        FOR_N(e, SUB * K, RT) {
             int i = e / K, c = e % K, r = R + i;
             float gR = Gs[R * LK + c], f = r < n ? fexp(Gs[r * LK + c] - gR) : 0.0f;
             float kf = ldbf(Kh[r * LQ + c]) * f;
@@ -2098,7 +2136,7 @@ __host__ __device__ void intra4_body(const TcArgs &a, int64_t blk, float *sm) {
             Kr[i * LK + c] = ldbf(Kh[i * LQ + c]) * fexp(gR - Gs[i * LK + c]);
         }
     }
-    FOR(e, C * C) {
+    FOR_N(e, C * C, RT) {
         int i = e / C, jj = e % C;
         Ak[i * LC + jj] = i == jj ? 1.0f : 0.0f;
         if (jj > i || (i / SUB != jj / SUB && !off)) Aq[i * LC + jj] = Ls[i * LC + jj] = 0.0f;
@@ -2106,7 +2144,7 @@ __host__ __device__ void intra4_body(const TcArgs &a, int64_t blk, float *sm) {
     }
     // (the pairs j <= i of the two 16 x 16 sub-blocks, 136 each, enumerated densely so that no
     // lane of a warp idles on an upper-triangle pair)
-    FOR(e, 2 * TRI) {
+    FOR_N(e, 2 * TRI, RT) {
         int i, jj;
         tri_pair_(e % TRI, i, jj);
         i += e / TRI * SUB, jj += e / TRI * SUB;
@@ -2125,14 +2163,14 @@ __host__ __device__ void intra4_body(const TcArgs &a, int64_t blk, float *sm) {
     }
     float *qgg = a.qg + p.cid * C * K, *kgg = a.kg + p.cid * C * K;
     const float *Gl = Gs + (n - 1) * LK;
-    FOR(e, C * K) {
+    FOR_N(e, C * K, RT) {
         int i = e / K, c = e % K;
         float g = Gs[i * LK + c], eg = fexp(g), kx = ldbf(Kh[i * LQ + c]);
         Kb[i * LK + c] = bs[i] * kx * eg;
         qgg[e] = rnd_<RT>(scale * ldbf(Qh[i * LQ + c]) * eg);
         kgg[e] = rnd_<RT>(kx * fexp(Gl[c] - g));
     }
-    FOR(c, K) a.gl[p.cid * K + c] = fexp(Gl[c]);
+    FOR_N(c, K, RT) a.gl[p.cid * K + c] = fexp(Gl[c]);
     sync_();
 
     // (2) side by side: warps 0-1 the off-diagonal sub-block of Aqk and L on the tensor cores;
@@ -2183,7 +2221,7 @@ __host__ __device__ void intra4_body(const TcArgs &a, int64_t blk, float *sm) {
              [&](int r, int c, float v, float) { ug[r * V + c] = v; });
     if (keepA) {
         float *akg = a.Akk + p.cid * C * C, *kkg = a.KK + p.cid * C * C;
-        FOR(e, C * C) {
+        FOR_N(e, C * C, RT) {
             akg[e] = rnd_<RT>(Ak[(e / C) * LC + e % C]);
             kkg[e] = KKs[(e / C) * LC + e % C];
         }
