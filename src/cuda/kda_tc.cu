@@ -2293,6 +2293,9 @@ __global__ void __launch_bounds__(TC4_THREADS, 2) tc_bwd4k_k(TcArgs a) {
 }
 // v5 (ctx->tc_version 5, at bwd4_dims): v4's bodies with the mma-only operands rounded once by
 // their producers (the RT flag); the names differ from v4's so that profiles tell them apart.
+// RT also selects the bit-identical trims of fewer instructions: FOR_N / FOR_CT / WFOR_CT loops
+// with compile-time trip counts, and copies without a run-time form (32-bit offsets from the
+// chunk's bases) when every flag allows cp.async, v4's copies otherwise.
 template <int C_, int K_, int VT_, int NS>
 __global__ void __launch_bounds__(TC_THREADS) tc_state5_k(TcArgs a) {
     extern __shared__ float sm[];
