@@ -299,7 +299,8 @@ KDA_TEST_GPU(gpu_kda_tc_bwd) {
 
 // The kernels copy q, k, v, dO (bf16) and gcum with cp.async when they are 16-byte aligned and
 // with plain loads otherwise (the model's activations need not be aligned): both paths must give
-// the same bits, in both versions (v3 copies only dO with cp.async).
+// the same bits, in every version (v3 copies only dO with cp.async; v5 has a third form, its
+// compile-time copies, when everything is aligned, and v4's copies otherwise).
 KDA_TEST_GPU(gpu_kda_tc_misaligned) {
     if (!gpu_()) return;
     KdaRng r;
@@ -321,7 +322,7 @@ KDA_TEST_GPU(gpu_kda_tc_misaligned) {
                kda_cuda_put_f32(&g_tctx, mg + 1, c.gcum, c.ng) == 0);
     DevIn mis = in;
     mis.q = mq + 1, mis.k = mk + 1, mis.v = mv + 1, mis.dO = mo + 1, mis.gc = mg + 1;
-    for (int ver = 3; ver <= 4; ver++) {
+    for (int ver = 3; ver <= 5; ver++) {
         int prev = kda_tc_set_version(&g_tctx, ver);
         FwdOut fa = gpu_fwd_(&c, &in, 0, NULL), fu = gpu_fwd_(&c, &mis, 0, NULL);
         CHECK_MSG(fa.o && fu.o && !memcmp(fa.o, fu.o, (size_t)c.nv * sizeof(float)),

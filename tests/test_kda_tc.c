@@ -278,11 +278,20 @@ static void v5_vs_v4_(const KdaCaseBf16 *f, int kept) {
     }
 }
 
+// More v5 shapes: a last chunk of 1 and 31 rows after whole ones, with states, GVA (HV > H: dq, dk
+// through the per-value-head scratch) and not (the main backward's row-guarded loops and its
+// chunk-based output offsets).
+static const Shape V5_SHAPES[] = {
+    {1, 33, 2, 2, 32, 64, 32, 1, 0},
+    {2, 95, 1, 2, 32, 64, 32, 1, 0},
+};
+
 KDA_TEST(kda_tc_host_v5_matches_v4) {
     KdaRng r;
     rng_seed(&r, 405);
-    for (size_t i = 0; i < sizeof SHAPES / sizeof SHAPES[0]; i++) {
-        const Shape *s = &SHAPES[i];
+    const size_t ns = sizeof SHAPES / sizeof SHAPES[0];
+    for (size_t i = 0; i < ns + sizeof V5_SHAPES / sizeof V5_SHAPES[0]; i++) {
+        const Shape *s = i < ns ? &SHAPES[i] : &V5_SHAPES[i - ns];
         printf("  B=%lld T=%lld H=%lld HV=%lld K=%lld V=%lld chunk=%lld state=%d gmax=%g\n",
                (long long)s->B, (long long)s->T, (long long)s->H, (long long)s->HV, (long long)s->K,
                (long long)s->V, (long long)s->C, s->state, (double)s->gmax);

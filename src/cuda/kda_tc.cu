@@ -115,6 +115,20 @@ __host__ __device__ inline void cp16_(void *dst, const void *src, bool async) {
     memcpy(dst, src, 16);
 #endif
 }
+// cp16_ with the copy form fixed at compile time: A (v5's bodies, when every flag of the call
+// allows cp.async) issues the cp.async with no run-time flag and no fallback branch; else
+// cp16_(dst, src, async). The same 16 bytes land either way.
+template <bool A> struct Bool_ { static constexpr bool value = A; };
+template <bool A> __host__ __device__ inline void cp16c_(void *dst, const void *src, bool async) {
+#ifdef __CUDA_ARCH__
+    if (A) {
+        unsigned d = (unsigned)__cvta_generic_to_shared(dst);
+        asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(d), "l"(src) : "memory");
+        return;
+    }
+#endif
+    cp16_(dst, src, async);
+}
 __host__ __device__ inline void cp_commit_() {
 #ifdef __CUDA_ARCH__
     asm volatile("cp.async.commit_group;" ::: "memory");
@@ -203,6 +217,27 @@ __host__ __device__ inline int imin(int a, int b) {
          e += e##_st)
 #define WFOR(e, n)                                                                                 \
     for (int e = lane_(), e##_end = (n), e##_st = lane_step_(); e < e##_end; e += e##_st)
+// FOR(e, N) for a compile-time N: at CT (v5) with a pass counter whose bound ceil(N / nth) is a
+// constant (nth is compile-time on the device), so the compiler unrolls it fully (once or twice at
+// the v5 dims) instead of a 4x-unrolled body and a remainder loop; the same items in the same
+// order.
+#define FOR_N(e, N, CT)                                                                            \
+    for (int e = tid, e##_k = 0, e##_end = (N);                                                    \
+         (CT) ? e##_k < ((N) + nth - 1) / nth && e < e##_end : e < e##_end; e += nth, e##_k++)
+// FOR / WFOR over the rows [0, n) of a tile of N rows (N compile-time, n <= N run-time): with CT
+// (v5) the loop runs to N and skips the items past n, so its trip count is a constant (a lane's
+// one pass at N = 32, where WFOR(e, n) is unrolled 4x with a remainder loop for a loop that runs
+// once); without CT it is FOR(e, n) / WFOR(e, n). Either way the same items in the same order, so
+// a sum over them adds the same terms in the same order.
+#define FOR_CT(e, N, n, CT)                                                                        \
+    FOR_N(e, (CT) ? (N) : (n), CT)                                                                 \
+    if ((CT) && e >= (n)) {                                                                        \
+    } else
+#define WFOR_CT(e, N, n, CT)                                                                       \
+    for (int e = lane_(), e##_end = (CT) ? (N) : (n), e##_st = lane_step_(); e < e##_end;          \
+         e += e##_st)                                                                              \
+        if ((CT) && e >= (n)) {                                                                    \
+        } else
 
 // ---- warp tiles on the tensor cores -------------------------------------------------------------
 // A matrix view: element (r, c) at p[r·rs + c·cs] (cs = 1: row-major; rs = 1: a transpose).
@@ -691,34 +726,63 @@ __host__ __device__ void intra_body(const TcArgs &a, int64_t blk, float *sm, boo
 __host__ __device__ inline int state_buf_floats(int C, int K, int Vt) {
     return C * pad4(K) + C * pad8(K) + C * pad8(Vt) + K; // Ws, KGs, Us, gls
 }
-// (template dims 0: a's; TC_THREADS threads on the device)
-template <int C_, int K_, int VT_>
+// (template dims 0: a's; TC_THREADS threads on the device). A (v5, a.async set): cp.async with
+// no run-time form, 32-bit offsets from the chunk's bases, FOR_N's fully unrolled passes.
+template <int C_, int K_, int VT_, bool A = false>
 __host__ __device__ void state_prefetch_(const TcArgs &a, int64_t cid, int v0, float *buf) {
     const int tid = tid_(), nth = nth_c_<TC_THREADS>();
     const int C = C_ ? C_ : a.C, K = K_ ? K_ : a.K, V = a.V, Vt = VT_ ? VT_ : a.Vt, LW = pad4(K),
               LG = pad8(K), LT = pad8(Vt);
     float *Ws = buf, *KGs = Ws + C * LW, *Us = KGs + C * LG, *gls = Us + C * LT;
     const int K4 = K / 4, T4 = Vt / 4;
-    FOR(e, C * K4) {
-        int i = e / K4, c = e % K4 * 4;
-        cp16_(&Ws[i * LW + c], &a.w[cid * C * K + i * K + c], a.async);
-        cp16_(&KGs[i * LG + c], &a.kg[cid * C * K + i * K + c], a.async);
-    }
-    FOR(e, C * T4) {
-        int i = e / T4, c = e % T4 * 4;
-        cp16_(&Us[i * LT + c], &a.u[cid * C * V + (int64_t)i * V + v0 + c], a.async);
-    }
-    FOR(e, K4) cp16_(&gls[4 * e], &a.gl[cid * K + 4 * e], a.async);
-    if (a.state_o) { // v4: qg and Aqk of the chunk for o (after gls: state_obuf_floats)
-        const int LQ = pad4(K), LA = pad4(C), C4 = C / 4;
-        float *QG = gls + K, *Aq = QG + C * LQ;
+    if (A) {
+        const float *w = a.w + cid * C * K, *kg = a.kg + cid * C * K, *u = a.u + cid * C * V + v0;
+        FOR_N(e, C * K4, A) {
+            int i = e / K4, c = e % K4 * 4;
+            cp16c_<A>(&Ws[i * LW + c], &w[i * K + c], true);
+            cp16c_<A>(&KGs[i * LG + c], &kg[i * K + c], true);
+        }
+        FOR_N(e, C * T4, A) {
+            int i = e / T4, c = e % T4 * 4;
+            cp16c_<A>(&Us[i * LT + c], &u[i * V + c], true);
+        }
+        const float *gl = a.gl + cid * K;
+        FOR_N(e, K4, A) cp16c_<A>(&gls[4 * e], &gl[4 * e], true);
+        if (a.state_o) {
+            const int LQ = pad4(K), LA = pad4(C), C4 = C / 4;
+            float *QG = gls + K, *Aq = QG + C * LQ;
+            const float *qg = a.qg + cid * C * K, *aqk = a.Aqk + cid * C * C;
+            FOR_N(e, C * K4, A) {
+                int i = e / K4, c = e % K4 * 4;
+                cp16c_<A>(&QG[i * LQ + c], &qg[i * K + c], true);
+            }
+            FOR_N(e, C * C4, A) {
+                int i = e / C4, c = e % C4 * 4;
+                cp16c_<A>(&Aq[i * LA + c], &aqk[i * C + c], true);
+            }
+        }
+    } else {
         FOR(e, C * K4) {
             int i = e / K4, c = e % K4 * 4;
-            cp16_(&QG[i * LQ + c], &a.qg[cid * C * K + i * K + c], a.async);
+            cp16_(&Ws[i * LW + c], &a.w[cid * C * K + i * K + c], a.async);
+            cp16_(&KGs[i * LG + c], &a.kg[cid * C * K + i * K + c], a.async);
         }
-        FOR(e, C * C4) {
-            int i = e / C4, c = e % C4 * 4;
-            cp16_(&Aq[i * LA + c], &a.Aqk[cid * C * C + i * C + c], a.async);
+        FOR(e, C * T4) {
+            int i = e / T4, c = e % T4 * 4;
+            cp16_(&Us[i * LT + c], &a.u[cid * C * V + (int64_t)i * V + v0 + c], a.async);
+        }
+        FOR(e, K4) cp16_(&gls[4 * e], &a.gl[cid * K + 4 * e], a.async);
+        if (a.state_o) { // v4: qg and Aqk of the chunk for o (after gls: state_obuf_floats)
+            const int LQ = pad4(K), LA = pad4(C), C4 = C / 4;
+            float *QG = gls + K, *Aq = QG + C * LQ;
+            FOR(e, C * K4) {
+                int i = e / K4, c = e % K4 * 4;
+                cp16_(&QG[i * LQ + c], &a.qg[cid * C * K + i * K + c], a.async);
+            }
+            FOR(e, C * C4) {
+                int i = e / C4, c = e % C4 * 4;
+                cp16_(&Aq[i * LA + c], &a.Aqk[cid * C * C + i * C + c], a.async);
+            }
         }
     }
     cp_commit_();
@@ -1239,7 +1303,9 @@ __host__ __device__ void state4_body(const TcArgs &a, int64_t blk, float *sm) {
         S[x * LT + c] = a.init_state ? a.init_state[bj * K * V + x * V + v0 + c] : 0.0f;
     }
     for (int s = 0; s < NS - 1; s++) { // the pipeline's first NS - 1 chunks, a group each
-        if (s < NT)
+        if (s < NT && RT && a.async)
+            state_prefetch_<C_, K_, VT_, RT>(a, bj * NT + s, v0, bufs + s * BUF);
+        else if (s < NT)
             state_prefetch_<C_, K_, VT_>(a, bj * NT + s, v0, bufs + s * BUF);
         else
             cp_commit_();
@@ -1251,13 +1317,23 @@ __host__ __device__ void state4_body(const TcArgs &a, int64_t blk, float *sm) {
         cp_wait_n_<NS - 2>();
         sync_(); // chunk nc's tiles have landed; chunk nc - 1 is done with S and its buffer
         const int nx = nc + NS - 1;
-        if (nx < NT)
+        if (nx < NT && RT && a.async) // v5: the copies' compile-time form
+            state_prefetch_<C_, K_, VT_, RT>(a, cid + NS - 1, v0, bufs + (nx % NS) * BUF);
+        else if (nx < NT)
             state_prefetch_<C_, K_, VT_>(a, cid + NS - 1, v0, bufs + (nx % NS) * BUF);
         else
             cp_commit_();
-        FOR(e, K * Vt) {
-            int x = e / Vt, c = e % Vt;
-            a.h[cid * K * V + (int64_t)x * V + v0 + c] = S[x * LT + c];
+        if (RT) { // the chunk's base and 32-bit offsets, FOR_N's unrolled passes
+            float *hg = a.h + cid * K * V + v0;
+            FOR_N(e, K * Vt, RT) {
+                int x = e / Vt, c = e % Vt;
+                hg[x * V + c] = S[x * LT + c];
+            }
+        } else {
+            FOR(e, K * Vt) {
+                int x = e / Vt, c = e % Vt;
+                a.h[cid * K * V + (int64_t)x * V + v0 + c] = S[x * LT + c];
+            }
         }
         float *Dg = a.D + cid * C * V + v0;
         block_mm(C, Vt, matr<RT>(Ws, LW, 1), mat(S, LT, 1), K, no_mat(), no_mat(), 0,
@@ -1308,7 +1384,9 @@ __host__ __device__ inline size_t rstate4_floats(int C, int K, int Vt, int ns) {
     return (size_t)K * pad8(Vt) + (size_t)C * pad8(Vt) +
            (size_t)ns * (size_t)rstate4_buf_floats(C, K, Vt);
 }
-template <int C_, int K_, int VT_>
+// A (v5, every flag allows cp.async): cp.async with no run-time form, 32-bit offsets from the
+// chunk's bases (dO's row i is i·HV·V past the chunk's first token), FOR_N's unrolled passes.
+template <int C_, int K_, int VT_, bool A = false>
 __host__ __device__ void rstate4_prefetch_(const TcArgs &a, int64_t cid, int nc, int v0, int b,
                                            int j, float *buf) {
     const int tid = tid_(), nth = nth_c_<TC_THREADS>();
@@ -1320,24 +1398,50 @@ __host__ __device__ void rstate4_prefetch_(const TcArgs &a, int64_t cid, int nc,
     float *Ws = buf, *QGs = Ws + C * LW, *KGs = QGs + C * LW, *Aq = KGs + C * LG;
     kda_bf16 *dOb = (kda_bf16 *)(Aq + C * LA);
     float *gls = (float *)(dOb + C * LO);
-    FOR(e, C * K4) {
-        int i = e / K4, c = e % K4 * 4;
-        cp16_(&Ws[i * LW + c], &a.w[cid * C * K + i * K + c], as);
-        cp16_(&QGs[i * LW + c], &a.qg[cid * C * K + i * K + c], as);
-        cp16_(&KGs[i * LG + c], &a.kg[cid * C * K + i * K + c], as);
+    if (A) {
+        const float *w = a.w + cid * C * K, *qg = a.qg + cid * C * K, *kg = a.kg + cid * C * K;
+        FOR_N(e, C * K4, A) {
+            int i = e / K4, c = e % K4 * 4;
+            cp16c_<A>(&Ws[i * LW + c], &w[i * K + c], true);
+            cp16c_<A>(&QGs[i * LW + c], &qg[i * K + c], true);
+            cp16c_<A>(&KGs[i * LG + c], &kg[i * K + c], true);
+        }
+        const float *aqk = a.Aqk + cid * C * C;
+        FOR_N(e, C * C4, A) {
+            int i = e / C4, c = e % C4 * 4;
+            cp16c_<A>(&Aq[i * LA + c], &aqk[i * C + c], true);
+        }
+        const kda_bf16 *dO = a.dO + v_at(a, b, t0, j) + v0;
+        const int ors = a.HV * a.V;
+        FOR_N(e, C * T8, A) {
+            int i = e / T8, c = e % T8 * 8;
+            if (t0 + i < a.T)
+                cp16c_<A>(&dOb[i * LO + c], &dO[i * ors + c], true);
+            else
+                zero16_(&dOb[i * LO + c]);
+        }
+        const float *gl = a.gl + cid * K;
+        FOR_N(e, K4, A) cp16c_<A>(&gls[4 * e], &gl[4 * e], true);
+    } else {
+        FOR(e, C * K4) {
+            int i = e / K4, c = e % K4 * 4;
+            cp16_(&Ws[i * LW + c], &a.w[cid * C * K + i * K + c], as);
+            cp16_(&QGs[i * LW + c], &a.qg[cid * C * K + i * K + c], as);
+            cp16_(&KGs[i * LG + c], &a.kg[cid * C * K + i * K + c], as);
+        }
+        FOR(e, C * C4) {
+            int i = e / C4, c = e % C4 * 4;
+            cp16_(&Aq[i * LA + c], &a.Aqk[cid * C * C + i * C + c], as);
+        }
+        FOR(e, C * T8) {
+            int i = e / T8, c = e % T8 * 8;
+            if (t0 + i < a.T)
+                cp16_(&dOb[i * LO + c], &a.dO[v_at(a, b, t0 + i, j) + v0 + c], ao);
+            else
+                zero16_(&dOb[i * LO + c]);
+        }
+        FOR(e, K4) cp16_(&gls[4 * e], &a.gl[cid * K + 4 * e], as);
     }
-    FOR(e, C * C4) {
-        int i = e / C4, c = e % C4 * 4;
-        cp16_(&Aq[i * LA + c], &a.Aqk[cid * C * C + i * C + c], as);
-    }
-    FOR(e, C * T8) {
-        int i = e / T8, c = e % T8 * 8;
-        if (t0 + i < a.T)
-            cp16_(&dOb[i * LO + c], &a.dO[v_at(a, b, t0 + i, j) + v0 + c], ao);
-        else
-            zero16_(&dOb[i * LO + c]);
-    }
-    FOR(e, K4) cp16_(&gls[4 * e], &a.gl[cid * K + 4 * e], as);
     cp_commit_();
 }
 // RT (v5): w, qg, kg, Aqk come TF32-rounded from intra4_body<.., true> and dΔ is stored rounded
@@ -1358,8 +1462,12 @@ __host__ __device__ void rstate4_body(const TcArgs &a, int64_t blk, float *sm) {
         dS[x * LT + c] = a.dfinal ? a.dfinal[bj * K * V + x * V + v0 + c] : 0.0f;
     }
     // chunks in reverse: step s handles chunk NT - 1 - s in buffer s % NS
+    const bool pa = RT && a.async && a.s_al16 && a.dO_al16; // v5: the copies' compile-time form
     for (int s = 0; s < NS - 1; s++) {
-        if (s < NT)
+        if (s < NT && pa)
+            rstate4_prefetch_<C_, K_, VT_, RT>(a, bj * NT + NT - 1 - s, NT - 1 - s, v0, b, j,
+                                               bufs + s * BUF);
+        else if (s < NT)
             rstate4_prefetch_<C_, K_, VT_>(a, bj * NT + NT - 1 - s, NT - 1 - s, v0, b, j,
                                            bufs + s * BUF);
         else
@@ -1375,14 +1483,25 @@ __host__ __device__ void rstate4_body(const TcArgs &a, int64_t blk, float *sm) {
         cp_wait_n_<NS - 2>();
         sync_(); // chunk nc's tiles have landed; the previous step is done with dS, dDs, its half
         const int sx = st + NS - 1;
-        if (sx < NT)
+        if (sx < NT && pa)
+            rstate4_prefetch_<C_, K_, VT_, RT>(a, bj * NT + NT - 1 - sx, NT - 1 - sx, v0, b, j,
+                                               bufs + (sx % NS) * BUF);
+        else if (sx < NT)
             rstate4_prefetch_<C_, K_, VT_>(a, bj * NT + NT - 1 - sx, NT - 1 - sx, v0, b, j,
                                            bufs + (sx % NS) * BUF);
         else
             cp_commit_();
-        FOR(e, K * Vt) {
-            int x = e / Vt, c = e % Vt;
-            a.dh[cid * K * V + (int64_t)x * V + v0 + c] = dS[x * LT + c];
+        if (RT) { // the chunk's base and 32-bit offsets, FOR_N's unrolled passes
+            float *dhg = a.dh + cid * K * V + v0;
+            FOR_N(e, K * Vt, RT) {
+                int x = e / Vt, c = e % Vt;
+                dhg[x * V + c] = dS[x * LT + c];
+            }
+        } else {
+            FOR(e, K * Vt) {
+                int x = e / Vt, c = e % Vt;
+                a.dh[cid * K * V + (int64_t)x * V + v0 + c] = dS[x * LT + c];
+            }
         }
         float *dDg = a.dD + cid * C * V + v0;
         block_mm(C, Vt, matr<RT>(Aq, 1, LA), math(dOb, LO, 1), C, matr<RT>(KGs, LG, 1),
@@ -1441,6 +1560,9 @@ __host__ __device__ void bwd4_body(const TcArgs &a, int64_t blk, float *sm) {
 #ifdef __CUDA_ARCH__
     const int tid = (int)threadIdx.x, warp = tid >> 5;
     constexpr int nth = TC4_THREADS, nwarp = TC4_THREADS / 32;
+    // v5: launched with exactly nth threads; telling the compiler drops FOR_N's guards e < N
+    // where N is a multiple of nth, and bounds the other thread-indexed loops
+    if (RT) __builtin_assume(tid < nth);
 #else
     const int tid = 0, warp = 0, nth = 1, nwarp = 1;
 #endif
@@ -1466,61 +1588,92 @@ __host__ __device__ void bwd4_body(const TcArgs &a, int64_t blk, float *sm) {
 
     // (0) copies: group 1 q, k, v, dO (bf16), G, Δ, dΔ; group 2 h, dh (lands during (1)-(2)).
     //     Rows past the end: zeros (Δ, dΔ are zero there in the scratch already).
-    {
+    //     AS (v5, when every tensor allows cp.async): the copies without a run-time form and with
+    //     32-bit offsets from the chunk's first token (row i of q, k is i·H·K past it, of v, dO
+    //     i·HV·V, of G i·HV·K; kda_tc_supported keeps B·T·HV·max(K, V) below 2^31); else v4's.
+    const bool all_async = RT && aq && av && ad && ag && as;
+    auto copies = [&](auto AS_) {
+        constexpr bool AS = decltype(AS_)::value;
         constexpr int K8 = K / 8, V8 = V / 8, K4 = K / 4, V4 = V / 4;
-        FOR(e, C * K8) {
+        const int64_t q0 = AS ? qk_at(a, p.b, p.t0, p.hq) : 0,
+                      v0 = AS ? v_at(a, p.b, p.t0, p.j) : 0;
+        const int64_t g0 = AS ? g_at(a, p.b, p.t0, p.j) : 0;
+        const kda_bf16 *qc = a.q + q0, *kc = a.k + q0, *vc = a.v + v0, *oc = a.dO + v0;
+        const float *gc = a.gcum + g0;
+        const int qrs = a.H * K, vrs = a.HV * V, grs = a.HV * K;
+        FOR_N(e, C * K8, RT) {
             int i = e / K8, c = e % K8 * 8;
             if (i < n) {
-                const int64_t o = qk_at(a, p.b, p.t0 + i, p.hq) + c;
-                cp16_(&Qh[i * LQ + c], &a.q[o], aq);
-                cp16_(&Kh[i * LQ + c], &a.k[o], aq);
+                if (AS) {
+                    const int o = i * qrs + c;
+                    cp16c_<AS>(&Qh[i * LQ + c], &qc[o], aq);
+                    cp16c_<AS>(&Kh[i * LQ + c], &kc[o], aq);
+                } else {
+                    const int64_t o = qk_at(a, p.b, p.t0 + i, p.hq) + c;
+                    cp16_(&Qh[i * LQ + c], &a.q[o], aq);
+                    cp16_(&Kh[i * LQ + c], &a.k[o], aq);
+                }
             } else {
                 zero16_(&Qh[i * LQ + c]), zero16_(&Kh[i * LQ + c]);
             }
         }
-        FOR(e, C * V8) {
+        FOR_N(e, C * V8, RT) {
             int i = e / V8, c = e % V8 * 8;
             if (i < n) {
-                const int64_t o = v_at(a, p.b, p.t0 + i, p.j) + c;
-                cp16_(&Vh[i * LW + c], &a.v[o], av);
-                cp16_(&dOh[i * LW + c], &a.dO[o], ad);
+                if (AS) {
+                    const int o = i * vrs + c;
+                    cp16c_<AS>(&Vh[i * LW + c], &vc[o], av);
+                    cp16c_<AS>(&dOh[i * LW + c], &oc[o], ad);
+                } else {
+                    const int64_t o = v_at(a, p.b, p.t0 + i, p.j) + c;
+                    cp16_(&Vh[i * LW + c], &a.v[o], av);
+                    cp16_(&dOh[i * LW + c], &a.dO[o], ad);
+                }
             } else {
                 zero16_(&Vh[i * LW + c]), zero16_(&dOh[i * LW + c]);
             }
         }
-        FOR(e, C * K4) {
+        FOR_N(e, C * K4, RT) {
             int i = e / K4, c = e % K4 * 4;
-            if (i < n)
-                cp16_(&Gs[i * LK + c], &a.gcum[g_at(a, p.b, p.t0 + i, p.j) + c], ag);
-            else
+            if (i < n) {
+                if (AS)
+                    cp16c_<AS>(&Gs[i * LK + c], &gc[i * grs + c], ag);
+                else
+                    cp16_(&Gs[i * LK + c], &a.gcum[g_at(a, p.b, p.t0 + i, p.j) + c], ag);
+            } else {
                 zero16_(&Gs[i * LK + c]);
+            }
         }
         const float *D = a.D + p.cid * C * V, *dD = a.dD + p.cid * C * V;
-        FOR(e, C * V4) {
+        FOR_N(e, C * V4, RT) {
             int i = e / V4, c = e % V4 * 4;
-            cp16_(&Ds[i * LV + c], &D[i * V + c], as);
-            cp16_(&dDs[i * LV + c], &dD[i * V + c], as);
+            cp16c_<AS>(&Ds[i * LV + c], &D[i * V + c], as);
+            cp16c_<AS>(&dDs[i * LV + c], &dD[i * V + c], as);
         }
         if (KA) {
             constexpr int C4 = C / 4;
             const float *akg = a.Akk + p.cid * C * C, *kkg = a.KK + p.cid * C * C;
-            FOR(e, C * C4) {
+            FOR_N(e, C * C4, RT) {
                 int i = e / C4, c = e % C4 * 4;
-                cp16_(&Ak[i * LC + c], &akg[i * C + c], as);
-                cp16_(&KK[i * LC + c], &kkg[i * C + c], as);
+                cp16c_<AS>(&Ak[i * LC + c], &akg[i * C + c], as);
+                cp16c_<AS>(&KK[i * LC + c], &kkg[i * C + c], as);
             }
         }
         cp_commit_();
         const float *h = a.h + p.cid * K * V, *dh = a.dh + p.cid * K * V;
-        FOR(e, K * V4) {
+        FOR_N(e, K * V4, RT) {
             int x = e / V4, c = e % V4 * 4;
-            cp16_(&S0[x * LV + c], &h[x * V + c], as);
-            cp16_(&dS[x * LV + c], &dh[x * V + c], as);
+            cp16c_<AS>(&S0[x * LV + c], &h[x * V + c], as);
+            cp16c_<AS>(&dS[x * LV + c], &dh[x * V + c], as);
         }
         cp_commit_();
-    }
-    FOR(i, C) bs[i] = i < n ? a.beta[beta_at(a, p.b, p.t0 + i, p.j)] : 0.0f;
-    FOR(c, K) dGl[c] = 0.0f;
+    };
+    if (all_async)
+        copies(Bool_<true>());
+    else
+        copies(Bool_<false>());
+    FOR_N(i, C, RT) bs[i] = i < n ? a.beta[beta_at(a, p.b, p.t0 + i, p.j)] : 0.0f;
+    FOR_N(c, K, RT) dGl[c] = 0.0f;
     const float *Gl = Gs + (n - 1) * LK;
     if (KA) {
         // (1-3, kept Akk and KK) after both groups: Kb = β k e^G; warps 0-7 T1 = dO S0ᵀ and T3 =
@@ -1528,7 +1681,7 @@ __host__ __device__ void bwd4_body(const TcArgs &a, int64_t blk, float *sm) {
         //     dΓ_last's state part and the state terms' elementwise part
         cp_wait_();
         sync_();
-        FOR(e, C * K) {
+        FOR_N(e, C * K, RT) {
             int i = e / K, c = e % K;
             Kb[i * LK + c] = bs[i] * ldbf(Kh[i * LQ + c]) * fexp(Gs[i * LK + c]);
         }
@@ -1549,7 +1702,7 @@ __host__ __device__ void bwd4_body(const TcArgs &a, int64_t blk, float *sm) {
             s = warp_sum_(s);
             if (lane_() == 0) dGl[c] = fexp(Gl[c]) * s;
         }
-        FOR(e, C * K) {
+        FOR_N(e, C * K, RT) {
             int i = e / K, c = e % K, x = i * LK + c;
             float eg = fexp(Gs[x]), el = fexp(Gl[c] - Gs[x]), kx = ldbf(Kh[i * LQ + c]);
             float dqi = scale * eg * T1[x], tkv = kx * el * T2[x];
@@ -1568,19 +1721,19 @@ __host__ __device__ void bwd4_body(const TcArgs &a, int64_t blk, float *sm) {
         //     Kr1 = k_j e^{G_R - G_j} for rows ..R-1); Akk := I; KK's diagonal sub-blocks pairwise
         //     (strict lower); Kb = β k e^G; dAqk = mask_{j<=i}(dO Δᵀ) on the tensor cores
         if (off) {
-            FOR(e, SUB * K) {
+            FOR_N(e, SUB * K, RT) {
                 int i = e / K, c = e % K, r = R + i;
                 float gR = Gs[R * LK + c], f = r < n ? fexp(Gs[r * LK + c] - gR) : 0.0f;
                 Kf1[i * LK + c] = ldbf(Kh[r * LQ + c]) * f;
                 Kr1[i * LK + c] = ldbf(Kh[i * LQ + c]) * fexp(gR - Gs[i * LK + c]);
             }
         }
-        FOR(e, C * C) {
+        FOR_N(e, C * C, RT) {
             int i = e / C, jj = e % C;
             Ak[i * LC + jj] = i == jj ? 1.0f : 0.0f;
             if (jj >= i || (i / SUB != jj / SUB && !off)) KK[i * LC + jj] = 0.0f;
         }
-        FOR(e, C * SUB) {
+        FOR_N(e, C * SUB, RT) {
             int i = e / SUB, jj = i / SUB * SUB + e % SUB;
             if (jj >= i) continue;
             float kk = 0.0f;
@@ -1592,7 +1745,7 @@ __host__ __device__ void bwd4_body(const TcArgs &a, int64_t blk, float *sm) {
             }
             KK[i * LC + jj] = kk;
         }
-        FOR(e, C * K) {
+        FOR_N(e, C * K, RT) {
             int i = e / K, c = e % K;
             Kb[i * LK + c] = bs[i] * ldbf(Kh[i * LQ + c]) * fexp(Gs[i * LK + c]);
         }
@@ -1668,7 +1821,7 @@ __host__ __device__ void bwd4_body(const TcArgs &a, int64_t blk, float *sm) {
     //     dKb = Akkᵀ dw
     for (int c = warp; c < K; c += nwarp) {
         float s = 0.0f;
-        WFOR(i, n) s += tk[i * LK + c];
+        WFOR_CT(i, C, n, RT) s += tk[i * LK + c];
         s = warp_sum_(s);
         if (lane_() == 0) dGl[c] += s;
     }
@@ -1689,7 +1842,7 @@ __host__ __device__ void bwd4_body(const TcArgs &a, int64_t blk, float *sm) {
     //     (k e^G)·dKb (a warp per row)
     block_mm_w(0, 8, C, C, matr < RT && KA > (Ak, 1, LC), matr<RT>(dAkk, LC, 1), C, no_mat(),
                no_mat(), 0, [&](int r, int c, float v, float) { Mm[r * LC + c] = rnd_<RT>(v); });
-    FOR(e, C * K) {
+    FOR_N(e, C * K, RT) {
         int i = e / K, c = e % K, x = i * LK + c;
         dk[x] += bs[i] * fexp(Gs[x]) * dKb[x];
         dG[x] += Kb[x] * dKb[x];
@@ -1712,12 +1865,12 @@ __host__ __device__ void bwd4_body(const TcArgs &a, int64_t blk, float *sm) {
                  dAkk[r * LC + c] = l;
                  Lt[c * LC + r] = bs[r] * l;
              });
-    FOR(e, C * C) {
+    FOR_N(e, C * C, RT) {
         int i = e / C, jj = e % C;
         At[jj * LC + i] = scale * dAqk[i * LC + jj];
     }
     if (off) {
-        FOR(e, SUB * K) {
+        FOR_N(e, SUB * K, RT) {
             int i = e / K, c = e % K, r = R + i;
             float gR = Gs[R * LK + c], f = r < n ? fexp(Gs[r * LK + c] - gR) : 0.0f;
             Qf[i * LK + c] = rnd_<RT>(ldbf(Qh[r * LQ + c]) * f); // (7)'s mma operands only
@@ -1753,7 +1906,7 @@ __host__ __device__ void bwd4_body(const TcArgs &a, int64_t blk, float *sm) {
     // (a thread: channel c of rows r1 and r1 + 8 of one sub-block, which share the loads of G, k,
     // q at every column j; the row coefficients come 4 at a time from dAqk, dL and their
     // transposes At = scale dAqkᵀ, Lt = (β dL)ᵀ)
-    FOR(e, SUB * K) {
+    FOR_N(e, SUB * K, RT) {
         const int c = e % K, rb = e / K, s0 = rb / (SUB / 2) * SUB, r1 = s0 + rb % (SUB / 2);
         if (r1 >= n) continue;
         const int rr[2] = {r1, r1 + SUB / 2};
@@ -1790,9 +1943,10 @@ __host__ __device__ void bwd4_body(const TcArgs &a, int64_t blk, float *sm) {
             dG[x] += qr * rq + kr * rk - kr * cx;
         }
     }
-    for (int i = warp; i < n; i += nwarp) {
+    for (int i = warp; i < (RT ? C : n); i += nwarp) { // RT: a warp-uniform guard, the bound C
+        if (RT && i >= n) break;
         float s = 0.0f;
-        WFOR(jj, i) s += dAkk[i * LC + jj] * KK[i * LC + jj];
+        WFOR_CT(jj, C, i, RT) s += dAkk[i * LC + jj] * KK[i * LC + jj];
         s = warp_sum_(s);
         if (lane_() == 0) dbs[i] += s;
     }
@@ -1803,7 +1957,7 @@ __host__ __device__ void bwd4_body(const TcArgs &a, int64_t blk, float *sm) {
     //     terms), dg and dβ written out row by row
     for (int c = warp; c < K; c += nwarp) {
         if (off) {
-            WFOR(i, n) {
+            WFOR_CT(i, C, n, RT) {
                 int x = i * LK + c;
                 float qx = ldbf(Qh[i * LQ + c]), kx = ldbf(Kh[i * LQ + c]);
                 dG[x] += i >= R ? qx * T1[x] + kx * T2[x] : -kx * T3[x];
@@ -1814,16 +1968,32 @@ __host__ __device__ void bwd4_body(const TcArgs &a, int64_t blk, float *sm) {
     }
     sync_();
     const int gva = a.HV != a.H, heads = gva ? a.HV : a.H, hw = gva ? p.j : p.hq;
-    FOR(e, n * K) {
-        int i = e / K, c = e % K, x = i * LK + c;
-        float oq = off && i >= R ? T1[x] : 0.0f;
-        float ok = off ? (i >= R ? T2[x] : T3[x]) : 0.0f;
-        int64_t o = (((int64_t)p.b * a.T + p.t0 + i) * heads + hw) * K + c;
-        a.dq[o] = dq[x] + oq;
-        a.dk[o] = dk[x] + ok;
-        a.dg[g_at(a, p.b, p.t0 + i, p.j) + c] = dG[x];
+    if (RT) { // per-chunk bases and 32-bit row offsets (row i is i·heads·K past the first token)
+        const int64_t o0 = (((int64_t)p.b * a.T + p.t0) * heads + hw) * K;
+        float *dq0 = a.dq + o0, *dk0 = a.dk + o0, *dg0 = a.dg + g_at(a, p.b, p.t0, p.j);
+        const int qrs = heads * K, grs = a.HV * K;
+        FOR_CT(e, C * K, n * K, RT) {
+            int i = e / K, c = e % K, x = i * LK + c;
+            float oq = off && i >= R ? T1[x] : 0.0f;
+            float ok = off ? (i >= R ? T2[x] : T3[x]) : 0.0f;
+            dq0[i * qrs + c] = dq[x] + oq;
+            dk0[i * qrs + c] = dk[x] + ok;
+            dg0[i * grs + c] = dG[x];
+        }
+        float *db0 = a.dbeta + beta_at(a, p.b, p.t0, p.j);
+        FOR_CT(i, C, n, RT) db0[i * a.HV] = dbs[i];
+    } else {
+        FOR(e, n * K) {
+            int i = e / K, c = e % K, x = i * LK + c;
+            float oq = off && i >= R ? T1[x] : 0.0f;
+            float ok = off ? (i >= R ? T2[x] : T3[x]) : 0.0f;
+            int64_t o = (((int64_t)p.b * a.T + p.t0 + i) * heads + hw) * K + c;
+            a.dq[o] = dq[x] + oq;
+            a.dk[o] = dk[x] + ok;
+            a.dg[g_at(a, p.b, p.t0 + i, p.j) + c] = dG[x];
+        }
+        FOR(i, n) a.dbeta[beta_at(a, p.b, p.t0 + i, p.j)] = dbs[i];
     }
-    FOR(i, n) a.dbeta[beta_at(a, p.b, p.t0 + i, p.j)] = dbs[i];
     (void)nth;
 }
 
@@ -1859,6 +2029,7 @@ __host__ __device__ void intra4_body(const TcArgs &a, int64_t blk, float *sm) {
 #ifdef __CUDA_ARCH__
     const int tid = (int)threadIdx.x;
     constexpr int nth = TC_THREADS;
+    if (RT) __builtin_assume(tid < nth); // as bwd4_body's
 #else
     const int tid = 0, nth = 1;
 #endif
@@ -1875,8 +2046,45 @@ __host__ __device__ void intra4_body(const TcArgs &a, int64_t blk, float *sm) {
     const bool keepA = a.Akk != NULL; // write Akk and KK for bwd4_body<.., true>
 
     // (0) copies (one group): q, k (bf16), G; v as 16-byte loads times β into βv (in flight with
-    //     the copies); rows past the end zeros
-    {
+    //     the copies); rows past the end zeros. AS (v5, when q, k, v, G all allow it): the
+    //     copies without a run-time form and 32-bit offsets from the chunk's first token, as
+    //     bwd4_body's; else v4's.
+    if (RT && aq && ag && a.v_al16) {
+        constexpr int K8 = K / 8, V8 = V / 8, K4 = K / 4;
+        const int64_t q0 = qk_at(a, p.b, p.t0, p.hq), v0 = v_at(a, p.b, p.t0, p.j);
+        const kda_bf16 *qc = a.q + q0, *kc = a.k + q0, *vc = a.v + v0;
+        const float *gc = a.gcum + g_at(a, p.b, p.t0, p.j),
+                    *bc = a.beta + beta_at(a, p.b, p.t0, p.j);
+        const int qrs = a.H * K, vrs = a.HV * V, grs = a.HV * K;
+        FOR_N(e, C * K8, RT) {
+            int i = e / K8, c = e % K8 * 8;
+            if (i < n) {
+                cp16c_<RT>(&Qh[i * LQ + c], &qc[i * qrs + c], aq);
+                cp16c_<RT>(&Kh[i * LQ + c], &kc[i * qrs + c], aq);
+            } else {
+                zero16_(&Qh[i * LQ + c]), zero16_(&Kh[i * LQ + c]);
+            }
+        }
+        FOR_N(e, C * V8, RT) {
+            int i = e / V8, c = e % V8 * 8;
+            float x[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+            float b = 0.0f;
+            if (i < n) {
+                ld8bf_(x, &vc[i * vrs + c], true);
+                b = bc[i * a.HV];
+            }
+            for (int u = 0; u < 8; u++)
+                Vb[i * LV + c + u] = x[u] * b;
+        }
+        FOR_N(e, C * K4, RT) {
+            int i = e / K4, c = e % K4 * 4;
+            if (i < n)
+                cp16c_<RT>(&Gs[i * LK + c], &gc[i * grs + c], ag);
+            else
+                zero16_(&Gs[i * LK + c]);
+        }
+        cp_commit_();
+    } else {
         constexpr int K8 = K / 8, V8 = V / 8, K4 = K / 4;
         FOR(e, C * K8) {
             int i = e / K8, c = e % K8 * 8;
@@ -1908,7 +2116,7 @@ __host__ __device__ void intra4_body(const TcArgs &a, int64_t blk, float *sm) {
         }
         cp_commit_();
     }
-    FOR(i, C) bs[i] = i < n ? a.beta[beta_at(a, p.b, p.t0 + i, p.j)] : 0.0f;
+    FOR_N(i, C, RT) bs[i] = i < n ? a.beta[beta_at(a, p.b, p.t0 + i, p.j)] : 0.0f;
     cp_wait_();
     sync_();
 
@@ -1918,7 +2126,7 @@ __host__ __device__ void intra4_body(const TcArgs &a, int64_t blk, float *sm) {
     //     Aqk (j <= i) and L = β KK (j < i) in fp32; Kb = β k e^G; qg, kg and e^{G_last} written
     //     out
     if (off) {
-        FOR(e, SUB * K) {
+        FOR_N(e, SUB * K, RT) {
             int i = e / K, c = e % K, r = R + i;
             float gR = Gs[R * LK + c], f = r < n ? fexp(Gs[r * LK + c] - gR) : 0.0f;
             float kf = ldbf(Kh[r * LQ + c]) * f;
@@ -1928,7 +2136,7 @@ __host__ __device__ void intra4_body(const TcArgs &a, int64_t blk, float *sm) {
             Kr[i * LK + c] = ldbf(Kh[i * LQ + c]) * fexp(gR - Gs[i * LK + c]);
         }
     }
-    FOR(e, C * C) {
+    FOR_N(e, C * C, RT) {
         int i = e / C, jj = e % C;
         Ak[i * LC + jj] = i == jj ? 1.0f : 0.0f;
         if (jj > i || (i / SUB != jj / SUB && !off)) Aq[i * LC + jj] = Ls[i * LC + jj] = 0.0f;
@@ -1936,7 +2144,7 @@ __host__ __device__ void intra4_body(const TcArgs &a, int64_t blk, float *sm) {
     }
     // (the pairs j <= i of the two 16 x 16 sub-blocks, 136 each, enumerated densely so that no
     // lane of a warp idles on an upper-triangle pair)
-    FOR(e, 2 * TRI) {
+    FOR_N(e, 2 * TRI, RT) {
         int i, jj;
         tri_pair_(e % TRI, i, jj);
         i += e / TRI * SUB, jj += e / TRI * SUB;
@@ -1955,14 +2163,14 @@ __host__ __device__ void intra4_body(const TcArgs &a, int64_t blk, float *sm) {
     }
     float *qgg = a.qg + p.cid * C * K, *kgg = a.kg + p.cid * C * K;
     const float *Gl = Gs + (n - 1) * LK;
-    FOR(e, C * K) {
+    FOR_N(e, C * K, RT) {
         int i = e / K, c = e % K;
         float g = Gs[i * LK + c], eg = fexp(g), kx = ldbf(Kh[i * LQ + c]);
         Kb[i * LK + c] = bs[i] * kx * eg;
         qgg[e] = rnd_<RT>(scale * ldbf(Qh[i * LQ + c]) * eg);
         kgg[e] = rnd_<RT>(kx * fexp(Gl[c] - g));
     }
-    FOR(c, K) a.gl[p.cid * K + c] = fexp(Gl[c]);
+    FOR_N(c, K, RT) a.gl[p.cid * K + c] = fexp(Gl[c]);
     sync_();
 
     // (2) side by side: warps 0-1 the off-diagonal sub-block of Aqk and L on the tensor cores;
@@ -2013,7 +2221,7 @@ __host__ __device__ void intra4_body(const TcArgs &a, int64_t blk, float *sm) {
              [&](int r, int c, float v, float) { ug[r * V + c] = v; });
     if (keepA) {
         float *akg = a.Akk + p.cid * C * C, *kkg = a.KK + p.cid * C * C;
-        FOR(e, C * C) {
+        FOR_N(e, C * C, RT) {
             akg[e] = rnd_<RT>(Ak[(e / C) * LC + e % C]);
             kkg[e] = KKs[(e / C) * LC + e % C];
         }
@@ -2085,6 +2293,9 @@ __global__ void __launch_bounds__(TC4_THREADS, 2) tc_bwd4k_k(TcArgs a) {
 }
 // v5 (ctx->tc_version 5, at bwd4_dims): v4's bodies with the mma-only operands rounded once by
 // their producers (the RT flag); the names differ from v4's so that profiles tell them apart.
+// RT also selects the bit-identical trims of fewer instructions: FOR_N / FOR_CT / WFOR_CT loops
+// with compile-time trip counts, and copies without a run-time form (32-bit offsets from the
+// chunk's bases) when every flag allows cp.async, v4's copies otherwise.
 template <int C_, int K_, int VT_, int NS>
 __global__ void __launch_bounds__(TC_THREADS) tc_state5_k(TcArgs a) {
     extern __shared__ float sm[];
@@ -2320,6 +2531,8 @@ struct HostRun {
 void host_begin(HostRun *r, const KdaDims *d, int version) {
     r->a = make_args(d);
     r->a.ver = ver_of_(version);
+    r->a.async = true; // the device's default: the host copies at once either way, and v5's main
+                       // backward then takes its all-cp.async copy path (32-bit offsets)
     r->ws = (float *)kda_calloc(scratch_floats(r->a), sizeof(float));
     r->sm = (float *)kda_calloc(max_smem_bytes(r->a) / sizeof(float), sizeof(float));
     carve(r->a, r->ws);
