@@ -1287,6 +1287,27 @@ __host__ __device__ inline size_t state4_floats(int C, int K, int Vt, int ns, bo
 // rounded where it is computed (this pass reads it by mma only), so their fragments skip the
 // cvt. The Δ written out stays unrounded: the kept layout's h and Δ are kda_fast's as well
 // (kda_fast_bwd_kept reads a tc forward's, elementwise).
+// A state pass's chunk-start tile S [K, Vt] (row stride LT, shared) into g [chunks, K, V] (h or
+// dh), chunk cid, columns v0 .. v0 + Vt, by the block's threads tid of nth. RT (v5): from the
+// chunk's base with 32-bit offsets and FOR_N's unrolled passes; else v4's 64-bit indexing. The
+// same elements either way.
+template <bool RT>
+__host__ __device__ inline void store_state_tile_(float *g, const float *S, int64_t cid, int v0,
+                                                  int K, int V, int Vt, int LT, int tid, int nth) {
+    if (RT) {
+        float *gc = g + cid * K * V + v0;
+        FOR_N(e, K * Vt, RT) {
+            int x = e / Vt, c = e % Vt;
+            gc[x * V + c] = S[x * LT + c];
+        }
+    } else {
+        FOR(e, K * Vt) {
+            int x = e / Vt, c = e % Vt;
+            g[cid * K * V + (int64_t)x * V + v0 + c] = S[x * LT + c];
+        }
+    }
+}
+
 template <int C_, int K_, int VT_, int NS, bool RT> // RT's default: the declaration above
 __host__ __device__ void state4_body(const TcArgs &a, int64_t blk, float *sm) {
     const int tid = tid_(), nth = nth_c_<TC_THREADS>();
@@ -1323,18 +1344,7 @@ __host__ __device__ void state4_body(const TcArgs &a, int64_t blk, float *sm) {
             state_prefetch_<C_, K_, VT_>(a, cid + NS - 1, v0, bufs + (nx % NS) * BUF);
         else
             cp_commit_();
-        if (RT) { // the chunk's base and 32-bit offsets, FOR_N's unrolled passes
-            float *hg = a.h + cid * K * V + v0;
-            FOR_N(e, K * Vt, RT) {
-                int x = e / Vt, c = e % Vt;
-                hg[x * V + c] = S[x * LT + c];
-            }
-        } else {
-            FOR(e, K * Vt) {
-                int x = e / Vt, c = e % Vt;
-                a.h[cid * K * V + (int64_t)x * V + v0 + c] = S[x * LT + c];
-            }
-        }
+        store_state_tile_<RT>(a.h, S, cid, v0, K, V, Vt, LT, tid, nth);
         float *Dg = a.D + cid * C * V + v0;
         block_mm(C, Vt, matr<RT>(Ws, LW, 1), mat(S, LT, 1), K, no_mat(), no_mat(), 0,
                  [&](int r, int c, float v, float) { // Ds holds u: Δ = u - w S in place
@@ -1491,18 +1501,7 @@ __host__ __device__ void rstate4_body(const TcArgs &a, int64_t blk, float *sm) {
                                            bufs + (sx % NS) * BUF);
         else
             cp_commit_();
-        if (RT) { // the chunk's base and 32-bit offsets, FOR_N's unrolled passes
-            float *dhg = a.dh + cid * K * V + v0;
-            FOR_N(e, K * Vt, RT) {
-                int x = e / Vt, c = e % Vt;
-                dhg[x * V + c] = dS[x * LT + c];
-            }
-        } else {
-            FOR(e, K * Vt) {
-                int x = e / Vt, c = e % Vt;
-                a.dh[cid * K * V + (int64_t)x * V + v0 + c] = dS[x * LT + c];
-            }
-        }
+        store_state_tile_<RT>(a.dh, dS, cid, v0, K, V, Vt, LT, tid, nth);
         float *dDg = a.dD + cid * C * V + v0;
         block_mm(C, Vt, matr<RT>(Aq, 1, LA), math(dOb, LO, 1), C, matr<RT>(KGs, LG, 1),
                  mat(dS, LT, 1), K, [&](int r, int c, float vi, float vs) {
