@@ -1051,6 +1051,19 @@ static int graph_step_(KdaCudaModel *dm, const GraphStep *sched, int64_t s, floa
     return kda_cuda_model_adamw(dm, &oc, s, 1e-3, err) || kda_cuda_model_get_params(dm, p, err);
 }
 
+// kda_cuda_model_create of m's weights with the environment switch var set to val while it runs
+// (create reads the switches; val NULL: var unset, the default). var is unset afterwards.
+static int create_with_(KdaCudaModel **dm, const KdaModel *m, const char *var, const char *val,
+                        KdaError *err) {
+    if (val)
+        setenv(var, val, 1);
+    else
+        unsetenv(var);
+    int rc = kda_cuda_model_create(dm, &m->cfg, &m->table, m->params, 0, err);
+    unsetenv(var);
+    return rc;
+}
+
 // Elements of a [n] and b [n] whose bits differ.
 static int64_t bits_differ_(const float *a, const float *b, int64_t n) {
     int64_t d = 0;
@@ -1083,9 +1096,7 @@ KDA_TEST_GPU(gpu_model_graph_bit_identical) {
     KdaCudaModel *dm[3] = {NULL, NULL, NULL};
     int rc = 0;
     for (int pass = 0; pass < 3 && !rc; pass++) {
-        if (!pass) setenv("KDA_GRAPH", "0", 1); // read at create; graphs are the default
-        rc = kda_cuda_model_create(&dm[pass], &m.cfg, &m.table, m.params, 0, &err);
-        unsetenv("KDA_GRAPH");
+        rc = create_with_(&dm[pass], &m, "KDA_GRAPH", pass ? NULL : "0", &err); // graphs: default
         // 64 rows per logits chunk: 2-3 token chunks with a partial last one at these shapes
         size_t budget = (size_t)64 * (size_t)kda_cuda_cls_ld(m.cfg.vocab_size) * 2;
         if (!rc) rc = kda_cuda_model_set_cls_budget(dm[pass], budget, &err);
@@ -1145,10 +1156,9 @@ KDA_TEST_GPU(gpu_model_adamw_one_launch) {
     int rc = 0;
     for (int pass = 0; pass < 2 && !rc; pass++) {
         g[pass] = kda_malloc((size_t)n * 4), p[pass] = kda_malloc((size_t)n * 4);
-        if (!pass) setenv("KDA_ADAMW_ONE", "0", 1); // read at create; one launch is the default
-        rc = kda_cuda_model_create(&dm[pass], &m.cfg, &m.table, m.params, 0, &err);
-        unsetenv("KDA_ADAMW_ONE");
+        rc = create_with_(&dm[pass], &m, "KDA_ADAMW_ONE", pass ? NULL : "0", &err); // 1: default
     }
+    CHECK_MSG(rc == 0, "%s", err.msg); // (before: a failed create skipped every check)
     for (int s = 0; s < 3 && !rc; s++) {
         for (int pass = 0; pass < 2 && !rc; pass++) {
             KdaProf prof;
@@ -1189,9 +1199,7 @@ KDA_TEST_GPU(gpu_model_mlp_recompute_bit_identical) {
     int rc = 0;
     for (int pass = 0; pass < 2 && !rc; pass++) {
         g[pass] = kda_malloc((size_t)n * 4), p[pass] = kda_malloc((size_t)n * 4);
-        if (pass) setenv("KDA_MLP_RECOMPUTE", "1", 1); // read at create
-        rc = kda_cuda_model_create(&dm[pass], &m.cfg, &m.table, m.params, 0, &err);
-        unsetenv("KDA_MLP_RECOMPUTE");
+        rc = create_with_(&dm[pass], &m, "KDA_MLP_RECOMPUTE", pass ? "1" : NULL, &err);
     }
     CHECK_MSG(rc == 0, "%s", err.msg);
     if (!rc)
@@ -1233,17 +1241,15 @@ KDA_TEST_GPU(gpu_model_graph_off_and_profile) {
     float *g = kda_malloc((size_t)n * 4), *p = kda_malloc((size_t)n * 4), loss = NAN;
     const GraphStep st = {{64, 64}, {0, 0}};
     int64_t c = -1, r = -1, f = -1;
-    setenv("KDA_GRAPH", "0", 1);
     KdaCudaModel *dm = NULL;
-    int rc = kda_cuda_model_create(&dm, &m.cfg, &m.table, m.params, 0, &err);
+    int rc = create_with_(&dm, &m, "KDA_GRAPH", "0", &err);
     for (int s = 1; s <= 3 && !rc; s++)
         rc = graph_step_(dm, &st, s, &loss, g, p, &err);
     CHECK_MSG(rc == 0, "%s", err.msg);
     if (dm) kda_cuda_model_graph_stats(dm, &c, &r, &f);
     CHECK(c == 0 && r == 0 && f == 0);
     kda_cuda_model_free(dm), dm = NULL;
-    unsetenv("KDA_GRAPH"); // the default: graphs on
-    rc = kda_cuda_model_create(&dm, &m.cfg, &m.table, m.params, 0, &err);
+    rc = create_with_(&dm, &m, "KDA_GRAPH", NULL, &err); // the default: graphs on
     KdaProf prof;
     kda_prof_reset(&prof, 0, 0);
     // step 1: warm-up (twice: the scratch grows in the first), step 2 captures; step 3 profiled

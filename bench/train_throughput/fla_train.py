@@ -137,6 +137,7 @@ def run_one(cfg, a, mb):
     total = ev[0].elapsed_time(ev[-1])
     ms = total / a.steps
     losses = [x.item() for x in losses]
+    mr = mem.result()
     res = {
         "impl": "fla", "mb": mb, "seq": a.seq, "warmup": a.warmup, "steps": a.steps,
         "tokens_per_s": round(mb * a.seq / (ms / 1000), 1), "ms_per_step": round(ms, 2),
@@ -144,15 +145,15 @@ def run_one(cfg, a, mb):
                                     (per[len(per) // 2 - 1] + per[len(per) // 2]) / 2, 2),
         "max_memory_allocated_gib": round(torch.cuda.max_memory_allocated() / 2**30, 2),
         "max_memory_reserved_gib": round(torch.cuda.max_memory_reserved() / 2**30, 2),
-        "gpu_mem_used_mib": mem.result()["peak_mib"],
-        "gpu_mem_baseline_mib": mem.result()["baseline_mib"],
+        "gpu_mem_used_mib": mr["peak_mib"],
+        "gpu_mem_baseline_mib": mr["baseline_mib"],
         "step1_loss": round(losses[0], 5), "last_loss": round(losses[-1], 5),
         "finite": all(math.isfinite(x) for x in losses), "warmup_s": round(warm_s, 1),
         "waited_s": round(waited_s, 1),
     }
     # the clocks and power beside kda.c's (report.py): both sides run at the H200's 700 W cap
     for k in ("sm_clock_mhz_mean", "sm_clock_mhz_min", "power_w_max", "temp_c_max"):
-        res["gpu_" + k] = mem.result()[k]
+        res["gpu_" + k] = mr[k]
     del model, opt, batches
     torch.cuda.empty_cache()
     return res

@@ -168,7 +168,7 @@ int kda_cuda_swiglu_gu_bwd(KdaCudaCtx *ctx, kda_bf16 *dgu, kda_bf16 *m, const kd
                            int64_t ld_dm, const kda_bf16 *gu, int64_t N, int64_t I) {
     KDA_CUDA_REQUIRE(ctx, N >= 0 && I > 0 && ld_dm >= I);
     if (N == 0) return 0;
-    if (I % 8 == 0 && ld_dm % 8 == 0 && aligned_(16, dgu, dm, gu) && (!m || aligned_(16, m)))
+    if (I % 8 == 0 && ld_dm % 8 == 0 && aligned_(16, dgu, dm, gu, m))
         swiglu_gu_bwd_k<8><<<gu_grid(N, I, 8), 256, 0, ctx->stream>>>(dgu, m, dm, ld_dm, gu, N, I);
     else
         swiglu_gu_bwd_k<1><<<gu_grid(N, I, 1), 256, 0, ctx->stream>>>(dgu, m, dm, ld_dm, gu, N, I);
