@@ -26,6 +26,17 @@
         if (!(cond)) return kda_cuda_fail_at((ctx), __FILE__, __LINE__, #cond, "bad argument");    \
     } while (0)
 
+// The bit pattern of an fp32 value (memcpy on the host: no type punning).
+__host__ __device__ __forceinline__ unsigned f32_bits(float f) {
+#ifdef __CUDA_ARCH__
+    return __float_as_uint(f);
+#else
+    unsigned u;
+    memcpy(&u, &f, sizeof u);
+    return u;
+#endif
+}
+
 // bf16 <-> fp32, the one pair for every kernel and for the host twins of kernel bodies
 // (kda_cuda_*_host): round to nearest even, NaN stays a NaN. On the host the bit patterns go
 // through memcpy (no type punning).

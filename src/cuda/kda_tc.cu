@@ -194,12 +194,7 @@ __host__ __device__ inline float ldbf(kda_bf16 h) {
 #endif
 }
 __host__ __device__ inline kda_bf16 stbf(float f) { // round to nearest even, NaN stays NaN
-    unsigned u;
-#ifdef __CUDA_ARCH__
-    u = __float_as_uint(f);
-#else
-    memcpy(&u, &f, sizeof u);
-#endif
+    unsigned u = f32_bits(f);
     if ((u & 0x7fffffffu) > 0x7f800000u) return (kda_bf16)((u >> 16) | 0x40u);
     u += 0x7fffu + ((u >> 16) & 1u);
     return (kda_bf16)(u >> 16);
@@ -265,8 +260,7 @@ __host__ __device__ inline unsigned tf32_bits(float x) {
     asm("cvt.rna.tf32.f32 %0, %1;" : "=r"(r) : "f"(x));
     return r;
 #else
-    unsigned u;
-    memcpy(&u, &x, sizeof u);
+    unsigned u = f32_bits(x);
     if ((u & 0x7f800000u) == 0x7f800000u) return u; // Inf / NaN unchanged
     return (u + 0x1000u) & 0xffffe000u;
 #endif
@@ -346,14 +340,7 @@ __host__ __device__ inline MatT mat_off(const MatT &m, int r, int c) {
     return o;
 }
 __host__ __device__ inline unsigned opnd(const MatT &m, int r, int c) {
-    const float x = m.p[r * m.rs + c * m.cs];
-#ifdef __CUDA_ARCH__
-    return __float_as_uint(x);
-#else
-    unsigned u;
-    memcpy(&u, &x, sizeof u);
-    return u;
-#endif
+    return f32_bits(m.p[r * m.rs + c * m.cs]);
 }
 // The operand view of an fp32 tile: MatT when R (its values are TF32-rounded: v5), else Mat (v4:
 // rounded at every fragment load). R false gives v4's types, so its code is v4's.
