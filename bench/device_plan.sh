@@ -40,6 +40,13 @@ source bench/train_throughput/gpu_env.sh
 export TRITON_CACHE_DIR=${TRITON_CACHE_DIR:-/tmp/kda_triton_cache}
 B=${KDA_GPU_BUILD:-build-gpu}
 
+# save_autotune NAME: every FLA autotune result in TRITON_CACHE_DIR into $D/fla_autotune_NAME.tgz
+# (the layout of bench/train_throughput/fla_autotune_h200.tgz, to merge into it).
+save_autotune() {
+    (cd "$TRITON_CACHE_DIR/.." && find "$(basename "$TRITON_CACHE_DIR")" -name '*.autotune.json' |
+        tar czf "$D/fla_autotune_$1.tgz" -T -) 2> /dev/null
+}
+
 # tput NAME ENV...: kda.c alone at mb 16 with the switches ENV (profile at iteration 3 unless
 # PROFILE is in ENV), one line per run into the summary.
 tput() {
@@ -105,17 +112,13 @@ case $STEP in
         bash bench/kda_kernel/run_compare.sh > "$D/compare.txt" 2>&1
     say "run_compare: rc=$?"
     tail -30 "$D/compare.txt" | tee -a "$SUM"
-    # the autotune results of the shapes run, to record beside the 300M ones
-    (cd "$TRITON_CACHE_DIR/.." && find "$(basename "$TRITON_CACHE_DIR")" -name '*.autotune.json' |
-        tar czf "$D/fla_autotune_kernel.tgz" -T -) 2> /dev/null
+    save_autotune kernel # the shapes run, to record beside the 300M ones
     ;;
 4)
     OUT=$D/tp MODEL=configs/kda_1B.json FLA_ONE_CONFIG=0 FLA_LIMIT=$(($(left) - 120)) \
         KDA_LIMIT=$(($(left) - 10)) MBS="8 16" bash bench/train_throughput/run.sh > "$D/tp.txt" 2>&1
     grep -E '^\| *(8|16) |^fla_train: mb' "$D/tp.txt" | tee -a "$SUM"
-    # the 1B shapes' autotune results, to record beside the 300M ones
-    (cd "$TRITON_CACHE_DIR/.." && find "$(basename "$TRITON_CACHE_DIR")" -name '*.autotune.json' |
-        tar czf "$D/fla_autotune_1B.tgz" -T -) 2> /dev/null
+    save_autotune 1B # the 1B shapes, to record beside the 300M ones
     ;;
 5)
     OUT=$D/fla0 W=/tmp/par_fla0 FLA_ONE_CONFIG=0 LIMIT=$(($(left) - 10)) \
