@@ -87,13 +87,14 @@ case $STEP in
     ;;
 2)
     kda_gpu_env > /dev/null && kda_gpu_build "$D/build.log" "$B/kda" "$B/kda_test" || exit 1
-    # the model's tests on the paths the defaults of 2026-12-03 (session 5) replaced
-    KDA_GATE_V=1 KDA_GRAPH=0 KDA_ADAMW_ONE=0 KDA_BIN=$B/kda timeout 120 "$B/kda_test" --gpu \
-        gpu_model gpu_gate gpu_adamw > "$D/tests.txt" 2>&1
+    # the model's tests on the paths the defaults of 2026-12-03 (sessions 5 and 6) replaced
+    KDA_GATE_V=1 KDA_GRAPH=0 KDA_ADAMW_ONE=0 KDA_TC_V=4 KDA_CLS_ROW=0 KDA_MLP_RECOMPUTE=0 \
+        KDA_BIN=$B/kda timeout 120 "$B/kda_test" --gpu gpu_model gpu_gate gpu_adamw \
+        > "$D/tests.txt" 2>&1
     say "gpu_model gpu_gate gpu_adamw with the old paths: rc=$? $(tail -1 "$D/tests.txt")"
-    KDA_MLP_RECOMPUTE=1 KDA_BIN=$B/kda timeout 60 "$B/kda_test" --gpu gpu_model gpu_swiglu \
-        > "$D/tests_mlp.txt" 2>&1
-    say "gpu_model gpu_swiglu with KDA_MLP_RECOMPUTE=1: rc=$? $(tail -1 "$D/tests_mlp.txt")"
+    KDA_CONV_QKV=1 KDA_BIN=$B/kda timeout 60 "$B/kda_test" --gpu gpu_model gpu_fuse \
+        > "$D/tests_qkv.txt" 2>&1
+    say "gpu_model gpu_fuse with KDA_CONV_QKV=1: rc=$? $(tail -1 "$D/tests_qkv.txt")"
     tput base
     tput graph_off KDA_GRAPH=0 PROFILE=
     tput base_noprof PROFILE=
@@ -102,9 +103,9 @@ case $STEP in
     tput conv_v1 KDA_CONV_V=1
     tput conv_v2 KDA_CONV_V=2
     tput dy KDA_DY_INPLACE=1
-    tput mlp KDA_MLP_RECOMPUTE=1
-    tput tc5 KDA_TC_V=5
-    tput cls3 KDA_CLS_ROW=3
+    tput mlp_off KDA_MLP_RECOMPUTE=0
+    tput tc4 KDA_TC_V=4
+    tput cls0 KDA_CLS_ROW=0
     tput tune KDA_GEMM_TUNE=1
     ;;
 3)

@@ -259,7 +259,8 @@ KDA_TEST(runtime_memory_plan_gpu_without_device) {
     CHECK(strstr(err.msg, "use_short_conv") != NULL);
 }
 
-// KDA_MLP_RECOMPUTE=1 (read by the plan as by the model's create): one shared SwiGLU product
+// The SwiGLU product recomputed (the default; KDA_MLP_RECOMPUTE=0 off, read by the plan as by the
+// model's create): one shared SwiGLU product
 // instead of one per layer, so the plan's activations drop by exactly (L - 1) arena slots of
 // N·I bf16 (256-byte aligned), and not at all with per-block recompute (one block's set either
 // way). The counting pass once kept the per-layer buffers (its pointers are all NULL).
@@ -271,7 +272,7 @@ KDA_TEST(runtime_memory_plan_gpu_mlp_recompute) {
     KdaMemoryPlan p[2][2]; // [switch][recompute]
     int rc = 0;
     for (int sw = 0; sw < 2; sw++) {
-        if (sw) setenv("KDA_MLP_RECOMPUTE", "1", 1);
+        setenv("KDA_MLP_RECOMPUTE", sw ? "1" : "0", 1);
         for (int rec = 0; rec < 2; rec++)
             rc |= kda_runtime_memory_plan(KDA_DEVICE_CUDA, &cfg, 4, 256, 1, rec, &p[sw][rec], &err);
         unsetenv("KDA_MLP_RECOMPUTE");
@@ -282,5 +283,8 @@ KDA_TEST(runtime_memory_plan_gpu_mlp_recompute) {
     CHECK_MSG(p[0][0].acts - p[1][0].acts == want, "saved %.0f bytes, want %.0f",
               p[0][0].acts - p[1][0].acts, want);
     CHECK(p[1][1].acts == p[0][1].acts);
+    KdaMemoryPlan dflt; // unset: the default is the recompute
+    CHECK(kda_runtime_memory_plan(KDA_DEVICE_CUDA, &cfg, 4, 256, 1, 0, &dflt, &err) == 0);
+    CHECK(dflt.acts == p[1][0].acts);
 }
 #endif

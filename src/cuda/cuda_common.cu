@@ -95,8 +95,10 @@ int kda_cuda_init(KdaCudaCtx *ctx, int device, KdaError *err) {
     const char *tune = getenv("KDA_GEMM_TUNE");
     ctx->gemm_tune = tune && !strcmp(tune, "1");
     const char *tcv = getenv("KDA_TC_V");
-    // 3: v3 whole; 5: v4 with the mma-only operands rounded to TF32 once (kda_tc.h); else 4
-    ctx->tc_version = tcv && !strcmp(tcv, "3") ? 3 : tcv && !strcmp(tcv, "5") ? 5 : 4;
+    // 5 (default since the GPU run of 2026-12-03, session 6: bitwise v4, KDA core rows 17.2 →
+    // 15.8 ms at mb 16): v4 with the mma-only operands rounded to TF32 once (kda_tc.h); "4": v4;
+    // "3": v3 whole
+    ctx->tc_version = tcv && !strcmp(tcv, "3") ? 3 : tcv && !strcmp(tcv, "4") ? 4 : 5;
     const char *gv = getenv("KDA_GATE_V");
     ctx->gate_version = gv && !strcmp(gv, "1") ? 1 : 2; // v2: measured faster (perf-log)
     return 0;

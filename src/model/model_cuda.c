@@ -132,9 +132,9 @@ struct KdaCudaModel {
     int inproj;     // q|k|v|f0|g0|b back to back on the device: one input GEMM (KDA_INPROJ)
     int dy_inplace; // beta/conv backwards write into the fused dY (KDA_DY_INPLACE=1, opt-in)
     int gateup;     // gate_proj|up_proj back to back: one [2I, D] GEMM each way (KDA_GATEUP)
-    // KDA_MLP_RECOMPUTE=1 at create (gate|up only; opt-in until measured): the SwiGLU product is
-    // not kept per layer; the forward writes it into one shared buffer for down_proj and the
-    // backward's SwiGLU kernel writes it again, bit for bit, for down_proj's weight gradient
+    // with gate|up, unless KDA_MLP_RECOMPUTE=0 at create (the default since 2026-12-03): the SwiGLU
+    // product is not kept per layer; the forward writes it into one shared buffer for down_proj and
+    // the backward's SwiGLU kernel writes it again, bit for bit, for down_proj's weight gradient
     // (FLA's fused SwiGLU + linear keeps no product either): -N·I·2 bytes per layer saved, one
     // more N·I·2-byte write per layer spent
     int mlp_recompute;
@@ -449,15 +449,16 @@ int kda_cuda_model_fused(const KdaCudaModel *m) {
 static void configure_(KdaCudaModel *m, const KdaConfig *cfg, const KdaParamTable *t) {
     m->chunk = kda_fast_chunk(cfg->head_dim, cfg->head_v_dim, m->ctx.info.smem_per_block_optin);
     m->cls_budget = CLS_BUDGET;
-    // the fused classifier's row kernel: a cluster per row, the row read once (default since
-    // 2026-12-03); "1": a block per row (the kernel before, to measure against); "2": the
-    // cluster kernel on a persistent grid, the next rows' loads in flight (to measure against);
-    // "3": the cluster kernel trimmed, the same bits in fewer instructions (not yet measured)
+    // the fused classifier's row kernel: a cluster per row, the row read once, trimmed to the
+    // same bits in fewer instructions (default since the GPU run of 2026-12-03, session 6: CE
+    // rows 7.59 → 6.03 ms at mb 16); "0": the cluster kernel untrimmed; "1": a block per row (the
+    // kernel before, to measure against); "2": the cluster kernel on a persistent grid, the next
+    // rows' loads in flight (to measure against)
     const char *row = getenv("KDA_CLS_ROW");
-    m->cls_row = row && !strcmp(row, "1")   ? KDA_CLS_ROW_BLOCK
+    m->cls_row = row && !strcmp(row, "0")   ? KDA_CLS_ROW_CLUSTER
+                 : row && !strcmp(row, "1") ? KDA_CLS_ROW_BLOCK
                  : row && !strcmp(row, "2") ? KDA_CLS_ROW_PIPE
-                 : row && !strcmp(row, "3") ? KDA_CLS_ROW_TRIM
-                                            : KDA_CLS_ROW_CLUSTER;
+                                            : KDA_CLS_ROW_TRIM;
     const char *keep = getenv("KDA_CORE_KEEP"); // "0": the backward recomputes h and Δ
     m->core_keep = !(keep && !strcmp(keep, "0"));
     m->core_tc = kda_tc_selected(); // KDA_CORE=simt: the SIMT core (the oracle)
@@ -479,8 +480,11 @@ static void configure_(KdaCudaModel *m, const KdaConfig *cfg, const KdaParamTabl
         getenv("KDA_DY_INPLACE"); // "1": strided dY writes (kda_cuda_model_dy_inplace)
     m->dy_inplace = m->inproj && dyi && !strcmp(dyi, "1");
     m->gateup = (got & KDA_LAYOUT_GATEUP) != 0;
-    const char *mr = getenv("KDA_MLP_RECOMPUTE"); // "1": the SwiGLU product recomputed
-    m->mlp_recompute = m->gateup && mr && !strcmp(mr, "1");
+    // the SwiGLU product recomputed in the backward (default since the GPU run of 2026-12-03,
+    // session 6: NVML peak 30.8 → 28.0 GiB at mb 16, under FLA's 29.0, for +0.5 ms); "0" keeps
+    // one product per layer
+    const char *mr = getenv("KDA_MLP_RECOMPUTE");
+    m->mlp_recompute = m->gateup && !(mr && !strcmp(mr, "0"));
     m->dtotal = off > 0 ? off : ROW_ALIGN;
     m->dtab.total_numel = m->dtotal;
 }
@@ -1291,12 +1295,12 @@ int kda_cuda_model_backward(KdaCudaModel *m, KdaError *err) {
     return 0;
 }
 
-// ---- one CUDA graph per training micro-batch (KDA_GRAPH=1; docs/cuda.md) -----------------------
-// What is captured: the device work of kda_cuda_model_forward_backward after the ids / targets
-// upload (embedding, blocks, final norm, the fused classifier with its loss sum, the whole
-// backward). The upload stays eager: its source is the caller's pageable memory, which a graph
-// cannot copy from, and cudaMemcpyAsync stages it before returning, so the graph launched
-// behind it on the same stream reads the new ids. Zero grads, the loss and norm reads, the
+// ---- one CUDA graph per training micro-batch (default; KDA_GRAPH=0 off; docs/cuda.md)
+// ----------------------- What is captured: the device work of kda_cuda_model_forward_backward
+// after the ids / targets upload (embedding, blocks, final norm, the fused classifier with its loss
+// sum, the whole backward). The upload stays eager: its source is the caller's pageable memory,
+// which a graph cannot copy from, and cudaMemcpyAsync stages it before returning, so the graph
+// launched behind it on the same stream reads the new ids. Zero grads, the loss and norm reads, the
 // gradient norm and AdamW stay eager too (host syncs and host scalars: lr, step, clip).
 
 // The micro-batch's device work, queued on the model's stream.

@@ -88,9 +88,9 @@ int kda_cuda_model_backward(KdaCudaModel *m, KdaError *err);
 // loss then comes from bf16 logits (the legacy forward's are fp32): the difference is bf16
 // rounding noise, xent_cuda.h. Eval and scoring keep kda_cuda_model_forward.
 //
-// CUDA graphs (the environment KDA_GRAPH=1 at create; opt-in until measured on a GPU): the device
-// work after the ids upload is captured once per key (B, T, the count of valid targets) and
-// replayed: a key's first call runs eagerly (warm-up), its second captures and launches, later
+// CUDA graphs (the default since 2026-12-03; the environment KDA_GRAPH=0 at create turns them off):
+// the device work after the ids upload is captured once per key (B, T, the count of valid targets)
+// and replayed: a key's first call runs eagerly (warm-up), its second captures and launches, later
 // ones launch (up to 4 keys held; a moved buffer or a changed switch drops them all). The same
 // kernels in the same order: the results are the eager path's bits. Eager whatever the switch
 // while a profile runs or a data-parallel hook (layer hook, norm reducer, ZeRO-1 shard) is set;
@@ -220,11 +220,11 @@ int kda_cuda_model_gateup(const KdaCudaModel *m);
 // 1 when each block runs the gate and beta as one kernel each way (gate v2, the context's
 // gate_version 2: the default; KDA_GATE_V=1 at create keeps v1's two launches each way).
 int kda_cuda_model_gate_beta_fused(const KdaCudaModel *m);
-// 1 when the MLP keeps no SwiGLU product per layer (environment KDA_MLP_RECOMPUTE=1 at create,
-// with gate|up; opt-in until measured): one shared [N, I] buffer, written by the forward for
-// down_proj and again, bit for bit, by the backward's SwiGLU kernel for down_proj's weight
-// gradient. Saves (L - 1)·N·I·2 bytes (3 GiB at KDA-300M, mb 16); costs one N·I·2-byte write per
-// layer in the backward.
+// 1 when the MLP keeps no SwiGLU product per layer (with gate|up, the default since 2026-12-03;
+// environment KDA_MLP_RECOMPUTE=0 at create keeps one per layer): one shared [N, I] buffer, written
+// by the forward for down_proj and again, bit for bit, by the backward's SwiGLU kernel for
+// down_proj's weight gradient. Saves (L - 1)·N·I·2 bytes (3 GiB at KDA-300M, mb 16); costs one
+// N·I·2-byte write per layer in the backward.
 int kda_cuda_model_mlp_recompute(const KdaCudaModel *m);
 
 // The model's config (derived fields filled) and device name, for logs.
