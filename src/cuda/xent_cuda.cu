@@ -1002,7 +1002,7 @@ int cls3_launch(KdaCudaCtx *ctx, kda_bf16 *logits, float *nll, float *lse, const
     }
     if (clusters > rows) clusters = (int)rows;
     cfg.gridDim = dim3((unsigned)clusters * (unsigned)cl);
-    cfg.numAttrs += kda_pdl_attr(ctx, &at[1]); // after the occupancy query: the launch's only
+    cfg.numAttrs += kda_pdl_attr(ctx, &at[1]); // for the launch, not the occupancy query
     CUDA_CHECK(ctx, cudaLaunchKernelEx(&cfg, cls3_row_k<NTH>, logits, nll, lse, targets, rows,
                                        n_vocab, ld, scale, grad, nbuf));
     CUDA_CHECK_LAUNCH(ctx);
