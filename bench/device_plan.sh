@@ -101,11 +101,11 @@ case $STEP in
     tput adamw_off KDA_ADAMW_ONE=0
     tput gate_v1 KDA_GATE_V=1
     tput conv_v1 KDA_CONV_V=1
-    tput conv_v2 KDA_CONV_V=2
     tput dy KDA_DY_INPLACE=1
     tput mlp_off KDA_MLP_RECOMPUTE=0
     tput tc4 KDA_TC_V=4
     tput cls0 KDA_CLS_ROW=0
+    tput pdl KDA_PDL=1
     tput tune KDA_GEMM_TUNE=1
     ;;
 3)

@@ -101,6 +101,8 @@ int kda_cuda_init(KdaCudaCtx *ctx, int device, KdaError *err) {
     ctx->tc_version = tcv && !strcmp(tcv, "3") ? 3 : tcv && !strcmp(tcv, "4") ? 4 : 5;
     const char *gv = getenv("KDA_GATE_V");
     ctx->gate_version = gv && !strcmp(gv, "1") ? 1 : 2; // v2: measured faster (perf-log)
+    const char *pdl = getenv("KDA_PDL"); // programmatic dependent launch: Hopper and later
+    ctx->pdl = pdl && !strcmp(pdl, "1") && ctx->info.cc_major >= 9;
     return 0;
 }
 

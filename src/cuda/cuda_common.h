@@ -69,6 +69,11 @@ typedef struct {
     // gate_version: the gate + beta kernels (cuda/kda_gate_cuda.h), 2 (the default) or 1 when
     // KDA_GATE_V=1 at init; tests and benchmarks may set the field between calls.
     int gate_version;
+    // pdl: KDA_PDL=1 at init on a device of compute capability 9.0+: the project's row and
+    // element-wise kernels, the tensor-core KDA core's and the classifier's row kernels are
+    // launched with programmatic dependent launch (kda_launch, cuda_internal.h: each may start
+    // while its predecessor drains, and waits for it first thing). Default 0: plain launches.
+    int pdl;
     // kernels whose dynamic shared-memory limit was raised on this device, and to what
     // (kda_cuda_smem_limit): cudaFuncSetAttribute once per kernel instead of per launch
     struct {

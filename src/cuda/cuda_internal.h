@@ -8,6 +8,8 @@
 #include <math.h>
 #include <string.h>
 
+#include <utility> // std::forward (kda_launch)
+
 #include "cuda/cuda_common.h" // defines: KdaCudaCtx, CUDA_CHECK, kda_bf16
 
 #define CEIL_DIV(a, b) (((a) + (b)-1) / (b))
@@ -97,6 +99,70 @@ __host__ __device__ __forceinline__ float silu_f(float x) {
 __host__ __device__ __forceinline__ float dsilu_f(float x) {
     float s = sigmoid_f(x);
     return s * (1.0f + x * (1.0f - s));
+}
+
+// ---- programmatic dependent launch (ctx->pdl, KDA_PDL=1; docs/cuda.md) -------------------------
+// A kernel launched with cudaLaunchAttributeProgrammaticStreamSerialization may be scheduled
+// before the previous kernel of the stream has finished (Hopper, compute capability 9.0+; CUDA
+// Programming Guide, "Programmatic Dependent Launch and Synchronization"). With no explicit
+// trigger (cudaTriggerProgrammaticLaunchCompletion, which no kernel here calls) the predecessor
+// releases its dependents as its last block exits, before the grid has completed and flushed
+// (cuda_device_runtime_api.h): the dependent's launch latency and block launch overlap the
+// predecessor's tail. Stream capture keeps the programmatic edge in the graph.
+//
+// Why kda_grid_wait() as a kernel's first statement is always safe: griddepcontrol.wait blocks
+// the thread until every prerequisite grid has completed and all of its memory operations are
+// performed and visible to the waiting grid. Nothing before it touches memory, so every load and
+// store of the kernel comes after the predecessor's last write, as without the attribute. It is
+// transitive: the predecessor's own blocks all passed their wait (or it was launched without the
+// attribute, and then waited for its own predecessor in full), so when it completes everything
+// before it has too. Without a programmatic dependency (a plain launch, or a kernel behind a
+// memcpy / memset / event node, which are not kernels: the launch then waits as usual) the wait
+// returns at once, so a kernel may be launched both ways.
+// What would break it: a read of a predecessor's output, or a write of anything a predecessor
+// reads, before the wait (a prologue that loads operands; an early `return` ahead of the wait),
+// or a kernel launched with the attribute that has no wait at all: nothing would then order its
+// accesses after its predecessor's, nor (the transitivity above) its successors' after the
+// predecessor's. So: launch through kda_launch only kernels whose first statement is
+// kda_grid_wait(), executed by every thread.
+// A no-op on the host (the host twins of kernel bodies) and below sm_90.
+__host__ __device__ __forceinline__ void kda_grid_wait() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    cudaGridDependencySynchronize(); // griddepcontrol.wait
+#endif
+}
+
+// The programmatic-serialization attribute into *at when ctx->pdl; returns how many attributes
+// it wrote (0 or 1): for launches that build their own cudaLaunchConfig_t (cluster kernels).
+static inline unsigned kda_pdl_attr(const KdaCudaCtx *ctx, cudaLaunchAttribute *at) {
+    if (!ctx->pdl) return 0;
+    at->id = cudaLaunchAttributeProgrammaticStreamSerialization;
+    at->val.programmaticStreamSerializationAllowed = 1;
+    return 1;
+}
+
+// Launches kernel<<<grid, block, smem, ctx->stream>>>(args...) and returns the launch's error:
+// with ctx->pdl through cudaLaunchKernelEx with the programmatic-serialization attribute, else
+// the plain launch (exactly the launch of before). The kernel's first statement must be
+// kda_grid_wait() (above). Arguments convert to the kernel's parameter types as in a call (pass
+// typed null pointers: a bare NULL is an integer once forwarded).
+// Use: CUDA_CHECK(ctx, kda_launch(ctx, kern, grid, block, smem, args...)).
+template <typename... P, typename... A>
+static inline cudaError_t kda_launch(const KdaCudaCtx *ctx, void (*kernel)(P...), dim3 grid,
+                                     dim3 block, size_t smem, A &&...args) {
+    if (!ctx->pdl) {
+        kernel<<<grid, block, smem, ctx->stream>>>(std::forward<A>(args)...);
+        return cudaGetLastError();
+    }
+    cudaLaunchAttribute at[1];
+    cudaLaunchConfig_t cfg = {};
+    cfg.gridDim = grid;
+    cfg.blockDim = block;
+    cfg.dynamicSmemBytes = smem;
+    cfg.stream = ctx->stream;
+    cfg.attrs = at;
+    cfg.numAttrs = kda_pdl_attr(ctx, at);
+    return cudaLaunchKernelEx(&cfg, kernel, std::forward<A>(args)...);
 }
 
 // Grid size for a grid-stride elementwise loop over n items with 256-thread blocks.

@@ -11,6 +11,7 @@ namespace {
 // ---- embedding ---------------------------------------------------------------------------------
 
 __global__ void embed_fwd_k(float *h, const float *E, const int32_t *ids, int64_t N, int64_t D) {
+    kda_grid_wait();
     int64_t n = N * D;
     for (int64_t e = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; e < n;
          e += (int64_t)gridDim.x * blockDim.x)
@@ -18,6 +19,7 @@ __global__ void embed_fwd_k(float *h, const float *E, const int32_t *ids, int64_
 }
 
 __global__ void iota_k(uint32_t *v, int64_t n) {
+    kda_grid_wait();
     for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < n;
          i += (int64_t)gridDim.x * blockDim.x)
         v[i] = (uint32_t)i;
@@ -27,6 +29,7 @@ __global__ void iota_k(uint32_t *v, int64_t n) {
 // rows (increasing token order, as the stable sort left them) into that id's row of dE.
 __global__ void embed_bwd_k(float *dE, const float *dh, const uint32_t *keys, const uint32_t *tok,
                             int64_t N, int64_t D, int64_t pad_id) {
+    kda_grid_wait();
     int64_t i = blockIdx.x;
     uint32_t id = keys[i];
     if (i > 0 && keys[i - 1] == id) return;
@@ -50,8 +53,8 @@ int kda_cuda_embed_fwd(KdaCudaCtx *ctx, float *h, const float *E, const int32_t 
                        int64_t D) {
     KDA_CUDA_REQUIRE(ctx, N >= 0 && D > 0);
     if (N == 0) return 0;
-    embed_fwd_k<<<grid_for(N * D), 256, 0, ctx->stream>>>(h, E, ids, N, D);
-    CUDA_CHECK_LAUNCH(ctx);
+    CUDA_CHECK(ctx,
+               kda_launch(ctx, embed_fwd_k, dim3(grid_for(N * D)), dim3(256), 0, h, E, ids, N, D));
     return 0;
 }
 
@@ -72,12 +75,11 @@ int kda_cuda_embed_bwd(KdaCudaCtx *ctx, float *dE, const float *dh, const int32_
     if (!ws) return -1;
     uint32_t *keys_out = (uint32_t *)ws, *vals_in = (uint32_t *)(ws + arr);
     uint32_t *vals_out = (uint32_t *)(ws + 2 * arr);
-    iota_k<<<grid_for(N), 256, 0, ctx->stream>>>(vals_in, N);
-    CUDA_CHECK_LAUNCH(ctx);
+    CUDA_CHECK(ctx, kda_launch(ctx, iota_k, dim3(grid_for(N)), dim3(256), 0, vals_in, N));
     CUDA_CHECK(ctx, cub::DeviceRadixSort::SortPairs(ws + 3 * arr, temp, keys_in, keys_out, vals_in,
                                                     vals_out, (int)N, 0, end_bit, ctx->stream));
-    embed_bwd_k<<<(unsigned)N, 128, 0, ctx->stream>>>(dE, dh, keys_out, vals_out, N, D, pad_id);
-    CUDA_CHECK_LAUNCH(ctx);
+    CUDA_CHECK(ctx, kda_launch(ctx, embed_bwd_k, dim3((unsigned)N), dim3(128), 0, dE, dh, keys_out,
+                               vals_out, N, D, pad_id));
     return 0;
 }
 

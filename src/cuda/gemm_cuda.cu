@@ -284,6 +284,7 @@ namespace {
 // ---- Linear bias -----------------------------------------------------------------------------
 
 template <class E> __global__ void bias_add_k(E *y, const float *bias, int64_t N, int64_t out) {
+    kda_grid_wait();
     int64_t n = N * out;
     for (int64_t e = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; e < n;
          e += (int64_t)gridDim.x * blockDim.x)
@@ -297,8 +298,8 @@ extern "C" {
 int kda_cuda_bias_add(KdaCudaCtx *ctx, kda_bf16 *y, const float *bias, int64_t N, int64_t out) {
     KDA_CUDA_REQUIRE(ctx, N >= 0 && out > 0);
     if (N == 0) return 0;
-    bias_add_k<<<grid_for(N * out), 256, 0, ctx->stream>>>(y, bias, N, out);
-    CUDA_CHECK_LAUNCH(ctx);
+    CUDA_CHECK(ctx, kda_launch(ctx, bias_add_k<kda_bf16>, dim3(grid_for(N * out)), dim3(256), 0, y,
+                               bias, N, out));
     return 0;
 }
 
@@ -311,8 +312,8 @@ int kda_cuda_bias_bwd(KdaCudaCtx *ctx, float *dbias, const kda_bf16 *dy, int64_t
 int kda_cuda_bias_add_f32(KdaCudaCtx *ctx, float *y, const float *bias, int64_t N, int64_t out) {
     KDA_CUDA_REQUIRE(ctx, N >= 0 && out > 0);
     if (N == 0) return 0;
-    bias_add_k<<<grid_for(N * out), 256, 0, ctx->stream>>>(y, bias, N, out);
-    CUDA_CHECK_LAUNCH(ctx);
+    CUDA_CHECK(ctx, kda_launch(ctx, bias_add_k<float>, dim3(grid_for(N * out)), dim3(256), 0, y,
+                               bias, N, out));
     return 0;
 }
 
@@ -349,6 +350,7 @@ __host__ __device__ inline void split_item(const kda_bf16 *src, int64_t lds, int
 template <int VEC>
 __global__ void split_k(const kda_bf16 *src, int64_t lds, int64_t ng, int64_t n,
                         KdaCudaColParts pp) {
+    kda_grid_wait();
     for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < n;
          i += (int64_t)gridDim.x * blockDim.x)
         split_item<VEC>(src, lds, ng, pp, i);
@@ -384,11 +386,8 @@ int kda_cuda_cols_split(KdaCudaCtx *ctx, const kda_bf16 *src, int64_t lds, int64
     if (split_args_(ctx, src, lds, rows, parts, &vec, &ng)) return -1;
     int64_t n = rows * ng;
     if (n == 0) return 0;
-    if (vec == 8)
-        split_k<8><<<grid_for(n), 256, 0, ctx->stream>>>(src, lds, ng, n, *parts);
-    else
-        split_k<1><<<grid_for(n), 256, 0, ctx->stream>>>(src, lds, ng, n, *parts);
-    CUDA_CHECK_LAUNCH(ctx);
+    CUDA_CHECK(ctx, kda_launch(ctx, vec == 8 ? split_k<8> : split_k<1>, dim3(grid_for(n)),
+                               dim3(256), 0, src, lds, ng, n, *parts));
     return 0;
 }
 

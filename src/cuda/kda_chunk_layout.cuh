@@ -76,6 +76,7 @@ __host__ __device__ inline void gva_sum_item(float *out, const float *in, int64_
     out[e] = s;
 }
 __global__ void gva_sum_k(float *out, const float *in, int64_t n, int H, int HV, int K) {
+    kda_grid_wait();
     for (int64_t e = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; e < n;
          e += (int64_t)gridDim.x * blockDim.x)
         gva_sum_item(out, in, e, H, HV, K);
@@ -83,10 +84,10 @@ __global__ void gva_sum_k(float *out, const float *in, int64_t n, int H, int HV,
 // dq, dk [B, T, H, K] = the sums of the per-value-head a.dq, a.dk (GVA only), on ctx->stream.
 inline int gva_sum_launch(KdaCudaCtx *ctx, float *dq, float *dk, const ChunkArgs &a) {
     int64_t n = (int64_t)a.B * a.T * a.H * a.K;
-    gva_sum_k<<<grid_for(n), 256, 0, ctx->stream>>>(dq, a.dq, n, a.H, a.HV, a.K);
-    CUDA_CHECK_LAUNCH(ctx);
-    gva_sum_k<<<grid_for(n), 256, 0, ctx->stream>>>(dk, a.dk, n, a.H, a.HV, a.K);
-    CUDA_CHECK_LAUNCH(ctx);
+    CUDA_CHECK(ctx, kda_launch(ctx, gva_sum_k, dim3(grid_for(n)), dim3(256), 0, dq,
+                               (const float *)a.dq, n, a.H, a.HV, a.K));
+    CUDA_CHECK(ctx, kda_launch(ctx, gva_sum_k, dim3(grid_for(n)), dim3(256), 0, dk,
+                               (const float *)a.dk, n, a.H, a.HV, a.K));
     return 0;
 }
 // The same on the host (the emulation drivers).

@@ -19,6 +19,7 @@ template <class E>
 __global__ void gate_fwd_k(float *gcum, float *gout, const E *f, const float *A_log,
                            const float *dt_bias, int64_t B, int64_t T, int64_t HV, int64_t K,
                            int64_t chunk) {
+    kda_grid_wait();
     int64_t HK = HV * K, NC = CEIL_DIV(T, chunk);
     int64_t e = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
     if (e >= B * NC * HK) return;
@@ -43,6 +44,7 @@ __global__ void gate_fwd_k(float *gcum, float *gout, const E *f, const float *A_
 __global__ void gate_bwd_k(kda_bf16 *df, double *part_dt, double *part_A, const float *dgcum,
                            const kda_bf16 *f, const float *A_log, const float *dt_bias, int64_t B,
                            int64_t T, int64_t HV, int64_t K, int64_t chunk, int from_cumsum) {
+    kda_grid_wait();
     int64_t HK = HV * K, NC = CEIL_DIV(T, chunk);
     int64_t e = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
     if (e >= B * NC * HK) return;
@@ -85,6 +87,7 @@ __global__ void gate_bwd_k(kda_bf16 *df, double *part_dt, double *part_A, const 
 #define DA_THREADS 256
 __global__ void __launch_bounds__(DA_THREADS)
     gate_dA_finish_k(float *dA_log, const double *part_A, int64_t P, int64_t HV, int64_t K) {
+    kda_grid_wait();
     __shared__ double sh[DA_THREADS];
     int64_t j = blockIdx.x, HK = HV * K, n = P * K;
     // entries e = threadIdx.x + i·DA_THREADS, (p, d) = (e / K, e % K), in increasing e; 8 loads
@@ -527,6 +530,7 @@ __global__ void __launch_bounds__(G2_THREADS, 3)
     gate2_fwd_k(float *gcum, float *gout, float *beta, const kda_bf16 *f, const kda_bf16 *b,
                 const float *A_log, const float *dt_bias, int64_t T, int64_t HV, int64_t K,
                 int64_t chunk, float s) {
+    kda_grid_wait();
     __shared__ float tot[G2_WARPS * G2_COLS];
     __shared__ int start[G2_WARPS];
     float v[G2_SEG][G2_VEC];
@@ -547,6 +551,7 @@ __global__ void __launch_bounds__(G2_THREADS)
                 const float *dgrad, const float *dbeta, const kda_bf16 *f, const kda_bf16 *b,
                 const float *A_log, const float *dt_bias, int64_t T, int64_t HV, int64_t K,
                 int64_t chunk, float s) {
+    kda_grid_wait();
     const int from_cumsum = FROM_CUMSUM;
     __shared__ float tot[G2_WARPS * G2_COLS], sdt[G2_WARPS * G2_COLS], sa[G2_WARPS * 32];
     __shared__ int end[G2_WARPS];
@@ -567,6 +572,7 @@ __global__ void __launch_bounds__(G2_THREADS)
 __global__ void __launch_bounds__(G2_FIN)
     gate2_finish_k(float *dA_log, float *ddt_bias, const double *part_dt, const double *part_A,
                    int64_t P, int64_t HK, int64_t K) {
+    kda_grid_wait();
     __shared__ double sh[G2_FIN];
     int64_t ncb = CEIL_DIV(HK, (int64_t)32);
     int tid = threadIdx.x;
@@ -618,18 +624,13 @@ int g2_bwd(KdaCudaCtx *ctx, kda_bf16 *df, float *dA_log, float *ddt_bias, kda_bf
     int64_t HK = HV * K, P = B * g2_blocks_per_row(T, chunk), G = HK / G2_VEC;
     double *part = (double *)kda_cuda_scratch(ctx, (size_t)(P * (HK + G)) * sizeof(double));
     if (!part) return -1;
-    if (from_cumsum)
-        gate2_bwd_k<1><<<g2_grid(B, T, HK, chunk), G2_THREADS, 0, ctx->stream>>>(
-            df, part, part + P * HK, db, ldb, dgrad, dbeta, f, b, A_log, dt_bias, T, HV, K, chunk,
-            s);
-    else
-        gate2_bwd_k<0><<<g2_grid(B, T, HK, chunk), G2_THREADS, 0, ctx->stream>>>(
-            df, part, part + P * HK, db, ldb, dgrad, dbeta, f, b, A_log, dt_bias, T, HV, K, chunk,
-            s);
-    CUDA_CHECK_LAUNCH(ctx);
-    gate2_finish_k<<<(unsigned)(CEIL_DIV(HK, (int64_t)32) + HV), G2_FIN, 0, ctx->stream>>>(
-        dA_log, ddt_bias, part, part + P * HK, P, HK, K);
-    CUDA_CHECK_LAUNCH(ctx);
+    CUDA_CHECK(ctx,
+               kda_launch(ctx, from_cumsum ? gate2_bwd_k<1> : gate2_bwd_k<0>,
+                          g2_grid(B, T, HK, chunk), dim3(G2_THREADS), 0, df, part, part + P * HK,
+                          db, ldb, dgrad, dbeta, f, b, A_log, dt_bias, T, HV, K, chunk, s));
+    CUDA_CHECK(ctx,
+               kda_launch(ctx, gate2_finish_k, dim3((unsigned)(CEIL_DIV(HK, (int64_t)32) + HV)),
+                          dim3(G2_FIN), 0, dA_log, ddt_bias, part, part + P * HK, P, HK, K));
     return 0;
 }
 
@@ -643,15 +644,15 @@ int kda_cuda_gate_cumsum_fwd(KdaCudaCtx *ctx, float *gcum, float *g, const kda_b
     KDA_CUDA_REQUIRE(ctx, B >= 0 && T >= 0 && HV > 0 && K > 0 && chunk > 0);
     if (B * T == 0) return 0;
     if (g2_ok(ctx, B, T, HV, K, chunk, f, NULL, gcum, g)) {
-        gate2_fwd_k<<<g2_grid(B, T, HV * K, chunk), G2_THREADS, 0, ctx->stream>>>(
-            gcum, g, NULL, f, NULL, A_log, dt_bias, T, HV, K, chunk, 1.0f);
-        CUDA_CHECK_LAUNCH(ctx);
+        CUDA_CHECK(ctx, kda_launch(ctx, gate2_fwd_k, g2_grid(B, T, HV * K, chunk), dim3(G2_THREADS),
+                                   0, gcum, g, (float *)NULL, f, (const kda_bf16 *)NULL, A_log,
+                                   dt_bias, T, HV, K, chunk, 1.0f));
         return 0;
     }
     int64_t cols = B * CEIL_DIV(T, chunk) * HV * K;
-    gate_fwd_k<<<(unsigned)CEIL_DIV(cols, (int64_t)256), 256, 0, ctx->stream>>>(
-        gcum, g, f, A_log, dt_bias, B, T, HV, K, chunk);
-    CUDA_CHECK_LAUNCH(ctx);
+    CUDA_CHECK(ctx,
+               kda_launch(ctx, gate_fwd_k<kda_bf16>, dim3((unsigned)CEIL_DIV(cols, (int64_t)256)),
+                          dim3(256), 0, gcum, g, f, A_log, dt_bias, B, T, HV, K, chunk));
     return 0;
 }
 
@@ -667,13 +668,12 @@ int kda_cuda_gate_cumsum_bwd(KdaCudaCtx *ctx, kda_bf16 *df, float *dA_log, float
     int64_t P = B * CEIL_DIV(T, chunk), HK = HV * K;
     double *part = (double *)kda_cuda_scratch(ctx, (size_t)(2 * P * HK) * sizeof(double));
     if (!part) return -1;
-    gate_bwd_k<<<(unsigned)CEIL_DIV(P * HK, (int64_t)256), 256, 0, ctx->stream>>>(
-        df, part, part + P * HK, dgcum, f, A_log, dt_bias, B, T, HV, K, chunk, from_cumsum);
-    CUDA_CHECK_LAUNCH(ctx);
-    colsum_finish(ctx->stream, ddt_bias, part, P, HK);
-    CUDA_CHECK_LAUNCH(ctx);
-    gate_dA_finish_k<<<(unsigned)HV, DA_THREADS, 0, ctx->stream>>>(dA_log, part + P * HK, P, HV, K);
-    CUDA_CHECK_LAUNCH(ctx);
+    CUDA_CHECK(ctx, kda_launch(ctx, gate_bwd_k, dim3((unsigned)CEIL_DIV(P * HK, (int64_t)256)),
+                               dim3(256), 0, df, part, part + P * HK, dgcum, f, A_log, dt_bias, B,
+                               T, HV, K, chunk, from_cumsum));
+    CUDA_CHECK(ctx, colsum_finish(ctx, ddt_bias, part, P, HK));
+    CUDA_CHECK(ctx, kda_launch(ctx, gate_dA_finish_k, dim3((unsigned)HV), dim3(DA_THREADS), 0,
+                               dA_log, part + P * HK, P, HV, K));
     return 0;
 }
 
@@ -683,9 +683,9 @@ int kda_cuda_gate_cumsum_fwd_f32(KdaCudaCtx *ctx, float *gcum, const float *f, c
     KDA_CUDA_REQUIRE(ctx, B >= 0 && T >= 0 && HV > 0 && K > 0 && chunk > 0);
     if (B * T == 0) return 0;
     int64_t cols = B * CEIL_DIV(T, chunk) * HV * K;
-    gate_fwd_k<<<(unsigned)CEIL_DIV(cols, (int64_t)256), 256, 0, ctx->stream>>>(
-        gcum, (float *)NULL, f, A_log, dt_bias, B, T, HV, K, chunk);
-    CUDA_CHECK_LAUNCH(ctx);
+    CUDA_CHECK(ctx, kda_launch(ctx, gate_fwd_k<float>, dim3((unsigned)CEIL_DIV(cols, (int64_t)256)),
+                               dim3(256), 0, gcum, (float *)NULL, f, A_log, dt_bias, B, T, HV, K,
+                               chunk));
     return 0;
 }
 
@@ -696,6 +696,7 @@ namespace {
 // ---- beta ---------------------------------------------------------------------------------------
 
 template <class E> __global__ void beta_fwd_k(float *beta, const E *b, int64_t n, float s) {
+    kda_grid_wait();
     for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < n;
          i += (int64_t)gridDim.x * blockDim.x)
         beta[i] = s * sigmoid_f(ldf(b, i));
@@ -703,6 +704,7 @@ template <class E> __global__ void beta_fwd_k(float *beta, const E *b, int64_t n
 
 __global__ void beta_bwd_k(kda_bf16 *db, const float *dbeta, const kda_bf16 *b, int64_t n,
                            float s) {
+    kda_grid_wait();
     for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < n;
          i += (int64_t)gridDim.x * blockDim.x) {
         float sg = sigmoid_f(bf2f(b[i]));
@@ -713,6 +715,7 @@ __global__ void beta_bwd_k(kda_bf16 *db, const float *dbeta, const kda_bf16 *b, 
 // The same with db rows [N, HV] at stride ldo (db may be columns of a wider matrix).
 __global__ void beta_bwd_ld_k(kda_bf16 *db, int64_t ldo, const float *dbeta, const kda_bf16 *b,
                               int64_t N, int64_t HV, float s) {
+    kda_grid_wait();
     for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < N * HV;
          i += (int64_t)gridDim.x * blockDim.x) {
         int64_t r = i / HV;
@@ -729,8 +732,8 @@ int kda_cuda_beta_fwd(KdaCudaCtx *ctx, float *beta, const kda_bf16 *b, int64_t n
                       int allow_neg_eigval) {
     KDA_CUDA_REQUIRE(ctx, n >= 0);
     if (n == 0) return 0;
-    beta_fwd_k<<<grid_for(n), 256, 0, ctx->stream>>>(beta, b, n, allow_neg_eigval ? 2.0f : 1.0f);
-    CUDA_CHECK_LAUNCH(ctx);
+    CUDA_CHECK(ctx, kda_launch(ctx, beta_fwd_k<kda_bf16>, dim3(grid_for(n)), dim3(256), 0, beta, b,
+                               n, allow_neg_eigval ? 2.0f : 1.0f));
     return 0;
 }
 
@@ -738,9 +741,8 @@ int kda_cuda_beta_bwd(KdaCudaCtx *ctx, kda_bf16 *db, const float *dbeta, const k
                       int64_t n, int allow_neg_eigval) {
     KDA_CUDA_REQUIRE(ctx, n >= 0);
     if (n == 0) return 0;
-    beta_bwd_k<<<grid_for(n), 256, 0, ctx->stream>>>(db, dbeta, b, n,
-                                                     allow_neg_eigval ? 2.0f : 1.0f);
-    CUDA_CHECK_LAUNCH(ctx);
+    CUDA_CHECK(ctx, kda_launch(ctx, beta_bwd_k, dim3(grid_for(n)), dim3(256), 0, db, dbeta, b, n,
+                               allow_neg_eigval ? 2.0f : 1.0f));
     return 0;
 }
 
@@ -748,9 +750,8 @@ int kda_cuda_beta_bwd_ld(KdaCudaCtx *ctx, kda_bf16 *db, int64_t ldo, const float
                          const kda_bf16 *b, int64_t N, int64_t HV, int allow_neg_eigval) {
     KDA_CUDA_REQUIRE(ctx, N >= 0 && HV > 0 && ldo >= HV);
     if (N == 0) return 0;
-    beta_bwd_ld_k<<<grid_for(N * HV), 256, 0, ctx->stream>>>(db, ldo, dbeta, b, N, HV,
-                                                             allow_neg_eigval ? 2.0f : 1.0f);
-    CUDA_CHECK_LAUNCH(ctx);
+    CUDA_CHECK(ctx, kda_launch(ctx, beta_bwd_ld_k, dim3(grid_for(N * HV)), dim3(256), 0, db, ldo,
+                               dbeta, b, N, HV, allow_neg_eigval ? 2.0f : 1.0f));
     return 0;
 }
 
@@ -758,8 +759,8 @@ int kda_cuda_beta_fwd_f32(KdaCudaCtx *ctx, float *beta, const float *b, int64_t 
                           int allow_neg_eigval) {
     KDA_CUDA_REQUIRE(ctx, n >= 0);
     if (n == 0) return 0;
-    beta_fwd_k<<<grid_for(n), 256, 0, ctx->stream>>>(beta, b, n, allow_neg_eigval ? 2.0f : 1.0f);
-    CUDA_CHECK_LAUNCH(ctx);
+    CUDA_CHECK(ctx, kda_launch(ctx, beta_fwd_k<float>, dim3(grid_for(n)), dim3(256), 0, beta, b, n,
+                               allow_neg_eigval ? 2.0f : 1.0f));
     return 0;
 }
 
@@ -779,9 +780,9 @@ int kda_cuda_gate_beta_fwd(KdaCudaCtx *ctx, float *gcum, float *g, float *beta, 
                        kda_cuda_beta_fwd(ctx, beta, b, B * T * HV, allow_neg_eigval)
                    ? -1
                    : 0;
-    gate2_fwd_k<<<g2_grid(B, T, HV * K, chunk), G2_THREADS, 0, ctx->stream>>>(
-        gcum, g, beta, f, b, A_log, dt_bias, T, HV, K, chunk, allow_neg_eigval ? 2.0f : 1.0f);
-    CUDA_CHECK_LAUNCH(ctx);
+    CUDA_CHECK(ctx, kda_launch(ctx, gate2_fwd_k, g2_grid(B, T, HV * K, chunk), dim3(G2_THREADS), 0,
+                               gcum, g, beta, f, b, A_log, dt_bias, T, HV, K, chunk,
+                               allow_neg_eigval ? 2.0f : 1.0f));
     return 0;
 }
 
@@ -898,6 +899,7 @@ namespace {
 
 template <class E> // E: bf16 or fp32 storage
 __global__ void l2norm_fwd_k(E *y, float *rstd, const E *x, int64_t N, int64_t dim, float eps) {
+    kda_grid_wait();
     int64_t r = warp_row(N);
     if (r < 0) return;
     int lane = threadIdx.x & 31;
@@ -915,6 +917,7 @@ __global__ void l2norm_fwd_k(E *y, float *rstd, const E *x, int64_t N, int64_t d
 
 __global__ void l2norm_bwd_k(kda_bf16 *dx, const float *dy, const kda_bf16 *x, const float *rstd,
                              int64_t N, int64_t dim) {
+    kda_grid_wait();
     int64_t r = warp_row(N);
     if (r < 0) return;
     int lane = threadIdx.x & 31;
@@ -936,8 +939,8 @@ int kda_cuda_l2norm_fwd(KdaCudaCtx *ctx, kda_bf16 *y, float *rstd, const kda_bf1
                         int64_t dim, float eps) {
     KDA_CUDA_REQUIRE(ctx, N >= 0 && dim > 0);
     if (N == 0) return 0;
-    l2norm_fwd_k<<<row_blocks(N), 256, 0, ctx->stream>>>(y, rstd, x, N, dim, eps);
-    CUDA_CHECK_LAUNCH(ctx);
+    CUDA_CHECK(ctx, kda_launch(ctx, l2norm_fwd_k<kda_bf16>, dim3(row_blocks(N)), dim3(256), 0, y,
+                               rstd, x, N, dim, eps));
     return 0;
 }
 
@@ -945,8 +948,8 @@ int kda_cuda_l2norm_bwd(KdaCudaCtx *ctx, kda_bf16 *dx, const float *dy, const kd
                         const float *rstd, int64_t N, int64_t dim) {
     KDA_CUDA_REQUIRE(ctx, N >= 0 && dim > 0);
     if (N == 0) return 0;
-    l2norm_bwd_k<<<row_blocks(N), 256, 0, ctx->stream>>>(dx, dy, x, rstd, N, dim);
-    CUDA_CHECK_LAUNCH(ctx);
+    CUDA_CHECK(ctx, kda_launch(ctx, l2norm_bwd_k, dim3(row_blocks(N)), dim3(256), 0, dx, dy, x,
+                               rstd, N, dim));
     return 0;
 }
 
@@ -954,8 +957,8 @@ int kda_cuda_l2norm_fwd_f32(KdaCudaCtx *ctx, float *y, float *rstd, const float 
                             int64_t dim, float eps) {
     KDA_CUDA_REQUIRE(ctx, N >= 0 && dim > 0);
     if (N == 0) return 0;
-    l2norm_fwd_k<<<row_blocks(N), 256, 0, ctx->stream>>>(y, rstd, x, N, dim, eps);
-    CUDA_CHECK_LAUNCH(ctx);
+    CUDA_CHECK(ctx, kda_launch(ctx, l2norm_fwd_k<float>, dim3(row_blocks(N)), dim3(256), 0, y, rstd,
+                               x, N, dim, eps));
     return 0;
 }
 

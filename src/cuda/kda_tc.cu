@@ -2232,48 +2232,59 @@ __host__ __device__ inline int ver_of_(int v) {
 // ---- device entry points ------------------------------------------------------------------------
 
 __global__ void __launch_bounds__(TC_THREADS) tc_intra_k(TcArgs a, bool bwd) {
+    kda_grid_wait();
     extern __shared__ float sm[];
     intra_body(a, blockIdx.x, sm, bwd);
 }
 __global__ void __launch_bounds__(TC_THREADS) tc_state_k(TcArgs a) {
+    kda_grid_wait();
     extern __shared__ float sm[];
     state_body(a, blockIdx.x, sm);
 }
 __global__ void __launch_bounds__(TC_THREADS) tc_output_k(TcArgs a) {
+    kda_grid_wait();
     extern __shared__ float sm[];
     output_body(a, blockIdx.x, sm);
 }
 __global__ void __launch_bounds__(TC_THREADS) tc_ddi_k(TcArgs a) {
+    kda_grid_wait();
     extern __shared__ float sm[];
     ddi_body(a, blockIdx.x, sm);
 }
 __global__ void __launch_bounds__(TC_THREADS) tc_state_bwd_k(TcArgs a) {
+    kda_grid_wait();
     extern __shared__ float sm[];
     state_bwd_body(a, blockIdx.x, sm);
 }
 __global__ void __launch_bounds__(TC_BWD_THREADS, 2) tc_bwd_k(TcArgs a) {
+    kda_grid_wait();
     extern __shared__ float sm[];
     bwd_body(a, blockIdx.x, sm);
 }
 template <int C_, int K_, int VT_, int NS>
 __global__ void __launch_bounds__(TC_THREADS) tc_state4_k(TcArgs a) {
+    kda_grid_wait();
     extern __shared__ float sm[];
     state4_body<C_, K_, VT_, NS>(a, blockIdx.x, sm);
 }
 template <int C_, int K_, int VT_, int NS>
 __global__ void __launch_bounds__(TC_THREADS) tc_rstate4_k(TcArgs a) {
+    kda_grid_wait();
     extern __shared__ float sm[];
     rstate4_body<C_, K_, VT_, NS>(a, blockIdx.x, sm);
 }
 __global__ void __launch_bounds__(TC_THREADS) tc_intra4_k(TcArgs a) {
+    kda_grid_wait();
     extern __shared__ float sm[];
     intra4_body<32, 32, 64>(a, blockIdx.x, sm);
 }
 __global__ void __launch_bounds__(TC4_THREADS, 2) tc_bwd4_k(TcArgs a) {
+    kda_grid_wait();
     extern __shared__ float sm[];
     bwd4_body<32, 32, 64, false>(a, blockIdx.x, sm);
 }
 __global__ void __launch_bounds__(TC4_THREADS, 2) tc_bwd4k_k(TcArgs a) {
+    kda_grid_wait();
     extern __shared__ float sm[];
     bwd4_body<32, 32, 64, true>(a, blockIdx.x, sm);
 }
@@ -2284,23 +2295,28 @@ __global__ void __launch_bounds__(TC4_THREADS, 2) tc_bwd4k_k(TcArgs a) {
 // chunk's bases) when every flag allows cp.async, v4's copies otherwise.
 template <int C_, int K_, int VT_, int NS>
 __global__ void __launch_bounds__(TC_THREADS) tc_state5_k(TcArgs a) {
+    kda_grid_wait();
     extern __shared__ float sm[];
     state4_body<C_, K_, VT_, NS, true>(a, blockIdx.x, sm);
 }
 template <int C_, int K_, int VT_, int NS>
 __global__ void __launch_bounds__(TC_THREADS) tc_rstate5_k(TcArgs a) {
+    kda_grid_wait();
     extern __shared__ float sm[];
     rstate4_body<C_, K_, VT_, NS, true>(a, blockIdx.x, sm);
 }
 __global__ void __launch_bounds__(TC_THREADS) tc_intra5_k(TcArgs a) {
+    kda_grid_wait();
     extern __shared__ float sm[];
     intra4_body<32, 32, 64, true>(a, blockIdx.x, sm);
 }
 __global__ void __launch_bounds__(TC4_THREADS, 2) tc_bwd5_k(TcArgs a) {
+    kda_grid_wait();
     extern __shared__ float sm[];
     bwd4_body<32, 32, 64, false, true>(a, blockIdx.x, sm);
 }
 __global__ void __launch_bounds__(TC4_THREADS, 2) tc_bwd5k_k(TcArgs a) {
+    kda_grid_wait();
     extern __shared__ float sm[];
     bwd4_body<32, 32, 64, true, true>(a, blockIdx.x, sm);
 }
@@ -2350,15 +2366,15 @@ size_t max_smem_bytes(const TcArgs &a) {
     return m * sizeof(float);
 }
 
-// Launches `kern` on `blocks` blocks with `floats` of shared memory. With `ev` (kda_tc_profile)
-// an event is recorded after the launch into *ev, which then advances.
+// Launches `kern` on `blocks` blocks with `floats` of shared memory (kda_launch: programmatic
+// when ctx->pdl; every entry point above waits first). With `ev` (kda_tc_profile) an event is
+// recorded after the launch into *ev, which then advances.
 template <typename... Args>
 int launch(KdaCudaCtx *ctx, cudaEvent_t **ev, void (*kern)(Args...), int64_t blocks, size_t floats,
            int threads, Args... args) {
     size_t bytes = floats * sizeof(float);
     if (set_smem(ctx, (const void *)kern, bytes)) return -1;
-    kern<<<(unsigned)blocks, threads, bytes, ctx->stream>>>(args...);
-    CUDA_CHECK_LAUNCH(ctx);
+    CUDA_CHECK(ctx, kda_launch(ctx, kern, dim3((unsigned)blocks), dim3(threads), bytes, args...));
     if (ev) CUDA_CHECK(ctx, cudaEventRecord(*(*ev)++, ctx->stream));
     return 0;
 }

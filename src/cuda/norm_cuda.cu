@@ -19,6 +19,7 @@ namespace {
 template <int VEC, class Y>
 __global__ void rmsnorm_fwd_k(Y *y, float *rstd, float *x, const kda_bf16 *a, const float *w,
                               int64_t N, int64_t D, float eps) {
+    kda_grid_wait();
     int64_t r = warp_row(N);
     if (r < 0) return;
     int lane = threadIdx.x & 31;
@@ -62,6 +63,7 @@ __global__ void rmsnorm_fwd_k(Y *y, float *rstd, float *x, const kda_bf16 *a, co
 template <int NV, class Y>
 __global__ void rmsnorm_fwd_reg_k(Y *y, float *rstd, const float *x, const float *w, int64_t N,
                                   float eps) {
+    kda_grid_wait();
     constexpr int64_t D = 128 * NV;
     int64_t r = warp_row(N);
     if (r < 0) return;
@@ -95,6 +97,7 @@ __global__ void rmsnorm_fwd_reg_k(Y *y, float *rstd, const float *x, const float
 __global__ void rmsnorm_bwd_k(float *dx, kda_bf16 *dxb, const float *dy, const float *x,
                               const float *w, const float *rstd, int64_t N, int64_t D,
                               int accumulate) {
+    kda_grid_wait();
     int64_t r = warp_row(N);
     if (r < 0) return;
     int lane = threadIdx.x & 31;
@@ -126,6 +129,7 @@ template <int VEC>
 __global__ void __launch_bounds__(32 * ROWS_PER_BLOCK)
     rmsnorm_bwd_fused_k(float *dx, kda_bf16 *dxb, double *part, const float *dy, const float *x,
                         const float *w, const float *rstd, int64_t N, int64_t D, int accumulate) {
+    kda_grid_wait();
     extern __shared__ float acc[]; // [ROWS_PER_BLOCK][D]
     int warp = threadIdx.x / 32, lane = threadIdx.x & 31;
     float *my = acc + (int64_t)warp * D;
@@ -215,6 +219,7 @@ template <int NV>
 __global__ void __launch_bounds__(32 * rmsnorm_bwd_reg_warps(NV), rmsnorm_bwd_reg_minb(NV))
     rmsnorm_bwd_reg_k(float *dx, kda_bf16 *dxb, double *part, const float *dy, const float *x,
                       const float *w, const float *rstd, int64_t N, int accumulate) {
+    kda_grid_wait();
     constexpr int64_t D = 128 * NV;
     constexpr int WARPS = rmsnorm_bwd_reg_warps(NV);
     constexpr bool DYN = WARPS < ROWS_PER_BLOCK; // acc [ROWS_PER_BLOCK][D] in dynamic shared
@@ -309,7 +314,8 @@ int kda_cuda_rmsnorm_fwd(KdaCudaCtx *ctx, kda_bf16 *y, float *rstd, const float 
     if (v4 && D % 128 == 0 && D <= RMS_REG_MAX_NV * 128 && !rms_loop_("KDA_RMS_FWD")) {
 #define RMS_FREG(NV_)                                                                              \
     case NV_:                                                                                      \
-        rmsnorm_fwd_reg_k<NV_><<<row_blocks(N), 256, 0, ctx->stream>>>(y, rstd, x, w, N, eps);     \
+        CUDA_CHECK(ctx, kda_launch(ctx, rmsnorm_fwd_reg_k<NV_, kda_bf16>, dim3(row_blocks(N)),     \
+                                   dim3(256), 0, y, rstd, x, w, N, eps));                          \
         break
         switch (D / 128) {
             RMS_FREG(1);
@@ -331,13 +337,12 @@ int kda_cuda_rmsnorm_fwd(KdaCudaCtx *ctx, kda_bf16 *y, float *rstd, const float 
             RMS_FREG(16);
         }
 #undef RMS_FREG
-    } else if (v4)
-        rmsnorm_fwd_k<4>
-            <<<row_blocks(N), 256, 0, ctx->stream>>>(y, rstd, (float *)x, NULL, w, N, D, eps);
-    else
-        rmsnorm_fwd_k<1>
-            <<<row_blocks(N), 256, 0, ctx->stream>>>(y, rstd, (float *)x, NULL, w, N, D, eps);
-    CUDA_CHECK_LAUNCH(ctx);
+    } else {
+        CUDA_CHECK(ctx,
+                   kda_launch(ctx, v4 ? rmsnorm_fwd_k<4, kda_bf16> : rmsnorm_fwd_k<1, kda_bf16>,
+                              dim3(row_blocks(N)), dim3(256), 0, y, rstd, (float *)x,
+                              (const kda_bf16 *)NULL, w, N, D, eps));
+    }
     return 0;
 }
 
@@ -346,13 +351,10 @@ int kda_cuda_rmsnorm_residual_fwd(KdaCudaCtx *ctx, kda_bf16 *y, float *rstd, flo
                                   float eps) {
     KDA_CUDA_REQUIRE(ctx, N >= 0 && D > 0 && a);
     if (N == 0) return 0;
-    if (D % 4 == 0 && aligned_(16, residual, w) && aligned_(8, y, a))
-        rmsnorm_fwd_k<4>
-            <<<row_blocks(N), 256, 0, ctx->stream>>>(y, rstd, residual, a, w, N, D, eps);
-    else
-        rmsnorm_fwd_k<1>
-            <<<row_blocks(N), 256, 0, ctx->stream>>>(y, rstd, residual, a, w, N, D, eps);
-    CUDA_CHECK_LAUNCH(ctx);
+    bool v4 = D % 4 == 0 && aligned_(16, residual, w) && aligned_(8, y, a);
+    CUDA_CHECK(ctx,
+               kda_launch(ctx, v4 ? rmsnorm_fwd_k<4, kda_bf16> : rmsnorm_fwd_k<1, kda_bf16>,
+                          dim3(row_blocks(N)), dim3(256), 0, y, rstd, residual, a, w, N, D, eps));
     return 0;
 }
 
@@ -372,9 +374,8 @@ int kda_cuda_rmsnorm_bwd_bf16(KdaCudaCtx *ctx, float *dx, kda_bf16 *dxb, float *
     if (D > RMS_FUSED_MAX_D ||
         (shmem > RMS_SMEM_DEFAULT && shmem > ctx->info.smem_per_block_optin)) {
         // wide rows: dx pass, then a separate column-sum pass for dw
-        rmsnorm_bwd_k<<<row_blocks(N), 256, 0, ctx->stream>>>(dx, dxb, dy, x, w, rstd, N, D,
-                                                              accumulate);
-        CUDA_CHECK_LAUNCH(ctx);
+        CUDA_CHECK(ctx, kda_launch(ctx, rmsnorm_bwd_k, dim3(row_blocks(N)), dim3(256), 0, dx, dxb,
+                                   dy, x, w, rstd, N, D, accumulate));
         return colsum_add(ctx, dw, N, D, RmsDw{dy, x, rstd, D});
     }
     int64_t P = CEIL_DIV(N, (int64_t)TILE_ROWS);
@@ -388,8 +389,8 @@ int kda_cuda_rmsnorm_bwd_bf16(KdaCudaCtx *ctx, float *dx, kda_bf16 *dxb, float *
         constexpr int W_ = rmsnorm_bwd_reg_warps(NV_);                                             \
         size_t sm_ = W_ < ROWS_PER_BLOCK ? shmem : 0;                                              \
         if (sm_ && kda_cuda_smem_limit(ctx, (const void *)rmsnorm_bwd_reg_k<NV_>, sm_)) return -1; \
-        rmsnorm_bwd_reg_k<NV_><<<(unsigned)P, 32 * W_, sm_, ctx->stream>>>(                        \
-            dx, dxb, part, dy, x, w, rstd, N, accumulate);                                         \
+        CUDA_CHECK(ctx, kda_launch(ctx, rmsnorm_bwd_reg_k<NV_>, dim3((unsigned)P), dim3(32 * W_),  \
+                                   sm_, dx, dxb, part, dy, x, w, rstd, N, accumulate));            \
     } break
         switch (D / 128) {
             RMS_REG(1);
@@ -415,16 +416,11 @@ int kda_cuda_rmsnorm_bwd_bf16(KdaCudaCtx *ctx, float *dx, kda_bf16 *dxb, float *
         const void *fn =
             v4 ? (const void *)rmsnorm_bwd_fused_k<4> : (const void *)rmsnorm_bwd_fused_k<1>;
         if (shmem > RMS_SMEM_DEFAULT && kda_cuda_smem_limit(ctx, fn, shmem)) return -1;
-        if (v4)
-            rmsnorm_bwd_fused_k<4><<<(unsigned)P, 32 * ROWS_PER_BLOCK, shmem, ctx->stream>>>(
-                dx, dxb, part, dy, x, w, rstd, N, D, accumulate);
-        else
-            rmsnorm_bwd_fused_k<1><<<(unsigned)P, 32 * ROWS_PER_BLOCK, shmem, ctx->stream>>>(
-                dx, dxb, part, dy, x, w, rstd, N, D, accumulate);
+        CUDA_CHECK(ctx, kda_launch(ctx, v4 ? rmsnorm_bwd_fused_k<4> : rmsnorm_bwd_fused_k<1>,
+                                   dim3((unsigned)P), dim3(32 * ROWS_PER_BLOCK), shmem, dx, dxb,
+                                   part, dy, x, w, rstd, N, D, accumulate));
     }
-    CUDA_CHECK_LAUNCH(ctx);
-    colsum_finish(ctx->stream, dw, part, P, D);
-    CUDA_CHECK_LAUNCH(ctx);
+    CUDA_CHECK(ctx, colsum_finish(ctx, dw, part, P, D));
     return 0;
 }
 
@@ -432,9 +428,8 @@ int kda_cuda_rmsnorm_fwd_f32(KdaCudaCtx *ctx, float *y, float *rstd, const float
                              int64_t N, int64_t D, float eps) {
     KDA_CUDA_REQUIRE(ctx, N >= 0 && D > 0);
     if (N == 0) return 0;
-    rmsnorm_fwd_k<1>
-        <<<row_blocks(N), 256, 0, ctx->stream>>>(y, rstd, (float *)x, NULL, w, N, D, eps);
-    CUDA_CHECK_LAUNCH(ctx);
+    CUDA_CHECK(ctx, kda_launch(ctx, rmsnorm_fwd_k<1, float>, dim3(row_blocks(N)), dim3(256), 0, y,
+                               rstd, (float *)x, (const kda_bf16 *)NULL, w, N, D, eps));
     return 0;
 }
 
@@ -447,6 +442,7 @@ namespace {
 template <class E> // E: bf16 or fp32 storage of x, z, y
 __global__ void gnorm_fwd_k(E *y, float *rstd, const E *x, const E *z, const float *w, int64_t N,
                             int64_t V, float eps) {
+    kda_grid_wait();
     int64_t r = warp_row(N);
     if (r < 0) return;
     int lane = threadIdx.x & 31;
@@ -465,6 +461,7 @@ __global__ void gnorm_fwd_k(E *y, float *rstd, const E *x, const E *z, const flo
 __global__ void gnorm_bwd_k(kda_bf16 *dx, kda_bf16 *dz, const kda_bf16 *dy, const kda_bf16 *x,
                             const kda_bf16 *z, const float *w, const float *rstd, int64_t N,
                             int64_t V) {
+    kda_grid_wait();
     int64_t r = warp_row(N);
     if (r < 0) return;
     int lane = threadIdx.x & 31;
@@ -501,8 +498,8 @@ int kda_cuda_gnorm_fwd(KdaCudaCtx *ctx, kda_bf16 *y, float *rstd, const kda_bf16
                        const kda_bf16 *z, const float *w, int64_t N, int64_t V, float eps) {
     KDA_CUDA_REQUIRE(ctx, N >= 0 && V > 0);
     if (N == 0) return 0;
-    gnorm_fwd_k<<<row_blocks(N), 256, 0, ctx->stream>>>(y, rstd, x, z, w, N, V, eps);
-    CUDA_CHECK_LAUNCH(ctx);
+    CUDA_CHECK(ctx, kda_launch(ctx, gnorm_fwd_k<kda_bf16>, dim3(row_blocks(N)), dim3(256), 0, y,
+                               rstd, x, z, w, N, V, eps));
     return 0;
 }
 
@@ -511,8 +508,8 @@ int kda_cuda_gnorm_bwd(KdaCudaCtx *ctx, kda_bf16 *dx, kda_bf16 *dz, float *dw, c
                        int64_t N, int64_t V) {
     KDA_CUDA_REQUIRE(ctx, N >= 0 && V > 0);
     if (N == 0) return 0;
-    gnorm_bwd_k<<<row_blocks(N), 256, 0, ctx->stream>>>(dx, dz, dy, x, z, w, rstd, N, V);
-    CUDA_CHECK_LAUNCH(ctx);
+    CUDA_CHECK(ctx, kda_launch(ctx, gnorm_bwd_k, dim3(row_blocks(N)), dim3(256), 0, dx, dz, dy, x,
+                               z, w, rstd, N, V));
     return colsum_add(ctx, dw, N, V, GnormDw{dy, x, z, rstd, V});
 }
 
@@ -520,8 +517,8 @@ int kda_cuda_gnorm_fwd_f32(KdaCudaCtx *ctx, float *y, float *rstd, const float *
                            const float *w, int64_t N, int64_t V, float eps) {
     KDA_CUDA_REQUIRE(ctx, N >= 0 && V > 0);
     if (N == 0) return 0;
-    gnorm_fwd_k<<<row_blocks(N), 256, 0, ctx->stream>>>(y, rstd, x, z, w, N, V, eps);
-    CUDA_CHECK_LAUNCH(ctx);
+    CUDA_CHECK(ctx, kda_launch(ctx, gnorm_fwd_k<float>, dim3(row_blocks(N)), dim3(256), 0, y, rstd,
+                               x, z, w, N, V, eps));
     return 0;
 }
 
@@ -581,6 +578,7 @@ __host__ __device__ __forceinline__ void gn_bwd_lane2(float (&dx)[8], float (&ac
 __global__ void gnorm_bias_fwd_k(kda_bf16 *y, float *rstd, const kda_bf16 *x, const kda_bf16 *z,
                                  const float *bias, const float *w, int64_t NR, int64_t HV,
                                  int64_t V, float eps) {
+    kda_grid_wait();
     int lr = (int)(V / 8), lane = threadIdx.x & 31, rw = 32 / lr;
     int64_t r = ((int64_t)blockIdx.x * ROWS_PER_BLOCK + threadIdx.x / 32) * rw + lane / lr;
     int64_t c0 = 8 * (lane % lr);
@@ -605,6 +603,7 @@ __global__ void __launch_bounds__(32 * ROWS_PER_BLOCK)
     gnorm_bias_bwd_k(kda_bf16 *dx, kda_bf16 *dz, double *part, const kda_bf16 *dy,
                      const kda_bf16 *x, const kda_bf16 *z, const float *bias, const float *w,
                      const float *rstd, int64_t NR, int64_t HV, int64_t V) {
+    kda_grid_wait();
     __shared__ float sh[ROWS_PER_BLOCK][32][8]; // [warp][lane][element]
     int lr = (int)(V / 8), lane = threadIdx.x & 31, warp = threadIdx.x / 32, rw = 32 / lr;
     int64_t c0 = 8 * (lane % lr), base = (int64_t)blockIdx.x * GN_TILE;
@@ -658,9 +657,9 @@ int kda_cuda_gnorm_bias_fwd(KdaCudaCtx *ctx, kda_bf16 *y, float *rstd, const kda
     KDA_CUDA_REQUIRE(ctx, N * HV < INT32_MAX && aligned_(16, y, x, z, w, bias));
     int64_t NR = N * HV, rows_per_block = ROWS_PER_BLOCK * (32 / (V / 8));
     if (NR == 0) return 0;
-    gnorm_bias_fwd_k<<<(unsigned)CEIL_DIV(NR, rows_per_block), 32 * ROWS_PER_BLOCK, 0,
-                       ctx->stream>>>(y, rstd, x, z, bias, w, NR, HV, V, eps);
-    CUDA_CHECK_LAUNCH(ctx);
+    CUDA_CHECK(ctx,
+               kda_launch(ctx, gnorm_bias_fwd_k, dim3((unsigned)CEIL_DIV(NR, rows_per_block)),
+                          dim3(32 * ROWS_PER_BLOCK), 0, y, rstd, x, z, bias, w, NR, HV, V, eps));
     return 0;
 }
 
@@ -675,11 +674,9 @@ int kda_cuda_gnorm_bias_bwd(KdaCudaCtx *ctx, kda_bf16 *dx, kda_bf16 *dz, float *
     if (NR == 0) return 0;
     double *part = (double *)kda_cuda_scratch(ctx, (size_t)(P * V) * sizeof(double));
     if (!part) return -1;
-    gnorm_bias_bwd_k<<<(unsigned)P, 32 * ROWS_PER_BLOCK, 0, ctx->stream>>>(
-        dx, dz, part, dy, x, z, bias, w, rstd, NR, HV, V);
-    CUDA_CHECK_LAUNCH(ctx);
-    colsum_finish(ctx->stream, dw, part, P, V);
-    CUDA_CHECK_LAUNCH(ctx);
+    CUDA_CHECK(ctx, kda_launch(ctx, gnorm_bias_bwd_k, dim3((unsigned)P), dim3(32 * ROWS_PER_BLOCK),
+                               0, dx, dz, part, dy, x, z, bias, w, rstd, NR, HV, V));
+    CUDA_CHECK(ctx, colsum_finish(ctx, dw, part, P, V));
     // dbias [HV·V] += Σ_tokens dz: the column sum over [N, HV·V] (after the partials above are
     // consumed: the scratch is reused, in stream order)
     return colsum_add(ctx, dbias, N, HV * V, BiasDb{dz, HV * V});

@@ -30,6 +30,7 @@ namespace {
 // 16k partials per head.
 #define FIN_SEG 8
 __global__ void colsum_finish_k(float *out, const double *part, int64_t P, int64_t ncols) {
+    kda_grid_wait();
     __shared__ double sh[FIN_SEG][32];
     int64_t c = (int64_t)blockIdx.x * 32 + threadIdx.x;
     double s = 0.0;
@@ -57,16 +58,24 @@ __global__ void colsum_finish_k(float *out, const double *part, int64_t P, int64
     }
 }
 
-// Launch of colsum_finish_k for ncols columns.
+// Launch of colsum_finish_k for ncols columns (a plain launch on st; the launch's error is
+// left for the caller's CUDA_CHECK_LAUNCH).
 void colsum_finish(cudaStream_t st, float *out, const double *part, int64_t P, int64_t ncols) {
     colsum_finish_k<<<(unsigned)CEIL_DIV(ncols, (int64_t)32), dim3(32, FIN_SEG), 0, st>>>(out, part,
                                                                                           P, ncols);
+}
+// The same on ctx->stream through kda_launch (programmatic when ctx->pdl); the launch's error.
+inline cudaError_t colsum_finish(const KdaCudaCtx *ctx, float *out, const double *part, int64_t P,
+                                 int64_t ncols) {
+    return kda_launch(ctx, colsum_finish_k, dim3((unsigned)CEIL_DIV(ncols, (int64_t)32)),
+                      dim3(32, FIN_SEG), 0, out, part, P, ncols);
 }
 
 // part[p, c] = Σ_{r in tile p} f(r, c) for a functor f (the product whose column sum is wanted),
 // rows in increasing order. Rows go 8 at a time, all 8 values loaded before the adds, so each
 // thread has 8 independent loads in flight instead of one (the adds keep the row order).
 template <class F> __global__ void colsum_partial_k(double *part, int64_t N, int64_t ncols, F f) {
+    kda_grid_wait();
     int64_t c = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
     if (c >= ncols) return;
     int64_t r0 = (int64_t)blockIdx.y * TILE_ROWS, r1 = min(r0 + TILE_ROWS, N);
@@ -90,10 +99,8 @@ template <class F> int colsum_add(KdaCudaCtx *ctx, float *out, int64_t N, int64_
     double *part = (double *)kda_cuda_scratch(ctx, (size_t)(P * ncols) * sizeof(double));
     if (!part) return -1;
     dim3 grid((unsigned)CEIL_DIV(ncols, (int64_t)256), (unsigned)P);
-    colsum_partial_k<<<grid, 256, 0, ctx->stream>>>(part, N, ncols, f);
-    CUDA_CHECK_LAUNCH(ctx);
-    colsum_finish(ctx->stream, out, part, P, ncols);
-    CUDA_CHECK_LAUNCH(ctx);
+    CUDA_CHECK(ctx, kda_launch(ctx, colsum_partial_k<F>, grid, dim3(256), 0, part, N, ncols, f));
+    CUDA_CHECK(ctx, colsum_finish(ctx, out, part, P, ncols));
     return 0;
 }
 

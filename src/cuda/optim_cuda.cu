@@ -26,6 +26,7 @@ __device__ __forceinline__ void adam_elem(float &p, float &m, float &v, float g,
 // Elements [i0, n), one per thread (grid-stride): the scalar path and the vector path's tail.
 __global__ void adamw_k(float *p, kda_bf16 *pb, const float *g, float *m, float *v, int64_t i0,
                         int64_t n, KdaCudaAdamScalars s, const float *gscale) {
+    kda_grid_wait();
     float gs = gscale ? *gscale : 1.0f;
     for (int64_t i = i0 + (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < n;
          i += (int64_t)gridDim.x * blockDim.x) {
@@ -42,6 +43,7 @@ __global__ void adamw_k(float *p, kda_bf16 *pb, const float *g, float *m, float 
 // per-element operations as adamw_k (the same bits).
 __global__ void adamw_v4_k(float *p, kda_bf16 *pb, const float *g, float *m, float *v, int64_t nv,
                            KdaCudaAdamScalars s, const float *gscale) {
+    kda_grid_wait();
     float gs = gscale ? *gscale : 1.0f;
     for (int64_t k = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; k < nv;
          k += (int64_t)gridDim.x * blockDim.x) {
@@ -81,6 +83,7 @@ template <bool VEC>
 __global__ void adamw_runs_k(float *p, kda_bf16 *pb, const float *g, float *m, float *v, int64_t n,
                              const int64_t *ends_g, const unsigned char *decay_g, int nr,
                              KdaCudaAdamScalars sd, KdaCudaAdamScalars sn, const float *gscale) {
+    kda_grid_wait();
     extern __shared__ int64_t ends[]; // [nr], then decay [nr] bytes
     unsigned char *decay = (unsigned char *)(ends + nr);
     for (int r = threadIdx.x; r < nr; r += blockDim.x)
@@ -116,6 +119,7 @@ __global__ void adamw_runs_k(float *p, kda_bf16 *pb, const float *g, float *m, f
 }
 
 __global__ void f32_to_bf16_k(kda_bf16 *dst, const float *src, int64_t n) {
+    kda_grid_wait();
     for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < n;
          i += (int64_t)gridDim.x * blockDim.x)
         dst[i] = f2bf(src[i]);
@@ -136,6 +140,7 @@ __device__ double block_sum_256(double v) {
 }
 
 __global__ void sumsq_partial_k(double *part, const float *g, int64_t n) {
+    kda_grid_wait();
     double s = 0.0;
     for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < n;
          i += (int64_t)gridDim.x * blockDim.x)
@@ -146,6 +151,7 @@ __global__ void sumsq_partial_k(double *part, const float *g, int64_t n) {
 
 // take_sqrt 0: the sum of squares itself (ZeRO-1's per-shard partial, summed over the ranks).
 __global__ void sumsq_finish_k(double *norm, const double *part, int take_sqrt) {
+    kda_grid_wait();
     double s = 0.0;
     for (int i = threadIdx.x; i < NORM_BLOCKS; i += blockDim.x)
         s += part[i];
@@ -154,6 +160,7 @@ __global__ void sumsq_finish_k(double *norm, const double *part, int take_sqrt) 
 }
 
 __global__ void clip_coef_k(float *coef, const double *norm, double max_norm) {
+    kda_grid_wait();
     double nv = *norm, c = 1.0;
     if (isfinite(nv)) {
         double q = max_norm / (nv + 1e-6);
@@ -163,6 +170,7 @@ __global__ void clip_coef_k(float *coef, const double *norm, double max_norm) {
 }
 
 __global__ void scale_k(float *g, int64_t n, const float *coef) {
+    kda_grid_wait();
     float c = *coef;
     for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < n;
          i += (int64_t)gridDim.x * blockDim.x)
@@ -196,13 +204,12 @@ int kda_cuda_adamw(KdaCudaCtx *ctx, float *p, kda_bf16 *p_bf16, const float *g, 
     // the first 4·nv elements on the 16-byte path when the pointers allow, the rest one by one
     int64_t nv = aligned_(16, p, g, m, v) && aligned_(8, p_bf16) ? n / 4 : 0;
     if (nv > 0) {
-        adamw_v4_k<<<grid_for(nv), 256, 0, ctx->stream>>>(p, p_bf16, g, m, v, nv, *s, gscale);
-        CUDA_CHECK_LAUNCH(ctx);
+        CUDA_CHECK(ctx, kda_launch(ctx, adamw_v4_k, dim3(grid_for(nv)), dim3(256), 0, p, p_bf16, g,
+                                   m, v, nv, *s, gscale));
     }
     if (4 * nv < n) {
-        adamw_k<<<grid_for(n - 4 * nv), 256, 0, ctx->stream>>>(p, p_bf16, g, m, v, 4 * nv, n, *s,
-                                                               gscale);
-        CUDA_CHECK_LAUNCH(ctx);
+        CUDA_CHECK(ctx, kda_launch(ctx, adamw_k, dim3(grid_for(n - 4 * nv)), dim3(256), 0, p,
+                                   p_bf16, g, m, v, 4 * nv, n, *s, gscale));
     }
     return 0;
 }
@@ -217,22 +224,17 @@ int kda_cuda_adamw_runs(KdaCudaCtx *ctx, float *p, kda_bf16 *p_bf16, const float
     size_t smem = (size_t)nruns * (sizeof(int64_t) + 1);
     // the 16-byte path needs every group inside the buffers' alignment and n % 4 == 0 (a tail
     // would need a second launch; the model's layout is padded to a multiple of 4)
-    if (n % 4 == 0 && aligned_(16, p, g, m, v) && aligned_(8, p_bf16)) {
-        adamw_runs_k<true><<<grid_for(n / 4), 256, smem, ctx->stream>>>(
-            p, p_bf16, g, m, v, n, ends, decay, nruns, *s_decay, *s_plain, gscale);
-    } else {
-        adamw_runs_k<false><<<grid_for(n), 256, smem, ctx->stream>>>(
-            p, p_bf16, g, m, v, n, ends, decay, nruns, *s_decay, *s_plain, gscale);
-    }
-    CUDA_CHECK_LAUNCH(ctx);
+    bool vec = n % 4 == 0 && aligned_(16, p, g, m, v) && aligned_(8, p_bf16);
+    CUDA_CHECK(ctx, kda_launch(ctx, vec ? adamw_runs_k<true> : adamw_runs_k<false>,
+                               dim3(grid_for(vec ? n / 4 : n)), dim3(256), smem, p, p_bf16, g, m, v,
+                               n, ends, decay, nruns, *s_decay, *s_plain, gscale));
     return 0;
 }
 
 int kda_cuda_f32_to_bf16(KdaCudaCtx *ctx, kda_bf16 *dst, const float *src, int64_t n) {
     KDA_CUDA_REQUIRE(ctx, n >= 0);
     if (n == 0) return 0;
-    f32_to_bf16_k<<<grid_for(n), 256, 0, ctx->stream>>>(dst, src, n);
-    CUDA_CHECK_LAUNCH(ctx);
+    CUDA_CHECK(ctx, kda_launch(ctx, f32_to_bf16_k, dim3(grid_for(n)), dim3(256), 0, dst, src, n));
     return 0;
 }
 
@@ -240,10 +242,8 @@ static int sumsq_(KdaCudaCtx *ctx, double *out, const float *g, int64_t n, int t
     KDA_CUDA_REQUIRE(ctx, n >= 0);
     double *part = (double *)kda_cuda_scratch(ctx, NORM_BLOCKS * sizeof(double));
     if (!part) return -1;
-    sumsq_partial_k<<<NORM_BLOCKS, 256, 0, ctx->stream>>>(part, g, n);
-    CUDA_CHECK_LAUNCH(ctx);
-    sumsq_finish_k<<<1, 256, 0, ctx->stream>>>(out, part, take_sqrt);
-    CUDA_CHECK_LAUNCH(ctx);
+    CUDA_CHECK(ctx, kda_launch(ctx, sumsq_partial_k, dim3(NORM_BLOCKS), dim3(256), 0, part, g, n));
+    CUDA_CHECK(ctx, kda_launch(ctx, sumsq_finish_k, dim3(1), dim3(256), 0, out, part, take_sqrt));
     return 0;
 }
 
@@ -256,16 +256,14 @@ int kda_cuda_grad_sumsq(KdaCudaCtx *ctx, double *sumsq, const float *g, int64_t 
 }
 
 int kda_cuda_clip_coef(KdaCudaCtx *ctx, float *coef, const double *norm, double max_norm) {
-    clip_coef_k<<<1, 1, 0, ctx->stream>>>(coef, norm, max_norm);
-    CUDA_CHECK_LAUNCH(ctx);
+    CUDA_CHECK(ctx, kda_launch(ctx, clip_coef_k, dim3(1), dim3(1), 0, coef, norm, max_norm));
     return 0;
 }
 
 int kda_cuda_scale(KdaCudaCtx *ctx, float *g, int64_t n, const float *coef) {
     KDA_CUDA_REQUIRE(ctx, n >= 0);
     if (n == 0) return 0;
-    scale_k<<<grid_for(n), 256, 0, ctx->stream>>>(g, n, coef);
-    CUDA_CHECK_LAUNCH(ctx);
+    CUDA_CHECK(ctx, kda_launch(ctx, scale_k, dim3(grid_for(n)), dim3(256), 0, g, n, coef));
     return 0;
 }
 

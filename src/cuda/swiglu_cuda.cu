@@ -13,6 +13,7 @@ namespace {
 // (bf16), the whole fp32 scoring path (E = float).
 template <class E>
 __global__ void swiglu_fwd_k(E *m, const E *a, const E *b, int64_t i0, int64_t n) {
+    kda_grid_wait();
     for (int64_t i = i0 + (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < n;
          i += (int64_t)gridDim.x * blockDim.x)
         stf(m, i, silu_f(ldf(a, i)) * ldf(b, i));
@@ -20,6 +21,7 @@ __global__ void swiglu_fwd_k(E *m, const E *a, const E *b, int64_t i0, int64_t n
 
 __global__ void swiglu_bwd_k(kda_bf16 *da, kda_bf16 *db, const kda_bf16 *dm, const kda_bf16 *a,
                              const kda_bf16 *b, int64_t i0, int64_t n) {
+    kda_grid_wait();
     for (int64_t i = i0 + (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < n;
          i += (int64_t)gridDim.x * blockDim.x) {
         float g = bf2f(dm[i]), av = bf2f(a[i]);
@@ -32,6 +34,7 @@ __global__ void swiglu_bwd_k(kda_bf16 *da, kda_bf16 *db, const kda_bf16 *dm, con
 // load per thread kept too few bytes in flight to reach HBM bandwidth). Same per-element math
 // as the scalar kernels. m may alias a or b (each group is read before it is written).
 __global__ void swiglu_fwd_v8_k(kda_bf16 *m, const kda_bf16 *a, const kda_bf16 *b, int64_t nv) {
+    kda_grid_wait();
     for (int64_t k = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; k < nv;
          k += (int64_t)gridDim.x * blockDim.x) {
         float av[8], bv[8], mv[8];
@@ -46,6 +49,7 @@ __global__ void swiglu_fwd_v8_k(kda_bf16 *m, const kda_bf16 *a, const kda_bf16 *
 
 __global__ void swiglu_bwd_v8_k(kda_bf16 *da, kda_bf16 *db, const kda_bf16 *dm, const kda_bf16 *a,
                                 const kda_bf16 *b, int64_t nv) {
+    kda_grid_wait();
     for (int64_t k = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; k < nv;
          k += (int64_t)gridDim.x * blockDim.x) {
         float g[8], av[8], bv[8], dav[8], dbv[8];
@@ -66,6 +70,7 @@ __global__ void swiglu_bwd_v8_k(kda_bf16 *da, kda_bf16 *db, const kda_bf16 *dm, 
 // (16-byte accesses when I % 8 == 0 and the pointers allow; else VEC = 1), rows grid-strided in y.
 template <int VEC>
 __global__ void swiglu_gu_fwd_k(kda_bf16 *m, const kda_bf16 *gu, int64_t N, int64_t I) {
+    kda_grid_wait();
     int64_t c = ((int64_t)blockIdx.x * blockDim.x + threadIdx.x) * VEC;
     if (c >= I) return;
     for (int64_t r = blockIdx.y; r < N; r += gridDim.y) {
@@ -85,6 +90,7 @@ __global__ void swiglu_gu_fwd_k(kda_bf16 *m, const kda_bf16 *gu, int64_t N, int6
 template <int VEC>
 __global__ void swiglu_gu_bwd_k(kda_bf16 *dgu, kda_bf16 *m, const kda_bf16 *dm, int64_t ld_dm,
                                 const kda_bf16 *gu, int64_t N, int64_t I) {
+    kda_grid_wait();
     int64_t c = ((int64_t)blockIdx.x * blockDim.x + threadIdx.x) * VEC;
     if (c >= I) return;
     for (int64_t r = blockIdx.y; r < N; r += gridDim.y) {
@@ -121,12 +127,12 @@ int kda_cuda_swiglu_fwd(KdaCudaCtx *ctx, kda_bf16 *m, const kda_bf16 *a, const k
     if (n == 0) return 0;
     int64_t nv = aligned_(16, m, a, b) ? n / 8 : 0;
     if (nv > 0) {
-        swiglu_fwd_v8_k<<<grid_for(nv), 256, 0, ctx->stream>>>(m, a, b, nv);
-        CUDA_CHECK_LAUNCH(ctx);
+        CUDA_CHECK(ctx,
+                   kda_launch(ctx, swiglu_fwd_v8_k, dim3(grid_for(nv)), dim3(256), 0, m, a, b, nv));
     }
     if (8 * nv < n) {
-        swiglu_fwd_k<<<grid_for(n - 8 * nv), 256, 0, ctx->stream>>>(m, a, b, 8 * nv, n);
-        CUDA_CHECK_LAUNCH(ctx);
+        CUDA_CHECK(ctx, kda_launch(ctx, swiglu_fwd_k<kda_bf16>, dim3(grid_for(n - 8 * nv)),
+                                   dim3(256), 0, m, a, b, 8 * nv, n));
     }
     return 0;
 }
@@ -137,12 +143,12 @@ int kda_cuda_swiglu_bwd(KdaCudaCtx *ctx, kda_bf16 *da, kda_bf16 *db, const kda_b
     if (n == 0) return 0;
     int64_t nv = aligned_(16, da, db, dm, a, b) ? n / 8 : 0;
     if (nv > 0) {
-        swiglu_bwd_v8_k<<<grid_for(nv), 256, 0, ctx->stream>>>(da, db, dm, a, b, nv);
-        CUDA_CHECK_LAUNCH(ctx);
+        CUDA_CHECK(ctx, kda_launch(ctx, swiglu_bwd_v8_k, dim3(grid_for(nv)), dim3(256), 0, da, db,
+                                   dm, a, b, nv));
     }
     if (8 * nv < n) {
-        swiglu_bwd_k<<<grid_for(n - 8 * nv), 256, 0, ctx->stream>>>(da, db, dm, a, b, 8 * nv, n);
-        CUDA_CHECK_LAUNCH(ctx);
+        CUDA_CHECK(ctx, kda_launch(ctx, swiglu_bwd_k, dim3(grid_for(n - 8 * nv)), dim3(256), 0, da,
+                                   db, dm, a, b, 8 * nv, n));
     }
     return 0;
 }
@@ -157,10 +163,11 @@ int kda_cuda_swiglu_gu_fwd(KdaCudaCtx *ctx, kda_bf16 *m, const kda_bf16 *gu, int
     KDA_CUDA_REQUIRE(ctx, N >= 0 && I > 0);
     if (N == 0) return 0;
     if (I % 8 == 0 && aligned_(16, m, gu))
-        swiglu_gu_fwd_k<8><<<gu_grid(N, I, 8), 256, 0, ctx->stream>>>(m, gu, N, I);
+        CUDA_CHECK(
+            ctx, kda_launch(ctx, swiglu_gu_fwd_k<8>, gu_grid(N, I, 8), dim3(256), 0, m, gu, N, I));
     else
-        swiglu_gu_fwd_k<1><<<gu_grid(N, I, 1), 256, 0, ctx->stream>>>(m, gu, N, I);
-    CUDA_CHECK_LAUNCH(ctx);
+        CUDA_CHECK(
+            ctx, kda_launch(ctx, swiglu_gu_fwd_k<1>, gu_grid(N, I, 1), dim3(256), 0, m, gu, N, I));
     return 0;
 }
 
@@ -169,18 +176,19 @@ int kda_cuda_swiglu_gu_bwd(KdaCudaCtx *ctx, kda_bf16 *dgu, kda_bf16 *m, const kd
     KDA_CUDA_REQUIRE(ctx, N >= 0 && I > 0 && ld_dm >= I);
     if (N == 0) return 0;
     if (I % 8 == 0 && ld_dm % 8 == 0 && aligned_(16, dgu, dm, gu, m))
-        swiglu_gu_bwd_k<8><<<gu_grid(N, I, 8), 256, 0, ctx->stream>>>(dgu, m, dm, ld_dm, gu, N, I);
+        CUDA_CHECK(ctx, kda_launch(ctx, swiglu_gu_bwd_k<8>, gu_grid(N, I, 8), dim3(256), 0, dgu, m,
+                                   dm, ld_dm, gu, N, I));
     else
-        swiglu_gu_bwd_k<1><<<gu_grid(N, I, 1), 256, 0, ctx->stream>>>(dgu, m, dm, ld_dm, gu, N, I);
-    CUDA_CHECK_LAUNCH(ctx);
+        CUDA_CHECK(ctx, kda_launch(ctx, swiglu_gu_bwd_k<1>, gu_grid(N, I, 1), dim3(256), 0, dgu, m,
+                                   dm, ld_dm, gu, N, I));
     return 0;
 }
 
 int kda_cuda_swiglu_fwd_f32(KdaCudaCtx *ctx, float *m, const float *a, const float *b, int64_t n) {
     KDA_CUDA_REQUIRE(ctx, n >= 0);
     if (n == 0) return 0;
-    swiglu_fwd_k<<<grid_for(n), 256, 0, ctx->stream>>>(m, a, b, (int64_t)0, n);
-    CUDA_CHECK_LAUNCH(ctx);
+    CUDA_CHECK(ctx, kda_launch(ctx, swiglu_fwd_k<float>, dim3(grid_for(n)), dim3(256), 0, m, a, b,
+                               (int64_t)0, n));
     return 0;
 }
 

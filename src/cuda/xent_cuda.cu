@@ -28,6 +28,7 @@ __device__ __forceinline__ void lse_merge(float &m, float &s, float m2, float s2
 }
 
 __global__ void stat_init_k(float *stat, int64_t N) {
+    kda_grid_wait();
     for (int64_t r = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; r < N;
          r += (int64_t)gridDim.x * blockDim.x) {
         stat[r] = -INFINITY;
@@ -46,6 +47,7 @@ __device__ __forceinline__ float ld_f32(const float *p) {
 // [v0, v0 + w).
 __global__ void chunk_stat_k(const float *lg, float *stat, const int32_t *tg, int64_t N, int64_t w,
                              int64_t v0) {
+    kda_grid_wait();
     int64_t r = ((int64_t)blockIdx.x * blockDim.x + threadIdx.x) / 32;
     if (r >= N) return;
     int lane = threadIdx.x & 31;
@@ -76,6 +78,7 @@ __global__ void chunk_stat_k(const float *lg, float *stat, const int32_t *tg, in
 }
 
 __global__ void finish_k(float *nll, float *lse, const float *stat, const int32_t *tg, int64_t N) {
+    kda_grid_wait();
     for (int64_t r = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; r < N;
          r += (int64_t)gridDim.x * blockDim.x) {
         float l = stat[r] + logf(stat[N + r]);
@@ -87,6 +90,7 @@ __global__ void finish_k(float *nll, float *lse, const float *stat, const int32_
 // One block of 256 threads: Σ nll in double, strided per thread (8 loads in flight, added in
 // increasing i), then a fixed-order tree.
 __global__ void sum_k(double *out, const float *x, int64_t N) {
+    kda_grid_wait();
     __shared__ double sh[256];
     double s = 0.0;
     int64_t i = threadIdx.x;
@@ -113,6 +117,7 @@ __global__ void sum_k(double *out, const float *x, int64_t N) {
 // In place: lg [N, w] logits -> dlogits = (softmax - onehot) · scale, 0 on ignored rows.
 __global__ void dlogits_k(kda_bf16 *lg, const int32_t *tg, const float *lse, int64_t N, int64_t w,
                           int64_t v0, float scale) {
+    kda_grid_wait();
     int64_t n = N * w;
     for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < n;
          i += (int64_t)gridDim.x * blockDim.x) {
@@ -285,6 +290,7 @@ template <class E>
 __global__ void __launch_bounds__(CLS_THREADS)
     cls_row_k(E *lg, float *nll, float *lse, const int32_t *tg, int64_t V, int64_t ld, float scale,
               int grad) {
+    kda_grid_wait();
     __shared__ float shm[CLS_THREADS];
     __shared__ double shs[CLS_THREADS];
     int tid = (int)threadIdx.x;
@@ -714,6 +720,7 @@ template <bool TRIM>
 __global__ void __launch_bounds__(CLS2_THREADS)
     cls2_row_k(kda_bf16 *lg, float *nll, float *lse, const int32_t *tg, int64_t V, int64_t ld,
                float scale, int grad) {
+    kda_grid_wait();
     typedef typename Cls2Idx<TRIM>::T I;
     extern __shared__ uint4 cls2_smem[]; // the slice: gpc groups of 16 bytes
     __shared__ float wm[CLS2_WARPS], xm;
@@ -902,6 +909,7 @@ template <int NTH>
 __global__ void __launch_bounds__(NTH)
     cls3_row_k(kda_bf16 *lg, float *nll, float *lse, const int32_t *tg, int64_t rows, int64_t V,
                int64_t ld, float scale, int grad, int nbuf) {
+    kda_grid_wait();
     constexpr int NW = NTH / 32;
     extern __shared__ uint4 cls3_smem[]; // nbuf slices of gpc groups of 16 bytes
     __shared__ float wm[NW], xm[2];
@@ -969,7 +977,7 @@ int cls3_launch(KdaCudaCtx *ctx, kda_bf16 *logits, float *nll, float *lse, const
                 int clusters) {
     size_t smem = (size_t)nbuf * (size_t)cls2_gpc(n_vocab, cl) * 16;
     if (kda_cuda_smem_limit(ctx, (const void *)cls3_row_k<NTH>, smem)) return -1;
-    cudaLaunchAttribute at[1];
+    cudaLaunchAttribute at[2]; // the cluster shape, then (ctx->pdl) programmatic serialization
     at[0].id = cudaLaunchAttributeClusterDimension;
     at[0].val.clusterDim.x = (unsigned)cl;
     at[0].val.clusterDim.y = 1;
@@ -994,6 +1002,7 @@ int cls3_launch(KdaCudaCtx *ctx, kda_bf16 *logits, float *nll, float *lse, const
     }
     if (clusters > rows) clusters = (int)rows;
     cfg.gridDim = dim3((unsigned)clusters * (unsigned)cl);
+    cfg.numAttrs += kda_pdl_attr(ctx, &at[1]); // for the launch, not the occupancy query
     CUDA_CHECK(ctx, cudaLaunchKernelEx(&cfg, cls3_row_k<NTH>, logits, nll, lse, targets, rows,
                                        n_vocab, ld, scale, grad, nbuf));
     CUDA_CHECK_LAUNCH(ctx);
@@ -1025,8 +1034,7 @@ int kda_cuda_xent_fwd(KdaCudaCtx *ctx, float *nll, float *lse, double *loss_sum,
                       const kda_bf16 *Wh, const int32_t *targets, int64_t N, int64_t D,
                       int64_t n_vocab, const KdaCudaXentWs *ws) {
     KDA_CUDA_REQUIRE(ctx, N > 0 && D > 0 && n_vocab > 0 && ws && ws->chunk > 0);
-    stat_init_k<<<grid_for(N), 256, 0, ctx->stream>>>(ws->stat, N);
-    CUDA_CHECK_LAUNCH(ctx);
+    CUDA_CHECK(ctx, kda_launch(ctx, stat_init_k, dim3(grid_for(N)), dim3(256), 0, ws->stat, N));
     // fp32 logits take twice the bytes of the bf16 workspace: half the columns per pass (a
     // multiple of 64, so every chunk of Wh stays as aligned as the workspace promises).
     float *lg = (float *)ws->logits;
@@ -1035,14 +1043,13 @@ int kda_cuda_xent_fwd(KdaCudaCtx *ctx, float *nll, float *lse, double *loss_sum,
     for (int64_t v0 = 0; v0 < n_vocab; v0 += cw) {
         int64_t w = n_vocab - v0 < cw ? n_vocab - v0 : cw;
         if (kda_cuda_gemm_fwd(ctx, lg, KDA_DT_F32, n, Wh + v0 * D, N, D, w, 0)) return -1;
-        chunk_stat_k<<<(unsigned)CEIL_DIV(N * 32, (int64_t)256), 256, 0, ctx->stream>>>(
-            lg, ws->stat, targets, N, w, v0);
-        CUDA_CHECK_LAUNCH(ctx);
+        CUDA_CHECK(ctx,
+                   kda_launch(ctx, chunk_stat_k, dim3((unsigned)CEIL_DIV(N * 32, (int64_t)256)),
+                              dim3(256), 0, (const float *)lg, ws->stat, targets, N, w, v0));
     }
-    finish_k<<<grid_for(N), 256, 0, ctx->stream>>>(nll, lse, ws->stat, targets, N);
-    CUDA_CHECK_LAUNCH(ctx);
-    sum_k<<<1, 256, 0, ctx->stream>>>(loss_sum, nll, N);
-    CUDA_CHECK_LAUNCH(ctx);
+    CUDA_CHECK(ctx, kda_launch(ctx, finish_k, dim3(grid_for(N)), dim3(256), 0, nll, lse,
+                               (const float *)ws->stat, targets, N));
+    CUDA_CHECK(ctx, kda_launch(ctx, sum_k, dim3(1), dim3(256), 0, loss_sum, (const float *)nll, N));
     return 0;
 }
 
@@ -1053,9 +1060,8 @@ int kda_cuda_xent_bwd(KdaCudaCtx *ctx, float *dn, float *dWh, const kda_bf16 *n,
     for (int64_t v0 = 0; v0 < n_vocab; v0 += ws->chunk) {
         int64_t w = n_vocab - v0 < ws->chunk ? n_vocab - v0 : ws->chunk;
         if (kda_cuda_gemm_fwd(ctx, ws->logits, KDA_DT_BF16, n, Wh + v0 * D, N, D, w, 0)) return -1;
-        dlogits_k<<<grid_for(N * w), 256, 0, ctx->stream>>>(ws->logits, targets, lse, N, w, v0,
-                                                            scale);
-        CUDA_CHECK_LAUNCH(ctx);
+        CUDA_CHECK(ctx, kda_launch(ctx, dlogits_k, dim3(grid_for(N * w)), dim3(256), 0, ws->logits,
+                                   targets, lse, N, w, v0, scale));
         if (kda_cuda_gemm_bwd_dx(ctx, dn, KDA_DT_F32, ws->logits, Wh + v0 * D, N, D, w, v0 > 0))
             return -1;
         if (kda_cuda_gemm_bwd_dw(ctx, dWh + v0 * D, ws->logits, n, N, D, w)) return -1;
@@ -1132,9 +1138,9 @@ int kda_cuda_cls_row_kernel(KdaCudaCtx *ctx, kda_bf16 *logits, float *nll, float
                                      cl, 0, 0, 0);
     if (kernel == KDA_CLS_ROW_BLOCK || cl == 0) { // cl 0: a row too long for 8 slices
         KDA_CUDA_REQUIRE(ctx, rows <= 0x7fffffff);
-        cls_row_k<<<(unsigned)rows, CLS_THREADS, 0, ctx->stream>>>(logits, nll, lse, targets,
-                                                                   n_vocab, ld, scale, grad);
-        CUDA_CHECK_LAUNCH(ctx);
+        CUDA_CHECK(ctx,
+                   kda_launch(ctx, cls_row_k<kda_bf16>, dim3((unsigned)rows), dim3(CLS_THREADS), 0,
+                              logits, nll, lse, targets, n_vocab, ld, scale, grad));
         return 0;
     }
     KDA_CUDA_REQUIRE(ctx, (cl == 1 || cl == 2 || cl == 4 || cl == 8) &&
@@ -1144,7 +1150,7 @@ int kda_cuda_cls_row_kernel(KdaCudaCtx *ctx, kda_bf16 *logits, float *nll, float
     const void *fn = kernel == KDA_CLS_ROW_TRIM ? (const void *)cls2_row_k<true>
                                                 : (const void *)cls2_row_k<false>;
     if (kda_cuda_smem_limit(ctx, fn, smem)) return -1;
-    cudaLaunchAttribute at[1];
+    cudaLaunchAttribute at[2]; // the cluster shape, then (ctx->pdl) programmatic serialization
     at[0].id = cudaLaunchAttributeClusterDimension;
     at[0].val.clusterDim.x = (unsigned)cl;
     at[0].val.clusterDim.y = 1;
@@ -1155,7 +1161,7 @@ int kda_cuda_cls_row_kernel(KdaCudaCtx *ctx, kda_bf16 *logits, float *nll, float
     cfg.dynamicSmemBytes = smem;
     cfg.stream = ctx->stream;
     cfg.attrs = at;
-    cfg.numAttrs = 1;
+    cfg.numAttrs = 1 + kda_pdl_attr(ctx, &at[1]);
     CUDA_CHECK(ctx, kernel == KDA_CLS_ROW_TRIM
                         ? cudaLaunchKernelEx(&cfg, cls2_row_k<true>, logits, nll, lse, targets,
                                              n_vocab, ld, scale, grad)
@@ -1210,8 +1216,7 @@ int kda_cuda_cls_chunk_bwd(KdaCudaCtx *ctx, float *dn, float *dWh, const kda_bf1
 
 int kda_cuda_cls_loss_sum(KdaCudaCtx *ctx, double *loss_sum, const float *nll, int64_t N) {
     KDA_CUDA_REQUIRE(ctx, N > 0);
-    sum_k<<<1, 256, 0, ctx->stream>>>(loss_sum, nll, N);
-    CUDA_CHECK_LAUNCH(ctx);
+    CUDA_CHECK(ctx, kda_launch(ctx, sum_k, dim3(1), dim3(256), 0, loss_sum, (const float *)nll, N));
     return 0;
 }
 
@@ -1266,9 +1271,8 @@ int kda_cuda_cls_loss_f32(KdaCudaCtx *ctx, float *nll, float *lse, double *loss_
         // logitsᵀ [V, nr] (column-major, ld) = Whᵀ · xᵀ, fp32 operands and products
         if (kda_cuda_matmul_f32(ctx, 1, 0, n_vocab, nr, D, Wh, D, n + r0 * D, D, logits, ld))
             return -1;
-        cls_row_k<<<(unsigned)nr, CLS_THREADS, 0, ctx->stream>>>(
-            logits, nll + r0, lse + r0, targets + r0, n_vocab, ld, 0.0f, 0);
-        CUDA_CHECK_LAUNCH(ctx);
+        CUDA_CHECK(ctx, kda_launch(ctx, cls_row_k<float>, dim3((unsigned)nr), dim3(CLS_THREADS), 0,
+                                   logits, nll + r0, lse + r0, targets + r0, n_vocab, ld, 0.0f, 0));
     }
     return kda_cuda_cls_loss_sum(ctx, loss_sum, nll, N);
 }

@@ -603,6 +603,9 @@ int kda_cuda_model_gateup(const KdaCudaModel *m) {
 int kda_cuda_model_mlp_recompute(const KdaCudaModel *m) {
     return m->mlp_recompute;
 }
+int kda_cuda_model_pdl(const KdaCudaModel *m) {
+    return m->ctx.pdl;
+}
 int kda_cuda_model_gate_beta_fused(const KdaCudaModel *m) {
     return m->ctx.gate_version == 2;
 }

@@ -226,6 +226,9 @@ int kda_cuda_model_gate_beta_fused(const KdaCudaModel *m);
 // down_proj's weight gradient. Saves (L - 1)·N·I·2 bytes (3 GiB at KDA-300M, mb 16); costs one
 // N·I·2-byte write per layer in the backward.
 int kda_cuda_model_mlp_recompute(const KdaCudaModel *m);
+// 1 when the model's kernels launch with programmatic dependent launch (the context's pdl:
+// environment KDA_PDL=1 at create, on compute capability >= 9.0; cuda_common.h).
+int kda_cuda_model_pdl(const KdaCudaModel *m);
 
 // The model's config (derived fields filled) and device name, for logs.
 const KdaConfig *kda_cuda_model_config(const KdaCudaModel *m);
