@@ -105,6 +105,7 @@ case $STEP in
     tput mlp KDA_MLP_RECOMPUTE=1
     tput tc5 KDA_TC_V=5
     tput cls3 KDA_CLS_ROW=3
+    tput conv_qkv KDA_CONV_QKV=1
     tput tune KDA_GEMM_TUNE=1
     ;;
 3)
