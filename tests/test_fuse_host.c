@@ -1,5 +1,6 @@
 // test_fuse_host.c - the fused elementwise kernels of src/cuda/conv_cuda.cu and norm_cuda.cu
-// (conv + SiLU + L2 norm of q/k, gated out-norm with the g_proj.1 bias) through their HOST twins
+// (conv + SiLU + L2 norm of q/k, q|k|v convs in one launch, gated out-norm with the g_proj.1
+// bias) through their HOST twins
 // (kda_cuda_*_host: the kernels' per-lane arithmetic and group-sum order, every lane run one
 // after another) against the CPU ops they replace (cpu/conv.h conv_silu_*, cpu/norm.h gnorm_*,
 // cpu/kda_core.h kda_l2norm_*). Runs in the CPU suite of every CUDA build (CI has nvcc, no GPU);

@@ -1,6 +1,6 @@
 // conv_cuda.cu - the causal depthwise conv + SiLU on the GPU, plain and fused with the per-head
-// L2 norm of q and k (see conv_cuda.h): kernels, launchers (fp32 forward included), then the host
-// twins of the fused kernels.
+// L2 norm of q and k (see conv_cuda.h), and a layer's q, k and v convs in one launch: kernels,
+// launchers (fp32 forward included), then the host twins of the fused and the q|k|v kernels.
 #include "cuda/conv_cuda.h"
 
 #include <stdlib.h> // getenv, free
@@ -616,8 +616,12 @@ struct ConvQkvFin {
     int start[3];
 };
 __global__ void conv_qkv_finish_k(const ConvQkvFin f) {
+    // selects, not f.x[jn]: a run-time index into the parameter arrays copies them to the stack
     const int blk = (int)blockIdx.x, jn = blk >= f.start[2] ? 2 : blk >= f.start[1] ? 1 : 0;
-    colsum_finish_body(f.out[jn], f.part[jn], f.P[jn], f.ncols[jn], (int64_t)(blk - f.start[jn]));
+#define FIN_PICK(x) (jn == 0 ? f.x[0] : jn == 1 ? f.x[1] : f.x[2])
+    colsum_finish_body(FIN_PICK(out), FIN_PICK(part), FIN_PICK(P), FIN_PICK(ncols),
+                       (int64_t)(blk - FIN_PICK(start)));
+#undef FIN_PICK
 }
 
 // The combined kernels are instantiated for W <= CONV_QKV_MAX_W (the model's W = 4 and below;

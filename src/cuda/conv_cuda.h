@@ -1,6 +1,7 @@
 // conv_cuda.h - the GPU twins of cpu/conv.h's causal depthwise conv + SiLU (kda-model.md §5.3
-// step 2), plain and fused with the per-head L2 norm of q and k (§5.3 step 6), with the fp32
-// forward of the scoring path and the host twins of the fused kernels.
+// step 2), plain and fused with the per-head L2 norm of q and k (§5.3 step 6), a layer's q, k and
+// v convs in one launch, the fp32 forward of the scoring path and the host twins of the fused and
+// the q|k|v kernels.
 // Dtypes follow the bf16 training flow of kda-model.md §8: the residual stream, norms'
 // statistics, β, the gate and its cumsum, parameter gradients are fp32; tensors that are GEMM
 // operands (norm outputs, projections, their gradients) are bf16. All math is fp32 (reductions
