@@ -472,7 +472,7 @@ __device__ __forceinline__ void conv_bwd_body(kda_bf16 *dp, double *part, const 
                 double s = 0.0;
                 for (int y = 0; y < CONV_BT; y++)
                     s += (double)sh[y][k];
-                part[((int64_t)by * C + ch) * W + i] = s;
+                part[((int64_t)(unsigned)by * C + ch) * W + i] = s; // as blockIdx.y was
             }
         }
         __syncthreads();
