@@ -71,8 +71,12 @@ int kda_cuda_conv_silu_l2_bwd_ld(KdaCudaCtx *ctx, kda_bf16 *dp, int64_t ldo, flo
 // (v), resp. kda_cuda_conv_silu_l2_bwd_ld + kda_cuda_conv_silu_bwd_ld. Where one launch does
 // not apply (W > 4; KDA_CONV_V or KDA_CONV_PREFETCH picking other kernels; the alignments below
 // not met; B·T = 0) the launchers make exactly those separate calls instead, with their checks
-// and errors; kda_cuda_conv_qkv_*_one says which. The parts' outputs must not overlap each other
-// or any input. Returns 0, or -1 with the reason in ctx->err (never exits).
+// and errors; kda_cuda_conv_qkv_*_one says which. Checked for one launch: part != NULL (else an
+// error), 1 <= W <= 4, K fusable with HK % K == 0, HVV % 4 (forward) / % 2 (backward) == 0, each
+// ldo >= C and a multiple of 4 (q, k) / 2 (v), the 32-bit index and grid limits, the alignments
+// below; anything else goes to the separate launchers and their checks. Not checked: that the
+// parts' outputs do not overlap each other or any input (they must not). Returns 0, or -1 with
+// the reason in ctx->err (never exits).
 typedef struct {
     kda_bf16 *y;       // [B, T, C] bf16, overwritten (q, k, v: 16, 16, 8-byte aligned)
     float *rstd;       // q, k: [B·T·H] fp32, overwritten; v: unused (NULL)
