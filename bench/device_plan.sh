@@ -106,6 +106,7 @@ case $STEP in
     tput tc4 KDA_TC_V=4
     tput cls0 KDA_CLS_ROW=0
     tput pdl KDA_PDL=1
+    tput conv_qkv KDA_CONV_QKV=1
     tput tune KDA_GEMM_TUNE=1
     ;;
 3)

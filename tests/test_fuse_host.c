@@ -1,5 +1,6 @@
 // test_fuse_host.c - the fused elementwise kernels of src/cuda/conv_cuda.cu and norm_cuda.cu
-// (conv + SiLU + L2 norm of q/k, gated out-norm with the g_proj.1 bias) through their HOST twins
+// (conv + SiLU + L2 norm of q/k, q|k|v convs in one launch, gated out-norm with the g_proj.1
+// bias) through their HOST twins
 // (kda_cuda_*_host: the kernels' per-lane arithmetic and group-sum order, every lane run one
 // after another) against the CPU ops they replace (cpu/conv.h conv_silu_*, cpu/norm.h gnorm_*,
 // cpu/kda_core.h kda_l2norm_*). Runs in the CPU suite of every CUDA build (CI has nvcc, no GPU);
@@ -184,6 +185,187 @@ KDA_TEST(fuse_host_cols_split) {
     split_case_(37, 1160, 6, col, cols, cols); // the 300M input projection (16-byte path)
     const int64_t col2[] = {1, 9, 30}, cols2[] = {7, 20, 3}, ld2[] = {7, 24, 5};
     split_case_(11, 40, 3, col2, cols2, ld2); // 2-byte path, a gap (columns 29, 33.. unused)
+}
+
+// ---- q|k|v in one launch (kda_cuda_conv_qkv_*_host) -------------------------------------------
+// The combined grid (one = 1: every block's job decoded as the kernel decodes it) against the three
+// separate launches' grids (one = 0), bit for bit: y, rstd, dp (its columns past C untouched:
+// outputs poisoned with NaN bytes first), dw (accumulating onto the same random values). Then
+// against what the parts replace: q and k's dp bit for bit with kda_cuda_conv_silu_l2_bwd_host
+// (the same v1 lane arithmetic), the forward's q/k (v2: K / 4 lanes a head against the twin's
+// K / 8) and v, and the weight gradients within the tolerances above. ldo > 0: the three dp
+// share one [B·T, ldo] buffer, q | k | v side by side then ldo - 2HK - HVV unused columns (the
+// model's fused dY), else each its own contiguous buffer.
+#define QKV_POISON 0xFF // bf16 0xFFFF, fp32 0xFFFFFFFF: NaN
+typedef struct {
+    kda_bf16 *p[3], *y[2][3], *dy, *dpb[2];
+    float *pf[3], *w[3], *dq[2], *rstd[2][2], *dw0[3], *dw[2][3];
+} QkvBufs;
+
+static int64_t nan_count_(const kda_bf16 *b, int64_t rows, int64_t cols, int64_t ld) {
+    int64_t bad = 0;
+    for (int64_t r = 0; r < rows; r++)
+        for (int64_t c = 0; c < cols; c++)
+            bad += isnan(bf16_to_f32(b[r * ld + c]));
+    return bad;
+}
+
+static void conv_qkv_case_(KdaRng *r, int64_t B, int64_t T, int64_t H, int64_t K, int64_t HVV,
+                           int64_t W, int64_t ldo) {
+    int64_t HK = H * K, N = B * T, C[3] = {HK, HK, HVV}, NH = N * H;
+    int64_t ld = ldo > 0 ? ldo : 0, col[3] = {0, HK, 2 * HK};
+    printf("  B=%lld T=%lld H=%lld K=%lld HVV=%lld W=%lld ldo=%lld\n", (long long)B, (long long)T,
+           (long long)H, (long long)K, (long long)HVV, (long long)W, (long long)ldo);
+    QkvBufs z;
+    memset(&z, 0, sizeof z);
+    int64_t dpn = ld > 0 ? N * ld : N * (2 * HK + HVV); // one buffer either way
+    for (int i = 0; i < 3; i++) {
+        int64_t n = N * C[i];
+        z.p[i] = malloc((size_t)n * 2), z.pf[i] = malloc((size_t)n * 4);
+        rand_bf16_(r, z.p[i], z.pf[i], n, 1.0f);
+        z.w[i] = malloc((size_t)(C[i] * W) * 4), z.dw0[i] = malloc((size_t)(C[i] * W) * 4);
+        for (int64_t e = 0; e < C[i] * W; e++)
+            z.w[i][e] = rng_normal(r, 0.0f, 0.5f), z.dw0[i][e] = rng_normal(r, 0.0f, 1.0f);
+        for (int o = 0; o < 2; o++) {
+            z.y[o][i] = malloc((size_t)n * 2);
+            memset(z.y[o][i], QKV_POISON, (size_t)n * 2);
+            z.dw[o][i] = malloc((size_t)(C[i] * W) * 4);
+            memcpy(z.dw[o][i], z.dw0[i], (size_t)(C[i] * W) * 4);
+            if (i < 2) {
+                z.rstd[o][i] = malloc((size_t)NH * 4);
+                memset(z.rstd[o][i], QKV_POISON, (size_t)NH * 4);
+            }
+        }
+        if (i < 2) {
+            z.dq[i] = malloc((size_t)n * 4);
+            for (int64_t e = 0; e < n; e++)
+                z.dq[i][e] = rng_normal(r, 0.0f, 1.0f);
+        }
+    }
+    float *dyf = malloc((size_t)(N * HVV) * 4);
+    z.dy = malloc((size_t)(N * HVV) * 2);
+    rand_bf16_(r, z.dy, dyf, N * HVV, 1.0f);
+    for (int o = 0; o < 2; o++) {
+        z.dpb[o] = malloc((size_t)dpn * 2);
+        memset(z.dpb[o], QKV_POISON, (size_t)dpn * 2);
+    }
+    // forward, both ways
+    for (int o = 0; o < 2; o++) {
+        KdaConvQkvFwd f[3];
+        for (int i = 0; i < 3; i++)
+            f[i] = (KdaConvQkvFwd){z.y[o][i], i < 2 ? z.rstd[o][i] : NULL, z.p[i], z.w[i]};
+        kda_cuda_conv_qkv_fwd_host(f, B, T, HK, HVV, W, K, 1e-6f, 1 - o);
+    }
+    for (int i = 0; i < 3; i++) {
+        CHECK_MSG(!memcmp(z.y[0][i], z.y[1][i], (size_t)(N * C[i]) * 2),
+                  "forward part %d: y of the combined grid differs from the separate launches", i);
+        CHECK_MSG(nan_count_(z.y[0][i], N, C[i], C[i]) == 0, "forward part %d: y not all written",
+                  i);
+        if (i < 2) {
+            CHECK_MSG(!memcmp(z.rstd[0][i], z.rstd[1][i], (size_t)NH * 4),
+                      "forward part %d: rstd of the combined grid differs", i);
+            int64_t bad = 0;
+            for (int64_t e = 0; e < NH; e++)
+                bad += isnan(z.rstd[0][i][e]);
+            CHECK_MSG(bad == 0, "forward part %d: rstd not all written", i);
+        }
+    }
+    // backward, both ways (rstd: the forward's)
+    for (int o = 0; o < 2; o++) {
+        KdaConvQkvBwd b[3];
+        for (int i = 0; i < 3; i++) {
+            kda_bf16 *dp = ld > 0 ? z.dpb[o] + col[i] : z.dpb[o] + N * col[i];
+            b[i] = (KdaConvQkvBwd){dp,
+                                   ld > 0 ? ld : C[i],
+                                   z.dw[o][i],
+                                   i < 2 ? z.dq[i] : NULL,
+                                   i < 2 ? NULL : z.dy,
+                                   z.p[i],
+                                   z.w[i],
+                                   i < 2 ? z.rstd[0][i] : NULL};
+        }
+        kda_cuda_conv_qkv_bwd_host(b, B, T, HK, HVV, W, K, 1 - o);
+    }
+    CHECK_MSG(!memcmp(z.dpb[0], z.dpb[1], (size_t)dpn * 2),
+              "backward: dp of the combined grid differs from the separate launches");
+    for (int i = 0; i < 3; i++) {
+        CHECK_MSG(!memcmp(z.dw[0][i], z.dw[1][i], (size_t)(C[i] * W) * 4),
+                  "backward part %d: dw of the combined grid differs", i);
+        const kda_bf16 *dp = ld > 0 ? z.dpb[0] + col[i] : z.dpb[0] + N * col[i];
+        CHECK_MSG(nan_count_(dp, N, C[i], ld > 0 ? ld : C[i]) == 0,
+                  "backward part %d: dp not all written", i);
+    }
+    if (ld > 0) { // the columns past q | k | v keep their poison
+        int64_t kept = 0, w0 = 2 * HK + HVV;
+        for (int64_t rr = 0; rr < N; rr++)
+            for (int64_t c = w0; c < ld; c++)
+                kept += z.dpb[0][rr * ld + c] == 0xFFFF;
+        CHECK_MSG(kept == N * (ld - w0), "backward: %lld of %lld columns past the parts written",
+                  (long long)(N * (ld - w0) - kept), (long long)(N * (ld - w0)));
+    }
+    // against the separate twins and the CPU ops
+    for (int i = 0; i < 3; i++) {
+        int64_t n = N * C[i];
+        const kda_bf16 *dpc = ld > 0 ? z.dpb[0] + col[i] : z.dpb[0] + N * col[i];
+        int64_t ldc = ld > 0 ? ld : C[i];
+        kda_bf16 *yr = malloc((size_t)n * 2), *dpr = malloc((size_t)n * 2);
+        float *dwr = malloc((size_t)(C[i] * W) * 4), *ref = malloc((size_t)n * 4);
+        float *cc = malloc((size_t)n * 4), *out = malloc((size_t)n * 4);
+        memcpy(dwr, z.dw0[i], (size_t)(C[i] * W) * 4);
+        if (i < 2) {
+            float *rsr = malloc((size_t)NH * 4);
+            kda_cuda_conv_silu_l2_fwd_host(yr, rsr, z.p[i], z.w[i], B, T, HK, W, K, 1e-6f);
+            kda_cuda_conv_silu_l2_bwd_host(dpr, dwr, z.dq[i], z.p[i], z.w[i], z.rstd[0][i], B, T,
+                                           HK, W, K);
+            int64_t bad = 0;
+            for (int64_t rr = 0; rr < N; rr++)
+                bad += memcmp(dpc + rr * ldc, dpr + rr * HK, (size_t)HK * 2) != 0;
+            CHECK_MSG(bad == 0, "part %d: %lld dp rows differ from kda_cuda_conv_silu_l2_bwd_host",
+                      i, (long long)bad);
+            kda_case_expect_rel("qkv rstd vs l2 twin", rsr, z.rstd[0][i], NH, TOL_F32);
+            free(rsr);
+        } else {
+            float *dwc = malloc((size_t)(C[i] * W) * 4), *dpf = malloc((size_t)n * 4);
+            memcpy(dwc, z.dw0[i], (size_t)(C[i] * W) * 4);
+            conv_silu_fwd(ref, cc, z.pf[i], z.w[i], B, T, HVV, W);
+            for (int64_t e = 0; e < n; e++)
+                yr[e] = f32_to_bf16(ref[e]);
+            conv_silu_bwd(dpf, dwc, dyf, z.pf[i], cc, z.w[i], B, T, HVV, W);
+            for (int64_t e = 0; e < n; e++)
+                dpr[e] = f32_to_bf16(dpf[e]);
+            memcpy(dwr, dwc, (size_t)(C[i] * W) * 4);
+            free(dwc), free(dpf);
+        }
+        float *a = bf16_to_f32s_(yr, n), *b = bf16_to_f32s_(z.y[0][i], n);
+        kda_case_expect_rel(i < 2 ? "qkv y (q/k) vs twin" : "qkv y (v) vs cpu", a, b, n, TOL_BF16);
+        free(a), free(b);
+        for (int64_t rr = 0; rr < N; rr++)
+            for (int64_t c = 0; c < C[i]; c++)
+                ref[rr * C[i] + c] = bf16_to_f32(dpr[rr * C[i] + c]),
+                                out[rr * C[i] + c] = bf16_to_f32(dpc[rr * ldc + c]);
+        kda_case_expect_rel("qkv dp vs twin / cpu", ref, out, n, TOL_BF16);
+        kda_case_expect_rel("qkv dw += vs twin / cpu", dwr, z.dw[0][i], C[i] * W, TOL_F32);
+        free(yr), free(dpr), free(dwr), free(ref), free(cc), free(out);
+    }
+    for (int i = 0; i < 3; i++) {
+        free(z.p[i]), free(z.pf[i]), free(z.w[i]), free(z.dw0[i]);
+        for (int o = 0; o < 2; o++)
+            free(z.y[o][i]), free(z.dw[o][i]);
+        if (i < 2) free(z.dq[i]), free(z.rstd[0][i]), free(z.rstd[1][i]);
+    }
+    free(z.dy), free(dyf), free(z.dpb[0]), free(z.dpb[1]);
+}
+
+KDA_TEST(fuse_host_conv_qkv) {
+    KdaRng r;
+    rng_seed(&r, 181);
+    conv_qkv_case_(&r, 2, 37, 3, 16, 40, 4, 0);     // T not a multiple of 8 or 32, H = 3
+    conv_qkv_case_(&r, 3, 1, 2, 8, 24, 2, 0);       // T = 1, B = 3
+    conv_qkv_case_(&r, 1, 70, 8, 32, 512, 4, 0);    // the 300M heads (HVV 512: 4 v block columns)
+    conv_qkv_case_(&r, 3, 45, 2, 32, 96, 1, 1160);  // W = 1; one dY buffer, ldo > 2HK + HVV
+    conv_qkv_case_(&r, 1, 66, 1, 128, 64, 8, 0);    // W = 8, K = 128 (32 lanes a head)
+    conv_qkv_case_(&r, 2, 300, 2, 64, 256, 4, 648); // ldo = 2HK + HVV + 136
+    conv_qkv_case_(&r, 1, 16500, 1, 8, 8, 3, 0);    // v's 258 block rows > 256: blocks walk rows
 }
 
 #endif // KDA_HAVE_CUDA

@@ -1233,6 +1233,53 @@ KDA_TEST_GPU(gpu_model_mlp_recompute_bit_identical) {
     kda_model_free(&m);
 }
 
+// KDA_CONV_QKV=1 (a layer's q, k and v convs in one launch each way) against the default (three):
+// the same kernels' bodies on the same blocks, so every step's loss, gradients and parameters are
+// bit-identical; with the separate dY buffers (the backward's q and k dp then in m->dt1's halves)
+// and with KDA_DY_INPLACE=1 (the fused dY's columns: 4 heads, so its width 644 keeps q and k's
+// columns 8-byte aligned and the backward is one launch too); and the switch is on (a silent
+// fallback would pass the bits but fail this).
+KDA_TEST_GPU(gpu_model_conv_qkv_bit_identical) {
+    if (!have_gpu_()) return;
+    static const GraphStep SCHED[] = {{{64, 64}, {0, 0}}, {{48, 64}, {1, 0}}, {{64, 64}, {0, 1}}};
+    for (int dyi = 0; dyi < 2; dyi++) {
+        KdaModel m;
+        tiny_heads_(&m, 0.05, 101, 4); // in-proj width 644: q and k's dY columns 8-byte aligned
+        KdaError err = {{0}};
+        int64_t n = m.table.total_numel;
+        float *g[2] = {NULL, NULL}, *p[2] = {NULL, NULL}, loss[2];
+        KdaCudaModel *dm[2] = {NULL, NULL};
+        int rc = 0;
+        if (dyi) setenv("KDA_DY_INPLACE", "1", 1);
+        for (int pass = 0; pass < 2 && !rc; pass++) {
+            g[pass] = kda_malloc((size_t)n * 4), p[pass] = kda_malloc((size_t)n * 4);
+            rc = create_with_(&dm[pass], &m, "KDA_CONV_QKV", pass ? "1" : NULL, &err);
+        }
+        unsetenv("KDA_DY_INPLACE");
+        CHECK_MSG(rc == 0, "%s", err.msg);
+        if (!rc)
+            CHECK_MSG(!kda_cuda_model_conv_qkv(dm[0]) && kda_cuda_model_conv_qkv(dm[1]) &&
+                          kda_cuda_model_dy_inplace(dm[1]) == dyi,
+                      "KDA_CONV_QKV: %d without, %d with (want 0, 1)",
+                      kda_cuda_model_conv_qkv(dm[0]), kda_cuda_model_conv_qkv(dm[1]));
+        for (int s = 0; s < 3 && !rc; s++) {
+            for (int pass = 0; pass < 2 && !rc; pass++)
+                rc = graph_step_(dm[pass], &SCHED[s], s + 1, &loss[pass], g[pass], p[pass], &err);
+            CHECK_MSG(rc == 0, "step %d: %s", s + 1, err.msg);
+            if (rc) break;
+            int64_t dg = bits_differ_(g[1], g[0], n), dp = bits_differ_(p[1], p[0], n);
+            CHECK_MSG(memcmp(&loss[1], &loss[0], sizeof(float)) == 0 && !dg && !dp,
+                      "dY in place %d, step %d: loss %.9g vs %.9g, %lld grads and %lld params of "
+                      "%lld differ",
+                      dyi, s + 1, loss[1], loss[0], (long long)dg, (long long)dp, (long long)n);
+        }
+        if (!rc) printf("    conv q|k|v one launch (dY in place %d): bit-identical\n", dyi);
+        for (int pass = 0; pass < 2; pass++)
+            kda_cuda_model_free(dm[pass]), free(g[pass]), free(p[pass]);
+        kda_model_free(&m);
+    }
+}
+
 // Off with KDA_GRAPH=0, and eager while a profile runs: the profiled iteration's ops are the eager
 // launches (their events could not be captured), and graphs resume after it.
 KDA_TEST_GPU(gpu_model_graph_off_and_profile) {

@@ -1310,6 +1310,126 @@ KDA_TEST_GPU(gpu_fuse_conv_l2_each_k) {
     unsetenv("KDA_CONV_V");
 }
 
+// q, k and v's convs in one launch (kda_cuda_conv_qkv_fwd / _bwd, the model's KDA_CONV_QKV=1)
+// against the three separate launchers on the same inputs, bit for bit: y, rstd, dp (poisoned
+// first; with ldo > 0 the three dp share one [B·T, ldo] buffer, q | k | v then unused columns, as
+// the model's fused dY, and the unused columns must stay poisoned) and dw (+= onto the same
+// values). want_one: whether the call must run as one launch (kda_cuda_conv_qkv_*_one; W > 4 and
+// KDA_CONV_V=1 run the separate launches inside the launcher, still the same bits).
+static void conv_qkv_gpu_case_(KdaRng *r, int64_t B, int64_t T, int64_t H, int64_t K, int64_t HVV,
+                               int64_t W, int64_t ldo, int want_one) {
+    int64_t HK = H * K, N = B * T, C[3] = {HK, HK, HVV}, NH = N * H;
+    int64_t col[3] = {0, HK, 2 * HK}, dpn = ldo > 0 ? N * ldo : N * (2 * HK + HVV);
+    printf("  B=%lld T=%lld H=%lld K=%lld HVV=%lld W=%lld ldo=%lld one=%d\n", (long long)B,
+           (long long)T, (long long)H, (long long)K, (long long)HVV, (long long)W, (long long)ldo,
+           want_one);
+    kda_bf16 *p[3], *y[2][3], *dpb[2], *dy;
+    float *w[3], *dw[2][3], *dq[2], *rs[2][2];
+    float *hdw0[3];
+    for (int i = 0; i < 3; i++) {
+        int64_t n = N * C[i];
+        float *hp = randn_(r, n, 1.0f), *hw = randn_(r, C[i] * W, 0.5f);
+        hdw0[i] = randn_(r, C[i] * W, 1.0f);
+        p[i] = dev_bf16_off_(hp, n), w[i] = dev_f32_(hw, C[i] * W);
+        for (int o = 0; o < 2; o++) {
+            y[o][i] = dev_poison_((size_t)n * 2), dw[o][i] = dev_f32_(hdw0[i], C[i] * W);
+            if (i < 2) rs[o][i] = dev_poison_((size_t)NH * 4);
+        }
+        if (i < 2) {
+            float *hq = randn_(r, n, 1.0f);
+            dq[i] = dev_f32_(hq, n);
+            free(hq);
+        }
+        free(hp), free(hw);
+    }
+    float *hdy = randn_(r, N * HVV, 1.0f);
+    dy = dev_bf16_off_(hdy, N * HVV);
+    free(hdy);
+    for (int o = 0; o < 2; o++)
+        dpb[o] = dev_poison_((size_t)dpn * 2);
+    // o = 0: the combined launcher; o = 1: the separate launchers
+    KdaConvQkvFwd f[2][3];
+    KdaConvQkvBwd b[2][3];
+    for (int o = 0; o < 2; o++)
+        for (int i = 0; i < 3; i++) {
+            f[o][i] = (KdaConvQkvFwd){y[o][i], i < 2 ? rs[o][i] : NULL, p[i], w[i]};
+            kda_bf16 *dp = ldo > 0 ? dpb[o] + col[i] : dpb[o] + N * col[i];
+            b[o][i] = (KdaConvQkvBwd){dp,
+                                      ldo > 0 ? ldo : C[i],
+                                      dw[o][i],
+                                      i < 2 ? dq[i] : NULL,
+                                      i < 2 ? NULL : dy,
+                                      p[i],
+                                      w[i],
+                                      i < 2 ? rs[o][i] : NULL};
+        }
+    CHECK_MSG(kda_cuda_conv_qkv_fwd_one(f[0], B, T, HK, HVV, W, K) == want_one &&
+                  kda_cuda_conv_qkv_bwd_one(b[0], B, T, HK, HVV, W, K) == want_one,
+              "one launch: want %d", want_one);
+    ok_(kda_cuda_conv_qkv_fwd(&g_ctx, f[0], B, T, HK, HVV, W, K, 1e-6f));
+    ok_(kda_cuda_conv_qkv_bwd(&g_ctx, b[0], B, T, HK, HVV, W, K));
+    for (int i = 0; i < 2; i++)
+        ok_(kda_cuda_conv_silu_l2_fwd(&g_ctx, y[1][i], rs[1][i], p[i], w[i], B, T, HK, W, K,
+                                      1e-6f));
+    ok_(kda_cuda_conv_silu_fwd(&g_ctx, y[1][2], p[2], w[2], B, T, HVV, W));
+    for (int i = 0; i < 2; i++)
+        ok_(kda_cuda_conv_silu_l2_bwd_ld(&g_ctx, b[1][i].dp, b[1][i].ldo, dw[1][i], dq[i], p[i],
+                                         w[i], rs[1][i], B, T, HK, W, K));
+    ok_(kda_cuda_conv_silu_bwd_ld(&g_ctx, b[1][2].dp, b[1][2].ldo, dw[1][2], dy, p[2], w[2], B, T,
+                                  HVV, W));
+    for (int i = 0; i < 3; i++) {
+        int64_t n = N * C[i];
+        float *ya = get_bf16_(y[0][i], n), *yb = get_bf16_(y[1][i], n);
+        float *wa = get_f32_(dw[0][i], C[i] * W), *wb = get_f32_(dw[1][i], C[i] * W);
+        int64_t nan = 0;
+        for (int64_t e = 0; e < n; e++)
+            nan += isnan(ya[e]);
+        CHECK_MSG(!memcmp(ya, yb, (size_t)n * 4) && nan == 0,
+                  "part %d: y of the combined launch differs (%lld unwritten)", i, (long long)nan);
+        CHECK_MSG(!memcmp(wa, wb, (size_t)(C[i] * W) * 4), "part %d: dw differs", i);
+        if (i < 2) {
+            float *ra = get_f32_(rs[0][i], NH), *rb = get_f32_(rs[1][i], NH);
+            CHECK_MSG(!memcmp(ra, rb, (size_t)NH * 4), "part %d: rstd differs", i);
+            free(ra), free(rb);
+        }
+        free(ya), free(yb), free(wa), free(wb), free(hdw0[i]);
+    }
+    float *da = get_bf16_(dpb[0], dpn), *db = get_bf16_(dpb[1], dpn);
+    int64_t nan = 0;
+    for (int i = 0; i < 3; i++) // the parts' columns all written
+        for (int64_t rr = 0; rr < N; rr++)
+            for (int64_t c = 0; c < C[i]; c++)
+                nan += isnan(ldo > 0 ? da[rr * ldo + col[i] + c] : da[N * col[i] + rr * C[i] + c]);
+    CHECK_MSG(!memcmp(da, db, (size_t)dpn * 4) && nan == 0,
+              "dp of the combined launch differs (%lld unwritten)", (long long)nan);
+    if (ldo > 0) {
+        int64_t kept = 0, w0 = 2 * HK + HVV;
+        for (int64_t rr = 0; rr < N; rr++)
+            for (int64_t c = w0; c < ldo; c++)
+                kept += isnan(da[rr * ldo + c]);
+        CHECK_MSG(kept == N * (ldo - w0), "dp columns past the parts written");
+    }
+    free(da), free(db);
+    dfree_all_();
+}
+
+KDA_TEST_GPU(gpu_conv_qkv_matches_separate) {
+    if (!gpu_()) return;
+    KdaRng r;
+    rng_seed(&r, 191);
+    unsetenv("KDA_CONV_V"), unsetenv("KDA_CONV_PREFETCH");
+    conv_qkv_gpu_case_(&r, 16, 2048, 8, 32, 512, 4, 0, 1);   // the 300M shapes, mb 16
+    conv_qkv_gpu_case_(&r, 2, 2048, 8, 32, 512, 4, 1160, 1); // the fused dY: ldo 1160
+    conv_qkv_gpu_case_(&r, 3, 37, 3, 16, 40, 3, 0, 1);       // partial tiles and blocks, B = 3
+    conv_qkv_gpu_case_(&r, 1, 1, 2, 8, 24, 1, 0, 1);         // T = 1, W = 1
+    conv_qkv_gpu_case_(&r, 2, 45, 1, 128, 64, 2, 328, 1);    // K = 128 (v1 backward), ldo > C
+    conv_qkv_gpu_case_(&r, 1, 300, 2, 64, 256, 4, 0, 1);
+    conv_qkv_gpu_case_(&r, 2, 33, 2, 32, 64, 8, 0, 0); // W = 8: the separate launches inside
+    setenv("KDA_CONV_V", "1", 1);                      // other kernels: the separate launches
+    conv_qkv_gpu_case_(&r, 2, 33, 2, 32, 64, 4, 0, 0);
+    unsetenv("KDA_CONV_V");
+}
+
 KDA_TEST_GPU(gpu_fuse_gnorm_bias) {
     if (!gpu_()) return;
     KdaRng r;

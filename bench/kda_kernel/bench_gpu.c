@@ -236,6 +236,61 @@ static int b_vconv_bwd2(void *a) {
     (void)a;
     return b_vconv_bwd_(2);
 }
+// A layer's three convs as the model makes them (KDA_CONV_V unset: the default versions): q and k
+// fused with the L2 norm (C = 256, the fwd's q rstd in crs, k's in crk), v plain (C = 512), as
+// three launches (the default) and as one (kda_cuda_conv_qkv_*, KDA_CONV_QKV=1). The three parts
+// are disjoint column blocks of the conv buffers: q [0, 256), k [256, 512), v [512, 1024).
+static float *crk; // k's rstd [N, H]
+static void conv_qkv_parts_(KdaConvQkvFwd f[3], KdaConvQkvBwd b[3]) {
+    unsetenv("KDA_CONV_V");
+    kda_bf16 *p = z.cp, *y = z.cy, *dp = z.cdp, *dy = z.cdy;
+    const int64_t off[3] = {0, (int64_t)N * H * K, (int64_t)N * 2 * H * K};
+    const int64_t woff[3] = {0, H * K * W, 2 * H * K * W};
+    float *rs[2] = {z.crs, crk}, *dq[2] = {z.dq, z.dk};
+    for (int i = 0; i < 3; i++) {
+        f[i] = (KdaConvQkvFwd){y + off[i], i < 2 ? rs[i] : NULL, p + off[i], z.cw + woff[i]};
+        b[i] = (KdaConvQkvBwd){dp + off[i],          i < 2 ? H * K : H * V,      z.cdw + woff[i],
+                               i < 2 ? dq[i] : NULL, i < 2 ? NULL : dy + off[i], p + off[i],
+                               z.cw + woff[i],       i < 2 ? rs[i] : NULL};
+    }
+}
+static int b_qkv_fwd3(void *a) {
+    (void)a;
+    KdaConvQkvFwd f[3];
+    KdaConvQkvBwd b[3];
+    conv_qkv_parts_(f, b);
+    for (int i = 0; i < 2; i++)
+        if (kda_cuda_conv_silu_l2_fwd(&g, f[i].y, f[i].rstd, f[i].p, f[i].w, B, T, H * K, W, K,
+                                      1e-6f))
+            return -1;
+    return kda_cuda_conv_silu_fwd(&g, f[2].y, f[2].p, f[2].w, B, T, H * V, W);
+}
+static int b_qkv_fwd1(void *a) {
+    (void)a;
+    KdaConvQkvFwd f[3];
+    KdaConvQkvBwd b[3];
+    conv_qkv_parts_(f, b);
+    return kda_cuda_conv_qkv_fwd(&g, f, B, T, H * K, H * V, W, K, 1e-6f);
+}
+static int b_qkv_bwd3(void *a) {
+    (void)a;
+    KdaConvQkvFwd f[3];
+    KdaConvQkvBwd b[3];
+    conv_qkv_parts_(f, b);
+    for (int i = 0; i < 2; i++)
+        if (kda_cuda_conv_silu_l2_bwd_ld(&g, b[i].dp, b[i].ldo, b[i].dw, b[i].dq, b[i].p, b[i].w,
+                                         b[i].rstd, B, T, H * K, W, K))
+            return -1;
+    return kda_cuda_conv_silu_bwd_ld(&g, b[2].dp, b[2].ldo, b[2].dw, b[2].dy, b[2].p, b[2].w, B, T,
+                                     H * V, W);
+}
+static int b_qkv_bwd1(void *a) {
+    (void)a;
+    KdaConvQkvFwd f[3];
+    KdaConvQkvBwd b[3];
+    conv_qkv_parts_(f, b);
+    return kda_cuda_conv_qkv_bwd(&g, b, B, T, H * K, H * V, W, K);
+}
 static int b_beta_fwd(void *a) {
     (void)a;
     return kda_cuda_beta_fwd(&g, z.beta, z.f16, (int64_t)N * H, 1);
@@ -450,6 +505,7 @@ int main(void) {
     z.cdp = rand_buf_(&r, (int64_t)N * 1024, 2, 0, 1);
     z.cw = rand_buf_(&r, 1024 * W, 4, 0, .3f), z.cdw = rand_buf_(&r, 1024 * W, 4, 0, 1);
     z.crs = rand_buf_(&r, (int64_t)N * H, 4, 1, .1f);
+    crk = rand_buf_(&r, (int64_t)N * H, 4, 1, .1f);
     int64_t nqk = (int64_t)N * H * K, nv = (int64_t)N * H * V;
     z.q = rand_buf_(&r, nqk, 2, 0, .18f), z.k = rand_buf_(&r, nqk, 2, 0, .18f);
     z.v = rand_buf_(&r, nv, 2, 0, 1), z.o = rand_buf_(&r, nv, 2, 0, 1),
@@ -520,6 +576,12 @@ int main(void) {
         {"conv+silu v fwd v2 16x2048x512", b_vconv_fwd2, (double)N * 512 * 4, 0, 0},
         {"conv+silu v bwd v1 16x2048x512", b_vconv_bwd1, (double)N * 512 * 6, 0, 0},
         {"conv+silu v bwd v2 16x2048x512", b_vconv_bwd2, (double)N * 512 * 6, 0, 0},
+        {"conv q|k|v fwd 3 launches 16x2048", b_qkv_fwd3, (double)N * (1024 * 4 + 2 * H * 4), 0, 0},
+        {"conv q|k|v fwd 1 launch 16x2048", b_qkv_fwd1, (double)N * (1024 * 4 + 2 * H * 4), 0, 0},
+        {"conv q|k|v bwd 3 launches 16x2048", b_qkv_bwd3,
+         (double)N * (512 * 8 + 512 * 6 + 2 * H * 4), 0, 0},
+        {"conv q|k|v bwd 1 launch 16x2048", b_qkv_bwd1, (double)N * (512 * 8 + 512 * 6 + 2 * H * 4),
+         0, 0},
         {"beta fwd 16x2048x8", b_beta_fwd, (double)N * H * 6, 0, 0},
         {"beta bwd 16x2048x8", b_beta_bwd, (double)N * H * 8, 0, 0},
         {"gate+cumsum fwd 16x2048x8x32", b_gate_fwd, (double)N * 256 * 10, 0, 0},

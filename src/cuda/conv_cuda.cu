@@ -1,6 +1,6 @@
 // conv_cuda.cu - the causal depthwise conv + SiLU on the GPU, plain and fused with the per-head
-// L2 norm of q and k (see conv_cuda.h): kernels, launchers (fp32 forward included), then the host
-// twins of the fused kernels.
+// L2 norm of q and k (see conv_cuda.h), and a layer's q, k and v convs in one launch: kernels,
+// launchers (fp32 forward included), then the host twins of the fused and the q|k|v kernels.
 #include "cuda/conv_cuda.h"
 
 #include <stdlib.h> // getenv, free
@@ -175,7 +175,8 @@ template <> struct ConvRaw<1, float> {
 };
 
 // Thread's work item: channel ch0 (first of VEC), row b, tokens [t0, t1) of the block row `row`
-// (blockIdx.y unless the kernel walks several). Returns false when the thread has no channels
+// (blockIdx.y unless the kernel walks several) and block column bx (blockIdx.x, or the combined
+// q|k|v kernels' decoded column). Returns false when the thread has no channels
 // (tail of the channel groups) or no tokens (tail of the tiles).
 // 32-bit index math (the kernels are issue-bound; 64-bit products, compares and the divide below
 // cost 2-3x the instructions): the launchers refuse calls with B·T or T·max(C, ldo) above
@@ -185,9 +186,9 @@ template <> struct ConvRaw<1, float> {
 #define CONV_I32_MAX ((int64_t)INT32_MAX - 1024)
 template <int VEC, int TT> struct ConvItem {
     int ch0, b, t0, t1;
-    __device__ bool init(int B, int T, int C, int row) {
+    __device__ bool init(int B, int T, int C, int bx, int row) {
         int ncg = C / VEC, ntile = (T + TT - 1) / TT;
-        int cg = (int)blockIdx.x * 32 + (int)threadIdx.x;
+        int cg = bx * 32 + (int)threadIdx.x;
         int q = row * CONV_BT + (int)threadIdx.y;
         ch0 = cg * VEC;
         b = q / ntile;
@@ -204,12 +205,14 @@ template <int VEC, int TT> struct ConvItem {
 // (group_sum<LG>, ops_common.cuh: the same butterfly as the run-time group_sum).
 // TT_ (0: CONV_TT_F(PF)) and MINB (blocks per SM for __launch_bounds__, which caps the
 // registers) set the v2 shape (below); the v1 launches keep the defaults.
-template <int W, int VEC, bool L2, bool PF, class E, int TT_ = 0, int MINB = 1, int LG = 1>
-__global__ void __launch_bounds__(32 * CONV_BT, MINB)
-    conv_fwd_k(E *y, float *rstd, const E *p, const float *w, int B, int T, int C, float eps) {
+// The body is a device function of the block's column bx and row by (conv_fwd_k: blockIdx.x, .y;
+// the combined q|k|v kernel: decoded from its job table).
+template <int W, int VEC, bool L2, bool PF, class E, int TT_ = 0, int LG = 1>
+__device__ __forceinline__ void conv_fwd_body(E *y, float *rstd, const E *p, const float *w, int B,
+                                              int T, int C, float eps, int bx, int by) {
     constexpr int TT = TT_ > 0 ? TT_ : CONV_TT_F(PF);
     ConvItem<VEC, TT> it;
-    if (!it.init(B, T, C, (int)blockIdx.y)) return;
+    if (!it.init(B, T, C, bx, by)) return;
     float wr[W][VEC], win[W][VEC]; // win[i] = p_{t-(W-1)+i}; win[W-1] is the current token
 #pragma unroll
     for (int v = 0; v < VEC; v++)
@@ -286,6 +289,13 @@ __global__ void __launch_bounds__(32 * CONV_BT, MINB)
     }
 }
 
+template <int W, int VEC, bool L2, bool PF, class E, int TT_ = 0, int MINB = 1, int LG = 1>
+__global__ void __launch_bounds__(32 * CONV_BT, MINB)
+    conv_fwd_k(E *y, float *rstd, const E *p, const float *w, int B, int T, int C, float eps) {
+    conv_fwd_body<W, VEC, L2, PF, E, TT_, LG>(y, rstd, p, w, B, T, C, eps, (int)blockIdx.x,
+                                              (int)blockIdx.y);
+}
+
 // Backward, fused dp + dw partials. With c_t the pre-activation and dc_t = dy_t SiLU'(c_t):
 //   dp_τ = Σ_i w_i dc_{τ+(W-1)-i}      dw_i = Σ_t dc_t p_{t-(W-1)+i}
 // The thread walks t = t0 .. t1+W-2: it recomputes c_t from the p window, gets dc_t (0 past
@@ -301,11 +311,13 @@ __global__ void __launch_bounds__(32 * CONV_BT, MINB)
 // start) and MINB (blocks per SM for __launch_bounds__) set the v2 shape (below). The block walks
 // block rows blockIdx.y, + gridDim.y, ... (v1: gridDim.y = the rows, one each); a thread's dw sums
 // run over its tiles in that order, so the partials depend on the shapes only.
-template <int W, int VEC, bool L2, bool PF, int TT = CONV_TT_BWD, int PD = CONV_PD, int MINB = 1,
-          int LG = 1>
-__global__ void __launch_bounds__(32 * CONV_BT, MINB)
-    conv_bwd_k(kda_bf16 *dp, double *part, const kda_bf16 *dy, const kda_bf16 *p, const float *w,
-               const float *dq, const float *rstd, int B, int T, int C, int ldo) {
+// The body is a device function of the block's column bx, first row by and row step gy
+// (conv_bwd_k: blockIdx.x, blockIdx.y, gridDim.y; the combined q|k|v kernel: its job table's).
+template <int W, int VEC, bool L2, bool PF, int TT = CONV_TT_BWD, int PD = CONV_PD, int LG = 1>
+__device__ __forceinline__ void conv_bwd_body(kda_bf16 *dp, double *part, const kda_bf16 *dy,
+                                              const kda_bf16 *p, const float *w, const float *dq,
+                                              const float *rstd, int B, int T, int C, int ldo,
+                                              int bx, int by, int gy) {
     __shared__ float sh[CONV_BT][32 * VEC];
     float wr[W][VEC], acc[W][VEC];
 #pragma unroll
@@ -314,16 +326,16 @@ __global__ void __launch_bounds__(32 * CONV_BT, MINB)
         for (int v = 0; v < VEC; v++)
             wr[i][v] = acc[i][v] = 0.0f;
     const int nrows = CEIL_DIV(B * CEIL_DIV(T, TT), CONV_BT);
-    if ((int)blockIdx.x * 32 + (int)threadIdx.x < C / VEC) {
+    if (bx * 32 + (int)threadIdx.x < C / VEC) {
 #pragma unroll
         for (int v = 0; v < VEC; v++)
 #pragma unroll
             for (int i = 0; i < W; i++)
-                wr[i][v] = w[((int)blockIdx.x * 32 + (int)threadIdx.x) * VEC * W + v * W + i];
+                wr[i][v] = w[(bx * 32 + (int)threadIdx.x) * VEC * W + v * W + i];
     }
-    for (int row = (int)blockIdx.y; row < nrows; row += (int)gridDim.y) {
+    for (int row = by; row < nrows; row += gy) {
         ConvItem<VEC, TT> it;
-        if (!it.init(B, T, C, row)) continue; // warp-uniform in t; no barrier inside the walk
+        if (!it.init(B, T, C, bx, row)) continue; // warp-uniform in t; no barrier inside the walk
         float pw[W][VEC], dcw[W][VEC];
         // pw[i] = p_{t-(W-1)+i}; dcw[i] = dc_{t-(W-1)+i} (dcw[W-1] = dc_t)
 #pragma unroll
@@ -455,16 +467,25 @@ __global__ void __launch_bounds__(32 * CONV_BT, MINB)
             sh[threadIdx.y][threadIdx.x * VEC + v] = acc[i][v];
         __syncthreads();
         for (int k = threadIdx.y * 32 + threadIdx.x; k < 32 * VEC; k += 32 * CONV_BT) {
-            int ch = (int)blockIdx.x * 32 * VEC + k;
+            int ch = bx * 32 * VEC + k;
             if (ch < C) {
                 double s = 0.0;
                 for (int y = 0; y < CONV_BT; y++)
                     s += (double)sh[y][k];
-                part[((int64_t)blockIdx.y * C + ch) * W + i] = s;
+                part[((int64_t)(unsigned)by * C + ch) * W + i] = s; // as blockIdx.y was
             }
         }
         __syncthreads();
     }
+}
+
+template <int W, int VEC, bool L2, bool PF, int TT = CONV_TT_BWD, int PD = CONV_PD, int MINB = 1,
+          int LG = 1>
+__global__ void __launch_bounds__(32 * CONV_BT, MINB)
+    conv_bwd_k(kda_bf16 *dp, double *part, const kda_bf16 *dy, const kda_bf16 *p, const float *w,
+               const float *dq, const float *rstd, int B, int T, int C, int ldo) {
+    conv_bwd_body<W, VEC, L2, PF, TT, PD, LG>(dp, part, dy, p, w, dq, rstd, B, T, C, ldo,
+                                              (int)blockIdx.x, (int)blockIdx.y, (int)gridDim.y);
 }
 
 // Launches one instantiation of a conv kernel for the run-time W (1..CONV_MAX_W).
@@ -514,6 +535,111 @@ __global__ void __launch_bounds__(32 * CONV_BT, MINB)
         break;                                                                                     \
     default:                                                                                       \
         MACRO(W_, 128);                                                                            \
+        break;                                                                                     \
+    }
+
+// ---- q, k and v of one layer in one launch (kda_cuda_conv_qkv_*; the model's KDA_CONV_QKV=1) ----
+// One grid does the three convs of a layer: q and k (the fused conv + SiLU + L2 path) and v (the
+// plain conv + SiLU), so the three small grids (256-2048 blocks each over 132 SMs) become one:
+// one ramp-up, one tail wave and one launch gap instead of three. Job j owns the grid's blocks
+// [start, start + gx·gy); its block start + bx + gx·by is block (bx, by) of the job's own launch
+// (the separate launcher's grid, x fastest), and runs that launch's body with that (bx, by): the
+// same instantiation of the same arithmetic, so the same bits. The job is block-uniform, so the
+// bodies' barriers and group sums are safe. Parts 0, 1 are q, k (L2), part 2 is v.
+struct ConvQkvJob {
+    kda_bf16 *out;        // y (forward) or dp (backward)
+    float *rstd;          // forward, q and k: rstd written
+    const float *rstd_in; // backward, q and k: the forward's rstd
+    const kda_bf16 *p;
+    const float *w;
+    const float *dq;    // backward, q and k: gradient w.r.t. y, fp32
+    const kda_bf16 *dy; // backward, v: gradient w.r.t. y, bf16
+    double *part;       // backward: dw partials [gy, C, W]
+    int C, ldo, gx, gy, start;
+};
+struct ConvQkvArgs {
+    ConvQkvJob j[3];
+    int B, T;
+    float eps;
+};
+
+// The job of combined block blk (host twins and kernels: one decode).
+__host__ __device__ __forceinline__ int conv_qkv_job(const ConvQkvArgs &a, int blk) {
+    return blk >= a.j[2].start ? 2 : blk >= a.j[1].start ? 1 : 0;
+}
+
+// Forward: q and k as the v2 fused launch (conv_fwd_k<W, 4, true, true, bf16, CONV2_TT_FWD,
+// CONV2_MINB_FWD, K / 4>), v as the v2 plain launch (<W, 4, false, true, bf16, CONV2_TT_FWD,
+// CONV2_MINB_FWD>); both ask for CONV2_MINB_FWD blocks per SM, so the register cap is theirs.
+template <int W, int LG>
+__global__ void __launch_bounds__(32 * CONV_BT, CONV2_MINB_FWD)
+    conv_qkv_fwd_k(const ConvQkvArgs a) {
+    const int blk = (int)blockIdx.x, jn = conv_qkv_job(a, blk);
+    const ConvQkvJob &j = a.j[jn];
+    const int loc = blk - j.start, bx = loc % j.gx, by = loc / j.gx;
+    if (jn < 2)
+        conv_fwd_body<W, 4, true, true, kda_bf16, CONV2_TT_FWD, LG>(j.out, j.rstd, j.p, j.w, a.B,
+                                                                    a.T, j.C, a.eps, bx, by);
+    else
+        conv_fwd_body<W, 4, false, true, kda_bf16, CONV2_TT_FWD, 1>(j.out, NULL, j.p, j.w, a.B, a.T,
+                                                                    j.C, 0.0f, bx, by);
+}
+
+// Backward: q and k as the v1 fused launch (conv_bwd_k<W, 4, true, false, CONV_TT_BWD, CONV_PD,
+// 1, K / 4>: one block row each, gy = the rows), v as the v2 plain launch (<W, 2, false, true,
+// CONV2_TT_BWD, CONV2_TT_BWD + W - 1, CONV2_MINB_BWD>: rows y, y + gy, ..., gy <= CONV2_ROWS):
+// the defaults of conv_v2_. The register count is the larger part's (the q/k v1 body, ~114 at
+// W = 4); CONV_QKV_MINB_BWD = 2 blocks per SM caps it at 128, so q/k keep theirs (their own
+// launch: 2 per SM) and v runs at 2 blocks per SM instead of its own launch's 3.
+#define CONV_QKV_MINB_BWD 2
+template <int W, int LG>
+__global__ void __launch_bounds__(32 * CONV_BT, CONV_QKV_MINB_BWD)
+    conv_qkv_bwd_k(const ConvQkvArgs a) {
+    const int blk = (int)blockIdx.x, jn = conv_qkv_job(a, blk);
+    const ConvQkvJob &j = a.j[jn];
+    const int loc = blk - j.start, bx = loc % j.gx, by = loc / j.gx;
+    if (jn < 2)
+        conv_bwd_body<W, 4, true, false, CONV_TT_BWD, CONV_PD, LG>(
+            j.out, j.part, NULL, j.p, j.w, j.dq, j.rstd_in, a.B, a.T, j.C, j.ldo, bx, by, j.gy);
+    else
+        conv_bwd_body<W, 2, false, true, CONV2_TT_BWD, CONV2_TT_BWD + W - 1, 1>(
+            j.out, j.part, j.dy, j.p, j.w, NULL, NULL, a.B, a.T, j.C, j.ldo, bx, by, j.gy);
+}
+
+// The three weight gradients' column sums in one launch: job j's blocks [start[j], start[j+1])
+// are colsum_finish's blocks for dw_j (out[j] += Σ_p part[j][p, :], P[j] partial rows of ncols[j]
+// = C·W columns): the same body, the same order.
+struct ConvQkvFin {
+    float *out[3];
+    const double *part[3];
+    int64_t P[3], ncols[3];
+    int start[3];
+};
+__global__ void conv_qkv_finish_k(const ConvQkvFin f) {
+    // selects, not f.x[jn]: a run-time index into the parameter arrays copies them to the stack
+    const int blk = (int)blockIdx.x, jn = blk >= f.start[2] ? 2 : blk >= f.start[1] ? 1 : 0;
+#define FIN_PICK(x) (jn == 0 ? f.x[0] : jn == 1 ? f.x[1] : f.x[2])
+    colsum_finish_body(FIN_PICK(out), FIN_PICK(part), FIN_PICK(P), FIN_PICK(ncols),
+                       (int64_t)(blk - FIN_PICK(start)));
+#undef FIN_PICK
+}
+
+// The combined kernels are instantiated for W <= CONV_QKV_MAX_W (the model's W = 4 and below;
+// larger W run the three separate launches, the same bits) and every fused K.
+#define CONV_QKV_MAX_W 4
+#define CONV_DISPATCH_W4(W_, MACRO)                                                                \
+    switch (W_) {                                                                                  \
+    case 1:                                                                                        \
+        MACRO(1);                                                                                  \
+        break;                                                                                     \
+    case 2:                                                                                        \
+        MACRO(2);                                                                                  \
+        break;                                                                                     \
+    case 3:                                                                                        \
+        MACRO(3);                                                                                  \
+        break;                                                                                     \
+    default:                                                                                       \
+        MACRO(4);                                                                                  \
         break;                                                                                     \
     }
 
@@ -781,6 +907,155 @@ int kda_cuda_conv_silu_fwd_f32(KdaCudaCtx *ctx, float *y, const float *p, const 
     return 0;
 }
 
+// ---- q|k|v in one launch: plans, launchers ----------------------------------------------------
+// The job table of the combined launch (conv_qkv_fwd_k / conv_qkv_bwd_k). dev: the launchers'
+// plan (false where one launch does not apply: the versions the environment picks, alignment,
+// W > CONV_QKV_MAX_W, grid limits); else the host twins' (geometry only, any W <= CONV_MAX_W).
+// Each job's grid is its separate launcher's: forward conv_grid(.., 4, CONV2_TT_FWD) for all
+// three; backward conv_grid(.., 4, CONV_TT_BWD) for q, k and conv2_bwd_grid for v.
+static bool conv_qkv_fwd_plan(ConvQkvArgs *a, const KdaConvQkvFwd *pt, int64_t B, int64_t T,
+                              int64_t HK, int64_t HVV, int64_t W, int64_t K, float eps, bool dev) {
+    if (!pt || B <= 0 || T <= 0 || HK <= 0 || HVV <= 0 || W < 1 || W > CONV_MAX_W) return false;
+    if (!kda_cuda_conv_l2_fusable(K) || HK % K != 0 || HVV % 4 != 0) return false;
+    if (!conv_i32_ok(B, T, HK) || !conv_i32_ok(B, T, HVV)) return false;
+    if (dev) {
+        if (W > CONV_QKV_MAX_W || !conv_v2_(CONV_K_L2_FWD) || !conv_v2_(CONV_K_FWD)) return false;
+        if (!aligned_(16, pt[0].y, pt[0].p, pt[1].y, pt[1].p) || !aligned_(8, pt[2].y, pt[2].p))
+            return false;
+    }
+    int start = 0;
+    for (int i = 0; i < 3; i++) {
+        int64_t C = i < 2 ? HK : HVV;
+        dim3 g = conv_grid(B, T, C, 4, CONV2_TT_FWD);
+        if (g.y == 0 || (int64_t)start + (int64_t)g.x * g.y > INT32_MAX) return false;
+        ConvQkvJob j = {};
+        j.out = pt[i].y, j.rstd = i < 2 ? pt[i].rstd : NULL, j.p = pt[i].p, j.w = pt[i].w;
+        j.C = (int)C, j.ldo = (int)C, j.gx = (int)g.x, j.gy = (int)g.y, j.start = start;
+        a->j[i] = j;
+        start += j.gx * j.gy;
+    }
+    a->B = (int)B, a->T = (int)T, a->eps = eps;
+    return true;
+}
+
+static bool conv_qkv_bwd_plan(ConvQkvArgs *a, const KdaConvQkvBwd *pt, int64_t B, int64_t T,
+                              int64_t HK, int64_t HVV, int64_t W, int64_t K, bool dev) {
+    if (!pt || B <= 0 || T <= 0 || HK <= 0 || HVV <= 0 || W < 1 || W > CONV_MAX_W) return false;
+    if (!kda_cuda_conv_l2_fusable(K) || HK % K != 0 || HVV % 2 != 0) return false;
+    for (int i = 0; i < 3; i++) {
+        int64_t C = i < 2 ? HK : HVV, ldo = pt[i].ldo;
+        if (ldo < C || ldo % (i < 2 ? 4 : 2) != 0 || !conv_i32_ok(B, T, ldo)) return false;
+    }
+    if (dev) {
+        // q, k: the v1 fused backward (conv_v2_ picks v2 only for K <= 64), without prefetch;
+        // v: the v2 plain backward
+        if (W > CONV_QKV_MAX_W || (conv_v2_(CONV_K_L2_BWD) && K <= 64) || conv_pf_() ||
+            !conv_v2_(CONV_K_BWD))
+            return false;
+        for (int i = 0; i < 2; i++)
+            if (!aligned_(16, pt[i].dq) || !aligned_(8, pt[i].dp, pt[i].p)) return false;
+        if (!aligned_(4, pt[2].dp, pt[2].dy, pt[2].p)) return false;
+    }
+    int start = 0;
+    for (int i = 0; i < 3; i++) {
+        int64_t C = i < 2 ? HK : HVV;
+        dim3 g = i < 2 ? conv_grid(B, T, C, 4, CONV_TT_BWD) : conv2_bwd_grid(B, T, C);
+        if (g.y == 0 || (int64_t)start + (int64_t)g.x * g.y > INT32_MAX) return false;
+        ConvQkvJob j = {};
+        j.out = pt[i].dp, j.p = pt[i].p, j.w = pt[i].w;
+        j.rstd_in = i < 2 ? pt[i].rstd : NULL, j.dq = i < 2 ? pt[i].dq : NULL;
+        j.dy = i < 2 ? NULL : pt[i].dy;
+        j.C = (int)C, j.ldo = (int)pt[i].ldo, j.gx = (int)g.x, j.gy = (int)g.y, j.start = start;
+        a->j[i] = j;
+        start += j.gx * j.gy;
+    }
+    a->B = (int)B, a->T = (int)T, a->eps = 0.0f;
+    return true;
+}
+
+// Blocks of the combined grid (the last job's end).
+static int conv_qkv_blocks(const ConvQkvArgs &a) {
+    return a.j[2].start + a.j[2].gx * a.j[2].gy;
+}
+
+int kda_cuda_conv_qkv_fwd_one(const KdaConvQkvFwd part[3], int64_t B, int64_t T, int64_t HK,
+                              int64_t HVV, int64_t W, int64_t K) {
+    ConvQkvArgs a;
+    return conv_qkv_fwd_plan(&a, part, B, T, HK, HVV, W, K, 0.0f, true);
+}
+
+int kda_cuda_conv_qkv_bwd_one(const KdaConvQkvBwd part[3], int64_t B, int64_t T, int64_t HK,
+                              int64_t HVV, int64_t W, int64_t K) {
+    ConvQkvArgs a;
+    return conv_qkv_bwd_plan(&a, part, B, T, HK, HVV, W, K, true);
+}
+
+int kda_cuda_conv_qkv_fwd(KdaCudaCtx *ctx, const KdaConvQkvFwd part[3], int64_t B, int64_t T,
+                          int64_t HK, int64_t HVV, int64_t W, int64_t K, float eps) {
+    KDA_CUDA_REQUIRE(ctx, part != NULL);
+    ConvQkvArgs a;
+    if (!conv_qkv_fwd_plan(&a, part, B, T, HK, HVV, W, K, eps, true)) { // the separate launches
+        for (int i = 0; i < 2; i++)
+            if (kda_cuda_conv_silu_l2_fwd(ctx, part[i].y, part[i].rstd, part[i].p, part[i].w, B, T,
+                                          HK, W, K, eps))
+                return -1;
+        return kda_cuda_conv_silu_fwd(ctx, part[2].y, part[2].p, part[2].w, B, T, HVV, W);
+    }
+    unsigned nb = (unsigned)conv_qkv_blocks(a);
+#define CONV_QKV_FWD(W_, K_)                                                                       \
+    conv_qkv_fwd_k<W_, K_ / 4><<<nb, dim3(32, CONV_BT), 0, ctx->stream>>>(a)
+#define CONV_QKV_FWD_K(W_) CONV_DISPATCH_K(K, W_, CONV_QKV_FWD)
+    CONV_DISPATCH_W4(W, CONV_QKV_FWD_K);
+#undef CONV_QKV_FWD_K
+#undef CONV_QKV_FWD
+    CUDA_CHECK_LAUNCH(ctx);
+    return 0;
+}
+
+int kda_cuda_conv_qkv_bwd(KdaCudaCtx *ctx, const KdaConvQkvBwd part[3], int64_t B, int64_t T,
+                          int64_t HK, int64_t HVV, int64_t W, int64_t K) {
+    KDA_CUDA_REQUIRE(ctx, part != NULL);
+    ConvQkvArgs a;
+    if (!conv_qkv_bwd_plan(&a, part, B, T, HK, HVV, W, K, true)) { // the separate launches
+        for (int i = 0; i < 2; i++) {
+            const KdaConvQkvBwd *q = &part[i];
+            if (kda_cuda_conv_silu_l2_bwd_ld(ctx, q->dp, q->ldo, q->dw, q->dq, q->p, q->w, q->rstd,
+                                             B, T, HK, W, K))
+                return -1;
+        }
+        const KdaConvQkvBwd *v = &part[2];
+        return kda_cuda_conv_silu_bwd_ld(ctx, v->dp, v->ldo, v->dw, v->dy, v->p, v->w, B, T, HVV,
+                                         W);
+    }
+    // dw partials: job i's [gy_i, C_i, W] double, back to back in the scratch buffer
+    int64_t np = 0;
+    for (int i = 0; i < 3; i++)
+        np += (int64_t)a.j[i].gy * a.j[i].C * W;
+    double *ws = (double *)kda_cuda_scratch(ctx, (size_t)np * sizeof(double));
+    if (!ws) return -1;
+    ConvQkvFin f;
+    int64_t off = 0;
+    int fstart = 0;
+    for (int i = 0; i < 3; i++) {
+        a.j[i].part = ws + off;
+        f.out[i] = part[i].dw, f.part[i] = ws + off, f.P[i] = a.j[i].gy;
+        f.ncols[i] = (int64_t)a.j[i].C * W, f.start[i] = fstart;
+        fstart += (int)CEIL_DIV(f.ncols[i], (int64_t)32);
+        off += (int64_t)a.j[i].gy * a.j[i].C * W;
+    }
+    unsigned nb = (unsigned)conv_qkv_blocks(a);
+#define CONV_QKV_BWD(W_, K_)                                                                       \
+    conv_qkv_bwd_k<W_, K_ / 4><<<nb, dim3(32, CONV_BT), 0, ctx->stream>>>(a)
+#define CONV_QKV_BWD_K(W_) CONV_DISPATCH_K(K, W_, CONV_QKV_BWD)
+    CONV_DISPATCH_W4(W, CONV_QKV_BWD_K);
+#undef CONV_QKV_BWD_K
+#undef CONV_QKV_BWD
+    CUDA_CHECK_LAUNCH(ctx);
+    conv_qkv_finish_k<<<(unsigned)fstart, dim3(32, FIN_SEG), 0, ctx->stream>>>(f);
+    CUDA_CHECK_LAUNCH(ctx);
+    return 0;
+}
+
 // ---- host twins of the fused kernels (tests: test_fuse_host.c) ---------------------------------
 // Same per-lane arithmetic (the __host__ __device__ pieces above) and the same group-sum tree;
 // the loops run every lane of every row one after another. The weight-gradient sums are added in
@@ -865,6 +1140,206 @@ void kda_cuda_conv_silu_l2_bwd_host(kda_bf16 *dp, float *dw, const float *dy, co
         dw[e] += (float)dws[e];
     free(dc);
     free(dws);
+}
+
+// ---- the q|k|v launchers' host twins (tests: test_fuse_host.c) ----------------------------------
+// Each emulates one block (bx, by) of a conv launch: its CONV_BT warps' tiles, their lanes in
+// order, a head's lg lanes together (the L2 group sum: group_sum_host, the butterfly's tree).
+
+// Forward block: tiles of tt tokens, vec channels a lane (vec = 4: the v2 kernels), L2 heads of
+// lg lanes (l2 false: one lane at a time).
+static void conv_fwd_block_host(const ConvQkvJob &j, int B, int T, int W, float eps, bool l2,
+                                int vec, int tt, int lg, int bx, int by) {
+    const int C = j.C, ncg = C / vec, ntile = (T + tt - 1) / tt, K = l2 ? lg * vec : 1, H = C / K;
+    float out[32][4] = {{0}}, part[32] = {0}; // zeroed: gcc 13 maybe-uninitialized
+    for (int ty = 0; ty < CONV_BT; ty++) {
+        int q = by * CONV_BT + ty, b = q / ntile;
+        if (b >= B) continue;
+        int t0 = (q - b * ntile) * tt, t1 = t0 + tt < T ? t0 + tt : T;
+        const int64_t row0 = (int64_t)b * T;
+        for (int t = t0; t < t1; t++)
+            for (int g0 = 0; g0 < 32 && bx * 32 + g0 < ncg; g0 += lg) { // a head's lanes
+                for (int s = 0; s < lg; s++) {
+                    int ch0 = (bx * 32 + g0 + s) * vec;
+                    for (int v = 0; v < vec; v++) {
+                        float acc = 0.0f;
+                        for (int i = 0; i < W; i++) {
+                            int tau = t - (W - 1) + i;
+                            acc += j.w[(ch0 + v) * W + i] *
+                                   (tau >= 0 ? bf2f(j.p[(row0 + tau) * C + ch0 + v]) : 0.0f);
+                        }
+                        out[s][v] = silu_f(acc);
+                    }
+                    if (l2) part[s] = sumsq_lane<4>(out[s]);
+                }
+                float rs = l2 ? l2_rs(group_sum_host(part, lg), eps) : 1.0f;
+                for (int s = 0; s < lg; s++) {
+                    int ch0 = (bx * 32 + g0 + s) * vec;
+                    for (int v = 0; v < vec; v++)
+                        j.out[(row0 + t) * C + ch0 + v] = f2bf(l2 ? out[s][v] * rs : out[s][v]);
+                }
+                if (l2) j.rstd[(row0 + t) * H + (bx * 32 + g0) * vec / K] = rs;
+            }
+    }
+}
+
+// Backward block: block rows by, by + gy, ... (gy = j.gy), tiles of tt tokens, vec channels a
+// lane, L2 heads of lg lanes; dp rows at stride j.ldo; the block's dw partial row by of j.part.
+static void conv_bwd_block_host(const ConvQkvJob &j, int B, int T, int W, bool l2, int vec, int tt,
+                                int lg, int bx, int by) {
+    const int C = j.C, ncg = C / vec, ntile = (T + tt - 1) / tt, K = l2 ? lg * vec : 1, H = C / K;
+    const int nrows = (B * ntile + CONV_BT - 1) / CONV_BT, NS = tt + W - 1;
+    // per thread (ty, lane) fp32 dw sums, as the kernel's acc registers
+    float(*acc)[32][CONV_MAX_W][4] = (float(*)[32][CONV_MAX_W][4])kda_calloc(CONV_BT, sizeof *acc);
+    float pw[32][CONV_MAX_W][4], dcw[32][CONV_MAX_W][4];
+    float c[32][4] = {{0}}, g[32][4] = {{0}}, yh[32][4] = {{0}}, dc[32][4] = {{0}}, part[32] = {0};
+    for (int row = by; row < nrows; row += j.gy)
+        for (int ty = 0; ty < CONV_BT; ty++) {
+            int q = row * CONV_BT + ty, b = q / ntile;
+            if (b >= B) continue;
+            int t0 = (q - b * ntile) * tt, t1 = t0 + tt < T ? t0 + tt : T;
+            const int64_t row0 = (int64_t)b * T;
+            for (int g0 = 0; g0 < 32 && bx * 32 + g0 < ncg; g0 += lg) { // a head's lanes
+                auto ch0 = [&](int s) { return (bx * 32 + g0 + s) * vec; };
+                for (int s = 0; s < lg; s++)
+                    for (int i = 0; i < W; i++)
+                        for (int v = 0; v < vec; v++) {
+                            int tau = t0 - (W - 1) + i;
+                            pw[s][i][v] = i < W - 1 && tau >= 0
+                                              ? bf2f(j.p[(row0 + tau) * C + ch0(s) + v])
+                                              : 0.0f;
+                            dcw[s][i][v] = 0.0f;
+                        }
+                for (int st = 0; st < NS; st++) {
+                    int t = t0 + st;
+                    if (t - (W - 1) >= t1) break;
+                    if (t < T) {
+                        float rs = l2 ? j.rstd_in[(row0 + t) * H + ch0(0) / K] : 0.0f;
+                        for (int s = 0; s < lg; s++) {
+                            for (int v = 0; v < vec; v++) {
+                                int64_t e = (row0 + t) * C + ch0(s) + v;
+                                pw[s][W - 1][v] = bf2f(j.p[e]);
+                                g[s][v] = l2 ? j.dq[e] : bf2f(j.dy[e]);
+                                c[s][v] = 0.0f;
+                                for (int i = 0; i < W; i++)
+                                    c[s][v] += j.w[(ch0(s) + v) * W + i] * pw[s][i][v];
+                            }
+                            if (l2) part[s] = l2_bwd_dot_lane<4>(yh[s], g[s], c[s], rs);
+                        }
+                        float dot = l2 ? group_sum_host(part, lg) : 0.0f;
+                        for (int s = 0; s < lg; s++)
+                            for (int v = 0; v < vec; v++) {
+                                if (l2) g[s][v] = rs * (g[s][v] - dot * yh[s][v]);
+                                dc[s][v] = g[s][v] * dsilu_f(c[s][v]);
+                            }
+                    } else {
+                        for (int s = 0; s < lg; s++)
+                            for (int v = 0; v < vec; v++)
+                                dc[s][v] = 0.0f;
+                    }
+                    int tau = t - (W - 1);
+                    for (int s = 0; s < lg; s++) {
+                        for (int v = 0; v < vec; v++)
+                            dcw[s][W - 1][v] = dc[s][v];
+                        if (t < t1)
+                            for (int i = 0; i < W; i++)
+                                for (int v = 0; v < vec; v++)
+                                    acc[ty][g0 + s][i][v] += dc[s][v] * pw[s][i][v];
+                        if (tau >= t0)
+                            for (int v = 0; v < vec; v++) {
+                                float a = 0.0f;
+                                for (int i = 0; i < W; i++)
+                                    a += j.w[(ch0(s) + v) * W + i] * dcw[s][W - 1 - i][v];
+                                j.out[(row0 + tau) * j.ldo + ch0(s) + v] = f2bf(a);
+                            }
+                        for (int i = 0; i < W - 1; i++)
+                            for (int v = 0; v < vec; v++) {
+                                pw[s][i][v] = pw[s][i + 1][v];
+                                dcw[s][i][v] = dcw[s][i + 1][v];
+                            }
+                    }
+                }
+            }
+        }
+    // the block's sums over its CONV_BT tiles in double, in increasing ty
+    for (int i = 0; i < W; i++)
+        for (int k = 0; k < 32 * vec; k++) {
+            int ch = bx * 32 * vec + k;
+            if (ch >= C) continue;
+            double s = 0.0;
+            for (int y = 0; y < CONV_BT; y++)
+                s += (double)acc[y][k / vec][i][k % vec];
+            j.part[((int64_t)by * C + ch) * W + i] = s;
+        }
+    free(acc);
+}
+
+// colsum_finish's order on the host: per column FIN_SEG strided sums in increasing p, then those
+// in increasing segment, in double; out += the float of it.
+static void colsum_finish_host(float *out, const double *part, int64_t P, int64_t ncols) {
+    for (int64_t c = 0; c < ncols; c++) {
+        double t = 0.0;
+        for (int k = 0; k < FIN_SEG; k++) {
+            double s = 0.0;
+            for (int64_t p = k; p < P; p += FIN_SEG)
+                s += part[p * ncols + c];
+            t += s;
+        }
+        out[c] += (float)t;
+    }
+}
+
+void kda_cuda_conv_qkv_fwd_host(const KdaConvQkvFwd part[3], int64_t B, int64_t T, int64_t HK,
+                                int64_t HVV, int64_t W, int64_t K, float eps, int one) {
+    ConvQkvArgs a;
+    if (!conv_qkv_fwd_plan(&a, part, B, T, HK, HVV, W, K, eps, false)) return; // B·T = 0
+    auto run = [&](int jn, int loc) { // q, k: v2 fused (K / 4 lanes a head); v: v2 plain
+        const ConvQkvJob &j = a.j[jn];
+        conv_fwd_block_host(j, a.B, a.T, (int)W, eps, jn < 2, 4, CONV2_TT_FWD,
+                            jn < 2 ? (int)K / 4 : 1, loc % j.gx, loc / j.gx);
+    };
+    if (one) {
+        for (int blk = 0; blk < conv_qkv_blocks(a); blk++) {
+            int jn = conv_qkv_job(a, blk);
+            run(jn, blk - a.j[jn].start);
+        }
+    } else {
+        for (int jn = 0; jn < 3; jn++)
+            for (int loc = 0; loc < a.j[jn].gx * a.j[jn].gy; loc++)
+                run(jn, loc);
+    }
+}
+
+void kda_cuda_conv_qkv_bwd_host(const KdaConvQkvBwd part[3], int64_t B, int64_t T, int64_t HK,
+                                int64_t HVV, int64_t W, int64_t K, int one) {
+    ConvQkvArgs a;
+    if (!conv_qkv_bwd_plan(&a, part, B, T, HK, HVV, W, K, false)) return; // B·T = 0
+    for (int i = 0; i < 3; i++)
+        a.j[i].part =
+            (double *)kda_calloc((size_t)a.j[i].gy * (size_t)a.j[i].C * (size_t)W, sizeof(double));
+    auto run = [&](int jn, int loc) { // q, k: v1 fused (K / 4 lanes a head, tiles of 32); v: v2
+        const ConvQkvJob &j = a.j[jn];
+        if (jn < 2)
+            conv_bwd_block_host(j, a.B, a.T, (int)W, true, 4, CONV_TT_BWD, (int)K / 4, loc % j.gx,
+                                loc / j.gx);
+        else
+            conv_bwd_block_host(j, a.B, a.T, (int)W, false, 2, CONV2_TT_BWD, 1, loc % j.gx,
+                                loc / j.gx);
+    };
+    if (one) {
+        for (int blk = 0; blk < conv_qkv_blocks(a); blk++) {
+            int jn = conv_qkv_job(a, blk);
+            run(jn, blk - a.j[jn].start);
+        }
+    } else {
+        for (int jn = 0; jn < 3; jn++)
+            for (int loc = 0; loc < a.j[jn].gx * a.j[jn].gy; loc++)
+                run(jn, loc);
+    }
+    for (int i = 0; i < 3; i++) {
+        colsum_finish_host(part[i].dw, a.j[i].part, a.j[i].gy, (int64_t)a.j[i].C * W);
+        free(a.j[i].part);
+    }
 }
 
 } // extern "C"

@@ -28,11 +28,13 @@ namespace {
 // increasing p, then thread (c, 0) adds the FIN_SEG segment sums in increasing s. A single
 // thread per column (the first version) ran P dependent loads in series: 0.8 ms for the gate's
 // 16k partials per head.
+// The body is a device function of the block's column block bx (colsum_finish_k: blockIdx.x; the
+// conv's combined q|k|v finish: decoded from its parts).
 #define FIN_SEG 8
-__global__ void colsum_finish_k(float *out, const double *part, int64_t P, int64_t ncols) {
-    kda_grid_wait();
+__device__ __forceinline__ void colsum_finish_body(float *out, const double *part, int64_t P,
+                                                   int64_t ncols, int64_t bx) {
     __shared__ double sh[FIN_SEG][32];
-    int64_t c = (int64_t)blockIdx.x * 32 + threadIdx.x;
+    int64_t c = bx * 32 + threadIdx.x;
     double s = 0.0;
     if (c < ncols) {
         int64_t p = threadIdx.y;
@@ -56,6 +58,10 @@ __global__ void colsum_finish_k(float *out, const double *part, int64_t P, int64
             t += sh[k][threadIdx.x];
         out[c] += (float)t;
     }
+}
+__global__ void colsum_finish_k(float *out, const double *part, int64_t P, int64_t ncols) {
+    kda_grid_wait();
+    colsum_finish_body(out, part, P, ncols, (int64_t)blockIdx.x);
 }
 
 // Launch of colsum_finish_k for ncols columns (a plain launch on st; the launch's error is

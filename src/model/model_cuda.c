@@ -140,6 +140,9 @@ struct KdaCudaModel {
     int mlp_recompute;
     int fuse;    // fused elementwise kernels wanted (KDA_FUSE; kda_cuda_model_set_fuse)
     int fuse_l2; // conv + SiLU + L2 norm of q and k in one kernel (fuse and K fits)
+    // KDA_CONV_QKV=1 at create (opt-in until measured): with fuse_l2, a layer's q, k and v convs
+    // in one launch each way (kda_cuda_conv_qkv_fwd / _bwd; the same bits as three)
+    int conv_qkv;
     int fuse_gn; // gated out-norm with the g_proj.1 bias folded in (fuse and V fits)
     int fuse_dh; // RMSNorm backward writes the bf16 dh (no fp32 -> bf16 cast)
     int *dorder; // [table.n] row indices by device offset
@@ -485,6 +488,8 @@ static void configure_(KdaCudaModel *m, const KdaConfig *cfg, const KdaParamTabl
     // one product per layer
     const char *mr = getenv("KDA_MLP_RECOMPUTE");
     m->mlp_recompute = m->gateup && !(mr && !strcmp(mr, "0"));
+    const char *qkv = getenv("KDA_CONV_QKV"); // "1": q, k, v convs in one launch (with fuse_l2)
+    m->conv_qkv = qkv && !strcmp(qkv, "1");
     m->dtotal = off > 0 ? off : ROW_ALIGN;
     m->dtab.total_numel = m->dtotal;
 }
@@ -605,6 +610,9 @@ int kda_cuda_model_mlp_recompute(const KdaCudaModel *m) {
 }
 int kda_cuda_model_pdl(const KdaCudaModel *m) {
     return m->ctx.pdl;
+}
+int kda_cuda_model_conv_qkv(const KdaCudaModel *m) {
+    return m->conv_qkv && m->fuse_l2;
 }
 int kda_cuda_model_gate_beta_fused(const KdaCudaModel *m) {
     return m->ctx.gate_version == 2;
@@ -841,7 +849,13 @@ static int block_fwd_(KdaCudaModel *m, const KdaLayerTensors *P, DevLayer *L, fl
         TRY(lin_(m, KDA_OP_PROJ_FWD, L->pk, L->xa, P->k_proj, N, D, HK));
         TRY(lin_(m, KDA_OP_PROJ_FWD, L->pv, L->xa, P->v_proj, N, D, HVV));
     }
-    if (m->fuse_l2) { // conv + SiLU + L2 norm in one kernel (profile row: conv fwd)
+    if (m->fuse_l2 && m->conv_qkv) { // q, k (+ L2 norm) and v in one launch (row: conv fwd)
+        KdaConvQkvFwd cp[3] = {{L->q, L->rq, L->pq, P->q_conv},
+                               {L->k, L->rk, L->pk, P->k_conv},
+                               {L->v, NULL, L->pv, P->v_conv}};
+        TIMED(KDA_OP_CONV_FWD, 0, 8.0 * N * HK + 8.0 * N * H + 4.0 * N * HVV,
+              kda_cuda_conv_qkv_fwd(x, cp, m->B, m->T, HK, HVV, Wc, K, L2NORM_EPS));
+    } else if (m->fuse_l2) { // conv + SiLU + L2 norm in one kernel (profile row: conv fwd)
         TIMED(KDA_OP_CONV_FWD, 0, 4.0 * N * HK + 4.0 * N * H,
               kda_cuda_conv_silu_l2_fwd(x, L->q, L->rq, L->pq, P->q_conv, m->B, m->T, HK, Wc, K,
                                         L2NORM_EPS));
@@ -858,8 +872,9 @@ static int block_fwd_(KdaCudaModel *m, const KdaLayerTensors *P, DevLayer *L, fl
         TIMED(KDA_OP_L2NORM_FWD, 0, 4.0 * N * HK,
               kda_cuda_l2norm_fwd(x, L->k, L->rk, L->kc, N * H, K, L2NORM_EPS));
     }
-    TIMED(KDA_OP_CONV_FWD, 0, 4.0 * N * HVV,
-          kda_cuda_conv_silu_fwd(x, L->v, L->pv, P->v_conv, m->B, m->T, HVV, Wc));
+    if (!(m->fuse_l2 && m->conv_qkv))
+        TIMED(KDA_OP_CONV_FWD, 0, 4.0 * N * HVV,
+              kda_cuda_conv_silu_fwd(x, L->v, L->pv, P->v_conv, m->B, m->T, HVV, Wc));
     if (!m->inproj) TRY(lin_(m, KDA_OP_PROJ_FWD, L->f0, L->xa, P->f_proj0, N, D, V));
     TRY(lin_(m, KDA_OP_PROJ_FWD, L->f, L->f0, P->f_proj1, N, V, HVK));
     // gate v2 (KDA_GATE_V=2): the gate and beta in one launch, after b's GEMM
@@ -1184,18 +1199,39 @@ static int block_bwd_(KdaCudaModel *m, const KdaLayerTensors *P, KdaLayerTensors
                                    L->b, N, HV, c->allow_neg_eigval));
     if (!fz) TRY(proj_bwd_(m, G->b_proj, P->b_proj, m->db, L->xa, ic.b, HV, 1));
 
-    TRY(conv_l2_bwd_(m, fzq ? m->inb + ic.q : m->dt2, fzq ? ic.width : HK, G->q_conv, m->dq, L->pq,
-                     L->qc, P->q_conv, L->rq));
-    if (!fzq) TRY(proj_bwd_(m, G->q_proj, P->q_proj, m->dt2, L->xa, ic.q, HK, 1));
+    // KDA_CONV_QKV=1 (with fuse_l2): q, k, v's conv backwards in one launch (+ one dw finish),
+    // then their projections' backwards in the same order as below (the same bits). Their dY:
+    // the fused dY's columns (fz, fzq), else three buffers at once: q and k in m->dt1's two halves
+    // (the unfused L2 path's buffer, free with fuse_l2; needs 2HK <= its width), v in m->dt2.
+    int qkv = m->fuse_l2 && m->conv_qkv && (fz ? fzq : 2 * HK <= (HK > HVV ? HK : HVV));
+    if (qkv) {
+        bf *dpq = fz ? m->inb + ic.q : m->dt1, *dpk = fz ? m->inb + ic.k : m->dt1 + N * HK;
+        bf *dpv = fz ? m->inb + ic.v : m->dt2;
+        KdaConvQkvBwd cb[3] = {
+            {dpq, fz ? ic.width : HK, G->q_conv, m->dq, NULL, L->pq, P->q_conv, L->rq},
+            {dpk, fz ? ic.width : HK, G->k_conv, m->dk, NULL, L->pk, P->k_conv, L->rk},
+            {dpv, fz ? ic.width : HVV, G->v_conv, NULL, m->dv, L->pv, P->v_conv, NULL}};
+        TIMED(KDA_OP_CONV_BWD, 0, 16.0 * N * HK + 8.0 * N * c->num_heads + 6.0 * N * HVV,
+              kda_cuda_conv_qkv_bwd(x, cb, m->B, m->T, HK, HVV, Wc, c->head_dim));
+        if (!fz) {
+            TRY(proj_bwd_(m, G->q_proj, P->q_proj, dpq, L->xa, ic.q, HK, 1));
+            TRY(proj_bwd_(m, G->k_proj, P->k_proj, dpk, L->xa, ic.k, HK, 1));
+            TRY(proj_bwd_(m, G->v_proj, P->v_proj, dpv, L->xa, ic.v, HVV, 1));
+        }
+    } else {
+        TRY(conv_l2_bwd_(m, fzq ? m->inb + ic.q : m->dt2, fzq ? ic.width : HK, G->q_conv, m->dq,
+                         L->pq, L->qc, P->q_conv, L->rq));
+        if (!fzq) TRY(proj_bwd_(m, G->q_proj, P->q_proj, m->dt2, L->xa, ic.q, HK, 1));
 
-    TRY(conv_l2_bwd_(m, fzq ? m->inb + ic.k : m->dt2, fzq ? ic.width : HK, G->k_conv, m->dk, L->pk,
-                     L->kc, P->k_conv, L->rk));
-    if (!fzq) TRY(proj_bwd_(m, G->k_proj, P->k_proj, m->dt2, L->xa, ic.k, HK, 1));
+        TRY(conv_l2_bwd_(m, fzq ? m->inb + ic.k : m->dt2, fzq ? ic.width : HK, G->k_conv, m->dk,
+                         L->pk, L->kc, P->k_conv, L->rk));
+        if (!fzq) TRY(proj_bwd_(m, G->k_proj, P->k_proj, m->dt2, L->xa, ic.k, HK, 1));
 
-    TIMED(KDA_OP_CONV_BWD, 0, 6.0 * N * HVV,
-          kda_cuda_conv_silu_bwd_ld(x, fz ? m->inb + ic.v : m->dt2, fz ? ic.width : HVV, G->v_conv,
-                                    m->dv, L->pv, P->v_conv, m->B, m->T, HVV, Wc));
-    if (!fz) TRY(proj_bwd_(m, G->v_proj, P->v_proj, m->dt2, L->xa, ic.v, HVV, 1));
+        TIMED(KDA_OP_CONV_BWD, 0, 6.0 * N * HVV,
+              kda_cuda_conv_silu_bwd_ld(x, fz ? m->inb + ic.v : m->dt2, fz ? ic.width : HVV,
+                                        G->v_conv, m->dv, L->pv, P->v_conv, m->B, m->T, HVV, Wc));
+        if (!fz) TRY(proj_bwd_(m, G->v_proj, P->v_proj, m->dt2, L->xa, ic.v, HVV, 1));
+    }
 
     if (m->inproj) { // the six parts' weight gradients and dx in one GEMM each
         TRY(dw_(m, KDA_OP_PROJ_BWD, G->q_proj, m->inb, L->xa, N, D, ic.width));
@@ -1334,7 +1370,7 @@ static uint64_t graph_fp_(const KdaCudaModel *m) {
     int sw[] = {m->recompute,     m->fuse_l2,          m->fuse_gn,        m->fuse_dh,
                 m->inproj,        m->gateup,           m->cls_row,        m->core_keep,
                 m->core_tc,       m->dy_inplace,       m->ctx.tc_version, m->ctx.plan_off,
-                m->ctx.gemm_tune, m->ctx.gate_version, m->mlp_recompute};
+                m->ctx.gemm_tune, m->ctx.gate_version, m->mlp_recompute,  m->conv_qkv};
     uint64_t h = kda_step_graph_fp(KDA_STEP_GRAPH_FP0, ptr, sizeof ptr);
     h = kda_step_graph_fp(h, size, sizeof size);
     h = kda_step_graph_fp(h, sw, sizeof sw);
