@@ -668,17 +668,21 @@ static bool conv_pf_(void) {
     return e && !strcmp(e, "1");
 }
 
-// Whether the conv kernels run v2 (above; where the shapes and alignment allow it, else v1).
+// The four conv kernels, for the choice of version below.
+enum { CONV_K_FWD, CONV_K_BWD, CONV_K_L2_FWD, CONV_K_L2_BWD };
+
+// Whether kernel `which` runs v2 (above; where the shapes and alignment allow it, else v1).
 // KDA_CONV_V (read at every launch, so a test or bench can A/B in one process): "1" every kernel
-// v1; unset (or anything else) every kernel v2. Per kernel on an H200 (bench_gpu, B16 T2048 W4,
-// docs/perf-log.md), session 6 of 2026-12-03: v fwd 0.060 -> 0.037 ms, v bwd 0.085 -> 0.071,
-// q/k + L2 fwd 0.035 -> 0.033, q/k + L2 bwd 0.064 -> 0.060 (session 5 had measured that one
-// slower in v2, 0.081 against 0.070, before the compile-time lane groups; it was v1 by default
-// until session 6: the model's conv bwd row 2.61 -> 2.51 ms with it in v2). KDA_CONV_PREFETCH only
+// v1, "2" every kernel v2; unset (or anything else) the faster of the two per kernel as bench_gpu
+// measured them on an H200 (2026-12-03, session 5, B16 T2048 W4, docs/perf-log.md): v2 for both
+// forwards (v 0.059 -> 0.039 ms, q/k + L2 0.038 -> 0.037) and the plain backward (v 0.097 ->
+// 0.076), v1 for the fused q/k + L2 backward (0.070 against v2's 0.081). KDA_CONV_PREFETCH only
 // selects among the v1 kernels.
-static bool conv_v2_(void) {
+static bool conv_v2_(int which) {
     const char *e = getenv("KDA_CONV_V");
-    return !(e && !strcmp(e, "1"));
+    if (e && !strcmp(e, "1")) return false;
+    if (e && !strcmp(e, "2")) return true;
+    return which != CONV_K_L2_BWD;
 }
 
 // Grid of the v2 backward: block rows capped at CONV2_ROWS (each block walks rows y, y + cap, ...),
@@ -695,7 +699,7 @@ int kda_cuda_conv_silu_fwd(KdaCudaCtx *ctx, kda_bf16 *y, const kda_bf16 *p, cons
     if (B * T == 0) return 0;
     KDA_CUDA_REQUIRE(ctx, conv_i32_ok(B, T, C));
     // 16-byte path when every row of channels splits into whole, aligned 8-element groups.
-    if (conv_v2_() && C % 4 == 0 && aligned_(8, y, p)) {
+    if (conv_v2_(CONV_K_FWD) && C % 4 == 0 && aligned_(8, y, p)) {
         dim3 g2 = conv_grid(B, T, C, 4, CONV2_TT_FWD), b2(32, CONV_BT);
         KDA_CUDA_REQUIRE(ctx, g2.y > 0); // B·T up to 4.2M tokens
 #define CONV_FWD2(W_)                                                                              \
@@ -740,7 +744,7 @@ int kda_cuda_conv_silu_bwd_ld(KdaCudaCtx *ctx, kda_bf16 *dp, int64_t ldo, float 
     KDA_CUDA_REQUIRE(ctx, B >= 0 && T >= 0 && C > 0 && W >= 1 && W <= CONV_MAX_W && ldo >= C);
     if (B * T == 0) return 0;
     KDA_CUDA_REQUIRE(ctx, conv_i32_ok(B, T, ldo));
-    if (conv_v2_() && C % 2 == 0 && ldo % 2 == 0 && aligned_(4, dp, dy, p)) {
+    if (conv_v2_(CONV_K_BWD) && C % 2 == 0 && ldo % 2 == 0 && aligned_(4, dp, dy, p)) {
         dim3 g2 = conv2_bwd_grid(B, T, C), b2(32, CONV_BT);
         int64_t P = g2.y; // dw partials: one per block, [P, C, W] double
         double *part = (double *)kda_cuda_scratch(ctx, (size_t)(P * C * W) * sizeof(double));
@@ -798,7 +802,7 @@ int kda_cuda_conv_silu_l2_fwd(KdaCudaCtx *ctx, kda_bf16 *y, float *rstd, const k
     KDA_CUDA_REQUIRE(ctx, aligned_(16, y, p)); // the 16-byte path: a head is K / 8 lanes
     if (B * T == 0) return 0;
     KDA_CUDA_REQUIRE(ctx, conv_i32_ok(B, T, C));
-    if (conv_v2_()) { // K / 4 lanes a head (K <= 128: at most a warp)
+    if (conv_v2_(CONV_K_L2_FWD)) { // K / 4 lanes a head (K <= 128: at most a warp)
         dim3 g2 = conv_grid(B, T, C, 4, CONV2_TT_FWD), b2(32, CONV_BT);
         KDA_CUDA_REQUIRE(ctx, g2.y > 0);
 #define CONV_L2_FWD2(W_, K_)                                                                       \
@@ -844,7 +848,7 @@ int kda_cuda_conv_silu_l2_bwd_ld(KdaCudaCtx *ctx, kda_bf16 *dp, int64_t ldo, flo
     KDA_CUDA_REQUIRE(ctx, aligned_(16, dy) && aligned_(8, dp, p)); // a head is K / 4 lanes
     if (B * T == 0) return 0;
     KDA_CUDA_REQUIRE(ctx, conv_i32_ok(B, T, ldo));
-    if (conv_v2_() && K <= 64) { // K / 2 lanes a head: at most a warp
+    if (conv_v2_(CONV_K_L2_BWD) && K <= 64) { // K / 2 lanes a head: at most a warp
         dim3 g2 = conv2_bwd_grid(B, T, C), b2(32, CONV_BT);
         int64_t P = g2.y; // dw partials: one per block, [P, C, W] double
         double *part = (double *)kda_cuda_scratch(ctx, (size_t)(P * C * W) * sizeof(double));
