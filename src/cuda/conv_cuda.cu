@@ -676,8 +676,11 @@ enum { CONV_K_FWD, CONV_K_BWD, CONV_K_L2_FWD, CONV_K_L2_BWD };
 // v1, "2" every kernel v2; unset (or anything else) the faster of the two per kernel as bench_gpu
 // measured them on an H200 (2026-12-03, session 5, B16 T2048 W4, docs/perf-log.md): v2 for both
 // forwards (v 0.059 -> 0.039 ms, q/k + L2 0.038 -> 0.037) and the plain backward (v 0.097 ->
-// 0.076), v1 for the fused q/k + L2 backward (0.070 against v2's 0.081). KDA_CONV_PREFETCH only
-// selects among the v1 kernels.
+// 0.076), v1 for the fused q/k + L2 backward (0.070 against v2's 0.081). Session 6 measured that
+// one at 0.064 (v1) against 0.060 (v2) after the compile-time lane groups, and the model's conv
+// bwd row 2.61 -> 2.51 ms with KDA_CONV_V=2 (one run each, docs/log/gpu-2026-12-03.md §15); it
+// stays v1 until the combined q|k|v backward (KDA_CONV_QKV=1, which runs the v1 fused body) has
+// been measured against it. KDA_CONV_PREFETCH only selects among the v1 kernels.
 static bool conv_v2_(int which) {
     const char *e = getenv("KDA_CONV_V");
     if (e && !strcmp(e, "1")) return false;
