@@ -311,13 +311,19 @@ __global__ void __launch_bounds__(32 * CONV_BT, MINB)
 // start) and MINB (blocks per SM for __launch_bounds__) set the v2 shape (below). The block walks
 // block rows blockIdx.y, + gridDim.y, ... (v1: gridDim.y = the rows, one each); a thread's dw sums
 // run over its tiles in that order, so the partials depend on the shapes only.
-// The body is a device function of the block's column bx, first row by and row step gy
-// (conv_bwd_k: blockIdx.x, blockIdx.y, gridDim.y; the combined q|k|v kernel: its job table's).
-template <int W, int VEC, bool L2, bool PF, int TT = CONV_TT_BWD, int PD = CONV_PD, int LG = 1>
+// The body is a device function of the block's column bx, first row by and row step gy (the
+// combined q|k|v kernel: its job table's). GRID (conv_bwd_k): blockIdx.x, blockIdx.y, gridDim.y
+// instead, read where they are used, as the kernel did before the body was split out (its PTX is
+// then the same instruction for instruction; passing them in moved the reads and cost a register).
+template <int W, int VEC, bool L2, bool PF, int TT = CONV_TT_BWD, int PD = CONV_PD, int LG = 1,
+          bool GRID = false>
 __device__ __forceinline__ void conv_bwd_body(kda_bf16 *dp, double *part, const kda_bf16 *dy,
                                               const kda_bf16 *p, const float *w, const float *dq,
                                               const float *rstd, int B, int T, int C, int ldo,
                                               int bx, int by, int gy) {
+    auto BX = [&]() { return GRID ? (int)blockIdx.x : bx; };
+    auto BY = [&]() { return GRID ? blockIdx.y : (unsigned)by; };
+    auto GY = [&]() { return GRID ? (int)gridDim.y : gy; };
     __shared__ float sh[CONV_BT][32 * VEC];
     float wr[W][VEC], acc[W][VEC];
 #pragma unroll
@@ -326,16 +332,16 @@ __device__ __forceinline__ void conv_bwd_body(kda_bf16 *dp, double *part, const 
         for (int v = 0; v < VEC; v++)
             wr[i][v] = acc[i][v] = 0.0f;
     const int nrows = CEIL_DIV(B * CEIL_DIV(T, TT), CONV_BT);
-    if (bx * 32 + (int)threadIdx.x < C / VEC) {
+    if (BX() * 32 + (int)threadIdx.x < C / VEC) {
 #pragma unroll
         for (int v = 0; v < VEC; v++)
 #pragma unroll
             for (int i = 0; i < W; i++)
-                wr[i][v] = w[(bx * 32 + (int)threadIdx.x) * VEC * W + v * W + i];
+                wr[i][v] = w[(BX() * 32 + (int)threadIdx.x) * VEC * W + v * W + i];
     }
-    for (int row = by; row < nrows; row += gy) {
+    for (int row = (int)BY(); row < nrows; row += GY()) {
         ConvItem<VEC, TT> it;
-        if (!it.init(B, T, C, bx, row)) continue; // warp-uniform in t; no barrier inside the walk
+        if (!it.init(B, T, C, BX(), row)) continue; // warp-uniform in t; no barrier inside the walk
         float pw[W][VEC], dcw[W][VEC];
         // pw[i] = p_{t-(W-1)+i}; dcw[i] = dc_{t-(W-1)+i} (dcw[W-1] = dc_t)
 #pragma unroll
@@ -467,12 +473,12 @@ __device__ __forceinline__ void conv_bwd_body(kda_bf16 *dp, double *part, const 
             sh[threadIdx.y][threadIdx.x * VEC + v] = acc[i][v];
         __syncthreads();
         for (int k = threadIdx.y * 32 + threadIdx.x; k < 32 * VEC; k += 32 * CONV_BT) {
-            int ch = bx * 32 * VEC + k;
+            int ch = BX() * 32 * VEC + k;
             if (ch < C) {
                 double s = 0.0;
                 for (int y = 0; y < CONV_BT; y++)
                     s += (double)sh[y][k];
-                part[((int64_t)(unsigned)by * C + ch) * W + i] = s; // as blockIdx.y was
+                part[((int64_t)BY() * C + ch) * W + i] = s;
             }
         }
         __syncthreads();
@@ -484,8 +490,8 @@ template <int W, int VEC, bool L2, bool PF, int TT = CONV_TT_BWD, int PD = CONV_
 __global__ void __launch_bounds__(32 * CONV_BT, MINB)
     conv_bwd_k(kda_bf16 *dp, double *part, const kda_bf16 *dy, const kda_bf16 *p, const float *w,
                const float *dq, const float *rstd, int B, int T, int C, int ldo) {
-    conv_bwd_body<W, VEC, L2, PF, TT, PD, LG>(dp, part, dy, p, w, dq, rstd, B, T, C, ldo,
-                                              (int)blockIdx.x, (int)blockIdx.y, (int)gridDim.y);
+    conv_bwd_body<W, VEC, L2, PF, TT, PD, LG, true>(dp, part, dy, p, w, dq, rstd, B, T, C, ldo, 0,
+                                                    0, 0);
 }
 
 // Launches one instantiation of a conv kernel for the run-time W (1..CONV_MAX_W).
