@@ -41,6 +41,7 @@
 #include "model/model_cuda.h" // defines: KdaCudaModel, kda_cuda_model_*
 #include "cuda/xent_cuda.h"   // defines: kda_cuda_xent_fwd, kda_cuda_xent_bwd
 #include "tiny_model.h"       // defines: tiny_load_model, tiny_model_init
+#include "gpu_step.h"         // defines: GpuStep, gpu_train_step
 #include "kda_case.h"         // defines: kda_case_expect, kda_case_fla_ratio
 #include "io/safetensors.h"   // defines: SafeTensors, st_open, st_find
 #include "model/model.h"      // defines: KdaModel, kda_model_forward, kda_model_backward
@@ -1018,42 +1019,6 @@ KDA_TEST_GPU(gpu_model_memory_plan_equals_arena) {
 
 // ---- one CUDA graph per micro-batch (the default; KDA_GRAPH=0 off) --------------------------
 
-// The schedule of gpu_model_graph_bit_identical: per step two micro-batches (gradient
-// accumulation, as the trainer runs them) of T tokens per row, with or without ignored labels.
-typedef struct {
-    int64_t T[2];
-    int ignore[2];
-} GraphStep;
-
-// One training step of dm over sched: zeroed grads, two forward_backwards (fused classifier),
-// the mean loss, the gradients (dense) into g, finish (scale 1/2, clip 1.0), AdamW number s
-// (lr 1e-3), the parameters into p. The batches depend on s and the micro-batch only.
-static int graph_step_(KdaCudaModel *dm, const GraphStep *sched, int64_t s, float *loss, float *g,
-                       float *p, KdaError *err) {
-    const KdaAdamWConfig oc = {0.9, 0.95, 1e-8, 0.1};
-    const int64_t B = 2, vocab = kda_cuda_model_config(dm)->vocab_size;
-    if (kda_cuda_model_zero_grads(dm, err)) return -1;
-    double sum = 0.0;
-    for (int mi = 0; mi < 2; mi++) {
-        int64_t T = sched->T[mi], N = B * T;
-        int32_t *ids = random_ids_(N, vocab, (uint64_t)(100 * s + mi));
-        int32_t *lab = kda_malloc((size_t)N * sizeof(int32_t));
-        memcpy(lab, ids, (size_t)N * sizeof(int32_t));
-        for (int64_t i = 0; sched->ignore[mi] && i < N; i += 3 + (i % 5)) // another n_valid
-            lab[i] = XENT_IGNORE;
-        float l = NAN;
-        int rc = kda_cuda_model_forward_backward(dm, ids, lab, B, T, NULL, &l, err);
-        free(ids), free(lab);
-        if (rc) return -1;
-        sum += l;
-    }
-    *loss = (float)(sum / 2.0);
-    if (kda_cuda_model_get_grads(dm, g, err) ||
-        !isfinite(kda_cuda_model_finish_grads(dm, 0.5, 1.0, err)))
-        return -1;
-    return kda_cuda_model_adamw(dm, &oc, s, 1e-3, err) || kda_cuda_model_get_params(dm, p, err);
-}
-
 // kda_cuda_model_create of m's weights with the environment switch var set to val while it runs
 // (create reads the switches; val NULL: var unset, the default). var is unset afterwards.
 static int create_with_(KdaCudaModel **dm, const KdaModel *m, const char *var, const char *val,
@@ -1085,9 +1050,9 @@ static int64_t bits_differ_(const float *a, const float *b, int64_t n) {
 // bits but is a failure of this test: it is what the switch is for).
 KDA_TEST_GPU(gpu_model_graph_bit_identical) {
     if (!have_gpu_()) return;
-    static const GraphStep SCHED[] = {{{64, 64}, {0, 0}}, {{64, 64}, {0, 0}}, {{64, 64}, {0, 0}},
-                                      {{48, 48}, {0, 0}}, {{48, 48}, {1, 1}}, {{64, 48}, {0, 1}},
-                                      {{48, 64}, {1, 0}}, {{80, 80}, {0, 0}}, {{80, 80}, {0, 0}}};
+    static const GpuStep SCHED[] = {{{64, 64}, {0, 0}}, {{64, 64}, {0, 0}}, {{64, 64}, {0, 0}},
+                                    {{48, 48}, {0, 0}}, {{48, 48}, {1, 1}}, {{64, 48}, {0, 1}},
+                                    {{48, 64}, {1, 0}}, {{80, 80}, {0, 0}}, {{80, 80}, {0, 0}}};
     const int n_steps = (int)(sizeof SCHED / sizeof SCHED[0]);
     KdaModel m;
     tiny_untied_(&m, 0.05, 81);
@@ -1108,7 +1073,7 @@ KDA_TEST_GPU(gpu_model_graph_bit_identical) {
     CHECK_MSG(rc == 0, "%s", err.msg);
     for (int s = 0; s < n_steps && !rc; s++) {
         for (int pass = 0; pass < 3 && !rc; pass++)
-            rc = graph_step_(dm[pass], &SCHED[s], s + 1, &loss[pass][s], g[pass], p[pass], &err);
+            rc = gpu_train_step(dm[pass], &SCHED[s], s + 1, &loss[pass][s], g[pass], p[pass], &err);
         CHECK_MSG(rc == 0, "step %d: %s", s + 1, err.msg);
         for (int pass = 1; pass < 3 && !rc; pass++) {
             int64_t dg = bits_differ_(g[pass], g[0], n), dp = bits_differ_(p[pass], p[0], n);
@@ -1148,7 +1113,7 @@ KDA_TEST_GPU(gpu_model_graph_bit_identical) {
 // (1 against one per run), so a silent fallback to the per-run path fails the test.
 KDA_TEST_GPU(gpu_model_adamw_one_launch) {
     if (!have_gpu_()) return;
-    static const GraphStep SCHED[] = {{{64, 64}, {0, 0}}, {{48, 48}, {1, 0}}, {{64, 64}, {0, 0}}};
+    static const GpuStep SCHED[] = {{{64, 64}, {0, 0}}, {{48, 48}, {1, 0}}, {{64, 64}, {0, 0}}};
     KdaModel m;
     tiny_untied_(&m, 0.05, 95);
     KdaError err = {{0}};
@@ -1167,7 +1132,7 @@ KDA_TEST_GPU(gpu_model_adamw_one_launch) {
             KdaProf prof;
             kda_prof_reset(&prof, 0, 0);
             rc = kda_cuda_model_profile(dm[pass], &prof, &err) ||
-                 graph_step_(dm[pass], &SCHED[s], s + 1, &loss[pass], g[pass], p[pass], &err) ||
+                 gpu_train_step(dm[pass], &SCHED[s], s + 1, &loss[pass], g[pass], p[pass], &err) ||
                  kda_cuda_model_profile(dm[pass], NULL, &err);
             calls[pass] = prof.row[KDA_OP_ADAMW].calls;
         }
@@ -1192,7 +1157,7 @@ KDA_TEST_GPU(gpu_model_adamw_one_launch) {
 // silent fallback to the default would pass the bits but fail this).
 KDA_TEST_GPU(gpu_model_mlp_recompute_bit_identical) {
     if (!have_gpu_()) return;
-    static const GraphStep SCHED[] = {{{64, 64}, {0, 0}}, {{48, 64}, {1, 0}}, {{64, 64}, {0, 1}}};
+    static const GpuStep SCHED[] = {{{64, 64}, {0, 0}}, {{48, 64}, {1, 0}}, {{64, 64}, {0, 1}}};
     KdaModel m;
     tiny_untied_(&m, 0.05, 97);
     KdaError err = {{0}};
@@ -1211,7 +1176,7 @@ KDA_TEST_GPU(gpu_model_mlp_recompute_bit_identical) {
                   kda_cuda_model_mlp_recompute(dm[0]), kda_cuda_model_mlp_recompute(dm[1]));
     for (int s = 0; s < 3 && !rc; s++) {
         for (int pass = 0; pass < 2 && !rc; pass++)
-            rc = graph_step_(dm[pass], &SCHED[s], s + 1, &loss[pass], g[pass], p[pass], &err);
+            rc = gpu_train_step(dm[pass], &SCHED[s], s + 1, &loss[pass], g[pass], p[pass], &err);
         CHECK_MSG(rc == 0, "step %d: %s", s + 1, err.msg);
         if (rc) break;
         int64_t dg = bits_differ_(g[1], g[0], n), dp = bits_differ_(p[1], p[0], n);
@@ -1241,7 +1206,7 @@ KDA_TEST_GPU(gpu_model_mlp_recompute_bit_identical) {
 // fallback would pass the bits but fail this).
 KDA_TEST_GPU(gpu_model_conv_qkv_bit_identical) {
     if (!have_gpu_()) return;
-    static const GraphStep SCHED[] = {{{64, 64}, {0, 0}}, {{48, 64}, {1, 0}}, {{64, 64}, {0, 1}}};
+    static const GpuStep SCHED[] = {{{64, 64}, {0, 0}}, {{48, 64}, {1, 0}}, {{64, 64}, {0, 1}}};
     for (int dyi = 0; dyi < 2; dyi++) {
         KdaModel m;
         tiny_heads_(&m, 0.05, 101, 4); // in-proj width 644: q and k's dY columns 8-byte aligned
@@ -1264,7 +1229,8 @@ KDA_TEST_GPU(gpu_model_conv_qkv_bit_identical) {
                       kda_cuda_model_conv_qkv(dm[0]), kda_cuda_model_conv_qkv(dm[1]));
         for (int s = 0; s < 3 && !rc; s++) {
             for (int pass = 0; pass < 2 && !rc; pass++)
-                rc = graph_step_(dm[pass], &SCHED[s], s + 1, &loss[pass], g[pass], p[pass], &err);
+                rc =
+                    gpu_train_step(dm[pass], &SCHED[s], s + 1, &loss[pass], g[pass], p[pass], &err);
             CHECK_MSG(rc == 0, "step %d: %s", s + 1, err.msg);
             if (rc) break;
             int64_t dg = bits_differ_(g[1], g[0], n), dp = bits_differ_(p[1], p[0], n);
@@ -1289,12 +1255,12 @@ KDA_TEST_GPU(gpu_model_graph_off_and_profile) {
     KdaError err = {{0}};
     int64_t n = m.table.total_numel;
     float *g = kda_malloc((size_t)n * 4), *p = kda_malloc((size_t)n * 4), loss = NAN;
-    const GraphStep st = {{64, 64}, {0, 0}};
+    const GpuStep st = {{64, 64}, {0, 0}};
     int64_t c = -1, r = -1, f = -1;
     KdaCudaModel *dm = NULL;
     int rc = create_with_(&dm, &m, "KDA_GRAPH", "0", &err);
     for (int s = 1; s <= 3 && !rc; s++)
-        rc = graph_step_(dm, &st, s, &loss, g, p, &err);
+        rc = gpu_train_step(dm, &st, s, &loss, g, p, &err);
     CHECK_MSG(rc == 0, "%s", err.msg);
     if (dm) kda_cuda_model_graph_stats(dm, &c, &r, &f);
     CHECK(c == 0 && r == 0 && f == 0);
@@ -1303,15 +1269,15 @@ KDA_TEST_GPU(gpu_model_graph_off_and_profile) {
     KdaProf prof;
     kda_prof_reset(&prof, 0, 0);
     // step 1: warm-up (twice: the scratch grows in the first), step 2 captures; step 3 profiled
-    rc = rc || graph_step_(dm, &st, 1, &loss, g, p, &err) ||
-         graph_step_(dm, &st, 2, &loss, g, p, &err);
+    rc = rc || gpu_train_step(dm, &st, 1, &loss, g, p, &err) ||
+         gpu_train_step(dm, &st, 2, &loss, g, p, &err);
     int64_t c2 = 0;
     if (!rc) kda_cuda_model_graph_stats(dm, &c2, &r, &f);
     rc = rc || kda_cuda_model_profile(dm, &prof, &err) ||
-         graph_step_(dm, &st, 3, &loss, g, p, &err) || kda_cuda_model_profile(dm, NULL, &err);
+         gpu_train_step(dm, &st, 3, &loss, g, p, &err) || kda_cuda_model_profile(dm, NULL, &err);
     int64_t c3 = 0, r3 = 0;
     if (!rc) kda_cuda_model_graph_stats(dm, &c3, &r3, &f);
-    rc = rc || graph_step_(dm, &st, 4, &loss, g, p, &err);
+    rc = rc || gpu_train_step(dm, &st, 4, &loss, g, p, &err);
     int64_t r4 = 0;
     if (!rc) kda_cuda_model_graph_stats(dm, &c, &r4, &f);
     CHECK_MSG(rc == 0, "%s", err.msg);

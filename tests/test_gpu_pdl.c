@@ -20,8 +20,7 @@
 #ifdef KDA_HAVE_CUDA
 
 #include "core/error.h"       // defines: KDA_ASSERT, kda_malloc
-#include "core/rng.h"         // defines: KdaRng, rng_seed, rng_normal, rng_below
-#include "cpu/xent.h"         // defines: XENT_IGNORE
+#include "core/rng.h"         // defines: KdaRng, rng_seed, rng_normal
 #include "cuda/cuda_common.h" // defines: KdaCudaCtx, kda_cuda_init, kda_cuda_*
 #include "cuda/gemm_cuda.h"   // defines: kda_cuda_gemm_residual
 #include "cuda/norm_cuda.h"   // defines: kda_cuda_rmsnorm_fwd, kda_cuda_rmsnorm_residual_fwd
@@ -30,8 +29,8 @@
 #include "model/config.h"     // defines: KdaConfig, kda_config_defaults, kda_config_derive
 #include "model/model.h"      // defines: KdaModel, kda_model_free
 #include "model/model_cuda.h" // defines: KdaCudaModel, kda_cuda_model_*
-#include "model/optim.h"      // defines: KdaAdamWConfig
 #include "tiny_model.h"       // defines: tiny_model_init
+#include "gpu_step.h"         // defines: GpuStep, gpu_train_step
 
 static int have_gpu_(void) {
     int ok = kda_cuda_device_count() > 0;
@@ -180,56 +179,12 @@ KDA_TEST_GPU(gpu_pdl_kernel_chain) {
 
 // ---- model level --------------------------------------------------------------------------------
 
-// Two micro-batches of T tokens per row, the second with some ignored labels.
-typedef struct {
-    int64_t T[2];
-    int ignore[2];
-} PdlStep;
-
-static int32_t *random_ids_(int64_t n, int64_t vocab, uint64_t seed) {
-    KdaRng r;
-    rng_seed(&r, seed);
-    int32_t *ids = kda_malloc((size_t)n * sizeof(int32_t));
-    for (int64_t i = 0; i < n; i++)
-        ids[i] = (int32_t)rng_below(&r, (uint64_t)vocab);
-    return ids;
-}
-
-// One training step of dm (test_gpu_model.c's graph_step_): zeroed grads, two
-// forward_backwards (fused classifier), the mean loss, the gradients (dense) into g, finish
-// (scale 1/2, clip 1.0), AdamW number s (lr 1e-3), the parameters into p.
-static int pdl_step_(KdaCudaModel *dm, const PdlStep *sched, int64_t s, float *loss, float *g,
-                     float *p, KdaError *err) {
-    const KdaAdamWConfig oc = {0.9, 0.95, 1e-8, 0.1};
-    const int64_t B = 2, vocab = kda_cuda_model_config(dm)->vocab_size;
-    if (kda_cuda_model_zero_grads(dm, err)) return -1;
-    double sum = 0.0;
-    for (int mi = 0; mi < 2; mi++) {
-        int64_t T = sched->T[mi], N = B * T;
-        int32_t *ids = random_ids_(N, vocab, (uint64_t)(100 * s + mi));
-        int32_t *lab = kda_malloc((size_t)N * sizeof(int32_t));
-        memcpy(lab, ids, (size_t)N * sizeof(int32_t));
-        for (int64_t i = 0; sched->ignore[mi] && i < N; i += 3 + (i % 5))
-            lab[i] = XENT_IGNORE;
-        float l = NAN;
-        int rc = kda_cuda_model_forward_backward(dm, ids, lab, B, T, NULL, &l, err);
-        free(ids), free(lab);
-        if (rc) return -1;
-        sum += l;
-    }
-    *loss = (float)(sum / 2.0);
-    if (kda_cuda_model_get_grads(dm, g, err) ||
-        !isfinite(kda_cuda_model_finish_grads(dm, 0.5, 1.0, err)))
-        return -1;
-    return kda_cuda_model_adamw(dm, &oc, s, 1e-3, err) || kda_cuda_model_get_params(dm, p, err);
-}
-
 // Pass 0: eager, plain launches (the reference); 1: eager, KDA_PDL=1; 2: graphs, plain; 3:
 // graphs, KDA_PDL=1 (programmatic edges captured into the graph). Every pass must give pass 0's
 // bits at every step; the graph passes must have captured and replayed.
 KDA_TEST_GPU(gpu_pdl_model_bit_identical) {
     if (!have_gpu_()) return;
-    static const PdlStep SCHED[] = {{{64, 64}, {0, 1}},
+    static const GpuStep SCHED[] = {{{64, 64}, {0, 1}},
                                     {{64, 64}, {0, 0}},
                                     {{64, 64}, {1, 0}},
                                     {{48, 64}, {0, 0}},
@@ -267,7 +222,7 @@ KDA_TEST_GPU(gpu_pdl_model_bit_identical) {
     CHECK_MSG(rc == 0, "%s", err.msg);
     for (int s = 0; s < n_steps && !rc && !kda_test_failed(); s++) {
         for (int pass = 0; pass < 4 && !rc; pass++)
-            rc = pdl_step_(dm[pass], &SCHED[s], s + 1, &loss[pass], g[pass], p[pass], &err);
+            rc = gpu_train_step(dm[pass], &SCHED[s], s + 1, &loss[pass], g[pass], p[pass], &err);
         CHECK_MSG(rc == 0, "step %d: %s", s + 1, err.msg);
         for (int pass = 1; pass < 4 && !rc; pass++) {
             int64_t dg = bits_differ_(g[pass], g[0], n, 4), dp = bits_differ_(p[pass], p[0], n, 4);
