@@ -107,6 +107,7 @@ case $STEP in
     tput cls0 KDA_CLS_ROW=0
     tput pdl KDA_PDL=1
     tput conv_qkv KDA_CONV_QKV=1
+    tput conv_qkv2 KDA_CONV_QKV=2
     tput tune KDA_GEMM_TUNE=1
     ;;
 3)

@@ -1198,16 +1198,19 @@ KDA_TEST_GPU(gpu_model_mlp_recompute_bit_identical) {
     kda_model_free(&m);
 }
 
-// KDA_CONV_QKV=1 (a layer's q, k and v convs in one launch each way) against the default (three):
+// KDA_CONV_QKV=2 (a layer's q, k and v convs in one launch each way; =1 runs the forward's half
+// of it) against the default (three):
 // the same kernels' bodies on the same blocks, so every step's loss, gradients and parameters are
 // bit-identical; with the separate dY buffers (the backward's q and k dp then in m->dt1's halves)
 // and with KDA_DY_INPLACE=1 (the fused dY's columns: 4 heads, so its width 644 keeps q and k's
 // columns 8-byte aligned and the backward is one launch too); and the switch is on (a silent
-// fallback would pass the bits but fail this).
+// fallback would pass the bits but fail this). Cases: =1 (the forward's launch), =2, =2 with
+// KDA_DY_INPLACE=1.
 KDA_TEST_GPU(gpu_model_conv_qkv_bit_identical) {
     if (!have_gpu_()) return;
     static const GpuStep SCHED[] = {{{64, 64}, {0, 0}}, {{48, 64}, {1, 0}}, {{64, 64}, {0, 1}}};
-    for (int dyi = 0; dyi < 2; dyi++) {
+    for (int cs = 0; cs < 3; cs++) {
+        int dyi = cs == 2, want = cs ? 2 : 1;
         KdaModel m;
         tiny_heads_(&m, 0.05, 101, 4); // in-proj width 644: q and k's dY columns 8-byte aligned
         KdaError err = {{0}};
@@ -1218,15 +1221,15 @@ KDA_TEST_GPU(gpu_model_conv_qkv_bit_identical) {
         if (dyi) setenv("KDA_DY_INPLACE", "1", 1);
         for (int pass = 0; pass < 2 && !rc; pass++) {
             g[pass] = kda_malloc((size_t)n * 4), p[pass] = kda_malloc((size_t)n * 4);
-            rc = create_with_(&dm[pass], &m, "KDA_CONV_QKV", pass ? "1" : NULL, &err);
+            rc = create_with_(&dm[pass], &m, "KDA_CONV_QKV", !pass ? NULL : cs ? "2" : "1", &err);
         }
         unsetenv("KDA_DY_INPLACE");
         CHECK_MSG(rc == 0, "%s", err.msg);
         if (!rc)
-            CHECK_MSG(!kda_cuda_model_conv_qkv(dm[0]) && kda_cuda_model_conv_qkv(dm[1]) &&
+            CHECK_MSG(!kda_cuda_model_conv_qkv(dm[0]) && kda_cuda_model_conv_qkv(dm[1]) == want &&
                           kda_cuda_model_dy_inplace(dm[1]) == dyi,
-                      "KDA_CONV_QKV: %d without, %d with (want 0, 1)",
-                      kda_cuda_model_conv_qkv(dm[0]), kda_cuda_model_conv_qkv(dm[1]));
+                      "KDA_CONV_QKV: %d without, %d with (want 0, %d)",
+                      kda_cuda_model_conv_qkv(dm[0]), kda_cuda_model_conv_qkv(dm[1]), want);
         for (int s = 0; s < 3 && !rc; s++) {
             for (int pass = 0; pass < 2 && !rc; pass++)
                 rc =
@@ -1235,11 +1238,15 @@ KDA_TEST_GPU(gpu_model_conv_qkv_bit_identical) {
             if (rc) break;
             int64_t dg = bits_differ_(g[1], g[0], n), dp = bits_differ_(p[1], p[0], n);
             CHECK_MSG(memcmp(&loss[1], &loss[0], sizeof(float)) == 0 && !dg && !dp,
-                      "dY in place %d, step %d: loss %.9g vs %.9g, %lld grads and %lld params of "
+                      "KDA_CONV_QKV=%d, dY in place %d, step %d: loss %.9g vs %.9g, %lld grads and "
+                      "%lld params of "
                       "%lld differ",
-                      dyi, s + 1, loss[1], loss[0], (long long)dg, (long long)dp, (long long)n);
+                      want, dyi, s + 1, loss[1], loss[0], (long long)dg, (long long)dp,
+                      (long long)n);
         }
-        if (!rc) printf("    conv q|k|v one launch (dY in place %d): bit-identical\n", dyi);
+        if (!rc)
+            printf("    conv q|k|v one launch (KDA_CONV_QKV=%d, dY in place %d): bit-identical\n",
+                   want, dyi);
         for (int pass = 0; pass < 2; pass++)
             kda_cuda_model_free(dm[pass]), free(g[pass]), free(p[pass]);
         kda_model_free(&m);

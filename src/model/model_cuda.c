@@ -140,8 +140,9 @@ struct KdaCudaModel {
     int mlp_recompute;
     int fuse;    // fused elementwise kernels wanted (KDA_FUSE; kda_cuda_model_set_fuse)
     int fuse_l2; // conv + SiLU + L2 norm of q and k in one kernel (fuse and K fits)
-    // KDA_CONV_QKV=1 at create (opt-in until measured): with fuse_l2, a layer's q, k and v convs
-    // in one launch each way (kda_cuda_conv_qkv_fwd / _bwd; the same bits as three)
+    // KDA_CONV_QKV at create (opt-in): with fuse_l2, a layer's q, k and v convs in one launch
+    // (kda_cuda_conv_qkv_fwd / _bwd; the same bits as three): 1 the forward only, 2 the backward
+    // too (bench_gpu, 2026-12-03: fwd 0.100 -> 0.088 ms a layer, bwd 0.191 -> 0.223, slower)
     int conv_qkv;
     int fuse_gn; // gated out-norm with the g_proj.1 bias folded in (fuse and V fits)
     int fuse_dh; // RMSNorm backward writes the bf16 dh (no fp32 -> bf16 cast)
@@ -488,8 +489,8 @@ static void configure_(KdaCudaModel *m, const KdaConfig *cfg, const KdaParamTabl
     // one product per layer
     const char *mr = getenv("KDA_MLP_RECOMPUTE");
     m->mlp_recompute = m->gateup && !(mr && !strcmp(mr, "0"));
-    const char *qkv = getenv("KDA_CONV_QKV"); // "1": q, k, v convs in one launch (with fuse_l2)
-    m->conv_qkv = qkv && !strcmp(qkv, "1");
+    const char *qkv = getenv("KDA_CONV_QKV"); // q, k, v convs in one launch (with fuse_l2):
+    m->conv_qkv = !qkv ? 0 : !strcmp(qkv, "1") ? 1 : !strcmp(qkv, "2") ? 2 : 0; // "1" fwd, "2" both
     m->dtotal = off > 0 ? off : ROW_ALIGN;
     m->dtab.total_numel = m->dtotal;
 }
@@ -612,7 +613,7 @@ int kda_cuda_model_pdl(const KdaCudaModel *m) {
     return m->ctx.pdl;
 }
 int kda_cuda_model_conv_qkv(const KdaCudaModel *m) {
-    return m->conv_qkv && m->fuse_l2;
+    return m->fuse_l2 ? m->conv_qkv : 0;
 }
 int kda_cuda_model_gate_beta_fused(const KdaCudaModel *m) {
     return m->ctx.gate_version == 2;
@@ -1199,11 +1200,11 @@ static int block_bwd_(KdaCudaModel *m, const KdaLayerTensors *P, KdaLayerTensors
                                    L->b, N, HV, c->allow_neg_eigval));
     if (!fz) TRY(proj_bwd_(m, G->b_proj, P->b_proj, m->db, L->xa, ic.b, HV, 1));
 
-    // KDA_CONV_QKV=1 (with fuse_l2): q, k, v's conv backwards in one launch (+ one dw finish),
+    // KDA_CONV_QKV=2 (with fuse_l2): q, k, v's conv backwards in one launch (+ one dw finish),
     // then their projections' backwards in the same order as below (the same bits). Their dY:
     // the fused dY's columns (fz, fzq), else three buffers at once: q and k in m->dt1's two halves
     // (the unfused L2 path's buffer, free with fuse_l2; needs 2HK <= its width), v in m->dt2.
-    int qkv = m->fuse_l2 && m->conv_qkv && (fz ? fzq : 2 * HK <= (HK > HVV ? HK : HVV));
+    int qkv = m->fuse_l2 && m->conv_qkv == 2 && (fz ? fzq : 2 * HK <= (HK > HVV ? HK : HVV));
     if (qkv) {
         bf *dpq = fz ? m->inb + ic.q : m->dt1, *dpk = fz ? m->inb + ic.k : m->dt1 + N * HK;
         bf *dpv = fz ? m->inb + ic.v : m->dt2;
