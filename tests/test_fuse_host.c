@@ -1,4 +1,4 @@
-// test_fuse_host.c - the fused elementwise kernels of src/cuda/conv_cuda.cu and norm_cuda.cu
+// test_fuse_host.c - the fused elementwise kernels of src/cuda/conv_kernels.cuh and norm_cuda.cu
 // (conv + SiLU + L2 norm of q/k, q|k|v convs in one launch, gated out-norm with the g_proj.1
 // bias) through their HOST twins
 // (kda_cuda_*_host: the kernels' per-lane arithmetic and group-sum order, every lane run one

@@ -38,7 +38,7 @@ minimal_build() { # the GPU tests and what they link, nothing else (no zstd/snap
     local B=build-gpu-min
     mkdir -p $B
     local objs=() pids=()
-    for f in src/cuda/cuda_common.cu src/cuda/gemm_cuda.cu src/cuda/norm_cuda.cu src/cuda/conv_cuda.cu \
+    for f in src/cuda/cuda_common.cu src/cuda/gemm_cuda.cu src/cuda/norm_cuda.cu src/cuda/conv_*cuda.cu \
              src/cuda/kda_gate_cuda.cu src/cuda/swiglu_cuda.cu src/cuda/embed_cuda.cu \
              src/cuda/optim_cuda.cu src/cuda/kda_cuda.cu; do
         nvcc $NVFLAGS -c "$f" -o $B/$(basename "$f" .cu).cu.o & pids+=($!)
