@@ -23,6 +23,27 @@ __global__ void conv_qkv_finish_k(const ConvQkvFin f) {
 #undef FIN_PICK
 }
 
+// Blocks of the combined grid (the last job's end).
+int conv_qkv_blocks(const ConvQkvArgs &a) {
+    return a.j[2].start + a.j[2].gx * a.j[2].gy;
+}
+
+// The host twins' walk over a's blocks: run(job, block index within the job) for every block,
+// in the combined grid's order (one != 0: block after block, each block's job decoded as the
+// kernels decode it) or job after job (the three separate launches).
+template <class F> void conv_qkv_each_block_host(const ConvQkvArgs &a, int one, F run) {
+    if (one) {
+        for (int blk = 0; blk < conv_qkv_blocks(a); blk++) {
+            int jn = conv_qkv_job(a, blk);
+            run(jn, blk - a.j[jn].start);
+        }
+    } else {
+        for (int jn = 0; jn < 3; jn++)
+            for (int loc = 0; loc < a.j[jn].gx * a.j[jn].gy; loc++)
+                run(jn, loc);
+    }
+}
+
 } // namespace
 
 extern "C" {
@@ -91,11 +112,6 @@ static bool conv_qkv_bwd_plan(ConvQkvArgs *a, const KdaConvQkvBwd *pt, int64_t B
     }
     a->B = (int)B, a->T = (int)T, a->eps = 0.0f;
     return true;
-}
-
-// Blocks of the combined grid (the last job's end).
-static int conv_qkv_blocks(const ConvQkvArgs &a) {
-    return a.j[2].start + a.j[2].gx * a.j[2].gy;
 }
 
 int kda_cuda_conv_qkv_fwd_one(const KdaConvQkvFwd part[3], int64_t B, int64_t T, int64_t HK,
@@ -332,16 +348,7 @@ void kda_cuda_conv_qkv_fwd_host(const KdaConvQkvFwd part[3], int64_t B, int64_t 
         conv_fwd_block_host(j, a.B, a.T, (int)W, eps, jn < 2, 4, CONV2_TT_FWD,
                             jn < 2 ? (int)K / 4 : 1, loc % j.gx, loc / j.gx);
     };
-    if (one) {
-        for (int blk = 0; blk < conv_qkv_blocks(a); blk++) {
-            int jn = conv_qkv_job(a, blk);
-            run(jn, blk - a.j[jn].start);
-        }
-    } else {
-        for (int jn = 0; jn < 3; jn++)
-            for (int loc = 0; loc < a.j[jn].gx * a.j[jn].gy; loc++)
-                run(jn, loc);
-    }
+    conv_qkv_each_block_host(a, one, run);
 }
 
 void kda_cuda_conv_qkv_bwd_host(const KdaConvQkvBwd part[3], int64_t B, int64_t T, int64_t HK,
@@ -360,16 +367,7 @@ void kda_cuda_conv_qkv_bwd_host(const KdaConvQkvBwd part[3], int64_t B, int64_t 
             conv_bwd_block_host(j, a.B, a.T, (int)W, false, 2, CONV2_TT_BWD, 1, loc % j.gx,
                                 loc / j.gx);
     };
-    if (one) {
-        for (int blk = 0; blk < conv_qkv_blocks(a); blk++) {
-            int jn = conv_qkv_job(a, blk);
-            run(jn, blk - a.j[jn].start);
-        }
-    } else {
-        for (int jn = 0; jn < 3; jn++)
-            for (int loc = 0; loc < a.j[jn].gx * a.j[jn].gy; loc++)
-                run(jn, loc);
-    }
+    conv_qkv_each_block_host(a, one, run);
     for (int i = 0; i < 3; i++) {
         colsum_finish_host(part[i].dw, a.j[i].part, a.j[i].gy, (int64_t)a.j[i].C * W);
         free(a.j[i].part);
