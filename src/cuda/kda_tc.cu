@@ -8,7 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "cuda/cuda_internal.h" // defines: CUDA_CHECK, KDA_CUDA_REQUIRE (and kda_calloc: core/error.h)
+#include "cuda/cuda_internal.h" // defines: CUDA_CHECK, bf2f, f32_bits; kda_calloc (core/error.h)
 #include "cuda/kda_chunk_layout.cuh" // defines: ChunkArgs, chunk_args, carve, keep_carve_hd
 #include "cuda/kda_fast.h"           // defines: kda_fast_keep_floats (the kept layout's first part)
 #include "cuda/kda_tc.h"             // defines: kda_tc_fwd, kda_tc_bwd
@@ -181,16 +181,6 @@ __host__ __device__ inline float fexp(float x) {
     return __expf(x);
 #else
     return expf(x);
-#endif
-}
-__host__ __device__ inline float ldbf(kda_bf16 h) {
-    unsigned u = (unsigned)h << 16;
-#ifdef __CUDA_ARCH__
-    return __uint_as_float(u);
-#else
-    float f;
-    memcpy(&f, &u, sizeof f);
-    return f;
 #endif
 }
 __host__ __device__ inline kda_bf16 stbf(float f) { // round to nearest even, NaN stays NaN
@@ -596,15 +586,15 @@ __host__ __device__ void intra_body(const TcArgs &a, int64_t blk, float *sm, boo
     FOR(e, C * K) {
         int i = e / K, c = e % K, t = p.t0 + i;
         bool in = i < n;
-        Qs[i * LK + c] = in ? ldbf(a.q[qk_at(a, p.b, t, p.hq) + c]) : 0.0f;
-        Ks[i * LK + c] = in ? ldbf(a.k[qk_at(a, p.b, t, p.hq) + c]) : 0.0f;
+        Qs[i * LK + c] = in ? bf2f(a.q[qk_at(a, p.b, t, p.hq) + c]) : 0.0f;
+        Ks[i * LK + c] = in ? bf2f(a.k[qk_at(a, p.b, t, p.hq) + c]) : 0.0f;
         Gs[i * LK + c] = in ? a.gcum[g_at(a, p.b, t, p.j) + c] : 0.0f;
     }
     FOR(e, C * V) {
         int i = e / V, c = e % V, t = p.t0 + i;
         bool in = i < n;
-        Vs[i * LV + c] = in ? ldbf(a.v[v_at(a, p.b, t, p.j) + c]) : 0.0f;
-        if (bwd) dOs[i * LV + c] = in ? ldbf(a.dO[v_at(a, p.b, t, p.j) + c]) : 0.0f;
+        Vs[i * LV + c] = in ? bf2f(a.v[v_at(a, p.b, t, p.j) + c]) : 0.0f;
+        if (bwd) dOs[i * LV + c] = in ? bf2f(a.dO[v_at(a, p.b, t, p.j) + c]) : 0.0f;
     }
     FOR(i, C) bs[i] = i < n ? a.beta[beta_at(a, p.b, p.t0 + i, p.j)] : 0.0f;
     sync_();
@@ -812,7 +802,7 @@ __host__ __device__ void ddi_body(const TcArgs &a, int64_t blk, float *sm) {
     FOR(e, C * C) Aq[(e / C) * LC + e % C] = a.Aqk[p.cid * C * C + e];
     FOR(e, C * V) {
         int i = e / V, c = e % V;
-        dOs[i * LV + c] = i < p.n ? ldbf(a.dO[v_at(a, p.b, p.t0 + i, p.j) + c]) : 0.0f;
+        dOs[i * LV + c] = i < p.n ? bf2f(a.dO[v_at(a, p.b, p.t0 + i, p.j) + c]) : 0.0f;
     }
     sync_();
     float *dDig = a.dDi + p.cid * C * V;
@@ -881,7 +871,7 @@ __host__ __device__ void state_bwd_body(const TcArgs &a, int64_t blk, float *sm)
         if (nc > 0) rstate_prefetch_(a, cid - 1, nc - 1, v0, bufs + (par ^ 1) * BUF);
         FOR(e, C * Vt) {
             int i = e / Vt, c = e % Vt;
-            dOs[i * LT + c] = t0 + i < a.T ? ldbf(dOb[i * Vt + c]) : 0.0f;
+            dOs[i * LT + c] = t0 + i < a.T ? bf2f(dOb[i * Vt + c]) : 0.0f;
         }
         FOR(e, K * Vt) {
             int x = e / Vt, c = e % Vt;
@@ -939,16 +929,16 @@ __host__ __device__ void bwd_body(const TcArgs &a, int64_t blk, float *sm) {
     FOR(e, C * K) {
         int i = e / K, c = e % K, t = p.t0 + i, x = i * LK + c;
         bool in = i < n;
-        Qs[x] = in ? ldbf(a.q[qk_at(a, p.b, t, p.hq) + c]) : 0.0f;
-        Ks[x] = in ? ldbf(a.k[qk_at(a, p.b, t, p.hq) + c]) : 0.0f;
+        Qs[x] = in ? bf2f(a.q[qk_at(a, p.b, t, p.hq) + c]) : 0.0f;
+        Ks[x] = in ? bf2f(a.k[qk_at(a, p.b, t, p.hq) + c]) : 0.0f;
         Gs[x] = in ? a.gcum[g_at(a, p.b, t, p.j) + c] : 0.0f;
         dq[x] = dk[x] = dG[x] = dw[x] = tk[x] = 0.0f;
     }
     FOR(e, C * V) {
         int i = e / V, c = e % V, t = p.t0 + i, x = i * LV + c;
         bool in = i < n;
-        Vs[x] = in ? ldbf(a.v[v_at(a, p.b, t, p.j) + c]) : 0.0f;
-        dOs[x] = in ? ldbf(a.dO[v_at(a, p.b, t, p.j) + c]) : 0.0f;
+        Vs[x] = in ? bf2f(a.v[v_at(a, p.b, t, p.j) + c]) : 0.0f;
+        dOs[x] = in ? bf2f(a.dO[v_at(a, p.b, t, p.j) + c]) : 0.0f;
         Ds[x] = a.D[p.cid * C * V + e];
         dDs[x] = a.dD[p.cid * C * V + e];
     }
@@ -1224,7 +1214,7 @@ __host__ __device__ inline void ld8bf_(float x[8], const kda_bf16 *src, bool al1
     (void)al16;
 #endif
     for (int i = 0; i < 8; i++)
-        x[i] = ldbf(src[i]);
+        x[i] = bf2f(src[i]);
 }
 
 // x[0..4) = p[0..4) (one 16-byte shared load on the device: p is 16-byte aligned).
@@ -1669,7 +1659,7 @@ __host__ __device__ void bwd4_body(const TcArgs &a, int64_t blk, float *sm) {
         sync_();
         FOR_N(e, C * K, RT) {
             int i = e / K, c = e % K;
-            Kb[i * LK + c] = bs[i] * ldbf(Kh[i * LQ + c]) * fexp(Gs[i * LK + c]);
+            Kb[i * LK + c] = bs[i] * bf2f(Kh[i * LQ + c]) * fexp(Gs[i * LK + c]);
         }
         block_mm_w(0, 8, C, K, math(dOh, LW, 1), mat(S0, 1, LV), V, matr<RT>(dDs, LV, 1),
                    mat(S0, 1, LV), V, [&](int r, int c, float vo, float vd) {
@@ -1690,10 +1680,10 @@ __host__ __device__ void bwd4_body(const TcArgs &a, int64_t blk, float *sm) {
         }
         FOR_N(e, C * K, RT) {
             int i = e / K, c = e % K, x = i * LK + c;
-            float eg = fexp(Gs[x]), el = fexp(Gl[c] - Gs[x]), kx = ldbf(Kh[i * LQ + c]);
+            float eg = fexp(Gs[x]), el = fexp(Gl[c] - Gs[x]), kx = bf2f(Kh[i * LQ + c]);
             float dqi = scale * eg * T1[x], tkv = kx * el * T2[x];
             dq[x] = dqi;
-            dG[x] = ldbf(Qh[i * LQ + c]) * dqi - tkv;
+            dG[x] = bf2f(Qh[i * LQ + c]) * dqi - tkv;
             dk[x] = el * T2[x];
             tk[x] = tkv;
             T3[x] = rnd_<RT>(-T3[x]); // dw: read by mma only
@@ -1710,8 +1700,8 @@ __host__ __device__ void bwd4_body(const TcArgs &a, int64_t blk, float *sm) {
             FOR_N(e, SUB * K, RT) {
                 int i = e / K, c = e % K, r = R + i;
                 float gR = Gs[R * LK + c], f = r < n ? fexp(Gs[r * LK + c] - gR) : 0.0f;
-                Kf1[i * LK + c] = ldbf(Kh[r * LQ + c]) * f;
-                Kr1[i * LK + c] = ldbf(Kh[i * LQ + c]) * fexp(gR - Gs[i * LK + c]);
+                Kf1[i * LK + c] = bf2f(Kh[r * LQ + c]) * f;
+                Kr1[i * LK + c] = bf2f(Kh[i * LQ + c]) * fexp(gR - Gs[i * LK + c]);
             }
         }
         FOR_N(e, C * C, RT) {
@@ -1726,14 +1716,14 @@ __host__ __device__ void bwd4_body(const TcArgs &a, int64_t blk, float *sm) {
             if (i < n) {
                 UNROLL_(8)
                 for (int c = 0; c < K; c++)
-                    kk += ldbf(Kh[i * LQ + c]) * ldbf(Kh[jj * LQ + c]) *
+                    kk += bf2f(Kh[i * LQ + c]) * bf2f(Kh[jj * LQ + c]) *
                           fexp(Gs[i * LK + c] - Gs[jj * LK + c]);
             }
             KK[i * LC + jj] = kk;
         }
         FOR_N(e, C * K, RT) {
             int i = e / K, c = e % K;
-            Kb[i * LK + c] = bs[i] * ldbf(Kh[i * LQ + c]) * fexp(Gs[i * LK + c]);
+            Kb[i * LK + c] = bs[i] * bf2f(Kh[i * LQ + c]) * fexp(Gs[i * LK + c]);
         }
         block_mm(
             C, C, math(dOh, LW, 1), mat(Ds, 1, LV), V, no_mat(), no_mat(), 0,
@@ -1791,10 +1781,10 @@ __host__ __device__ void bwd4_body(const TcArgs &a, int64_t blk, float *sm) {
         }
         GFOR(e, C * K, 2, nwarp - 2) {
             int i = e / K, c = e % K, x = i * LK + c;
-            float eg = fexp(Gs[x]), el = fexp(Gl[c] - Gs[x]), kx = ldbf(Kh[i * LQ + c]);
+            float eg = fexp(Gs[x]), el = fexp(Gl[c] - Gs[x]), kx = bf2f(Kh[i * LQ + c]);
             float dqi = scale * eg * T1[x], tkv = kx * el * T2[x];
             dq[x] = dqi; // o has (scale q e^G) S0
-            dG[x] = ldbf(Qh[i * LQ + c]) * dqi - tkv;
+            dG[x] = bf2f(Qh[i * LQ + c]) * dqi - tkv;
             dk[x] = el * T2[x];       // S_end has (k e^{G_last - G})ᵀ Δ
             tk[x] = tkv;              // summed into dΓ_last in (4)
             T3[x] = rnd_<RT>(-T3[x]); // dw (Δ = u - w S0): read by mma only
@@ -1835,8 +1825,8 @@ __host__ __device__ void bwd4_body(const TcArgs &a, int64_t blk, float *sm) {
     }
     for (int i = warp; i < C; i += nwarp) {
         float s = 0.0f;
-        WFOR(v, V) s += ldbf(Vh[i * LW + v]) * dVb[i * LV + v];
-        WFOR(c, K) s += ldbf(Kh[i * LQ + c]) * fexp(Gs[i * LK + c]) * dKb[i * LK + c];
+        WFOR(v, V) s += bf2f(Vh[i * LW + v]) * dVb[i * LV + v];
+        WFOR(c, K) s += bf2f(Kh[i * LQ + c]) * fexp(Gs[i * LK + c]) * dKb[i * LK + c];
         s = warp_sum_(s);
         if (lane_() == 0) dbs[i] = s;
     }
@@ -1859,9 +1849,9 @@ __host__ __device__ void bwd4_body(const TcArgs &a, int64_t blk, float *sm) {
         FOR_N(e, SUB * K, RT) {
             int i = e / K, c = e % K, r = R + i;
             float gR = Gs[R * LK + c], f = r < n ? fexp(Gs[r * LK + c] - gR) : 0.0f;
-            Qf[i * LK + c] = rnd_<RT>(ldbf(Qh[r * LQ + c]) * f); // (7)'s mma operands only
-            Kfb[i * LK + c] = rnd_<RT>(bs[r] * ldbf(Kh[r * LQ + c]) * f);
-            Kr[i * LK + c] = rnd_<RT>(ldbf(Kh[i * LQ + c]) * fexp(gR - Gs[i * LK + c]));
+            Qf[i * LK + c] = rnd_<RT>(bf2f(Qh[r * LQ + c]) * f); // (7)'s mma operands only
+            Kfb[i * LK + c] = rnd_<RT>(bs[r] * bf2f(Kh[r * LQ + c]) * f);
+            Kr[i * LK + c] = rnd_<RT>(bf2f(Kh[i * LQ + c]) * fexp(gR - Gs[i * LK + c]));
         }
     }
     sync_();
@@ -1904,8 +1894,8 @@ __host__ __device__ void bwd4_body(const TcArgs &a, int64_t blk, float *sm) {
             float gj[4], kj[4], qj[4];
             for (int t = 0; t < 4; t++) {
                 const int jj = s0 + u0 + t;
-                gj[t] = Gs[jj * LK + c], kj[t] = ldbf(Kh[jj * LQ + c]),
-                qj[t] = ldbf(Qh[jj * LQ + c]);
+                gj[t] = Gs[jj * LK + c], kj[t] = bf2f(Kh[jj * LQ + c]),
+                qj[t] = bf2f(Qh[jj * LQ + c]);
             }
             for (int h = 0; h < 2; h++) {
                 float cq[4], cl[4], ca[4], cb[4];
@@ -1922,7 +1912,7 @@ __host__ __device__ void bwd4_body(const TcArgs &a, int64_t blk, float *sm) {
         for (int h = 0; h < 2; h++) {
             const int r = rr[h], x = r * LK + c;
             if (r >= n) break;
-            float kr = ldbf(Kh[r * LQ + c]), qr = ldbf(Qh[r * LQ + c]);
+            float kr = bf2f(Kh[r * LQ + c]), qr = bf2f(Qh[r * LQ + c]);
             float rq = acc[h][0] * scale, rk = acc[h][1] * bs[r], cx = acc[h][2];
             dq[x] += rq;
             dk[x] += rk + cx;
@@ -1945,7 +1935,7 @@ __host__ __device__ void bwd4_body(const TcArgs &a, int64_t blk, float *sm) {
         if (off) {
             WFOR_CT(i, C, n, RT) {
                 int x = i * LK + c;
-                float qx = ldbf(Qh[i * LQ + c]), kx = ldbf(Kh[i * LQ + c]);
+                float qx = bf2f(Qh[i * LQ + c]), kx = bf2f(Kh[i * LQ + c]);
                 dG[x] += i >= R ? qx * T1[x] + kx * T2[x] : -kx * T3[x];
             }
             syncwarp_();
@@ -2115,11 +2105,11 @@ __host__ __device__ void intra4_body(const TcArgs &a, int64_t blk, float *sm) {
         FOR_N(e, SUB * K, RT) {
             int i = e / K, c = e % K, r = R + i;
             float gR = Gs[R * LK + c], f = r < n ? fexp(Gs[r * LK + c] - gR) : 0.0f;
-            float kf = ldbf(Kh[r * LQ + c]) * f;
-            Qf[i * LK + c] = ldbf(Qh[r * LQ + c]) * f;
+            float kf = bf2f(Kh[r * LQ + c]) * f;
+            Qf[i * LK + c] = bf2f(Qh[r * LQ + c]) * f;
             Kf[i * LK + c] = bs[r] * kf;
             Kf0[i * LK + c] = kf;
-            Kr[i * LK + c] = ldbf(Kh[i * LQ + c]) * fexp(gR - Gs[i * LK + c]);
+            Kr[i * LK + c] = bf2f(Kh[i * LQ + c]) * fexp(gR - Gs[i * LK + c]);
         }
     }
     FOR_N(e, C * C, RT) {
@@ -2138,9 +2128,9 @@ __host__ __device__ void intra4_body(const TcArgs &a, int64_t blk, float *sm) {
         if (i < n) {
             UNROLL_(8)
             for (int c = 0; c < K; c++) {
-                float kd = ldbf(Kh[jj * LQ + c]) * fexp(Gs[i * LK + c] - Gs[jj * LK + c]);
-                l += ldbf(Kh[i * LQ + c]) * kd;
-                q += ldbf(Qh[i * LQ + c]) * kd;
+                float kd = bf2f(Kh[jj * LQ + c]) * fexp(Gs[i * LK + c] - Gs[jj * LK + c]);
+                l += bf2f(Kh[i * LQ + c]) * kd;
+                q += bf2f(Qh[i * LQ + c]) * kd;
             }
         }
         Aq[i * LC + jj] = scale * q;
@@ -2151,9 +2141,9 @@ __host__ __device__ void intra4_body(const TcArgs &a, int64_t blk, float *sm) {
     const float *Gl = Gs + (n - 1) * LK;
     FOR_N(e, C * K, RT) {
         int i = e / K, c = e % K;
-        float g = Gs[i * LK + c], eg = fexp(g), kx = ldbf(Kh[i * LQ + c]);
+        float g = Gs[i * LK + c], eg = fexp(g), kx = bf2f(Kh[i * LQ + c]);
         Kb[i * LK + c] = bs[i] * kx * eg;
-        qgg[e] = rnd_<RT>(scale * ldbf(Qh[i * LQ + c]) * eg);
+        qgg[e] = rnd_<RT>(scale * bf2f(Qh[i * LQ + c]) * eg);
         kgg[e] = rnd_<RT>(kx * fexp(Gl[c] - g));
     }
     FOR_N(c, K, RT) a.gl[p.cid * K + c] = fexp(Gl[c]);
