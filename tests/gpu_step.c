@@ -39,4 +39,11 @@ int gpu_train_step(KdaCudaModel *dm, const GpuStep *sched, int64_t s, float *los
     return kda_cuda_model_adamw(dm, &oc, s, 1e-3, err) || kda_cuda_model_get_params(dm, p, err);
 }
 
+int64_t gpu_bits_differ(const float *a, const float *b, int64_t n) {
+    int64_t d = 0;
+    for (int64_t i = 0; i < n; i++)
+        d += memcmp(&a[i], &b[i], sizeof(float)) != 0;
+    return d;
+}
+
 #endif // KDA_HAVE_CUDA

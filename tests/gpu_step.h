@@ -1,6 +1,6 @@
 // gpu_step.h - one training step of a GPU model for the GPU tests that hold two models to the
-// same bits (test_gpu_model.c's switch tests, test_gpu_pdl.c): the schedule of a step and the
-// step itself, so every such test trains the same way.
+// same bits (test_gpu_model.c's switch tests, test_gpu_pdl.c): the schedule of a step, the step
+// itself, so every such test trains the same way, and the count of elements whose bits differ.
 #ifndef KDA_TESTS_GPU_STEP_H
 #define KDA_TESTS_GPU_STEP_H
 
@@ -26,6 +26,9 @@ typedef struct {
 // only, so two models fed the same schedule see the same data. 0, or -1 with *err set.
 int gpu_train_step(KdaCudaModel *dm, const GpuStep *sched, int64_t s, float *loss, float *g,
                    float *p, KdaError *err);
+
+// Elements of a [n] and b [n] (fp32) whose bits differ.
+int64_t gpu_bits_differ(const float *a, const float *b, int64_t n);
 
 #endif // KDA_HAVE_CUDA
 #endif

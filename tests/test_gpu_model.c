@@ -41,7 +41,7 @@
 #include "model/model_cuda.h" // defines: KdaCudaModel, kda_cuda_model_*
 #include "cuda/xent_cuda.h"   // defines: kda_cuda_xent_fwd, kda_cuda_xent_bwd
 #include "tiny_model.h"       // defines: tiny_load_model, tiny_model_init
-#include "gpu_step.h"         // defines: GpuStep, gpu_train_step
+#include "gpu_step.h"         // defines: GpuStep, gpu_train_step, gpu_bits_differ
 #include "kda_case.h"         // defines: kda_case_expect, kda_case_fla_ratio
 #include "io/safetensors.h"   // defines: SafeTensors, st_open, st_find
 #include "model/model.h"      // defines: KdaModel, kda_model_forward, kda_model_backward
@@ -1032,14 +1032,6 @@ static int create_with_(KdaCudaModel **dm, const KdaModel *m, const char *var, c
     return rc;
 }
 
-// Elements of a [n] and b [n] whose bits differ.
-static int64_t bits_differ_(const float *a, const float *b, int64_t n) {
-    int64_t d = 0;
-    for (int64_t i = 0; i < n; i++)
-        d += memcmp(&a[i], &b[i], sizeof(float)) != 0;
-    return d;
-}
-
 // Graphs (pass 1; pass 2 with per-block recompute, which gpu_model_recompute_bit_identical
 // holds to the stored activations' bits) against the eager model (pass 0): the same kernels in
 // the same order, so every step's loss, gradients and updated parameters must be bit-identical.
@@ -1076,7 +1068,7 @@ KDA_TEST_GPU(gpu_model_graph_bit_identical) {
             rc = gpu_train_step(dm[pass], &SCHED[s], s + 1, &loss[pass][s], g[pass], p[pass], &err);
         CHECK_MSG(rc == 0, "step %d: %s", s + 1, err.msg);
         for (int pass = 1; pass < 3 && !rc; pass++) {
-            int64_t dg = bits_differ_(g[pass], g[0], n), dp = bits_differ_(p[pass], p[0], n);
+            int64_t dg = gpu_bits_differ(g[pass], g[0], n), dp = gpu_bits_differ(p[pass], p[0], n);
             CHECK_MSG(memcmp(&loss[pass][s], &loss[0][s], sizeof(float)) == 0 && !dg && !dp,
                       "step %d pass %d: loss %.9g vs eager %.9g, %lld grads and %lld params of "
                       "%lld differ",
@@ -1138,7 +1130,7 @@ KDA_TEST_GPU(gpu_model_adamw_one_launch) {
         }
         CHECK_MSG(rc == 0, "step %d: %s", s + 1, err.msg);
         if (rc) break;
-        int64_t dp = bits_differ_(p[1], p[0], n);
+        int64_t dp = gpu_bits_differ(p[1], p[0], n);
         CHECK_MSG(!dp && calls[1] == 1 && calls[0] > 1,
                   "step %d: %lld of %lld params differ; AdamW launches %lld (one) vs %lld (runs)",
                   s + 1, (long long)dp, (long long)n, (long long)calls[1], (long long)calls[0]);
@@ -1179,7 +1171,7 @@ KDA_TEST_GPU(gpu_model_mlp_recompute_bit_identical) {
             rc = gpu_train_step(dm[pass], &SCHED[s], s + 1, &loss[pass], g[pass], p[pass], &err);
         CHECK_MSG(rc == 0, "step %d: %s", s + 1, err.msg);
         if (rc) break;
-        int64_t dg = bits_differ_(g[1], g[0], n), dp = bits_differ_(p[1], p[0], n);
+        int64_t dg = gpu_bits_differ(g[1], g[0], n), dp = gpu_bits_differ(p[1], p[0], n);
         CHECK_MSG(memcmp(&loss[1], &loss[0], sizeof(float)) == 0 && !dg && !dp,
                   "step %d: loss %.9g vs %.9g, %lld grads and %lld params of %lld differ", s + 1,
                   loss[1], loss[0], (long long)dg, (long long)dp, (long long)n);
@@ -1236,7 +1228,7 @@ KDA_TEST_GPU(gpu_model_conv_qkv_bit_identical) {
                     gpu_train_step(dm[pass], &SCHED[s], s + 1, &loss[pass], g[pass], p[pass], &err);
             CHECK_MSG(rc == 0, "step %d: %s", s + 1, err.msg);
             if (rc) break;
-            int64_t dg = bits_differ_(g[1], g[0], n), dp = bits_differ_(p[1], p[0], n);
+            int64_t dg = gpu_bits_differ(g[1], g[0], n), dp = gpu_bits_differ(p[1], p[0], n);
             CHECK_MSG(memcmp(&loss[1], &loss[0], sizeof(float)) == 0 && !dg && !dp,
                       "KDA_CONV_QKV=%d, dY in place %d, step %d: loss %.9g vs %.9g, %lld grads and "
                       "%lld params of "

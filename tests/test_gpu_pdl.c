@@ -30,7 +30,7 @@
 #include "model/model.h"      // defines: KdaModel, kda_model_free
 #include "model/model_cuda.h" // defines: KdaCudaModel, kda_cuda_model_*
 #include "tiny_model.h"       // defines: tiny_model_init
-#include "gpu_step.h"         // defines: GpuStep, gpu_train_step
+#include "gpu_step.h"         // defines: GpuStep, gpu_train_step, gpu_bits_differ
 
 static int have_gpu_(void) {
     int ok = kda_cuda_device_count() > 0;
@@ -63,15 +63,6 @@ static int init_pdl_(KdaCudaCtx *ctx, const char *val, KdaError *err) {
     int rc = kda_cuda_init(ctx, 0, err);
     env_restore_("KDA_PDL", old);
     return rc;
-}
-
-// Elements of a [n] and b [n] whose bits differ (any element width).
-static int64_t bits_differ_(const void *a, const void *b, int64_t n, size_t elem) {
-    int64_t d = 0;
-    for (int64_t i = 0; i < n; i++)
-        d += memcmp((const char *)a + (size_t)i * elem, (const char *)b + (size_t)i * elem, elem) !=
-             0;
-    return d;
 }
 
 // ---- kernel level -------------------------------------------------------------------------------
@@ -160,10 +151,10 @@ KDA_TEST_GPU(gpu_pdl_kernel_chain) {
         if (rc) break;
     }
     if (!kda_test_failed()) {
-        int64_t d2 = bits_differ_(out[1].y2, out[0].y2, n, 4);
-        int64_t d3 = bits_differ_(out[1].y3, out[0].y3, n, 4);
-        int64_t d4 = bits_differ_(out[1].y4, out[0].y4, n, 4);
-        int64_t dx = bits_differ_(out[1].x, out[0].x, n, 4);
+        int64_t d2 = gpu_bits_differ(out[1].y2, out[0].y2, n);
+        int64_t d3 = gpu_bits_differ(out[1].y3, out[0].y3, n);
+        int64_t d4 = gpu_bits_differ(out[1].y4, out[0].y4, n);
+        int64_t dx = gpu_bits_differ(out[1].x, out[0].x, n);
         int64_t nan = 0;
         for (int64_t i = 0; i < n; i++)
             nan += isnan(out[0].y2[i]) || isnan(out[0].y3[i]) || isnan(out[0].y4[i]);
@@ -225,7 +216,7 @@ KDA_TEST_GPU(gpu_pdl_model_bit_identical) {
             rc = gpu_train_step(dm[pass], &SCHED[s], s + 1, &loss[pass], g[pass], p[pass], &err);
         CHECK_MSG(rc == 0, "step %d: %s", s + 1, err.msg);
         for (int pass = 1; pass < 4 && !rc; pass++) {
-            int64_t dg = bits_differ_(g[pass], g[0], n, 4), dp = bits_differ_(p[pass], p[0], n, 4);
+            int64_t dg = gpu_bits_differ(g[pass], g[0], n), dp = gpu_bits_differ(p[pass], p[0], n);
             CHECK_MSG(memcmp(&loss[pass], &loss[0], sizeof(float)) == 0 && !dg && !dp,
                       "step %d pass %d: loss %.9g vs %.9g, %lld grads and %lld params of %lld "
                       "differ",
