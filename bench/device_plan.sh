@@ -92,9 +92,10 @@ case $STEP in
         KDA_BIN=$B/kda timeout 120 "$B/kda_test" --gpu gpu_model gpu_gate gpu_adamw \
         > "$D/tests.txt" 2>&1
     say "gpu_model gpu_gate gpu_adamw with the old paths: rc=$? $(tail -1 "$D/tests.txt")"
-    KDA_CONV_QKV=1 KDA_BIN=$B/kda timeout 60 "$B/kda_test" --gpu gpu_model gpu_fuse \
+    # the model's tests with both new switches on (=2: the combined backward too)
+    KDA_CONV_QKV=2 KDA_PDL=1 KDA_BIN=$B/kda timeout 60 "$B/kda_test" --gpu gpu_model gpu_fuse \
         > "$D/tests_qkv.txt" 2>&1
-    say "gpu_model gpu_fuse with KDA_CONV_QKV=1: rc=$? $(tail -1 "$D/tests_qkv.txt")"
+    say "gpu_model gpu_fuse with KDA_CONV_QKV=2 KDA_PDL=1: rc=$? $(tail -1 "$D/tests_qkv.txt")"
     tput base
     tput graph_off KDA_GRAPH=0 PROFILE=
     tput base_noprof PROFILE=

@@ -850,7 +850,8 @@ static int block_fwd_(KdaCudaModel *m, const KdaLayerTensors *P, DevLayer *L, fl
         TRY(lin_(m, KDA_OP_PROJ_FWD, L->pk, L->xa, P->k_proj, N, D, HK));
         TRY(lin_(m, KDA_OP_PROJ_FWD, L->pv, L->xa, P->v_proj, N, D, HVV));
     }
-    if (m->fuse_l2 && m->conv_qkv) { // q, k (+ L2 norm) and v in one launch (row: conv fwd)
+    int qkv = kda_cuda_model_conv_qkv(m) > 0; // KDA_CONV_QKV=1 or 2, with fuse_l2
+    if (qkv) { // q, k (+ L2 norm) and v in one launch (row: conv fwd)
         KdaConvQkvFwd cp[3] = {{L->q, L->rq, L->pq, P->q_conv},
                                {L->k, L->rk, L->pk, P->k_conv},
                                {L->v, NULL, L->pv, P->v_conv}};
@@ -873,7 +874,7 @@ static int block_fwd_(KdaCudaModel *m, const KdaLayerTensors *P, DevLayer *L, fl
         TIMED(KDA_OP_L2NORM_FWD, 0, 4.0 * N * HK,
               kda_cuda_l2norm_fwd(x, L->k, L->rk, L->kc, N * H, K, L2NORM_EPS));
     }
-    if (!(m->fuse_l2 && m->conv_qkv))
+    if (!qkv)
         TIMED(KDA_OP_CONV_FWD, 0, 4.0 * N * HVV,
               kda_cuda_conv_silu_fwd(x, L->v, L->pv, P->v_conv, m->B, m->T, HVV, Wc));
     if (!m->inproj) TRY(lin_(m, KDA_OP_PROJ_FWD, L->f0, L->xa, P->f_proj0, N, D, V));
@@ -1204,7 +1205,7 @@ static int block_bwd_(KdaCudaModel *m, const KdaLayerTensors *P, KdaLayerTensors
     // then their projections' backwards in the same order as below (the same bits). Their dY:
     // the fused dY's columns (fz, fzq), else three buffers at once: q and k in m->dt1's two halves
     // (the unfused L2 path's buffer, free with fuse_l2; needs 2HK <= its width), v in m->dt2.
-    int qkv = m->fuse_l2 && m->conv_qkv == 2 && (fz ? fzq : 2 * HK <= (HK > HVV ? HK : HVV));
+    int qkv = kda_cuda_model_conv_qkv(m) == 2 && (fz ? fzq : 2 * HK <= (HK > HVV ? HK : HVV));
     if (qkv) {
         bf *dpq = fz ? m->inb + ic.q : m->dt1, *dpk = fz ? m->inb + ic.k : m->dt1 + N * HK;
         bf *dpv = fz ? m->inb + ic.v : m->dt2;
