@@ -783,6 +783,11 @@ KDA_TEST_GPU(gpu_model_profile) {
         int64_t width = 2 * c->key_dim + c->value_dim + 2 * c->head_v_dim + c->num_v_heads,
                 kcol = c->key_dim;
         int dyi = kda_cuda_model_dy_inplace(dm), fzq = !l2f || (width % 4 == 0 && kcol % 4 == 0);
+        // KDA_CONV_QKV (opt-in, with the fused L2 kernels): q, k and v's convs in one launch
+        // forward (1, 2) and backward (2, where the fused dY's columns or the scratch halves
+        // take all three: model_cuda.c block_bwd_), else one launch each
+        int qkv = kda_cuda_model_conv_qkv(dm), hk = (int)c->key_dim, hvv = (int)c->value_dim;
+        int qkvf = qkv > 0, qkvb = qkv == 2 && (fz ? fzq : 2 * hk <= (hk > hvv ? hk : hvv));
         const struct {
             KdaOp op;
             int64_t calls;
@@ -793,8 +798,8 @@ KDA_TEST_GPU(gpu_model_profile) {
             {KDA_OP_NORM_BWD, 2 * L + 1},
             {KDA_OP_PROJ_FWD, (fz ? 4 : 8) * L},
             {KDA_OP_PROJ_BWD, (fz ? (dyi ? (fzq ? 8 : 10) : 12) : 16) * L},
-            {KDA_OP_CONV_FWD, 3 * L},
-            {KDA_OP_CONV_BWD, 3 * L},
+            {KDA_OP_CONV_FWD, (qkvf ? 1 : 3) * L},
+            {KDA_OP_CONV_BWD, (qkvb ? 1 : 3) * L},
             {KDA_OP_L2NORM_FWD, l2f ? 0 : 2 * L},
             {KDA_OP_L2NORM_BWD, l2f ? 0 : 2 * L},
             {KDA_OP_GATE_FWD, gb * L},
@@ -1020,15 +1025,23 @@ KDA_TEST_GPU(gpu_model_memory_plan_equals_arena) {
 // ---- one CUDA graph per micro-batch (the default; KDA_GRAPH=0 off) --------------------------
 
 // kda_cuda_model_create of m's weights with the environment switch var set to val while it runs
-// (create reads the switches; val NULL: var unset, the default). var is unset afterwards.
+// (create reads the switches; val NULL: var unset, the default). var gets its value from before
+// the call back afterwards, so a suite run with a switch exported keeps it for later tests.
 static int create_with_(KdaCudaModel **dm, const KdaModel *m, const char *var, const char *val,
                         KdaError *err) {
+    const char *was = getenv(var);
+    char *saved = was ? strdup(was) : NULL;
+    if (was && !saved) return kda_fail(err, "create_with_: out of memory copying %s", var);
     if (val)
         setenv(var, val, 1);
     else
         unsetenv(var);
     int rc = kda_cuda_model_create(dm, &m->cfg, &m->table, m->params, 0, err);
-    unsetenv(var);
+    if (saved)
+        setenv(var, saved, 1);
+    else
+        unsetenv(var);
+    free(saved);
     return rc;
 }
 
