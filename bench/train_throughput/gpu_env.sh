@@ -79,10 +79,10 @@ kda_env_info() {
 # The results of FLA 0.6.0's own full autotune (Triton's *.autotune.json: the timings of every
 # config and the one chosen), recorded on one H200 on 2026-12-03 (bench/train_throughput/run.sh,
 # FLA_ONE_CONFIG=0: KDA-300M at mb 16/32/64, docs/log/gpu-2026-12-03.md §5, 37 results; KDA-1B at
-# mb 8/16, §12, 38 more). With TRITON_CACHE_AUTOTUNING=1
-# Triton reuses them where its key (kernel source, Triton version, GPU, shapes) matches: FLA runs
-# the configs its autotune chose without the ~330 s of benchmarking them again; where nothing
-# matches (another FLA, Triton or GPU) it autotunes as usual.
+# mb 8/16, §12, 38 more; the kernel comparison's K = V = 128 shapes, §21, 19 more). With
+# TRITON_CACHE_AUTOTUNING=1 Triton reuses them where its key (kernel source, Triton version, GPU,
+# shapes) matches: FLA runs the configs its autotune chose without the ~330 s of benchmarking them
+# again; where nothing matches (another FLA, Triton or GPU) it autotunes as usual.
 kda_fla_autotune_seed() {
     local seed=${FLA_AUTOTUNE_SEED-bench/train_throughput/fla_autotune_h200.tgz}
     if [ "${FLA_ONE_CONFIG:-1}" != 0 ] || [ -z "$seed" ]; then return 0; fi
