@@ -1,8 +1,9 @@
 // kda_chunk_layout.cuh - the scratch and kept-state layout that kda_fast.cu (SIMT) and kda_tc.cu
 // (tensor cores) share: their argument block, the chunk position, the tensor offsets, the carving
-// of one scratch buffer into the chunk-major tensors, the GVA sum and the shared-memory limit
-// setter. This layout is the contract that makes the kept h and Δ of one core readable by the
-// other's backward (kda_fast_keep_floats: h [B·HV·NT, K, V] then Δ [B·HV·NT, C, V], fp32).
+// of one scratch buffer into the chunk-major tensors, the GVA sum, the shared-memory limit setter
+// and the benchmarks' per-kernel profile harness. This layout is the contract that makes the kept
+// h and Δ of one core readable by the other's backward (kda_fast_keep_floats: h [B·HV·NT, K, V]
+// then Δ [B·HV·NT, C, V], fp32).
 // Included by those two .cu files only; everything is in an anonymous namespace (one copy each).
 #ifndef KDA_CUDA_KDA_CHUNK_LAYOUT_CUH
 #define KDA_CUDA_KDA_CHUNK_LAYOUT_CUH
@@ -163,6 +164,93 @@ inline int set_smem(KdaCudaCtx *ctx, const void *fn, size_t bytes) {
     else if (kda_cuda_smem_limit(ctx, fn, bytes))
         return -1;
     return 0;
+}
+
+// ---- the per-kernel profile harness of kda_fast_profile and kda_tc_profile(_kept)
+// ----------------
+
+// The inputs, outputs and gradients of one forward + backward at dims d, in one device buffer
+// (kda_cuda_alloc; freed by profile_bufs_free), plus `keep_floats` fp32 for the kept forms.
+struct ProfileBufs {
+    char *buf;
+    kda_bf16 *q, *k, *v, *dO, *o, *dv; // q, k [B, T, H, K]; v, dO, o [B, T, HV, V]; dv aliases o
+    float *gcum, *dg;                  // [B, T, HV, K]
+    float *beta, *dbeta;               // [B, T, HV]
+    float *dq, *dk;                    // [B, T, H, K]
+    float *keep;                       // keep_floats, NULL when 0
+};
+
+// Deterministic pseudo-random inputs: q, k ~ ±1/sqrt(K) (unit-norm-sized), v, dO ~ ±1, β = 0.5,
+// gcum = -0.05·(position in chunk + 1) (a realistic decay).
+__global__ void profile_fill_k(kda_bf16 *q, kda_bf16 *k, kda_bf16 *v, kda_bf16 *dO, float *gcum,
+                               float *beta, KdaDims d) {
+    int64_t nqk = d.B * d.T * d.H * d.K, nv = d.B * d.T * d.HV * d.V, ng = d.B * d.T * d.HV * d.K;
+    int64_t nmax = nv > nqk ? nv : nqk;
+    nmax = ng > nmax ? ng : nmax;
+    float sk = rsqrtf((float)d.K);
+    for (int64_t e = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; e < nmax;
+         e += (int64_t)gridDim.x * blockDim.x) {
+        unsigned hsh = (unsigned)(e * 2654435761u) ^ 0x9e3779b9u;
+        float r = (float)(hsh % 2001u) / 1000.0f - 1.0f; // [-1, 1]
+        if (e < nqk) q[e] = f2bf(r * sk), k[e] = f2bf(-r * sk * 0.9f);
+        if (e < nv) v[e] = f2bf(r), dO[e] = f2bf(0.5f * r);
+        if (e < ng) gcum[e] = -0.05f * (float)((e / (d.HV * d.K)) % d.T % d.chunk + 1);
+        if (e < d.B * d.T * d.HV) beta[e] = 0.5f;
+    }
+}
+
+// Allocates and fills *pb on ctx's stream. 0, or -1 with ctx's error set.
+inline int profile_bufs_alloc(KdaCudaCtx *ctx, const KdaDims *d, size_t keep_floats,
+                              ProfileBufs *pb) {
+    int64_t nqk = d->B * d->T * d->H * d->K, nv = d->B * d->T * d->HV * d->V;
+    int64_t ng = d->B * d->T * d->HV * d->K, nb = d->B * d->T * d->HV;
+    size_t bytes = (size_t)(2 * nqk + 3 * nv) * 2 + (size_t)(2 * ng + 2 * nb + 2 * nqk) * 4;
+    memset(pb, 0, sizeof *pb);
+    pb->buf = (char *)kda_cuda_alloc(ctx, bytes + keep_floats * sizeof(float));
+    if (!pb->buf) return -1;
+    pb->q = (kda_bf16 *)pb->buf, pb->k = pb->q + nqk, pb->v = pb->k + nqk;
+    pb->dO = pb->v + nv, pb->o = pb->dO + nv;
+    pb->dv = pb->o; // o is not read by the backward
+    pb->gcum = (float *)(pb->o + nv), pb->beta = pb->gcum + ng, pb->dg = pb->beta + nb;
+    pb->dbeta = pb->dg + ng, pb->dq = pb->dbeta + nb, pb->dk = pb->dq + nqk;
+    if (keep_floats) pb->keep = (float *)(pb->buf + bytes); // bytes: a multiple of 16 (even dims)
+    profile_fill_k<<<grid_for(nv > ng ? nv : ng), 256, 0, ctx->stream>>>(
+        pb->q, pb->k, pb->v, pb->dO, pb->gcum, pb->beta, *d);
+    cudaError_t launched = cudaGetLastError();
+    if (launched != cudaSuccess) kda_cuda_release(pb->buf), pb->buf = NULL;
+    CUDA_CHECK(ctx, launched);
+    return 0;
+}
+inline void profile_bufs_free(ProfileBufs *pb) {
+    kda_cuda_release(pb->buf);
+    pb->buf = NULL;
+}
+
+// Runs step(&e) `reps` times between events: step records one event after each kernel (nev - 1 of
+// them after the first); ms[i] (8 slots, overwritten) = the fastest time of kernel i over the
+// repetitions, 0 for the slots past nev - 1. 0, or -1 when an event, the step or a sync fails.
+template <class Step> int profile_run(KdaCudaCtx *ctx, int reps, int nev, float ms[8], Step step) {
+    cudaEvent_t ev[9];
+    int rc = 0, made = 0;
+    for (; made < 9 && rc == 0; made++)
+        if (cudaEventCreate(&ev[made]) != cudaSuccess) rc = -1;
+    for (int i = 0; i < 8; i++)
+        ms[i] = i < nev - 1 ? 1e30f : 0.0f;
+    for (int r = 0; r < reps && rc == 0; r++) {
+        cudaEvent_t *e = ev;
+        if (cudaEventRecord(*e++, ctx->stream) != cudaSuccess || step(&e) || kda_cuda_sync(ctx)) {
+            rc = -1;
+            break;
+        }
+        for (int i = 0; i + 1 < nev; i++) { // per-kernel minimum over the repetitions
+            float t = 0.0f;
+            cudaEventElapsedTime(&t, ev[i], ev[i + 1]);
+            ms[i] = t < ms[i] ? t : ms[i];
+        }
+    }
+    for (int i = 0; i < made; i++)
+        cudaEventDestroy(ev[i]);
+    return rc;
 }
 
 } // namespace

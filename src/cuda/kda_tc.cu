@@ -2494,25 +2494,6 @@ int tc_bwd(KdaCudaCtx *ctx, cudaEvent_t **ev, float *dq, float *dk, kda_bf16 *dv
     return 0;
 }
 
-// Deterministic pseudo-random fill for kda_tc_profile (kda_fast_profile's): q, k ~ ±1/sqrt(K),
-// v, dO ~ ±1, β = 0.5, gcum = -0.05·(position in chunk + 1) (a realistic decay).
-__global__ void tc_profile_fill_k(kda_bf16 *q, kda_bf16 *k, kda_bf16 *v, kda_bf16 *dO, float *gcum,
-                                  float *beta, KdaDims d) {
-    int64_t nqk = d.B * d.T * d.H * d.K, nv = d.B * d.T * d.HV * d.V, ng = d.B * d.T * d.HV * d.K;
-    int64_t nmax = nv > nqk ? nv : nqk;
-    nmax = ng > nmax ? ng : nmax;
-    float sk = rsqrtf((float)d.K);
-    for (int64_t e = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; e < nmax;
-         e += (int64_t)gridDim.x * blockDim.x) {
-        unsigned hsh = (unsigned)(e * 2654435761u) ^ 0x9e3779b9u;
-        float r = (float)(hsh % 2001u) / 1000.0f - 1.0f; // [-1, 1]
-        if (e < nqk) q[e] = stbf(r * sk), k[e] = stbf(-r * sk * 0.9f);
-        if (e < nv) v[e] = stbf(r), dO[e] = stbf(0.5f * r);
-        if (e < ng) gcum[e] = -0.05f * (float)((e / (d.HV * d.K)) % d.T % d.chunk + 1);
-        if (e < d.B * d.T * d.HV) beta[e] = 0.5f;
-    }
-}
-
 // ---- host emulation -----------------------------------------------------------------------------
 struct HostRun {
     TcArgs a;
@@ -2628,44 +2609,14 @@ extern "C" int kda_tc_bwd_kept(KdaCudaCtx *ctx, float *dq, float *dk, kda_bf16 *
 
 // kda_tc_profile / kda_tc_profile_kept: kept = 1 runs the M0 forms (the model's path).
 static int tc_profile_(KdaCudaCtx *ctx, const KdaDims *d, int reps, float ms[8], int kept) {
-    int64_t nqk = d->B * d->T * d->H * d->K, nv = d->B * d->T * d->HV * d->V;
-    int64_t ng = d->B * d->T * d->HV * d->K, nb = d->B * d->T * d->HV;
-    size_t bytes = (size_t)(2 * nqk + 3 * nv) * 2 + (size_t)(2 * ng + 2 * nb + 2 * nqk) * 4;
-    size_t kbytes = kept ? kda_tc_keep_floats(d) * sizeof(float) : 0;
-    char *buf = (char *)kda_cuda_alloc(ctx, bytes + kbytes);
-    if (!buf) return -1;
-    kda_bf16 *q = (kda_bf16 *)buf, *k = q + nqk, *v = k + nqk, *dO = v + nv, *o = dO + nv;
-    float *gcum = (float *)(o + nv), *beta = gcum + ng, *dg = beta + nb, *dbeta = dg + ng;
-    float *dq = dbeta + nb, *dk = dq + nqk;
-    float *keep = kept ? (float *)(buf + bytes) : NULL; // bytes: a multiple of 16 (even dims)
-    kda_bf16 *dv = o;                                   // o is not read by the backward
-    cudaEvent_t ev[9];
-    int rc = 0, made = 0, nev = kept ? 8 : 9;
-    for (; made < 9 && rc == 0; made++)
-        if (cudaEventCreate(&ev[made]) != cudaSuccess) rc = -1;
-    for (int i = 0; i < 8; i++)
-        ms[i] = i < nev - 1 ? 1e30f : 0.0f;
-    tc_profile_fill_k<<<grid_for(nv > ng ? nv : ng), 256, 0, ctx->stream>>>(q, k, v, dO, gcum, beta,
-                                                                            *d);
-    for (int r = 0; r < reps && rc == 0; r++) {
-        cudaEvent_t *e = ev;
-        if (cudaEventRecord(*e++, ctx->stream) != cudaSuccess ||
-            tc_fwd(ctx, &e, o, NULL, q, k, v, gcum, beta, NULL, d, keep) ||
-            tc_bwd(ctx, &e, dq, dk, dv, dg, dbeta, NULL, dO, NULL, q, k, v, gcum, beta, NULL, d,
-                   keep) ||
-            kda_cuda_sync(ctx)) {
-            rc = -1;
-            break;
-        }
-        for (int i = 0; i + 1 < nev; i++) { // per-kernel minimum over the repetitions
-            float t = 0.0f;
-            cudaEventElapsedTime(&t, ev[i], ev[i + 1]);
-            ms[i] = t < ms[i] ? t : ms[i];
-        }
-    }
-    for (int i = 0; i < made; i++)
-        cudaEventDestroy(ev[i]);
-    kda_cuda_release(buf);
+    ProfileBufs p;
+    if (profile_bufs_alloc(ctx, d, kept ? kda_tc_keep_floats(d) : 0, &p)) return -1;
+    int rc = profile_run(ctx, reps, kept ? 8 : 9, ms, [&](cudaEvent_t **e) {
+        return tc_fwd(ctx, e, p.o, NULL, p.q, p.k, p.v, p.gcum, p.beta, NULL, d, p.keep) ||
+               tc_bwd(ctx, e, p.dq, p.dk, p.dv, p.dg, p.dbeta, NULL, p.dO, NULL, p.q, p.k, p.v,
+                      p.gcum, p.beta, NULL, d, p.keep);
+    });
+    profile_bufs_free(&p);
     return rc;
 }
 
