@@ -110,21 +110,33 @@ static int64_t compare_(const char *what, const kda_bf16 *ga, const float *nlla,
     return diff;
 }
 
-KDA_TEST_GPU(gpu_cls_rows_match_host) {
+// The vocabularies and cluster sizes both row-kernel tests walk: odd, tiny, one past a power of
+// two, and the Llama-3 vocabulary; cl 0 takes kda_cuda_cls_cluster's choice.
+typedef struct {
+    int64_t V;
+    int cl;
+} ClsCase;
+static const ClsCase CLS_CASES[] = {{1003, 1}, {1003, 2},  {1003, 4},  {1003, 8},   {5, 8},
+                                    {8, 2},    {32768, 1}, {32769, 0}, {128256, 0}, {128256, 8}};
+#define N_CLS_CASES (sizeof CLS_CASES / sizeof *CLS_CASES)
+
+// kda_cuda_init of GPU 0 into *ctx: 1, or 0 after a failed check (no usable device, init error).
+static int cls_ctx_(KdaCudaCtx *ctx) {
     int ok = kda_cuda_device_count() > 0;
     CHECK_MSG(ok, "no usable CUDA device (GPU tests need one)");
-    if (!ok) return;
-    KdaCudaCtx ctx;
+    if (!ok) return 0;
     KdaError err = {{0}};
-    CHECK_MSG(kda_cuda_init(&ctx, 0, &err) == 0, "%s", err.msg);
-    if (err.msg[0]) return;
-    const struct {
-        int64_t V;
-        int cl; // 0: kda_cuda_cls_cluster's choice
-    } cases[] = {{1003, 1}, {1003, 2},  {1003, 4},  {1003, 8},   {5, 8},
-                 {8, 2},    {32768, 1}, {32769, 0}, {128256, 0}, {128256, 8}};
+    CHECK_MSG(kda_cuda_init(ctx, 0, &err) == 0, "%s", err.msg);
+    return err.msg[0] == 0;
+}
+
+KDA_TEST_GPU(gpu_cls_rows_match_host) {
+    KdaCudaCtx ctx;
+    int ok = cls_ctx_(&ctx);
+    if (!ok) return;
+    const ClsCase *cases = CLS_CASES;
     const int64_t rows = 37;
-    for (size_t c = 0; c < sizeof cases / sizeof *cases && ok; c++) {
+    for (size_t c = 0; c < N_CLS_CASES && ok; c++) {
         int64_t V = cases[c].V, ld = kda_cuda_cls_ld(V);
         int cl = cases[c].cl ? cases[c].cl : kda_cuda_cls_cluster(V);
         size_t n = (size_t)(rows * ld);
@@ -189,21 +201,13 @@ KDA_TEST_GPU(gpu_cls_rows_match_host) {
 // pair slot overwritten before a peer read it, or a row skipped shows as a mismatch or the NaN
 // poison). With 256 threads it must equal the cluster kernel bit for bit (the same function).
 KDA_TEST_GPU(gpu_cls_pipe_match_host) {
-    int ok = kda_cuda_device_count() > 0;
-    CHECK_MSG(ok, "no usable CUDA device (GPU tests need one)");
-    if (!ok) return;
     KdaCudaCtx ctx;
-    KdaError err = {{0}};
-    CHECK_MSG(kda_cuda_init(&ctx, 0, &err) == 0, "%s", err.msg);
-    if (err.msg[0]) return;
-    const struct {
-        int64_t V;
-        int cl; // 0: kda_cuda_cls_cluster's choice
-    } cases[] = {{1003, 1}, {1003, 2},  {1003, 4},  {1003, 8},   {5, 8},
-                 {8, 2},    {32768, 1}, {32769, 0}, {128256, 0}, {128256, 8}};
+    int ok = cls_ctx_(&ctx);
+    if (!ok) return;
+    const ClsCase *cases = CLS_CASES;
     const PipeShape shapes[] = {{0, 0, 0}, {256, 2, 3}, {512, 3, 1}, {1024, 1, 2}, {512, 2, 5}};
     const int64_t rows = 37;
-    for (size_t c = 0; c < sizeof cases / sizeof *cases && ok; c++) {
+    for (size_t c = 0; c < N_CLS_CASES && ok; c++) {
         int64_t V = cases[c].V, ld = kda_cuda_cls_ld(V);
         int cl = cases[c].cl ? cases[c].cl : kda_cuda_cls_cluster(V);
         size_t n = (size_t)(rows * ld);
