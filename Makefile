@@ -170,6 +170,7 @@ check-refs:
 	python3 tools/check_spec_refs.py --self-test
 	python3 tools/check_spec_refs.py
 	python3 bench/parity/spread.py --self-test
+	python3 bench/train_throughput/report.py --self-test
 
 deps:
 	./tools/install-deps.sh

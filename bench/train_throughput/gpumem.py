@@ -2,7 +2,7 @@
 # NVML (the `pynvml` module of nvidia-ml-py; `nvidia-smi` polling when that is missing).
 #
 #   python3 bench/train_throughput/gpumem.py --out MEM.json [--device 0] [--interval-ms 50]
-#           [--timeout S] -- CMD...
+#           [--timeout S] [--series SERIES.tsv] -- CMD...
 #
 # runs CMD (stdout/stderr pass through, exit status returned; killed after S seconds, status
 # 124) and writes
@@ -12,6 +12,12 @@
 #    (utilization >= 90 %), "power_w_max", "temp_c_max" (NVML only; null elsewhere)}.
 # The clock and power are there to explain a run-to-run spread between machines of one kind
 # (2026-12-03: the same tree measured 1.7 % apart on two H200s, the GEMM rows most).
+# --series writes every sample as a tab-separated row (header first): t_unix (time.time()),
+# used_mib, sm_mhz, power_w, temp_c, util_pct, reasons (NVML's clock event reasons as hex: why
+# the SM clock is below its maximum, e.g. 0x4 software power cap, 0x80 hardware power brake;
+# "-" where NVML cannot say). `report.py series` lines it up with a kda train log's iterations:
+# kda.c runs at the 700 W cap, and one iteration of every run (about 1 s after the first) took
+# 10-20 ms more (docs/perf-log.md, "One slow iteration in every run"); the series says why.
 # This is device memory in use as the driver sees it: CUDA context, cuBLAS workspaces and
 # allocator caches included, every process on the GPU counted. It is the only GPU number kda.c's
 # `kda train` offers today (its log's "peak memory (MiB)" is host RSS), so run.sh takes it for
@@ -63,12 +69,27 @@ class _Reader:
                 n.nvmlDeviceGetTemperature(self._h, n.NVML_TEMPERATURE_GPU),
                 n.nvmlDeviceGetUtilizationRates(self._h).gpu)
 
+    def reasons(self):
+        """NVML's clock event (throttle) reasons bitmask now, or None where it cannot say."""
+        if self.source != "nvml":
+            return None
+        for name in ("nvmlDeviceGetCurrentClocksEventReasons",
+                     "nvmlDeviceGetCurrentClocksThrottleReasons"):  # new name, then the old
+            fn = getattr(self._nvml, name, None)
+            if fn:
+                try:
+                    return int(fn(self._h))
+                except Exception:
+                    return None
+        return None
+
 
 class GpuMemSampler:
     """Samples used device memory in a thread between __enter__ and __exit__."""
 
-    def __init__(self, device=0, interval_ms=50):
+    def __init__(self, device=0, interval_ms=50, series=None):
         self.reader = _Reader(device)
+        self.series = series  # an open text file for the per-sample rows, or None
         self.interval = interval_ms / 1000.0
         self.baseline_mib = self.peak_mib = float("nan")
         self.samples = 0
@@ -95,6 +116,14 @@ class GpuMemSampler:
                 self.busy_clocks.append(mhz)
             self.power_w_max = watts if self.power_w_max is None else max(self.power_w_max, watts)
             self.temp_c_max = temp if self.temp_c_max is None else max(self.temp_c_max, temp)
+        if self.series:
+            try:
+                r = self.reader.reasons()
+            except Exception:
+                r = None
+            mhz, watts, temp, util = c if c else ("-", "-", "-", "-")
+            self.series.write(f"{time.time():.3f}\t{v:.1f}\t{mhz}\t{watts}\t{temp}\t{util}\t"
+                              f"{'-' if r is None else hex(r)}\n")
 
     def _loop(self):
         while not self._stop.wait(self.interval):
@@ -136,12 +165,16 @@ def main():
     ap.add_argument("--device", type=int, default=0)
     ap.add_argument("--interval-ms", type=float, default=50)
     ap.add_argument("--timeout", type=float, default=None, help="kill CMD after this many seconds")
+    ap.add_argument("--series", help="write every sample to this TSV file (see the header)")
     ap.add_argument("cmd", nargs=argparse.REMAINDER, help="-- CMD ARGS...")
     a = ap.parse_args()
     cmd = a.cmd[1:] if a.cmd[:1] == ["--"] else a.cmd
     if not cmd:
         ap.error("no command after --")
-    with GpuMemSampler(a.device, a.interval_ms) as s:
+    series = open(a.series, "w") if a.series else None
+    if series:
+        series.write("t_unix\tused_mib\tsm_mhz\tpower_w\ttemp_c\tutil_pct\treasons\n")
+    with GpuMemSampler(a.device, a.interval_ms, series) as s:
         try:
             rc = subprocess.run(cmd, timeout=a.timeout).returncode
         except subprocess.TimeoutExpired:
@@ -150,6 +183,8 @@ def main():
         except OSError as e:
             print(f"gpumem: cannot run {cmd[0]}: {e}", file=sys.stderr)
             rc = 127
+    if series:
+        series.close()
     with open(a.out, "w") as f:
         json.dump(dict(s.result(), rc=rc), f)
         f.write("\n")

@@ -5,6 +5,11 @@
 #           [--mem MEM.json] [--rc RC]          -> one JSON line on stdout
 #   python3 bench/train_throughput/report.py table RESULTS.jsonl [--title T] [--note LINE ...]
 #                                               -> Markdown on stdout
+#   python3 bench/train_throughput/report.py series LOG SERIES.tsv
+#                                               -> Markdown on stdout: per iteration, its wall
+#                                                  ms and the NVML samples inside it (gpumem.py
+#                                                  --series): SM clock mean / min, power max, and
+#                                                  the clock event reasons seen
 #
 # kda-log reads the Megatron-style lines of src/train/trainer.c log_train (run with
 # log_interval 1, so there is one line per iteration):
@@ -82,6 +87,54 @@ def kda_result(text, mb, seq, warmup, mem=None, rc=0):
     return res
 
 
+# NVML's clock event reason bits (nvml.h, nvmlClocksEventReason*): why the SM clock is below max.
+REASONS = {0x1: "idle", 0x2: "app clocks", 0x4: "SW power cap", 0x8: "HW slowdown",
+           0x10: "sync boost", 0x20: "SW thermal", 0x40: "HW thermal", 0x80: "HW power brake",
+           0x100: "display clocks"}
+
+
+def reason_names(mask):
+    names = [n for b, n in sorted(REASONS.items()) if mask & b]
+    rest = mask & ~sum(REASONS)
+    return ", ".join(names + ([hex(rest)] if rest else [])) or "none"
+
+
+def parse_series(text):
+    """[(t_unix, sm_mhz or None, power_w or None, reasons or None)] of gpumem.py --series."""
+    rows = []
+    for line in text.splitlines()[1:]:
+        f = line.split("\t")
+        if len(f) < 7:
+            continue
+        num = lambda x: None if x == "-" else float(x)  # noqa: E731
+        rows.append((float(f[0]), num(f[2]), num(f[3]), None if f[6] == "-" else int(f[6], 16)))
+    return rows
+
+
+def series_table(log_text, series_text):
+    """Markdown: each iteration's wall ms (its line's timestamp minus the previous line's) and the
+    samples taken between those timestamps."""
+    its = parse_kda_log(log_text)
+    smp = parse_series(series_text)
+    out = ["| iteration | ms | samples | SM MHz mean | SM MHz min | power W max | clock reasons |",
+           "|---:|---:|---:|---:|---:|---:|---|"]
+    for prev, cur in zip(its, its[1:]):
+        t0, t1 = prev[1].timestamp(), cur[1].timestamp()  # kda's log: local time, as time.time()
+        inside = [r for r in smp if t0 <= r[0] < t1]
+        mhz = [r[1] for r in inside if r[1] is not None]
+        watts = [r[2] for r in inside if r[2] is not None]
+        mask = [r[3] for r in inside if r[3] is not None]
+        union = 0
+        for m in mask:
+            union |= m
+        out.append(f"| {cur[0]} | {(t1 - t0) * 1000:.1f} | {len(inside)} | "
+                   f"{fmt(sum(mhz) / len(mhz) if mhz else None, '.0f')} | "
+                   f"{fmt(min(mhz) if mhz else None, '.0f')} | "
+                   f"{fmt(max(watts) if watts else None, '.0f')} | "
+                   f"{reason_names(union) if mask else '–'} |")
+    return "\n".join(out) + "\n"
+
+
 def fmt(x, spec):
     return "–" if x is None or (isinstance(x, float) and not math.isfinite(x)) else format(x, spec)
 
@@ -144,7 +197,38 @@ def clock_notes(kda, fla):
     return lines
 
 
+def self_test():
+    """The parsers and both reports on a synthetic log and series; raises AssertionError."""
+    t0 = 1_800_000_000.0
+    its = [(1, 0.0, 600.0), (2, 0.130, 130.0), (3, 0.260, 130.0), (4, 0.410, 150.0)]
+    log = "".join(
+        f"[{datetime.datetime.fromtimestamp(t0 + t).strftime('%Y-%m-%d %H:%M:%S.%f')}] iteration"
+        f" {i:8d}/{4:8d} | consumed samples: {16 * i} | lm loss: {12 - i / 10:.6E} | peak memory"
+        f" (MiB): 3000.0 | ms/iter last/avg: {ms:.1f}/{ms:.1f} |\n" for i, t, ms in its)
+    rows = parse_kda_log(log)
+    assert [r[0] for r in rows] == [1, 2, 3, 4] and rows[3][3] == 150.0, rows
+    res = kda_result(log, 16, 2048, 2)
+    assert res["steps"] == 2 and abs(res["ms_per_step"] - 140.0) < 0.01, res
+    assert res["ms_per_step_median"] == 140.0 and res["step1_loss"] == 11.9, res
+    assert kda_result(log, 16, 2048, 4)["error"] is True  # no timed iteration after the warm-up
+    ser = "t_unix\tused_mib\tsm_mhz\tpower_w\ttemp_c\tutil_pct\treasons\n"
+    for t, mhz, w, r in [(0.05, 1980, 400.0, "0x0"), (0.10, 1900, 650.0, "0x0"),
+                         (0.20, 1700, 700.5, "0x4"), (0.30, 1500, 702.0, "0x84"),
+                         (0.35, 1450, 699.0, "-"), (0.50, 1600, 690.0, "0x4")]:
+        ser += f"{t0 + t:.3f}\t1000.0\t{mhz}\t{w}\t50\t100\t{r}\n"
+    tab = series_table(log, ser).splitlines()
+    assert len(tab) == 5, tab  # header, rule, iterations 2-4
+    assert tab[2] == "| 2 | 130.0 | 2 | 1940 | 1900 | 650 | none |", tab[2]
+    assert tab[3] == "| 3 | 130.0 | 1 | 1700 | 1700 | 700 | SW power cap |", tab[3]
+    assert tab[4] == "| 4 | 150.0 | 2 | 1475 | 1450 | 702 | SW power cap, HW power brake |", tab[4]
+    assert reason_names(0x1000) == "0x1000" and reason_names(0) == "none"
+    print("report.py self-test: ok")
+
+
 def main():
+    if sys.argv[1:] == ["--self-test"]:
+        self_test()
+        return
     ap = argparse.ArgumentParser(description="kda train log parser and comparison table")
     sub = ap.add_subparsers(dest="cmd", required=True)
     p = sub.add_parser("kda-log", help="one JSON line from a kda train log")
@@ -158,6 +242,9 @@ def main():
     t.add_argument("results")
     t.add_argument("--title")
     t.add_argument("--note", action="append", default=[])
+    s = sub.add_parser("series", help="per-iteration clock and power from gpumem.py --series")
+    s.add_argument("log")
+    s.add_argument("series")
     a = ap.parse_args()
     if a.cmd == "kda-log":
         if a.warmup < 1:
@@ -172,6 +259,9 @@ def main():
             except (OSError, ValueError):
                 mem = None
         print(json.dumps(kda_result(text, a.mb, a.seq, a.warmup, mem, a.rc)))
+    elif a.cmd == "series":
+        with open(a.log, errors="replace") as f, open(a.series) as g:
+            sys.stdout.write(series_table(f.read(), g.read()))
     else:
         with open(a.results) as f:
             results = [json.loads(x) for x in f if x.strip().startswith("{")]

@@ -3,7 +3,8 @@
 # KDA-300M on the same GPU in one run: tokens/s, ms/step, peak GPU memory, step-1 loss and the
 # ratio kda.c / FLA per micro-batch, as a Markdown table ($OUT/train_throughput.md) and JSON lines
 # ($OUT/train_throughput.jsonl). Full logs: $OUT/kda_train.log, $OUT/fla_train.log,
-# $OUT/build.log.
+# $OUT/build.log; $OUT/kda_clock_mbMB.md: each kda.c iteration's wall ms beside the SM clock,
+# power and NVML's clock event reasons sampled inside it (gpumem.py --series, report.py series).
 #
 # Usage (repository root, on the GPU machine; carry .devdeps and .whl):
 #   bash bench/train_throughput/run.sh
@@ -138,7 +139,8 @@ if has kda && [ -x "$KDA_BIN" ]; then
         t0=$(date +%s)
         log=$W/kda_mb$mb.log
         # shellcheck disable=SC2086 # KDA_ARGS: several words
-        python3 $HERE/gpumem.py --out "$W/mem_mb$mb.json" --timeout "$(budget 200)" -- \
+        python3 $HERE/gpumem.py --out "$W/mem_mb$mb.json" --timeout "$(budget 200)" \
+            --series "$W/series_mb$mb.tsv" -- \
             "$KDA_BIN" train --config $HERE/bench_300M.yaml --model "$MODEL" --micro_batch_size "$mb" \
             --global_batch_size "$mb" --seq_length "$SEQ" --train_iters $((WARMUP + STEPS)) \
             --train_data_path "$W/random" --no-progress ${PROFILE:+--profile "$PROFILE"} \
@@ -149,6 +151,9 @@ if has kda && [ -x "$KDA_BIN" ]; then
             cat "$OUT/kda_profile_mb$mb.md"
         fi
         { echo "==== kda train mb $mb: rc=$rc"; cat "$log"; } >> "$OUT/kda_train.log"
+        # per iteration: wall ms beside the SM clock, power and NVML's clock event reasons
+        python3 $HERE/report.py series "$log" "$W/series_mb$mb.tsv" > "$OUT/kda_clock_mb$mb.md" \
+            2> /dev/null
         python3 $HERE/report.py kda-log "$log" --mb "$mb" --seq "$SEQ" --warmup "$WARMUP" \
             --mem "$W/mem_mb$mb.json" --rc $rc | tee -a "$RES" | cut -c1-200
         echo "kda mb $mb: rc=$rc in $(($(date +%s) - t0)) s"
