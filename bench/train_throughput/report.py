@@ -17,7 +17,8 @@
 #   ms/iter last/avg: A/B |
 # ms_per_step = (timestamp of line N - timestamp of line W) / (N - W): wall clock over the timed
 # iterations, host work between steps included, like the CUDA-event window of fla_train.py.
-# ms_per_step_median = median of the per-step "last" values (train_step alone) of iterations > W.
+# ms_per_step_median = median of the per-step "last" values (train_step alone) of iterations > W;
+# steps_ms = each timed iteration's wall ms (line to line), in order.
 # step1_loss = the lm loss of iteration 1 (the loss at initialization).
 # MEM.json is gpumem.py's output: peak device memory in use (NVML), the only GPU memory figure
 # kda train offers (its "peak memory (MiB)" is host RSS, reported as host_rss_mib).
@@ -77,7 +78,10 @@ def kda_result(text, mb, seq, warmup, mem=None, rc=0):
             step1_loss=round(by_it[1][2], 5) if 1 in by_it else None,
             last_loss=round(by_it[last_it][2], 5),
             finite=all(math.isfinite(r[2]) for r in rows),
-            host_rss_mib=max(r[4] for r in rows))
+            host_rss_mib=max(r[4] for r in rows),
+            # each timed iteration's wall ms in order (line to line), as fla_train.py's steps_ms
+            steps_ms=[round((c[1] - p[1]).total_seconds() * 1000, 1)
+                      for p, c in zip(rows, rows[1:]) if c[0] > warmup])
     if mem:
         res["gpu_mem_used_mib"] = mem.get("peak_mib")
         res["gpu_mem_baseline_mib"] = mem.get("baseline_mib")
@@ -210,6 +214,7 @@ def self_test():
     res = kda_result(log, 16, 2048, 2)
     assert res["steps"] == 2 and abs(res["ms_per_step"] - 140.0) < 0.01, res
     assert res["ms_per_step_median"] == 140.0 and res["step1_loss"] == 11.9, res
+    assert res["steps_ms"] == [130.0, 150.0], res
     assert kda_result(log, 16, 2048, 4)["error"] is True  # no timed iteration after the warm-up
     ser = "t_unix\tused_mib\tsm_mhz\tpower_w\ttemp_c\tutil_pct\treasons\n"
     for t, mhz, w, r in [(0.05, 1980, 400.0, "0x0"), (0.10, 1900, 650.0, "0x0"),
