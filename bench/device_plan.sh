@@ -14,13 +14,15 @@
 #   bash bench/device_plan.sh 5   # the parity noise floor: the parity run with FLA's full autotune
 #   bash bench/device_plan.sh 6   # Nsight Compute's counters of the step's slowest custom kernels
 #                                 # (the KDA core's, the CE row kernel, conv), through bench_gpu
+#   bash bench/device_plan.sh 7   # the settled clock: kda.c vs FLA at mb 16/32/64 over 40 timed
+#                                 # steps after 10 (step 1 times 10 after 3), with the clock series
 # Output: $OUT/stepN/ (the scripts' own outputs), $OUT/stepN.md (what is printed last), and
 # $OUT/stepN.tgz (stepN/ packed: the device tool brings back a few files per call).
 # LIMIT (default 560) bounds the whole step; every stage takes what is left.
 set -u
 STEP=${1:-}
-case $STEP in 1 | 2 | 3 | 4 | 5 | 6) ;; *)
-    echo "usage: bash bench/device_plan.sh 1|2|3|4|5|6 (see the header)"
+case $STEP in 1 | 2 | 3 | 4 | 5 | 6 | 7) ;; *)
+    echo "usage: bash bench/device_plan.sh 1|2|3|4|5|6|7 (see the header)"
     exit 2
     ;;
 esac
@@ -68,6 +70,7 @@ case $STEP in
         bash bench/train_throughput/run.sh > "$D/tp.txt" 2>&1
     grep -E '^\| *(16|32|64) |^fla_train: mb|FLA autotune seed' "$D/tp.txt" "$D/tp/build.log" |
         cut -d: -f2- | tee -a "$SUM"
+    tee -a "$SUM" < "$D/tp/kda_clock_mb16.md" # each iteration's clock, power, clock event reasons
     kda_gpu_env > /dev/null
     KDA_BIN=$B/kda timeout $(($(left) - 110)) "$B/kda_test" --gpu > "$D/suite.txt" 2>&1
     say "GPU suite: rc=$? $(tail -1 "$D/suite.txt")"
@@ -154,6 +157,18 @@ case $STEP in
         # Executed Ipc Active 2.3-2.6, the instruction count near the SASS estimate
         grep -E 'Duration|Memory Throughput|Compute \(SM\) Throughput|Achieved Occupancy|Registers Per|Theoretical Occupancy|Warp Cycles Per Issued|Issue Slots Busy|Executed Ipc A|Executed Instructions  |DRAM Throughput|Stall' \
             "$D/$k.details.txt" | head -24 | tee -a "$SUM"
+    done
+    ;;
+7)
+    # perf-log "One slow iteration in every run": 10 timed steps hold a clock clamp or not; 40
+    # average over several. FLA at mb 64 needs ~65 s for its 50 steps.
+    OUT=$D/tp FLA_ONE_CONFIG=0 WARMUP=10 STEPS=40 FLA_LIMIT=$(($(left) - 120)) \
+        KDA_LIMIT=$(($(left) - 10)) MBS="16 32 64" bash bench/train_throughput/run.sh \
+        > "$D/tp.txt" 2>&1
+    grep -E '^\| *(16|32|64) |^fla_train: mb' "$D/tp.txt" | tee -a "$SUM"
+    for mb in 16 32 64; do
+        say "mb $mb clock: $(grep -cE 'power cap|power brake|slowdown' "$D/tp/kda_clock_mb$mb.md" \
+            2> /dev/null) of $(($(wc -l < "$D/tp/kda_clock_mb$mb.md" 2> /dev/null) - 2)) iterations clamped"
     done
     ;;
 esac
