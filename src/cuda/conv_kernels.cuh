@@ -681,6 +681,21 @@ inline bool conv_v2_(int which) {
     return which != CONV_K_L2_BWD;
 }
 
+// The backward launchers' dw: launch(part) runs the conv kernel, which writes P partial rows of dw
+// (part [P, C, W] double in ctx's scratch: one row per block row, or per block of the v2 grid);
+// colsum_finish then adds them into dw [C, W] in their order (fixed by the shapes), after the conv
+// kernel on ctx->stream. 0, or -1 (no scratch, or a launch error: ctx's error set).
+template <class L>
+int conv_dw_finish(KdaCudaCtx *ctx, float *dw, int64_t P, int64_t C, int64_t W, L launch) {
+    double *part = (double *)kda_cuda_scratch(ctx, (size_t)(P * C * W) * sizeof(double));
+    if (!part) return -1;
+    launch(part);
+    CUDA_CHECK_LAUNCH(ctx);
+    colsum_finish(ctx->stream, dw, part, P, C * W);
+    CUDA_CHECK_LAUNCH(ctx);
+    return 0;
+}
+
 // Grid of the v2 backward: block rows capped at CONV2_ROWS (each block walks rows y, y + cap, ...),
 // a constant, so the dw partials' order depends on the shapes only, not on the GPU.
 inline dim3 conv2_bwd_grid(int64_t B, int64_t T, int64_t C) {
