@@ -117,6 +117,13 @@ void kda_case_bf16_make(KdaCaseBf16 *f, KdaRng *r, int64_t B, int64_t T, int64_t
     f->vb = kda_case_to_bf16(f->c.v, f->c.nv), f->dOb = kda_case_to_bf16(f->c.dO, f->c.nv);
 }
 
+void kda_case_shape_make(KdaCaseBf16 *f, KdaRng *r, const KdaCaseShape *s, const char *tag) {
+    printf("  %sB=%lld T=%lld H=%lld HV=%lld K=%lld V=%lld chunk=%lld state=%d gmax=%g\n", tag,
+           (long long)s->B, (long long)s->T, (long long)s->H, (long long)s->HV, (long long)s->K,
+           (long long)s->V, (long long)s->C, s->state, (double)s->gmax);
+    kda_case_bf16_make(f, r, s->B, s->T, s->H, s->HV, s->K, s->V, s->C, s->state, s->gmax);
+}
+
 void kda_case_bf16_free(KdaCaseBf16 *f) {
     kda_case_free(&f->c);
     free(f->qb), free(f->kb), free(f->vb), free(f->dOb);

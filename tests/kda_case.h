@@ -1,7 +1,8 @@
-// kda_case.h - random inputs of the KDA core shared by the GPU kernel tests (test_gpu_kda.c) and
-// the host emulation of the fast kernels (test_kda_fast.c): one generator, so both test the same
-// distributions; and the tests' one relative-error rule (kda_case_rel_rms and the checks on it),
-// so every float comparison of the suite measures the same way.
+// kda_case.h - random inputs of the KDA core shared by the GPU kernel tests (test_gpu_kda.c,
+// test_gpu_kda_tc.c) and the host emulations of the kernels (test_kda_fast.c, test_kda_tc.c): one
+// generator, so all test the same distributions, and one shape-table row (KdaCaseShape) for the
+// tensor-core tests; and the tests' one relative-error rule (kda_case_rel_rms and the checks on
+// it), so every float comparison of the suite measures the same way.
 //
 // q, k: N(0, 1), L2-normalized per head, then rounded to bf16; v and dO: N(0, 1) rounded to bf16
 // (the CPU reference gets the same rounded values); log-decay g = -exp(N(-2.5, 1.5)) (median 0.08
@@ -51,6 +52,18 @@ typedef struct {
 void kda_case_bf16_make(KdaCaseBf16 *f, KdaRng *r, int64_t B, int64_t T, int64_t H, int64_t HV,
                         int64_t K, int64_t V, int64_t chunk, int with_state, float gmax);
 void kda_case_bf16_free(KdaCaseBf16 *f);
+
+// One row of a kernel test's shape table (test_kda_tc.c, test_gpu_kda_tc.c): kda_case_make's
+// dims, chunk C and with_state, and gmax > 0 for kda_case_strong_gate(gmax).
+typedef struct {
+    int64_t B, T, H, HV, K, V, C;
+    int state;
+    float gmax;
+} KdaCaseShape;
+// A shape-table row's case: prints s on one line ("  <tag>B=.. T=.. H=.. HV=.. K=.. V=.. chunk=..
+// state=.. gmax=.."; tag "" or e.g. "v4 "), then kda_case_bf16_make of it from r (the same draws
+// as kda_case_make and the strong gate; the print draws nothing). Free with kda_case_bf16_free.
+void kda_case_shape_make(KdaCaseBf16 *f, KdaRng *r, const KdaCaseShape *s, const char *tag);
 
 // The CPU reference forward of c (kda_chunk_fwd at kda_case_cpu_dims): o [nv] and the final
 // state fs [ns], fresh buffers.

@@ -31,7 +31,7 @@
 #include "cuda/cuda_common.h"
 #include "cuda/kda_fast.h" // defines: kda_fast_fwd, kda_fast_bwd, kda_fast_bwd_kept
 #include "cuda/kda_tc.h"   // defines: kda_tc_fwd, kda_tc_bwd, kda_tc_fwd_keep, kda_tc_bwd_kept
-#include "kda_case.h"      // defines: KdaCase, kda_case_make, kda_case_expect, kda_case_ref_*
+#include "kda_case.h"      // defines: KdaCaseShape, kda_case_shape_make, kda_case_expect
 
 #define TOL_TC_F32  3e-3
 #define TOL_TC_BF16 1e-2
@@ -104,6 +104,13 @@ static void dev_in_free_(DevIn *in) {
     void *b[] = {in->q, in->k, in->v, in->gc, in->be, in->dO, in->S0, in->dST};
     for (size_t i = 0; i < sizeof b / sizeof *b; i++)
         kda_cuda_release(b[i]);
+}
+
+// A shape-table row's case (kda_case_shape_make: the shape printed, the case made, its strong
+// gate) and its inputs on the device. Free with dev_in_free_ and kda_case_bf16_free.
+static DevIn tc_case_(KdaCaseBf16 *f, KdaRng *r, const KdaCaseShape *s) {
+    kda_case_shape_make(f, r, s, "");
+    return dev_in_(&f->c);
 }
 
 // Forward outputs on the host.
@@ -234,16 +241,10 @@ static void run_bwd_(const KdaCase *c, int kept) {
     bwd_out_free_(&cpu), bwd_out_free_(&tc), bwd_out_free_(&fast);
 }
 
-typedef struct {
-    int64_t B, T, H, HV, K, V, C;
-    int state;
-    float gmax; // > 0: kda_case_strong_gate(gmax)
-} TcShape;
-
 // T = 1, T not a multiple of the chunk (17: a second sub-block of one row; 63, 65, 97, 200),
 // exact multiples, T = 2048 and 4096, B·H up to 16 x 8 (the 300M model's micro-batch-16 layer),
 // GVA (HV = 2H, 4H), chunk 32 and 16, K/V 16/24, 32/64 (the models'), 128/128; strong gates.
-static const TcShape TC_SHAPES[] = {
+static const KdaCaseShape TC_SHAPES[] = {
     {2, 1, 2, 2, 32, 64, 32, 0, 0},       {2, 17, 2, 2, 32, 64, 32, 1, 0},
     {2, 63, 2, 2, 32, 64, 32, 1, 0},      {1, 64, 1, 1, 32, 64, 32, 0, 0},
     {2, 65, 2, 2, 32, 64, 32, 1, 0},      {1, 2048, 1, 1, 32, 64, 32, 1, 0},
@@ -258,21 +259,17 @@ static void tc_sweep_one_(int mode, uint64_t seed, int small_only) {
     KdaRng r;
     rng_seed(&r, seed);
     for (size_t i = 0; i < sizeof TC_SHAPES / sizeof TC_SHAPES[0]; i++) {
-        const TcShape *s = &TC_SHAPES[i];
+        const KdaCaseShape *s = &TC_SHAPES[i];
         if (small_only && s->B * s->T * s->HV > 1024) continue;
-        printf("  B=%lld T=%lld H=%lld HV=%lld K=%lld V=%lld chunk=%lld state=%d gmax=%g\n",
-               (long long)s->B, (long long)s->T, (long long)s->H, (long long)s->HV, (long long)s->K,
-               (long long)s->V, (long long)s->C, s->state, (double)s->gmax);
-        KdaCase c;
-        kda_case_make(&c, &r, s->B, s->T, s->H, s->HV, s->K, s->V, s->C, s->state);
-        if (s->gmax > 0) kda_case_strong_gate(&c, &r, s->gmax);
-        CHECK_MSG(kda_tc_supported(&c.d, g_tctx.info.smem_per_block_optin),
+        KdaCaseBf16 cb;
+        kda_case_shape_make(&cb, &r, s, "");
+        CHECK_MSG(kda_tc_supported(&cb.c.d, g_tctx.info.smem_per_block_optin),
                   "the tensor-core kernels do not take this shape");
         if (mode == 0)
-            run_fwd_(&c);
+            run_fwd_(&cb.c);
         else
-            run_bwd_(&c, s->B * s->T * s->HV <= 8192);
-        kda_case_free(&c);
+            run_bwd_(&cb.c, s->B * s->T * s->HV <= 8192);
+        kda_case_bf16_free(&cb);
     }
 }
 
@@ -347,23 +344,18 @@ KDA_TEST_GPU(gpu_kda_tc_misaligned) {
 // 16 (v4's reverse pass and output, v3's main).
 KDA_TEST_GPU(gpu_kda_tc_v4_matches_v3) {
     if (!gpu_()) return;
-    static const TcShape S[] = {{16, 2048, 8, 8, 32, 64, 32, 1, 0},
-                                {2, 65, 2, 2, 32, 64, 32, 1, 0},
-                                {2, 1, 2, 2, 32, 64, 32, 0, 0},
-                                {1, 300, 2, 8, 32, 64, 32, 1, 30.0f},
-                                {1, 130, 2, 2, 32, 64, 16, 1, 0}};
+    static const KdaCaseShape S[] = {{16, 2048, 8, 8, 32, 64, 32, 1, 0},
+                                     {2, 65, 2, 2, 32, 64, 32, 1, 0},
+                                     {2, 1, 2, 2, 32, 64, 32, 0, 0},
+                                     {1, 300, 2, 8, 32, 64, 32, 1, 30.0f},
+                                     {1, 130, 2, 2, 32, 64, 16, 1, 0}};
     KdaRng r;
     rng_seed(&r, 516);
     for (size_t i = 0; i < sizeof S / sizeof S[0]; i++) {
-        const TcShape *s = &S[i];
-        printf("  B=%lld T=%lld H=%lld HV=%lld chunk=%lld gmax=%g\n", (long long)s->B,
-               (long long)s->T, (long long)s->H, (long long)s->HV, (long long)s->C,
-               (double)s->gmax);
-        KdaCase c;
-        kda_case_make(&c, &r, s->B, s->T, s->H, s->HV, s->K, s->V, s->C, s->state);
-        if (s->gmax > 0) kda_case_strong_gate(&c, &r, s->gmax);
-        DevIn in = dev_in_(&c);
-        size_t nk = kda_tc_keep_floats(&c.d);
+        KdaCaseBf16 cb;
+        DevIn in = tc_case_(&cb, &r, &S[i]);
+        const KdaCase *c = &cb.c;
+        size_t nk = kda_tc_keep_floats(&c->d);
         float *keep = kda_cuda_alloc(&g_tctx, nk * 4);
         KDA_ASSERT(keep);
         FwdOut f[2] = {{NULL, NULL}, {NULL, NULL}}, fk[2] = {{NULL, NULL}, {NULL, NULL}};
@@ -372,32 +364,32 @@ KDA_TEST_GPU(gpu_kda_tc_v4_matches_v3) {
         for (int v = 0; v < 2; v++) {
             int prev = kda_tc_set_version(&g_tctx, v ? 4 : 3);
             CHECK(g_tctx.tc_version == (v ? 4 : 3));
-            f[v] = gpu_fwd_(&c, &in, 0, NULL);
-            b[v] = gpu_bwd_(&c, &in, 0, NULL);
+            f[v] = gpu_fwd_(c, &in, 0, NULL);
+            b[v] = gpu_bwd_(c, &in, 0, NULL);
             KDA_ASSERT(kda_cuda_poison(&g_tctx, keep, nk * 4) == 0);
-            fk[v] = gpu_fwd_(&c, &in, 1, keep);
-            bk[v] = gpu_bwd_(&c, &in, 1, keep);
+            fk[v] = gpu_fwd_(c, &in, 1, keep);
+            bk[v] = gpu_bwd_(c, &in, 1, keep);
             kda_tc_set_version(&g_tctx, prev);
         }
         if (f[0].o && f[1].o) {
-            kda_case_expect("v4 vs v3 o", f[0].o, f[1].o, c.nv, TOL_V4_V3);
-            kda_case_expect("v4 vs v3 final state", f[0].fs, f[1].fs, c.ns, TOL_V4_V3);
-            kda_case_expect("v4 vs v3 o (keep)", fk[0].o, fk[1].o, c.nv, TOL_V4_V3);
+            kda_case_expect("v4 vs v3 o", f[0].o, f[1].o, c->nv, TOL_V4_V3);
+            kda_case_expect("v4 vs v3 final state", f[0].fs, f[1].fs, c->ns, TOL_V4_V3);
+            kda_case_expect("v4 vs v3 o (keep)", fk[0].o, fk[1].o, c->nv, TOL_V4_V3);
         }
         for (int g = 0; g < 6; g++) {
             char what[64];
             if (!b[0].g[g] || !b[1].g[g] || !bk[0].g[g] || !bk[1].g[g]) break;
             snprintf(what, sizeof what, "v4 vs v3 %s", BWD_NAMES[g]);
-            kda_case_expect(what, b[0].g[g], b[1].g[g], bwd_n_(&c, g), TOL_V4_V3);
+            kda_case_expect(what, b[0].g[g], b[1].g[g], bwd_n_(c, g), TOL_V4_V3);
             snprintf(what, sizeof what, "v4 vs v3 %s (kept)", BWD_NAMES[g]);
-            kda_case_expect(what, bk[0].g[g], bk[1].g[g], bwd_n_(&c, g), TOL_V4_V3_KEPT);
+            kda_case_expect(what, bk[0].g[g], bk[1].g[g], bwd_n_(c, g), TOL_V4_V3_KEPT);
         }
         for (int v = 0; v < 2; v++)
             fwd_out_free_(&f[v]), fwd_out_free_(&fk[v]), bwd_out_free_(&b[v]),
                 bwd_out_free_(&bk[v]);
         kda_cuda_release(keep);
         dev_in_free_(&in);
-        kda_case_free(&c);
+        kda_case_bf16_free(&cb);
     }
 }
 
@@ -409,57 +401,51 @@ KDA_TEST_GPU(gpu_kda_tc_v4_matches_v3) {
 // 16).
 KDA_TEST_GPU(gpu_kda_tc_matches_host) {
     if (!gpu_()) return;
-    static const TcShape S[] = {{2, 65, 2, 2, 32, 64, 32, 1, 0},
-                                {1, 300, 2, 8, 32, 64, 32, 1, 30.0f},
-                                {1, 2048, 1, 1, 32, 64, 32, 1, 0},
-                                {1, 97, 1, 4, 16, 24, 32, 1, 0},
-                                {1, 130, 1, 1, 128, 128, 16, 1, 0}};
+    static const KdaCaseShape S[] = {{2, 65, 2, 2, 32, 64, 32, 1, 0},
+                                     {1, 300, 2, 8, 32, 64, 32, 1, 30.0f},
+                                     {1, 2048, 1, 1, 32, 64, 32, 1, 0},
+                                     {1, 97, 1, 4, 16, 24, 32, 1, 0},
+                                     {1, 130, 1, 1, 128, 128, 16, 1, 0}};
     KdaRng r;
     rng_seed(&r, 517);
     for (size_t i = 0; i < sizeof S / sizeof S[0]; i++) {
-        const TcShape *s = &S[i];
-        KdaCase c;
-        kda_case_make(&c, &r, s->B, s->T, s->H, s->HV, s->K, s->V, s->C, s->state);
-        if (s->gmax > 0) kda_case_strong_gate(&c, &r, s->gmax);
-        DevIn in = dev_in_(&c);
-        kda_bf16 *qb = kda_case_to_bf16(c.q, c.nqk), *kb = kda_case_to_bf16(c.k, c.nqk);
-        kda_bf16 *vb = kda_case_to_bf16(c.v, c.nv), *dOb = kda_case_to_bf16(c.dO, c.nv);
-        size_t nk = kda_tc_keep_floats(&c.d);
+        KdaCaseBf16 cb;
+        DevIn in = tc_case_(&cb, &r, &S[i]);
+        const KdaCase *c = &cb.c;
+        const kda_bf16 *qb = cb.qb, *kb = cb.kb, *vb = cb.vb, *dOb = cb.dOb;
+        size_t nk = kda_tc_keep_floats(&c->d);
         float *keep = kda_cuda_alloc(&g_tctx, nk * 4), *hkeep = malloc(nk * 4);
         KDA_ASSERT(keep && hkeep);
         for (int ver = 3; ver <= 5; ver++) {
             for (int kept = 0; kept <= 1; kept++) {
-                printf("  v%d %s B=%lld T=%lld H=%lld HV=%lld K=%lld V=%lld chunk=%lld gmax=%g\n",
-                       ver, kept ? "kept" : "plain", (long long)s->B, (long long)s->T,
-                       (long long)s->H, (long long)s->HV, (long long)s->K, (long long)s->V,
-                       (long long)s->C, (double)s->gmax);
+                printf("  v%d %s\n", ver, kept ? "kept" : "plain");
                 int prev = kda_tc_set_version(&g_tctx, ver);
                 // host
-                kda_bf16 *ho = malloc((size_t)c.nv * 2), *hdv = malloc((size_t)c.nv * 2);
-                float *hfs = malloc((size_t)c.ns * 4);
+                kda_bf16 *ho = malloc((size_t)c->nv * 2), *hdv = malloc((size_t)c->nv * 2);
+                float *hfs = malloc((size_t)c->ns * 4);
                 BwdOut h;
                 for (int g = 0; g < 6; g++)
-                    h.g[g] = malloc((size_t)bwd_n_(&c, g) * 4);
+                    h.g[g] = malloc((size_t)bwd_n_(c, g) * 4);
                 memset(hkeep, 0xff, nk * 4);
-                kda_tc_fwd_host(ho, hfs, qb, kb, vb, c.gcum, c.beta, c.S0, &c.d,
+                kda_tc_fwd_host(ho, hfs, qb, kb, vb, c->gcum, c->beta, c->S0, &c->d,
                                 kept ? hkeep : NULL, ver);
-                kda_tc_bwd_host(h.g[0], h.g[1], hdv, h.g[3], h.g[4], h.g[5], dOb, c.dST, qb, kb, vb,
-                                c.gcum, c.beta, c.S0, &c.d, kept ? hkeep : NULL, ver);
+                kda_tc_bwd_host(h.g[0], h.g[1], hdv, h.g[3], h.g[4], h.g[5], dOb, c->dST, qb, kb,
+                                vb, c->gcum, c->beta, c->S0, &c->d, kept ? hkeep : NULL, ver);
                 free(h.g[2]);
-                h.g[2] = kda_case_from_bf16(hdv, c.nv);
-                float *hof = kda_case_from_bf16(ho, c.nv);
+                h.g[2] = kda_case_from_bf16(hdv, c->nv);
+                float *hof = kda_case_from_bf16(ho, c->nv);
                 // device
                 KDA_ASSERT(kda_cuda_poison(&g_tctx, keep, nk * 4) == 0);
-                FwdOut f = gpu_fwd_(&c, &in, kept, kept ? keep : NULL);
-                BwdOut b = gpu_bwd_(&c, &in, kept, kept ? keep : NULL);
+                FwdOut f = gpu_fwd_(c, &in, kept, kept ? keep : NULL);
+                BwdOut b = gpu_bwd_(c, &in, kept, kept ? keep : NULL);
                 if (f.o) {
-                    kda_case_expect("device vs host o bf16", hof, f.o, c.nv, TOL_HOST_BF16);
-                    kda_case_expect("device vs host final state", hfs, f.fs, c.ns, TOL_HOST_F32);
+                    kda_case_expect("device vs host o bf16", hof, f.o, c->nv, TOL_HOST_BF16);
+                    kda_case_expect("device vs host final state", hfs, f.fs, c->ns, TOL_HOST_F32);
                 }
                 for (int g = 0; g < 6 && b.g[g]; g++) {
                     char what[64];
                     snprintf(what, sizeof what, "device vs host %s", BWD_NAMES[g]);
-                    kda_case_expect(what, h.g[g], b.g[g], bwd_n_(&c, g),
+                    kda_case_expect(what, h.g[g], b.g[g], bwd_n_(c, g),
                                     g == 2 ? TOL_HOST_BF16 : TOL_HOST_F32);
                 }
                 fwd_out_free_(&f), bwd_out_free_(&b), bwd_out_free_(&h);
@@ -468,9 +454,9 @@ KDA_TEST_GPU(gpu_kda_tc_matches_host) {
             }
         }
         kda_cuda_release(keep);
-        free(hkeep), free(qb), free(kb), free(vb), free(dOb);
+        free(hkeep);
         dev_in_free_(&in);
-        kda_case_free(&c);
+        kda_case_bf16_free(&cb);
     }
 }
 
@@ -484,21 +470,17 @@ KDA_TEST_GPU(gpu_kda_tc_matches_host) {
 // 8), T not a multiple of the chunk with states, T = 1, GVA 4x under a -30-nat gate.
 KDA_TEST_GPU(gpu_kda_tc_v5_matches_v4) {
     if (!gpu_()) return;
-    static const TcShape S[] = {{16, 2048, 8, 8, 32, 64, 32, 1, 0},
-                                {2, 65, 2, 2, 32, 64, 32, 1, 0},
-                                {2, 1, 2, 2, 32, 64, 32, 0, 0},
-                                {1, 300, 2, 8, 32, 64, 32, 1, 30.0f}};
+    static const KdaCaseShape S[] = {{16, 2048, 8, 8, 32, 64, 32, 1, 0},
+                                     {2, 65, 2, 2, 32, 64, 32, 1, 0},
+                                     {2, 1, 2, 2, 32, 64, 32, 0, 0},
+                                     {1, 300, 2, 8, 32, 64, 32, 1, 30.0f}};
     KdaRng r;
     rng_seed(&r, 518);
     for (size_t i = 0; i < sizeof S / sizeof S[0]; i++) {
-        const TcShape *s = &S[i];
-        printf("  B=%lld T=%lld H=%lld HV=%lld gmax=%g\n", (long long)s->B, (long long)s->T,
-               (long long)s->H, (long long)s->HV, (double)s->gmax);
-        KdaCase c;
-        kda_case_make(&c, &r, s->B, s->T, s->H, s->HV, s->K, s->V, s->C, s->state);
-        if (s->gmax > 0) kda_case_strong_gate(&c, &r, s->gmax);
-        DevIn in = dev_in_(&c);
-        size_t nk = kda_tc_keep_floats(&c.d);
+        KdaCaseBf16 cb;
+        DevIn in = tc_case_(&cb, &r, &S[i]);
+        const KdaCase *c = &cb.c;
+        size_t nk = kda_tc_keep_floats(&c->d);
         float *keep = kda_cuda_alloc(&g_tctx, nk * 4);
         KDA_ASSERT(keep);
         for (int kept = 0; kept <= 1; kept++) {
@@ -507,25 +489,25 @@ KDA_TEST_GPU(gpu_kda_tc_v5_matches_v4) {
             for (int v = 0; v < 2; v++) {
                 int prev = kda_tc_set_version(&g_tctx, v ? 5 : 4);
                 KDA_ASSERT(kda_cuda_poison(&g_tctx, keep, nk * 4) == 0);
-                f[v] = gpu_fwd_(&c, &in, kept, kept ? keep : NULL);
-                b[v] = gpu_bwd_(&c, &in, kept, kept ? keep : NULL);
+                f[v] = gpu_fwd_(c, &in, kept, kept ? keep : NULL);
+                b[v] = gpu_bwd_(c, &in, kept, kept ? keep : NULL);
                 kda_tc_set_version(&g_tctx, prev);
             }
             const char *form = kept ? " (kept)" : "";
             if (f[0].o && f[1].o) {
-                CHECK_MSG(!memcmp(f[0].o, f[1].o, (size_t)c.nv * 4), "v5 vs v4 o%s", form);
-                CHECK_MSG(!memcmp(f[0].fs, f[1].fs, (size_t)c.ns * 4), "v5 vs v4 final state%s",
+                CHECK_MSG(!memcmp(f[0].o, f[1].o, (size_t)c->nv * 4), "v5 vs v4 o%s", form);
+                CHECK_MSG(!memcmp(f[0].fs, f[1].fs, (size_t)c->ns * 4), "v5 vs v4 final state%s",
                           form);
             }
             for (int g = 0; g < 6 && b[0].g[g] && b[1].g[g]; g++)
-                CHECK_MSG(!memcmp(b[0].g[g], b[1].g[g], (size_t)bwd_n_(&c, g) * 4),
+                CHECK_MSG(!memcmp(b[0].g[g], b[1].g[g], (size_t)bwd_n_(c, g) * 4),
                           "v5 vs v4 %s%s: not bitwise equal", BWD_NAMES[g], form);
             for (int v = 0; v < 2; v++)
                 fwd_out_free_(&f[v]), bwd_out_free_(&b[v]);
         }
         kda_cuda_release(keep);
         dev_in_free_(&in);
-        kda_case_free(&c);
+        kda_case_bf16_free(&cb);
     }
 }
 

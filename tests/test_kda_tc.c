@@ -30,7 +30,7 @@
 #include "core/rng.h"     // defines: KdaRng, rng_normal
 #include "cpu/kda_core.h" // defines: KdaDims
 #include "cuda/kda_tc.h"  // defines: kda_tc_fwd_host, kda_tc_bwd_host, kda_tc_matmul_host
-#include "kda_case.h"     // defines: KdaCaseBf16, kda_case_ref_fwd, kda_case_ref_bwd
+#include "kda_case.h"     // defines: KdaCaseShape, kda_case_shape_make, kda_case_ref_*
 
 #define TOL_TC_F32  3e-3
 #define TOL_TC_BF16 1e-2
@@ -129,17 +129,11 @@ static void check_bwd_(const KdaCaseBf16 *f, int keep, int version) {
     kda_case_grads_free(&ref), kda_case_grads_free(&h), free(hv), free(kept);
 }
 
-typedef struct {
-    int64_t B, T, H, HV, K, V, C;
-    int state;
-    float gmax; // > 0: kda_case_strong_gate(gmax) instead of the default gate
-} Shape;
-
 // T = 1, T not a multiple of the chunk (rows past the end inside the second sub-block: 63, 65,
 // 77; a second sub-block of one row: 17), exact multiples, GVA (2x, 4x), chunk 16 (no
 // off-diagonal sub-block) and 32, K/V 16/24 (V tile 24), 32/64 (the models'), 64/128, 128/128;
 // gates down to -30 nats per token; GVA (2x, 4x) at K 32 / V 64 / chunk 32 (v4's main backward).
-static const Shape SHAPES[] = {
+static const KdaCaseShape SHAPES[] = {
     {2, 1, 2, 2, 32, 64, 32, 0, 0},      {2, 63, 2, 2, 32, 64, 32, 1, 0},
     {1, 64, 2, 2, 32, 64, 32, 0, 0},     {2, 65, 2, 2, 32, 64, 32, 1, 0},
     {1, 17, 1, 1, 32, 64, 32, 1, 0},     {1, 130, 1, 2, 16, 24, 16, 1, 0},
@@ -154,12 +148,11 @@ static void sweep_(int mode, uint64_t seed, int version) {
     KdaRng r;
     rng_seed(&r, seed);
     for (size_t i = 0; i < sizeof SHAPES / sizeof SHAPES[0]; i++) {
-        const Shape *s = &SHAPES[i];
-        printf("  v%d B=%lld T=%lld H=%lld HV=%lld K=%lld V=%lld chunk=%lld state=%d gmax=%g\n",
-               version, (long long)s->B, (long long)s->T, (long long)s->H, (long long)s->HV,
-               (long long)s->K, (long long)s->V, (long long)s->C, s->state, (double)s->gmax);
+        const KdaCaseShape *s = &SHAPES[i];
+        char tag[8];
+        snprintf(tag, sizeof tag, "v%d ", version);
         KdaCaseBf16 c;
-        kda_case_bf16_make(&c, &r, s->B, s->T, s->H, s->HV, s->K, s->V, s->C, s->state, s->gmax);
+        kda_case_shape_make(&c, &r, s, tag);
         CHECK(kda_tc_supported(&c.c.d, 232448));
         int v4main = version == 4 && s->K == 32 && s->V == 64 && s->C == 32;
         CHECK(kda_tc_bwd_main_version(version, &c.c.d) == (v4main ? 4 : 3));
@@ -225,18 +218,15 @@ static void v4_vs_v3_(const KdaCaseBf16 *f, int kept, double tol_bwd) {
 }
 
 KDA_TEST(kda_tc_host_v4_matches_v3) {
-    static const Shape S[] = {{2, 65, 2, 2, 32, 64, 32, 1, 0},
-                              {1, 17, 1, 1, 32, 64, 32, 1, 0},
-                              {1, 97, 1, 2, 32, 64, 32, 1, 30.0f},
-                              {2, 1, 2, 2, 32, 64, 32, 0, 0}};
+    static const KdaCaseShape S[] = {{2, 65, 2, 2, 32, 64, 32, 1, 0},
+                                     {1, 17, 1, 1, 32, 64, 32, 1, 0},
+                                     {1, 97, 1, 2, 32, 64, 32, 1, 30.0f},
+                                     {2, 1, 2, 2, 32, 64, 32, 0, 0}};
     KdaRng r;
     rng_seed(&r, 404);
     for (size_t i = 0; i < sizeof S / sizeof S[0]; i++) {
-        const Shape *s = &S[i];
         KdaCaseBf16 f;
-        kda_case_bf16_make(&f, &r, s->B, s->T, s->H, s->HV, s->K, s->V, s->C, s->state, s->gmax);
-        printf("  B=%lld T=%lld HV=%lld gmax=%g\n", (long long)s->B, (long long)s->T,
-               (long long)s->HV, (double)s->gmax);
+        kda_case_shape_make(&f, &r, &S[i], "");
         v4_vs_v3_(&f, 0, 1e-5);
         v4_vs_v3_(&f, 1, 2e-3);
         kda_case_bf16_free(&f);
@@ -281,7 +271,7 @@ static void v5_vs_v4_(const KdaCaseBf16 *f, int kept) {
 // More v5 shapes: a last chunk of 1 and 31 rows after whole ones, with states, GVA (HV > H: dq, dk
 // through the per-value-head scratch) and not (the main backward's row-guarded loops and its
 // chunk-based output offsets).
-static const Shape V5_SHAPES[] = {
+static const KdaCaseShape V5_SHAPES[] = {
     {1, 33, 2, 2, 32, 64, 32, 1, 0},
     {2, 95, 1, 2, 32, 64, 32, 1, 0},
 };
@@ -291,12 +281,9 @@ KDA_TEST(kda_tc_host_v5_matches_v4) {
     rng_seed(&r, 405);
     const size_t ns = sizeof SHAPES / sizeof SHAPES[0];
     for (size_t i = 0; i < ns + sizeof V5_SHAPES / sizeof V5_SHAPES[0]; i++) {
-        const Shape *s = i < ns ? &SHAPES[i] : &V5_SHAPES[i - ns];
-        printf("  B=%lld T=%lld H=%lld HV=%lld K=%lld V=%lld chunk=%lld state=%d gmax=%g\n",
-               (long long)s->B, (long long)s->T, (long long)s->H, (long long)s->HV, (long long)s->K,
-               (long long)s->V, (long long)s->C, s->state, (double)s->gmax);
+        const KdaCaseShape *s = i < ns ? &SHAPES[i] : &V5_SHAPES[i - ns];
         KdaCaseBf16 f;
-        kda_case_bf16_make(&f, &r, s->B, s->T, s->H, s->HV, s->K, s->V, s->C, s->state, s->gmax);
+        kda_case_shape_make(&f, &r, s, "");
         const int v5main = s->K == 32 && s->V == 64 && s->C == 32;
         CHECK(kda_tc_bwd_main_version(5, &f.c.d) == (v5main ? 5 : 3));
         v5_vs_v4_(&f, 0);

@@ -59,27 +59,19 @@ int kda_cuda_conv_silu_bwd_ld(KdaCudaCtx *ctx, kda_bf16 *dp, int64_t ldo, float 
     KDA_CUDA_REQUIRE(ctx, conv_i32_ok(B, T, ldo));
     if (conv_v2_(CONV_K_BWD) && C % 2 == 0 && ldo % 2 == 0 && aligned_(4, dp, dy, p)) {
         dim3 g2 = conv2_bwd_grid(B, T, C), b2(32, CONV_BT);
-        int64_t P = g2.y; // dw partials: one per block, [P, C, W] double
-        double *part = (double *)kda_cuda_scratch(ctx, (size_t)(P * C * W) * sizeof(double));
-        if (!part) return -1;
 #define CONV_BWD2(W_)                                                                              \
     conv_bwd_k<W_, 2, false, true, CONV2_TT_BWD, CONV2_TT_BWD + W_ - 1, CONV2_MINB_BWD>            \
         <<<g2, b2, 0, ctx->stream>>>(dp, part, dy, p, w, NULL, NULL, B, T, C, ldo)
-        CONV_DISPATCH_W(W, CONV_BWD2);
+        // dw partials: one per block
+        return conv_dw_finish(ctx, dw, g2.y, C, W,
+                              [&](double *part) { CONV_DISPATCH_W(W, CONV_BWD2); });
 #undef CONV_BWD2
-        CUDA_CHECK_LAUNCH(ctx);
-        colsum_finish(ctx->stream, dw, part, P, C * W);
-        CUDA_CHECK_LAUNCH(ctx);
-        return 0;
     }
     // 8-byte groups of 4 channels: the backward holds 4 W-long windows per channel (weights,
     // p, dc, dw sums), so 8 channels per thread would cost ~2x the registers for W = 4.
     bool v4 = C % 4 == 0 && ldo % 4 == 0 && aligned_(8, dp, dy, p);
     dim3 grid = conv_grid(B, T, C, v4 ? 4 : 1, CONV_TT_BWD), block(32, CONV_BT);
     KDA_CUDA_REQUIRE(ctx, grid.y > 0); // B·T up to 4.2M tokens (forward) / 16.7M (backward)
-    int64_t P = grid.y;                // dw partials: one per block row, [P, C, W] double
-    double *part = (double *)kda_cuda_scratch(ctx, (size_t)(P * C * W) * sizeof(double));
-    if (!part) return -1;
     bool pf = conv_pf_();
 #define CONV_BWD_PF(W_, PF_)                                                                       \
     if (v4)                                                                                        \
@@ -94,13 +86,11 @@ int kda_cuda_conv_silu_bwd_ld(KdaCudaCtx *ctx, kda_bf16 *dp, int64_t ldo, float 
     } else {                                                                                       \
         CONV_BWD_PF(W_, false);                                                                    \
     }
-    CONV_DISPATCH_W(W, CONV_BWD);
+    // dw partials: one per block row
+    return conv_dw_finish(ctx, dw, grid.y, C, W,
+                          [&](double *part) { CONV_DISPATCH_W(W, CONV_BWD); });
 #undef CONV_BWD
 #undef CONV_BWD_PF
-    CUDA_CHECK_LAUNCH(ctx);
-    colsum_finish(ctx->stream, dw, part, P, C * W);
-    CUDA_CHECK_LAUNCH(ctx);
-    return 0;
 }
 
 int kda_cuda_conv_silu_fwd_f32(KdaCudaCtx *ctx, float *y, const float *p, const float *w, int64_t B,

@@ -500,34 +500,39 @@ __global__ void __launch_bounds__(32 * CONV_BT, MINB)
                                                     0, 0);
 }
 
-// Launches one instantiation of a conv kernel for the run-time W (1..CONV_MAX_W).
-#define CONV_DISPATCH_W(W_, MACRO)                                                                 \
+// Launches one instantiation of a conv kernel for the run-time W (1..CONV_MAX_W): MACRO(w) with w
+// a constant. CONV_DISPATCH_W_MAX caps w at MAX_ (a constant): a W above MAX_ names MAX_'s
+// instantiation (its launchers never get there; no extra kernel), so the combined q|k|v launches
+// (CONV_DISPATCH_W4, below) share this one case list.
+#define CONV_W_CAP(N, MAX_) ((N) <= (MAX_) ? (N) : (MAX_))
+#define CONV_DISPATCH_W_MAX(W_, MAX_, MACRO)                                                       \
     switch (W_) {                                                                                  \
     case 1:                                                                                        \
-        MACRO(1);                                                                                  \
+        MACRO(CONV_W_CAP(1, MAX_));                                                                \
         break;                                                                                     \
     case 2:                                                                                        \
-        MACRO(2);                                                                                  \
+        MACRO(CONV_W_CAP(2, MAX_));                                                                \
         break;                                                                                     \
     case 3:                                                                                        \
-        MACRO(3);                                                                                  \
+        MACRO(CONV_W_CAP(3, MAX_));                                                                \
         break;                                                                                     \
     case 4:                                                                                        \
-        MACRO(4);                                                                                  \
+        MACRO(CONV_W_CAP(4, MAX_));                                                                \
         break;                                                                                     \
     case 5:                                                                                        \
-        MACRO(5);                                                                                  \
+        MACRO(CONV_W_CAP(5, MAX_));                                                                \
         break;                                                                                     \
     case 6:                                                                                        \
-        MACRO(6);                                                                                  \
+        MACRO(CONV_W_CAP(6, MAX_));                                                                \
         break;                                                                                     \
     case 7:                                                                                        \
-        MACRO(7);                                                                                  \
+        MACRO(CONV_W_CAP(7, MAX_));                                                                \
         break;                                                                                     \
     default:                                                                                       \
-        MACRO(8);                                                                                  \
+        MACRO(CONV_W_CAP(8, MAX_));                                                                \
         break;                                                                                     \
     }
+#define CONV_DISPATCH_W(W_, MACRO) CONV_DISPATCH_W_MAX(W_, CONV_MAX_W, MACRO)
 
 // The fused q/k kernels for the run-time head size K (8, 16, .., 128: kda_cuda_conv_l2_fusable):
 // MACRO(W_, K) with K a constant, so each instantiation has a constant lane-group size (K / VEC).
@@ -620,22 +625,8 @@ __global__ void __launch_bounds__(32 * CONV_BT, CONV_QKV_MINB_BWD)
 
 // The combined kernels are instantiated for W <= CONV_QKV_MAX_W (the model's W = 4 and below;
 // larger W run the three separate launches, the same bits) and every fused K.
-#define CONV_QKV_MAX_W 4
-#define CONV_DISPATCH_W4(W_, MACRO)                                                                \
-    switch (W_) {                                                                                  \
-    case 1:                                                                                        \
-        MACRO(1);                                                                                  \
-        break;                                                                                     \
-    case 2:                                                                                        \
-        MACRO(2);                                                                                  \
-        break;                                                                                     \
-    case 3:                                                                                        \
-        MACRO(3);                                                                                  \
-        break;                                                                                     \
-    default:                                                                                       \
-        MACRO(4);                                                                                  \
-        break;                                                                                     \
-    }
+#define CONV_QKV_MAX_W              4
+#define CONV_DISPATCH_W4(W_, MACRO) CONV_DISPATCH_W_MAX(W_, CONV_QKV_MAX_W, MACRO)
 
 // ---- launch helpers (the launcher files')
 // --------------------------------------------------------
@@ -679,6 +670,21 @@ inline bool conv_v2_(int which) {
     if (e && !strcmp(e, "1")) return false;
     if (e && !strcmp(e, "2")) return true;
     return which != CONV_K_L2_BWD;
+}
+
+// The backward launchers' dw: launch(part) runs the conv kernel, which writes P partial rows of dw
+// (part [P, C, W] double in ctx's scratch: one row per block row, or per block of the v2 grid);
+// colsum_finish then adds them into dw [C, W] in their order (fixed by the shapes), after the conv
+// kernel on ctx->stream. 0, or -1 (no scratch, or a launch error: ctx's error set).
+template <class L>
+int conv_dw_finish(KdaCudaCtx *ctx, float *dw, int64_t P, int64_t C, int64_t W, L launch) {
+    double *part = (double *)kda_cuda_scratch(ctx, (size_t)(P * C * W) * sizeof(double));
+    if (!part) return -1;
+    launch(part);
+    CUDA_CHECK_LAUNCH(ctx);
+    colsum_finish(ctx->stream, dw, part, P, C * W);
+    CUDA_CHECK_LAUNCH(ctx);
+    return 0;
 }
 
 // Grid of the v2 backward: block rows capped at CONV2_ROWS (each block walks rows y, y + cap, ...),

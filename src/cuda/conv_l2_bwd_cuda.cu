@@ -21,28 +21,20 @@ int kda_cuda_conv_silu_l2_bwd_ld(KdaCudaCtx *ctx, kda_bf16 *dp, int64_t ldo, flo
     KDA_CUDA_REQUIRE(ctx, conv_i32_ok(B, T, ldo));
     if (conv_v2_(CONV_K_L2_BWD) && K <= 64) { // K / 2 lanes a head: at most a warp
         dim3 g2 = conv2_bwd_grid(B, T, C), b2(32, CONV_BT);
-        int64_t P = g2.y; // dw partials: one per block, [P, C, W] double
-        double *part = (double *)kda_cuda_scratch(ctx, (size_t)(P * C * W) * sizeof(double));
-        if (!part) return -1;
-            // K_ = 128 never gets here; its case names K = 64's instantiation (no extra kernel)
+        // K_ = 128 never gets here; its case names K = 64's instantiation (no extra kernel)
 #define CONV_L2_BWD2(W_, K_)                                                                       \
     conv_bwd_k<W_, 2, true, true, CONV2_TT_BWD, CONV2_TT_BWD + W_ - 1, CONV2_MINB_L2,              \
                (K_ <= 64 ? K_ : 64) / 2>                                                           \
         <<<g2, b2, 0, ctx->stream>>>(dp, part, NULL, p, w, dy, rstd, B, T, C, ldo)
 #define CONV_L2_BWD2_K(W_) CONV_DISPATCH_K(K, W_, CONV_L2_BWD2)
-        CONV_DISPATCH_W(W, CONV_L2_BWD2_K);
+        // dw partials: one per block
+        return conv_dw_finish(ctx, dw, g2.y, C, W,
+                              [&](double *part) { CONV_DISPATCH_W(W, CONV_L2_BWD2_K); });
 #undef CONV_L2_BWD2_K
 #undef CONV_L2_BWD2
-        CUDA_CHECK_LAUNCH(ctx);
-        colsum_finish(ctx->stream, dw, part, P, C * W);
-        CUDA_CHECK_LAUNCH(ctx);
-        return 0;
     }
     dim3 grid = conv_grid(B, T, C, 4, CONV_TT_BWD), block(32, CONV_BT);
     KDA_CUDA_REQUIRE(ctx, grid.y > 0);
-    int64_t P = grid.y; // dw partials: one per block row, [P, C, W] double
-    double *part = (double *)kda_cuda_scratch(ctx, (size_t)(P * C * W) * sizeof(double));
-    if (!part) return -1;
     bool pf = conv_pf_();
 #define CONV_L2_BWD(W_, K_)                                                                        \
     if (pf)                                                                                        \
@@ -52,13 +44,11 @@ int kda_cuda_conv_silu_l2_bwd_ld(KdaCudaCtx *ctx, kda_bf16 *dp, int64_t ldo, flo
         conv_bwd_k<W_, 4, true, false, CONV_TT_BWD, CONV_PD, 1, K_ / 4>                            \
             <<<grid, block, 0, ctx->stream>>>(dp, part, NULL, p, w, dy, rstd, B, T, C, ldo)
 #define CONV_L2_BWD_K(W_) CONV_DISPATCH_K(K, W_, CONV_L2_BWD)
-    CONV_DISPATCH_W(W, CONV_L2_BWD_K);
+    // dw partials: one per block row
+    return conv_dw_finish(ctx, dw, grid.y, C, W,
+                          [&](double *part) { CONV_DISPATCH_W(W, CONV_L2_BWD_K); });
 #undef CONV_L2_BWD_K
 #undef CONV_L2_BWD
-    CUDA_CHECK_LAUNCH(ctx);
-    colsum_finish(ctx->stream, dw, part, P, C * W);
-    CUDA_CHECK_LAUNCH(ctx);
-    return 0;
 }
 
 } // extern "C"
