@@ -155,7 +155,8 @@ def run_one(cfg, a, mb):
         # one about 1 s in at the 700 W cap, perf-log.md) is visible here too, or not
         "steps_ms": [round(x, 1) for x in steps_ms],
     }
-    # the clocks and power beside kda.c's (report.py): both sides run at the H200's 700 W cap
+    # the clocks and power beside kda.c's (report.py): kda.c runs at the H200's 700 W cap, FLA
+    # below it (669-675 W, docs/log/gpu-2026-12-03.md §18)
     for k in ("sm_clock_mhz_mean", "sm_clock_mhz_min", "power_w_max", "temp_c_max"):
         res["gpu_" + k] = mr[k]
     del model, opt, batches
