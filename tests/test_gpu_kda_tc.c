@@ -14,10 +14,11 @@
 // ~1e-6). A wrong fragment layout, term or race shows as >= 1e-1 or NaN.
 // Both kernel versions (kda_tc_set_version 3 and 4 on the test context; 5, the default, is v4
 // bitwise) run every shape (v5, bitwise v4 by construction, runs in gpu_kda_tc_v5_matches_v4 and
-// _matches_host); v4 against v3 on the same inputs must agree to fp32 reassociation (TOL_V4_V3 =
-// 2e-5: the same TF32 products, other summation orders in the pair sums and the dg scan; the host
-// emulation sees at most 1.6e-6, dg under a -30-nat gate), which is what shows a v4 race or a v4
-// phase reading a tile too early (>= 1e-3; the host emulation cannot see those).
+// _matches_host; v6, bitwise v5, in gpu_kda_tc_v6_matches_v5 and _matches_host); v4 against v3 on
+// the same inputs must agree to fp32 reassociation (TOL_V4_V3 = 2e-5: the same TF32 products, other
+// summation orders in the pair sums and the dg scan; the host emulation sees at most 1.6e-6, dg
+// under a -30-nat gate), which is what shows a v4 race or a v4 phase reading a tile too early (>=
+// 1e-3; the host emulation cannot see those).
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -296,8 +297,8 @@ KDA_TEST_GPU(gpu_kda_tc_bwd) {
 
 // The kernels copy q, k, v, dO (bf16) and gcum with cp.async when they are 16-byte aligned and
 // with plain loads otherwise (the model's activations need not be aligned): both paths must give
-// the same bits, in every version (v3 copies only dO with cp.async; v5 has a third form, its
-// compile-time copies, when everything is aligned, and v4's copies otherwise).
+// the same bits, in every version (v3 copies only dO with cp.async; v5 and v6 have a third form,
+// their compile-time copies, when everything is aligned, and v4's copies otherwise).
 KDA_TEST_GPU(gpu_kda_tc_misaligned) {
     if (!gpu_()) return;
     KdaRng r;
@@ -319,7 +320,7 @@ KDA_TEST_GPU(gpu_kda_tc_misaligned) {
                kda_cuda_put_f32(&g_tctx, mg + 1, c.gcum, c.ng) == 0);
     DevIn mis = in;
     mis.q = mq + 1, mis.k = mk + 1, mis.v = mv + 1, mis.dO = mo + 1, mis.gc = mg + 1;
-    for (int ver = 3; ver <= 5; ver++) {
+    for (int ver = 3; ver <= 6; ver++) {
         int prev = kda_tc_set_version(&g_tctx, ver);
         FwdOut fa = gpu_fwd_(&c, &in, 0, NULL), fu = gpu_fwd_(&c, &mis, 0, NULL);
         CHECK_MSG(fa.o && fu.o && !memcmp(fa.o, fu.o, (size_t)c.nv * sizeof(float)),
@@ -394,8 +395,8 @@ KDA_TEST_GPU(gpu_kda_tc_v4_matches_v3) {
 }
 
 // The device against the host emulation of the same kernel bodies (kda_tc_fwd_host /
-// kda_tc_bwd_host), versions 3, 4 and 5, plain and kept forms: the race and fragment-layout check
-// of every body (the v4 kept backward included), at TOL_HOST_F32 / TOL_HOST_BF16 (see above).
+// kda_tc_bwd_host), versions 3, 4, 5 and 6, plain and kept forms: the race and fragment-layout
+// check of every body (the v4 kept backward included), at TOL_HOST_F32 / TOL_HOST_BF16 (see above).
 // Shapes: T not a multiple of the chunk with states, GVA 4x under a -30-nat gate, 64 chunks in
 // series, and two dims that run v3's intra and main backward inside v4 (K16 V24, K = V = 128 chunk
 // 16).
@@ -416,7 +417,7 @@ KDA_TEST_GPU(gpu_kda_tc_matches_host) {
         size_t nk = kda_tc_keep_floats(&c->d);
         float *keep = kda_cuda_alloc(&g_tctx, nk * 4), *hkeep = malloc(nk * 4);
         KDA_ASSERT(keep && hkeep);
-        for (int ver = 3; ver <= 5; ver++) {
+        for (int ver = 3; ver <= 6; ver++) {
             for (int kept = 0; kept <= 1; kept++) {
                 printf("  v%d %s\n", ver, kept ? "kept" : "plain");
                 int prev = kda_tc_set_version(&g_tctx, ver);
@@ -460,23 +461,13 @@ KDA_TEST_GPU(gpu_kda_tc_matches_host) {
     }
 }
 
-// v5 against v4 on the device, plain and kept forms: bitwise equal outputs (o, the final state,
-// dq, dk, dv, dg, dβ, d initial state). v5 stores the mma-only operands rounded to TF32 (low 13
-// mantissa bits cleared) and loads them raw, where v4 applies cvt.rna at every load; the two agree
-// bitwise when the mma reads only the top 19 bits of a TF32 operand register, which is what the
-// compiler's cvt.rna (half an ulp added, the low bits left set) already relies on. A difference
-// here means that assumption or a v5 rounding point is wrong (the host test
-// kda_tc_host_v5_matches_v4 checks the rounding points). Shapes: the model's layer (16 x 2048 x
-// 8), T not a multiple of the chunk with states, T = 1, GVA 4x under a -30-nat gate.
-KDA_TEST_GPU(gpu_kda_tc_v5_matches_v4) {
-    if (!gpu_()) return;
-    static const KdaCaseShape S[] = {{16, 2048, 8, 8, 32, 64, 32, 1, 0},
-                                     {2, 65, 2, 2, 32, 64, 32, 1, 0},
-                                     {2, 1, 2, 2, 32, 64, 32, 0, 0},
-                                     {1, 300, 2, 8, 32, 64, 32, 1, 30.0f}};
+// Kernel version vb against va on the device, plain and kept forms, on shapes S: bitwise equal
+// outputs (o, the final state, dq, dk, dv, dg, dβ, d initial state); the kept buffer is poisoned
+// before each version's forward.
+static void tc_versions_bitwise_(int va, int vb, const KdaCaseShape *S, size_t ns, uint64_t seed) {
     KdaRng r;
-    rng_seed(&r, 518);
-    for (size_t i = 0; i < sizeof S / sizeof S[0]; i++) {
+    rng_seed(&r, seed);
+    for (size_t i = 0; i < ns; i++) {
         KdaCaseBf16 cb;
         DevIn in = tc_case_(&cb, &r, &S[i]);
         const KdaCase *c = &cb.c;
@@ -487,7 +478,7 @@ KDA_TEST_GPU(gpu_kda_tc_v5_matches_v4) {
             FwdOut f[2];
             BwdOut b[2];
             for (int v = 0; v < 2; v++) {
-                int prev = kda_tc_set_version(&g_tctx, v ? 5 : 4);
+                int prev = kda_tc_set_version(&g_tctx, v ? vb : va);
                 KDA_ASSERT(kda_cuda_poison(&g_tctx, keep, nk * 4) == 0);
                 f[v] = gpu_fwd_(c, &in, kept, kept ? keep : NULL);
                 b[v] = gpu_bwd_(c, &in, kept, kept ? keep : NULL);
@@ -495,13 +486,14 @@ KDA_TEST_GPU(gpu_kda_tc_v5_matches_v4) {
             }
             const char *form = kept ? " (kept)" : "";
             if (f[0].o && f[1].o) {
-                CHECK_MSG(!memcmp(f[0].o, f[1].o, (size_t)c->nv * 4), "v5 vs v4 o%s", form);
-                CHECK_MSG(!memcmp(f[0].fs, f[1].fs, (size_t)c->ns * 4), "v5 vs v4 final state%s",
+                CHECK_MSG(!memcmp(f[0].o, f[1].o, (size_t)c->nv * 4), "v%d vs v%d o%s", vb, va,
                           form);
+                CHECK_MSG(!memcmp(f[0].fs, f[1].fs, (size_t)c->ns * 4), "v%d vs v%d final state%s",
+                          vb, va, form);
             }
             for (int g = 0; g < 6 && b[0].g[g] && b[1].g[g]; g++)
                 CHECK_MSG(!memcmp(b[0].g[g], b[1].g[g], (size_t)bwd_n_(c, g) * 4),
-                          "v5 vs v4 %s%s: not bitwise equal", BWD_NAMES[g], form);
+                          "v%d vs v%d %s%s: not bitwise equal", vb, va, BWD_NAMES[g], form);
             for (int v = 0; v < 2; v++)
                 fwd_out_free_(&f[v]), bwd_out_free_(&b[v]);
         }
@@ -509,6 +501,36 @@ KDA_TEST_GPU(gpu_kda_tc_v5_matches_v4) {
         dev_in_free_(&in);
         kda_case_bf16_free(&cb);
     }
+}
+
+// v5 against v4. v5 stores the mma-only operands rounded to TF32 (low 13 mantissa bits cleared)
+// and loads them raw, where v4 applies cvt.rna at every load; the two agree bitwise when the mma
+// reads only the top 19 bits of a TF32 operand register, which is what the compiler's cvt.rna
+// (half an ulp added, the low bits left set) already relies on. A difference here means that
+// assumption or a v5 rounding point is wrong (the host test kda_tc_host_v5_matches_v4 checks the
+// rounding points). Shapes: the model's layer (16 x 2048 x 8), T not a multiple of the chunk with
+// states, T = 1, GVA 4x under a -30-nat gate.
+static const KdaCaseShape V5_V4[] = {{16, 2048, 8, 8, 32, 64, 32, 1, 0},
+                                     {2, 65, 2, 2, 32, 64, 32, 1, 0},
+                                     {2, 1, 2, 2, 32, 64, 32, 0, 0},
+                                     {1, 300, 2, 8, 32, 64, 32, 1, 30.0f}};
+KDA_TEST_GPU(gpu_kda_tc_v5_matches_v4) {
+    if (gpu_()) tc_versions_bitwise_(4, 5, V5_V4, sizeof V5_V4 / sizeof V5_V4[0], 518);
+}
+
+// v6 against v5: v6's intra and main backward run a full chunk through bodies with n = C at
+// compile time and the partial last chunk through v5's; the same arithmetic in the same order,
+// so the bits must be v5's (the host test kda_tc_host_v6_matches_v5 checks the bodies; this one
+// the device compilation: unrolled loops, folded guards, and the two instantiations in one
+// kernel). Shapes: the model's layer (full chunks only), a partial last chunk of 5 rows (B 2), of
+// 6 rows (GVA 4x, -30-nat gate), of 31 rows, T = 1 (B 3).
+static const KdaCaseShape V6_V5[] = {{16, 2048, 8, 8, 32, 64, 32, 1, 0},
+                                     {2, 37, 2, 2, 32, 64, 32, 1, 0},
+                                     {2, 70, 1, 4, 32, 64, 32, 1, 30.0f},
+                                     {2, 95, 2, 2, 32, 64, 32, 0, 0},
+                                     {3, 1, 2, 2, 32, 64, 32, 1, 0}};
+KDA_TEST_GPU(gpu_kda_tc_v6_matches_v5) {
+    if (gpu_()) tc_versions_bitwise_(5, 6, V6_V5, sizeof V6_V5 / sizeof V6_V5[0], 519);
 }
 
 // The small shapes only, forward and backward: what compute-sanitizer (memcheck, racecheck) runs.

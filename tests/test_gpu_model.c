@@ -206,6 +206,14 @@ KDA_TEST_GPU(gpu_model_untied_loss_and_grads) {
     kda_model_free(&m);
 }
 
+// How many of n floats differ in their bits.
+static int64_t bits_differ_(const float *a, const float *b, int64_t n) {
+    int64_t diff = 0;
+    for (int64_t i = 0; i < n; i++)
+        diff += memcmp(&a[i], &b[i], sizeof(float)) != 0;
+    return diff;
+}
+
 // Per-block recompute (kda_cuda_model_set_recompute): the backward re-runs each block's forward
 // with the same deterministic kernels on the same inputs, so the loss and every gradient must be
 // bit-identical to the run that stored all activations. Three layers, so that a middle block is
@@ -231,9 +239,7 @@ KDA_TEST_GPU(gpu_model_recompute_bit_identical) {
     CHECK_MSG(rc == 0, "%s", err.msg);
     if (!rc) {
         CHECK_MSG(loss[0] == loss[1], "loss %.9g (stored) vs %.9g (recompute)", loss[0], loss[1]);
-        int64_t diff = 0;
-        for (int64_t i = 0; i < n; i++)
-            diff += memcmp(&g0[i], &g1[i], sizeof(float)) != 0;
+        int64_t diff = bits_differ_(g0, g1, n);
         CHECK_MSG(diff == 0, "%lld of %lld gradient elements differ with recompute",
                   (long long)diff, (long long)n);
         printf("    recompute: loss %.6f both ways, %lld gradient elements bit-identical\n",
@@ -256,16 +262,23 @@ KDA_TEST_GPU(gpu_model_recompute_bit_identical) {
 // grown by three layers' backward — the same order as TF32 vs fp32 (gpu_model_core_tc: 8e-3).
 // So for v4 (and v5, bitwise v4) the gradients are held to 1e-2 rel-RMS (a wrong kept tensor shows
 // at >= 1e-1), the loss (the same forward) and keeping vs keeping plus per-block recompute (the
-// same kept tensors) stay bit-identical. Three layers, fused classifier.
-static void core_keep_case_(int version);
+// same kept tensors) stay bit-identical. Three layers, fused classifier. v6 (opt-in, bitwise v5:
+// gpu_kda_tc_v6_matches_v5) must also give v5's kept-state gradients bit for bit (T = 100: three
+// full chunks and a partial one per sequence).
+static float *core_keep_case_(int version, const float *ref);
 KDA_TEST_GPU(gpu_model_core_keep_bit_identical) {
     if (!have_gpu_()) return;
-    core_keep_case_(3);
-    core_keep_case_(4);
-    core_keep_case_(5); // the default since 2026-12-03: bitwise v4 (gpu_kda_tc_v5_matches_v4)
+    free(core_keep_case_(3, NULL));
+    free(core_keep_case_(4, NULL));
+    // the default since 2026-12-03: bitwise v4 (gpu_kda_tc_v5_matches_v4)
+    float *g5 = core_keep_case_(5, NULL);
+    free(core_keep_case_(6, g5));
+    free(g5);
 }
 
-static void core_keep_case_(int version) {
+// Returns the kept pass's gradients (the caller frees them; NULL when a pass failed); with ref,
+// they must equal ref bit for bit.
+static float *core_keep_case_(int version, const float *ref) {
     KdaModel m;
     tiny_untied_(&m, 0.05, 71);
     KdaError err = {{0}};
@@ -297,9 +310,7 @@ static void core_keep_case_(int version) {
         for (int pass = 1; pass < 3; pass++) {
             CHECK_MSG(loss[pass] == loss[0], "v%d pass %d: loss %.9g vs %.9g (recompute)", version,
                       pass, loss[pass], loss[0]);
-            int64_t diff = 0;
-            for (int64_t i = 0; i < n; i++)
-                diff += memcmp(&g[pass][i], &g[version == 3 ? 0 : 1][i], sizeof(float)) != 0;
+            int64_t diff = bits_differ_(g[pass], g[version == 3 ? 0 : 1], n);
             CHECK_MSG(diff == 0, "v%d pass %d: %lld of %lld gradient elements differ", version,
                       pass, (long long)diff, (long long)n);
         }
@@ -307,11 +318,20 @@ static void core_keep_case_(int version) {
             kda_case_expect("v4/v5 kept vs recomputed gradients", g[0], g[1], n, 1e-2);
         printf("    tc v%d kept KDA states: loss %.6f, gradients %s the recompute\n", version,
                loss[0], version == 3 ? "bit-identical to" : "within 1e-2 rel-RMS of");
+        if (ref) {
+            int64_t diff = bits_differ_(g[1], ref, n);
+            CHECK_MSG(diff == 0,
+                      "v%d kept: %lld of %lld gradient elements differ from the "
+                      "reference version's",
+                      version, (long long)diff, (long long)n);
+        }
     }
+    float *kept = rc ? NULL : g[1];
     for (int pass = 0; pass < 3; pass++)
-        free(g[pass]);
+        if (g[pass] != kept) free(g[pass]);
     free(ids);
     kda_model_free(&m);
+    return kept;
 }
 
 // The tensor-core core (cuda/kda_tc.h; the model's default) against the SIMT one (pass 0,

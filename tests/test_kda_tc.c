@@ -17,7 +17,8 @@
 // Both kernel versions run (3 and 4: the v4 bodies are the default's); the
 // shapes at K 32, V 64, chunk 32 reach v4's compile-time main backward (checked), the others its
 // reverse pass and output with v3's main backward. v5 (v4 with operands rounded once) must equal
-// v4 bitwise on every shape (kda_tc_host_v5_matches_v4).
+// v4 bitwise on every shape (kda_tc_host_v5_matches_v4), and v6 (v5 with a full chunk's rows at
+// compile time) v5 (kda_tc_host_v6_matches_v5).
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -233,19 +234,16 @@ KDA_TEST(kda_tc_host_v4_matches_v3) {
     }
 }
 
-// v5 against v4 on every shape of the sweep, plain and kept forms: v5 stores the tensors that
-// only mma reads already rounded to TF32 and loads their fragments without the cvt, which is
-// idempotent, so every output must be bitwise v4's (o, the final state, dq, dk, dv, dg, dβ, the
-// initial state's gradient). A rounded tensor that some body also reads elementwise would differ
-// here by ~2^-11 relative. Dims other than K 32 / V 64 / chunk 32 run v4 under version 5 (the
-// check is then trivially equal, and kda_tc_bwd_main_version says 3).
-static void v5_vs_v4_(const KdaCaseBf16 *f, int kept) {
+// Kernel version vb against va on one case, plain or kept form, every output compared bit for
+// bit (o, the final state, dq, dk, dv, dg, dβ, the initial state's gradient); every output buffer
+// and the kept buffer start as NaN (0xff bytes), so an element a version fails to write differs.
+static void versions_bitwise_(const KdaCaseBf16 *f, int kept, int va, int vb) {
     const KdaCase *c = &f->c;
     const int64_t n[8] = {c->nv, c->ns, c->nqk, c->nqk, c->nv, c->ng, c->nb, c->ns};
     static const size_t esz[8] = {2, 4, 4, 4, 2, 4, 4, 4};
     void *out[2][8];
     for (int v = 0; v < 2; v++) {
-        const int ver = v ? 5 : 4;
+        const int ver = v ? vb : va;
         size_t nk = kda_tc_keep_floats(&c->d);
         float *keep = kept ? malloc(nk * 4) : NULL;
         if (keep) memset(keep, 0xff, nk * 4);
@@ -263,11 +261,33 @@ static void v5_vs_v4_(const KdaCaseBf16 *f, int kept) {
                                    "dv", "dg",          "dbeta", "d initial state"};
     for (int t = 0; t < 8; t++) {
         CHECK_MSG(!memcmp(out[0][t], out[1][t], (size_t)n[t] * esz[t]),
-                  "v5 vs v4 %s%s: not bitwise equal", names[t], kept ? " (kept)" : "");
+                  "v%d vs v%d %s%s: not bitwise equal", vb, va, names[t], kept ? " (kept)" : "");
         free(out[0][t]), free(out[1][t]);
     }
 }
 
+// vb against va, plain and kept forms, on every shape of the sweep and then of `more`. Versions 5
+// and 6 run their own kernels at K 32 / V 64 / chunk 32 only (elsewhere v4's: the check is then
+// trivially equal, and kda_tc_bwd_main_version says 3).
+static void versions_sweep_(int va, int vb, uint64_t seed, const KdaCaseShape *more, size_t nmore) {
+    KdaRng r;
+    rng_seed(&r, seed);
+    const size_t ns = sizeof SHAPES / sizeof SHAPES[0];
+    for (size_t i = 0; i < ns + nmore; i++) {
+        const KdaCaseShape *s = i < ns ? &SHAPES[i] : &more[i - ns];
+        KdaCaseBf16 f;
+        kda_case_shape_make(&f, &r, s, "");
+        const int own = s->K == 32 && s->V == 64 && s->C == 32;
+        CHECK(kda_tc_bwd_main_version(vb, &f.c.d) == (own ? vb : 3));
+        versions_bitwise_(&f, 0, va, vb);
+        versions_bitwise_(&f, 1, va, vb);
+        kda_case_bf16_free(&f);
+    }
+}
+
+// v5 against v4: v5 stores the tensors that only mma reads already rounded to TF32 and loads
+// their fragments without the cvt, which is idempotent, so every output must be bitwise v4's. A
+// rounded tensor that some body also reads elementwise would differ here by ~2^-11 relative.
 // More v5 shapes: a last chunk of 1 and 31 rows after whole ones, with states, GVA (HV > H: dq, dk
 // through the per-value-head scratch) and not (the main backward's row-guarded loops and its
 // chunk-based output offsets).
@@ -277,19 +297,24 @@ static const KdaCaseShape V5_SHAPES[] = {
 };
 
 KDA_TEST(kda_tc_host_v5_matches_v4) {
-    KdaRng r;
-    rng_seed(&r, 405);
-    const size_t ns = sizeof SHAPES / sizeof SHAPES[0];
-    for (size_t i = 0; i < ns + sizeof V5_SHAPES / sizeof V5_SHAPES[0]; i++) {
-        const KdaCaseShape *s = i < ns ? &SHAPES[i] : &V5_SHAPES[i - ns];
-        KdaCaseBf16 f;
-        kda_case_shape_make(&f, &r, s, "");
-        const int v5main = s->K == 32 && s->V == 64 && s->C == 32;
-        CHECK(kda_tc_bwd_main_version(5, &f.c.d) == (v5main ? 5 : 3));
-        v5_vs_v4_(&f, 0);
-        v5_vs_v4_(&f, 1);
-        kda_case_bf16_free(&f);
-    }
+    versions_sweep_(4, 5, 405, V5_SHAPES, sizeof V5_SHAPES / sizeof V5_SHAPES[0]);
+}
+
+// v6 against v5: v6 runs a full chunk (n = C rows) through the intra and main-backward bodies
+// instantiated with n = C at compile time and a partial last chunk through v5's, the same
+// arithmetic in the same order, so every output must be bitwise v5's. Shapes beyond the sweep's
+// (K 32, V 64, chunk 32, v6's dims): full chunks only (T = 64, 2048: the model's T, GVA 2x), a
+// partial last chunk of 5 rows (no off-diagonal sub-block; B = 2), 6 rows (GVA 4x, a -30-nat
+// gate), exactly 16 rows, 31 rows, and T = 1 (B = 3), with and without states.
+static const KdaCaseShape V6_SHAPES[] = {
+    {1, 64, 2, 2, 32, 64, 32, 0, 0},    {1, 2048, 1, 2, 32, 64, 32, 1, 0},
+    {2, 37, 2, 2, 32, 64, 32, 1, 0},    {2, 70, 1, 4, 32, 64, 32, 1, 30.0f},
+    {1, 48, 1, 1, 32, 64, 32, 1, 8.0f}, {2, 95, 2, 2, 32, 64, 32, 0, 0},
+    {3, 1, 2, 2, 32, 64, 32, 1, 0},
+};
+
+KDA_TEST(kda_tc_host_v6_matches_v5) {
+    versions_sweep_(5, 6, 406, V6_SHAPES, sizeof V6_SHAPES / sizeof V6_SHAPES[0]);
 }
 
 // Which dims the tensor-core path takes (H200: 227 KB of shared memory per block).

@@ -382,7 +382,7 @@ static int b_fast128_fwdbwd(void *a) {
 // The tensor-core core (kda_tc.h, the model's default core) on the same inputs and dims as the
 // fast rows above; each row runs kernel version tc_ver_ (kda_tc_set_version on g: 4, the default,
 // in the 'kda tc ...' rows; 3 in the 'kda tc3 ...' rows; 5, v4 with operands rounded once, in the
-// 'kda tc5 ...' rows).
+// 'kda tc5 ...' rows; 6, v5 with a full chunk's rows at compile time, in the 'kda tc6 ...' rows).
 static int tc_ver_ = 4;
 static int b_tc_fwd(void *a) {
     (void)a;
@@ -443,35 +443,32 @@ static int b_tc_kept_sync(void *a) {
     unsetenv("KDA_TC_ASYNC");
     return rc;
 }
-// The 'kda tc3 ...' rows: the same calls on kernel version 3.
-#define TC3_(name)                                                                                 \
-    static int name##3(void *a) {                                                                  \
-        tc_ver_ = 3;                                                                               \
+// The 'kda tc3 ...', 'kda tc5 ...' and 'kda tc6 ...' rows: the same calls on kernel version 3, 5
+// or 6 (5 and 6 at K 32 / V 64 only: other dims run v4).
+#define TCV_(name, v)                                                                              \
+    static int name##v(void *a) {                                                                  \
+        tc_ver_ = v;                                                                               \
         int rc = name(a);                                                                          \
         tc_ver_ = 4;                                                                               \
         return rc;                                                                                 \
     }
-TC3_(b_tc_fwd)
-TC3_(b_tc_bwd)
-TC3_(b_tc_fwdbwd)
-TC3_(b_tc_kept)
-TC3_(b_tc_kept_sync)
-TC3_(b_tc128_fwd)
-TC3_(b_tc128_bwd)
-TC3_(b_tc128_fwdbwd)
-TC3_(b_tc128_kept)
-// The 'kda tc5 ...' rows: the same calls on kernel version 5 (K 32 / V 64 only: other dims run v4).
-#define TC5_(name)                                                                                 \
-    static int name##5(void *a) {                                                                  \
-        tc_ver_ = 5;                                                                               \
-        int rc = name(a);                                                                          \
-        tc_ver_ = 4;                                                                               \
-        return rc;                                                                                 \
-    }
-TC5_(b_tc_fwd)
-TC5_(b_tc_bwd)
-TC5_(b_tc_fwdbwd)
-TC5_(b_tc_kept)
+TCV_(b_tc_fwd, 3)
+TCV_(b_tc_bwd, 3)
+TCV_(b_tc_fwdbwd, 3)
+TCV_(b_tc_kept, 3)
+TCV_(b_tc_kept_sync, 3)
+TCV_(b_tc128_fwd, 3)
+TCV_(b_tc128_bwd, 3)
+TCV_(b_tc128_fwdbwd, 3)
+TCV_(b_tc128_kept, 3)
+TCV_(b_tc_fwd, 5)
+TCV_(b_tc_bwd, 5)
+TCV_(b_tc_fwdbwd, 5)
+TCV_(b_tc_kept, 5)
+TCV_(b_tc_fwd, 6)
+TCV_(b_tc_bwd, 6)
+TCV_(b_tc_fwdbwd, 6)
+TCV_(b_tc_kept, 6)
 static int b_adamw(void *a) {
     (void)a;
     return kda_cuda_adamw(&g, z.p, z.pb, z.grad, z.m, z.vv, NPARAM, &z.s, NULL);
@@ -600,15 +597,19 @@ int main(void) {
         {"kda tc3 fwd 16x2048 H8 K32 V64", b_tc_fwd3, 0, 0, 1},
         {"kda tc fwd 16x2048 H8 K32 V64", b_tc_fwd, 0, 0, 1},
         {"kda tc5 fwd 16x2048 H8 K32 V64", b_tc_fwd5, 0, 0, 1},
+        {"kda tc6 fwd 16x2048 H8 K32 V64", b_tc_fwd6, 0, 0, 1},
         {"kda tc3 bwd 16x2048 H8 K32 V64", b_tc_bwd3, 0, 0, 1},
         {"kda tc bwd 16x2048 H8 K32 V64", b_tc_bwd, 0, 0, 1},
         {"kda tc5 bwd 16x2048 H8 K32 V64", b_tc_bwd5, 0, 0, 1},
+        {"kda tc6 bwd 16x2048 H8 K32 V64", b_tc_bwd6, 0, 0, 1},
         {"kda tc3 fwd+bwd 16x2048 H8 K32 V64", b_tc_fwdbwd3, 0, 0, 1},
         {"kda tc fwd+bwd 16x2048 H8 K32 V64", b_tc_fwdbwd, 0, 0, 1},
         {"kda tc5 fwd+bwd 16x2048 H8 K32 V64", b_tc_fwdbwd5, 0, 0, 1},
+        {"kda tc6 fwd+bwd 16x2048 H8 K32 V64", b_tc_fwdbwd6, 0, 0, 1},
         {"kda tc3 fwd+bwd kept 16x2048 H8 K32 V64", b_tc_kept3, 0, 0, 1},
         {"kda tc fwd+bwd kept 16x2048 H8 K32 V64", b_tc_kept, 0, 0, 1},
         {"kda tc5 fwd+bwd kept 16x2048 H8 K32 V64", b_tc_kept5, 0, 0, 1},
+        {"kda tc6 fwd+bwd kept 16x2048 H8 K32 V64", b_tc_kept6, 0, 0, 1},
         {"kda tc3 fwd+bwd kept sync 16x2048 H8 K32 V64", b_tc_kept_sync3, 0, 0, 1},
         {"kda tc fwd+bwd kept sync 16x2048 H8 K32 V64", b_tc_kept_sync, 0, 0, 1},
         {"kda tc3 fwd 16x2048 H8 K128 V128", b_tc128_fwd3, 0, 0, 1},
@@ -633,25 +634,27 @@ int main(void) {
         else
             printf("%-40s %10.3f %9.0f GB/s\n", rows[i].name, ms, rows[i].bytes / ms / 1e6);
     }
-    // Per-kernel breakdown of the fast path and of the tensor-core path, v3, v4 then v5, plain
+    // Per-kernel breakdown of the fast path and of the tensor-core path, v3, v4, v5 then v6, plain
     // forms (kda_fast_profile / kda_tc_profile: min of 10, own inputs; v4's backward intra is the
     // forward's form and its reverse state pass includes dΔ_intra), then the tensor-core kept
-    // forms (kda_tc_profile_kept: what the model runs); v5 at K 32 / V 64 only (elsewhere it is v4)
-    for (int path = 0; path < 7; path++) {
+    // forms (kda_tc_profile_kept: what the model runs); v5 and v6 at K 32 / V 64 only (elsewhere
+    // they are v4)
+    for (int path = 0; path < 9; path++) {
         static const char *names[8] = {
             "fwd intra",         "fwd state", "fwd output", "bwd intra", "bwd state (recompute)",
             "bwd reverse state", "bwd main",  "bwd gva sum"};
         static const char *kept_names[8] = {
             "fwd intra",         "fwd state", "fwd output",  "bwd ddi",
             "bwd reverse state", "bwd main",  "bwd gva sum", "-"};
-        static const char *paths[7] = {"fast",       "tc v3",      "tc v4",     "tc v5",
-                                       "tc v3 kept", "tc v4 kept", "tc v5 kept"};
+        static const char *paths[9] = {"fast",       "tc v3",      "tc v4",
+                                       "tc v5",      "tc v6",      "tc v3 kept",
+                                       "tc v4 kept", "tc v5 kept", "tc v6 kept"};
         KdaDims dd[2] = {z.d32, z.d128};
-        const int ver = path > 0 ? 3 + (path - 1) % 3 : 0, kept = path >= 4;
+        const int ver = path > 0 ? 3 + (path - 1) % 4 : 0, kept = path >= 5;
         for (int s = 0; s < 2; s++) {
             float kms[8];
             if (path > 0 && !kda_tc_supported(&dd[s], g.info.smem_per_block_optin)) continue;
-            if (ver == 5 && kda_tc_bwd_main_version(5, &dd[s]) != 5) continue;
+            if (ver >= 5 && kda_tc_bwd_main_version(ver, &dd[s]) != ver) continue;
             if (path > 0) kda_tc_set_version(&g, ver);
             int rc = path == 0 ? kda_fast_profile(&g, &dd[s], 10, kms)
                      : !kept   ? kda_tc_profile(&g, &dd[s], 10, kms)

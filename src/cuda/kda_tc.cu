@@ -1528,7 +1528,10 @@ template <int C, int K, int V> struct Bwd4 {
 // the ones rounded here where they are written: dw, the first dAkk (read by (5) only), M, and
 // (7)'s factors Qf, Kfb, Kr. Not: Δ (the kept layout's is kda_fast's too: stored unrounded), h,
 // dh (dΓ_last's Σ dS S0), Kb (dΓ), dAqk and the second dAkk (the pair sums).
-template <int C, int K, int V, bool KA, bool RT = false>
+// NF (v6, with RT): the chunk is full, n = C at compile time (bwd6_body's choice), so the loops
+// over its rows have constant trip counts and the row guards fold away; the same items in the
+// same order, so the same bits as NF = false.
+template <int C, int K, int V, bool KA, bool RT = false, bool NF = false>
 __host__ __device__ void bwd4_body(const TcArgs &a, int64_t blk, float *sm) {
     typedef Bwd4<C, K, V> P;
     constexpr int LK = P::LK, LV = P::LV, LC = P::LC, LQ = P::LQ, LW = P::LW, R = SUB;
@@ -1543,7 +1546,7 @@ __host__ __device__ void bwd4_body(const TcArgs &a, int64_t blk, float *sm) {
     const int tid = 0, warp = 0, nth = 1, nwarp = 1;
 #endif
     const ChunkPos p = chunk_pos(a, blk);
-    const int n = p.n;
+    const int n = NF ? C : p.n; // NF: the caller checked p.n == C
     const bool off = n > SUB;
     const float scale = a.scale;
     const bool as = a.async && a.s_al16, aq = a.async && a.qk_al16, av = a.async && a.v_al16;
@@ -1998,7 +2001,8 @@ __host__ __device__ inline void tri_pair_(int t, int &i, int &j) {
 // RT (v5): w, kg, qg, Aqk and the kept Akk are stored TF32-rounded: the state passes and the kept
 // main backward read them only as mma operands (u, KK and e^{G_last} are read elementwise: kept
 // as they are).
-template <int C, int K, int V, bool RT = false>
+// NF (v6, with RT): a full chunk, n = C at compile time, as bwd4_body's.
+template <int C, int K, int V, bool RT = false, bool NF = false>
 __host__ __device__ void intra4_body(const TcArgs &a, int64_t blk, float *sm) {
     typedef Intra4<C, K, V> P;
     constexpr int LK = P::LK, LC = P::LC, LQ = P::LQ, LV = P::LV, R = SUB;
@@ -2010,7 +2014,7 @@ __host__ __device__ void intra4_body(const TcArgs &a, int64_t blk, float *sm) {
     const int tid = 0, nth = 1;
 #endif
     const ChunkPos p = chunk_pos(a, blk);
-    const int n = p.n;
+    const int n = NF ? C : p.n; // NF: the caller checked p.n == C
     const bool off = n > SUB;
     const float scale = a.scale;
     const bool aq = a.async && a.qk_al16, ag = a.async && a.g_al16;
@@ -2210,13 +2214,34 @@ __host__ __device__ inline bool bwd4_dims(const ChunkArgs &a) {
     return a.C == 32 && a.K == 32 && a.V == 64;
 }
 // v5's rounded-operand bodies run at bwd4_dims only (where every producer and consumer of the
-// rounded tensors is a v4 body with the flag); elsewhere version 5 runs v4 as it is.
+// rounded tensors is a v4 body with the flag); elsewhere version 5 runs v4 as it is. Version 6 is
+// v5 (its state passes, its rounded operands) with v6's intra and main backward (v6_).
 __host__ __device__ inline bool v5_(const TcArgs &a) {
-    return a.ver == 5 && bwd4_dims(a);
+    return (a.ver == 5 || a.ver == 6) && bwd4_dims(a);
 }
-// The context's version as a call's: 3, 5, or 4 for anything else.
+__host__ __device__ inline bool v6_(const TcArgs &a) {
+    return a.ver == 6 && bwd4_dims(a);
+}
+// The context's version as a call's: 3, 5, 6, or 4 for anything else.
 __host__ __device__ inline int ver_of_(int v) {
-    return v == 3 || v == 5 ? v : 4;
+    return v == 3 || v == 5 || v == 6 ? v : 4;
+}
+// v6's bodies: v5's (RT), each chunk through the instantiation for its row count, n = C at
+// compile time for a full chunk (every chunk but a sequence's partial last one), run-time n for
+// the partial one. A block-uniform branch; the two instantiations compute the same bits.
+template <int C, int K, int V, bool KA>
+__host__ __device__ inline void bwd6_body(const TcArgs &a, int64_t blk, float *sm) {
+    if (chunk_pos(a, blk).n == C)
+        bwd4_body<C, K, V, KA, true, true>(a, blk, sm);
+    else
+        bwd4_body<C, K, V, KA, true>(a, blk, sm);
+}
+template <int C, int K, int V>
+__host__ __device__ inline void intra6_body(const TcArgs &a, int64_t blk, float *sm) {
+    if (chunk_pos(a, blk).n == C)
+        intra4_body<C, K, V, true, true>(a, blk, sm);
+    else
+        intra4_body<C, K, V, true>(a, blk, sm);
 }
 
 // ---- device entry points ------------------------------------------------------------------------
@@ -2263,21 +2288,18 @@ __global__ void __launch_bounds__(TC_THREADS) tc_rstate4_k(TcArgs a) {
     extern __shared__ float sm[];
     rstate4_body<C_, K_, VT_, NS>(a, blockIdx.x, sm);
 }
-__global__ void __launch_bounds__(TC_THREADS) tc_intra4_k(TcArgs a) {
-    kda_grid_wait();
-    extern __shared__ float sm[];
-    intra4_body<32, 32, 64>(a, blockIdx.x, sm);
-}
-__global__ void __launch_bounds__(TC4_THREADS, 2) tc_bwd4_k(TcArgs a) {
-    kda_grid_wait();
-    extern __shared__ float sm[];
-    bwd4_body<32, 32, 64, false>(a, blockIdx.x, sm);
-}
-__global__ void __launch_bounds__(TC4_THREADS, 2) tc_bwd4k_k(TcArgs a) {
-    kda_grid_wait();
-    extern __shared__ float sm[];
-    bwd4_body<32, 32, 64, true>(a, blockIdx.x, sm);
-}
+// The entry point `name` of the compile-time-dims bodies (v4-v6; named kernels, so that profiles
+// and Nsight Compute's kernel filters tell the versions apart): launch bounds `bounds`, a wait
+// for the previous launch (programmatic dependent launch), then the body on block blockIdx.x.
+#define TC_ENTRY_(name, bounds, ...)                                                               \
+    __global__ void __launch_bounds__ bounds name(TcArgs a) {                                      \
+        kda_grid_wait();                                                                           \
+        extern __shared__ float sm[];                                                              \
+        __VA_ARGS__(a, blockIdx.x, sm);                                                            \
+    }
+TC_ENTRY_(tc_intra4_k, (TC_THREADS), intra4_body<32, 32, 64>)
+TC_ENTRY_(tc_bwd4_k, (TC4_THREADS, 2), bwd4_body<32, 32, 64, false>)
+TC_ENTRY_(tc_bwd4k_k, (TC4_THREADS, 2), bwd4_body<32, 32, 64, true>)
 // v5 (ctx->tc_version 5, at bwd4_dims): v4's bodies with the mma-only operands rounded once by
 // their producers (the RT flag); the names differ from v4's so that profiles tell them apart.
 // RT also selects the bit-identical trims of fewer instructions: FOR_N / FOR_CT / WFOR_CT loops
@@ -2295,21 +2317,14 @@ __global__ void __launch_bounds__(TC_THREADS) tc_rstate5_k(TcArgs a) {
     extern __shared__ float sm[];
     rstate4_body<C_, K_, VT_, NS, true>(a, blockIdx.x, sm);
 }
-__global__ void __launch_bounds__(TC_THREADS) tc_intra5_k(TcArgs a) {
-    kda_grid_wait();
-    extern __shared__ float sm[];
-    intra4_body<32, 32, 64, true>(a, blockIdx.x, sm);
-}
-__global__ void __launch_bounds__(TC4_THREADS, 2) tc_bwd5_k(TcArgs a) {
-    kda_grid_wait();
-    extern __shared__ float sm[];
-    bwd4_body<32, 32, 64, false, true>(a, blockIdx.x, sm);
-}
-__global__ void __launch_bounds__(TC4_THREADS, 2) tc_bwd5k_k(TcArgs a) {
-    kda_grid_wait();
-    extern __shared__ float sm[];
-    bwd4_body<32, 32, 64, true, true>(a, blockIdx.x, sm);
-}
+TC_ENTRY_(tc_intra5_k, (TC_THREADS), intra4_body<32, 32, 64, true>)
+TC_ENTRY_(tc_bwd5_k, (TC4_THREADS, 2), bwd4_body<32, 32, 64, false, true>)
+TC_ENTRY_(tc_bwd5k_k, (TC4_THREADS, 2), bwd4_body<32, 32, 64, true, true>)
+// v6 (ctx->tc_version 6, at bwd4_dims): v5's intra and main backward with a full chunk's rows
+// at compile time (bwd6_body, intra6_body); the state passes are v5's kernels.
+TC_ENTRY_(tc_intra6_k, (TC_THREADS), intra6_body<32, 32, 64>)
+TC_ENTRY_(tc_bwd6_k, (TC4_THREADS, 2), bwd6_body<32, 32, 64, false>)
+TC_ENTRY_(tc_bwd6k_k, (TC4_THREADS, 2), bwd6_body<32, 32, 64, true>)
 
 // ---- argument setup shared by the device and host drivers ---------------------------------------
 
@@ -2408,8 +2423,8 @@ int launch_rstate4(KdaCudaCtx *ctx, cudaEvent_t **ev, const TcArgs &a) {
 int launch_intra_fwd(KdaCudaCtx *ctx, cudaEvent_t **ev, const TcArgs &a) {
     int64_t chunks = (int64_t)a.B * a.HV * a.NT;
     if (v5_(a))
-        return launch(ctx, ev, tc_intra5_k, chunks, (size_t)Intra4<32, 32, 64>::floats, TC_THREADS,
-                      a);
+        return launch(ctx, ev, v6_(a) ? tc_intra6_k : tc_intra5_k, chunks,
+                      (size_t)Intra4<32, 32, 64>::floats, TC_THREADS, a);
     if (a.ver >= 4 && bwd4_dims(a))
         return launch(ctx, ev, tc_intra4_k, chunks, (size_t)Intra4<32, 32, 64>::floats, TC_THREADS,
                       a);
@@ -2481,8 +2496,9 @@ int tc_bwd(KdaCudaCtx *ctx, cudaEvent_t **ev, float *dq, float *dk, kda_bf16 *dv
         (v4 && launch_rstate4(ctx, ev, a)))
         return -1;
     if (v4 && bwd4_dims(a)) {
-        void (*bwd_k)(TcArgs) =
-            v5_(a) ? (kept ? tc_bwd5k_k : tc_bwd5_k) : (kept ? tc_bwd4k_k : tc_bwd4_k);
+        void (*bwd_k)(TcArgs) = v6_(a)   ? (kept ? tc_bwd6k_k : tc_bwd6_k)
+                                : v5_(a) ? (kept ? tc_bwd5k_k : tc_bwd5_k)
+                                         : (kept ? tc_bwd4k_k : tc_bwd4_k);
         if (launch(ctx, ev, bwd_k, chunks, (size_t)Bwd4<32, 32, 64>::floats, TC4_THREADS, a))
             return -1;
     } else if (launch(ctx, ev, tc_bwd_k, chunks, bwd_floats(a.C, a.K, a.V, a.Vt), TC_BWD_THREADS,
@@ -2525,7 +2541,9 @@ void state_fwd_host(const TcArgs &a, int64_t b, float *sm) {
 }
 // launch_intra_fwd's choice, on the host.
 void intra_fwd_host(const TcArgs &a, int64_t b, float *sm) {
-    if (v5_(a))
+    if (v6_(a))
+        intra6_body<32, 32, 64>(a, b, sm);
+    else if (v5_(a))
         intra4_body<32, 32, 64, true>(a, b, sm);
     else if (a.ver >= 4 && bwd4_dims(a))
         intra4_body<32, 32, 64>(a, b, sm);
@@ -2686,7 +2704,10 @@ extern "C" void kda_tc_bwd_host(float *dq, float *dk, kda_bf16 *dv, float *dg, f
             state_bwd_body(a, b, r.sm);
     }
     for (int64_t b = 0; b < r.chunks; b++) {
-        if (v5_(a))
+        if (v6_(a))
+            kept ? bwd6_body<32, 32, 64, true>(a, b, r.sm)
+                 : bwd6_body<32, 32, 64, false>(a, b, r.sm);
+        else if (v5_(a))
             kept ? bwd4_body<32, 32, 64, true, true>(a, b, r.sm)
                  : bwd4_body<32, 32, 64, false, true>(a, b, r.sm);
         else if (v4 && bwd4_dims(a))

@@ -4,7 +4,9 @@
 // core where it fits (kda_tc_supported) since the GPU run of 2026-12-03; KDA_CORE=simt selects
 // the SIMT path of kda_fast.h, which stays the GPU oracle of this one. Kernel versions (the
 // context's tc_version): v5, the default since 2026-12-03 (session 6), v4 with operands rounded to
-// TF32 once, bitwise v4's results; v4 (KDA_TC_V=4) and v3 (KDA_TC_V=3), kept whole for A/B runs.
+// TF32 once, bitwise v4's results; v4 (KDA_TC_V=4) and v3 (KDA_TC_V=3), kept whole for A/B runs;
+// v6 (KDA_TC_V=6, opt-in, not yet measured), v5 with a full chunk's row count at compile time,
+// bitwise v5's results.
 //
 // Same arguments, layouts and dtypes as kda_fast.h (and kda_cuda.h):
 //   q, k   [B, T, H, K]   bf16, L2-normalized          v, o, do  [B, T, HV, V] bf16
@@ -52,19 +54,25 @@ extern "C" {
 // it).
 int kda_tc_selected(void);
 // The kernel version of ctx's next calls (ctx->tc_version): 5, the default, 4 (KDA_TC_V=4 at
-// kda_cuda_init) or 3 (KDA_TC_V=3). v4: the output's tiles and the main backward's inputs through
-// cp.async, the reverse state pass computing dΔ_intra itself, and (at K 32, V 64, chunk 32) the
-// main backward with compile-time dims and side-by-side warp groups; v3 stays whole for A/B runs
-// (bench/kda_kernel/bench_gpu.c) and as a fallback.
-// v5 (the default; measured in the model 2026-12-03: core rows 17.2 → 15.8 ms): v4 with every
-// tensor that only mma reads rounded to TF32 once, where it is produced (w, kg, qg, Aqk, the kept
-// Akk, Δ, dΔ and some of the main backward's own tiles), and its fragments loaded without the
-// per-element cvt; cvt.rna is idempotent, so the results are bitwise v4's. At K 32, V 64, chunk 32;
-// other dims run v4. Sets ctx's version (3, 4 or 5; anything else: 4) and returns the previous one.
-// For tests and benchmarks; the context's thread only.
+// kda_cuda_init), 3 (KDA_TC_V=3) or 6 (KDA_TC_V=6). v4: the output's tiles and the main backward's
+// inputs through cp.async, the reverse state pass computing dΔ_intra itself, and (at K 32, V 64,
+// chunk 32) the main backward with compile-time dims and side-by-side warp groups; v3 stays whole
+// for A/B runs (bench/kda_kernel/bench_gpu.c) and as a fallback. v5 (the default; measured in the
+// model 2026-12-03: core rows 17.2 → 15.8 ms): v4 with every tensor that only mma reads rounded to
+// TF32 once, where it is produced (w, kg, qg, Aqk, the kept Akk, Δ, dΔ and some of the main
+// backward's own tiles), and its fragments loaded without the per-element cvt; cvt.rna is
+// idempotent, so the results are bitwise v4's. At K 32, V 64, chunk 32; other dims run v4. v6
+// (opt-in: KDA_TC_V=6; not yet measured on a GPU): v5 (its state passes unchanged) with the intra
+// kernel and the main backward dispatching per chunk, at run time, between their bodies
+// instantiated for a full chunk (n = C rows at compile time: the loops over the rows fully unroll,
+// the row guards fold away) and v5's run-time-n bodies for a sequence's partial last chunk. The
+// same arithmetic in the same order: bitwise v5's results. At K 32, V 64, chunk 32; other dims
+// run v4.
+// Sets ctx's version (3, 4, 5 or 6; anything else: 4) and returns the previous one. For tests and
+// benchmarks; the context's thread only.
 int kda_tc_set_version(KdaCudaCtx *ctx, int v);
-// The main backward's version for dims d at kernel version `version`: 4 (5) where bwd4 is
-// instantiated (K 32, V 64, chunk 32) and version is 4 (5), else 3.
+// The main backward's version for dims d at kernel version `version`: 4 (5, 6) where bwd4 is
+// instantiated (K 32, V 64, chunk 32) and version is 4 (5, 6), else 3.
 int kda_tc_bwd_main_version(int version, const KdaDims *d);
 // 1 when the tensor-core kernels take these dims with `smem_optin` bytes of shared memory per
 // block (see the list above), else 0.
@@ -104,7 +112,7 @@ int kda_tc_profile(KdaCudaCtx *ctx, const KdaDims *d, int reps, float ms[8]);
 int kda_tc_profile_kept(KdaCudaCtx *ctx, const KdaDims *d, int reps, float ms[8]);
 
 // Host emulation: the same kernel bodies on host memory (same arguments, host pointers), kernel
-// version `version` (3, 4 or 5, as a context's tc_version); keep / kept NULL: the plain forms.
+// version `version` (3, 4, 5 or 6, as a context's tc_version); keep / kept NULL: the plain forms.
 void kda_tc_fwd_host(kda_bf16 *o, float *final_state, const kda_bf16 *q, const kda_bf16 *k,
                      const kda_bf16 *v, const float *gcum, const float *beta,
                      const float *init_state, const KdaDims *d, float *keep, int version);
