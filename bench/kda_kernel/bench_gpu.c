@@ -259,11 +259,7 @@ static int b_qkv_fwd3(void *a) {
     KdaConvQkvFwd f[3];
     KdaConvQkvBwd b[3];
     conv_qkv_parts_(f, b);
-    for (int i = 0; i < 2; i++)
-        if (kda_cuda_conv_silu_l2_fwd(&g, f[i].y, f[i].rstd, f[i].p, f[i].w, B, T, H * K, W, K,
-                                      1e-6f))
-            return -1;
-    return kda_cuda_conv_silu_fwd(&g, f[2].y, f[2].p, f[2].w, B, T, H * V, W);
+    return kda_cuda_conv_qkv_fwd_separate(&g, f, B, T, H * K, H * V, W, K, 1e-6f);
 }
 static int b_qkv_fwd1(void *a) {
     (void)a;
@@ -277,12 +273,7 @@ static int b_qkv_bwd3(void *a) {
     KdaConvQkvFwd f[3];
     KdaConvQkvBwd b[3];
     conv_qkv_parts_(f, b);
-    for (int i = 0; i < 2; i++)
-        if (kda_cuda_conv_silu_l2_bwd_ld(&g, b[i].dp, b[i].ldo, b[i].dw, b[i].dq, b[i].p, b[i].w,
-                                         b[i].rstd, B, T, H * K, W, K))
-            return -1;
-    return kda_cuda_conv_silu_bwd_ld(&g, b[2].dp, b[2].ldo, b[2].dw, b[2].dy, b[2].p, b[2].w, B, T,
-                                     H * V, W);
+    return kda_cuda_conv_qkv_bwd_separate(&g, b, B, T, H * K, H * V, W, K);
 }
 static int b_qkv_bwd1(void *a) {
     (void)a;

@@ -99,6 +99,13 @@ int kda_cuda_conv_qkv_fwd(KdaCudaCtx *ctx, const KdaConvQkvFwd part[3], int64_t 
 // Backward: one conv launch, then one launch of the three weight gradients' column sums.
 int kda_cuda_conv_qkv_bwd(KdaCudaCtx *ctx, const KdaConvQkvBwd part[3], int64_t B, int64_t T,
                           int64_t HK, int64_t HVV, int64_t W, int64_t K);
+// The separate launches the two launchers above fall back to (q and k through the fused conv +
+// L2 launcher, v through the plain one): the baseline bench_gpu times the one launch against.
+int kda_cuda_conv_qkv_fwd_separate(KdaCudaCtx *ctx, const KdaConvQkvFwd part[3], int64_t B,
+                                   int64_t T, int64_t HK, int64_t HVV, int64_t W, int64_t K,
+                                   float eps);
+int kda_cuda_conv_qkv_bwd_separate(KdaCudaCtx *ctx, const KdaConvQkvBwd part[3], int64_t B,
+                                   int64_t T, int64_t HK, int64_t HVV, int64_t W, int64_t K);
 // 1 when the call with these arguments (and the environment now) runs as one launch, else 0.
 int kda_cuda_conv_qkv_fwd_one(const KdaConvQkvFwd part[3], int64_t B, int64_t T, int64_t HK,
                               int64_t HVV, int64_t W, int64_t K);

@@ -126,17 +126,36 @@ int kda_cuda_conv_qkv_bwd_one(const KdaConvQkvBwd part[3], int64_t B, int64_t T,
     return conv_qkv_bwd_plan(&a, part, B, T, HK, HVV, W, K, true);
 }
 
+int kda_cuda_conv_qkv_fwd_separate(KdaCudaCtx *ctx, const KdaConvQkvFwd part[3], int64_t B,
+                                   int64_t T, int64_t HK, int64_t HVV, int64_t W, int64_t K,
+                                   float eps) {
+    KDA_CUDA_REQUIRE(ctx, part != NULL);
+    for (int i = 0; i < 2; i++)
+        if (kda_cuda_conv_silu_l2_fwd(ctx, part[i].y, part[i].rstd, part[i].p, part[i].w, B, T, HK,
+                                      W, K, eps))
+            return -1;
+    return kda_cuda_conv_silu_fwd(ctx, part[2].y, part[2].p, part[2].w, B, T, HVV, W);
+}
+
+int kda_cuda_conv_qkv_bwd_separate(KdaCudaCtx *ctx, const KdaConvQkvBwd part[3], int64_t B,
+                                   int64_t T, int64_t HK, int64_t HVV, int64_t W, int64_t K) {
+    KDA_CUDA_REQUIRE(ctx, part != NULL);
+    for (int i = 0; i < 2; i++) {
+        const KdaConvQkvBwd *q = &part[i];
+        if (kda_cuda_conv_silu_l2_bwd_ld(ctx, q->dp, q->ldo, q->dw, q->dq, q->p, q->w, q->rstd, B,
+                                         T, HK, W, K))
+            return -1;
+    }
+    const KdaConvQkvBwd *v = &part[2];
+    return kda_cuda_conv_silu_bwd_ld(ctx, v->dp, v->ldo, v->dw, v->dy, v->p, v->w, B, T, HVV, W);
+}
+
 int kda_cuda_conv_qkv_fwd(KdaCudaCtx *ctx, const KdaConvQkvFwd part[3], int64_t B, int64_t T,
                           int64_t HK, int64_t HVV, int64_t W, int64_t K, float eps) {
     KDA_CUDA_REQUIRE(ctx, part != NULL);
     ConvQkvArgs a;
-    if (!conv_qkv_fwd_plan(&a, part, B, T, HK, HVV, W, K, eps, true)) { // the separate launches
-        for (int i = 0; i < 2; i++)
-            if (kda_cuda_conv_silu_l2_fwd(ctx, part[i].y, part[i].rstd, part[i].p, part[i].w, B, T,
-                                          HK, W, K, eps))
-                return -1;
-        return kda_cuda_conv_silu_fwd(ctx, part[2].y, part[2].p, part[2].w, B, T, HVV, W);
-    }
+    if (!conv_qkv_fwd_plan(&a, part, B, T, HK, HVV, W, K, eps, true))
+        return kda_cuda_conv_qkv_fwd_separate(ctx, part, B, T, HK, HVV, W, K, eps);
     unsigned nb = (unsigned)conv_qkv_blocks(a);
 #define CONV_QKV_FWD(W_, K_)                                                                       \
     conv_qkv_fwd_k<W_, K_ / 4><<<nb, dim3(32, CONV_BT), 0, ctx->stream>>>(a)
@@ -152,17 +171,8 @@ int kda_cuda_conv_qkv_bwd(KdaCudaCtx *ctx, const KdaConvQkvBwd part[3], int64_t 
                           int64_t HK, int64_t HVV, int64_t W, int64_t K) {
     KDA_CUDA_REQUIRE(ctx, part != NULL);
     ConvQkvArgs a;
-    if (!conv_qkv_bwd_plan(&a, part, B, T, HK, HVV, W, K, true)) { // the separate launches
-        for (int i = 0; i < 2; i++) {
-            const KdaConvQkvBwd *q = &part[i];
-            if (kda_cuda_conv_silu_l2_bwd_ld(ctx, q->dp, q->ldo, q->dw, q->dq, q->p, q->w, q->rstd,
-                                             B, T, HK, W, K))
-                return -1;
-        }
-        const KdaConvQkvBwd *v = &part[2];
-        return kda_cuda_conv_silu_bwd_ld(ctx, v->dp, v->ldo, v->dw, v->dy, v->p, v->w, B, T, HVV,
-                                         W);
-    }
+    if (!conv_qkv_bwd_plan(&a, part, B, T, HK, HVV, W, K, true))
+        return kda_cuda_conv_qkv_bwd_separate(ctx, part, B, T, HK, HVV, W, K);
     // dw partials: job i's [gy_i, C_i, W] double, back to back in the scratch buffer
     int64_t np = 0;
     for (int i = 0; i < 3; i++)
