@@ -807,7 +807,9 @@ KDA_TEST_GPU(gpu_model_profile) {
         // forward (1, 2) and backward (2, where the fused dY's columns or the scratch halves
         // take all three: model_cuda.c block_bwd_), else one launch each
         int qkv = kda_cuda_model_conv_qkv(dm), hk = (int)c->key_dim, hvv = (int)c->value_dim;
-        int qkvf = qkv > 0, qkvb = qkv == 2 && (fz ? fzq : 2 * hk <= (hk > hvv ? hk : hvv));
+        // the backward reads the fused dY in place only with KDA_DY_INPLACE (model_cuda.c's fz is
+        // inproj && dy_inplace; session 8's device run failed this count with dy_inplace off)
+        int qkvf = qkv > 0, qkvb = qkv == 2 && (fz && dyi ? fzq : 2 * hk <= (hk > hvv ? hk : hvv));
         const struct {
             KdaOp op;
             int64_t calls;
