@@ -16,13 +16,15 @@
 #                                 # (the KDA core's, the CE row kernel, conv), through bench_gpu
 #   bash bench/device_plan.sh 7   # the settled clock: kda.c vs FLA at mb 16/32/64 over 40 timed
 #                                 # steps after 10 (step 1 times 10 after 3), with the clock series
+#   bash bench/device_plan.sh 8   # energy per call at the sustained power draw of every bench_gpu
+#                                 # row and the CE row kernels (KDA_BENCH_ENERGY: bench_energy.h)
 # Output: $OUT/stepN/ (the scripts' own outputs), $OUT/stepN.md (what is printed last), and
 # $OUT/stepN.tgz (stepN/ packed: the device tool brings back a few files per call).
 # LIMIT (default 560) bounds the whole step; every stage takes what is left.
 set -u
 STEP=${1:-}
-case $STEP in 1 | 2 | 3 | 4 | 5 | 6 | 7) ;; *)
-    echo "usage: bash bench/device_plan.sh 1|2|3|4|5|6|7 (see the header)"
+case $STEP in 1 | 2 | 3 | 4 | 5 | 6 | 7 | 8) ;; *)
+    echo "usage: bash bench/device_plan.sh 1|2|3|4|5|6|7|8 (see the header)"
     exit 2
     ;;
 esac
@@ -143,11 +145,16 @@ case $STEP in
         "$B/bench/bench_cls" || exit 1
     NCU=$(command -v ncu || ls /opt/nvidia/nsight-compute/*/ncu 2> /dev/null | head -1)
     [ -n "$NCU" ] || { say "ncu: not found"; exit 1; }
-    for k in tc_bwd4_k tc_intra4_k tc_state4_k tc_rstate4_k cls2_row_k conv_bwd_k conv_fwd_k; do
+    # The default's kernels: the v5 core's kept path (tc_bwd5k_k: the main backward with the kept
+    # Akk) and the trimmed CE rows; session 8's run (docs/log/gpu-2026-12-03.md §22) matched v4's
+    # names and the untrimmed rows, the same shapes and limits. KERNELS overrides (space-separated
+    # regexes). cls2_row_k is both row kernels (cluster and trimmed, one template): bench_cls
+    # times the cluster one first (12 launches), so the 16th launch is the trimmed kernel's 4th.
+    for k in ${KERNELS:-tc_bwd5k_k tc_intra5_k tc_state5_k tc_rstate5_k cls2_row_k conv_bwd_k}; do
         [ "$(left)" -lt 60 ] && { say "$k: skipped (time)"; continue; }
-        bin=$B/bench/bench_gpu
-        [ "$k" = cls2_row_k ] && bin=$B/bench/bench_cls
-        timeout $(($(left) - 30)) "$NCU" --clock-control none -k "regex:$k" -s 3 -c 1 \
+        bin=$B/bench/bench_gpu skip=3
+        case $k in cls*) bin=$B/bench/bench_cls skip=15 ;; esac
+        timeout $(($(left) - 30)) "$NCU" --clock-control none -k "regex:$k" -s $skip -c 1 \
             --section SpeedOfLight --section Occupancy --section LaunchStats \
             --section WarpStateStats --section MemoryWorkloadAnalysis --section SchedulerStats \
             --section ComputeWorkloadAnalysis --section InstructionStats -o "$D/$k" "$bin" \
@@ -171,6 +178,19 @@ case $STEP in
         say "mb $mb clock: $(grep -cE 'power cap|power brake|slowdown' "$D/tp/kda_clock_mb$mb.md" \
             2> /dev/null) of $(($(wc -l < "$D/tp/kda_clock_mb$mb.md" 2> /dev/null) - 2)) iterations clamped"
     done
+    ;;
+8)
+    # docs/perf-log.md "The training step is power-bound": a row's mJ per call at the sustained
+    # draw is what it costs in the capped step (the medians run at the burst clock). 2 s a row.
+    kda_gpu_env > /dev/null && kda_gpu_build "$D/build.log" "$B/bench/bench_gpu" \
+        "$B/bench/bench_cls" || exit 1
+    KDA_BENCH_ENERGY=${ENERGY_ROWS:-all} timeout $(($(left) - 60)) "$B/bench/bench_gpu" \
+        > "$D/bench_gpu.txt" 2>&1
+    say "bench_gpu (energy): rc=$?"
+    KDA_BENCH_ENERGY="row kernel" timeout $(($(left) - 10)) "$B/bench/bench_cls" \
+        > "$D/bench_cls.txt" 2>&1
+    say "bench_cls (energy): rc=$?"
+    grep -B1 'sustained' "$D/bench_gpu.txt" "$D/bench_cls.txt" | grep -v '^--' | tee -a "$SUM"
     ;;
 esac
 say "step $STEP: $(($(date +%s) - START)) s"

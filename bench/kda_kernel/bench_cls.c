@@ -8,7 +8,8 @@
 // the same random logits (restored by an untimed copy); CUDA events around the launch only, 2
 // warm-ups, median of 10. Prints ms, GB/s or TFLOP/s and the step's share (x 4 chunks), the largest
 // |nll| difference between the kernels, and cuBLASLt's candidates for the logits GEMM timed
-// (kda_cuda_gemm_probe).
+// (kda_cuda_gemm_probe). KDA_BENCH_ENERGY (bench_energy.h) adds each selected row kernel's
+// energy per call at the sustained power draw, e.g. KDA_BENCH_ENERGY="row kernel".
 //
 // Build and run: bash bench/kda_kernel/run_cls.sh (on the GPU machine; < 60 s).
 #include <math.h>
@@ -22,6 +23,8 @@
 #include "cuda/cuda_common.h" // defines: KdaCudaCtx, kda_cuda_*
 #include "cuda/gemm_cuda.h"   // defines: kda_cuda_gemm_probe
 #include "cuda/xent_cuda.h"   // defines: kda_cuda_cls_*
+
+#include "bench_energy.h" // defines: BenchNvml, bench_energy_* (uses g and die_)
 
 enum { ROWS = 8192, D = 1024, V = 128256, CHUNKS = 4 };
 
@@ -57,6 +60,27 @@ static int f_bwd(void) {
 static int f_copy(void) {
     return cudaMemcpyAsync(z.lg, z.lg0, lbytes_(), cudaMemcpyDeviceToDevice, g.stream) !=
            cudaSuccess;
+}
+
+// The energy rows (KDA_BENCH_ENERGY: bench_energy.h): a row kernel overwrites its logits, so each
+// sustained call restores them first; the copy's own line (once, first) is what to subtract.
+static int e_copy_rows_(void *copy_only) {
+    return f_copy() || (!copy_only && f_rows());
+}
+static int sync_g_(void) {
+    return kda_cuda_sync(&g);
+}
+static void energy_line_(const BenchNvml *nv) {
+    static int copy_done = 0;
+    int one = 1;
+    for (int k = copy_done; k < 2; k++) {
+        BenchEnergy e = bench_energy_run(nv, e_copy_rows_, k ? NULL : &one, sync_g_, 1.0, 1.0);
+        printf("  %-42s %9.3f ms %8.2f mJ/call %6.0f W %6.0f MHz (%ld calls)\n",
+               k ? "sustained, restore + rows" : "sustained, restore copy alone",
+               bench_energy_ms_per_call(&e), bench_energy_mj_per_call(&e), bench_energy_watts(&e),
+               e.sm_mhz, e.calls);
+    }
+    copy_done = 1;
 }
 
 int main(void) {
@@ -105,8 +129,8 @@ int main(void) {
         const char *name;
         int kernel, cl, nth, nbuf;
     } rk[] = {{"row kernel: block (KDA_CLS_ROW=1)", KDA_CLS_ROW_BLOCK, 0, 0, 0},
-              {"row kernel: cluster, 4 blocks/row (default)", KDA_CLS_ROW_CLUSTER, 4, 0, 0},
-              {"row kernel: trimmed, 4 blocks/row (=3)", KDA_CLS_ROW_TRIM, 4, 0, 0},
+              {"row kernel: cluster, 4 blocks/row (=0)", KDA_CLS_ROW_CLUSTER, 4, 0, 0},
+              {"row kernel: trimmed, 4 blocks/row (default)", KDA_CLS_ROW_TRIM, 4, 0, 0},
               {"row kernel: cluster, 8 blocks/row", KDA_CLS_ROW_CLUSTER, 8, 0, 0},
               {"row kernel: trimmed, 8 blocks/row", KDA_CLS_ROW_TRIM, 8, 0, 0},
               {"row kernel: pipe 4 x 512 thr x 3 buf (=2)", KDA_CLS_ROW_PIPE, 4, 512, 3},
@@ -117,12 +141,15 @@ int main(void) {
               {"row kernel: pipe 8 x 256 thr x 2 buf", KDA_CLS_ROW_PIPE, 8, 256, 2},
               {"row kernel: pipe 8 x 1024 thr x 2 buf", KDA_CLS_ROW_PIPE, 8, 1024, 2}};
     enum { NK = sizeof rk / sizeof *rk };
+    BenchNvml nv;
+    int energy = getenv("KDA_BENCH_ENERGY") && bench_energy_open(&nv, g.device);
     float *nll[NK];
     for (int k = 0; k < NK; k++) {
         z.kernel = rk[k].kernel, z.cl = rk[k].cl, z.nth = rk[k].nth, z.nbuf = rk[k].nbuf;
         t = time_ms_(f_rows, f_copy);
         // bytes: the floor's (logits read once, dlogits written once)
         printf("%-44s %9.3f %8.0f GB/s %12.3f\n", rk[k].name, t, 2 * lbytes / t / 1e6, CHUNKS * t);
+        if (energy && bench_energy_wanted(rk[k].name)) energy_line_(&nv);
         nll[k] = malloc(ROWS * sizeof(float));
         if (kda_cuda_get_f32(&g, nll[k], z.nll, ROWS)) die_("nll");
     }

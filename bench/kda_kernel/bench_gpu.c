@@ -3,6 +3,8 @@
 // and of the RMSNorm at KDA-1B's (D = 2048, an 8 x 2048-token micro-batch).
 // CUDA events around each launch, 3 warm-ups, median of 10 runs; random (never zero) inputs.
 // Prints ms, the bytes or FLOPs that the time implies, and ns per token-head for the KDA core.
+// KDA_BENCH_ENERGY=all (or a part of the rows' names, e.g. "kept") adds each selected row's energy
+// per call at the sustained power draw (bench_energy.h: what a change saves in the capped step).
 //
 // Build: see bench/kda_kernel/device_run.sh (links the src/cuda objects, core/error.o and
 // core/rng.o with cuBLASLt and the static CUDA runtime).
@@ -76,6 +78,21 @@ static float time_ms_(BenchFn fn, void *arg) {
     cudaEventDestroy(e1);
     qsort(ms, 10, sizeof *ms, cmp_f_);
     return (ms[4] + ms[5]) / 2;
+}
+
+#include "bench_energy.h" // defines: BenchNvml, bench_energy_* (uses g and die_ above)
+
+static int sync_g_(void) {
+    return kda_cuda_sync(&g);
+}
+
+// The energy line of a row (KDA_BENCH_ENERGY selects rows: bench_energy.h): 1 s to settle at the
+// sustained draw, 1 s measured.
+static void energy_line_(const BenchNvml *nv, BenchFn fn, void *arg) {
+    BenchEnergy e = bench_energy_run(nv, fn, arg, sync_g_, 1.0, 1.0);
+    printf("  %-38s %10.3f ms %8.2f mJ/call %6.0f W %6.0f MHz (%ld calls)\n", "sustained",
+           bench_energy_ms_per_call(&e), bench_energy_mj_per_call(&e), bench_energy_watts(&e),
+           e.sm_mhz, e.calls);
 }
 
 // ---- the shapes and buffers -----------------------------------------------------------------
@@ -616,6 +633,8 @@ int main(void) {
         {"kda v1 chunk bwd 16x2048 H8 K32 V64", b_kda_cbwd, 0, 0, 1},
     };
     printf("%-40s %10s %12s\n", "kernel", "ms", "rate");
+    BenchNvml nvml;
+    int energy = getenv("KDA_BENCH_ENERGY") && bench_energy_open(&nvml, g.device);
     for (size_t i = 0; i < sizeof rows / sizeof *rows; i++) {
         float ms = time_ms_(rows[i].fn, NULL);
         if (rows[i].kda)
@@ -624,6 +643,7 @@ int main(void) {
             printf("%-40s %10.3f %9.1f TFLOP/s\n", rows[i].name, ms, rows[i].flops / ms / 1e9);
         else
             printf("%-40s %10.3f %9.0f GB/s\n", rows[i].name, ms, rows[i].bytes / ms / 1e6);
+        if (energy && bench_energy_wanted(rows[i].name)) energy_line_(&nvml, rows[i].fn, NULL);
     }
     // Per-kernel breakdown of the fast path and of the tensor-core path, v3, v4, v5 then v6, plain
     // forms (kda_fast_profile / kda_tc_profile: min of 10, own inputs; v4's backward intra is the

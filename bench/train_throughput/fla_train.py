@@ -157,7 +157,8 @@ def run_one(cfg, a, mb):
     }
     # the clocks and power beside kda.c's (report.py): kda.c runs at the H200's 700 W cap, FLA
     # below it (669-675 W, docs/log/gpu-2026-12-03.md §18)
-    for k in ("sm_clock_mhz_mean", "sm_clock_mhz_min", "power_w_max", "temp_c_max"):
+    for k in ("sm_clock_mhz_mean", "sm_clock_mhz_min", "power_w_mean", "power_w_max",
+              "temp_c_max"):
         res["gpu_" + k] = mr[k]
     del model, opt, batches
     torch.cuda.empty_cache()

@@ -8,8 +8,9 @@
 # 124) and writes
 #   {"baseline_mib": used before CMD, "peak_mib": largest sample, "peak_minus_baseline_mib": ...,
 #    "samples": n, "source": "nvml"|"nvidia-smi",
-#    "sm_clock_mhz_mean" / "_min": the SM clock over the samples taken while the GPU was busy
-#    (utilization >= 90 %), "power_w_max", "temp_c_max" (NVML only; null elsewhere)}.
+#    "sm_clock_mhz_mean" / "_min", "power_w_mean": the SM clock and the board power over the
+#    samples taken while the GPU was busy (utilization >= 90 %), "power_w_max", "temp_c_max"
+#    (NVML only; null elsewhere)}.
 # The clock and power are there to explain a run-to-run spread between machines of one kind
 # (2026-12-03: the same tree measured 1.7 % apart on two H200s, the GEMM rows most).
 # --series writes every sample as a tab-separated row (header first): t_unix (time.time()),
@@ -94,6 +95,7 @@ class GpuMemSampler:
         self.baseline_mib = self.peak_mib = float("nan")
         self.samples = 0
         self.busy_clocks = []  # SM MHz of the samples at >= 90 % utilization
+        self.busy_watts = []  # board power of the same samples
         self.power_w_max = self.temp_c_max = None
         self._stop = threading.Event()
         self._thread = None
@@ -114,6 +116,7 @@ class GpuMemSampler:
             mhz, watts, temp, util = c
             if util >= 90:
                 self.busy_clocks.append(mhz)
+                self.busy_watts.append(watts)
             self.power_w_max = watts if self.power_w_max is None else max(self.power_w_max, watts)
             self.temp_c_max = temp if self.temp_c_max is None else max(self.temp_c_max, temp)
         if self.series:
@@ -150,12 +153,13 @@ class GpuMemSampler:
         """The numbers as a dict; MiB values are None when nothing could be read."""
         def mib(x):
             return round(x, 1) if x == x else None  # nan -> None (JSON null)
-        bc = self.busy_clocks
+        bc, bw = self.busy_clocks, self.busy_watts
         return {"baseline_mib": mib(self.baseline_mib), "peak_mib": mib(self.peak_mib),
                 "peak_minus_baseline_mib": mib(self.peak_mib - self.baseline_mib),
                 "samples": self.samples, "source": self.reader.source or "none",
                 "sm_clock_mhz_mean": round(sum(bc) / len(bc), 1) if bc else None,
                 "sm_clock_mhz_min": min(bc) if bc else None,
+                "power_w_mean": round(sum(bw) / len(bw), 1) if bw else None,
                 "power_w_max": self.power_w_max, "temp_c_max": self.temp_c_max}
 
 

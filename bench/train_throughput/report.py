@@ -86,7 +86,8 @@ def kda_result(text, mb, seq, warmup, mem=None, rc=0):
         res["gpu_mem_used_mib"] = mem.get("peak_mib")
         res["gpu_mem_baseline_mib"] = mem.get("baseline_mib")
         res["gpu_mem_source"] = mem.get("source")
-        for k in ("sm_clock_mhz_mean", "sm_clock_mhz_min", "power_w_max", "temp_c_max"):
+        for k in ("sm_clock_mhz_mean", "sm_clock_mhz_min", "power_w_mean", "power_w_max",
+                  "temp_c_max"):
             res["gpu_" + k] = mem.get(k)
     return res
 
@@ -186,13 +187,18 @@ def table(results, title=None, notes=()):
 
 def clock_notes(kda, fla):
     """One line per micro-batch with the SM clock and power NVML saw on each side (gpumem.py):
-    at the H200's 700 W cap the clock, and with it every row, moves between runs and machines."""
+    at the H200's 700 W cap the clock, and with it every row, moves between runs and machines.
+    With the mean busy power, the energy per 1,000 tokens (mean W / tokens per s x 1000): what a
+    step costs once the board runs at its power cap (docs/perf-log.md, "power-bound")."""
     def one(name, r):
         if not r or r.get("gpu_sm_clock_mhz_mean") is None:
             return None
+        w, tps = r.get("gpu_power_w_mean"), r.get("tokens_per_s")
+        energy = (f", power mean {w:.0f} W, {w / tps * 1000:.2f} J per 1k tokens"
+                  if w and tps else "")
         return (f"{name} SM clock mean {fmt(r.get('gpu_sm_clock_mhz_mean'), '.0f')} MHz "
                 f"(min {fmt(r.get('gpu_sm_clock_mhz_min'), '.0f')}), power max "
-                f"{fmt(r.get('gpu_power_w_max'), '.0f')} W")
+                f"{fmt(r.get('gpu_power_w_max'), '.0f')} W{energy}")
     lines = []
     for mb in sorted(set(kda) | set(fla)):
         parts = [p for p in (one("kda.c", kda.get(mb)), one("FLA", fla.get(mb))) if p]
@@ -227,6 +233,13 @@ def self_test():
     assert tab[3] == "| 3 | 130.0 | 1 | 1700 | 1700 | 700 | SW power cap |", tab[3]
     assert tab[4] == "| 4 | 150.0 | 2 | 1475 | 1450 | 702 | SW power cap, HW power brake |", tab[4]
     assert reason_names(0x1000) == "0x1000" and reason_names(0) == "none"
+    k = {"gpu_sm_clock_mhz_mean": 1590.0, "gpu_sm_clock_mhz_min": 1440, "gpu_power_w_max": 701.0,
+         "gpu_power_w_mean": 690.0, "tokens_per_s": 230000.0}
+    f = dict(k, gpu_power_w_mean=None)
+    cn = clock_notes({16: k}, {16: f})
+    assert cn == ["* mb 16, NVML while busy: kda.c SM clock mean 1590 MHz (min 1440), power max"
+                  " 701 W, power mean 690 W, 3.00 J per 1k tokens; FLA SM clock mean 1590 MHz"
+                  " (min 1440), power max 701 W"], cn
     print("report.py self-test: ok")
 
 
