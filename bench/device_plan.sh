@@ -16,8 +16,9 @@
 #                                 # (the KDA core's, the CE row kernel, conv), through bench_gpu
 #   bash bench/device_plan.sh 7   # the settled clock: kda.c vs FLA at mb 16/32/64 over 40 timed
 #                                 # steps after 10 (step 1 times 10 after 3), with the clock series
-#   bash bench/device_plan.sh 8   # energy per call at the sustained power draw of every bench_gpu
-#                                 # row and the CE row kernels (KDA_BENCH_ENERGY: bench_energy.h)
+#   bash bench/device_plan.sh 8   # energy per call at the sustained power draw: every cuBLASLt
+#                                 # candidate of the step's MLP and head GEMMs (bench_gemm), every
+#                                 # bench_gpu row and the CE row kernels (KDA_BENCH_ENERGY)
 # Output: $OUT/stepN/ (the scripts' own outputs), $OUT/stepN.md (what is printed last), and
 # $OUT/stepN.tgz (stepN/ packed: the device tool brings back a few files per call).
 # LIMIT (default 560) bounds the whole step; every stage takes what is left.
@@ -182,9 +183,14 @@ case $STEP in
 8)
     # docs/perf-log.md "The training step is power-bound": a row's mJ per call at the sustained
     # draw is what it costs in the capped step (the medians run at the burst clock). 2 s a row.
+    # bench_gemm first: the GEMMs are most of the step's joules, and a candidate cheaper in
+    # joules than cuBLASLt's first pick is the largest lever left (KDA_GEMM_CAND runs it).
     kda_gpu_env > /dev/null && kda_gpu_build "$D/build.log" "$B/bench/bench_gpu" \
-        "$B/bench/bench_cls" || exit 1
-    KDA_BENCH_ENERGY=${ENERGY_ROWS:-all} timeout $(($(left) - 60)) "$B/bench/bench_gpu" \
+        "$B/bench/bench_cls" "$B/bench/bench_gemm" || exit 1
+    timeout $(($(left) - 150)) "$B/bench/bench_gemm" > "$D/bench_gemm.txt" 2>&1
+    say "bench_gemm: rc=$?"
+    cat "$D/bench_gemm.txt" >> "$SUM"
+    KDA_BENCH_ENERGY=${ENERGY_ROWS:-kept} timeout $(($(left) - 60)) "$B/bench/bench_gpu" \
         > "$D/bench_gpu.txt" 2>&1
     say "bench_gpu (energy): rc=$?"
     KDA_BENCH_ENERGY="row kernel" timeout $(($(left) - 10)) "$B/bench/bench_cls" \

@@ -268,6 +268,41 @@ KDA_TEST_GPU(gpu_gemm_tune) {
     dfree_all_();
 }
 
+// KDA_GEMM_CAND=i (ctx->gemm_cand): every GEMM runs the heuristic's candidate i where the shape
+// has one: the products stay right (gemm_case_'s tolerances; another algorithm only reorders the
+// fp32 sums), on shapes with few and with many candidates; kda_cuda_gemm_cand_desc names each
+// candidate ("algo ... tile ..."), the empty string past the last, and agrees with the probe on
+// how many there are.
+KDA_TEST_GPU(gpu_gemm_cand) {
+    if (!gpu_()) return;
+    KdaRng r;
+    rng_seed(&r, 109);
+    int64_t m = 1024, n = 2048, k = 512;
+    char desc[96];
+    int nc = 0, np = 0;
+    ok_(kda_cuda_gemm_cand_desc(&g_ctx, 1, 0, m, n, k, k, k, KDA_DT_BF16, m, 0, desc, sizeof desc,
+                                &nc));
+    CHECK_MSG(nc >= 1 && nc <= 8 && !strncmp(desc, "algo ", 5), "%d candidates, #0 '%s'", nc, desc);
+    printf("    cand 1024x2048x512: %d candidates, #0 %s\n", nc, desc);
+    ok_(kda_cuda_gemm_cand_desc(&g_ctx, 1, 0, m, n, k, k, k, KDA_DT_BF16, m, nc, desc, sizeof desc,
+                                &np));
+    CHECK(np == nc && desc[0] == '\0');
+    float *a = randn_(&r, m * k, 1.0f), *b = randn_(&r, k * n, 1.0f), ms[8];
+    kda_bf16 *da = dev_bf16_(a, m * k), *db = dev_bf16_(b, k * n);
+    float *dd = dev_poison_((size_t)(m * n) * 4);
+    ok_(kda_cuda_gemm_probe(&g_ctx, 1, 0, m, n, k, da, k, db, k, 0.0f, NULL, dd, KDA_DT_F32, m, 1,
+                            ms, &np));
+    CHECK_MSG(np == nc, "probe %d candidates, desc %d", np, nc);
+    for (int i = 1; i < 8; i++) { // past the last candidate: the first runs
+        g_ctx.gemm_cand = i;
+        gemm_case_(&r, 2048, 1024, 1024); // a shape with several candidates, and a small one
+        gemm_case_(&r, 65, 96, 1024);
+    }
+    g_ctx.gemm_cand = 0;
+    free(a), free(b);
+    dfree_all_();
+}
+
 // GEMM plans cached per shape (gemm_cuda.cu, the default) against a context with KDA_GEMM_PLAN=0
 // behaviour (plan_off: descriptors and heuristic afresh per call; residual by copy + in-place
 // beta = 1): the heuristic sees the same descriptors, so it picks the same algorithm and the

@@ -10,7 +10,7 @@
 //
 // NVML comes from the driver (libnvidia-ml.so.1, present wherever a GPU is), opened with dlopen
 // at run time: no header, no link-time dependency, and a build machine without a GPU still links.
-// Header-only (static functions): include it from one benchmark translation unit, after
+// Header-only (static inline functions): include it from one benchmark translation unit, after
 // bench_common.h or the benchmark's own `g` (KdaCudaCtx) and die_().
 //
 // Threads: one (the benchmark's main). Errors: NVML missing or failing disables the energy rows
@@ -35,14 +35,14 @@ typedef struct {
 
 // Which rows get an energy line: KDA_BENCH_ENERGY unset or empty, none; "all", every row; else
 // the rows whose name contains it.
-static int bench_energy_wanted(const char *row) {
+static inline int bench_energy_wanted(const char *row) {
     const char *f = getenv("KDA_BENCH_ENERGY");
     return f && *f && (!strcmp(f, "all") || strstr(row, f));
 }
 
 // Opens NVML on the CUDA device `cuda_dev` (matched by PCI bus id). 1 on success, 0 when NVML is
 // not usable (one line on stdout says why; the energy lines are then skipped).
-static int bench_energy_open(BenchNvml *n, int cuda_dev) {
+static inline int bench_energy_open(BenchNvml *n, int cuda_dev) {
     memset(n, 0, sizeof *n);
     char bus[32];
     int (*init)(void) = NULL;
@@ -67,7 +67,7 @@ static int bench_energy_open(BenchNvml *n, int cuda_dev) {
     return 1;
 }
 
-static double bench_now_s_(void) {
+static inline double bench_now_s_(void) {
     struct timespec t;
     clock_gettime(CLOCK_MONOTONIC, &t);
     return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
@@ -81,13 +81,13 @@ typedef struct {
 } BenchEnergy;
 
 // Derived figures: mJ per call, mean watts, ms per call at the sustained draw.
-static double bench_energy_mj_per_call(const BenchEnergy *e) {
+static inline double bench_energy_mj_per_call(const BenchEnergy *e) {
     return e->calls > 0 ? e->mj / (double)e->calls : 0.0;
 }
-static double bench_energy_watts(const BenchEnergy *e) {
+static inline double bench_energy_watts(const BenchEnergy *e) {
     return e->seconds > 0 ? e->mj / 1e3 / e->seconds : 0.0;
 }
-static double bench_energy_ms_per_call(const BenchEnergy *e) {
+static inline double bench_energy_ms_per_call(const BenchEnergy *e) {
     return e->calls > 0 ? e->seconds * 1e3 / (double)e->calls : 0.0;
 }
 
@@ -95,8 +95,8 @@ static double bench_energy_ms_per_call(const BenchEnergy *e) {
 // for window_s seconds between two reads of the energy counter. The stream is synced about every
 // 20 ms of launches (the clock is sampled there; the queue never runs dry for longer than a
 // sync's latency). `sync` waits for the benchmark's stream (0 on success).
-static BenchEnergy bench_energy_run(const BenchNvml *n, int (*fn)(void *), void *arg,
-                                    int (*sync)(void), double warm_s, double window_s) {
+static inline BenchEnergy bench_energy_run(const BenchNvml *n, int (*fn)(void *), void *arg,
+                                           int (*sync)(void), double warm_s, double window_s) {
     BenchEnergy e = {0, 0.0, 0.0, 0.0};
     unsigned long long e0 = 0, e1 = 0;
     double t0 = bench_now_s_(), ts = 0.0, mhz_sum = 0.0;

@@ -3,10 +3,11 @@
 # the small benchmarks of bench/kda_kernel: bench_cls.c (the fused classifier's logits GEMM, row
 # kernels and dX/dW GEMMs at one token chunk of the 300M micro-batch-16 step) and bench_proj.c
 # (the KDA sublayer's projection GEMMs and copies at one layer, cuBLASLt's candidates); < 60 s
-# each after the build (which reuses build-gpu objects).
+# each after the build (which reuses build-gpu objects); bench_gemm.c (the step's MLP and head
+# GEMMs, every cuBLASLt candidate's time and energy per call at the sustained draw, ~3 min).
 #
 # Usage (repository root, on the device; carry .devdeps):
-#   bash bench/kda_kernel/run_cls.sh [cls] [proj]      # default: both
+#   bash bench/kda_kernel/run_cls.sh [cls] [proj] [gemm]   # default: cls proj
 # Output: the tables on stdout and in $OUT/bench_NAME.log.
 set -u
 OUT=${OUT:-/tmp/kda-out}
@@ -24,5 +25,7 @@ for b in ${*:-cls proj}; do
         -lcublasLt -lcublas -lcudart_static -ldl -lrt -lstdc++ -lm -lpthread -o "/tmp/bench_$b" ||
         exit 1
     echo "== bench_$b"
-    timeout 120 "/tmp/bench_$b" 2>&1 | tee "$OUT/bench_$b.log"
+    t=120
+    [ "$b" = gemm ] && t=400 # 9 shapes x up to 8 candidates x 2 s of sustained load
+    timeout "$t" "/tmp/bench_$b" 2>&1 | tee "$OUT/bench_$b.log"
 done

@@ -94,6 +94,8 @@ int kda_cuda_init(KdaCudaCtx *ctx, int device, KdaError *err) {
     ctx->plan_off = plan && !strcmp(plan, "0");
     const char *tune = getenv("KDA_GEMM_TUNE");
     ctx->gemm_tune = tune && !strcmp(tune, "1");
+    const char *cand = getenv("KDA_GEMM_CAND"); // "1".."7"; anything else: 0
+    ctx->gemm_cand = cand && cand[0] >= '1' && cand[0] <= '7' && !cand[1] ? cand[0] - '0' : 0;
     const char *tcv = getenv("KDA_TC_V");
     // 5 (default since the GPU run of 2026-12-03, session 6: bitwise v4, KDA core rows 17.2 →
     // 15.8 ms at mb 16): v4 with the mma-only operands rounded to TF32 once (kda_tc.h); "4": v4;

@@ -62,6 +62,11 @@ typedef struct {
     // (default 0: the heuristic's first; the choice may differ between processes, and with it
     // the rounding of the products).
     int gemm_tune;
+    // gemm_cand: KDA_GEMM_CAND=i at init (1-7): every plan runs cuBLASLt's heuristic candidate i
+    // where the shape has one (else its first); 0 (the default): the first, or gemm_tune's pick.
+    // For measuring the candidates' energy at the power cap (bench/kda_kernel/bench_gemm.c,
+    // docs/perf-log.md "session 8"); tests and benchmarks may set the field between calls.
+    int gemm_cand;
     // tc_version: the tensor-core KDA core's kernels (cuda/kda_tc.h), 5 (the default since
     // 2026-12-03), 4 when KDA_TC_V=4 at init, 3 when KDA_TC_V=3, 6 when KDA_TC_V=6 (opt-in);
     // kda_tc_set_version changes it (tests, benchmarks).

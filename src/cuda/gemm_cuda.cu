@@ -8,6 +8,7 @@
 //   dW = dyᵀx  ->  dWᵀ [in, out] = X_cm [in, N] · op_T(dY_cm [out, N])
 #include "cuda/gemm_cuda.h" // defines: kda_cuda_gemm_*, kda_cuda_matmul
 #include <new>              // std::nothrow
+#include <stdio.h>          // snprintf
 
 #include "cuda/cuda_internal.h" // defines: CUBLAS_CHECK, KDA_CUDA_REQUIRE
 #include "cuda/ops_common.cuh"  // defines: colsum_add, BiasDb, aligned_ (bias and column blocks)
@@ -178,9 +179,12 @@ int matmul_cd(KdaCudaCtx *ctx, int trans_a, int trans_b, int64_t m, int64_t n, i
         t->algo = t->cand[best];
         t->tuned = 1;
     }
-    cublasStatus_t st =
-        cublasLtMatmul(lt, use->op, &alpha, A, use->a, B, use->b, &beta, C, use->d, D, use->d,
-                       &use->algo, ctx->lt_ws, ctx->lt_ws_size, ctx->stream);
+    // KDA_GEMM_CAND (ctx->gemm_cand): another of the heuristic's candidates, where there is one
+    const cublasLtMatmulAlgo_t *algo = ctx->gemm_cand > 0 && ctx->gemm_cand < use->n_cand
+                                           ? &use->cand[ctx->gemm_cand]
+                                           : &use->algo;
+    cublasStatus_t st = cublasLtMatmul(lt, use->op, &alpha, A, use->a, B, use->b, &beta, C, use->d,
+                                       D, use->d, algo, ctx->lt_ws, ctx->lt_ws_size, ctx->stream);
     local.release();
     if (st != CUBLAS_STATUS_SUCCESS)
         return kda_cuda_fail_at(ctx, __FILE__, __LINE__, "cublasLtMatmul",
@@ -203,6 +207,42 @@ extern "C" int kda_cuda_gemm_probe(KdaCudaCtx *ctx, int trans_a, int trans_b, in
     int rc = build_plan(ctx, q, s) ||
              time_cands(ctx, s, &alpha, A, B, &beta, beta == 0.0f ? D : C, D, reps, ms);
     *n_cand = rc ? 0 : s.n_cand;
+    s.release();
+    return rc ? -1 : 0;
+}
+
+// "algo A tile T stages S cluster C splitk K" of a cuBLASLt algorithm (cublasLtMatmulAlgoConfig
+// attributes; the numbers are cuBLASLt's enum values, cublasLt.h); attributes this cuBLASLt lacks
+// read as -1.
+static void algo_desc(const cublasLtMatmulAlgo_t *a, char *buf, size_t len) {
+    const cublasLtMatmulAlgoConfigAttributes_t at[5] = {
+        CUBLASLT_ALGO_CONFIG_ID, CUBLASLT_ALGO_CONFIG_TILE_ID, CUBLASLT_ALGO_CONFIG_STAGES_ID,
+        CUBLASLT_ALGO_CONFIG_CLUSTER_SHAPE_ID, CUBLASLT_ALGO_CONFIG_SPLITK_NUM};
+    int v[5];
+    for (int i = 0; i < 5; i++) {
+        uint32_t x = 0;
+        size_t got = 0;
+        v[i] = cublasLtMatmulAlgoConfigGetAttribute(a, at[i], &x, sizeof x, &got) ==
+                       CUBLAS_STATUS_SUCCESS
+                   ? (int)x
+                   : -1;
+    }
+    snprintf(buf, len, "algo %d tile %d stages %d cluster %d splitk %d", v[0], v[1], v[2], v[3],
+             v[4]);
+}
+
+extern "C" int kda_cuda_gemm_cand_desc(KdaCudaCtx *ctx, int trans_a, int trans_b, int64_t m,
+                                       int64_t n, int64_t k, int64_t lda, int64_t ldb,
+                                       KdaDtype d_type, int64_t ldd, int i, char *buf, size_t len,
+                                       int *n_cand) {
+    KDA_CUDA_REQUIRE(ctx, m > 0 && n > 0 && k > 0 && i >= 0 && buf && len > 0 && n_cand);
+    KDA_CUDA_REQUIRE(ctx, lda >= (trans_a ? k : m) && ldb >= (trans_b ? n : k) && ldd >= m);
+    PlanKey q = {m, n, k, lda, ldb, ldd, trans_a != 0, trans_b != 0, (int)d_type, KDA_DT_BF16};
+    LtDescs s;
+    int rc = build_plan(ctx, q, s);
+    *n_cand = rc ? 0 : s.n_cand;
+    buf[0] = '\0';
+    if (!rc && i < s.n_cand) algo_desc(&s.cand[i], buf, len);
     s.release();
     return rc ? -1 : 0;
 }

@@ -1,0 +1,161 @@
+// bench_gemm.c - the training step's large GEMMs at the 300M shapes (micro-batch 16: N = 32768
+// tokens, D = 1024, I = 4096; the LM head per 8192-row chunk, vocabulary 128,256) with each of
+// cuBLASLt's heuristic candidates: the burst-clock time (median of 10) beside the energy per call
+// at the sustained power draw (bench_energy.h), the quantity the step pays at the H200's 700 W cap
+// (docs/perf-log.md, "session 8: outcome"). The MLP and the head are ≈ 77 of the step's ≈ 135 ms:
+// a candidate a few per cent cheaper in joules moves the step more than any custom kernel left.
+//
+// Each row runs the model's own call (gemm_cuda.h: the same dtypes, transposes, strides and beta)
+// with ctx.gemm_cand = i for every candidate i the heuristic returns for that shape; candidate 0
+// is what the model runs by default. Random inputs; weight-gradient rows accumulate into their dW
+// as the model's do. Needs NVML for the energy column (else times only).
+//
+// Build and run: bash bench/kda_kernel/run_cls.sh gemm (on the GPU machine; ~3 min with energy).
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define BENCH_NAME "bench_gemm"
+#include "bench_common.h"     // defines: g, die_, time_ms_, rand_bf16_, BenchFn
+#include "cuda/cuda_common.h" // defines: KdaCudaCtx, kda_cuda_*
+#include "cuda/gemm_cuda.h"   // defines: kda_cuda_gemm_*, kda_cuda_matmul, kda_cuda_gemm_cand_desc
+#include "cuda/xent_cuda.h"   // defines: kda_cuda_cls_ld
+
+#include "bench_energy.h" // defines: BenchNvml, bench_energy_* (uses g and die_)
+
+enum { N = 32768, D = 1024, I = 4096, ROWS = 8192, V = 128256 };
+
+static struct {
+    kda_bf16 *x, *Wgu, *gu, *mm, *Wd, *dh, *dI, *Wh, *n, *lg;
+    float *res, *out, *dx, *dWgu, *dWd, *dn, *dWh;
+    int64_t ld; // the head's logits row stride (kda_cuda_cls_ld)
+} z;
+
+// The nine products, as model_cuda.c and xent_cuda.cu issue them.
+static int f_gu_fwd(void) { // gate|up: [N, 2I] bf16 = x [N, D] · Wguᵀ
+    return kda_cuda_gemm_fwd(&g, z.gu, KDA_DT_BF16, z.x, z.Wgu, N, D, 2 * I, 0);
+}
+static int f_down_fwd(void) { // residual: out [N, D] fp32 = res + mm [N, I] · Wdᵀ
+    return kda_cuda_gemm_residual(&g, z.out, z.res, z.mm, z.Wd, N, I, D);
+}
+static int f_down_dx(void) { // dI [N, I] bf16 (row stride 2I: the gate half) = dh [N, D] · Wd
+    return kda_cuda_matmul(&g, 0, 0, I, N, D, 1.0f, z.Wd, I, z.dh, D, 0.0f, z.dI, KDA_DT_BF16,
+                           2 * I);
+}
+static int f_down_dw(void) { // dWd [D, I] += dhᵀ · mm
+    return kda_cuda_gemm_bwd_dw(&g, z.dWd, z.dh, z.mm, N, I, D);
+}
+static int f_gu_dx(void) { // dx [N, D] fp32 = dI [N, 2I] · Wgu
+    return kda_cuda_gemm_bwd_dx(&g, z.dx, KDA_DT_F32, z.dI, z.Wgu, N, D, 2 * I, 0);
+}
+static int f_gu_dw(void) { // dWgu [2I, D] += dIᵀ · x
+    return kda_cuda_gemm_bwd_dw(&g, z.dWgu, z.dI, z.x, N, D, 2 * I);
+}
+static int f_head_fwd(void) { // logitsᵀ [V, ROWS] (ld) bf16 = Whᵀ · nᵀ
+    return kda_cuda_matmul(&g, 1, 0, V, ROWS, D, 1.0f, z.Wh, D, z.n, D, 0.0f, z.lg, KDA_DT_BF16,
+                           z.ld);
+}
+static int f_head_dx(void) { // dnᵀ [D, ROWS] fp32 = Wh_cm · dlogitsᵀ
+    return kda_cuda_matmul(&g, 0, 0, D, ROWS, V, 1.0f, z.Wh, D, z.lg, z.ld, 0.0f, z.dn, KDA_DT_F32,
+                           D);
+}
+static int f_head_dw(void) { // dWhᵀ [D, V] += n_cm · dlogits
+    return kda_cuda_matmul(&g, 0, 1, D, V, ROWS, 1.0f, z.n, D, z.lg, z.ld, 1.0f, z.dWh, KDA_DT_F32,
+                           D);
+}
+
+typedef struct {
+    const char *name;
+    BenchFn fn;
+    int ta, tb;
+    int64_t m, n, k, lda, ldb, ldd;
+    KdaDtype dt;
+    double per_step; // calls per mb-16 step (12 layers; the head: 4 chunks)
+} Row;
+
+static int call_(void *fn) {
+    return ((const Row *)fn)->fn();
+}
+static int sync_g_(void) {
+    return kda_cuda_sync(&g);
+}
+
+// One row: every candidate's burst median and (with NVML) its sustained ms and mJ per call.
+static void run_row_(const Row *r, const BenchNvml *nv) {
+    double fl = 2.0 * (double)r->m * (double)r->n * (double)r->k;
+    int nc = 0;
+    char desc[96];
+    if (kda_cuda_gemm_cand_desc(&g, r->ta, r->tb, r->m, r->n, r->k, r->lda, r->ldb, r->dt, r->ldd,
+                                0, desc, sizeof desc, &nc))
+        die_("candidates");
+    printf("%s (%.0f x per step, %.2f TFLOP a call): %d candidates\n", r->name, r->per_step,
+           fl / 1e12, nc);
+    for (int i = 0; i < nc; i++) {
+        if (kda_cuda_gemm_cand_desc(&g, r->ta, r->tb, r->m, r->n, r->k, r->lda, r->ldb, r->dt,
+                                    r->ldd, i, desc, sizeof desc, &nc))
+            die_("candidate");
+        g.gemm_cand = i;
+        float ms = time_ms_(r->fn, NULL);
+        printf("  #%d %-44s burst %8.3f ms %6.0f TFLOP/s", i, desc, ms, fl / ms / 1e9);
+        if (nv) {
+            BenchEnergy e = bench_energy_run(nv, call_, (void *)r, sync_g_, 1.0, 1.0);
+            printf(" | sustained %8.3f ms %8.1f mJ %5.0f W %5.0f MHz | step %6.1f J",
+                   bench_energy_ms_per_call(&e), bench_energy_mj_per_call(&e),
+                   bench_energy_watts(&e), e.sm_mhz,
+                   bench_energy_mj_per_call(&e) * r->per_step / 1e3);
+        }
+        printf("\n");
+        fflush(stdout);
+    }
+    g.gemm_cand = 0;
+}
+
+static float *zeros_(size_t n) {
+    float *p = kda_cuda_alloc(&g, n * sizeof(float));
+    if (!p || kda_cuda_zero(&g, p, n * sizeof(float))) die_("alloc");
+    return p;
+}
+
+int main(void) {
+    KdaError err = {{0}};
+    if (kda_cuda_init(&g, 0, &err)) {
+        fprintf(stderr, "bench_gemm: %s\n", err.msg);
+        return 1;
+    }
+    printf("%s, %d SMs; the 300M step's GEMMs at N = %d, D = %d, I = %d; head chunk %d x %d\n",
+           g.info.name, g.info.sm_count, N, D, I, ROWS, V);
+    KdaRng r;
+    rng_seed(&r, 11);
+    z.ld = kda_cuda_cls_ld(V);
+    z.x = rand_bf16_(&r, (int64_t)N * D, 1.0f), z.Wgu = rand_bf16_(&r, (int64_t)2 * I * D, 0.03f);
+    z.gu = rand_bf16_(&r, (int64_t)N * 2 * I, 1.0f), z.mm = rand_bf16_(&r, (int64_t)N * I, 1.0f);
+    z.Wd = rand_bf16_(&r, (int64_t)D * I, 0.02f), z.dh = rand_bf16_(&r, (int64_t)N * D, 1e-3f);
+    z.dI = rand_bf16_(&r, (int64_t)N * 2 * I, 1e-3f), z.Wh = rand_bf16_(&r, (int64_t)V * D, 0.02f);
+    z.n = rand_bf16_(&r, (int64_t)ROWS * D, 1.0f), z.lg = rand_bf16_(&r, (int64_t)ROWS * z.ld, 1);
+    z.res = zeros_((size_t)N * D), z.out = zeros_((size_t)N * D), z.dx = zeros_((size_t)N * D);
+    z.dWgu = zeros_((size_t)2 * I * D), z.dWd = zeros_((size_t)D * I);
+    z.dn = zeros_((size_t)ROWS * D), z.dWh = zeros_((size_t)V * D);
+    // kda_cuda_matmul's column-major forms of the calls above (gemm_cuda.h, xent_cuda.cu)
+    const Row rows[] = {
+        {"MLP gate|up fwd 1024 -> 8192 bf16", f_gu_fwd, 1, 0, 2 * I, N, D, D, D, 2 * I, KDA_DT_BF16,
+         12},
+        {"MLP down fwd 4096 -> 1024 fp32 residual", f_down_fwd, 1, 0, D, N, I, I, I, D, KDA_DT_F32,
+         12},
+        {"MLP down dX 1024 -> 4096 bf16 (ld 8192)", f_down_dx, 0, 0, I, N, D, I, D, 2 * I,
+         KDA_DT_BF16, 12},
+        {"MLP down dW [1024, 4096] +=", f_down_dw, 0, 1, I, D, N, I, D, I, KDA_DT_F32, 12},
+        {"MLP gate|up dX 8192 -> 1024 fp32", f_gu_dx, 0, 0, D, N, 2 * I, D, 2 * I, D, KDA_DT_F32,
+         12},
+        {"MLP gate|up dW [8192, 1024] +=", f_gu_dw, 0, 1, D, 2 * I, N, D, 2 * I, D, KDA_DT_F32, 12},
+        {"LM head logits 8192 x 128256 bf16", f_head_fwd, 1, 0, V, ROWS, D, D, D, z.ld, KDA_DT_BF16,
+         4},
+        {"LM head dX fp32", f_head_dx, 0, 0, D, ROWS, V, D, z.ld, D, KDA_DT_F32, 4},
+        {"LM head dW [128256, 1024] +=", f_head_dw, 0, 1, D, V, ROWS, D, z.ld, D, KDA_DT_F32, 4},
+    };
+    BenchNvml nvml;
+    int energy = bench_energy_open(&nvml, g.device);
+    for (size_t i = 0; i < sizeof rows / sizeof *rows; i++)
+        run_row_(&rows[i], energy ? &nvml : NULL);
+    kda_cuda_free(&g);
+    return 0;
+}
