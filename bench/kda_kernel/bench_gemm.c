@@ -10,7 +10,8 @@
 // is what the model runs by default. Random inputs; weight-gradient rows accumulate into their dW
 // as the model's do. Needs NVML for the energy column (else times only).
 //
-// Build and run: bash bench/kda_kernel/run_cls.sh gemm (on the GPU machine; ~3 min with energy).
+// Build and run: bash bench/kda_kernel/run_cls.sh gemm (on the GPU machine; ~3 min with energy);
+// `bench_gemm PART` runs only the rows whose name contains PART (e.g. "LM head").
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -116,8 +117,9 @@ static float *zeros_(size_t n) {
     return p;
 }
 
-int main(void) {
+int main(int argc, char **argv) {
     KdaError err = {{0}};
+    const char *only = argc > 1 ? argv[1] : NULL; // run the rows whose name contains it
     if (kda_cuda_init(&g, 0, &err)) {
         fprintf(stderr, "bench_gemm: %s\n", err.msg);
         return 1;
@@ -155,7 +157,7 @@ int main(void) {
     BenchNvml nvml;
     int energy = bench_energy_open(&nvml, g.device);
     for (size_t i = 0; i < sizeof rows / sizeof *rows; i++)
-        run_row_(&rows[i], energy ? &nvml : NULL);
+        if (!only || strstr(rows[i].name, only)) run_row_(&rows[i], energy ? &nvml : NULL);
     kda_cuda_free(&g);
     return 0;
 }
