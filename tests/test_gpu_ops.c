@@ -281,11 +281,11 @@ KDA_TEST_GPU(gpu_gemm_cand) {
     char desc[96];
     int nc = 0, np = 0;
     ok_(kda_cuda_gemm_cand_desc(&g_ctx, 1, 0, m, n, k, k, k, KDA_DT_BF16, m, 0, desc, sizeof desc,
-                                &nc));
+                                &nc, NULL));
     CHECK_MSG(nc >= 1 && nc <= 8 && !strncmp(desc, "algo ", 5), "%d candidates, #0 '%s'", nc, desc);
     printf("    cand 1024x2048x512: %d candidates, #0 %s\n", nc, desc);
     ok_(kda_cuda_gemm_cand_desc(&g_ctx, 1, 0, m, n, k, k, k, KDA_DT_BF16, m, nc, desc, sizeof desc,
-                                &np));
+                                &np, NULL));
     CHECK(np == nc && desc[0] == '\0');
     float *a = randn_(&r, m * k, 1.0f), *b = randn_(&r, k * n, 1.0f), ms[8];
     kda_bf16 *da = dev_bf16_(a, m * k), *db = dev_bf16_(b, k * n);
@@ -301,6 +301,69 @@ KDA_TEST_GPU(gpu_gemm_cand) {
     g_ctx.gemm_cand = 0;
     free(a), free(b);
     dfree_all_();
+}
+
+// KDA_GEMM_TILES's parser (host only): lists of 1-8 ids are read in order; anything else is one
+// error line naming the variable and leaves no tiles.
+KDA_TEST(cuda_gemm_tiles_parse) {
+    int t[8] = {0}, n = -1;
+    KdaError err = {{0}};
+    CHECK(kda_cuda_parse_gemm_tiles(NULL, t, &n, &err) == 0 && n == 0);
+    CHECK(kda_cuda_parse_gemm_tiles("", t, &n, &err) == 0 && n == 0);
+    CHECK(kda_cuda_parse_gemm_tiles("201,197", t, &n, &err) == 0 && n == 2 && t[0] == 201 &&
+          t[1] == 197);
+    CHECK(kda_cuda_parse_gemm_tiles("1,2,3,4,5,6,7,8", t, &n, &err) == 0 && n == 8 && t[7] == 8);
+    const char *bad[] = {"x",           "201,", ",201",    "201;197",
+                         "0",           "-3",   "201 197", "1,2,3,4,5,6,7,8,9",
+                         "99999999999", "20a"};
+    for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
+        err.msg[0] = '\0';
+        n = -1;
+        CHECK_MSG(kda_cuda_parse_gemm_tiles(bad[i], t, &n, &err) == -1 && n == 0 &&
+                      strstr(err.msg, "KDA_GEMM_TILES"),
+                  "'%s': n %d, '%s'", bad[i], n, err.msg);
+    }
+}
+
+// KDA_GEMM_TILES (ctx->gemm_tiles): a new plan runs the first candidate whose tile comes first in
+// the list: naming candidate i's tile picks the first candidate with that tile, a list that names
+// no candidate's tile (or none) picks the heuristic's first, an earlier entry wins over a later
+// one; the products of a plan built with a preference stay right (gemm_case_'s tolerances).
+KDA_TEST_GPU(gpu_gemm_tiles) {
+    if (!gpu_()) return;
+    int64_t m = 1024, n = 4096, k = 1024;
+    char desc[96];
+    int nc = 0, tile[8], picked = -1, saved = g_ctx.n_gemm_tiles;
+    ok_(kda_cuda_gemm_cand_desc(&g_ctx, 1, 0, m, n, k, k, k, KDA_DT_BF16, m, 0, desc, sizeof desc,
+                                &nc, NULL));
+    for (int i = 0; i < nc; i++) {
+        ok_(kda_cuda_gemm_cand_desc(&g_ctx, 1, 0, m, n, k, k, k, KDA_DT_BF16, m, i, desc,
+                                    sizeof desc, &nc, NULL));
+        CHECK_MSG(sscanf(desc, "algo %*d tile %d", &tile[i]) == 1, "'%s'", desc);
+    }
+    for (int i = 0; i < nc; i++) {
+        int first = 0; // the first candidate with candidate i's tile
+        while (tile[first] != tile[i])
+            first++;
+        g_ctx.gemm_tiles[0] = 99999, g_ctx.gemm_tiles[1] = tile[i], g_ctx.n_gemm_tiles = 2;
+        ok_(kda_cuda_gemm_cand_desc(&g_ctx, 1, 0, m, n, k, k, k, KDA_DT_BF16, m, 0, desc,
+                                    sizeof desc, &nc, &picked));
+        CHECK_MSG(picked == first, "tiles {99999, %d}: picked %d, expected %d", tile[i], picked,
+                  first);
+        g_ctx.gemm_tiles[0] = tile[nc - 1], g_ctx.gemm_tiles[1] = tile[i]; // the earlier wins
+        ok_(kda_cuda_gemm_cand_desc(&g_ctx, 1, 0, m, n, k, k, k, KDA_DT_BF16, m, 0, desc,
+                                    sizeof desc, &nc, &picked));
+        CHECK(tile[picked] == tile[nc - 1]);
+    }
+    g_ctx.gemm_tiles[0] = 99999, g_ctx.n_gemm_tiles = 1;
+    ok_(kda_cuda_gemm_cand_desc(&g_ctx, 1, 0, m, n, k, k, k, KDA_DT_BF16, m, 0, desc, sizeof desc,
+                                &nc, &picked));
+    CHECK(picked == 0);
+    KdaRng r;
+    rng_seed(&r, 113);
+    g_ctx.gemm_tiles[0] = 201, g_ctx.gemm_tiles[1] = 197, g_ctx.n_gemm_tiles = 2; // §26's picks
+    gemm_case_(&r, 4100, 1024, 1032); // shapes no other test caches
+    g_ctx.n_gemm_tiles = saved;
 }
 
 // GEMM plans cached per shape (gemm_cuda.cu, the default) against a context with KDA_GEMM_PLAN=0

@@ -87,13 +87,13 @@ static void run_row_(const Row *r, const BenchNvml *nv) {
     int nc = 0;
     char desc[96];
     if (kda_cuda_gemm_cand_desc(&g, r->ta, r->tb, r->m, r->n, r->k, r->lda, r->ldb, r->dt, r->ldd,
-                                0, desc, sizeof desc, &nc))
+                                0, desc, sizeof desc, &nc, NULL))
         die_("candidates");
     printf("%s (%.0f x per step, %.2f TFLOP a call): %d candidates\n", r->name, r->per_step,
            fl / 1e12, nc);
     for (int i = 0; i < nc; i++) {
         if (kda_cuda_gemm_cand_desc(&g, r->ta, r->tb, r->m, r->n, r->k, r->lda, r->ldb, r->dt,
-                                    r->ldd, i, desc, sizeof desc, &nc))
+                                    r->ldd, i, desc, sizeof desc, &nc, NULL))
             die_("candidate");
         g.gemm_cand = i;
         float ms = time_ms_(r->fn, NULL);

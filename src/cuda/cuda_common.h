@@ -67,6 +67,14 @@ typedef struct {
     // For measuring the candidates' energy at the power cap (bench/kda_kernel/bench_gemm.c,
     // docs/perf-log.md "session 8"); tests and benchmarks may set the field between calls.
     int gemm_cand;
+    // gemm_tiles: KDA_GEMM_TILES="201,197" at init (cuBLASLt tile ids, cublasLt.h's
+    // cublasLtMatmulTile_t; at most 8): a new plan runs the first of its heuristic candidates
+    // whose tile comes first in this list (none listed among them: the heuristic's first). Under
+    // the H200's power cap the heuristic's first pick (192x192 tiles on the MLP and head shapes)
+    // ran 8-9 % slower at the sustained draw than 176x128 and 168x128 ones (docs/log/
+    // gpu-2026-12-03.md §26). n_gemm_tiles 0 (the default): the heuristic's first.
+    int gemm_tiles[8];
+    int n_gemm_tiles;
     // tc_version: the tensor-core KDA core's kernels (cuda/kda_tc.h), 5 (the default since
     // 2026-12-03), 4 when KDA_TC_V=4 at init, 3 when KDA_TC_V=3, 6 when KDA_TC_V=6 (opt-in);
     // kda_tc_set_version changes it (tests, benchmarks).
@@ -116,6 +124,10 @@ void kda_cuda_clear_error(KdaCudaCtx *ctx);
 // Creates stream, cuBLASLt handle and a 32 MiB cuBLASLt workspace on `device`; fills ctx->info.
 // On failure returns -1 with the reason in *err and leaves nothing allocated.
 int kda_cuda_init(KdaCudaCtx *ctx, int device, KdaError *err);
+// KDA_GEMM_TILES's value s (NULL or empty: none) into tiles [8], *n of them: 1 to 8 comma-
+// separated cuBLASLt tile ids, each 1..100000. Malformed: *n = 0, -1 and one line in err naming
+// the variable. Host only, no device needed (kda_cuda_init calls it).
+int kda_cuda_parse_gemm_tiles(const char *s, int tiles[8], int *n, KdaError *err);
 void kda_cuda_free(KdaCudaCtx *ctx); // accepts a zeroed struct
 int kda_cuda_sync(KdaCudaCtx *ctx);  // waits for ctx->stream; reports asynchronous errors
 

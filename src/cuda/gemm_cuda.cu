@@ -54,7 +54,27 @@ struct PlanCache {
     int n = 0;
 };
 
-// Builds descriptors, layouts and the heuristic's first algorithm for key into s.
+// A candidate's cuBLASLt tile id (cublasLtMatmulTile_t), -1 when it cannot be read.
+int cand_tile(const cublasLtMatmulAlgo_t &a) {
+    uint32_t t = 0;
+    size_t got = 0;
+    return cublasLtMatmulAlgoConfigGetAttribute(&a, CUBLASLT_ALGO_CONFIG_TILE_ID, &t, sizeof t,
+                                                &got) == CUBLAS_STATUS_SUCCESS
+               ? (int)t
+               : -1;
+}
+
+// KDA_GEMM_TILES (ctx->gemm_tiles): the index of the first candidate whose tile comes first in the
+// list; 0 (the heuristic's first) when the list is empty or names none of s's candidates.
+int pick_by_tile(const KdaCudaCtx *ctx, const LtDescs &s) {
+    for (int t = 0; t < ctx->n_gemm_tiles; t++)
+        for (int i = 0; i < s.n_cand; i++)
+            if (cand_tile(s.cand[i]) == ctx->gemm_tiles[t]) return i;
+    return 0;
+}
+
+// Builds descriptors, layouts and the algorithm for key into s: the heuristic's first candidate,
+// or KDA_GEMM_TILES's pick among them.
 int build_plan(KdaCudaCtx *ctx, const PlanKey &q, LtDescs &s) {
     cublasOperation_t ta = q.ta ? CUBLAS_OP_T : CUBLAS_OP_N;
     cublasOperation_t tb = q.tb ? CUBLAS_OP_T : CUBLAS_OP_N;
@@ -91,7 +111,7 @@ int build_plan(KdaCudaCtx *ctx, const PlanKey &q, LtDescs &s) {
     if (s.n_cand < 1)
         return kda_cuda_fail_at(ctx, __FILE__, __LINE__, "cublasLtMatmulAlgoGetHeuristic",
                                 "no usable algorithm for this shape");
-    s.algo = s.cand[0];
+    s.algo = s.cand[pick_by_tile(ctx, s)];
     return 0;
 }
 
@@ -234,13 +254,14 @@ static void algo_desc(const cublasLtMatmulAlgo_t *a, char *buf, size_t len) {
 extern "C" int kda_cuda_gemm_cand_desc(KdaCudaCtx *ctx, int trans_a, int trans_b, int64_t m,
                                        int64_t n, int64_t k, int64_t lda, int64_t ldb,
                                        KdaDtype d_type, int64_t ldd, int i, char *buf, size_t len,
-                                       int *n_cand) {
+                                       int *n_cand, int *picked) {
     KDA_CUDA_REQUIRE(ctx, m > 0 && n > 0 && k > 0 && i >= 0 && buf && len > 0 && n_cand);
     KDA_CUDA_REQUIRE(ctx, lda >= (trans_a ? k : m) && ldb >= (trans_b ? n : k) && ldd >= m);
     PlanKey q = {m, n, k, lda, ldb, ldd, trans_a != 0, trans_b != 0, (int)d_type, KDA_DT_BF16};
     LtDescs s;
     int rc = build_plan(ctx, q, s);
     *n_cand = rc ? 0 : s.n_cand;
+    if (picked) *picked = rc ? 0 : pick_by_tile(ctx, s);
     buf[0] = '\0';
     if (!rc && i < s.n_cand) algo_desc(&s.cand[i], buf, len);
     s.release();

@@ -57,11 +57,13 @@ int kda_cuda_gemm_probe(KdaCudaCtx *ctx, int trans_a, int trans_b, int64_t m, in
 
 // Candidate i of cuBLASLt's heuristic for that product (kda_cuda_gemm_probe's list; ctx->gemm_cand
 // runs it in every GEMM) described in buf [len] ("algo A tile T stages S cluster C splitk K", the
-// empty string when i >= *n_cand); *n_cand = how many candidates. No product runs. For benchmarks
-// (bench/kda_kernel/bench_gemm.c). Returns -1 (ctx error) when no plan can be built.
+// empty string when i >= *n_cand); *n_cand = how many candidates; *picked (picked may be NULL) =
+// the index a new plan of ctx runs (KDA_GEMM_TILES's pick, else 0). No product runs. For
+// benchmarks (bench/kda_kernel/bench_gemm.c) and tests. Returns -1 (ctx error) when no plan can
+// be built.
 int kda_cuda_gemm_cand_desc(KdaCudaCtx *ctx, int trans_a, int trans_b, int64_t m, int64_t n,
                             int64_t k, int64_t lda, int64_t ldb, KdaDtype d_type, int64_t ldd,
-                            int i, char *buf, size_t len, int *n_cand);
+                            int i, char *buf, size_t len, int *n_cand, int *picked);
 // ---- fp32 operands: the scoring path (--precision fp32, model/model_cuda_f32.h)
 // ------------------ The same products with x, W, A, B fp32 and fp32 output: CUBLAS_COMPUTE_32F
 // with fp32 operands is full fp32 (fp32 products, fp32 accumulation; TF32 would need
