@@ -361,7 +361,8 @@ KDA_TEST_GPU(gpu_gemm_tiles) {
     CHECK(picked == 0);
     KdaRng r;
     rng_seed(&r, 113);
-    g_ctx.gemm_tiles[0] = 201, g_ctx.gemm_tiles[1] = 197, g_ctx.n_gemm_tiles = 2; // §26's picks
+    // docs/log/gpu-2026-12-03.md §26: 176x128 and 168x128
+    g_ctx.gemm_tiles[0] = 201, g_ctx.gemm_tiles[1] = 197, g_ctx.n_gemm_tiles = 2;
     gemm_case_(&r, 4100, 1024, 1032); // shapes no other test caches
     g_ctx.n_gemm_tiles = saved;
 }

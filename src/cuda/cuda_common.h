@@ -71,8 +71,8 @@ typedef struct {
     // cublasLtMatmulTile_t; at most 8): a new plan runs the first of its heuristic candidates
     // whose tile comes first in this list (none listed among them: the heuristic's first). Under
     // the H200's power cap the heuristic's first pick (192x192 tiles on the MLP and head shapes)
-    // ran 8-9 % slower at the sustained draw than 176x128 and 168x128 ones (docs/log/
-    // gpu-2026-12-03.md §26). n_gemm_tiles 0 (the default): the heuristic's first.
+    // ran 8-9 % slower at the sustained draw than 176x128 and 168x128 ones
+    // (docs/log/gpu-2026-12-03.md §26). n_gemm_tiles 0 (the default): the heuristic's first.
     int gemm_tiles[8];
     int n_gemm_tiles;
     // tc_version: the tensor-core KDA core's kernels (cuda/kda_tc.h), 5 (the default since
