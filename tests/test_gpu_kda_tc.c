@@ -534,12 +534,13 @@ KDA_TEST_GPU(gpu_kda_tc_v6_matches_v5) {
     if (gpu_()) tc_versions_bitwise_(5, 6, V6_V5, sizeof V6_V5 / sizeof V6_V5[0], 519);
 }
 
-// v7 against v5: v7's main backward replaces block barriers by named barriers over warp pairs
-// and halves and moves elementwise work between warps; every element's arithmetic is v5's, so
-// the bits must be v5's. The host test (kda_tc_host_v7_matches_v5) runs the warps one after
-// another and cannot see a race; this one can: a warp reading a tile before its producer's
-// barrier shows as a bit difference (or NaN from the poisoned outputs). v6's shapes: the model's
-// layer, partial last chunks of 5, 6 (GVA 4x, -30-nat gate) and 31 rows, T = 1.
+// v7 against v5: v7's main backward and intra kernel replace block barriers by named barriers
+// over warp pairs, halves and warps 0-3 and move elementwise work between warps; every element's
+// arithmetic is v5's, so the bits must be v5's. The host test (kda_tc_host_v7_matches_v5) runs
+// the warps one after another and cannot see a race; this one can: a warp reading a tile before
+// its producer's barrier shows as a bit difference (or NaN from the poisoned outputs). v6's
+// shapes: the model's layer, partial last chunks of 5, 6 (GVA 4x, -30-nat gate) and 31 rows,
+// T = 1.
 KDA_TEST_GPU(gpu_kda_tc_v7_matches_v5) {
     if (gpu_()) tc_versions_bitwise_(5, 7, V6_V5, sizeof V6_V5 / sizeof V6_V5[0], 520);
 }

@@ -318,13 +318,13 @@ KDA_TEST(kda_tc_host_v6_matches_v5) {
     versions_sweep_(5, 6, 406, V6_SHAPES, sizeof V6_SHAPES / sizeof V6_SHAPES[0]);
 }
 
-// v7 against v5: v7's main backward meets at fewer block barriers (named barriers over warp
-// pairs and halves) and moves some elementwise work between warps and phases, every element's
-// terms and every sum's order v5's, so every output must be bitwise v5's. The emulation runs
-// each warp group's code in program order, so this checks the moved work's indexing and
-// coverage (a skipped or doubled element differs); the races it cannot see are the GPU test's
-// (gpu_kda_tc_v7_matches_v5). v6's shapes: full chunks, partial last chunks of 5, 6, 16, 31
-// rows, GVA, T = 1.
+// v7 against v5: v7's main backward and intra kernel meet at fewer block barriers (named barriers
+// over warp pairs, halves, warps 0-3) and move some elementwise work (and the write of Aqk's
+// off-diagonal block) between warps and phases, every element's terms and every sum's order v5's,
+// so every output must be bitwise v5's. The emulation runs each warp group's code in program
+// order, so this checks the moved work's indexing and coverage (a skipped or doubled element
+// differs); the races it cannot see are the GPU test's (gpu_kda_tc_v7_matches_v5). v6's shapes:
+// full chunks, partial last chunks of 5, 6, 16, 31 rows, GVA, T = 1.
 KDA_TEST(kda_tc_host_v7_matches_v5) {
     versions_sweep_(5, 7, 407, V6_SHAPES, sizeof V6_SHAPES / sizeof V6_SHAPES[0]);
 }

@@ -374,7 +374,8 @@ static int b_fast128_fwdbwd(void *a) {
 // fast rows above; each row runs kernel version tc_ver_ (kda_tc_set_version on g: 4, the default,
 // in the 'kda tc ...' rows; 3 in the 'kda tc3 ...' rows; 5, v4 with operands rounded once, in the
 // 'kda tc5 ...' rows; 6, v5 with a full chunk's rows at compile time, in the 'kda tc6 ...' rows;
-// 7, v5 with fewer block barriers in the main backward, in the 'kda tc7 ...' rows).
+// 7, v5 with fewer block barriers in the intra kernel and the main backward, in the 'kda tc7 ...'
+// rows).
 static int tc_ver_ = 4;
 static int b_tc_fwd(void *a) {
     (void)a;
@@ -436,8 +437,7 @@ static int b_tc_kept_sync(void *a) {
     return rc;
 }
 // The 'kda tc3 ...', 'kda tc5 ...', 'kda tc6 ...' and 'kda tc7 ...' rows: the same calls on kernel
-// version 3, 5, 6 or 7 (5-7 at K 32 / V 64 only: other dims run v4; v7's forward is v5's, so it
-// has no fwd row).
+// version 3, 5, 6 or 7 (5-7 at K 32 / V 64 only: other dims run v4).
 #define TCV_(name, v)                                                                              \
     static int name##v(void *a) {                                                                  \
         tc_ver_ = v;                                                                               \
@@ -462,6 +462,7 @@ TCV_(b_tc_fwd, 6)
 TCV_(b_tc_bwd, 6)
 TCV_(b_tc_fwdbwd, 6)
 TCV_(b_tc_kept, 6)
+TCV_(b_tc_fwd, 7)
 TCV_(b_tc_bwd, 7)
 TCV_(b_tc_fwdbwd, 7)
 TCV_(b_tc_kept, 7)
@@ -594,6 +595,7 @@ int main(void) {
         {"kda tc fwd 16x2048 H8 K32 V64", b_tc_fwd, 0, 0, 1},
         {"kda tc5 fwd 16x2048 H8 K32 V64", b_tc_fwd5, 0, 0, 1},
         {"kda tc6 fwd 16x2048 H8 K32 V64", b_tc_fwd6, 0, 0, 1},
+        {"kda tc7 fwd 16x2048 H8 K32 V64", b_tc_fwd7, 0, 0, 1},
         {"kda tc3 bwd 16x2048 H8 K32 V64", b_tc_bwd3, 0, 0, 1},
         {"kda tc bwd 16x2048 H8 K32 V64", b_tc_bwd, 0, 0, 1},
         {"kda tc5 bwd 16x2048 H8 K32 V64", b_tc_bwd5, 0, 0, 1},

@@ -166,6 +166,16 @@ __host__ __device__ inline void bar_sub_(int id, int threads) {
     (void)id, (void)threads;
 #endif
 }
+// The producer half of bar_sub_: this warp's shared-memory writes before it are visible to the
+// callers of bar_sub_(id, threads) after it, without waiting for them (threads counts both
+// sides). A no-op on the host (program order, as bar_sub_).
+__host__ __device__ inline void bar_arrive_(int id, int threads) {
+#ifdef __CUDA_ARCH__
+    asm volatile("bar.arrive %0, %1;" ::"r"(id), "r"(threads) : "memory");
+#else
+    (void)id, (void)threads;
+#endif
+}
 // Reverse inclusive scan of a column of n <= 32 floats in place (col[i·stride] = init + Σ_{i' >= i}
 // col[i'·stride]): one warp, lane i holds row i (all 32 lanes call it together); on the host a
 // serial loop.
@@ -2158,7 +2168,11 @@ __host__ __device__ inline void tri_pair_(int t, int &i, int &j) {
 // main backward read them only as mma operands (u, KK and e^{G_last} are read elementwise: kept
 // as they are).
 // NF (v6, with RT): a full chunk, n = C at compile time, as bwd4_body's.
-template <int C, int K, int V, bool RT = false, bool NF = false>
+// NB (v7, with RT): the block barrier after (2) becomes a named one over warps 0-3 only (2: warps
+// 2-3 arrive when Akk's diagonal inverses are done, warps 0-1 wait for them); Aqk's off-diagonal
+// block is written from (2)'s mma epilogue and the rest of Aqk by warps 2-7 in (2), so warps 4-7
+// never wait before the barrier after (3). The same values: bitwise v5.
+template <int C, int K, int V, bool RT = false, bool NF = false, bool NB = false>
 __host__ __device__ void intra4_body(const TcArgs &a, int64_t blk, float *sm) {
     typedef Intra4<C, K, V> P;
     constexpr int LK = P::LK, LC = P::LC, LQ = P::LQ, LV = P::LV, R = SUB;
@@ -2309,45 +2323,95 @@ __host__ __device__ void intra4_body(const TcArgs &a, int64_t blk, float *sm) {
     FOR_N(c, K, RT) a.gl[p.cid * K + c] = fexp(Gl[c]);
     sync_();
 
-    // (2) side by side: warps 0-1 the off-diagonal sub-block of Aqk and L on the tensor cores;
-    //     warps 2-3 the forward substitution of Akk's diagonal sub-blocks (one each); warps 4-5
-    //     KK's off-diagonal sub-block (kept only: the main backward's own product, bitwise)
-    if (off)
-        block_mm_w(0, 2, SUB, SUB, mat(Qf, LK, 1), mat(Kr, 1, LK), K, mat(Kf, LK, 1),
-                   mat(Kr, 1, LK), K, [&](int r, int c, float vq, float vk) {
-                       Aq[(R + r) * LC + c] = scale * vq;
-                       Ls[(R + r) * LC + c] = vk;
-                   });
-    if (off && keepA)
-        block_mm_w(4, 2, SUB, SUB, mat(Kf0, LK, 1), mat(Kr, 1, LK), K, no_mat(), no_mat(), 0,
-                   [&](int r, int c, float v, float) { KKs[(R + r) * LC + c] = v; });
-    if (in_group_(2, 2)) {
-        for (int I = group_warp_(2); I * SUB < n; I += group_nwarp_(2)) {
-            const int r0 = I * SUB, nb = imin(SUB, n - r0);
-            for (int m = 0; m + 1 < nb; m++) {
-                const int cols = m + 1;
-                WFOR(e, (nb - 1 - m) * cols) {
-                    int r = r0 + m + 1 + e / cols, c = r0 + e % cols;
-                    Ak[r * LC + c] -= Ls[r * LC + r0 + m] * Ak[(r0 + m) * LC + c];
+    if constexpr (NB) {
+        float *aqg = a.Aqk + p.cid * C * C;
+        // (2)-(3), v7: v5's products and writes below, one block barrier fewer. (2): warps 0-1
+        //     the off-diagonal sub-block of Aqk and L (Aqk's block written out from the
+        //     epilogue), warps 2-3 the forward substitution, then arrive at barrier 2; warps 4-5
+        //     KK's off-diagonal sub-block (kept); warps 2-7 the rest of Aqk (final since (1)).
+        //     (3): warps 0-1 wait at barrier 2 (Inv_00, Inv_11 done), then Inv_10.
+        if (off)
+            block_mm_w(0, 2, SUB, SUB, mat(Qf, LK, 1), mat(Kr, 1, LK), K, mat(Kf, LK, 1),
+                       mat(Kr, 1, LK), K, [&](int r, int c, float vq, float vk) {
+                           Aq[(R + r) * LC + c] = scale * vq;
+                           Ls[(R + r) * LC + c] = vk;
+                           aqg[(R + r) * C + c] = rnd_<RT>(scale * vq);
+                       });
+        if (off && keepA)
+            block_mm_w(4, 2, SUB, SUB, mat(Kf0, LK, 1), mat(Kr, 1, LK), K, no_mat(), no_mat(), 0,
+                       [&](int r, int c, float v, float) { KKs[(R + r) * LC + c] = v; });
+        if (in_group_(2, 2)) {
+            for (int I = group_warp_(2); I * SUB < n; I += group_nwarp_(2)) {
+                const int r0 = I * SUB, nb = imin(SUB, n - r0);
+                for (int m = 0; m + 1 < nb; m++) {
+                    const int cols = m + 1;
+                    WFOR(e, (nb - 1 - m) * cols) {
+                        int r = r0 + m + 1 + e / cols, c = r0 + e % cols;
+                        Ak[r * LC + c] -= Ls[r * LC + r0 + m] * Ak[(r0 + m) * LC + c];
+                    }
+                    syncwarp_();
                 }
-                syncwarp_();
+            }
+            bar_arrive_(2, 128);
+        }
+        GFOR(e, C * C, 2, TC_THREADS / 32 - 2) {
+            const int i = e / C, jj = e % C;
+            if (!(off && i >= R && jj < R)) aqg[e] = rnd_<RT>(Aq[i * LC + jj]);
+        }
+        if (off && in_group_(0, 2)) {
+            bar_sub_(2, 128);
+            block_mm_w(0, 2, SUB, SUB, mat(Ls + R * LC, LC, 1), mat(Ak, LC, 1), SUB, no_mat(),
+                       no_mat(), 0, [&](int r, int c, float v, float) { Tm[r * LC + c] = v; });
+            bar_group_(1, 64);
+            block_mm_w(0, 2, SUB, SUB, mat(Ak + R * LC + R, LC, 1), mat(Tm, LC, 1), SUB, no_mat(),
+                       no_mat(), 0,
+                       [&](int r, int c, float v, float) { Ak[(R + r) * LC + c] = -v; });
+        } else if (in_group_(0, 2)) {
+            bar_sub_(2, 128);
+        }
+        sync_();
+    } else {
+        // (2) side by side: warps 0-1 the off-diagonal sub-block of Aqk and L on the tensor cores;
+        //     warps 2-3 the forward substitution of Akk's diagonal sub-blocks (one each); warps 4-5
+        //     KK's off-diagonal sub-block (kept only: the main backward's own product, bitwise)
+        if (off)
+            block_mm_w(0, 2, SUB, SUB, mat(Qf, LK, 1), mat(Kr, 1, LK), K, mat(Kf, LK, 1),
+                       mat(Kr, 1, LK), K, [&](int r, int c, float vq, float vk) {
+                           Aq[(R + r) * LC + c] = scale * vq;
+                           Ls[(R + r) * LC + c] = vk;
+                       });
+        if (off && keepA)
+            block_mm_w(4, 2, SUB, SUB, mat(Kf0, LK, 1), mat(Kr, 1, LK), K, no_mat(), no_mat(), 0,
+                       [&](int r, int c, float v, float) { KKs[(R + r) * LC + c] = v; });
+        if (in_group_(2, 2)) {
+            for (int I = group_warp_(2); I * SUB < n; I += group_nwarp_(2)) {
+                const int r0 = I * SUB, nb = imin(SUB, n - r0);
+                for (int m = 0; m + 1 < nb; m++) {
+                    const int cols = m + 1;
+                    WFOR(e, (nb - 1 - m) * cols) {
+                        int r = r0 + m + 1 + e / cols, c = r0 + e % cols;
+                        Ak[r * LC + c] -= Ls[r * LC + r0 + m] * Ak[(r0 + m) * LC + c];
+                    }
+                    syncwarp_();
+                }
             }
         }
-    }
-    sync_();
+        sync_();
 
-    // (3) warps 0-1: Inv_10 = -Inv_11 L_10 Inv_00 (a barrier of their own between the two
-    //     products); warps 2-7: Aqk written out
-    if (off && in_group_(0, 2)) {
-        block_mm_w(0, 2, SUB, SUB, mat(Ls + R * LC, LC, 1), mat(Ak, LC, 1), SUB, no_mat(), no_mat(),
-                   0, [&](int r, int c, float v, float) { Tm[r * LC + c] = v; });
-        bar_group_(1, 64);
-        block_mm_w(0, 2, SUB, SUB, mat(Ak + R * LC + R, LC, 1), mat(Tm, LC, 1), SUB, no_mat(),
-                   no_mat(), 0, [&](int r, int c, float v, float) { Ak[(R + r) * LC + c] = -v; });
+        // (3) warps 0-1: Inv_10 = -Inv_11 L_10 Inv_00 (a barrier of their own between the two
+        //     products); warps 2-7: Aqk written out
+        if (off && in_group_(0, 2)) {
+            block_mm_w(0, 2, SUB, SUB, mat(Ls + R * LC, LC, 1), mat(Ak, LC, 1), SUB, no_mat(),
+                       no_mat(), 0, [&](int r, int c, float v, float) { Tm[r * LC + c] = v; });
+            bar_group_(1, 64);
+            block_mm_w(0, 2, SUB, SUB, mat(Ak + R * LC + R, LC, 1), mat(Tm, LC, 1), SUB, no_mat(),
+                       no_mat(), 0,
+                       [&](int r, int c, float v, float) { Ak[(R + r) * LC + c] = -v; });
+        }
+        float *aqg = a.Aqk + p.cid * C * C;
+        GFOR(e, C * C, 2, TC_THREADS / 32 - 2) aqg[e] = rnd_<RT>(Aq[(e / C) * LC + e % C]);
+        sync_();
     }
-    float *aqg = a.Aqk + p.cid * C * C;
-    GFOR(e, C * C, 2, TC_THREADS / 32 - 2) aqg[e] = rnd_<RT>(Aq[(e / C) * LC + e % C]);
-    sync_();
 
     // (4) w = Akk Kb, u = Akk βv (8 + 16 tiles, 3 per warp); kept: Akk and KK written out
     float *wg = a.w + p.cid * C * K, *ug = a.u + p.cid * C * V;
@@ -2372,7 +2436,7 @@ __host__ __device__ inline bool bwd4_dims(const ChunkArgs &a) {
 // v5's rounded-operand bodies run at bwd4_dims only (where every producer and consumer of the
 // rounded tensors is a v4 body with the flag); elsewhere version 5 runs v4 as it is. Version 6 is
 // v5 (its state passes, its rounded operands) with v6's intra and main backward (v6_); version 7
-// is v5 with v7's main backward (v7_: bwd4_body's NB, fewer block barriers).
+// is v5 with v7's intra and main backward (v7_: their NB bodies, fewer block barriers).
 __host__ __device__ inline bool v5_(const TcArgs &a) {
     return (a.ver == 5 || a.ver == 6 || a.ver == 7) && bwd4_dims(a);
 }
@@ -2485,8 +2549,9 @@ TC_ENTRY_(tc_bwd5k_k, (TC4_THREADS, 2), bwd4_body<32, 32, 64, true, true>)
 TC_ENTRY_(tc_intra6_k, (TC_THREADS), intra6_body<32, 32, 64>)
 TC_ENTRY_(tc_bwd6_k, (TC4_THREADS, 2), bwd6_body<32, 32, 64, false>)
 TC_ENTRY_(tc_bwd6k_k, (TC4_THREADS, 2), bwd6_body<32, 32, 64, true>)
-// v7 (ctx->tc_version 7, at bwd4_dims): v5's main backward with fewer block barriers (NB); the
-// intra kernel and the state passes are v5's.
+// v7 (ctx->tc_version 7, at bwd4_dims): v5's intra kernel and main backward with fewer block
+// barriers (NB); the state passes are v5's.
+TC_ENTRY_(tc_intra7_k, (TC_THREADS), intra4_body<32, 32, 64, true, false, true>)
 TC_ENTRY_(tc_bwd7_k, (TC4_THREADS, 2), bwd4_body<32, 32, 64, false, true, false, true>)
 TC_ENTRY_(tc_bwd7k_k, (TC4_THREADS, 2), bwd4_body<32, 32, 64, true, true, false, true>)
 
@@ -2587,8 +2652,11 @@ int launch_rstate4(KdaCudaCtx *ctx, cudaEvent_t **ev, const TcArgs &a) {
 int launch_intra_fwd(KdaCudaCtx *ctx, cudaEvent_t **ev, const TcArgs &a) {
     int64_t chunks = (int64_t)a.B * a.HV * a.NT;
     if (v5_(a))
-        return launch(ctx, ev, v6_(a) ? tc_intra6_k : tc_intra5_k, chunks,
-                      (size_t)Intra4<32, 32, 64>::floats, TC_THREADS, a);
+        return launch(ctx, ev,
+                      v7_(a)   ? tc_intra7_k
+                      : v6_(a) ? tc_intra6_k
+                               : tc_intra5_k,
+                      chunks, (size_t)Intra4<32, 32, 64>::floats, TC_THREADS, a);
     if (a.ver >= 4 && bwd4_dims(a))
         return launch(ctx, ev, tc_intra4_k, chunks, (size_t)Intra4<32, 32, 64>::floats, TC_THREADS,
                       a);
@@ -2706,7 +2774,9 @@ void state_fwd_host(const TcArgs &a, int64_t b, float *sm) {
 }
 // launch_intra_fwd's choice, on the host.
 void intra_fwd_host(const TcArgs &a, int64_t b, float *sm) {
-    if (v6_(a))
+    if (v7_(a))
+        intra4_body<32, 32, 64, true, false, true>(a, b, sm);
+    else if (v6_(a))
         intra6_body<32, 32, 64>(a, b, sm);
     else if (v5_(a))
         intra4_body<32, 32, 64, true>(a, b, sm);

@@ -7,7 +7,7 @@
 // TF32 once, bitwise v4's results; v4 (KDA_TC_V=4) and v3 (KDA_TC_V=3), kept whole for A/B runs;
 // v6 (KDA_TC_V=6, opt-in, not yet measured), v5 with a full chunk's row count at compile time,
 // bitwise v5's results; v7 (KDA_TC_V=7, opt-in, not yet measured), v5 with fewer block barriers
-// in the main backward, bitwise v5's results.
+// in the intra kernel and the main backward, bitwise v5's results.
 //
 // Same arguments, layouts and dtypes as kda_fast.h (and kda_cuda.h):
 //   q, k   [B, T, H, K]   bf16, L2-normalized          v, o, do  [B, T, HV, V] bf16
@@ -71,8 +71,9 @@ int kda_tc_selected(void);
 // run v4. v7 (opt-in: KDA_TC_V=7; not yet measured on a GPU): v5 with a main backward whose warps
 // meet at fewer block-wide barriers (the kept form's state terms per warp pair, steps (4)-(5) as
 // two warp groups with a named barrier each, some elementwise work moved to the idle group); every
-// element's terms and every sum's order are v5's: bitwise v5's results. Intra kernel and state
-// passes: v5's. At K 32, V 64, chunk 32; other dims run v4.
+// element's terms and every sum's order are v5's: bitwise v5's results), and an intra kernel with
+// one block barrier fewer (warps 0-1 wait only for the two warps that invert Akk's diagonal
+// blocks); the state passes are v5's. At K 32, V 64, chunk 32; other dims run v4.
 // Sets ctx's version (3, 4, 5, 6 or 7; anything else: 4) and returns the previous one. For tests
 // and benchmarks; the context's thread only.
 int kda_tc_set_version(KdaCudaCtx *ctx, int v);
