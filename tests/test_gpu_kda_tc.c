@@ -546,10 +546,13 @@ KDA_TEST_GPU(gpu_kda_tc_v7_matches_v5) {
 }
 
 // The small shapes only, forward and backward: what compute-sanitizer (memcheck, racecheck) runs.
+// Then v7 against v5 on v6's small shapes (partial last chunks, T = 1): racecheck's view of v7's
+// named barriers (bar.sync / bar.arrive over warp subsets).
 KDA_TEST_GPU(gpu_kda_tc_small) {
     if (!gpu_()) return;
     tc_sweep_(0, 513, 1);
     tc_sweep_(1, 514, 1);
+    tc_versions_bitwise_(5, 7, V6_V5 + 1, sizeof V6_V5 / sizeof V6_V5[0] - 1, 521);
 }
 
 #endif
