@@ -16,6 +16,8 @@
 #                                 # (the KDA core's, the CE row kernel, conv), through bench_gpu
 #   bash bench/device_plan.sh 7   # the settled clock: kda.c vs FLA at mb 16/32/64 over 40 timed
 #                                 # steps after 10 (step 1 times 10 after 3), with the clock series
+#   bash bench/device_plan.sh 9   # interleaved A/B at mb TPUT_MB (16): the defaults and each
+#                                 # candidate of AB (';'-separated settings), REPS (2) rounds
 #   bash bench/device_plan.sh 8   # energy per call at the sustained power draw: every cuBLASLt
 #                                 # candidate of the step's MLP and head GEMMs (bench_gemm), every
 #                                 # bench_gpu row and the CE row kernels (KDA_BENCH_ENERGY)
@@ -24,8 +26,8 @@
 # LIMIT (default 560) bounds the whole step; every stage takes what is left.
 set -u
 STEP=${1:-}
-case $STEP in 1 | 2 | 3 | 4 | 5 | 6 | 7 | 8) ;; *)
-    echo "usage: bash bench/device_plan.sh 1|2|3|4|5|6|7|8 (see the header)"
+case $STEP in 1 | 2 | 3 | 4 | 5 | 6 | 7 | 8 | 9) ;; *)
+    echo "usage: bash bench/device_plan.sh 1|2|3|4|5|6|7|8|9 (see the header)"
     exit 2
     ;;
 esac
@@ -52,18 +54,18 @@ save_autotune() {
         tar czf "$D/fla_autotune_$1.tgz" -T -) 2> /dev/null
 }
 
-# tput NAME ENV...: kda.c alone at mb 16 with the switches ENV (profile at iteration 3 unless
-# PROFILE is in ENV), one line per run into the summary.
+# tput NAME ENV...: kda.c alone at mb TPUT_MB (16) with the switches ENV (profile at iteration 3
+# unless PROFILE is in ENV), one line per run into the summary.
 tput() {
-    local name=$1
+    local name=$1 mb=${TPUT_MB:-16}
     shift
     [ "$(left)" -lt 40 ] && { say "$name: skipped (time)"; return; }
     local lim=$(($(left) < 90 ? $(left) : 90))
-    env PROFILE=3 "$@" OUT="$D/$name" PARTS=kda MBS=16 KDA_BIN="$B/kda" KDA_LIMIT=$lim \
+    env PROFILE=3 "$@" OUT="$D/$name" PARTS=kda MBS=$mb KDA_BIN="$B/kda" KDA_LIMIT=$lim \
         bash bench/train_throughput/run.sh > "$D/$name.txt" 2>&1
-    say "$name [$*]: $(grep -E '^\| *16 ' "$D/$name/train_throughput.md" | cut -d'|' -f2-5)" \
+    say "$name [$*]: $(grep -E "^\| *$mb " "$D/$name/train_throughput.md" | cut -d'|' -f2-5)" \
         "$(grep -E 'KDA core|gate|conv|CE rows|AdamW|unaccounted|step \(wall' \
-            "$D/$name/kda_profile_mb16.md" 2> /dev/null | cut -d'|' -f2,3,4 | tr '\n' ';')"
+            "$D/$name/kda_profile_mb$mb.md" 2> /dev/null | cut -d'|' -f2,3,4 | tr '\n' ';')"
 }
 
 case $STEP in
@@ -103,6 +105,7 @@ case $STEP in
         > "$D/tests_qkv.txt" 2>&1
     say "gpu_model gpu_fuse with KDA_CONV_QKV=2 KDA_PDL=1: rc=$? $(tail -1 "$D/tests_qkv.txt")"
     tput base
+    tput tiles KDA_GEMM_TILES=201,197
     tput graph_off KDA_GRAPH=0 PROFILE=
     tput base_noprof PROFILE=
     tput adamw_off KDA_ADAMW_ONE=0
@@ -198,6 +201,20 @@ case $STEP in
         > "$D/bench_cls.txt" 2>&1
     say "bench_cls (energy): rc=$?"
     grep -B1 'sustained' "$D/bench_gpu.txt" "$D/bench_cls.txt" | grep -v '^--' | tee -a "$SUM"
+    ;;
+9)
+    # The switches that passed their GPU tests, each against the defaults in the same call,
+    # unprofiled (graphs on), interleaved so that the clock's drift hits both alike: a switch
+    # becomes the default when its runs beat every defaults run by more than their spread.
+    kda_gpu_env > /dev/null && kda_gpu_build "$D/build.log" "$B/kda" || exit 1
+    IFS=';' read -r -a cands <<< "${AB:-KDA_GEMM_TILES=201,197;KDA_TC_V=7;KDA_GEMM_TILES=201,197 KDA_TC_V=7}"
+    for rep in $(seq "${REPS:-2}"); do
+        tput "base_$rep" PROFILE=
+        for i in "${!cands[@]}"; do
+            # shellcheck disable=SC2086 # a candidate is a list of VAR=value words
+            tput "ab${i}_$rep" PROFILE= ${cands[$i]}
+        done
+    done
     ;;
 esac
 say "step $STEP: $(($(date +%s) - START)) s"
