@@ -145,15 +145,6 @@ __host__ __device__ inline void cp_wait1_() { // all but this thread's last comm
     asm volatile("cp.async.wait_group 1;" ::: "memory");
 #endif
 }
-// Barrier `id` (1..15) among the first `threads` threads of the block only (warps 0 .. threads/32
-// - 1 take it; the others run on). A no-op on the host, like sync_.
-__host__ __device__ inline void bar_group_(int id, int threads) {
-#ifdef __CUDA_ARCH__
-    asm volatile("bar.sync %0, %1;" ::"r"(id), "r"(threads) : "memory");
-#else
-    (void)id, (void)threads;
-#endif
-}
 // Named barrier `id` (1..15) among the `threads` threads (a multiple of 32) of whichever warps
 // call it with that id; the block's other warps run on. Like __syncthreads it orders the shared
 // memory accesses of its callers before it against theirs after it. On the host a no-op, as
@@ -1859,7 +1850,7 @@ __host__ __device__ void bwd4_body(const TcArgs &a, int64_t blk, float *sm) {
             block_mm_w(0, 2, SUB, SUB, mat(KK + R * LC, LC, 1), mat(Ak, LC, 1), SUB, no_mat(),
                        no_mat(), 0,
                        [&](int r, int c, float v, float) { Tm[r * LC + c] = bs[R + r] * v; });
-            bar_group_(1, 64);
+            bar_sub_(1, 64); // warps 0-1
             block_mm_w(0, 2, SUB, SUB, mat(Ak + R * LC + R, LC, 1), mat(Tm, LC, 1), SUB, no_mat(),
                        no_mat(), 0,
                        [&](int r, int c, float v, float) { Ak[(R + r) * LC + c] = -v; });
@@ -2362,7 +2353,7 @@ __host__ __device__ void intra4_body(const TcArgs &a, int64_t blk, float *sm) {
             bar_sub_(2, 128);
             block_mm_w(0, 2, SUB, SUB, mat(Ls + R * LC, LC, 1), mat(Ak, LC, 1), SUB, no_mat(),
                        no_mat(), 0, [&](int r, int c, float v, float) { Tm[r * LC + c] = v; });
-            bar_group_(1, 64);
+            bar_sub_(1, 64); // warps 0-1
             block_mm_w(0, 2, SUB, SUB, mat(Ak + R * LC + R, LC, 1), mat(Tm, LC, 1), SUB, no_mat(),
                        no_mat(), 0,
                        [&](int r, int c, float v, float) { Ak[(R + r) * LC + c] = -v; });
@@ -2403,7 +2394,7 @@ __host__ __device__ void intra4_body(const TcArgs &a, int64_t blk, float *sm) {
         if (off && in_group_(0, 2)) {
             block_mm_w(0, 2, SUB, SUB, mat(Ls + R * LC, LC, 1), mat(Ak, LC, 1), SUB, no_mat(),
                        no_mat(), 0, [&](int r, int c, float v, float) { Tm[r * LC + c] = v; });
-            bar_group_(1, 64);
+            bar_sub_(1, 64); // warps 0-1
             block_mm_w(0, 2, SUB, SUB, mat(Ak + R * LC + R, LC, 1), mat(Tm, LC, 1), SUB, no_mat(),
                        no_mat(), 0,
                        [&](int r, int c, float v, float) { Ak[(R + r) * LC + c] = -v; });
