@@ -2314,6 +2314,26 @@ __host__ __device__ void intra4_body(const TcArgs &a, int64_t blk, float *sm) {
     FOR_N(c, K, RT) a.gl[p.cid * K + c] = fexp(Gl[c]);
     sync_();
 
+    // (2)'s pieces that v5 and v7 share: warps 2-3 the forward substitution of Akk's diagonal
+    // sub-blocks (one each); warps 4-5 KK's off-diagonal sub-block (kept only: the main
+    // backward's own product, bitwise)
+    auto subst_diag = [&]() {
+        for (int I = group_warp_(2); I * SUB < n; I += group_nwarp_(2)) {
+            const int r0 = I * SUB, nb = imin(SUB, n - r0);
+            for (int m = 0; m + 1 < nb; m++) {
+                const int cols = m + 1;
+                WFOR(e, (nb - 1 - m) * cols) {
+                    int r = r0 + m + 1 + e / cols, c = r0 + e % cols;
+                    Ak[r * LC + c] -= Ls[r * LC + r0 + m] * Ak[(r0 + m) * LC + c];
+                }
+                syncwarp_();
+            }
+        }
+    };
+    auto kk_off = [&]() {
+        block_mm_w(4, 2, SUB, SUB, mat(Kf0, LK, 1), mat(Kr, 1, LK), K, no_mat(), no_mat(), 0,
+                   [&](int r, int c, float v, float) { KKs[(R + r) * LC + c] = v; });
+    };
     if constexpr (NB) {
         float *aqg = a.Aqk + p.cid * C * C;
         // (2)-(3), v7: v5's products and writes below, one block barrier fewer. (2): warps 0-1
@@ -2328,21 +2348,9 @@ __host__ __device__ void intra4_body(const TcArgs &a, int64_t blk, float *sm) {
                            Ls[(R + r) * LC + c] = vk;
                            aqg[(R + r) * C + c] = rnd_<RT>(scale * vq);
                        });
-        if (off && keepA)
-            block_mm_w(4, 2, SUB, SUB, mat(Kf0, LK, 1), mat(Kr, 1, LK), K, no_mat(), no_mat(), 0,
-                       [&](int r, int c, float v, float) { KKs[(R + r) * LC + c] = v; });
+        if (off && keepA) kk_off();
         if (in_group_(2, 2)) {
-            for (int I = group_warp_(2); I * SUB < n; I += group_nwarp_(2)) {
-                const int r0 = I * SUB, nb = imin(SUB, n - r0);
-                for (int m = 0; m + 1 < nb; m++) {
-                    const int cols = m + 1;
-                    WFOR(e, (nb - 1 - m) * cols) {
-                        int r = r0 + m + 1 + e / cols, c = r0 + e % cols;
-                        Ak[r * LC + c] -= Ls[r * LC + r0 + m] * Ak[(r0 + m) * LC + c];
-                    }
-                    syncwarp_();
-                }
-            }
+            subst_diag();
             bar_arrive_(2, 128);
         }
         GFOR(e, C * C, 2, TC_THREADS / 32 - 2) {
@@ -2363,30 +2371,15 @@ __host__ __device__ void intra4_body(const TcArgs &a, int64_t blk, float *sm) {
         sync_();
     } else {
         // (2) side by side: warps 0-1 the off-diagonal sub-block of Aqk and L on the tensor cores;
-        //     warps 2-3 the forward substitution of Akk's diagonal sub-blocks (one each); warps 4-5
-        //     KK's off-diagonal sub-block (kept only: the main backward's own product, bitwise)
+        //     warps 2-3 subst_diag, warps 4-5 kk_off (above)
         if (off)
             block_mm_w(0, 2, SUB, SUB, mat(Qf, LK, 1), mat(Kr, 1, LK), K, mat(Kf, LK, 1),
                        mat(Kr, 1, LK), K, [&](int r, int c, float vq, float vk) {
                            Aq[(R + r) * LC + c] = scale * vq;
                            Ls[(R + r) * LC + c] = vk;
                        });
-        if (off && keepA)
-            block_mm_w(4, 2, SUB, SUB, mat(Kf0, LK, 1), mat(Kr, 1, LK), K, no_mat(), no_mat(), 0,
-                       [&](int r, int c, float v, float) { KKs[(R + r) * LC + c] = v; });
-        if (in_group_(2, 2)) {
-            for (int I = group_warp_(2); I * SUB < n; I += group_nwarp_(2)) {
-                const int r0 = I * SUB, nb = imin(SUB, n - r0);
-                for (int m = 0; m + 1 < nb; m++) {
-                    const int cols = m + 1;
-                    WFOR(e, (nb - 1 - m) * cols) {
-                        int r = r0 + m + 1 + e / cols, c = r0 + e % cols;
-                        Ak[r * LC + c] -= Ls[r * LC + r0 + m] * Ak[(r0 + m) * LC + c];
-                    }
-                    syncwarp_();
-                }
-            }
-        }
+        if (off && keepA) kk_off();
+        if (in_group_(2, 2)) subst_diag();
         sync_();
 
         // (3) warps 0-1: Inv_10 = -Inv_11 L_10 Inv_00 (a barrier of their own between the two
