@@ -115,6 +115,7 @@ case $STEP in
     tput pdl KDA_PDL=1
     tput conv_qkv KDA_CONV_QKV=1
     tput conv_qkv2 KDA_CONV_QKV=2
+    tput fast_exp KDA_FAST_EXP=1 # fast SiLU in the convs, fast CE sum pass (numerics)
     tput tune KDA_GEMM_TUNE=1
     ;;
 3)
