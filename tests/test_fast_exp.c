@@ -214,6 +214,23 @@ KDA_TEST(fast_exp_cls_host) {
     printf("    fast vs precise sum pass: lse max |d|/max(1,|lse|) %.3g, dlogits differing %lld of "
            "%lld\n",
            dl, (long long)flips, (long long)total);
+    // special rows (V 64): row 0 -inf outside its target's group (those terms e^-inf = 0, the
+    // slices of -inf max summing e^x), row 1 a NaN logit (lse NaN, as the precise kernel)
+    int64_t V = 64, ld = kda_cuda_cls_ld(V);
+    kda_bf16 *a = malloc((size_t)(2 * ld) * 2), *b = malloc((size_t)(2 * ld) * 2);
+    int32_t tg[2];
+    float na[2], sa[2], nb[2], sb[2];
+    fx_rows_(a, tg, 2, V, ld);
+    for (int64_t j = 0; j < V; j++)
+        if (j / 8 != tg[0] / 8) a[j] = f32_to_bf16(-INFINITY);
+    a[ld + 7] = f32_to_bf16(NAN);
+    memcpy(b, a, (size_t)(2 * ld) * 2);
+    kda_cuda_cls_rows_trim_host(a, na, sa, tg, 2, V, ld, 1.0f, 1, 32, 2);
+    kda_cuda_cls_rows_trim_fx_host(b, nb, sb, tg, 2, V, ld, 1.0f, 1, 32, 2);
+    CHECK_MSG(isfinite(sb[0]) && fabs(sb[0] - sa[0]) <= 2e-6 * fmax(1.0, fabs(sa[0])),
+              "-inf row: lse %.9g vs %.9g", sb[0], sa[0]);
+    CHECK_MSG(isnan(sa[1]) && isnan(sb[1]), "NaN row: lse %g vs %g (want NaN)", sb[1], sa[1]);
+    free(a), free(b);
 }
 
 #endif // KDA_HAVE_CUDA
