@@ -8,12 +8,14 @@
 // Bounds (docs/perf-log.md, "Fast exponentials in SiLU and the CE sum pass"; measured on the host
 // form, 2026-12-03: SiLU 1.03e-6 relative for |x| <= 20, SiLU' 9.8e-7 absolute, e^x 9.7e-7 / 3.9e-6
 // relative on [-20, 0] / [-87, 0]). The device form differs from the host form by ex2.approx's
-// ~2 ulps and rcp.approx's 1 ulp (<= 4e-7 relative), so one set of bounds serves both:
-//   SiLU   relative 2e-6 for |x| <= 20, 8e-6 for x in [-87, 100] (the exponent's product
+// ~2 ulps and rcp.approx's 1 ulp (<= 4e-7 relative; in SiLU' rcp's ulp of σ ~ 1 is 6e-8, times
+// x up to 16.6, where 1 - σ still shows in 1 + e^-x: up to 1e-6 absolute), so the device's
+// bounds (the second figure where two are given) leave it that room:
+//   SiLU   relative 2e-6 / 3e-6 for |x| <= 20, 8e-6 for x in [-87, 100] (the exponent's product
 //          x·log2 e is rounded once: its error grows with |x|);
-//   SiLU'  absolute 2e-6 everywhere (|SiLU'| <= 1.1; the precise form's own error is 9.8e-7:
-//          the cancellation in 1 - σ(x) for large x);
-//   e^x    relative 2e-6 on [-20, 0], 8e-6 on [-87, 0];
+//   SiLU'  absolute 2e-6 / 4e-6 everywhere (|SiLU'| <= 1.1; the precise form's own error is
+//          9.8e-7: the cancellation in 1 - σ(x) for large x);
+//   e^x    relative 2e-6 / 3e-6 on [-20, 0], 8e-6 on [-87, 0];
 //   below x = -87.33 (σ, e^x subnormal) the fast forms flush to 0: absolute 1.2e-38 · max(1, |x|).
 // Specials: the fast forms give the precise forms' values at ±inf, NaN, ±0, subnormal x and
 // |x| = 100 or 1e30 (0 or 1 where σ saturates: never inf or NaN from finite x).
@@ -98,15 +100,17 @@ static FastErr fast_errors_(const float *x, const float *out, const float *ref, 
 }
 
 // Asserts the bounds of the file's top; `who` names the form.
-static void check_bounds_(const char *who, FastErr e) {
+// dev: the device form's bounds (the file's top: ex2.approx's and rcp.approx's room).
+static void check_bounds_(const char *who, FastErr e, int dev) {
+    double b20 = dev ? 3e-6 : 2e-6, bd = dev ? 4e-6 : 2e-6;
     printf("    %s: SiLU rel %.3g (|x|<=20) %.3g (x>=-87), SiLU' abs %.3g, e^x rel %.3g ([-20,0]) "
            "%.3g ([-87,0]), flushed abs %.3g, specials unlike precise %lld\n",
            who, e.silu20, e.silu87, e.dsilu, e.exp20, e.exp87, e.flush, (long long)e.special_bad);
-    CHECK_MSG(e.silu20 <= 2e-6 && e.silu87 <= 8e-6, "%s: SiLU relative error %.3g / %.3g", who,
+    CHECK_MSG(e.silu20 <= b20 && e.silu87 <= 8e-6, "%s: SiLU relative error %.3g / %.3g", who,
               e.silu20, e.silu87);
-    CHECK_MSG(e.dsilu <= 2e-6, "%s: SiLU' absolute error %.3g", who, e.dsilu);
-    CHECK_MSG(e.exp20 <= 2e-6 && e.exp87 <= 8e-6, "%s: e^x relative error %.3g / %.3g", who,
-              e.exp20, e.exp87);
+    CHECK_MSG(e.dsilu <= bd, "%s: SiLU' absolute error %.3g", who, e.dsilu);
+    CHECK_MSG(e.exp20 <= b20 && e.exp87 <= 8e-6, "%s: e^x relative error %.3g / %.3g", who, e.exp20,
+              e.exp87);
     CHECK_MSG(e.flush <= 1.2e-38, "%s: flushed region's absolute error %.3g", who, e.flush);
     CHECK_MSG(e.special_bad == 0, "%s: %lld special values unlike the precise forms'", who,
               (long long)e.special_bad);
@@ -118,14 +122,14 @@ KDA_TEST(fast_exp_bounds) {
     int64_t n = sweep_(x, SWEEP_CAP);
     kda_cuda_fast_act_eval_host(f, x, n, 1);
     kda_cuda_fast_act_eval_host(p, x, n, 0);
-    check_bounds_("host fast form", fast_errors_(x, f, p, n));
+    check_bounds_("host fast form", fast_errors_(x, f, p, n), 0);
     // the precise forms hold the same bounds (so they are the approximation's, not looser)
     FastErr ep = fast_errors_(x, p, p, n);
     CHECK(ep.silu20 <= 2e-6 && ep.dsilu <= 2e-6 && ep.exp87 <= 8e-6);
     free(x), free(f), free(p);
 }
 
-// The device form over the same sweep (needs a GPU): the same bounds.
+// The device form over the same sweep (needs a GPU): the device's bounds (the file's top).
 KDA_TEST_GPU(gpu_fast_exp_bounds) {
     int ok = kda_cuda_device_count() > 0;
     CHECK_MSG(ok, "no usable CUDA device (GPU tests need one)");
@@ -146,7 +150,7 @@ KDA_TEST_GPU(gpu_fast_exp_bounds) {
              kda_cuda_get_bytes(&ctx, f, df, ob) || kda_cuda_get_bytes(&ctx, p, dp, ob);
     CHECK_MSG(rc == 0, "%s", ctx.err.msg);
     if (rc == 0) {
-        check_bounds_("device fast form", fast_errors_(x, f, p, n));
+        check_bounds_("device fast form", fast_errors_(x, f, p, n), 1);
         float *h = malloc(ob); // the host form: within the hardware approximations' few ulps
         kda_cuda_fast_act_eval_host(h, x, n, 1);
         double d = 0.0;

@@ -15,7 +15,9 @@
 // σ(x) = 0 for x < -87.33 where the precise form returns a subnormal (absolute error < 1.2e-38).
 // Error against float64 (tests/test_fast_exp.c asserts it, host and device; docs/perf-log.md):
 // SiLU 2e-6 relative for |x| <= 20 (8e-6 on [-87, 100]), SiLU' 2e-6 absolute, e^x 2e-6 relative
-// on [-20, 0] (8e-6 on [-87, 0]). It grows with |x| since x·log2 e is rounded once (the CUDA C
+// on [-20, 0] (8e-6 on [-87, 0]) for the host form; the device form is held to 3e-6, 4e-6 and
+// 3e-6 there (rcp.approx's and ex2.approx's last ulps). It grows with |x| since x·log2 e is
+// rounded once (the CUDA C
 // Programming Guide's __expf bound, 2 + floor(|1.173 x|) ulp, is that rounding plus ex2.approx's
 // ~2 ulp); rcp.approx adds <= 1 ulp.
 //
