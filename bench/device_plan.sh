@@ -120,6 +120,7 @@ case $STEP in
     tput pdl KDA_PDL=1
     tput conv_qkv KDA_CONV_QKV=1
     tput conv_qkv2 KDA_CONV_QKV=2
+    tput fast_exp KDA_FAST_EXP=1 # fast SiLU in the convs, fast CE sum pass (numerics)
     tput tune KDA_GEMM_TUNE=1
     ;;
 3)
@@ -207,7 +208,8 @@ case $STEP in
     # unprofiled (graphs on), interleaved so that the clock's drift hits both alike: a switch
     # becomes the default when its runs beat every defaults run by more than their spread.
     kda_gpu_env > /dev/null && kda_gpu_build "$D/build.log" "$B/kda" || exit 1
-    IFS=';' read -r -a cands <<< "${AB:-KDA_GEMM_TILES=201,197;KDA_TC_V=7;KDA_GEMM_TILES=201,197 KDA_TC_V=7}"
+    ab_all="KDA_GEMM_TILES=201,197 KDA_TC_V=7 KDA_FAST_EXP=1"
+    IFS=';' read -r -a cands <<< "${AB:-KDA_GEMM_TILES=201,197;KDA_TC_V=7;KDA_FAST_EXP=1;$ab_all}"
     for rep in $(seq "${REPS:-2}"); do
         tput "base_$rep" PROFILE=
         for i in "${!cands[@]}"; do

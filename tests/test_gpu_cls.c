@@ -193,6 +193,67 @@ KDA_TEST_GPU(gpu_cls_rows_match_host) {
     kda_cuda_free(&ctx);
 }
 
+// The trimmed kernel with KDA_FAST_EXP=1 (its sum pass by the fast exponential, fast_math.cuh)
+// against its fast host twin (kda_cuda_cls_rows_trim_fx_host; the tolerances above: the twin's
+// exp2f and the device's ex2.approx differ by ~2 ulps per term) and against the precise trimmed
+// kernel: lse and nll within 2e-6 · max(1, |lse|) (each term that carries the sum within ~1.2e-6
+// relative, docs/perf-log.md "Fast exponentials in SiLU and the CE sum pass"), dlogits within one
+// bf16 ulp (compare_'s 2^-7 |ref|: the same formula, lse moved by that much). The switch must
+// change some lse's bits (a dead switch fails).
+KDA_TEST_GPU(gpu_cls_trim_fast_exp) {
+    KdaCudaCtx ctx;
+    int ok = cls_ctx_(&ctx);
+    if (!ok) return;
+    const int64_t rows = 37;
+    int64_t lse_diff = 0;
+    double worst = 0.0;
+    for (size_t c = 0; c < N_CLS_CASES && ok; c++) {
+        int64_t V = CLS_CASES[c].V, ld = kda_cuda_cls_ld(V);
+        int cl = CLS_CASES[c].cl ? CLS_CASES[c].cl : kda_cuda_cls_cluster(V);
+        size_t n = (size_t)(rows * ld);
+        kda_bf16 *lg = kda_malloc(n * 2), *gf = kda_malloc(n * 2), *gp = kda_malloc(n * 2),
+                 *gh = kda_malloc(n * 2);
+        int32_t *tg = kda_malloc((size_t)rows * 4);
+        float nf[37], sf[37], np_[37], sp[37], nh[37], sh[37];
+        make_rows_(lg, tg, rows, V, ld, 500 + c);
+        float scale = 1.0f / 31.0f;
+        setenv("KDA_FAST_EXP", "1", 1);
+        int rc = run_dev_(&ctx, lg, tg, rows, V, ld, scale, KDA_CLS_ROW_TRIM, CLS_CASES[c].cl, NULL,
+                          gf, nf, sf);
+        unsetenv("KDA_FAST_EXP");
+        rc = rc || run_dev_(&ctx, lg, tg, rows, V, ld, scale, KDA_CLS_ROW_TRIM, CLS_CASES[c].cl,
+                            NULL, gp, np_, sp);
+        CHECK_MSG(rc == 0, "V %lld cl %d: %s", (long long)V, cl, ctx.err.msg);
+        if (rc) {
+            ok = 0;
+        } else {
+            memcpy(gh, lg, n * 2);
+            kda_cuda_cls_rows_trim_fx_host(gh, nh, sh, tg, rows, V, ld, scale, 1, 256, cl);
+            char what[64];
+            snprintf(what, sizeof what, "V %lld cl %d fast device vs fast host", (long long)V, cl);
+            compare_(what, gf, nf, sf, gh, nh, sh, rows, V, ld, scale);
+            for (int64_t i = 0; i < rows; i++) {
+                double d = fmax(fabs(sf[i] - sp[i]), fabs(nf[i] - np_[i])) / fmax(1.0, fabs(sp[i]));
+                worst = fmax(worst, d);
+                lse_diff += sf[i] != sp[i];
+                CHECK_MSG(d <= 2e-6, "V %lld cl %d row %lld: fast lse %.9g nll %.9g vs %.9g %.9g",
+                          (long long)V, cl, (long long)i, sf[i], nf[i], sp[i], np_[i]);
+            }
+            snprintf(what, sizeof what, "V %lld cl %d fast vs precise", (long long)V, cl);
+            // compare_ for the dlogits only: the precise lse and nll on both sides (the fast
+            // ones are held to 2e-6 above, compare_'s 1e-6 is for twins of one function)
+            int64_t d = compare_(what, gf, sp, sp, gp, sp, sp, rows, V, ld, scale);
+            printf("    V %6lld, %d blocks/row: fast vs precise dlogits differing %lld of %lld\n",
+                   (long long)V, cl, (long long)d, (long long)(rows * V));
+        }
+        free(lg), free(gf), free(gp), free(gh), free(tg);
+    }
+    printf("    fast vs precise: lse/nll max |d| / max(1, |lse|) %.3g, %lld lse differing\n", worst,
+           (long long)lse_diff);
+    CHECK_MSG(lse_diff > 0, "KDA_FAST_EXP=1 changed no lse: the switch is dead");
+    kda_cuda_free(&ctx);
+}
+
 // The pipelined kernel (KDA_CLS_ROW_PIPE) against its host twin kda_cuda_cls_rows2_host(nth, cl)
 // (tolerances above) at the cluster kernel's vocabularies and cluster sizes, in several shapes:
 // its defaults through kda_cuda_cls_row_kernel (as many clusters as fit: one row each at these

@@ -383,6 +383,49 @@ KDA_TEST_GPU(gpu_model_core_tc) {
     kda_model_free(&m);
 }
 
+// KDA_FAST_EXP=1 (the conv kernels' fast SiLU / SiLU' and the CE row kernel's fast sum pass,
+// src/cuda/fast_math.cuh; read at every launch, so it is set around the step) against the
+// default, one fused forward + backward of the tiny model (W = 4, K = 32: the fast kernels).
+// Bounds (docs/perf-log.md, "Fast exponentials in SiLU and the CE sum pass"): the fast SiLU is
+// within 2e-6 of the precise one, so the conv outputs flip one bf16 ulp in ~0.1 % of elements,
+// and each row's lse moves by <= 2e-6 · max(1, |lse|): the loss within 1e-5 relative (tolerance
+// 1e-4, the tc core test's), the gradients within 1e-2 rel RMS (bf16 flips propagated; a wrong
+// SiLU shows at >= 1e-1). The switch must change some gradient bits (a dead switch fails).
+KDA_TEST_GPU(gpu_model_fast_exp) {
+    if (!have_gpu_()) return;
+    KdaModel m;
+    tiny_untied_(&m, 0.05, 83);
+    KdaError err = {{0}};
+    int64_t B = 2, T = 100, n = m.table.total_numel;
+    int32_t *ids = random_ids_(B * T, m.cfg.vocab_size, 84);
+    float *g[2], loss[2] = {0, 0};
+    int rc = 0;
+    for (int pass = 0; pass < 2; pass++)
+        g[pass] = kda_malloc((size_t)n * 4);
+    for (int pass = 0; pass < 2 && !rc; pass++) {
+        KdaCudaModel *dm = NULL;
+        rc = kda_cuda_model_create(&dm, &m.cfg, &m.table, m.params, 0, &err);
+        if (pass == 1) setenv("KDA_FAST_EXP", "1", 1);
+        if (!rc) rc = gpu_step_fused_(dm, ids, B, T, NULL, &loss[pass], g[pass], &err);
+        unsetenv("KDA_FAST_EXP");
+        kda_cuda_model_free(dm);
+    }
+    CHECK_MSG(rc == 0, "%s", err.msg);
+    if (!rc) {
+        double rel = fabs((double)loss[1] - loss[0]) / fabs((double)loss[0]);
+        int64_t diff = bits_differ_(g[1], g[0], n);
+        printf("    loss precise %.7f, fast exp %.7f (rel %.1e); %lld of %lld gradients differ\n",
+               loss[0], loss[1], rel, (long long)diff, (long long)n);
+        CHECK_MSG(rel <= 1e-4, "fast-exp loss %.9g vs %.9g", loss[1], loss[0]);
+        kda_case_expect("fast-exp vs precise gradients", g[0], g[1], n, 1e-2);
+        CHECK_MSG(diff > 0, "KDA_FAST_EXP=1 changed no gradient: the switch is dead");
+    }
+    for (int pass = 0; pass < 2; pass++)
+        free(g[pass]);
+    free(ids);
+    kda_model_free(&m);
+}
+
 // ---- fused cross-entropy: vocabulary chunks (legacy) and token chunks (fused classifier) -------
 
 // fused = 0: kda_cuda_xent_fwd + _bwd over vocabulary chunks of 128 (128, 128, 44 columns);

@@ -1529,6 +1529,89 @@ KDA_TEST_GPU(gpu_conv_qkv_matches_separate) {
     unsetenv("KDA_CONV_V");
 }
 
+// One conv case with KDA_FAST_EXP=1 (the fast SiLU / SiLU', src/cuda/fast_math.cuh) against the
+// same launchers without it. Tolerances (docs/perf-log.md, "Fast exponentials in SiLU and the CE
+// sum pass"): the fast SiLU is within 2e-6 relative of the precise one for |x| <= 20 (8e-6 to
+// -87), SiLU' within 2e-6 absolute, so
+//   * y (bf16): each element within one bf16 ulp (2^-7 |ref|: the fp32 values differ by ~1e-6
+//     relative, which moves a value across a rounding boundary at most), and at most 1 % of the
+//     elements differ at all (expected ~2 · 1e-6 / 2^-9 ≈ 0.1 %); rel RMS 1e-3;
+//   * dp (bf16): rel RMS 1e-3 (the same flips; dp = Σ_i w_i g SiLU'(c) carries SiLU''s 2e-6
+//     absolute times Σ|w g|, far below a bf16 ulp of typical values);
+//   * rstd, dw (fp32): rel RMS 1e-5 (sums of terms each within ~2e-6 relative).
+// And the switch must change something (dw, fp32, always differs): a dead switch fails.
+static void conv_fx_case_(KdaRng *r, int64_t B, int64_t T, int64_t C, int64_t W, int64_t K) {
+    int64_t n = B * T * C, nr = K > 0 ? B * T * (C / K) : 1;
+    printf("  B=%lld T=%lld C=%lld W=%lld K=%lld\n", (long long)B, (long long)T, (long long)C,
+           (long long)W, (long long)K);
+    float *p = bf16r_(randn_(r, n, 1.0f), n), *w = randn_(r, C * W, 0.5f);
+    float *dy = randn_(r, n, 1.0f), *dw0 = randn_(r, C * W, 1.0f);
+    kda_bf16 *dp_ = dev_bf16_(p, n), *dyb = dev_bf16_(dy, n);
+    float *dyf = dev_f32_(dy, n), *dw_ = dev_f32_(w, C * W);
+    float *out[2][4]; // [fast][y, rstd, dp, dw]
+    for (int fx = 0; fx < 2; fx++) {
+        setenv("KDA_FAST_EXP", fx ? "1" : "0", 1);
+        kda_bf16 *y = dev_poison_((size_t)n * 2), *dp = dev_poison_((size_t)n * 2);
+        float *rs = dev_poison_((size_t)nr * 4), *dwg = dev_f32_(dw0, C * W);
+        if (K > 0) {
+            ok_(kda_cuda_conv_silu_l2_fwd(&g_ctx, y, rs, dp_, dw_, B, T, C, W, K, 1e-6f));
+            ok_(kda_cuda_conv_silu_l2_bwd(&g_ctx, dp, dwg, dyf, dp_, dw_, rs, B, T, C, W, K));
+        } else {
+            ok_(kda_cuda_conv_silu_fwd(&g_ctx, y, dp_, dw_, B, T, C, W));
+            ok_(kda_cuda_conv_silu_bwd(&g_ctx, dp, dwg, dyb, dp_, dw_, B, T, C, W));
+        }
+        unsetenv("KDA_FAST_EXP");
+        out[fx][0] = get_bf16_(y, n), out[fx][1] = get_f32_(rs, nr);
+        out[fx][2] = get_bf16_(dp, n), out[fx][3] = get_f32_(dwg, C * W);
+    }
+    int64_t flips = 0, far = 0;
+    for (int64_t i = 0; i < n; i++) {
+        float a = out[1][0][i], b = out[0][0][i];
+        flips += a != b;
+        far += !(fabs(a - b) <= ldexp(fabs(b), -7) + 1e-30);
+    }
+    printf("    y: %lld of %lld differ (%.3f %%), %lld beyond one bf16 ulp\n", (long long)flips,
+           (long long)n, 100.0 * (double)flips / (double)n, (long long)far);
+    CHECK_MSG(far == 0 && flips <= n / 100, "fast y: %lld beyond one ulp, %lld differing",
+              (long long)far, (long long)flips);
+    expect_("fast-exp conv y", out[0][0], out[1][0], n, 1e-3);
+    if (K > 0) expect_("fast-exp conv rstd", out[0][1], out[1][1], nr, 1e-5);
+    expect_("fast-exp conv dp", out[0][2], out[1][2], n, 1e-3);
+    expect_("fast-exp conv dw", out[0][3], out[1][3], C * W, 1e-5);
+    CHECK_MSG(W > 4 || memcmp(out[0][3], out[1][3], (size_t)(C * W) * 4) != 0,
+              "KDA_FAST_EXP=1 changed nothing (W %lld <= 4 takes the fast kernels)", (long long)W);
+    for (int fx = 0; fx < 2; fx++)
+        for (int k = 0; k < 4; k++)
+            free(out[fx][k]);
+    free(p), free(w), free(dy), free(dw0);
+    dfree_all_();
+}
+
+// KDA_FAST_EXP=1 through every conv launcher the model uses (plain and fused q/k + L2, v1 and
+// v2, the 300M shapes at mb 16) against the precise kernels (conv_fx_case_'s tolerances); W = 8
+// (no fast instantiation: the precise kernels, the same bits); and the q|k|v launch with the
+// switch on against its separate launches, bit for bit (both take the fast kernels).
+KDA_TEST_GPU(gpu_conv_fast_exp) {
+    if (!gpu_()) return;
+    KdaRng r;
+    rng_seed(&r, 197);
+    unsetenv("KDA_CONV_V"), unsetenv("KDA_CONV_PREFETCH");
+    conv_fx_case_(&r, 16, 2048, 512, 4, 0);  // v: the model's shape
+    conv_fx_case_(&r, 16, 2048, 256, 4, 32); // q, k: H 8 x K 32
+    conv_fx_case_(&r, 2, 65, 36, 3, 0);
+    conv_fx_case_(&r, 3, 37, 3 * 64, 2, 64);
+    conv_fx_case_(&r, 2, 33, 256, 8, 0); // W = 8: precise under the switch
+    setenv("KDA_CONV_V", "2", 1);        // the v2 fused backward
+    conv_fx_case_(&r, 2, 2048, 256, 4, 32);
+    conv_fx_case_(&r, 2, 63, 3 * 16, 1, 16);
+    unsetenv("KDA_CONV_V");
+    setenv("KDA_FAST_EXP", "1", 1);
+    conv_qkv_gpu_case_(&r, 16, 2048, 8, 32, 512, 4, 0, 1);
+    conv_qkv_gpu_case_(&r, 2, 2048, 8, 32, 512, 4, 1160, 1);
+    conv_qkv_gpu_case_(&r, 3, 37, 3, 16, 40, 3, 0, 1);
+    unsetenv("KDA_FAST_EXP");
+}
+
 KDA_TEST_GPU(gpu_fuse_gnorm_bias) {
     if (!gpu_()) return;
     KdaRng r;

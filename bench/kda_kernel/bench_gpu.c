@@ -299,6 +299,30 @@ static int b_qkv_bwd1(void *a) {
     conv_qkv_parts_(f, b);
     return kda_cuda_conv_qkv_bwd(&g, b, B, T, H * K, H * V, W, K);
 }
+// The same four with KDA_FAST_EXP=1 (the fast SiLU / SiLU', src/cuda/fast_math.cuh; read at
+// every launch, unset again after the call so the other rows run the precise kernels).
+static int fast_exp_(int (*fn)(void *)) {
+    setenv("KDA_FAST_EXP", "1", 1);
+    int rc = fn(NULL);
+    unsetenv("KDA_FAST_EXP");
+    return rc;
+}
+static int b_qkv_fwd3_fx(void *a) {
+    (void)a;
+    return fast_exp_(b_qkv_fwd3);
+}
+static int b_qkv_fwd1_fx(void *a) {
+    (void)a;
+    return fast_exp_(b_qkv_fwd1);
+}
+static int b_qkv_bwd3_fx(void *a) {
+    (void)a;
+    return fast_exp_(b_qkv_bwd3);
+}
+static int b_qkv_bwd1_fx(void *a) {
+    (void)a;
+    return fast_exp_(b_qkv_bwd1);
+}
 static int b_beta_fwd(void *a) {
     (void)a;
     return kda_cuda_beta_fwd(&g, z.beta, z.f16, (int64_t)N * H, 1);
@@ -593,6 +617,14 @@ int main(void) {
          (double)N * (512 * 8 + 512 * 6 + 2 * H * 4), 0, 0},
         {"conv q|k|v bwd 1 launch 16x2048", b_qkv_bwd1, (double)N * (512 * 8 + 512 * 6 + 2 * H * 4),
          0, 0},
+        {"conv q|k|v fwd 3 launches fast-exp 16x2048", b_qkv_fwd3_fx,
+         (double)N * (1024 * 4 + 2 * H * 4), 0, 0},
+        {"conv q|k|v fwd 1 launch fast-exp 16x2048", b_qkv_fwd1_fx,
+         (double)N * (1024 * 4 + 2 * H * 4), 0, 0},
+        {"conv q|k|v bwd 3 launches fast-exp 16x2048", b_qkv_bwd3_fx,
+         (double)N * (512 * 8 + 512 * 6 + 2 * H * 4), 0, 0},
+        {"conv q|k|v bwd 1 launch fast-exp 16x2048", b_qkv_bwd1_fx,
+         (double)N * (512 * 8 + 512 * 6 + 2 * H * 4), 0, 0},
         {"beta fwd 16x2048x8", b_beta_fwd, (double)N * H * 6, 0, 0},
         {"beta bwd 16x2048x8", b_beta_bwd, (double)N * H * 8, 0, 0},
         {"gate+cumsum fwd 16x2048x8x32", b_gate_fwd, (double)N * 256 * 10, 0, 0},

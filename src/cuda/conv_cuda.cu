@@ -15,11 +15,20 @@ int kda_cuda_conv_silu_fwd(KdaCudaCtx *ctx, kda_bf16 *y, const kda_bf16 *p, cons
     if (conv_v2_(CONV_K_FWD) && C % 4 == 0 && aligned_(8, y, p)) {
         dim3 g2 = conv_grid(B, T, C, 4, CONV2_TT_FWD), b2(32, CONV_BT);
         KDA_CUDA_REQUIRE(ctx, g2.y > 0); // B·T up to 4.2M tokens
-#define CONV_FWD2(W_)                                                                              \
-    conv_fwd_k<W_, 4, false, true, kda_bf16, CONV2_TT_FWD, CONV2_MINB_FWD>                         \
+#define CONV_FWD2_(W_, FX_)                                                                        \
+    conv_fwd_k<W_, 4, false, true, kda_bf16, CONV2_TT_FWD,                                         \
+               FX_ ? CONV2_MINB_FWD_FX : CONV2_MINB_FWD, 1, FX_>                                   \
         <<<g2, b2, 0, ctx->stream>>>(y, NULL, p, w, B, T, C, 0.0f)
-        CONV_DISPATCH_W(W, CONV_FWD2);
+#define CONV_FWD2(W_)  CONV_FWD2_(W_, false)
+#define CONV_FWD2F(W_) CONV_FWD2_(W_, true)
+        if (conv_fx_(W)) {
+            CONV_DISPATCH_WFX(W, CONV_FWD2F);
+        } else {
+            CONV_DISPATCH_W(W, CONV_FWD2);
+        }
+#undef CONV_FWD2F
 #undef CONV_FWD2
+#undef CONV_FWD2_
         CUDA_CHECK_LAUNCH(ctx);
         return 0;
     }
@@ -59,13 +68,23 @@ int kda_cuda_conv_silu_bwd_ld(KdaCudaCtx *ctx, kda_bf16 *dp, int64_t ldo, float 
     KDA_CUDA_REQUIRE(ctx, conv_i32_ok(B, T, ldo));
     if (conv_v2_(CONV_K_BWD) && C % 2 == 0 && ldo % 2 == 0 && aligned_(4, dp, dy, p)) {
         dim3 g2 = conv2_bwd_grid(B, T, C), b2(32, CONV_BT);
-#define CONV_BWD2(W_)                                                                              \
-    conv_bwd_k<W_, 2, false, true, CONV2_TT_BWD, CONV2_TT_BWD + W_ - 1, CONV2_MINB_BWD>            \
+#define CONV_BWD2_(W_, FX_)                                                                        \
+    conv_bwd_k<W_, 2, false, true, CONV2_TT_BWD, CONV2_TT_BWD + W_ - 1, CONV2_MINB_BWD, 1, FX_>    \
         <<<g2, b2, 0, ctx->stream>>>(dp, part, dy, p, w, NULL, NULL, B, T, C, ldo)
+#define CONV_BWD2(W_)  CONV_BWD2_(W_, false)
+#define CONV_BWD2F(W_) CONV_BWD2_(W_, true)
+        bool fx = conv_fx_(W);
         // dw partials: one per block
-        return conv_dw_finish(ctx, dw, g2.y, C, W,
-                              [&](double *part) { CONV_DISPATCH_W(W, CONV_BWD2); });
+        return conv_dw_finish(ctx, dw, g2.y, C, W, [&](double *part) {
+            if (fx) {
+                CONV_DISPATCH_WFX(W, CONV_BWD2F);
+            } else {
+                CONV_DISPATCH_W(W, CONV_BWD2);
+            }
+        });
+#undef CONV_BWD2F
 #undef CONV_BWD2
+#undef CONV_BWD2_
     }
     // 8-byte groups of 4 channels: the backward holds 4 W-long windows per channel (weights,
     // p, dc, dw sums), so 8 channels per thread would cost ~2x the registers for W = 4.

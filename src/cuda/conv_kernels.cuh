@@ -14,6 +14,7 @@
 #include <type_traits> // std::conditional
 
 #include "cuda/cuda_internal.h" // defines: bf2f, f2bf, silu_f, dsilu_f, CEIL_DIV, KDA_CUDA_REQUIRE
+#include "cuda/fast_math.cuh"   // defines: silu_x, dsilu_x, kda_fast_exp_ (KDA_FAST_EXP)
 #include "cuda/ops_common.cuh"  // defines: colsum_finish, unpack2, ld_v, st_v, aligned_, group_sum
 
 namespace {
@@ -24,12 +25,13 @@ __host__ __device__ __forceinline__ float l2_rs(float ss, float eps) {
     return (float)(1.0 / sqrt((double)ss + (double)eps));
 }
 // L2 backward, one lane's share: yh = SiLU(c)·rs (written), returns Σ_v g·yh over its VEC.
-template <int VEC>
+// FX: the fast SiLU (fast_math.cuh).
+template <int VEC, bool FX = false>
 __host__ __device__ __forceinline__ float l2_bwd_dot_lane(float (&yh)[VEC], const float (&g)[VEC],
                                                           const float (&c)[VEC], float rs) {
     float dot = 0.0f;
     for (int v = 0; v < VEC; v++) {
-        yh[v] = silu_f(c[v]) * rs;
+        yh[v] = silu_x<FX>(c[v]) * rs;
         dot += g[v] * yh[v];
     }
     return dot;
@@ -213,7 +215,7 @@ template <int VEC, int TT> struct ConvItem {
 // registers) set the v2 shape (below); the v1 launches keep the defaults.
 // The body is a device function of the block's column bx and row by (conv_fwd_k: blockIdx.x, .y;
 // the combined q|k|v kernel: decoded from its job table).
-template <int W, int VEC, bool L2, bool PF, class E, int TT_ = 0, int LG = 1>
+template <int W, int VEC, bool L2, bool PF, class E, int TT_ = 0, int LG = 1, bool FX = false>
 __device__ __forceinline__ void conv_fwd_body(E *y, float *rstd, const E *p, const float *w, int B,
                                               int T, int C, float eps, int bx, int by) {
     constexpr int TT = TT_ > 0 ? TT_ : CONV_TT_F(PF);
@@ -277,7 +279,7 @@ __device__ __forceinline__ void conv_fwd_body(E *y, float *rstd, const E *p, con
 #pragma unroll
             for (int i = 0; i < W; i++)
                 acc += wr[i][v] * win[i][v]; // tap order 0..W-1, as the CPU twin
-            out[v] = silu_f(acc);
+            out[v] = silu_x<FX>(acc);
         }
         if constexpr (L2) { // the head's sum of squares over its LG lanes (fp32, tree order)
             float rs = l2_rs(group_sum<LG>(sumsq_lane<VEC>(out)), eps);
@@ -295,11 +297,12 @@ __device__ __forceinline__ void conv_fwd_body(E *y, float *rstd, const E *p, con
     }
 }
 
-template <int W, int VEC, bool L2, bool PF, class E, int TT_ = 0, int MINB = 1, int LG = 1>
+template <int W, int VEC, bool L2, bool PF, class E, int TT_ = 0, int MINB = 1, int LG = 1,
+          bool FX = false>
 __global__ void __launch_bounds__(32 * CONV_BT, MINB)
     conv_fwd_k(E *y, float *rstd, const E *p, const float *w, int B, int T, int C, float eps) {
-    conv_fwd_body<W, VEC, L2, PF, E, TT_, LG>(y, rstd, p, w, B, T, C, eps, (int)blockIdx.x,
-                                              (int)blockIdx.y);
+    conv_fwd_body<W, VEC, L2, PF, E, TT_, LG, FX>(y, rstd, p, w, B, T, C, eps, (int)blockIdx.x,
+                                                  (int)blockIdx.y);
 }
 
 // Backward, fused dp + dw partials. With c_t the pre-activation and dc_t = dy_t SiLU'(c_t):
@@ -322,7 +325,7 @@ __global__ void __launch_bounds__(32 * CONV_BT, MINB)
 // instead, read where they are used, as the kernel did before the body was split out (its PTX is
 // then the same instruction for instruction; passing them in moved the reads and cost a register).
 template <int W, int VEC, bool L2, bool PF, int TT = CONV_TT_BWD, int PD = CONV_PD, int LG = 1,
-          bool GRID = false>
+          bool GRID = false, bool FX = false>
 __device__ __forceinline__ void conv_bwd_body(kda_bf16 *dp, double *part, const kda_bf16 *dy,
                                               const kda_bf16 *p, const float *w, const float *dq,
                                               const float *rstd, int B, int T, int C, int ldo,
@@ -424,14 +427,14 @@ __device__ __forceinline__ void conv_bwd_body(kda_bf16 *dp, double *part, const 
                 }
                 if constexpr (L2) {
                     float yh[VEC];
-                    float dot = group_sum<LG>(l2_bwd_dot_lane<VEC>(yh, g, c, rs));
+                    float dot = group_sum<LG>(l2_bwd_dot_lane<VEC, FX>(yh, g, c, rs));
 #pragma unroll
                     for (int v = 0; v < VEC; v++)
                         g[v] = rs * (g[v] - dot * yh[v]);
                 }
 #pragma unroll
                 for (int v = 0; v < VEC; v++)
-                    dc[v] = g[v] * dsilu_f(c[v]);
+                    dc[v] = g[v] * dsilu_x<FX>(c[v]);
             } else {
 #pragma unroll
                 for (int v = 0; v < VEC; v++)
@@ -492,12 +495,12 @@ __device__ __forceinline__ void conv_bwd_body(kda_bf16 *dp, double *part, const 
 }
 
 template <int W, int VEC, bool L2, bool PF, int TT = CONV_TT_BWD, int PD = CONV_PD, int MINB = 1,
-          int LG = 1>
+          int LG = 1, bool FX = false>
 __global__ void __launch_bounds__(32 * CONV_BT, MINB)
     conv_bwd_k(kda_bf16 *dp, double *part, const kda_bf16 *dy, const kda_bf16 *p, const float *w,
                const float *dq, const float *rstd, int B, int T, int C, int ldo) {
-    conv_bwd_body<W, VEC, L2, PF, TT, PD, LG, true>(dp, part, dy, p, w, dq, rstd, B, T, C, ldo, 0,
-                                                    0, 0);
+    conv_bwd_body<W, VEC, L2, PF, TT, PD, LG, true, FX>(dp, part, dy, p, w, dq, rstd, B, T, C, ldo,
+                                                        0, 0, 0);
 }
 
 // Launches one instantiation of a conv kernel for the run-time W (1..CONV_MAX_W): MACRO(w) with w
@@ -588,18 +591,18 @@ __host__ __device__ __forceinline__ int conv_qkv_job(const ConvQkvArgs &a, int b
 // Forward: q and k as the v2 fused launch (conv_fwd_k<W, 4, true, true, bf16, CONV2_TT_FWD,
 // CONV2_MINB_FWD, K / 4>), v as the v2 plain launch (<W, 4, false, true, bf16, CONV2_TT_FWD,
 // CONV2_MINB_FWD>); both ask for CONV2_MINB_FWD blocks per SM, so the register cap is theirs.
-template <int W, int LG>
+template <int W, int LG, bool FX = false>
 __global__ void __launch_bounds__(32 * CONV_BT, CONV2_MINB_FWD)
     conv_qkv_fwd_k(const ConvQkvArgs a) {
     const int blk = (int)blockIdx.x, jn = conv_qkv_job(a, blk);
     const ConvQkvJob &j = a.j[jn];
     const int loc = blk - j.start, bx = loc % j.gx, by = loc / j.gx;
     if (jn < 2)
-        conv_fwd_body<W, 4, true, true, kda_bf16, CONV2_TT_FWD, LG>(j.out, j.rstd, j.p, j.w, a.B,
-                                                                    a.T, j.C, a.eps, bx, by);
+        conv_fwd_body<W, 4, true, true, kda_bf16, CONV2_TT_FWD, LG, FX>(
+            j.out, j.rstd, j.p, j.w, a.B, a.T, j.C, a.eps, bx, by);
     else
-        conv_fwd_body<W, 4, false, true, kda_bf16, CONV2_TT_FWD, 1>(j.out, NULL, j.p, j.w, a.B, a.T,
-                                                                    j.C, 0.0f, bx, by);
+        conv_fwd_body<W, 4, false, true, kda_bf16, CONV2_TT_FWD, 1, FX>(j.out, NULL, j.p, j.w, a.B,
+                                                                        a.T, j.C, 0.0f, bx, by);
 }
 
 // Backward: q and k as the v1 fused launch (conv_bwd_k<W, 4, true, false, CONV_TT_BWD, CONV_PD,
@@ -609,17 +612,17 @@ __global__ void __launch_bounds__(32 * CONV_BT, CONV2_MINB_FWD)
 // W = 4); CONV_QKV_MINB_BWD = 2 blocks per SM caps it at 128, so q/k keep theirs (their own
 // launch: 2 per SM) and v runs at 2 blocks per SM instead of its own launch's 3.
 #define CONV_QKV_MINB_BWD 2
-template <int W, int LG>
+template <int W, int LG, bool FX = false>
 __global__ void __launch_bounds__(32 * CONV_BT, CONV_QKV_MINB_BWD)
     conv_qkv_bwd_k(const ConvQkvArgs a) {
     const int blk = (int)blockIdx.x, jn = conv_qkv_job(a, blk);
     const ConvQkvJob &j = a.j[jn];
     const int loc = blk - j.start, bx = loc % j.gx, by = loc / j.gx;
     if (jn < 2)
-        conv_bwd_body<W, 4, true, false, CONV_TT_BWD, CONV_PD, LG>(
+        conv_bwd_body<W, 4, true, false, CONV_TT_BWD, CONV_PD, LG, false, FX>(
             j.out, j.part, NULL, j.p, j.w, j.dq, j.rstd_in, a.B, a.T, j.C, j.ldo, bx, by, j.gy);
     else
-        conv_bwd_body<W, 2, false, true, CONV2_TT_BWD, CONV2_TT_BWD + W - 1, 1>(
+        conv_bwd_body<W, 2, false, true, CONV2_TT_BWD, CONV2_TT_BWD + W - 1, 1, false, FX>(
             j.out, j.part, j.dy, j.p, j.w, NULL, NULL, a.B, a.T, j.C, j.ldo, bx, by, j.gy);
 }
 
@@ -650,6 +653,21 @@ inline bool conv_i32_ok(int64_t B, int64_t T, int64_t ld) {
 inline bool conv_pf_(void) {
     const char *e = getenv("KDA_CONV_PREFETCH");
     return e && !strcmp(e, "1");
+}
+
+// KDA_FAST_EXP=1 (fast_math.cuh; read at every launch): the fast SiLU / SiLU' (template FX) in
+// the kernels the model runs by default: the v2 forwards and plain backward, the v1 fused q/k
+// backward without prefetch, the q|k|v kernels, and the v2 fused backward of KDA_CONV_V=2; for
+// W <= CONV_FX_MAX_W only (the model's W = 4: the fast instantiations exist for those W, so the
+// build grows by ~100 kernels instead of doubling). The other kernels (the v1 forwards and plain
+// backward, the prefetching and fp32 ones, W > 4) keep the precise SiLU under the switch.
+// The fast plain forward asks for 4 blocks per SM (64 registers; ptxas gives the precise one 64
+// under its cap of 3, the fast one 67 there, which would cost it a block per SM; 64 spill-free).
+#define CONV2_MINB_FWD_FX            4
+#define CONV_FX_MAX_W                4
+#define CONV_DISPATCH_WFX(W_, MACRO) CONV_DISPATCH_W_MAX(W_, CONV_FX_MAX_W, MACRO)
+inline bool conv_fx_(int64_t W) {
+    return W <= CONV_FX_MAX_W && kda_fast_exp_();
 }
 
 // The four conv kernels, for the choice of version below.

@@ -22,20 +22,32 @@ int kda_cuda_conv_silu_l2_bwd_ld(KdaCudaCtx *ctx, kda_bf16 *dp, int64_t ldo, flo
     if (conv_v2_(CONV_K_L2_BWD) && K <= 64) { // K / 2 lanes a head: at most a warp
         dim3 g2 = conv2_bwd_grid(B, T, C), b2(32, CONV_BT);
         // K_ = 128 never gets here; its case names K = 64's instantiation (no extra kernel)
-#define CONV_L2_BWD2(W_, K_)                                                                       \
+#define CONV_L2_BWD2_(W_, K_, FX_)                                                                 \
     conv_bwd_k<W_, 2, true, true, CONV2_TT_BWD, CONV2_TT_BWD + W_ - 1, CONV2_MINB_L2,              \
-               (K_ <= 64 ? K_ : 64) / 2>                                                           \
+               (K_ <= 64 ? K_ : 64) / 2, FX_>                                                      \
         <<<g2, b2, 0, ctx->stream>>>(dp, part, NULL, p, w, dy, rstd, B, T, C, ldo)
-#define CONV_L2_BWD2_K(W_) CONV_DISPATCH_K(K, W_, CONV_L2_BWD2)
+#define CONV_L2_BWD2(W_, K_)  CONV_L2_BWD2_(W_, K_, false)
+#define CONV_L2_BWD2F(W_, K_) CONV_L2_BWD2_(W_, K_, true)
+#define CONV_L2_BWD2_K(W_)    CONV_DISPATCH_K(K, W_, CONV_L2_BWD2)
+#define CONV_L2_BWD2F_K(W_)   CONV_DISPATCH_K(K, W_, CONV_L2_BWD2F)
+        bool fx = conv_fx_(W);
         // dw partials: one per block
-        return conv_dw_finish(ctx, dw, g2.y, C, W,
-                              [&](double *part) { CONV_DISPATCH_W(W, CONV_L2_BWD2_K); });
+        return conv_dw_finish(ctx, dw, g2.y, C, W, [&](double *part) {
+            if (fx) {
+                CONV_DISPATCH_WFX(W, CONV_L2_BWD2F_K);
+            } else {
+                CONV_DISPATCH_W(W, CONV_L2_BWD2_K);
+            }
+        });
+#undef CONV_L2_BWD2F_K
 #undef CONV_L2_BWD2_K
+#undef CONV_L2_BWD2F
 #undef CONV_L2_BWD2
+#undef CONV_L2_BWD2_
     }
     dim3 grid = conv_grid(B, T, C, 4, CONV_TT_BWD), block(32, CONV_BT);
     KDA_CUDA_REQUIRE(ctx, grid.y > 0);
-    bool pf = conv_pf_();
+    bool pf = conv_pf_(), fx = !pf && conv_fx_(W); // the prefetching kernels: precise only
 #define CONV_L2_BWD(W_, K_)                                                                        \
     if (pf)                                                                                        \
         conv_bwd_k<W_, 4, true, true, CONV_TT_BWD, CONV_PD, 1, K_ / 4>                             \
@@ -43,11 +55,22 @@ int kda_cuda_conv_silu_l2_bwd_ld(KdaCudaCtx *ctx, kda_bf16 *dp, int64_t ldo, flo
     else                                                                                           \
         conv_bwd_k<W_, 4, true, false, CONV_TT_BWD, CONV_PD, 1, K_ / 4>                            \
             <<<grid, block, 0, ctx->stream>>>(dp, part, NULL, p, w, dy, rstd, B, T, C, ldo)
-#define CONV_L2_BWD_K(W_) CONV_DISPATCH_K(K, W_, CONV_L2_BWD)
+#define CONV_L2_BWDF(W_, K_)                                                                       \
+    conv_bwd_k<W_, 4, true, false, CONV_TT_BWD, CONV_PD, 1, K_ / 4, true>                          \
+        <<<grid, block, 0, ctx->stream>>>(dp, part, NULL, p, w, dy, rstd, B, T, C, ldo)
+#define CONV_L2_BWD_K(W_)  CONV_DISPATCH_K(K, W_, CONV_L2_BWD)
+#define CONV_L2_BWDF_K(W_) CONV_DISPATCH_K(K, W_, CONV_L2_BWDF)
     // dw partials: one per block row
-    return conv_dw_finish(ctx, dw, grid.y, C, W,
-                          [&](double *part) { CONV_DISPATCH_W(W, CONV_L2_BWD_K); });
+    return conv_dw_finish(ctx, dw, grid.y, C, W, [&](double *part) {
+        if (fx) {
+            CONV_DISPATCH_WFX(W, CONV_L2_BWDF_K);
+        } else {
+            CONV_DISPATCH_W(W, CONV_L2_BWD_K);
+        }
+    });
+#undef CONV_L2_BWDF_K
 #undef CONV_L2_BWD_K
+#undef CONV_L2_BWDF
 #undef CONV_L2_BWD
 }
 

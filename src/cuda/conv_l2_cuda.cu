@@ -20,13 +20,23 @@ int kda_cuda_conv_silu_l2_fwd(KdaCudaCtx *ctx, kda_bf16 *y, float *rstd, const k
     if (conv_v2_(CONV_K_L2_FWD)) { // K / 4 lanes a head (K <= 128: at most a warp)
         dim3 g2 = conv_grid(B, T, C, 4, CONV2_TT_FWD), b2(32, CONV_BT);
         KDA_CUDA_REQUIRE(ctx, g2.y > 0);
-#define CONV_L2_FWD2(W_, K_)                                                                       \
-    conv_fwd_k<W_, 4, true, true, kda_bf16, CONV2_TT_FWD, CONV2_MINB_FWD, K_ / 4>                  \
+#define CONV_L2_FWD2_(W_, K_, FX_)                                                                 \
+    conv_fwd_k<W_, 4, true, true, kda_bf16, CONV2_TT_FWD, CONV2_MINB_FWD, K_ / 4, FX_>             \
         <<<g2, b2, 0, ctx->stream>>>(y, rstd, p, w, B, T, C, eps)
-#define CONV_L2_FWD2_K(W_) CONV_DISPATCH_K(K, W_, CONV_L2_FWD2)
-        CONV_DISPATCH_W(W, CONV_L2_FWD2_K);
+#define CONV_L2_FWD2(W_, K_)  CONV_L2_FWD2_(W_, K_, false)
+#define CONV_L2_FWD2F(W_, K_) CONV_L2_FWD2_(W_, K_, true)
+#define CONV_L2_FWD2_K(W_)    CONV_DISPATCH_K(K, W_, CONV_L2_FWD2)
+#define CONV_L2_FWD2F_K(W_)   CONV_DISPATCH_K(K, W_, CONV_L2_FWD2F)
+        if (conv_fx_(W)) {
+            CONV_DISPATCH_WFX(W, CONV_L2_FWD2F_K);
+        } else {
+            CONV_DISPATCH_W(W, CONV_L2_FWD2_K);
+        }
+#undef CONV_L2_FWD2F_K
 #undef CONV_L2_FWD2_K
+#undef CONV_L2_FWD2F
 #undef CONV_L2_FWD2
+#undef CONV_L2_FWD2_
         CUDA_CHECK_LAUNCH(ctx);
         return 0;
     }

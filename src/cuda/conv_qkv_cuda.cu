@@ -159,9 +159,18 @@ int kda_cuda_conv_qkv_fwd(KdaCudaCtx *ctx, const KdaConvQkvFwd part[3], int64_t 
     unsigned nb = (unsigned)conv_qkv_blocks(a);
 #define CONV_QKV_FWD(W_, K_)                                                                       \
     conv_qkv_fwd_k<W_, K_ / 4><<<nb, dim3(32, CONV_BT), 0, ctx->stream>>>(a)
-#define CONV_QKV_FWD_K(W_) CONV_DISPATCH_K(K, W_, CONV_QKV_FWD)
-    CONV_DISPATCH_W4(W, CONV_QKV_FWD_K);
+#define CONV_QKV_FWDF(W_, K_)                                                                      \
+    conv_qkv_fwd_k<W_, K_ / 4, true><<<nb, dim3(32, CONV_BT), 0, ctx->stream>>>(a)
+#define CONV_QKV_FWD_K(W_)  CONV_DISPATCH_K(K, W_, CONV_QKV_FWD)
+#define CONV_QKV_FWDF_K(W_) CONV_DISPATCH_K(K, W_, CONV_QKV_FWDF)
+    if (conv_fx_(W)) { // the separate launchers' choice (W <= 4 here): the same bits
+        CONV_DISPATCH_W4(W, CONV_QKV_FWDF_K);
+    } else {
+        CONV_DISPATCH_W4(W, CONV_QKV_FWD_K);
+    }
+#undef CONV_QKV_FWDF_K
 #undef CONV_QKV_FWD_K
+#undef CONV_QKV_FWDF
 #undef CONV_QKV_FWD
     CUDA_CHECK_LAUNCH(ctx);
     return 0;
@@ -192,9 +201,18 @@ int kda_cuda_conv_qkv_bwd(KdaCudaCtx *ctx, const KdaConvQkvBwd part[3], int64_t 
     unsigned nb = (unsigned)conv_qkv_blocks(a);
 #define CONV_QKV_BWD(W_, K_)                                                                       \
     conv_qkv_bwd_k<W_, K_ / 4><<<nb, dim3(32, CONV_BT), 0, ctx->stream>>>(a)
-#define CONV_QKV_BWD_K(W_) CONV_DISPATCH_K(K, W_, CONV_QKV_BWD)
-    CONV_DISPATCH_W4(W, CONV_QKV_BWD_K);
+#define CONV_QKV_BWDF(W_, K_)                                                                      \
+    conv_qkv_bwd_k<W_, K_ / 4, true><<<nb, dim3(32, CONV_BT), 0, ctx->stream>>>(a)
+#define CONV_QKV_BWD_K(W_)  CONV_DISPATCH_K(K, W_, CONV_QKV_BWD)
+#define CONV_QKV_BWDF_K(W_) CONV_DISPATCH_K(K, W_, CONV_QKV_BWDF)
+    if (conv_fx_(W)) {
+        CONV_DISPATCH_W4(W, CONV_QKV_BWDF_K);
+    } else {
+        CONV_DISPATCH_W4(W, CONV_QKV_BWD_K);
+    }
+#undef CONV_QKV_BWDF_K
 #undef CONV_QKV_BWD_K
+#undef CONV_QKV_BWDF
 #undef CONV_QKV_BWD
     CUDA_CHECK_LAUNCH(ctx);
     conv_qkv_finish_k<<<(unsigned)fstart, dim3(32, FIN_SEG), 0, ctx->stream>>>(f);

@@ -8,6 +8,7 @@
 #include <cooperative_groups.h> // cluster_group: the cluster row kernel
 
 #include "cuda/cuda_internal.h" // defines: bf2f, f2bf, grid_for, CEIL_DIV, KDA_CUDA_REQUIRE
+#include "cuda/fast_math.cuh"   // defines: exp_x, kda_fast_exp_ (KDA_FAST_EXP)
 #include "cuda/gemm_cuda.h"     // defines: kda_cuda_gemm_fwd, kda_cuda_gemm_bwd_dx, _dw
 #include "cuda/xent_cuda.h"
 
@@ -484,14 +485,19 @@ __host__ __device__ inline float cls2_max2_f(unsigned m2) {
 // block max of -inf (every logit of the slice -inf or NaN; the max skips NaN) sums e^x
 // instead: 0 for -inf, NaN for NaN, so a NaN logit always reaches the row's lse.
 // TRIM: the slice's groups j < nw are whole (no test), the rest (at most the last) tested.
+// FX (KDA_FAST_EXP=1, the trimmed kernel only): each term by exp_fast_f (fast_math.cuh: one FMUL
+// and one ex2.approx instead of expf's 8 instructions), the same terms in the same tree and
+// order; e^(x - m) <= 1, and the terms that carry the sum (x - m > -20) are within 1.2e-6
+// relative of e^(x - m) (docs/perf-log.md, "Fast exponentials in SiLU and the CE sum pass").
+template <bool FX = false>
 __host__ __device__ inline float cls2_sum8(uint4 q, float m) { // one group's fp32 tree
     float x[8], e[8];
     cls2_unpack(q, x);
     for (int i = 0; i < 8; i++)
-        e[i] = expf(x[i] - m);
+        e[i] = exp_x<FX>(x[i] - m);
     return ((e[0] + e[1]) + (e[2] + e[3])) + ((e[4] + e[5]) + (e[6] + e[7]));
 }
-template <bool TRIM = false>
+template <bool TRIM = false, bool FX = false>
 __host__ __device__ inline double
 cls2_sum(const kda_bf16 *sl, typename Cls2Idx<TRIM>::T gs0, typename Cls2Idx<TRIM>::T ngs,
          typename Cls2Idx<TRIM>::T V, int tid, int nth, float m, typename Cls2Idx<TRIM>::T nw = 0) {
@@ -504,7 +510,7 @@ cls2_sum(const kda_bf16 *sl, typename Cls2Idx<TRIM>::T gs0, typename Cls2Idx<TRI
 #pragma unroll 4
 #endif
         for (; j < nw; j += nth)
-            s += (double)cls2_sum8(cls2_ld16(sl + 8 * j), m);
+            s += (double)cls2_sum8<FX>(cls2_ld16(sl + 8 * j), m);
     }
 #ifdef __CUDA_ARCH__
 #pragma unroll(TRIM ? 1 : 4)
@@ -513,7 +519,7 @@ cls2_sum(const kda_bf16 *sl, typename Cls2Idx<TRIM>::T gs0, typename Cls2Idx<TRI
         uint4 q = cls2_ld16(sl + 8 * j);
         int n = cls2_valid(gs0 + j, V);
         if (n < 8) q = cls2_mask(q, n, 0xff80u); // past the row: -inf, e^(-inf - m) = 0
-        s += (double)cls2_sum8(q, m);
+        s += (double)cls2_sum8<FX>(q, m);
     }
     return s;
 }
@@ -716,7 +722,8 @@ __device__ inline void cls2_wait(int pending) { // this thread's copies but the 
 // thread 0 only (the one that publishes them), and the cluster combine and log S computed by
 // thread 0 only (the same function, cls2_combine, then the same double l = M + log S) and
 // broadcast through shared memory, instead of by all CLS2_THREADS threads.
-template <bool TRIM>
+// FX (KDA_FAST_EXP=1; with TRIM only): the sum pass's terms by the fast exponential (cls2_sum8).
+template <bool TRIM, bool FX = false>
 __global__ void __launch_bounds__(CLS2_THREADS)
     cls2_row_k(kda_bf16 *lg, float *nll, float *lse, const int32_t *tg, int64_t V, int64_t ld,
                float scale, int grad) {
@@ -760,7 +767,7 @@ __global__ void __launch_bounds__(CLS2_THREADS)
     for (int w = 0; w < CLS2_WARPS; w++)
         mc = fmaxf(mc, wm[w]);
     mc += 0.0f; // -0 -> +0, as the host
-    double s = cls2_sum<TRIM>(sl, gs0, ngs, Vi, tid, CLS2_THREADS, mc, nw);
+    double s = cls2_sum<TRIM, FX>(sl, gs0, ngs, Vi, tid, CLS2_THREADS, mc, nw);
     s = cls2_warp_sum(s);
     if (lane == 0) wsum[warp] = s;
     __syncthreads();
@@ -802,8 +809,9 @@ __global__ void __launch_bounds__(CLS2_THREADS)
 // The host emulation of cls2_row_k: blocks of a cluster and threads of a block one after another,
 // the same per-thread passes, lane trees and orders; logits in place (each group is read by
 // its thread before it writes it). TRIM: the trimmed kernel's twin (its whole-group split; its
-// single-thread combine is this one, which runs once per row).
-template <bool TRIM>
+// single-thread combine is this one, which runs once per row). FX: the fast sum pass's twin
+// (fast_math.cuh's host form: the device's terms within ex2.approx's few ulps, not its bits).
+template <bool TRIM, bool FX = false>
 void cls2_rows_host(kda_bf16 *logits, float *nll, float *lse, const int32_t *targets, int64_t rows,
                     int64_t V, int64_t ld, float scale, int grad, int nth, int cl) {
     typedef typename Cls2Idx<TRIM>::T I;
@@ -840,7 +848,8 @@ void cls2_rows_host(kda_bf16 *logits, float *nll, float *lse, const int32_t *tar
                 double a[32];
                 for (int ln = 0; ln < 32; ln++) {
                     int tid = 32 * w + ln;
-                    a[ln] = tid < nth ? cls2_sum<TRIM>(sl, gs0, ngs, (I)V, tid, nth, mc, nwh) : 0.0;
+                    a[ln] =
+                        tid < nth ? cls2_sum<TRIM, FX>(sl, gs0, ngs, (I)V, tid, nth, mc, nwh) : 0.0;
                 }
                 wsm[w] = cls2_warp_sum_host(a);
             }
@@ -1147,8 +1156,11 @@ int kda_cuda_cls_row_kernel(KdaCudaCtx *ctx, kda_bf16 *logits, float *nll, float
                               cls2_gpc(n_vocab, cl) <= CLS2_MAX_GROUPS && rows <= 0x7fffffff / cl &&
                               ((uintptr_t)logits & 15) == 0);
     size_t smem = (size_t)cls2_gpc(n_vocab, cl) * 16;
-    const void *fn = kernel == KDA_CLS_ROW_TRIM ? (const void *)cls2_row_k<true>
-                                                : (const void *)cls2_row_k<false>;
+    // KDA_FAST_EXP=1: the trimmed kernel with the fast sum pass (the other kernels: precise)
+    bool fx = kernel == KDA_CLS_ROW_TRIM && kda_fast_exp_();
+    const void *fn = fx                           ? (const void *)cls2_row_k<true, true>
+                     : kernel == KDA_CLS_ROW_TRIM ? (const void *)cls2_row_k<true>
+                                                  : (const void *)cls2_row_k<false>;
     if (kda_cuda_smem_limit(ctx, fn, smem)) return -1;
     cudaLaunchAttribute at[2]; // the cluster shape, then (ctx->pdl) programmatic serialization
     at[0].id = cudaLaunchAttributeClusterDimension;
@@ -1162,7 +1174,9 @@ int kda_cuda_cls_row_kernel(KdaCudaCtx *ctx, kda_bf16 *logits, float *nll, float
     cfg.stream = ctx->stream;
     cfg.attrs = at;
     cfg.numAttrs = 1 + kda_pdl_attr(ctx, &at[1]);
-    CUDA_CHECK(ctx, kernel == KDA_CLS_ROW_TRIM
+    CUDA_CHECK(ctx, fx ? cudaLaunchKernelEx(&cfg, cls2_row_k<true, true>, logits, nll, lse, targets,
+                                            n_vocab, ld, scale, grad)
+                    : kernel == KDA_CLS_ROW_TRIM
                         ? cudaLaunchKernelEx(&cfg, cls2_row_k<true>, logits, nll, lse, targets,
                                              n_vocab, ld, scale, grad)
                         : cudaLaunchKernelEx(&cfg, cls2_row_k<false>, logits, nll, lse, targets,
@@ -1248,6 +1262,13 @@ void kda_cuda_cls_rows_trim_host(kda_bf16 *logits, float *nll, float *lse, const
                                  int64_t rows, int64_t n_vocab, int64_t ld, float scale, int grad,
                                  int nthreads, int cl) {
     cls2_rows_host<true>(logits, nll, lse, targets, rows, n_vocab, ld, scale, grad, nthreads, cl);
+}
+
+void kda_cuda_cls_rows_trim_fx_host(kda_bf16 *logits, float *nll, float *lse,
+                                    const int32_t *targets, int64_t rows, int64_t n_vocab,
+                                    int64_t ld, float scale, int grad, int nthreads, int cl) {
+    cls2_rows_host<true, true>(logits, nll, lse, targets, rows, n_vocab, ld, scale, grad, nthreads,
+                               cl);
 }
 
 void kda_cuda_cls_rows_f32_host(const float *logits, float *nll, float *lse, const int32_t *targets,

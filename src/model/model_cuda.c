@@ -1365,7 +1365,7 @@ static int graph_blocked_(const KdaCudaModel *m) {
 // a graph keeps the kernels it captured). B and T pick the KDA core and its kept-state slices.
 static uint64_t graph_fp_(const KdaCudaModel *m) {
     static const char *const PER_CALL_ENV[] = {"KDA_TC_ASYNC", "KDA_CONV_PREFETCH", "KDA_CONV_V",
-                                               "KDA_RMS_FWD", "KDA_RMS_BWD"};
+                                               "KDA_RMS_FWD",  "KDA_RMS_BWD",       "KDA_FAST_EXP"};
     const void *ptr[] = {m->arena, m->keep, m->ctx.ws, m->ctx.lt_ws, m->p, m->g, m->pb, m->scal};
     size_t size[] = {(size_t)m->cap_tokens, m->arena_bytes, m->keep_cap, m->ctx.ws_size,
                      m->cls_budget};
