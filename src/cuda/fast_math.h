@@ -1,6 +1,6 @@
 // fast_math.h - the fast exponential, SiLU and SiLU' of KDA_FAST_EXP=1 (fast_math.cuh) evaluated
 // element by element on the GPU and on the host, so tests can hold both forms to float64 over a
-// sweep of x (test_fuse_host.c's fast_exp_bounds, test_gpu_ops.c's gpu_fast_exp_bounds).
+// sweep of x (test_fast_exp.c: fast_exp_bounds on the host, gpu_fast_exp_bounds on the device).
 #ifndef KDA_CUDA_FAST_MATH_H
 #define KDA_CUDA_FAST_MATH_H
 
