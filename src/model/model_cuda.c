@@ -1372,10 +1372,12 @@ static uint64_t graph_fp_(const KdaCudaModel *m) {
     int sw[] = {m->recompute,     m->fuse_l2,          m->fuse_gn,        m->fuse_dh,
                 m->inproj,        m->gateup,           m->cls_row,        m->core_keep,
                 m->core_tc,       m->dy_inplace,       m->ctx.tc_version, m->ctx.plan_off,
-                m->ctx.gemm_tune, m->ctx.gate_version, m->mlp_recompute,  m->conv_qkv};
+                m->ctx.gemm_tune, m->ctx.gate_version, m->mlp_recompute,  m->conv_qkv,
+                m->ctx.gemm_cand, m->ctx.n_gemm_tiles};
     uint64_t h = kda_step_graph_fp(KDA_STEP_GRAPH_FP0, ptr, sizeof ptr);
     h = kda_step_graph_fp(h, size, sizeof size);
     h = kda_step_graph_fp(h, sw, sizeof sw);
+    h = kda_step_graph_fp(h, m->ctx.gemm_tiles, sizeof m->ctx.gemm_tiles); // KDA_GEMM_TILES
     for (size_t i = 0; i < sizeof PER_CALL_ENV / sizeof PER_CALL_ENV[0]; i++)
         h = kda_step_graph_fp_str(h, getenv(PER_CALL_ENV[i]));
     return h;
