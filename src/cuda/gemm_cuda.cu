@@ -54,13 +54,13 @@ struct PlanCache {
     int n = 0;
 };
 
-// A candidate's cuBLASLt tile id (cublasLtMatmulTile_t), -1 when it cannot be read.
-int cand_tile(const cublasLtMatmulAlgo_t &a) {
-    uint32_t t = 0;
+// One configuration attribute of a cuBLASLt algorithm (cublasLtMatmulAlgoConfig; the values are
+// cuBLASLt's enums, cublasLt.h), -1 when this cuBLASLt cannot read it.
+int algo_attr(const cublasLtMatmulAlgo_t &a, cublasLtMatmulAlgoConfigAttributes_t at) {
+    uint32_t x = 0;
     size_t got = 0;
-    return cublasLtMatmulAlgoConfigGetAttribute(&a, CUBLASLT_ALGO_CONFIG_TILE_ID, &t, sizeof t,
-                                                &got) == CUBLAS_STATUS_SUCCESS
-               ? (int)t
+    return cublasLtMatmulAlgoConfigGetAttribute(&a, at, &x, sizeof x, &got) == CUBLAS_STATUS_SUCCESS
+               ? (int)x
                : -1;
 }
 
@@ -69,7 +69,7 @@ int cand_tile(const cublasLtMatmulAlgo_t &a) {
 int pick_by_tile(const KdaCudaCtx *ctx, const LtDescs &s) {
     for (int t = 0; t < ctx->n_gemm_tiles; t++)
         for (int i = 0; i < s.n_cand; i++)
-            if (cand_tile(s.cand[i]) == ctx->gemm_tiles[t]) return i;
+            if (algo_attr(s.cand[i], CUBLASLT_ALGO_CONFIG_TILE_ID) == ctx->gemm_tiles[t]) return i;
     return 0;
 }
 
@@ -231,24 +231,13 @@ extern "C" int kda_cuda_gemm_probe(KdaCudaCtx *ctx, int trans_a, int trans_b, in
     return rc ? -1 : 0;
 }
 
-// "algo A tile T stages S cluster C splitk K" of a cuBLASLt algorithm (cublasLtMatmulAlgoConfig
-// attributes; the numbers are cuBLASLt's enum values, cublasLt.h); attributes this cuBLASLt lacks
-// read as -1.
-static void algo_desc(const cublasLtMatmulAlgo_t *a, char *buf, size_t len) {
-    const cublasLtMatmulAlgoConfigAttributes_t at[5] = {
-        CUBLASLT_ALGO_CONFIG_ID, CUBLASLT_ALGO_CONFIG_TILE_ID, CUBLASLT_ALGO_CONFIG_STAGES_ID,
-        CUBLASLT_ALGO_CONFIG_CLUSTER_SHAPE_ID, CUBLASLT_ALGO_CONFIG_SPLITK_NUM};
-    int v[5];
-    for (int i = 0; i < 5; i++) {
-        uint32_t x = 0;
-        size_t got = 0;
-        v[i] = cublasLtMatmulAlgoConfigGetAttribute(a, at[i], &x, sizeof x, &got) ==
-                       CUBLAS_STATUS_SUCCESS
-                   ? (int)x
-                   : -1;
-    }
-    snprintf(buf, len, "algo %d tile %d stages %d cluster %d splitk %d", v[0], v[1], v[2], v[3],
-             v[4]);
+// "algo A tile T stages S cluster C splitk K" of a cuBLASLt algorithm (algo_attr's values).
+static void algo_desc(const cublasLtMatmulAlgo_t &a, char *buf, size_t len) {
+    snprintf(buf, len, "algo %d tile %d stages %d cluster %d splitk %d",
+             algo_attr(a, CUBLASLT_ALGO_CONFIG_ID), algo_attr(a, CUBLASLT_ALGO_CONFIG_TILE_ID),
+             algo_attr(a, CUBLASLT_ALGO_CONFIG_STAGES_ID),
+             algo_attr(a, CUBLASLT_ALGO_CONFIG_CLUSTER_SHAPE_ID),
+             algo_attr(a, CUBLASLT_ALGO_CONFIG_SPLITK_NUM));
 }
 
 extern "C" int kda_cuda_gemm_cand_desc(KdaCudaCtx *ctx, int trans_a, int trans_b, int64_t m,
@@ -263,7 +252,7 @@ extern "C" int kda_cuda_gemm_cand_desc(KdaCudaCtx *ctx, int trans_a, int trans_b
     *n_cand = rc ? 0 : s.n_cand;
     if (picked) *picked = rc ? 0 : pick_by_tile(ctx, s);
     buf[0] = '\0';
-    if (!rc && i < s.n_cand) algo_desc(&s.cand[i], buf, len);
+    if (!rc && i < s.n_cand) algo_desc(s.cand[i], buf, len);
     s.release();
     return rc ? -1 : 0;
 }
