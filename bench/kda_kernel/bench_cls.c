@@ -67,18 +67,12 @@ static int f_copy(void) {
 static int e_copy_rows_(void *copy_only) {
     return f_copy() || (!copy_only && f_rows());
 }
-static int sync_g_(void) {
-    return kda_cuda_sync(&g);
-}
 static void energy_line_(const BenchNvml *nv) {
     static int copy_done = 0;
     int one = 1;
     for (int k = copy_done; k < 2; k++) {
-        BenchEnergy e = bench_energy_run(nv, e_copy_rows_, k ? NULL : &one, sync_g_, 1.0, 1.0);
-        printf("  %-42s %9.3f ms %8.2f mJ/call %6.0f W %6.0f MHz (%ld calls)\n",
-               k ? "sustained, restore + rows" : "sustained, restore copy alone",
-               bench_energy_ms_per_call(&e), bench_energy_mj_per_call(&e), bench_energy_watts(&e),
-               e.sm_mhz, e.calls);
+        BenchEnergy e = bench_energy_run(nv, e_copy_rows_, k ? NULL : &one);
+        bench_energy_print(k ? "sustained, restore + rows" : "sustained, restore copy alone", &e);
     }
     copy_done = 1;
 }

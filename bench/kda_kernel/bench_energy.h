@@ -11,7 +11,7 @@
 // NVML comes from the driver (libnvidia-ml.so.1, present wherever a GPU is), opened with dlopen
 // at run time: no header, no link-time dependency, and a build machine without a GPU still links.
 // Header-only (static inline functions): include it from one benchmark translation unit, after
-// bench_common.h or the benchmark's own `g` (KdaCudaCtx) and die_().
+// bench_common.h or the benchmark's own `g` (KdaCudaCtx, whose stream the loops sync) and die_().
 //
 // Threads: one (the benchmark's main). Errors: NVML missing or failing disables the energy rows
 // with one line (bench_energy_open returns 0); a failed launch or sync exits through die_().
@@ -24,6 +24,8 @@
 #include <time.h>
 
 #include <cuda_runtime.h>
+
+#include "cuda/cuda_common.h" // defines: KdaCudaCtx, kda_cuda_sync
 
 // The few NVML entry points used, by their documented C signatures (nvml.h): nvmlDevice_t is an
 // opaque pointer, nvmlReturn_t an int (0 = NVML_SUCCESS), NVML_CLOCK_SM = 1.
@@ -91,12 +93,13 @@ static inline double bench_energy_ms_per_call(const BenchEnergy *e) {
     return e->calls > 0 ? e->seconds * 1e3 / (double)e->calls : 0.0;
 }
 
-// Runs fn(arg) back to back for warm_s seconds (the power controller's ~1 s average settles), then
-// for window_s seconds between two reads of the energy counter. The stream is synced about every
-// 20 ms of launches (the clock is sampled there; the queue never runs dry for longer than a
-// sync's latency). `sync` waits for the benchmark's stream (0 on success).
-static inline BenchEnergy bench_energy_run(const BenchNvml *n, int (*fn)(void *), void *arg,
-                                           int (*sync)(void), double warm_s, double window_s) {
+// Runs fn(arg) back to back for BENCH_ENERGY_WARM_S (the power controller's ~1 s average
+// settles), then for BENCH_ENERGY_WINDOW_S between two reads of the energy counter. The
+// benchmark's stream (g's) is synced about every 20 ms of launches (the clock is sampled there;
+// the queue never runs dry for longer than a sync's latency).
+#define BENCH_ENERGY_WARM_S   1.0
+#define BENCH_ENERGY_WINDOW_S 1.0
+static inline BenchEnergy bench_energy_run(const BenchNvml *n, int (*fn)(void *), void *arg) {
     BenchEnergy e = {0, 0.0, 0.0, 0.0};
     unsigned long long e0 = 0, e1 = 0;
     double t0 = bench_now_s_(), ts = 0.0, mhz_sum = 0.0;
@@ -106,7 +109,7 @@ static inline BenchEnergy bench_energy_run(const BenchNvml *n, int (*fn)(void *)
         double b0 = bench_now_s_();
         for (long i = 0; i < batch; i++)
             if (fn(arg)) die_("energy loop launch");
-        if (sync()) die_("energy loop sync");
+        if (kda_cuda_sync(&g)) die_("energy loop sync");
         double now = bench_now_s_();
         long done = batch;
         if (now - b0 < 0.02 && batch < (1L << 20)) batch *= 2; // ~20 ms between syncs
@@ -114,18 +117,25 @@ static inline BenchEnergy bench_energy_run(const BenchNvml *n, int (*fn)(void *)
             unsigned mhz = 0;
             e.calls += done;
             if (n->clock(n->dev, 1, &mhz) == 0) mhz_sum += mhz, samples++;
-            if (now - ts >= window_s) {
+            if (now - ts >= BENCH_ENERGY_WINDOW_S) {
                 if (n->energy(n->dev, &e1) != 0) break;
                 e.seconds = now - ts, e.mj = (double)(e1 - e0);
                 e.sm_mhz = samples ? mhz_sum / (double)samples : 0.0;
                 break;
             }
-        } else if (now - t0 >= warm_s) {
+        } else if (now - t0 >= BENCH_ENERGY_WARM_S) {
             if (n->energy(n->dev, &e0) != 0) break;
             timing = 1, ts = bench_now_s_();
         }
     }
     return e;
+}
+
+// One line of a sustained run under `label`: ms, mJ and mean W per call, the mean SM clock.
+static inline void bench_energy_print(const char *label, const BenchEnergy *e) {
+    printf("  %-42s %9.3f ms %8.2f mJ/call %6.0f W %6.0f MHz (%ld calls)\n", label,
+           bench_energy_ms_per_call(e), bench_energy_mj_per_call(e), bench_energy_watts(e),
+           e->sm_mhz, e->calls);
 }
 
 #endif

@@ -74,11 +74,8 @@ typedef struct {
     double per_step; // calls per mb-16 step (12 layers; the head: 4 chunks)
 } Row;
 
-static int call_(void *fn) {
-    return ((const Row *)fn)->fn();
-}
-static int sync_g_(void) {
-    return kda_cuda_sync(&g);
+static int call_(void *row) {
+    return ((const Row *)row)->fn();
 }
 
 // One row: every candidate's burst median and (with NVML) its sustained ms and mJ per call.
@@ -99,7 +96,7 @@ static void run_row_(const Row *r, const BenchNvml *nv) {
         float ms = time_ms_(r->fn, NULL);
         printf("  #%d %-44s burst %8.3f ms %6.0f TFLOP/s", i, desc, ms, fl / ms / 1e9);
         if (nv) {
-            BenchEnergy e = bench_energy_run(nv, call_, (void *)r, sync_g_, 1.0, 1.0);
+            BenchEnergy e = bench_energy_run(nv, call_, (void *)r);
             printf(" | sustained %8.3f ms %8.1f mJ %5.0f W %5.0f MHz | step %6.1f J",
                    bench_energy_ms_per_call(&e), bench_energy_mj_per_call(&e),
                    bench_energy_watts(&e), e.sm_mhz,

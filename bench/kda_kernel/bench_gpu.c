@@ -82,19 +82,6 @@ static float time_ms_(BenchFn fn, void *arg) {
 
 #include "bench_energy.h" // defines: BenchNvml, bench_energy_* (uses g and die_ above)
 
-static int sync_g_(void) {
-    return kda_cuda_sync(&g);
-}
-
-// The energy line of a row (KDA_BENCH_ENERGY selects rows: bench_energy.h): 1 s to settle at the
-// sustained draw, 1 s measured.
-static void energy_line_(const BenchNvml *nv, BenchFn fn, void *arg) {
-    BenchEnergy e = bench_energy_run(nv, fn, arg, sync_g_, 1.0, 1.0);
-    printf("  %-38s %10.3f ms %8.2f mJ/call %6.0f W %6.0f MHz (%ld calls)\n", "sustained",
-           bench_energy_ms_per_call(&e), bench_energy_mj_per_call(&e), bench_energy_watts(&e),
-           e.sm_mhz, e.calls);
-}
-
 // ---- the shapes and buffers -----------------------------------------------------------------
 
 enum { B = 16, T = 2048, N = B * T, D = 1024, H = 8, K = 32, V = 64, I = 4096, W = 4 };
@@ -685,7 +672,10 @@ int main(void) {
             printf("%-40s %10.3f %9.1f TFLOP/s\n", rows[i].name, ms, rows[i].flops / ms / 1e9);
         else
             printf("%-40s %10.3f %9.0f GB/s\n", rows[i].name, ms, rows[i].bytes / ms / 1e6);
-        if (energy && bench_energy_wanted(rows[i].name)) energy_line_(&nvml, rows[i].fn, NULL);
+        if (energy && bench_energy_wanted(rows[i].name)) { // KDA_BENCH_ENERGY: bench_energy.h
+            BenchEnergy e = bench_energy_run(&nvml, rows[i].fn, NULL);
+            bench_energy_print("sustained", &e);
+        }
     }
     // Per-kernel breakdown of the fast path and of the tensor-core path, v3 to v7, plain forms
     // (kda_fast_profile / kda_tc_profile: min of 10, own inputs; v4's backward intra is the
