@@ -569,31 +569,63 @@ KDA_TEST_GPU(gpu_conv_silu) {
         conv_case_(&r, cases[k].B, cases[k].T, cases[k].C, cases[k].W, cases[k].mis);
 }
 
+// One conv case's inputs, host and device: p [B, T, C] (bf16 values), w [C, W], dy [B, T, C]
+// (bf16 for the plain backward, fp32 for the fused one), dw0 [C, W] (the accumulated dw's start);
+// n = B·T·C, nr = the rstd rows (1 without the L2 norm). K > 0: the fused q/k kernels (conv +
+// SiLU + L2 norm, C = H·K), else conv + SiLU.
+typedef struct {
+    int64_t B, T, C, W, K, n, nr;
+    float *p, *w, *dy, *dw0, *dyf, *dw_;
+    kda_bf16 *dp_, *dyb;
+} ConvIn;
+
+static ConvIn conv_in_(KdaRng *r, int64_t B, int64_t T, int64_t C, int64_t W, int64_t K) {
+    ConvIn c = {.B = B, .T = T, .C = C, .W = W, .K = K, .n = B * T * C};
+    c.nr = K > 0 ? B * T * (C / K) : 1;
+    c.p = bf16r_(randn_(r, c.n, 1.0f), c.n), c.w = randn_(r, C * W, 0.5f);
+    c.dy = randn_(r, c.n, 1.0f), c.dw0 = randn_(r, C * W, 1.0f);
+    c.dp_ = dev_bf16_(c.p, c.n), c.dyb = dev_bf16_(c.dy, c.n);
+    c.dyf = dev_f32_(c.dy, c.n), c.dw_ = dev_f32_(c.w, C * W);
+    return c;
+}
+
+// c's forward and backward with the environment variable var = val (unset afterwards), into
+// out [4] = y [n], rstd [nr], dp [n], dw [C·W] (host fp32 copies, the caller frees them).
+static void conv_run_env_(const ConvIn *c, const char *var, const char *val, float *out[4]) {
+    int64_t n = c->n, nr = c->nr, B = c->B, T = c->T, C = c->C, W = c->W, K = c->K;
+    setenv(var, val, 1);
+    kda_bf16 *y = dev_poison_((size_t)n * 2), *dp = dev_poison_((size_t)n * 2);
+    float *rs = dev_poison_((size_t)nr * 4), *dwg = dev_f32_(c->dw0, C * W);
+    if (K > 0) {
+        ok_(kda_cuda_conv_silu_l2_fwd(&g_ctx, y, rs, c->dp_, c->dw_, B, T, C, W, K, 1e-6f));
+        ok_(kda_cuda_conv_silu_l2_bwd(&g_ctx, dp, dwg, c->dyf, c->dp_, c->dw_, rs, B, T, C, W, K));
+    } else {
+        ok_(kda_cuda_conv_silu_fwd(&g_ctx, y, c->dp_, c->dw_, B, T, C, W));
+        ok_(kda_cuda_conv_silu_bwd(&g_ctx, dp, dwg, c->dyb, c->dp_, c->dw_, B, T, C, W));
+    }
+    unsetenv(var);
+    out[0] = get_bf16_(y, n), out[1] = get_f32_(rs, nr);
+    out[2] = get_bf16_(dp, n), out[3] = get_f32_(dwg, C * W);
+}
+
+// Frees c's host inputs, both runs' outputs and every device buffer of the case.
+static void conv_case_free_(ConvIn *c, float *out[2][4]) {
+    for (int v = 0; v < 2; v++)
+        for (int k = 0; k < 4; k++)
+            free(out[v][k]);
+    free(c->p), free(c->w), free(c->dy), free(c->dw0);
+    dfree_all_();
+}
+
 // One conv case run with the prefetching kernels (KDA_CONV_PREFETCH=1) and without (the
 // default): the same arithmetic in the same order, so y (and rstd), dp and dw bit for
-// bit. K > 0: the fused q/k kernels (conv + SiLU + L2 norm, C = H·K), else conv + SiLU.
+// bit.
 static void conv_pf_case_(KdaRng *r, int64_t B, int64_t T, int64_t C, int64_t W, int64_t K) {
-    int64_t n = B * T * C, nr = K > 0 ? B * T * (C / K) : 1;
-    float *p = bf16r_(randn_(r, n, 1.0f), n), *w = randn_(r, C * W, 0.5f);
-    float *dy = randn_(r, n, 1.0f), *dw0 = randn_(r, C * W, 1.0f);
-    kda_bf16 *dp_ = dev_bf16_(p, n), *dyb = dev_bf16_(dy, n);
-    float *dyf = dev_f32_(dy, n), *dw_ = dev_f32_(w, C * W);
+    ConvIn c = conv_in_(r, B, T, C, W, K);
+    int64_t n = c.n, nr = c.nr;
     float *out[2][4]; // [pf][y, rstd, dp, dw]
-    for (int pf = 1; pf >= 0; pf--) {
-        setenv("KDA_CONV_PREFETCH", pf ? "1" : "0", 1);
-        kda_bf16 *y = dev_poison_((size_t)n * 2), *dp = dev_poison_((size_t)n * 2);
-        float *rs = dev_poison_((size_t)nr * 4), *dwg = dev_f32_(dw0, C * W);
-        if (K > 0) {
-            ok_(kda_cuda_conv_silu_l2_fwd(&g_ctx, y, rs, dp_, dw_, B, T, C, W, K, 1e-6f));
-            ok_(kda_cuda_conv_silu_l2_bwd(&g_ctx, dp, dwg, dyf, dp_, dw_, rs, B, T, C, W, K));
-        } else {
-            ok_(kda_cuda_conv_silu_fwd(&g_ctx, y, dp_, dw_, B, T, C, W));
-            ok_(kda_cuda_conv_silu_bwd(&g_ctx, dp, dwg, dyb, dp_, dw_, B, T, C, W));
-        }
-        unsetenv("KDA_CONV_PREFETCH");
-        out[pf][0] = get_bf16_(y, n), out[pf][1] = get_f32_(rs, nr);
-        out[pf][2] = get_bf16_(dp, n), out[pf][3] = get_f32_(dwg, C * W);
-    }
+    conv_run_env_(&c, "KDA_CONV_PREFETCH", "1", out[1]);
+    conv_run_env_(&c, "KDA_CONV_PREFETCH", "0", out[0]);
     const int64_t sz[4] = {n, nr, n, C * W};
     const char *nm[4] = {"y", "rstd", "dp", "dw"};
     for (int k = 0; k < 4; k++) {
@@ -602,11 +634,7 @@ static void conv_pf_case_(KdaRng *r, int64_t B, int64_t T, int64_t C, int64_t W,
                   "B %lld T %lld C %lld W %lld K %lld: %s differs with the prefetch", (long long)B,
                   (long long)T, (long long)C, (long long)W, (long long)K, nm[k]);
     }
-    for (int pf = 0; pf < 2; pf++)
-        for (int k = 0; k < 4; k++)
-            free(out[pf][k]);
-    free(p), free(w), free(dy), free(dw0);
-    dfree_all_();
+    conv_case_free_(&c, out);
 }
 
 KDA_TEST_GPU(gpu_conv_prefetch_matches) {
@@ -1541,29 +1569,13 @@ KDA_TEST_GPU(gpu_conv_qkv_matches_separate) {
 //   * rstd, dw (fp32): rel RMS 1e-5 (sums of terms each within ~2e-6 relative).
 // And the switch must change something (dw, fp32, always differs): a dead switch fails.
 static void conv_fx_case_(KdaRng *r, int64_t B, int64_t T, int64_t C, int64_t W, int64_t K) {
-    int64_t n = B * T * C, nr = K > 0 ? B * T * (C / K) : 1;
     printf("  B=%lld T=%lld C=%lld W=%lld K=%lld\n", (long long)B, (long long)T, (long long)C,
            (long long)W, (long long)K);
-    float *p = bf16r_(randn_(r, n, 1.0f), n), *w = randn_(r, C * W, 0.5f);
-    float *dy = randn_(r, n, 1.0f), *dw0 = randn_(r, C * W, 1.0f);
-    kda_bf16 *dp_ = dev_bf16_(p, n), *dyb = dev_bf16_(dy, n);
-    float *dyf = dev_f32_(dy, n), *dw_ = dev_f32_(w, C * W);
+    ConvIn c = conv_in_(r, B, T, C, W, K);
+    int64_t n = c.n, nr = c.nr;
     float *out[2][4]; // [fast][y, rstd, dp, dw]
-    for (int fx = 0; fx < 2; fx++) {
-        setenv("KDA_FAST_EXP", fx ? "1" : "0", 1);
-        kda_bf16 *y = dev_poison_((size_t)n * 2), *dp = dev_poison_((size_t)n * 2);
-        float *rs = dev_poison_((size_t)nr * 4), *dwg = dev_f32_(dw0, C * W);
-        if (K > 0) {
-            ok_(kda_cuda_conv_silu_l2_fwd(&g_ctx, y, rs, dp_, dw_, B, T, C, W, K, 1e-6f));
-            ok_(kda_cuda_conv_silu_l2_bwd(&g_ctx, dp, dwg, dyf, dp_, dw_, rs, B, T, C, W, K));
-        } else {
-            ok_(kda_cuda_conv_silu_fwd(&g_ctx, y, dp_, dw_, B, T, C, W));
-            ok_(kda_cuda_conv_silu_bwd(&g_ctx, dp, dwg, dyb, dp_, dw_, B, T, C, W));
-        }
-        unsetenv("KDA_FAST_EXP");
-        out[fx][0] = get_bf16_(y, n), out[fx][1] = get_f32_(rs, nr);
-        out[fx][2] = get_bf16_(dp, n), out[fx][3] = get_f32_(dwg, C * W);
-    }
+    conv_run_env_(&c, "KDA_FAST_EXP", "0", out[0]);
+    conv_run_env_(&c, "KDA_FAST_EXP", "1", out[1]);
     int64_t flips = 0, far = 0;
     for (int64_t i = 0; i < n; i++) {
         float a = out[1][0][i], b = out[0][0][i];
@@ -1580,11 +1592,7 @@ static void conv_fx_case_(KdaRng *r, int64_t B, int64_t T, int64_t C, int64_t W,
     expect_("fast-exp conv dw", out[0][3], out[1][3], C * W, 1e-5);
     CHECK_MSG(W > 4 || memcmp(out[0][3], out[1][3], (size_t)(C * W) * 4) != 0,
               "KDA_FAST_EXP=1 changed nothing (W %lld <= 4 takes the fast kernels)", (long long)W);
-    for (int fx = 0; fx < 2; fx++)
-        for (int k = 0; k < 4; k++)
-            free(out[fx][k]);
-    free(p), free(w), free(dy), free(dw0);
-    dfree_all_();
+    conv_case_free_(&c, out);
 }
 
 // KDA_FAST_EXP=1 through every conv launcher the model uses (plain and fused q/k + L2, v1 and
