@@ -35,6 +35,7 @@
 #include "cuda/cuda_common.h" // defines: KdaCudaCtx, kda_cuda_*
 #include "cuda/fast_math.h"   // defines: kda_cuda_fast_act_eval, kda_cuda_fast_act_eval_host
 #include "cuda/xent_cuda.h"   // defines: kda_cuda_cls_rows_trim_host, _trim_fx_host, _cls_ld
+#include "gpu_ctx.h"          // defines: gpu_test_ctx
 
 #define SWEEP_LO   (-100.0)
 #define SWEEP_STEP (1.0 / 4096.0) // 819,201 points on [-100, 100]
@@ -131,13 +132,8 @@ KDA_TEST(fast_exp_bounds) {
 
 // The device form over the same sweep (needs a GPU): the device's bounds (the file's top).
 KDA_TEST_GPU(gpu_fast_exp_bounds) {
-    int ok = kda_cuda_device_count() > 0;
-    CHECK_MSG(ok, "no usable CUDA device (GPU tests need one)");
-    if (!ok) return;
     KdaCudaCtx ctx;
-    KdaError err = {{0}};
-    CHECK_MSG(kda_cuda_init(&ctx, 0, &err) == 0, "%s", err.msg);
-    if (err.msg[0]) return;
+    if (!gpu_test_ctx(&ctx)) return;
     float *x = malloc((size_t)SWEEP_CAP * sizeof *x);
     float *f = malloc((size_t)SWEEP_CAP * 3 * 4), *p = malloc((size_t)SWEEP_CAP * 3 * 4);
     int64_t n = sweep_(x, SWEEP_CAP);

@@ -31,6 +31,7 @@
 #include "cpu/xent.h"         // defines: XENT_IGNORE
 #include "cuda/cuda_common.h" // defines: KdaCudaCtx, kda_cuda_*
 #include "cuda/xent_cuda.h"   // defines: kda_cuda_cls_row_kernel, kda_cuda_cls_rows2_host
+#include "gpu_ctx.h"          // defines: gpu_test_ctx
 
 // Trained-like rows (test_cls_host.c's): N(0, 2) background, the target +14, three distractors
 // +8; row 1 flat, row 2 at +40, every 7th row ignored; padding columns NaN.
@@ -121,18 +122,10 @@ static const ClsCase CLS_CASES[] = {{1003, 1}, {1003, 2},  {1003, 4},  {1003, 8}
 #define N_CLS_CASES (sizeof CLS_CASES / sizeof *CLS_CASES)
 
 // kda_cuda_init of GPU 0 into *ctx: 1, or 0 after a failed check (no usable device, init error).
-static int cls_ctx_(KdaCudaCtx *ctx) {
-    int ok = kda_cuda_device_count() > 0;
-    CHECK_MSG(ok, "no usable CUDA device (GPU tests need one)");
-    if (!ok) return 0;
-    KdaError err = {{0}};
-    CHECK_MSG(kda_cuda_init(ctx, 0, &err) == 0, "%s", err.msg);
-    return err.msg[0] == 0;
-}
 
 KDA_TEST_GPU(gpu_cls_rows_match_host) {
     KdaCudaCtx ctx;
-    int ok = cls_ctx_(&ctx);
+    int ok = gpu_test_ctx(&ctx);
     if (!ok) return;
     const ClsCase *cases = CLS_CASES;
     const int64_t rows = 37;
@@ -202,7 +195,7 @@ KDA_TEST_GPU(gpu_cls_rows_match_host) {
 // change some lse's bits (a dead switch fails).
 KDA_TEST_GPU(gpu_cls_trim_fast_exp) {
     KdaCudaCtx ctx;
-    int ok = cls_ctx_(&ctx);
+    int ok = gpu_test_ctx(&ctx);
     if (!ok) return;
     const int64_t rows = 37;
     int64_t lse_diff = 0;
@@ -263,7 +256,7 @@ KDA_TEST_GPU(gpu_cls_trim_fast_exp) {
 // poison). With 256 threads it must equal the cluster kernel bit for bit (the same function).
 KDA_TEST_GPU(gpu_cls_pipe_match_host) {
     KdaCudaCtx ctx;
-    int ok = cls_ctx_(&ctx);
+    int ok = gpu_test_ctx(&ctx);
     if (!ok) return;
     const ClsCase *cases = CLS_CASES;
     const PipeShape shapes[] = {{0, 0, 0}, {256, 2, 3}, {512, 3, 1}, {1024, 1, 2}, {512, 2, 5}};

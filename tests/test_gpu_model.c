@@ -41,6 +41,7 @@
 #include "model/model_cuda.h" // defines: KdaCudaModel, kda_cuda_model_*
 #include "cuda/xent_cuda.h"   // defines: kda_cuda_xent_fwd, kda_cuda_xent_bwd
 #include "tiny_model.h"       // defines: tiny_load_model, tiny_model_init
+#include "gpu_ctx.h"          // defines: gpu_test_have
 #include "gpu_step.h"         // defines: GpuStep, gpu_train_step, gpu_bits_differ
 #include "kda_case.h"         // defines: kda_case_expect, kda_case_fla_ratio
 #include "io/safetensors.h"   // defines: SafeTensors, st_open, st_find
@@ -65,12 +66,6 @@
 #define TOL_XENT_GRAD 1e-2
 #define TOL_ADAM      2e-6
 #define TOL_TRAIN     3e-2
-
-static int have_gpu_(void) {
-    int ok = kda_cuda_device_count() > 0;
-    CHECK_MSG(ok, "no usable CUDA device (GPU tests need one)");
-    return ok;
-}
 
 static int32_t *golden_ids_(const char *rel, int64_t *B, int64_t *T) {
     SafeTensors st;
@@ -181,7 +176,7 @@ static void compare_step_(KdaModel *m, const int32_t *ids, int64_t B, int64_t T,
 }
 
 KDA_TEST_GPU(gpu_model_a_loss_and_grads) {
-    if (!have_gpu_()) return;
+    if (!gpu_test_have()) return;
     KdaModel m;
     memset(&m, 0, sizeof m);
     int64_t B = 0, T = 0;
@@ -195,7 +190,7 @@ KDA_TEST_GPU(gpu_model_a_loss_and_grads) {
 }
 
 KDA_TEST_GPU(gpu_model_untied_loss_and_grads) {
-    if (!have_gpu_()) return;
+    if (!gpu_test_have()) return;
     KdaModel m;
     tiny_untied_(&m, 0.05, 11);
     int64_t B = 2, T = 100; // a partial last chunk of the core (100 = 64 + 36)
@@ -219,7 +214,7 @@ static int64_t bits_differ_(const float *a, const float *b, int64_t n) {
 // bit-identical to the run that stored all activations. Three layers, so that a middle block is
 // recomputed between two others (a wrong `next` or a stale shared buffer shows at once).
 KDA_TEST_GPU(gpu_model_recompute_bit_identical) {
-    if (!have_gpu_()) return;
+    if (!gpu_test_have()) return;
     KdaModel m;
     tiny_untied_(&m, 0.05, 61);
     KdaError err = {{0}};
@@ -268,7 +263,7 @@ KDA_TEST_GPU(gpu_model_recompute_bit_identical) {
 // sequence).
 static float *core_keep_case_(int version, const float *ref);
 KDA_TEST_GPU(gpu_model_core_keep_bit_identical) {
-    if (!have_gpu_()) return;
+    if (!gpu_test_have()) return;
     free(core_keep_case_(3, NULL));
     free(core_keep_case_(4, NULL));
     // the default since 2026-12-03: bitwise v4 (gpu_kda_tc_v5_matches_v4)
@@ -347,7 +342,7 @@ static float *core_keep_case_(int version, const float *ref) {
 // KK where the recompute inverts again in TF32 (gpu_model_core_keep_bit_identical holds v3 to
 // bit identity).
 KDA_TEST_GPU(gpu_model_core_tc) {
-    if (!have_gpu_()) return;
+    if (!gpu_test_have()) return;
     KdaModel m;
     tiny_untied_(&m, 0.05, 81); // K = 32, V = 64: the tensor-core kernels take it (chunk 32)
     KdaError err = {{0}};
@@ -392,7 +387,7 @@ KDA_TEST_GPU(gpu_model_core_tc) {
 // 1e-4, the tc core test's), the gradients within 1e-2 rel RMS (bf16 flips propagated; a wrong
 // SiLU shows at >= 1e-1). The switch must change some gradient bits (a dead switch fails).
 KDA_TEST_GPU(gpu_model_fast_exp) {
-    if (!have_gpu_()) return;
+    if (!gpu_test_have()) return;
     KdaModel m;
     tiny_untied_(&m, 0.05, 83);
     KdaError err = {{0}};
@@ -542,23 +537,23 @@ static void xent_case_(int fused, int row) {
 }
 
 KDA_TEST_GPU(gpu_model_xent_chunks) {
-    if (have_gpu_()) xent_case_(0, 0);
+    if (gpu_test_have()) xent_case_(0, 0);
 }
 
 KDA_TEST_GPU(gpu_model_cls_fused) { // the cluster row kernel (default)
-    if (have_gpu_()) xent_case_(1, KDA_CLS_ROW_CLUSTER);
+    if (gpu_test_have()) xent_case_(1, KDA_CLS_ROW_CLUSTER);
 }
 
 KDA_TEST_GPU(gpu_model_cls_fused_block) { // the block row kernel (KDA_CLS_ROW=1)
-    if (have_gpu_()) xent_case_(1, KDA_CLS_ROW_BLOCK);
+    if (gpu_test_have()) xent_case_(1, KDA_CLS_ROW_BLOCK);
 }
 
 KDA_TEST_GPU(gpu_model_cls_fused_pipe) { // the pipelined row kernel (KDA_CLS_ROW=2)
-    if (have_gpu_()) xent_case_(1, KDA_CLS_ROW_PIPE);
+    if (gpu_test_have()) xent_case_(1, KDA_CLS_ROW_PIPE);
 }
 
 KDA_TEST_GPU(gpu_model_cls_fused_trim) { // the trimmed cluster row kernel (KDA_CLS_ROW=3)
-    if (have_gpu_()) xent_case_(1, KDA_CLS_ROW_TRIM);
+    if (gpu_test_have()) xent_case_(1, KDA_CLS_ROW_TRIM);
 }
 
 // ---- AdamW + scaling + clipping vs the CPU optimizer on the same gradients -------------------
@@ -576,7 +571,7 @@ static void check_close_(const float *a, const float *b, int64_t n, const char *
 }
 
 KDA_TEST_GPU(gpu_model_adamw_matches_cpu) {
-    if (!have_gpu_()) return;
+    if (!gpu_test_have()) return;
     KdaModel m;
     tiny_untied_(&m, 0.02, 21);
     int64_t n = m.table.total_numel;
@@ -720,7 +715,7 @@ static int backends_(KdaRuntime **bc, KdaRuntime **bg, KdaModel *mc, KdaModel *m
 }
 
 KDA_TEST_GPU(gpu_model_train_20_steps) {
-    if (!have_gpu_()) return;
+    if (!gpu_test_have()) return;
     KdaModel mc, mg;
     tiny_untied_(&mc, 0.02, 31);
     tiny_untied_(&mg, 0.02, 31);
@@ -768,7 +763,7 @@ KDA_TEST_GPU(gpu_model_train_20_steps) {
 // 0.1·max(loss, 1) of the CPU's, the mean of the last 20 steps within 0.05 nats, and both learn
 // (< 0.1 x the first loss).
 KDA_TEST_GPU(gpu_model_train_200_steps_tiny_config) {
-    if (!have_gpu_()) return;
+    if (!gpu_test_have()) return;
     KdaError err = {{0}};
     KdaConfig cfg;
     KdaModel mc, mg;
@@ -808,7 +803,7 @@ KDA_TEST_GPU(gpu_model_train_200_steps_tiny_config) {
 // of calls, every row's time is finite and >= 0, and the rows fit inside the wall time (disjoint
 // event intervals on one stream, all inside the host's start and end marks).
 KDA_TEST_GPU(gpu_model_profile) {
-    if (!have_gpu_()) return;
+    if (!gpu_test_have()) return;
     KdaModel m;
     tiny_untied_(&m, 0.05, 21);
     int64_t B = 2, T = 100, L = 2;
@@ -908,7 +903,7 @@ KDA_TEST_GPU(gpu_model_profile) {
 }
 
 KDA_TEST_GPU(gpu_model_errors) {
-    if (!have_gpu_()) return;
+    if (!gpu_test_have()) return;
     KdaModel m;
     tiny_untied_(&m, 0.02, 41);
     KdaError err = {{0}};
@@ -943,7 +938,7 @@ KDA_TEST_GPU(gpu_model_errors) {
 // roundings the fused kernels skip (conv output, z + bias, the L2 backward's bf16 dq), each the
 // size of GPU vs CPU's, independent.
 KDA_TEST_GPU(gpu_fuse_model_matches_unfused) {
-    if (!have_gpu_()) return;
+    if (!gpu_test_have()) return;
     KdaModel m;
     tiny_untied_(&m, 0.05, 81);
     KdaError err = {{0}};
@@ -1050,7 +1045,7 @@ static void fused_gemms_case_(int64_t heads) {
 }
 
 KDA_TEST_GPU(gpu_model_fused_gemms_match) {
-    if (!have_gpu_()) return;
+    if (!gpu_test_have()) return;
     fused_gemms_case_(2);
     fused_gemms_case_(4);
 }
@@ -1060,7 +1055,7 @@ KDA_TEST_GPU(gpu_model_fused_gemms_match) {
 // and without recompute: the plan and the model run the same layout code; this catches a buffer
 // added to one path only. Bytes, exact.
 KDA_TEST_GPU(gpu_model_memory_plan_equals_arena) {
-    if (!have_gpu_()) return;
+    if (!gpu_test_have()) return;
     KdaModel m;
     tiny_untied_(&m, 0.02, 7);
     KdaError err = {{0}};
@@ -1121,7 +1116,7 @@ static int create_with_(KdaCudaModel **dm, const KdaModel *m, const char *var, c
 // The graph passes must have captured and replayed (a capture that falls back to eager keeps the
 // bits but is a failure of this test: it is what the switch is for).
 KDA_TEST_GPU(gpu_model_graph_bit_identical) {
-    if (!have_gpu_()) return;
+    if (!gpu_test_have()) return;
     static const GpuStep SCHED[] = {{{64, 64}, {0, 0}}, {{64, 64}, {0, 0}}, {{64, 64}, {0, 0}},
                                     {{48, 48}, {0, 0}}, {{48, 48}, {1, 1}}, {{64, 48}, {0, 1}},
                                     {{48, 64}, {1, 0}}, {{80, 80}, {0, 0}}, {{80, 80}, {0, 0}}};
@@ -1184,7 +1179,7 @@ KDA_TEST_GPU(gpu_model_graph_bit_identical) {
 // parameters after every step are bit-identical; the profile's AdamW row counts the launches
 // (1 against one per run), so a silent fallback to the per-run path fails the test.
 KDA_TEST_GPU(gpu_model_adamw_one_launch) {
-    if (!have_gpu_()) return;
+    if (!gpu_test_have()) return;
     static const GpuStep SCHED[] = {{{64, 64}, {0, 0}}, {{48, 48}, {1, 0}}, {{64, 64}, {0, 0}}};
     KdaModel m;
     tiny_untied_(&m, 0.05, 95);
@@ -1228,7 +1223,7 @@ KDA_TEST_GPU(gpu_model_adamw_one_launch) {
 // is smaller by (L - 1)·N·I bf16 elements (the plan counts the same), and the switch is on (a
 // silent fallback to the default would pass the bits but fail this).
 KDA_TEST_GPU(gpu_model_mlp_recompute_bit_identical) {
-    if (!have_gpu_()) return;
+    if (!gpu_test_have()) return;
     static const GpuStep SCHED[] = {{{64, 64}, {0, 0}}, {{48, 64}, {1, 0}}, {{64, 64}, {0, 1}}};
     KdaModel m;
     tiny_untied_(&m, 0.05, 97);
@@ -1279,7 +1274,7 @@ KDA_TEST_GPU(gpu_model_mlp_recompute_bit_identical) {
 // fallback would pass the bits but fail this). Cases: =1 (the forward's launch), =2, =2 with
 // KDA_DY_INPLACE=1.
 KDA_TEST_GPU(gpu_model_conv_qkv_bit_identical) {
-    if (!have_gpu_()) return;
+    if (!gpu_test_have()) return;
     static const GpuStep SCHED[] = {{{64, 64}, {0, 0}}, {{48, 64}, {1, 0}}, {{64, 64}, {0, 1}}};
     for (int cs = 0; cs < 3; cs++) {
         int dyi = cs == 2, want = cs ? 2 : 1;
@@ -1328,7 +1323,7 @@ KDA_TEST_GPU(gpu_model_conv_qkv_bit_identical) {
 // Off with KDA_GRAPH=0, and eager while a profile runs: the profiled iteration's ops are the eager
 // launches (their events could not be captured), and graphs resume after it.
 KDA_TEST_GPU(gpu_model_graph_off_and_profile) {
-    if (!have_gpu_()) return;
+    if (!gpu_test_have()) return;
     KdaModel m;
     tiny_untied_(&m, 0.05, 91);
     KdaError err = {{0}};

@@ -30,13 +30,8 @@
 #include "model/model.h"      // defines: KdaModel, kda_model_free
 #include "model/model_cuda.h" // defines: KdaCudaModel, kda_cuda_model_*
 #include "tiny_model.h"       // defines: tiny_model_init
+#include "gpu_ctx.h"          // defines: gpu_test_have
 #include "gpu_step.h"         // defines: GpuStep, gpu_train_step, gpu_bits_differ
-
-static int have_gpu_(void) {
-    int ok = kda_cuda_device_count() > 0;
-    CHECK_MSG(ok, "no usable CUDA device (GPU tests need one)");
-    return ok;
-}
 
 // The environment variable var set to val (NULL: unset); returns its previous value (a copy,
 // NULL when it was unset) for env_restore_.
@@ -117,7 +112,7 @@ static int chain_(KdaCudaCtx *ctx, const float *x0, const float *a0, const float
 }
 
 KDA_TEST_GPU(gpu_pdl_kernel_chain) {
-    if (!have_gpu_()) return;
+    if (!gpu_test_have()) return;
     const int64_t N = CH_N, D = CH_D, K = CH_K, n = N * D;
     KdaRng r;
     rng_seed(&r, 4242);
@@ -174,7 +169,7 @@ KDA_TEST_GPU(gpu_pdl_kernel_chain) {
 // graphs, KDA_PDL=1 (programmatic edges captured into the graph). Every pass must give pass 0's
 // bits at every step; the graph passes must have captured and replayed.
 KDA_TEST_GPU(gpu_pdl_model_bit_identical) {
-    if (!have_gpu_()) return;
+    if (!gpu_test_have()) return;
     static const GpuStep SCHED[] = {{{64, 64}, {0, 1}},
                                     {{64, 64}, {0, 0}},
                                     {{64, 64}, {1, 0}},

@@ -29,6 +29,7 @@
 #include "core/util.h"        // defines: f32_to_bf16, bf16_to_f32
 #include "cuda/cuda_common.h" // defines: KdaCudaCtx, kda_cuda_*
 #include "cuda/xent_cuda.h"   // defines: kda_cuda_xent_fwd, KdaCudaXentWs, kda_cuda_cls_fused
+#include "gpu_ctx.h"          // defines: gpu_test_ctx
 
 #define ROW_TOL 3e-6
 #define SUM_TOL 1e-5
@@ -65,13 +66,8 @@ static double logit_(const float *n, const float *W, int64_t r, int64_t v, int b
 // loss-only mode (bf16 logits) with the cluster (1), block (2) or pipelined (3) row kernel, in
 // token chunks of 16.
 static void peaked_case_(int mode) {
-    int ok = kda_cuda_device_count() > 0;
-    CHECK_MSG(ok, "no usable CUDA device (GPU tests need one)");
-    if (!ok) return;
     KdaCudaCtx ctx;
-    KdaError err = {{0}};
-    CHECK_MSG(kda_cuda_init(&ctx, 0, &err) == 0, "%s", err.msg);
-    if (err.msg[0]) return;
+    if (!gpu_test_ctx(&ctx)) return;
     const int64_t CH = 16384, ROWS = 16;
     float *n = kda_calloc((size_t)(N * D), sizeof(float)), *W = kda_calloc((size_t)(V * D), 4);
     int32_t *tg = kda_malloc((size_t)N * sizeof(int32_t));
