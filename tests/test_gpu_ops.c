@@ -268,6 +268,13 @@ KDA_TEST_GPU(gpu_gemm_tune) {
     dfree_all_();
 }
 
+// The forward form's (op_T(A) [m, k] · B [k, n], bf16 out) candidate i described into desc [96],
+// the count into *nc and KDA_GEMM_TILES's pick into *picked (NULL: not wanted).
+static void fwd_cand_(int64_t m, int64_t n, int64_t k, int i, char *desc, int *nc, int *picked) {
+    ok_(kda_cuda_gemm_cand_desc(&g_ctx, 1, 0, m, n, k, k, k, KDA_DT_BF16, m, i, desc, 96, nc,
+                                picked));
+}
+
 // KDA_GEMM_CAND=i (ctx->gemm_cand): every GEMM runs the heuristic's candidate i where the shape
 // has one: the products stay right (gemm_case_'s tolerances; another algorithm only reorders the
 // fp32 sums), on shapes with few and with many candidates; kda_cuda_gemm_cand_desc names each
@@ -280,12 +287,10 @@ KDA_TEST_GPU(gpu_gemm_cand) {
     int64_t m = 1024, n = 2048, k = 512;
     char desc[96];
     int nc = 0, np = 0;
-    ok_(kda_cuda_gemm_cand_desc(&g_ctx, 1, 0, m, n, k, k, k, KDA_DT_BF16, m, 0, desc, sizeof desc,
-                                &nc, NULL));
+    fwd_cand_(m, n, k, 0, desc, &nc, NULL);
     CHECK_MSG(nc >= 1 && nc <= 8 && !strncmp(desc, "algo ", 5), "%d candidates, #0 '%s'", nc, desc);
     printf("    cand 1024x2048x512: %d candidates, #0 %s\n", nc, desc);
-    ok_(kda_cuda_gemm_cand_desc(&g_ctx, 1, 0, m, n, k, k, k, KDA_DT_BF16, m, nc, desc, sizeof desc,
-                                &np, NULL));
+    fwd_cand_(m, n, k, nc, desc, &np, NULL);
     CHECK(np == nc && desc[0] == '\0');
     float *a = randn_(&r, m * k, 1.0f), *b = randn_(&r, k * n, 1.0f), ms[8];
     kda_bf16 *da = dev_bf16_(a, m * k), *db = dev_bf16_(b, k * n);
@@ -334,11 +339,9 @@ KDA_TEST_GPU(gpu_gemm_tiles) {
     int64_t m = 1024, n = 4096, k = 1024;
     char desc[96];
     int nc = 0, tile[8], picked = -1, saved = g_ctx.n_gemm_tiles;
-    ok_(kda_cuda_gemm_cand_desc(&g_ctx, 1, 0, m, n, k, k, k, KDA_DT_BF16, m, 0, desc, sizeof desc,
-                                &nc, NULL));
+    fwd_cand_(m, n, k, 0, desc, &nc, NULL);
     for (int i = 0; i < nc; i++) {
-        ok_(kda_cuda_gemm_cand_desc(&g_ctx, 1, 0, m, n, k, k, k, KDA_DT_BF16, m, i, desc,
-                                    sizeof desc, &nc, NULL));
+        fwd_cand_(m, n, k, i, desc, &nc, NULL);
         CHECK_MSG(sscanf(desc, "algo %*d tile %d", &tile[i]) == 1, "'%s'", desc);
     }
     for (int i = 0; i < nc; i++) {
@@ -346,18 +349,15 @@ KDA_TEST_GPU(gpu_gemm_tiles) {
         while (tile[first] != tile[i])
             first++;
         g_ctx.gemm_tiles[0] = 99999, g_ctx.gemm_tiles[1] = tile[i], g_ctx.n_gemm_tiles = 2;
-        ok_(kda_cuda_gemm_cand_desc(&g_ctx, 1, 0, m, n, k, k, k, KDA_DT_BF16, m, 0, desc,
-                                    sizeof desc, &nc, &picked));
+        fwd_cand_(m, n, k, 0, desc, &nc, &picked);
         CHECK_MSG(picked == first, "tiles {99999, %d}: picked %d, expected %d", tile[i], picked,
                   first);
         g_ctx.gemm_tiles[0] = tile[nc - 1], g_ctx.gemm_tiles[1] = tile[i]; // the earlier wins
-        ok_(kda_cuda_gemm_cand_desc(&g_ctx, 1, 0, m, n, k, k, k, KDA_DT_BF16, m, 0, desc,
-                                    sizeof desc, &nc, &picked));
+        fwd_cand_(m, n, k, 0, desc, &nc, &picked);
         CHECK(tile[picked] == tile[nc - 1]);
     }
     g_ctx.gemm_tiles[0] = 99999, g_ctx.n_gemm_tiles = 1;
-    ok_(kda_cuda_gemm_cand_desc(&g_ctx, 1, 0, m, n, k, k, k, KDA_DT_BF16, m, 0, desc, sizeof desc,
-                                &nc, &picked));
+    fwd_cand_(m, n, k, 0, desc, &nc, &picked);
     CHECK(picked == 0);
     KdaRng r;
     rng_seed(&r, 113);
