@@ -71,19 +71,21 @@ int kda_cuda_query(int device, KdaCudaDeviceInfo *info, KdaError *err) {
     return 0;
 }
 
-int kda_cuda_parse_gemm_tiles(const char *s, int tiles[8], int *n, KdaError *err) {
+int kda_cuda_parse_gemm_tiles(const char *s, int tiles[KDA_CUDA_GEMM_TILES_MAX], int *n,
+                              KdaError *err) {
     *n = 0;
     if (!s || !*s) return 0;
     const char *p = s;
     for (;;) {
         char *end = NULL;
         long v = strtol(p, &end, 10);
-        if (end == p || v < 1 || v > 100000 || *n == 8 || (*end && *end != ',')) {
+        if (end == p || v < 1 || v > 100000 || *n == KDA_CUDA_GEMM_TILES_MAX ||
+            (*end && *end != ',')) {
             *n = 0;
             return kda_fail(err,
-                            "cuda: KDA_GEMM_TILES='%s': expected 1 to 8 comma-separated cuBLASLt "
+                            "cuda: KDA_GEMM_TILES='%s': expected 1 to %d comma-separated cuBLASLt "
                             "tile ids (cublasLtMatmulTile_t, e.g. 201,197)",
-                            s);
+                            s, KDA_CUDA_GEMM_TILES_MAX);
         }
         tiles[(*n)++] = (int)v;
         if (!*end) return 0;
@@ -93,6 +95,10 @@ int kda_cuda_parse_gemm_tiles(const char *s, int tiles[8], int *n, KdaError *err
 
 int kda_cuda_init(KdaCudaCtx *ctx, int device, KdaError *err) {
     memset(ctx, 0, sizeof *ctx);
+    // a malformed switch fails before anything is created
+    if (kda_cuda_parse_gemm_tiles(getenv("KDA_GEMM_TILES"), ctx->gemm_tiles, &ctx->n_gemm_tiles,
+                                  err))
+        return -1;
     ctx->device = device;
     if (kda_cuda_query(device, &ctx->info, err)) return -1;
     cudaError_t e = cudaSetDevice(device);
@@ -116,11 +122,6 @@ int kda_cuda_init(KdaCudaCtx *ctx, int device, KdaError *err) {
     ctx->gemm_tune = tune && !strcmp(tune, "1");
     const char *cand = getenv("KDA_GEMM_CAND"); // "1".."7"; anything else: 0
     ctx->gemm_cand = cand && cand[0] >= '1' && cand[0] <= '7' && !cand[1] ? cand[0] - '0' : 0;
-    if (kda_cuda_parse_gemm_tiles(getenv("KDA_GEMM_TILES"), ctx->gemm_tiles, &ctx->n_gemm_tiles,
-                                  err)) {
-        kda_cuda_free(ctx);
-        return -1;
-    }
     const char *tcv = getenv("KDA_TC_V");
     // 5 (default since the GPU run of 2026-12-03, session 6: bitwise v4, KDA core rows 17.2 →
     // 15.8 ms at mb 16): v4 with the mma-only operands rounded to TF32 once (kda_tc.h); "4": v4;

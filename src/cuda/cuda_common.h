@@ -26,6 +26,8 @@ extern "C" { // C linkage for error.h too when a .cu includes this
 
 typedef uint16_t kda_bf16; // bf16 bits on the device
 
+#define KDA_CUDA_GEMM_TILES_MAX 8 // tile ids KDA_GEMM_TILES may list (KdaCudaCtx.gemm_tiles)
+
 typedef struct {
     char name[256];
     int cc_major, cc_minor;      // compute capability
@@ -73,7 +75,7 @@ typedef struct {
     // the H200's power cap the heuristic's first pick (192x192 tiles on the MLP and head shapes)
     // ran 8-9 % slower at the sustained draw than 176x128 and 168x128 ones
     // (docs/log/gpu-2026-12-03.md §26). n_gemm_tiles 0 (the default): the heuristic's first.
-    int gemm_tiles[8];
+    int gemm_tiles[KDA_CUDA_GEMM_TILES_MAX];
     int n_gemm_tiles;
     // tc_version: the tensor-core KDA core's kernels (cuda/kda_tc.h), 5 (the default since
     // 2026-12-03), 4 when KDA_TC_V=4 at init, 3 when KDA_TC_V=3, 6 or 7 when KDA_TC_V=6 or 7
@@ -124,10 +126,12 @@ void kda_cuda_clear_error(KdaCudaCtx *ctx);
 // Creates stream, cuBLASLt handle and a 32 MiB cuBLASLt workspace on `device`; fills ctx->info.
 // On failure returns -1 with the reason in *err and leaves nothing allocated.
 int kda_cuda_init(KdaCudaCtx *ctx, int device, KdaError *err);
-// KDA_GEMM_TILES's value s (NULL or empty: none) into tiles [8], *n of them: 1 to 8 comma-
-// separated cuBLASLt tile ids, each 1..100000. Malformed: *n = 0, -1 and one line in err naming
-// the variable. Host only, no device needed (kda_cuda_init calls it).
-int kda_cuda_parse_gemm_tiles(const char *s, int tiles[8], int *n, KdaError *err);
+// KDA_GEMM_TILES's value s (NULL or empty: none) into tiles [KDA_CUDA_GEMM_TILES_MAX], *n of them:
+// 1 to KDA_CUDA_GEMM_TILES_MAX comma-separated cuBLASLt tile ids, each 1..100000. Malformed:
+// *n = 0, -1 and one line in err naming the variable. Host only, no device needed (kda_cuda_init
+// calls it first).
+int kda_cuda_parse_gemm_tiles(const char *s, int tiles[KDA_CUDA_GEMM_TILES_MAX], int *n,
+                              KdaError *err);
 void kda_cuda_free(KdaCudaCtx *ctx); // accepts a zeroed struct
 int kda_cuda_sync(KdaCudaCtx *ctx);  // waits for ctx->stream; reports asynchronous errors
 
