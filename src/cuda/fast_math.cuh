@@ -17,9 +17,8 @@
 // SiLU 2e-6 relative for |x| <= 20 (8e-6 on [-87, 100]), SiLU' 2e-6 absolute, e^x 2e-6 relative
 // on [-20, 0] (8e-6 on [-87, 0]) for the host form; the device form is held to 3e-6, 4e-6 and
 // 3e-6 there (rcp.approx's and ex2.approx's last ulps). It grows with |x| since x·log2 e is
-// rounded once (the CUDA C
-// Programming Guide's __expf bound, 2 + floor(|1.173 x|) ulp, is that rounding plus ex2.approx's
-// ~2 ulp); rcp.approx adds <= 1 ulp.
+// rounded once (the CUDA C Programming Guide's __expf bound, 2 + floor(|1.173 x|) ulp, is that
+// rounding plus ex2.approx's ~2 ulp); rcp.approx adds <= 1 ulp.
 //
 // The host form (the CPU suite's twins) is the same formula with exp2f and an IEEE divide,
 // results flushed below 2^-126 as ftz does: the device differs from it by ex2.approx's and
