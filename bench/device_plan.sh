@@ -6,7 +6,8 @@
 # Usage (repository root, on the GPU machine; carry .devdeps and .whl):
 #   bash bench/device_plan.sh 1   # kda.c vs FLA (full autotune, recorded results) at mb 16/32/64,
 #                                 # the whole GPU suite, bench_gpu (the core's per-kernel profile),
-#                                 # the CE row kernels' shapes
+#                                 # the CE row kernels' shapes; TP_ENV="VAR=value ..." runs
+#                                 # kda.c's throughput runs (only) with those switches
 #   bash bench/device_plan.sh 2   # each switch against the defaults at mb 16, profile and timing
 #   bash bench/device_plan.sh 3   # the kernel comparison with FLA (run_compare.sh); SHAPES=128x128
 #                                 # gives FLA's K = V = 128 autotune the whole call
@@ -70,7 +71,8 @@ tput() {
 
 case $STEP in
 1)
-    OUT=$D/tp FLA_ONE_CONFIG=0 FLA_LIMIT=300 KDA_LIMIT=$(($(left) - 170)) MBS="16 32 64" \
+    # shellcheck disable=SC2086 # TP_ENV: VAR=value words for kda.c's throughput runs only
+    env ${TP_ENV:-} OUT=$D/tp FLA_ONE_CONFIG=0 FLA_LIMIT=300 KDA_LIMIT=$(($(left) - 170)) MBS="16 32 64" \
         PROFILE=3 KDA_EXTRA_TARGETS="$B/kda_test $B/bench/bench_gpu" \
         bash bench/train_throughput/run.sh > "$D/tp.txt" 2>&1
     grep -E '^\| *(16|32|64) |^fla_train: mb|FLA autotune seed' "$D/tp.txt" "$D/tp/build.log" |
