@@ -107,7 +107,7 @@ case $STEP in
         > "$D/tests_qkv.txt" 2>&1
     say "gpu_model gpu_fuse with KDA_CONV_QKV=2 KDA_PDL=1: rc=$? $(tail -1 "$D/tests_qkv.txt")"
     tput base
-    tput tiles KDA_GEMM_TILES=201,197
+    tput tiles_off KDA_GEMM_TILES= # cuBLASLt's first pick (the default before session 9)
     tput graph_off KDA_GRAPH=0 PROFILE=
     tput base_noprof PROFILE=
     tput adamw_off KDA_ADAMW_ONE=0
@@ -210,8 +210,7 @@ case $STEP in
     # unprofiled (graphs on), interleaved so that the clock's drift hits both alike: a switch
     # becomes the default when its runs beat every defaults run by more than their spread.
     kda_gpu_env > /dev/null && kda_gpu_build "$D/build.log" "$B/kda" || exit 1
-    ab_all="KDA_GEMM_TILES=201,197 KDA_TC_V=7 KDA_FAST_EXP=1"
-    IFS=';' read -r -a cands <<< "${AB:-KDA_GEMM_TILES=201,197;KDA_TC_V=7;KDA_FAST_EXP=1;$ab_all}"
+    IFS=';' read -r -a cands <<< "${AB:-KDA_FAST_EXP=1;KDA_GEMM_TILES=}"
     for rep in $(seq "${REPS:-2}"); do
         tput "base_$rep" PROFILE=
         for i in "${!cands[@]}"; do

@@ -308,12 +308,14 @@ KDA_TEST_GPU(gpu_gemm_cand) {
     dfree_all_();
 }
 
-// KDA_GEMM_TILES's parser (host only): lists of 1-8 ids are read in order; anything else is one
-// error line naming the variable and leaves no tiles.
+// KDA_GEMM_TILES's parser (host only): unset gives the default list (201, 197: 176x128 before
+// 168x128), empty none; lists of 1-8 ids are read in order; anything else is one error line
+// naming the variable and leaves no tiles.
 KDA_TEST(cuda_gemm_tiles_parse) {
     int t[KDA_CUDA_GEMM_TILES_MAX] = {0}, n = -1;
     KdaError err = {{0}};
-    CHECK(kda_cuda_parse_gemm_tiles(NULL, t, &n, &err) == 0 && n == 0);
+    CHECK(kda_cuda_parse_gemm_tiles(NULL, t, &n, &err) == 0 && n == 2 && t[0] == 201 &&
+          t[1] == 197);
     CHECK(kda_cuda_parse_gemm_tiles("", t, &n, &err) == 0 && n == 0);
     CHECK(kda_cuda_parse_gemm_tiles("201,197", t, &n, &err) == 0 && n == 2 && t[0] == 201 &&
           t[1] == 197);

@@ -74,7 +74,8 @@ int kda_cuda_query(int device, KdaCudaDeviceInfo *info, KdaError *err) {
 int kda_cuda_parse_gemm_tiles(const char *s, int tiles[KDA_CUDA_GEMM_TILES_MAX], int *n,
                               KdaError *err) {
     *n = 0;
-    if (!s || !*s) return 0;
+    if (!s) s = KDA_CUDA_GEMM_TILES_DEFAULT;
+    if (!*s) return 0;
     const char *p = s;
     for (;;) {
         char *end = NULL;

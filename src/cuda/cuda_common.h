@@ -27,6 +27,9 @@ extern "C" { // C linkage for error.h too when a .cu includes this
 typedef uint16_t kda_bf16; // bf16 bits on the device
 
 #define KDA_CUDA_GEMM_TILES_MAX 8 // tile ids KDA_GEMM_TILES may list (KdaCudaCtx.gemm_tiles)
+// KDA_GEMM_TILES unset: cuBLASLt's 176x128 (201), then 168x128 (197) tiles where a shape's
+// heuristic offers them (KdaCudaCtx.gemm_tiles says why).
+#define KDA_CUDA_GEMM_TILES_DEFAULT "201,197"
 
 typedef struct {
     char name[256];
@@ -69,12 +72,14 @@ typedef struct {
     // For measuring the candidates' energy at the power cap (bench/kda_kernel/bench_gemm.c,
     // docs/perf-log.md "session 8"); tests and benchmarks may set the field between calls.
     int gemm_cand;
-    // gemm_tiles: KDA_GEMM_TILES="201,197" at init (cuBLASLt tile ids, cublasLt.h's
-    // cublasLtMatmulTile_t; at most 8): a new plan runs the first of its heuristic candidates
-    // whose tile comes first in this list (none listed among them: the heuristic's first). Under
-    // the H200's power cap the heuristic's first pick (192x192 tiles on the MLP and head shapes)
-    // ran 8-9 % slower at the sustained draw than 176x128 and 168x128 ones
-    // (docs/log/gpu-2026-12-03.md §26). n_gemm_tiles 0 (the default): the heuristic's first.
+    // gemm_tiles: KDA_GEMM_TILES at init (cuBLASLt tile ids, cublasLt.h's cublasLtMatmulTile_t;
+    // at most 8; unset: KDA_CUDA_GEMM_TILES_DEFAULT): a new plan runs the first of its heuristic
+    // candidates whose tile comes first in this list (none listed among them: the heuristic's
+    // first). Under the H200's power cap the heuristic's first pick (192x192 tiles on the MLP
+    // and head shapes) ran 8-9 % slower at the sustained draw than 176x128 and 168x128 ones
+    // (docs/log/gpu-2026-12-03.md §26), and the step at mb 16 0.4-0.9 ms faster with the list
+    // than every run without it (§27: the default since 2026-12-03, session 9).
+    // KDA_GEMM_TILES= (empty), n_gemm_tiles 0: the heuristic's first everywhere.
     int gemm_tiles[KDA_CUDA_GEMM_TILES_MAX];
     int n_gemm_tiles;
     // tc_version: the tensor-core KDA core's kernels (cuda/kda_tc.h), 5 (the default since
@@ -126,7 +131,8 @@ void kda_cuda_clear_error(KdaCudaCtx *ctx);
 // Creates stream, cuBLASLt handle and a 32 MiB cuBLASLt workspace on `device`; fills ctx->info.
 // On failure returns -1 with the reason in *err and leaves nothing allocated.
 int kda_cuda_init(KdaCudaCtx *ctx, int device, KdaError *err);
-// KDA_GEMM_TILES's value s (NULL or empty: none) into tiles [KDA_CUDA_GEMM_TILES_MAX], *n of them:
+// KDA_GEMM_TILES's value s (NULL, unset: KDA_CUDA_GEMM_TILES_DEFAULT; empty: none) into tiles
+// [KDA_CUDA_GEMM_TILES_MAX], *n of them:
 // 1 to KDA_CUDA_GEMM_TILES_MAX comma-separated cuBLASLt tile ids, each 1..100000. Malformed:
 // *n = 0, -1 and one line in err naming the variable. Host only, no device needed (kda_cuda_init
 // calls it first).
