@@ -5,9 +5,10 @@
 #
 # Usage (repository root, on the GPU machine; carry .devdeps and .whl):
 #   bash bench/device_plan.sh 1   # kda.c vs FLA (full autotune, recorded results) at mb 16/32/64,
-#                                 # the whole GPU suite, bench_gpu (the core's per-kernel profile),
-#                                 # the CE row kernels' shapes; TP_ENV="VAR=value ..." runs
-#                                 # kda.c's throughput runs (only) with those switches
+#                                 # the whole GPU suite (also under KDA_FAST_EXP=1), bench_gpu (the
+#                                 # core's per-kernel profile), the CE row kernels' shapes;
+#                                 # TP_ENV="VAR=value ..." runs kda.c's throughput runs (only)
+#                                 # with those switches
 #   bash bench/device_plan.sh 2   # each switch against the defaults at mb 16, profile and timing
 #   bash bench/device_plan.sh 3   # the kernel comparison with FLA (run_compare.sh); SHAPES=128x128
 #                                 # gives FLA's K = V = 128 autotune the whole call
@@ -82,6 +83,14 @@ case $STEP in
     KDA_BIN=$B/kda timeout $(($(left) - 110)) "$B/kda_test" --gpu > "$D/suite.txt" 2>&1
     say "GPU suite: rc=$? $(tail -1 "$D/suite.txt")"
     grep '^FAIL' "$D/suite.txt" | tee -a "$SUM"
+    # the suite under the fast exponentials (the candidate default, perf-log "session 9"): the
+    # tests that toggle KDA_FAST_EXP put it back (tests/gpu_ctx.h GpuEnv)
+    if [ "$(left)" -gt 260 ]; then
+        KDA_FAST_EXP=1 KDA_BIN=$B/kda timeout $(($(left) - 150)) "$B/kda_test" --gpu \
+            > "$D/suite_fx.txt" 2>&1
+        say "GPU suite, KDA_FAST_EXP=1: rc=$? $(tail -1 "$D/suite_fx.txt")"
+        grep '^FAIL' "$D/suite_fx.txt" | tee -a "$SUM"
+    fi
     timeout $(($(left) - 50)) "$B/bench/bench_gpu" > "$D/bench_gpu.txt" 2>&1
     say "bench_gpu: rc=$?"
     grep -A9 -E 'tc v[567] kept path per kernel' "$D/bench_gpu.txt" | tee -a "$SUM"

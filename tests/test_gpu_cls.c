@@ -31,7 +31,7 @@
 #include "cpu/xent.h"         // defines: XENT_IGNORE
 #include "cuda/cuda_common.h" // defines: KdaCudaCtx, kda_cuda_*
 #include "cuda/xent_cuda.h"   // defines: kda_cuda_cls_row_kernel, kda_cuda_cls_rows2_host
-#include "gpu_ctx.h"          // defines: gpu_test_ctx
+#include "gpu_ctx.h"          // defines: gpu_test_ctx, GpuEnv, gpu_env_set
 
 // Trained-like rows (test_cls_host.c's): N(0, 2) background, the target +14, three distractors
 // +8; row 1 flat, row 2 at +40, every 7th row ignored; padding columns NaN.
@@ -121,12 +121,16 @@ static const ClsCase CLS_CASES[] = {{1003, 1}, {1003, 2},  {1003, 4},  {1003, 8}
                                     {8, 2},    {32768, 1}, {32769, 0}, {128256, 0}, {128256, 8}};
 #define N_CLS_CASES (sizeof CLS_CASES / sizeof *CLS_CASES)
 
-// kda_cuda_init of GPU 0 into *ctx: 1, or 0 after a failed check (no usable device, init error).
-
+// The cluster, block and trimmed row kernels at every case against their host twins (tolerances
+// above), the trimmed one also against the cluster one bit for bit: its precise form, so
+// KDA_FAST_EXP=0 for the test (the fast form: gpu_cls_trim_fast_exp; a suite run under
+// KDA_FAST_EXP=1 failed here: docs/log/gpu-2026-12-03.md §30). And the argument checks.
 KDA_TEST_GPU(gpu_cls_rows_match_host) {
     KdaCudaCtx ctx;
     int ok = gpu_test_ctx(&ctx);
     if (!ok) return;
+    GpuEnv fx;
+    gpu_env_set(&fx, "KDA_FAST_EXP", "0");
     const ClsCase *cases = CLS_CASES;
     const int64_t rows = 37;
     for (size_t c = 0; c < N_CLS_CASES && ok; c++) {
@@ -184,6 +188,7 @@ KDA_TEST_GPU(gpu_cls_rows_match_host) {
     }
     kda_cuda_release(d);
     kda_cuda_free(&ctx);
+    gpu_env_restore(&fx);
 }
 
 // The trimmed kernel with KDA_FAST_EXP=1 (its sum pass by the fast exponential, fast_math.cuh)
@@ -210,12 +215,14 @@ KDA_TEST_GPU(gpu_cls_trim_fast_exp) {
         float nf[37], sf[37], np_[37], sp[37], nh[37], sh[37];
         make_rows_(lg, tg, rows, V, ld, 500 + c);
         float scale = 1.0f / 31.0f;
-        setenv("KDA_FAST_EXP", "1", 1);
+        GpuEnv fx;
+        gpu_env_set(&fx, "KDA_FAST_EXP", "1");
         int rc = run_dev_(&ctx, lg, tg, rows, V, ld, scale, KDA_CLS_ROW_TRIM, CLS_CASES[c].cl, NULL,
                           gf, nf, sf);
-        unsetenv("KDA_FAST_EXP");
+        setenv("KDA_FAST_EXP", "0", 1);
         rc = rc || run_dev_(&ctx, lg, tg, rows, V, ld, scale, KDA_CLS_ROW_TRIM, CLS_CASES[c].cl,
                             NULL, gp, np_, sp);
+        gpu_env_restore(&fx);
         CHECK_MSG(rc == 0, "V %lld cl %d: %s", (long long)V, cl, ctx.err.msg);
         if (rc) {
             ok = 0;

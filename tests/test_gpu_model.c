@@ -41,7 +41,7 @@
 #include "model/model_cuda.h" // defines: KdaCudaModel, kda_cuda_model_*
 #include "cuda/xent_cuda.h"   // defines: kda_cuda_xent_fwd, kda_cuda_xent_bwd
 #include "tiny_model.h"       // defines: tiny_load_model, tiny_model_init
-#include "gpu_ctx.h"          // defines: gpu_test_have
+#include "gpu_ctx.h"          // defines: gpu_test_have, GpuEnv, gpu_env_set
 #include "gpu_step.h"         // defines: GpuStep, gpu_train_step, gpu_bits_differ
 #include "kda_case.h"         // defines: kda_case_expect, kda_case_fla_ratio
 #include "io/safetensors.h"   // defines: SafeTensors, st_open, st_find
@@ -379,8 +379,8 @@ KDA_TEST_GPU(gpu_model_core_tc) {
 }
 
 // KDA_FAST_EXP=1 (the conv kernels' fast SiLU / SiLU' and the CE row kernel's fast sum pass,
-// src/cuda/fast_math.cuh; read at every launch, so it is set around the step) against the
-// default, one fused forward + backward of the tiny model (W = 4, K = 32: the fast kernels).
+// src/cuda/fast_math.cuh; read at every launch, so it is set around the step) against
+// KDA_FAST_EXP=0, one fused forward + backward of the tiny model (W = 4, K = 32: the fast kernels).
 // Bounds (docs/perf-log.md, "Fast exponentials in SiLU and the CE sum pass"): the fast SiLU is
 // within 2e-6 of the precise one, so the conv outputs flip one bf16 ulp in ~0.1 % of elements,
 // and each row's lse moves by <= 2e-6 · max(1, |lse|): the loss within 1e-5 relative (tolerance
@@ -400,9 +400,10 @@ KDA_TEST_GPU(gpu_model_fast_exp) {
     for (int pass = 0; pass < 2 && !rc; pass++) {
         KdaCudaModel *dm = NULL;
         rc = kda_cuda_model_create(&dm, &m.cfg, &m.table, m.params, 0, &err);
-        if (pass == 1) setenv("KDA_FAST_EXP", "1", 1);
+        GpuEnv fx;
+        gpu_env_set(&fx, "KDA_FAST_EXP", pass == 1 ? "1" : "0");
         if (!rc) rc = gpu_step_fused_(dm, ids, B, T, NULL, &loss[pass], g[pass], &err);
-        unsetenv("KDA_FAST_EXP");
+        gpu_env_restore(&fx);
         kda_cuda_model_free(dm);
     }
     CHECK_MSG(rc == 0, "%s", err.msg);

@@ -43,6 +43,7 @@
 #include "cuda/swiglu_cuda.h"   // defines: kda_cuda_swiglu_*
 #include "model/params.h"       // defines: KdaParamTable, KdaParamInfo
 #include "model/optim.h"        // defines: kda_adamw_*, kda_grad_norm, kda_grad_clip
+#include "gpu_ctx.h"            // defines: GpuEnv, gpu_env_set, gpu_env_restore
 
 #define TOL_BF16 1e-2
 #define TOL_F32  1e-5
@@ -595,7 +596,8 @@ static ConvIn conv_in_(KdaRng *r, int64_t B, int64_t T, int64_t C, int64_t W, in
 // out [4] = y [n], rstd [nr], dp [n], dw [C·W] (host fp32 copies, the caller frees them).
 static void conv_run_env_(const ConvIn *c, const char *var, const char *val, float *out[4]) {
     int64_t n = c->n, nr = c->nr, B = c->B, T = c->T, C = c->C, W = c->W, K = c->K;
-    setenv(var, val, 1);
+    GpuEnv e;
+    gpu_env_set(&e, var, val);
     kda_bf16 *y = dev_poison_((size_t)n * 2), *dp = dev_poison_((size_t)n * 2);
     float *rs = dev_poison_((size_t)nr * 4), *dwg = dev_f32_(c->dw0, C * W);
     if (K > 0) {
@@ -605,7 +607,7 @@ static void conv_run_env_(const ConvIn *c, const char *var, const char *val, flo
         ok_(kda_cuda_conv_silu_fwd(&g_ctx, y, c->dp_, c->dw_, B, T, C, W));
         ok_(kda_cuda_conv_silu_bwd(&g_ctx, dp, dwg, c->dyb, c->dp_, c->dw_, B, T, C, W));
     }
-    unsetenv(var);
+    gpu_env_restore(&e);
     out[0] = get_bf16_(y, n), out[1] = get_f32_(rs, nr);
     out[2] = get_bf16_(dp, n), out[3] = get_f32_(dwg, C * W);
 }
@@ -621,13 +623,16 @@ static void conv_case_free_(ConvIn *c, float *out[2][4]) {
 
 // One conv case run with the prefetching kernels (KDA_CONV_PREFETCH=1) and without (the
 // default): the same arithmetic in the same order, so y (and rstd), dp and dw bit for
-// bit.
+// bit. The prefetching kernels have no fast SiLU: both runs precise (KDA_FAST_EXP=0).
 static void conv_pf_case_(KdaRng *r, int64_t B, int64_t T, int64_t C, int64_t W, int64_t K) {
     ConvIn c = conv_in_(r, B, T, C, W, K);
     int64_t n = c.n, nr = c.nr;
     float *out[2][4]; // [pf][y, rstd, dp, dw]
+    GpuEnv fx;
+    gpu_env_set(&fx, "KDA_FAST_EXP", "0");
     conv_run_env_(&c, "KDA_CONV_PREFETCH", "1", out[1]);
     conv_run_env_(&c, "KDA_CONV_PREFETCH", "0", out[0]);
+    gpu_env_restore(&fx);
     const int64_t sz[4] = {n, nr, n, C * W};
     const char *nm[4] = {"y", "rstd", "dp", "dw"};
     for (int k = 0; k < 4; k++) {
@@ -1615,11 +1620,12 @@ KDA_TEST_GPU(gpu_conv_fast_exp) {
     conv_fx_case_(&r, 2, 2048, 256, 4, 32);
     conv_fx_case_(&r, 2, 63, 3 * 16, 1, 16);
     unsetenv("KDA_CONV_V");
-    setenv("KDA_FAST_EXP", "1", 1);
+    GpuEnv fx;
+    gpu_env_set(&fx, "KDA_FAST_EXP", "1");
     conv_qkv_gpu_case_(&r, 16, 2048, 8, 32, 512, 4, 0, 1);
     conv_qkv_gpu_case_(&r, 2, 2048, 8, 32, 512, 4, 1160, 1);
     conv_qkv_gpu_case_(&r, 3, 37, 3, 16, 40, 3, 0, 1);
-    unsetenv("KDA_FAST_EXP");
+    gpu_env_restore(&fx);
 }
 
 KDA_TEST_GPU(gpu_fuse_gnorm_bias) {
