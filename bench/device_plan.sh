@@ -21,7 +21,8 @@
 #   bash bench/device_plan.sh 9   # interleaved A/B at mb TPUT_MB (16): the defaults and each
 #                                 # candidate of AB (';'-separated settings), REPS (2) rounds
 #   bash bench/device_plan.sh 8   # energy per call at the sustained power draw: every cuBLASLt
-#                                 # candidate of the step's MLP and head GEMMs (bench_gemm), every
+#                                 # candidate of the step's MLP, head and attention projection
+#                                 # GEMMs (bench_gemm; GEMM_ROWS="proj": only the last), every
 #                                 # bench_gpu row and the CE row kernels (KDA_BENCH_ENERGY)
 # Output: $OUT/stepN/ (the scripts' own outputs), $OUT/stepN.md (what is printed last), and
 # $OUT/stepN.tgz (stepN/ packed: the device tool brings back a few files per call).
@@ -203,7 +204,9 @@ case $STEP in
     # joules than cuBLASLt's first pick is the largest lever left (KDA_GEMM_CAND runs it).
     kda_gpu_env > /dev/null && kda_gpu_build "$D/build.log" "$B/bench/bench_gpu" \
         "$B/bench/bench_cls" "$B/bench/bench_gemm" || exit 1
-    timeout $(($(left) - 150)) "$B/bench/bench_gemm" > "$D/bench_gemm.txt" 2>&1
+    # GEMM_ROWS: only the rows whose name contains it (e.g. "proj": the attention's projections)
+    timeout $(($(left) - 150)) "$B/bench/bench_gemm" ${GEMM_ROWS:+"$GEMM_ROWS"} \
+        > "$D/bench_gemm.txt" 2>&1
     say "bench_gemm: rc=$?"
     cat "$D/bench_gemm.txt" >> "$SUM"
     KDA_BENCH_ENERGY=${ENERGY_ROWS:-kept} timeout $(($(left) - 60)) "$B/bench/bench_gpu" \

@@ -1,5 +1,6 @@
 // bench_gemm.c - the training step's large GEMMs at the 300M shapes (micro-batch 16: N = 32768
-// tokens, D = 1024, I = 4096; the LM head per 8192-row chunk, vocabulary 128,256) with each of
+// tokens, D = 1024, I = 4096; the LM head per 8192-row chunk, vocabulary 128,256; the attention's
+// fused input projection, 1024 -> 1160, and o_proj, 512 -> 1024) with each of
 // cuBLASLt's heuristic candidates: the burst-clock time (median of 10) beside the energy per call
 // at the sustained power draw (bench_energy.h), the quantity the step pays at the H200's 700 W cap
 // (docs/perf-log.md, "session 8: outcome"). The MLP and the head are ≈ 77 of the step's ≈ 135 ms:
@@ -25,15 +26,19 @@
 
 #include "bench_energy.h" // defines: BenchNvml, bench_energy_* (uses g and die_)
 
-enum { N = 32768, D = 1024, I = 4096, ROWS = 8192, V = 128256 };
+// IN: the fused input projection's width (q, k 256 each, v 512, f0 and g0 64 each, b 8);
+// HVV: the attention output's width (8 heads x 64), o_proj's input.
+enum { N = 32768, D = 1024, I = 4096, ROWS = 8192, V = 128256, IN = 1160, HVV = 512 };
 
 static struct {
-    kda_bf16 *x, *Wgu, *gu, *mm, *Wd, *dh, *dI, *Wh, *n, *lg;
-    float *res, *out, *dx, *dWgu, *dWd, *dn, *dWh;
+    kda_bf16 *x, *Wgu, *gu, *mm, *Wd, *dh, *dI, *Wh, *n, *lg, *Win, *inb, *Wo, *on, *don;
+    float *res, *out, *dx, *dWgu, *dWd, *dn, *dWh, *dWin, *dWo;
     int64_t ld; // the head's logits row stride (kda_cuda_cls_ld)
 } z;
 
-// The nine products, as model_cuda.c and xent_cuda.cu issue them.
+// The fifteen products, as model_cuda.c and xent_cuda.cu issue them: the MLP's, the head's, and
+// the attention's projections (the profile's "in-proj GEMMs" and "o_proj" rows: ≈ 11 ms of the
+// mb-16 step at 1.3-2.3x their floors, docs/perf-log.md "session 9").
 static int f_gu_fwd(void) { // gate|up: [N, 2I] bf16 = x [N, D] · Wguᵀ
     return kda_cuda_gemm_fwd(&g, z.gu, KDA_DT_BF16, z.x, z.Wgu, N, D, 2 * I, 0);
 }
@@ -52,6 +57,24 @@ static int f_gu_dx(void) { // dx [N, D] fp32 = dI [N, 2I] · Wgu
 }
 static int f_gu_dw(void) { // dWgu [2I, D] += dIᵀ · x
     return kda_cuda_gemm_bwd_dw(&g, z.dWgu, z.dI, z.x, N, D, 2 * I);
+}
+static int f_in_fwd(void) { // the fused input projection: inb [N, IN] bf16 = x [N, D] · Winᵀ
+    return kda_cuda_gemm_fwd(&g, z.inb, KDA_DT_BF16, z.x, z.Win, N, D, IN, 0);
+}
+static int f_in_dx(void) { // dx [N, D] fp32 = dinb [N, IN] · Win
+    return kda_cuda_gemm_bwd_dx(&g, z.dx, KDA_DT_F32, z.inb, z.Win, N, D, IN, 0);
+}
+static int f_in_dw(void) { // dWin [IN, D] += dinbᵀ · x
+    return kda_cuda_gemm_bwd_dw(&g, z.dWin, z.inb, z.x, N, D, IN);
+}
+static int f_o_fwd(void) { // residual: out [N, D] fp32 = res + on [N, HVV] · Woᵀ
+    return kda_cuda_gemm_residual(&g, z.out, z.res, z.on, z.Wo, N, HVV, D);
+}
+static int f_o_dx(void) { // don [N, HVV] bf16 = dh [N, D] · Wo
+    return kda_cuda_gemm_bwd_dx(&g, z.don, KDA_DT_BF16, z.dh, z.Wo, N, HVV, D, 0);
+}
+static int f_o_dw(void) { // dWo [D, HVV] += dhᵀ · on
+    return kda_cuda_gemm_bwd_dw(&g, z.dWo, z.dh, z.on, N, HVV, D);
 }
 static int f_head_fwd(void) { // logitsᵀ [V, ROWS] (ld) bf16 = Whᵀ · nᵀ
     return kda_cuda_matmul(&g, 1, 0, V, ROWS, D, 1.0f, z.Wh, D, z.n, D, 0.0f, z.lg, KDA_DT_BF16,
@@ -144,6 +167,10 @@ int main(int argc, char **argv) {
     z.res = zeros_((size_t)N * D), z.out = zeros_((size_t)N * D), z.dx = zeros_((size_t)N * D);
     z.dWgu = zeros_((size_t)2 * I * D), z.dWd = zeros_((size_t)D * I);
     z.dn = zeros_((size_t)ROWS * D), z.dWh = zeros_((size_t)V * D);
+    z.Win = rand_bf16_(&r, (int64_t)IN * D, 0.03f), z.inb = rand_bf16_(&r, (int64_t)N * IN, 1e-3f);
+    z.Wo = rand_bf16_(&r, (int64_t)D * HVV, 0.04f), z.on = rand_bf16_(&r, (int64_t)N * HVV, 1.0f);
+    z.don = rand_bf16_(&r, (int64_t)N * HVV, 1.0f);
+    z.dWin = zeros_((size_t)IN * D), z.dWo = zeros_((size_t)D * HVV);
     // kda_cuda_matmul's column-major forms of the calls above (gemm_cuda.h, xent_cuda.cu)
     const Row rows[] = {
         {"MLP gate|up fwd 1024 -> 8192 bf16", f_gu_fwd, 1, 0, 2 * I, N, D, D, D, 2 * I, KDA_DT_BF16,
@@ -160,6 +187,13 @@ int main(int argc, char **argv) {
          4},
         {"LM head dX fp32", f_head_dx, 0, 0, D, ROWS, V, D, z.ld, D, KDA_DT_F32, 4},
         {"LM head dW [128256, 1024] +=", f_head_dw, 0, 1, D, V, ROWS, D, z.ld, D, KDA_DT_F32, 4},
+        {"in-proj fwd 1024 -> 1160 bf16", f_in_fwd, 1, 0, IN, N, D, D, D, IN, KDA_DT_BF16, 12},
+        {"in-proj dX 1160 -> 1024 fp32", f_in_dx, 0, 0, D, N, IN, D, IN, D, KDA_DT_F32, 12},
+        {"in-proj dW [1160, 1024] +=", f_in_dw, 0, 1, D, IN, N, D, IN, D, KDA_DT_F32, 12},
+        {"o_proj fwd 512 -> 1024 fp32 residual", f_o_fwd, 1, 0, D, N, HVV, HVV, HVV, D, KDA_DT_F32,
+         12},
+        {"o_proj dX 1024 -> 512 bf16", f_o_dx, 0, 0, HVV, N, D, HVV, D, HVV, KDA_DT_BF16, 12},
+        {"o_proj dW [1024, 512] +=", f_o_dw, 0, 1, HVV, D, N, HVV, D, HVV, KDA_DT_F32, 12},
     };
     BenchNvml nvml;
     int energy = bench_energy_open(&nvml, g.device);
