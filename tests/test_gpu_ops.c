@@ -621,6 +621,25 @@ static void conv_case_free_(ConvIn *c, float *out[2][4]) {
     dfree_all_();
 }
 
+// gpu_env_set / gpu_env_restore (tests/gpu_ctx.h; host only): a variable set for a stretch goes
+// back to its value, or back to unset, so a suite run under KDA_FAST_EXP=1 keeps it past a test
+// that toggles it.
+KDA_TEST(test_env_restores) {
+    const char *var = "KDA_TEST_ENV_RESTORE";
+    unsetenv(var);
+    GpuEnv e;
+    gpu_env_set(&e, var, "1");
+    CHECK(getenv(var) && !strcmp(getenv(var), "1"));
+    gpu_env_restore(&e);
+    CHECK(getenv(var) == NULL);
+    setenv(var, "was", 1);
+    gpu_env_set(&e, var, "0");
+    CHECK(getenv(var) && !strcmp(getenv(var), "0"));
+    gpu_env_restore(&e);
+    CHECK(getenv(var) && !strcmp(getenv(var), "was"));
+    unsetenv(var);
+}
+
 // One conv case run with the prefetching kernels (KDA_CONV_PREFETCH=1) and without (the
 // default): the same arithmetic in the same order, so y (and rstd), dp and dw bit for
 // bit. The prefetching kernels have no fast SiLU: both runs precise (KDA_FAST_EXP=0).
