@@ -94,7 +94,7 @@ case $STEP in
     fi
     timeout $(($(left) - 50)) "$B/bench/bench_gpu" > "$D/bench_gpu.txt" 2>&1
     say "bench_gpu: rc=$?"
-    grep -A9 -E 'tc v[567] kept path per kernel' "$D/bench_gpu.txt" | tee -a "$SUM"
+    grep -A9 -E 'tc v[56] kept path per kernel' "$D/bench_gpu.txt" | tee -a "$SUM"
     [ "$(left)" -gt 45 ] && OUT=$D timeout $(($(left) - 5)) bash bench/kda_kernel/run_cls.sh cls \
         > "$D/cls.txt" 2>&1
     grep -iE 'row|pipe|cluster' "$D/cls.txt" | head -16 | tee -a "$SUM"
@@ -127,7 +127,6 @@ case $STEP in
     tput mlp_off KDA_MLP_RECOMPUTE=0
     tput tc4 KDA_TC_V=4
     tput tc6 KDA_TC_V=6
-    tput tc7 KDA_TC_V=7
     tput cls0 KDA_CLS_ROW=0
     tput pdl KDA_PDL=1
     tput conv_qkv KDA_CONV_QKV=1

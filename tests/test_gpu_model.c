@@ -258,9 +258,8 @@ KDA_TEST_GPU(gpu_model_recompute_bit_identical) {
 // So for v4 (and v5, bitwise v4) the gradients are held to 1e-2 rel-RMS (a wrong kept tensor shows
 // at >= 1e-1), the loss (the same forward) and keeping vs keeping plus per-block recompute (the
 // same kept tensors) stay bit-identical. Three layers, fused classifier. v6 (opt-in, bitwise v5:
-// gpu_kda_tc_v6_matches_v5) and v7 (opt-in, bitwise v5: gpu_kda_tc_v7_matches_v5) must also give
-// v5's kept-state gradients bit for bit (T = 100: three full chunks and a partial one per
-// sequence).
+// gpu_kda_tc_v6_matches_v5) must also give v5's kept-state gradients bit for bit (T = 100: three
+// full chunks and a partial one per sequence).
 static float *core_keep_case_(int version, const float *ref);
 KDA_TEST_GPU(gpu_model_core_keep_bit_identical) {
     if (!gpu_test_have()) return;
@@ -269,7 +268,6 @@ KDA_TEST_GPU(gpu_model_core_keep_bit_identical) {
     // the default since 2026-12-03: bitwise v4 (gpu_kda_tc_v5_matches_v4)
     float *g5 = core_keep_case_(5, NULL);
     free(core_keep_case_(6, g5));
-    free(core_keep_case_(7, g5));
     free(g5);
 }
 

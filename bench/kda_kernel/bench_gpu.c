@@ -401,9 +401,7 @@ static int b_fast128_fwdbwd(void *a) {
 // The tensor-core core (kda_tc.h, the model's default core) on the same inputs and dims as the
 // fast rows above; each row runs kernel version tc_ver_ (kda_tc_set_version on g: 4, the default,
 // in the 'kda tc ...' rows; 3 in the 'kda tc3 ...' rows; 5, v4 with operands rounded once, in the
-// 'kda tc5 ...' rows; 6, v5 with a full chunk's rows at compile time, in the 'kda tc6 ...' rows;
-// 7, v5 with fewer block barriers in the intra kernel and the main backward, in the 'kda tc7 ...'
-// rows).
+// 'kda tc5 ...' rows; 6, v5 with a full chunk's rows at compile time, in the 'kda tc6 ...' rows).
 static int tc_ver_ = 4;
 static int b_tc_fwd(void *a) {
     (void)a;
@@ -464,8 +462,8 @@ static int b_tc_kept_sync(void *a) {
     unsetenv("KDA_TC_ASYNC");
     return rc;
 }
-// The 'kda tc3 ...', 'kda tc5 ...', 'kda tc6 ...' and 'kda tc7 ...' rows: the same calls on kernel
-// version 3, 5, 6 or 7 (5-7 at K 32 / V 64 only: other dims run v4).
+// The 'kda tc3 ...', 'kda tc5 ...' and 'kda tc6 ...' rows: the same calls on kernel version 3, 5
+// or 6 (5 and 6 at K 32 / V 64 only: other dims run v4).
 #define TCV_(name, v)                                                                              \
     static int name##v(void *a) {                                                                  \
         tc_ver_ = v;                                                                               \
@@ -490,10 +488,6 @@ TCV_(b_tc_fwd, 6)
 TCV_(b_tc_bwd, 6)
 TCV_(b_tc_fwdbwd, 6)
 TCV_(b_tc_kept, 6)
-TCV_(b_tc_fwd, 7)
-TCV_(b_tc_bwd, 7)
-TCV_(b_tc_fwdbwd, 7)
-TCV_(b_tc_kept, 7)
 static int b_adamw(void *a) {
     (void)a;
     return kda_cuda_adamw(&g, z.p, z.pb, z.grad, z.m, z.vv, NPARAM, &z.s, NULL);
@@ -631,22 +625,18 @@ int main(void) {
         {"kda tc fwd 16x2048 H8 K32 V64", b_tc_fwd, 0, 0, 1},
         {"kda tc5 fwd 16x2048 H8 K32 V64", b_tc_fwd5, 0, 0, 1},
         {"kda tc6 fwd 16x2048 H8 K32 V64", b_tc_fwd6, 0, 0, 1},
-        {"kda tc7 fwd 16x2048 H8 K32 V64", b_tc_fwd7, 0, 0, 1},
         {"kda tc3 bwd 16x2048 H8 K32 V64", b_tc_bwd3, 0, 0, 1},
         {"kda tc bwd 16x2048 H8 K32 V64", b_tc_bwd, 0, 0, 1},
         {"kda tc5 bwd 16x2048 H8 K32 V64", b_tc_bwd5, 0, 0, 1},
         {"kda tc6 bwd 16x2048 H8 K32 V64", b_tc_bwd6, 0, 0, 1},
-        {"kda tc7 bwd 16x2048 H8 K32 V64", b_tc_bwd7, 0, 0, 1},
         {"kda tc3 fwd+bwd 16x2048 H8 K32 V64", b_tc_fwdbwd3, 0, 0, 1},
         {"kda tc fwd+bwd 16x2048 H8 K32 V64", b_tc_fwdbwd, 0, 0, 1},
         {"kda tc5 fwd+bwd 16x2048 H8 K32 V64", b_tc_fwdbwd5, 0, 0, 1},
         {"kda tc6 fwd+bwd 16x2048 H8 K32 V64", b_tc_fwdbwd6, 0, 0, 1},
-        {"kda tc7 fwd+bwd 16x2048 H8 K32 V64", b_tc_fwdbwd7, 0, 0, 1},
         {"kda tc3 fwd+bwd kept 16x2048 H8 K32 V64", b_tc_kept3, 0, 0, 1},
         {"kda tc fwd+bwd kept 16x2048 H8 K32 V64", b_tc_kept, 0, 0, 1},
         {"kda tc5 fwd+bwd kept 16x2048 H8 K32 V64", b_tc_kept5, 0, 0, 1},
         {"kda tc6 fwd+bwd kept 16x2048 H8 K32 V64", b_tc_kept6, 0, 0, 1},
-        {"kda tc7 fwd+bwd kept 16x2048 H8 K32 V64", b_tc_kept7, 0, 0, 1},
         {"kda tc3 fwd+bwd kept sync 16x2048 H8 K32 V64", b_tc_kept_sync3, 0, 0, 1},
         {"kda tc fwd+bwd kept sync 16x2048 H8 K32 V64", b_tc_kept_sync, 0, 0, 1},
         {"kda tc3 fwd 16x2048 H8 K128 V128", b_tc128_fwd3, 0, 0, 1},
@@ -677,23 +667,23 @@ int main(void) {
             bench_energy_print("sustained", &e);
         }
     }
-    // Per-kernel breakdown of the fast path and of the tensor-core path, v3 to v7, plain forms
-    // (kda_fast_profile / kda_tc_profile: min of 10, own inputs; v4's backward intra is the
+    // Per-kernel breakdown of the fast path and of the tensor-core path, v3, v4, v5 then v6, plain
+    // forms (kda_fast_profile / kda_tc_profile: min of 10, own inputs; v4's backward intra is the
     // forward's form and its reverse state pass includes dΔ_intra), then the tensor-core kept
-    // forms (kda_tc_profile_kept: what the model runs); v5-v7 at K 32 / V 64 only (elsewhere
+    // forms (kda_tc_profile_kept: what the model runs); v5 and v6 at K 32 / V 64 only (elsewhere
     // they are v4)
-    for (int path = 0; path < 11; path++) {
+    for (int path = 0; path < 9; path++) {
         static const char *names[8] = {
             "fwd intra",         "fwd state", "fwd output", "bwd intra", "bwd state (recompute)",
             "bwd reverse state", "bwd main",  "bwd gva sum"};
         static const char *kept_names[8] = {
             "fwd intra",         "fwd state", "fwd output",  "bwd ddi",
             "bwd reverse state", "bwd main",  "bwd gva sum", "-"};
-        static const char *paths[11] = {"fast",       "tc v3",      "tc v4",      "tc v5",
-                                        "tc v6",      "tc v7",      "tc v3 kept", "tc v4 kept",
-                                        "tc v5 kept", "tc v6 kept", "tc v7 kept"};
+        static const char *paths[9] = {"fast",       "tc v3",      "tc v4",
+                                       "tc v5",      "tc v6",      "tc v3 kept",
+                                       "tc v4 kept", "tc v5 kept", "tc v6 kept"};
         KdaDims dd[2] = {z.d32, z.d128};
-        const int ver = path > 0 ? 3 + (path - 1) % 5 : 0, kept = path >= 6;
+        const int ver = path > 0 ? 3 + (path - 1) % 4 : 0, kept = path >= 5;
         for (int s = 0; s < 2; s++) {
             float kms[8];
             if (path > 0 && !kda_tc_supported(&dd[s], g.info.smem_per_block_optin)) continue;

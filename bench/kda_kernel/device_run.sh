@@ -124,8 +124,7 @@ if [ "${KDA_SANITIZE:-1}" = 1 ] && command -v compute-sanitizer > /dev/null; the
         "gpu_device gpu_rmsnorm gpu_l2norm gpu_conv gpu_gate gpu_beta gpu_gnorm gpu_swiglu gpu_embed gpu_adamw gpu_grad" \
         gpu_kda_fast_small gpu_kda_tc_small
     # racecheck: the fast KDA core, the tensor-core core (v3 and v4: cp.async tiles, warp groups,
-    # named barriers; v5 against v7's warp-subset barriers on small shapes), then the op kernels
-    # with shared-memory reductions (ops v2)
+    # named barriers), then the op kernels with shared-memory reductions (ops v2)
     sanitize racecheck 60 'RACECHECK SUMMARY|ERROR SUMMARY|hazard|passed, ' \
         gpu_kda_fast_small gpu_kda_tc_small "gpu_conv gpu_rmsnorm gpu_gate gpu_gnorm gpu_swiglu gpu_grad"
 fi

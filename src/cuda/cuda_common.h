@@ -83,8 +83,8 @@ typedef struct {
     int gemm_tiles[KDA_CUDA_GEMM_TILES_MAX];
     int n_gemm_tiles;
     // tc_version: the tensor-core KDA core's kernels (cuda/kda_tc.h), 5 (the default since
-    // 2026-12-03), 4 when KDA_TC_V=4 at init, 3 when KDA_TC_V=3, 6 or 7 when KDA_TC_V=6 or 7
-    // (opt-in); kda_tc_set_version changes it (tests, benchmarks).
+    // 2026-12-03), 4 when KDA_TC_V=4 at init, 3 when KDA_TC_V=3, 6 when KDA_TC_V=6 (opt-in);
+    // kda_tc_set_version changes it (tests, benchmarks).
     int tc_version;
     // gate_version: the gate + beta kernels (cuda/kda_gate_cuda.h), 2 (the default) or 1 when
     // KDA_GATE_V=1 at init; tests and benchmarks may set the field between calls.

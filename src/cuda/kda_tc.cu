@@ -145,24 +145,11 @@ __host__ __device__ inline void cp_wait1_() { // all but this thread's last comm
     asm volatile("cp.async.wait_group 1;" ::: "memory");
 #endif
 }
-// Named barrier `id` (1..15) among the `threads` threads (a multiple of 32) of whichever warps
-// call it with that id; the block's other warps run on. Like __syncthreads it orders the shared
-// memory accesses of its callers before it against theirs after it. On the host a no-op, as
-// strong as sync_ there: the emulation runs every warp's code serially in program order, so a
-// producer written before the barrier has finished before any consumer written after it.
+// Named barrier `id` (1..15) among the `threads` threads (a multiple of 32) of the warps that
+// call it with that id (the block's others run on). A no-op on the host, like sync_.
 __host__ __device__ inline void bar_sub_(int id, int threads) {
 #ifdef __CUDA_ARCH__
     asm volatile("bar.sync %0, %1;" ::"r"(id), "r"(threads) : "memory");
-#else
-    (void)id, (void)threads;
-#endif
-}
-// The producer half of bar_sub_: this warp's shared-memory writes before it are visible to the
-// callers of bar_sub_(id, threads) after it, without waiting for them (threads counts both
-// sides). A no-op on the host (program order, as bar_sub_).
-__host__ __device__ inline void bar_arrive_(int id, int threads) {
-#ifdef __CUDA_ARCH__
-    asm volatile("bar.arrive %0, %1;" ::"r"(id), "r"(threads) : "memory");
 #else
     (void)id, (void)threads;
 #endif
@@ -213,24 +200,6 @@ __host__ __device__ inline int imin(int a, int b) {
 #define GFOR(e, n, w0, nw)                                                                         \
     for (int e = gfor_begin_(w0, nw, n), e##_end = (n), e##_st = gfor_step_(nw); e < e##_end;      \
          e += e##_st)
-// GFOR over a compile-time N that the group's threads divide (N % (32 nw) == 0): a pass counter
-// with the constant bound N / (32 nw), so the device unrolls it (GFOR's run-time start and step
-// leave the trip count unknown: a 4x-unrolled body and a remainder loop). GWARP_N: a warp of the
-// group per item of [0, N), N % nw == 0, the same way. The host runs every item.
-#ifdef __CUDA_ARCH__
-#define GFOR_N(e, N, w0, nw)                                                                       \
-    if (!in_group_(w0, nw)) {                                                                      \
-    } else                                                                                         \
-        for (int e = (int)threadIdx.x - 32 * (w0), e##_k = 0; e##_k < (N) / (32 * (nw));           \
-             e += 32 * (nw), e##_k++)
-#define GWARP_N(e, N, w0, nw)                                                                      \
-    if (!in_group_(w0, nw)) {                                                                      \
-    } else                                                                                         \
-        for (int e = warp_() - (w0), e##_k = 0; e##_k < (N) / (nw); e += (nw), e##_k++)
-#else
-#define GFOR_N(e, N, w0, nw)  for (int e = 0; e < (N); e++)
-#define GWARP_N(e, N, w0, nw) for (int e = 0; e < (N); e++)
-#endif
 #define WFOR(e, n)                                                                                 \
     for (int e = lane_(), e##_end = (n), e##_st = lane_step_(); e < e##_end; e += e##_st)
 // FOR(e, N) for a compile-time N: at CT (v5) with a pass counter whose bound ceil(N / nth) is a
@@ -543,7 +512,7 @@ struct TcArgs : ChunkArgs {
     // v4 (ctx->tc_version): 16-byte aligned q and k, v, gcum, and the scratch / kept tensors; an
     // unaligned one is copied with plain loads
     bool qk_al16, v_al16, g_al16, s_al16;
-    int ver;         // the kernel version of this call (ctx->tc_version): 3, 4, 5, 6 or 7
+    int ver;         // the kernel version of this call (ctx->tc_version): 3, 4, 5 or 6
     bool state_o;    // v4 forward: the state pass writes o as well (no output kernel)
     float *Akk, *KK; // kept (v4 at bwd4_dims): [cid][C][C] Akk, KK; NULL without a kept buffer
     const kda_bf16 *q, *k, *v, *dO;
@@ -1562,11 +1531,7 @@ template <int C, int K, int V> struct Bwd4 {
 // NF (v6, with RT): the chunk is full, n = C at compile time (bwd6_body's choice), so the loops
 // over its rows have constant trip counts and the row guards fold away; the same items in the
 // same order, so the same bits as NF = false.
-// NB (v7, with RT): fewer block-wide barriers (perf-log "KDA core v7"): the kept form's state
-// terms meet per tile pair (named barriers 1-8) and (4)-(5) run as two warp groups with a
-// barrier each (9: warps 0-7, 10: warps 8-15); some work moves between the groups and phases,
-// every element's terms and every sum's order stay v5's, so the same bits as NB = false.
-template <int C, int K, int V, bool KA, bool RT = false, bool NF = false, bool NB = false>
+template <int C, int K, int V, bool KA, bool RT = false, bool NF = false>
 __host__ __device__ void bwd4_body(const TcArgs &a, int64_t blk, float *sm) {
     typedef Bwd4<C, K, V> P;
     constexpr int LK = P::LK, LV = P::LV, LC = P::LC, LQ = P::LQ, LW = P::LW, R = SUB;
@@ -1709,70 +1674,24 @@ __host__ __device__ void bwd4_body(const TcArgs &a, int64_t blk, float *sm) {
             [&](int r, int c, float v, float) { dAqk[r * LC + c] = r < n && c <= r ? v : 0.0f; });
         block_mm_w(8, 8, C, K, mat(Ds, LV, 1), mat(dS, 1, LV), V, no_mat(), no_mat(), 0,
                    [&](int r, int c, float v, float) { T2[r * LK + c] = v; });
-        if constexpr (NB) {
-            // v7: tile t of T1, T3 is warp t's, of T2 warp t + 8's (the block_mm_w deals above),
-            // and the elementwise part of an element reads only its own tile: the two warps of a
-            // tile meet at a barrier of their own. dΓ_last's state part reads only the copies,
-            // so it runs before that barrier.
-            // pair_tiles(f): f(i, c) for every element of tile t of a [C][K] product (16 x 8
-            // tiles, t = m0 / 16 · K / 8 + n0 / 8, block_mm_w's deal) by the 64 threads of warps t
-            // and t + 8: element q of the tile is row 2 ((q >> 3) & 3) + ((q >> 5) & 1) + 8 (q >>
-            // 6), column q & 7, so a warp's 32 lanes touch rows 2 apart (banks 8 apart at the row
-            // stride K + 4: no conflict). The host runs every tile.
-            static_assert(!NB || (C / SUB) * (K / 8) * 64 == TC4_THREADS,
-                          "bwd4: a tile per warp pair");
-            auto pair_tiles = [&](auto f) {
-#ifdef __CUDA_ARCH__
-                constexpr int nt = 1, nq = SUB * 8 / 64, qs = 64; // 2 elements per thread
-                const int t0 = warp % 8, q0 = (tid & 31) + 32 * (warp / 8);
-#else
-                constexpr int nt = (C / SUB) * (K / 8), nq = SUB * 8, qs = 1;
-                const int t0 = 0, q0 = 0;
-#endif
-                for (int tt = 0, t = t0; tt < nt; tt++, t++) {
-                    const int m0 = t / (K / 8) * SUB, n0 = t % (K / 8) * 8;
-                    for (int qq = 0, q = q0; qq < nq; qq++, q += qs)
-                        f(m0 + 2 * ((q >> 3) & 3) + ((q >> 5) & 1) + 8 * (q >> 6), n0 + (q & 7));
-                }
-            };
-            for (int c = warp; c < K; c += nwarp) {
-                float s = 0.0f;
-                WFOR(vv, V) s += dS[c * LV + vv] * S0[c * LV + vv];
-                s = warp_sum_(s);
-                if (lane_() == 0) dGl[c] = fexp(Gl[c]) * s;
-            }
-            bar_sub_(1 + warp % 8, 64);
-            pair_tiles([&](int i, int c) {
-                const int x = i * LK + c;
-                float eg = fexp(Gs[x]), el = fexp(Gl[c] - Gs[x]), kx = bf2f(Kh[i * LQ + c]);
-                float dqi = scale * eg * T1[x], tkv = kx * el * T2[x];
-                dq[x] = dqi;
-                dG[x] = bf2f(Qh[i * LQ + c]) * dqi - tkv;
-                dk[x] = el * T2[x];
-                tk[x] = tkv;
-                T3[x] = rnd_<RT>(-T3[x]); // dw: read by mma only
-            });
-            sync_();
-        } else {
-            sync_();
-            for (int c = warp; c < K; c += nwarp) {
-                float s = 0.0f;
-                WFOR(vv, V) s += dS[c * LV + vv] * S0[c * LV + vv];
-                s = warp_sum_(s);
-                if (lane_() == 0) dGl[c] = fexp(Gl[c]) * s;
-            }
-            FOR_N(e, C * K, RT) {
-                int i = e / K, c = e % K, x = i * LK + c;
-                float eg = fexp(Gs[x]), el = fexp(Gl[c] - Gs[x]), kx = bf2f(Kh[i * LQ + c]);
-                float dqi = scale * eg * T1[x], tkv = kx * el * T2[x];
-                dq[x] = dqi;
-                dG[x] = bf2f(Qh[i * LQ + c]) * dqi - tkv;
-                dk[x] = el * T2[x];
-                tk[x] = tkv;
-                T3[x] = rnd_<RT>(-T3[x]); // dw: read by mma only
-            }
-            sync_();
+        sync_();
+        for (int c = warp; c < K; c += nwarp) {
+            float s = 0.0f;
+            WFOR(vv, V) s += dS[c * LV + vv] * S0[c * LV + vv];
+            s = warp_sum_(s);
+            if (lane_() == 0) dGl[c] = fexp(Gl[c]) * s;
         }
+        FOR_N(e, C * K, RT) {
+            int i = e / K, c = e % K, x = i * LK + c;
+            float eg = fexp(Gs[x]), el = fexp(Gl[c] - Gs[x]), kx = bf2f(Kh[i * LQ + c]);
+            float dqi = scale * eg * T1[x], tkv = kx * el * T2[x];
+            dq[x] = dqi;
+            dG[x] = bf2f(Qh[i * LQ + c]) * dqi - tkv;
+            dk[x] = el * T2[x];
+            tk[x] = tkv;
+            T3[x] = rnd_<RT>(-T3[x]); // dw: read by mma only
+        }
+        sync_();
     } else {
         cp_wait1_();
         sync_();
@@ -1876,145 +1795,69 @@ __host__ __device__ void bwd4_body(const TcArgs &a, int64_t blk, float *sm) {
         sync_();
     } // KA
 
-    if constexpr (NB) {
-        // (4)-(6), v7: the same products and sums as v5's below, as two warp groups between the
-        //     block barriers after (3) and after (5). Group A (warps 0-7): dΓ_last += Σ_i tk (a
-        //     warp per channel), dAkk; barrier 9; M = Akkᵀ dAkk, At = scale dAqkᵀ (over tk: only
-        //     group A read it), Qf (over T1: last read in (3)). Group B (warps 8-15): dVb (dv),
-        //     dKb; barrier 10; dk += β e^G dKb, dΓ += Kb dKb, dβ = v·dVb + (k e^G)·dKb. Neither
-        //     group reads or overwrites what the other writes before the barrier after (5).
-        //     (6): dL = -M Akkᵀ, Lt on warps 0-7 (its tiles), Kfb, Kr on warps 8-15.
-        static_assert(C * C % 256 == 0 && C * K % 256 == 0 && SUB * K % 256 == 0 && C % 8 == 0 &&
-                          K % 8 == 0,
-                      "bwd4: the NB group loops (GFOR_N, GWARP_N over 8 warps) divide evenly");
-        GWARP_N(c, K, 0, 8) {
-            float s = 0.0f;
-            WFOR_CT(i, C, n, RT) s += tk[i * LK + c];
-            s = warp_sum_(s);
-            if (lane_() == 0) dGl[c] += s;
-        }
-        block_mm_w(0, 8, C, C, matr<RT>(dDs, LV, 1), math(Vh, 1, LW), V, matr<RT>(dw, LK, 1),
-                   mat(Kb, 1, LK), K, [&](int r, int c, float vv, float vk) {
-                       dAkk[r * LC + c] = rnd_<RT>(r < n && c < r ? bs[c] * vv + vk : 0.0f);
-                   });
-        if (in_group_(0, 8)) bar_sub_(9, 256);
-        block_mm_w(8, 8, C, V, matr < RT && KA > (Ak, 1, LC), matr<RT>(dDs, LV, 1), C, no_mat(),
-                   no_mat(), 0, [&](int r, int c, float v, float) {
-                       dVb[r * LV + c] = v;
-                       if (r < n) a.dv[v_at(a, p.b, p.t0 + r, p.j) + c] = stbf(bs[r] * v);
-                   });
-        block_mm_w(8, 8, C, K, matr < RT && KA > (Ak, 1, LC), matr<RT>(dw, LK, 1), C, no_mat(),
-                   no_mat(), 0, [&](int r, int c, float v, float) { dKb[r * LK + c] = v; });
-        if (in_group_(8, 8)) bar_sub_(10, 256);
-        block_mm_w(0, 8, C, C, matr < RT && KA > (Ak, 1, LC), matr<RT>(dAkk, LC, 1), C, no_mat(),
-                   no_mat(), 0,
-                   [&](int r, int c, float v, float) { Mm[r * LC + c] = rnd_<RT>(v); });
-        GFOR_N(e, C * C, 0, 8) {
-            int i = e / C, jj = e % C;
-            At[jj * LC + i] = scale * dAqk[i * LC + jj];
-        }
-        if (off) {
-            GFOR_N(e, SUB * K, 0, 8) {
-                int i = e / K, c = e % K, r = R + i;
-                float f = r < n ? fexp(Gs[r * LK + c] - Gs[R * LK + c]) : 0.0f;
-                Qf[i * LK + c] = rnd_<RT>(bf2f(Qh[r * LQ + c]) * f); // (7)'s mma operand only
-            }
-        }
-        GFOR_N(e, C * K, 8, 8) {
-            int i = e / K, c = e % K, x = i * LK + c;
-            dk[x] += bs[i] * fexp(Gs[x]) * dKb[x];
-            dG[x] += Kb[x] * dKb[x];
-        }
-        GWARP_N(i, C, 8, 8) {
-            float s = 0.0f;
-            WFOR(v, V) s += bf2f(Vh[i * LW + v]) * dVb[i * LV + v];
-            WFOR(c, K) s += bf2f(Kh[i * LQ + c]) * fexp(Gs[i * LK + c]) * dKb[i * LK + c];
-            s = warp_sum_(s);
-            if (lane_() == 0) dbs[i] = s;
-        }
-        sync_();
-
-        block_mm_w(0, 8, C, C, matr<RT>(Mm, LC, 1), matr < RT && KA > (Ak, 1, LC), C, no_mat(),
-                   no_mat(), 0, [&](int r, int c, float v, float) {
-                       float l = r < n && c < r ? -v : 0.0f;
-                       dAkk[r * LC + c] = l;
-                       Lt[c * LC + r] = bs[r] * l;
-                   });
-        if (off) {
-            GFOR_N(e, SUB * K, 8, 8) {
-                int i = e / K, c = e % K, r = R + i;
-                float gR = Gs[R * LK + c], f = r < n ? fexp(Gs[r * LK + c] - gR) : 0.0f;
-                Kfb[i * LK + c] = rnd_<RT>(bs[r] * bf2f(Kh[r * LQ + c]) * f);
-                Kr[i * LK + c] = rnd_<RT>(bf2f(Kh[i * LQ + c]) * fexp(gR - Gs[i * LK + c]));
-            }
-        }
-        sync_();
-    } else {
-        // (4) dΓ_last += Σ_i tk (a warp per channel); the WY backward, 12 k-steps per warp:
-        //     warps 0-7 dAkk = dΔ (βv)ᵀ + dw Kbᵀ (strict lower); warps 8-15 dVb = Akkᵀ dΔ (dv =
-        //     β dVb) and dKb = Akkᵀ dw
-        for (int c = warp; c < K; c += nwarp) {
-            float s = 0.0f;
-            WFOR_CT(i, C, n, RT) s += tk[i * LK + c];
-            s = warp_sum_(s);
-            if (lane_() == 0) dGl[c] += s;
-        }
-        block_mm_w(0, 8, C, C, matr<RT>(dDs, LV, 1), math(Vh, 1, LW), V, matr<RT>(dw, LK, 1),
-                   mat(Kb, 1, LK), K, [&](int r, int c, float vv, float vk) {
-                       dAkk[r * LC + c] = rnd_<RT>(r < n && c < r ? bs[c] * vv + vk : 0.0f);
-                   });
-        block_mm_w(8, 8, C, V, matr < RT && KA > (Ak, 1, LC), matr<RT>(dDs, LV, 1), C, no_mat(),
-                   no_mat(), 0, [&](int r, int c, float v, float) {
-                       dVb[r * LV + c] = v;
-                       if (r < n) a.dv[v_at(a, p.b, p.t0 + r, p.j) + c] = stbf(bs[r] * v);
-                   });
-        block_mm_w(8, 8, C, K, matr < RT && KA > (Ak, 1, LC), matr<RT>(dw, LK, 1), C, no_mat(),
-                   no_mat(), 0, [&](int r, int c, float v, float) { dKb[r * LK + c] = v; });
-        sync_();
-
-        // (5) M = Akkᵀ dAkk (warps 0-7); Kb = β k e^G: dk += β e^G dKb, dΓ += Kb dKb; dβ = v·dVb +
-        //     (k e^G)·dKb (a warp per row)
-        block_mm_w(0, 8, C, C, matr < RT && KA > (Ak, 1, LC), matr<RT>(dAkk, LC, 1), C, no_mat(),
-                   no_mat(), 0,
-                   [&](int r, int c, float v, float) { Mm[r * LC + c] = rnd_<RT>(v); });
-        FOR_N(e, C * K, RT) {
-            int i = e / K, c = e % K, x = i * LK + c;
-            dk[x] += bs[i] * fexp(Gs[x]) * dKb[x];
-            dG[x] += Kb[x] * dKb[x];
-        }
-        for (int i = warp; i < C; i += nwarp) {
-            float s = 0.0f;
-            WFOR(v, V) s += bf2f(Vh[i * LW + v]) * dVb[i * LV + v];
-            WFOR(c, K) s += bf2f(Kh[i * LQ + c]) * fexp(Gs[i * LK + c]) * dKb[i * LK + c];
-            s = warp_sum_(s);
-            if (lane_() == 0) dbs[i] = s;
-        }
-        sync_();
-
-        // (6) dL = -M Akkᵀ on the strict lower triangle (into dAkk); the factors of the
-        //     off-diagonal sub-block for (7): Qf = q_i e^{G_i - G_R}, Kfb = β_i k_i e^{G_i -
-        //     G_R} (rows R.., 0 past the end), Kr = k_j e^{G_R - G_j} (rows ..R-1)
-        block_mm(C, C, matr<RT>(Mm, LC, 1), matr < RT && KA > (Ak, 1, LC), C, no_mat(), no_mat(), 0,
-                 [&](int r, int c, float v, float) {
-                     float l = r < n && c < r ? -v : 0.0f;
-                     dAkk[r * LC + c] = l;
-                     Lt[c * LC + r] = bs[r] * l;
-                 });
-        FOR_N(e, C * C, RT) {
-            int i = e / C, jj = e % C;
-            At[jj * LC + i] = scale * dAqk[i * LC + jj];
-        }
-        if (off) {
-            FOR_N(e, SUB * K, RT) {
-                int i = e / K, c = e % K, r = R + i;
-                float gR = Gs[R * LK + c], f = r < n ? fexp(Gs[r * LK + c] - gR) : 0.0f;
-                Qf[i * LK + c] = rnd_<RT>(bf2f(Qh[r * LQ + c]) * f); // (7)'s mma operands only
-                Kfb[i * LK + c] = rnd_<RT>(bs[r] * bf2f(Kh[r * LQ + c]) * f);
-                Kr[i * LK + c] = rnd_<RT>(bf2f(Kh[i * LQ + c]) * fexp(gR - Gs[i * LK + c]));
-            }
-        }
-        sync_();
+    // (4) dΓ_last += Σ_i tk (a warp per channel); the WY backward, 12 k-steps per warp: warps 0-7
+    //     dAkk = dΔ (βv)ᵀ + dw Kbᵀ (strict lower); warps 8-15 dVb = Akkᵀ dΔ (dv = β dVb) and
+    //     dKb = Akkᵀ dw
+    for (int c = warp; c < K; c += nwarp) {
+        float s = 0.0f;
+        WFOR_CT(i, C, n, RT) s += tk[i * LK + c];
+        s = warp_sum_(s);
+        if (lane_() == 0) dGl[c] += s;
     }
+    block_mm_w(0, 8, C, C, matr<RT>(dDs, LV, 1), math(Vh, 1, LW), V, matr<RT>(dw, LK, 1),
+               mat(Kb, 1, LK), K, [&](int r, int c, float vv, float vk) {
+                   dAkk[r * LC + c] = rnd_<RT>(r < n && c < r ? bs[c] * vv + vk : 0.0f);
+               });
+    block_mm_w(8, 8, C, V, matr < RT && KA > (Ak, 1, LC), matr<RT>(dDs, LV, 1), C, no_mat(),
+               no_mat(), 0, [&](int r, int c, float v, float) {
+                   dVb[r * LV + c] = v;
+                   if (r < n) a.dv[v_at(a, p.b, p.t0 + r, p.j) + c] = stbf(bs[r] * v);
+               });
+    block_mm_w(8, 8, C, K, matr < RT && KA > (Ak, 1, LC), matr<RT>(dw, LK, 1), C, no_mat(),
+               no_mat(), 0, [&](int r, int c, float v, float) { dKb[r * LK + c] = v; });
+    sync_();
+
+    // (5) M = Akkᵀ dAkk (warps 0-7); Kb = β k e^G: dk += β e^G dKb, dΓ += Kb dKb; dβ = v·dVb +
+    //     (k e^G)·dKb (a warp per row)
+    block_mm_w(0, 8, C, C, matr < RT && KA > (Ak, 1, LC), matr<RT>(dAkk, LC, 1), C, no_mat(),
+               no_mat(), 0, [&](int r, int c, float v, float) { Mm[r * LC + c] = rnd_<RT>(v); });
+    FOR_N(e, C * K, RT) {
+        int i = e / K, c = e % K, x = i * LK + c;
+        dk[x] += bs[i] * fexp(Gs[x]) * dKb[x];
+        dG[x] += Kb[x] * dKb[x];
+    }
+    for (int i = warp; i < C; i += nwarp) {
+        float s = 0.0f;
+        WFOR(v, V) s += bf2f(Vh[i * LW + v]) * dVb[i * LV + v];
+        WFOR(c, K) s += bf2f(Kh[i * LQ + c]) * fexp(Gs[i * LK + c]) * dKb[i * LK + c];
+        s = warp_sum_(s);
+        if (lane_() == 0) dbs[i] = s;
+    }
+    sync_();
+
+    // (6) dL = -M Akkᵀ on the strict lower triangle (into dAkk); the factors of the off-diagonal
+    //     sub-block for (7): Qf = q_i e^{G_i - G_R}, Kfb = β_i k_i e^{G_i - G_R} (rows R.., 0 past
+    //     the end), Kr = k_j e^{G_R - G_j} (rows ..R-1)
+    block_mm(C, C, matr<RT>(Mm, LC, 1), matr < RT && KA > (Ak, 1, LC), C, no_mat(), no_mat(), 0,
+             [&](int r, int c, float v, float) {
+                 float l = r < n && c < r ? -v : 0.0f;
+                 dAkk[r * LC + c] = l;
+                 Lt[c * LC + r] = bs[r] * l;
+             });
+    FOR_N(e, C * C, RT) {
+        int i = e / C, jj = e % C;
+        At[jj * LC + i] = scale * dAqk[i * LC + jj];
+    }
+    if (off) {
+        FOR_N(e, SUB * K, RT) {
+            int i = e / K, c = e % K, r = R + i;
+            float gR = Gs[R * LK + c], f = r < n ? fexp(Gs[r * LK + c] - gR) : 0.0f;
+            Qf[i * LK + c] = rnd_<RT>(bf2f(Qh[r * LQ + c]) * f); // (7)'s mma operands only
+            Kfb[i * LK + c] = rnd_<RT>(bs[r] * bf2f(Kh[r * LQ + c]) * f);
+            Kr[i * LK + c] = rnd_<RT>(bf2f(Kh[i * LQ + c]) * fexp(gR - Gs[i * LK + c]));
+        }
+    }
+    sync_();
 
     // (7) pair terms of Aqk (j <= i) and L (j < i) per (row r, channel c) (bwd_body's (7)): the
     //     off-diagonal sub-block on the tensor cores (warps 0-3: T1 = rowQ, T2 = rowK of rows R..;
@@ -2159,11 +2002,7 @@ __host__ __device__ inline void tri_pair_(int t, int &i, int &j) {
 // main backward read them only as mma operands (u, KK and e^{G_last} are read elementwise: kept
 // as they are).
 // NF (v6, with RT): a full chunk, n = C at compile time, as bwd4_body's.
-// NB (v7, with RT): the block barrier after (2) becomes a named one over warps 0-3 only (2: warps
-// 2-3 arrive when Akk's diagonal inverses are done, warps 0-1 wait for them); Aqk's off-diagonal
-// block is written from (2)'s mma epilogue and the rest of Aqk by warps 2-7 in (2), so warps 4-7
-// never wait before the barrier after (3). The same values: bitwise v5.
-template <int C, int K, int V, bool RT = false, bool NF = false, bool NB = false>
+template <int C, int K, int V, bool RT = false, bool NF = false>
 __host__ __device__ void intra4_body(const TcArgs &a, int64_t blk, float *sm) {
     typedef Intra4<C, K, V> P;
     constexpr int LK = P::LK, LC = P::LC, LQ = P::LQ, LV = P::LV, R = SUB;
@@ -2314,10 +2153,19 @@ __host__ __device__ void intra4_body(const TcArgs &a, int64_t blk, float *sm) {
     FOR_N(c, K, RT) a.gl[p.cid * K + c] = fexp(Gl[c]);
     sync_();
 
-    // (2)'s pieces that v5 and v7 share: warps 2-3 the forward substitution of Akk's diagonal
-    // sub-blocks (one each); warps 4-5 KK's off-diagonal sub-block (kept only: the main
-    // backward's own product, bitwise)
-    auto subst_diag = [&]() {
+    // (2) side by side: warps 0-1 the off-diagonal sub-block of Aqk and L on the tensor cores;
+    //     warps 2-3 the forward substitution of Akk's diagonal sub-blocks (one each); warps 4-5
+    //     KK's off-diagonal sub-block (kept only: the main backward's own product, bitwise)
+    if (off)
+        block_mm_w(0, 2, SUB, SUB, mat(Qf, LK, 1), mat(Kr, 1, LK), K, mat(Kf, LK, 1),
+                   mat(Kr, 1, LK), K, [&](int r, int c, float vq, float vk) {
+                       Aq[(R + r) * LC + c] = scale * vq;
+                       Ls[(R + r) * LC + c] = vk;
+                   });
+    if (off && keepA)
+        block_mm_w(4, 2, SUB, SUB, mat(Kf0, LK, 1), mat(Kr, 1, LK), K, no_mat(), no_mat(), 0,
+                   [&](int r, int c, float v, float) { KKs[(R + r) * LC + c] = v; });
+    if (in_group_(2, 2)) {
         for (int I = group_warp_(2); I * SUB < n; I += group_nwarp_(2)) {
             const int r0 = I * SUB, nb = imin(SUB, n - r0);
             for (int m = 0; m + 1 < nb; m++) {
@@ -2329,73 +2177,21 @@ __host__ __device__ void intra4_body(const TcArgs &a, int64_t blk, float *sm) {
                 syncwarp_();
             }
         }
-    };
-    auto kk_off = [&]() {
-        block_mm_w(4, 2, SUB, SUB, mat(Kf0, LK, 1), mat(Kr, 1, LK), K, no_mat(), no_mat(), 0,
-                   [&](int r, int c, float v, float) { KKs[(R + r) * LC + c] = v; });
-    };
-    if constexpr (NB) {
-        float *aqg = a.Aqk + p.cid * C * C;
-        // (2)-(3), v7: v5's products and writes below, one block barrier fewer. (2): warps 0-1
-        //     the off-diagonal sub-block of Aqk and L (Aqk's block written out from the
-        //     epilogue), warps 2-3 the forward substitution, then arrive at barrier 2; warps 4-5
-        //     KK's off-diagonal sub-block (kept); warps 2-7 the rest of Aqk (final since (1)).
-        //     (3): warps 0-1 wait at barrier 2 (Inv_00, Inv_11 done), then Inv_10.
-        if (off)
-            block_mm_w(0, 2, SUB, SUB, mat(Qf, LK, 1), mat(Kr, 1, LK), K, mat(Kf, LK, 1),
-                       mat(Kr, 1, LK), K, [&](int r, int c, float vq, float vk) {
-                           Aq[(R + r) * LC + c] = scale * vq;
-                           Ls[(R + r) * LC + c] = vk;
-                           aqg[(R + r) * C + c] = rnd_<RT>(scale * vq);
-                       });
-        if (off && keepA) kk_off();
-        if (in_group_(2, 2)) {
-            subst_diag();
-            bar_arrive_(2, 128);
-        }
-        GFOR(e, C * C, 2, TC_THREADS / 32 - 2) {
-            const int i = e / C, jj = e % C;
-            if (!(off && i >= R && jj < R)) aqg[e] = rnd_<RT>(Aq[i * LC + jj]);
-        }
-        if (off && in_group_(0, 2)) {
-            bar_sub_(2, 128);
-            block_mm_w(0, 2, SUB, SUB, mat(Ls + R * LC, LC, 1), mat(Ak, LC, 1), SUB, no_mat(),
-                       no_mat(), 0, [&](int r, int c, float v, float) { Tm[r * LC + c] = v; });
-            bar_sub_(1, 64); // warps 0-1
-            block_mm_w(0, 2, SUB, SUB, mat(Ak + R * LC + R, LC, 1), mat(Tm, LC, 1), SUB, no_mat(),
-                       no_mat(), 0,
-                       [&](int r, int c, float v, float) { Ak[(R + r) * LC + c] = -v; });
-        } else if (in_group_(0, 2)) {
-            bar_sub_(2, 128);
-        }
-        sync_();
-    } else {
-        // (2) side by side: warps 0-1 the off-diagonal sub-block of Aqk and L on the tensor cores;
-        //     warps 2-3 subst_diag, warps 4-5 kk_off (above)
-        if (off)
-            block_mm_w(0, 2, SUB, SUB, mat(Qf, LK, 1), mat(Kr, 1, LK), K, mat(Kf, LK, 1),
-                       mat(Kr, 1, LK), K, [&](int r, int c, float vq, float vk) {
-                           Aq[(R + r) * LC + c] = scale * vq;
-                           Ls[(R + r) * LC + c] = vk;
-                       });
-        if (off && keepA) kk_off();
-        if (in_group_(2, 2)) subst_diag();
-        sync_();
-
-        // (3) warps 0-1: Inv_10 = -Inv_11 L_10 Inv_00 (a barrier of their own between the two
-        //     products); warps 2-7: Aqk written out
-        if (off && in_group_(0, 2)) {
-            block_mm_w(0, 2, SUB, SUB, mat(Ls + R * LC, LC, 1), mat(Ak, LC, 1), SUB, no_mat(),
-                       no_mat(), 0, [&](int r, int c, float v, float) { Tm[r * LC + c] = v; });
-            bar_sub_(1, 64); // warps 0-1
-            block_mm_w(0, 2, SUB, SUB, mat(Ak + R * LC + R, LC, 1), mat(Tm, LC, 1), SUB, no_mat(),
-                       no_mat(), 0,
-                       [&](int r, int c, float v, float) { Ak[(R + r) * LC + c] = -v; });
-        }
-        float *aqg = a.Aqk + p.cid * C * C;
-        GFOR(e, C * C, 2, TC_THREADS / 32 - 2) aqg[e] = rnd_<RT>(Aq[(e / C) * LC + e % C]);
-        sync_();
     }
+    sync_();
+
+    // (3) warps 0-1: Inv_10 = -Inv_11 L_10 Inv_00 (a barrier of their own between the two
+    //     products); warps 2-7: Aqk written out
+    if (off && in_group_(0, 2)) {
+        block_mm_w(0, 2, SUB, SUB, mat(Ls + R * LC, LC, 1), mat(Ak, LC, 1), SUB, no_mat(), no_mat(),
+                   0, [&](int r, int c, float v, float) { Tm[r * LC + c] = v; });
+        bar_sub_(1, 64); // warps 0-1
+        block_mm_w(0, 2, SUB, SUB, mat(Ak + R * LC + R, LC, 1), mat(Tm, LC, 1), SUB, no_mat(),
+                   no_mat(), 0, [&](int r, int c, float v, float) { Ak[(R + r) * LC + c] = -v; });
+    }
+    float *aqg = a.Aqk + p.cid * C * C;
+    GFOR(e, C * C, 2, TC_THREADS / 32 - 2) aqg[e] = rnd_<RT>(Aq[(e / C) * LC + e % C]);
+    sync_();
 
     // (4) w = Akk Kb, u = Akk βv (8 + 16 tiles, 3 per warp); kept: Akk and KK written out
     float *wg = a.w + p.cid * C * K, *ug = a.u + p.cid * C * V;
@@ -2419,20 +2215,16 @@ __host__ __device__ inline bool bwd4_dims(const ChunkArgs &a) {
 }
 // v5's rounded-operand bodies run at bwd4_dims only (where every producer and consumer of the
 // rounded tensors is a v4 body with the flag); elsewhere version 5 runs v4 as it is. Version 6 is
-// v5 (its state passes, its rounded operands) with v6's intra and main backward (v6_); version 7
-// is v5 with v7's intra and main backward (v7_: their NB bodies, fewer block barriers).
+// v5 (its state passes, its rounded operands) with v6's intra and main backward (v6_).
 __host__ __device__ inline bool v5_(const TcArgs &a) {
-    return (a.ver == 5 || a.ver == 6 || a.ver == 7) && bwd4_dims(a);
+    return (a.ver == 5 || a.ver == 6) && bwd4_dims(a);
 }
 __host__ __device__ inline bool v6_(const TcArgs &a) {
     return a.ver == 6 && bwd4_dims(a);
 }
-__host__ __device__ inline bool v7_(const TcArgs &a) {
-    return a.ver == 7 && bwd4_dims(a);
-}
-// The context's version as a call's: 3, 5, 6, 7, or 4 for anything else.
+// The context's version as a call's: 3, 5, 6, or 4 for anything else.
 __host__ __device__ inline int ver_of_(int v) {
-    return v == 3 || v == 5 || v == 6 || v == 7 ? v : 4;
+    return v == 3 || v == 5 || v == 6 ? v : 4;
 }
 // v6's bodies: v5's (RT), each chunk through the instantiation for its row count, n = C at
 // compile time for a full chunk (every chunk but a sequence's partial last one), run-time n for
@@ -2533,11 +2325,6 @@ TC_ENTRY_(tc_bwd5k_k, (TC4_THREADS, 2), bwd4_body<32, 32, 64, true, true>)
 TC_ENTRY_(tc_intra6_k, (TC_THREADS), intra6_body<32, 32, 64>)
 TC_ENTRY_(tc_bwd6_k, (TC4_THREADS, 2), bwd6_body<32, 32, 64, false>)
 TC_ENTRY_(tc_bwd6k_k, (TC4_THREADS, 2), bwd6_body<32, 32, 64, true>)
-// v7 (ctx->tc_version 7, at bwd4_dims): v5's intra kernel and main backward with fewer block
-// barriers (NB); the state passes are v5's.
-TC_ENTRY_(tc_intra7_k, (TC_THREADS), intra4_body<32, 32, 64, true, false, true>)
-TC_ENTRY_(tc_bwd7_k, (TC4_THREADS, 2), bwd4_body<32, 32, 64, false, true, false, true>)
-TC_ENTRY_(tc_bwd7k_k, (TC4_THREADS, 2), bwd4_body<32, 32, 64, true, true, false, true>)
 
 // ---- argument setup shared by the device and host drivers ---------------------------------------
 
@@ -2636,11 +2423,8 @@ int launch_rstate4(KdaCudaCtx *ctx, cudaEvent_t **ev, const TcArgs &a) {
 int launch_intra_fwd(KdaCudaCtx *ctx, cudaEvent_t **ev, const TcArgs &a) {
     int64_t chunks = (int64_t)a.B * a.HV * a.NT;
     if (v5_(a))
-        return launch(ctx, ev,
-                      v7_(a)   ? tc_intra7_k
-                      : v6_(a) ? tc_intra6_k
-                               : tc_intra5_k,
-                      chunks, (size_t)Intra4<32, 32, 64>::floats, TC_THREADS, a);
+        return launch(ctx, ev, v6_(a) ? tc_intra6_k : tc_intra5_k, chunks,
+                      (size_t)Intra4<32, 32, 64>::floats, TC_THREADS, a);
     if (a.ver >= 4 && bwd4_dims(a))
         return launch(ctx, ev, tc_intra4_k, chunks, (size_t)Intra4<32, 32, 64>::floats, TC_THREADS,
                       a);
@@ -2712,8 +2496,7 @@ int tc_bwd(KdaCudaCtx *ctx, cudaEvent_t **ev, float *dq, float *dk, kda_bf16 *dv
         (v4 && launch_rstate4(ctx, ev, a)))
         return -1;
     if (v4 && bwd4_dims(a)) {
-        void (*bwd_k)(TcArgs) = v7_(a)   ? (kept ? tc_bwd7k_k : tc_bwd7_k)
-                                : v6_(a) ? (kept ? tc_bwd6k_k : tc_bwd6_k)
+        void (*bwd_k)(TcArgs) = v6_(a)   ? (kept ? tc_bwd6k_k : tc_bwd6_k)
                                 : v5_(a) ? (kept ? tc_bwd5k_k : tc_bwd5_k)
                                          : (kept ? tc_bwd4k_k : tc_bwd4_k);
         if (launch(ctx, ev, bwd_k, chunks, (size_t)Bwd4<32, 32, 64>::floats, TC4_THREADS, a))
@@ -2758,9 +2541,7 @@ void state_fwd_host(const TcArgs &a, int64_t b, float *sm) {
 }
 // launch_intra_fwd's choice, on the host.
 void intra_fwd_host(const TcArgs &a, int64_t b, float *sm) {
-    if (v7_(a))
-        intra4_body<32, 32, 64, true, false, true>(a, b, sm);
-    else if (v6_(a))
+    if (v6_(a))
         intra6_body<32, 32, 64>(a, b, sm);
     else if (v5_(a))
         intra4_body<32, 32, 64, true>(a, b, sm);
@@ -2923,10 +2704,7 @@ extern "C" void kda_tc_bwd_host(float *dq, float *dk, kda_bf16 *dv, float *dg, f
             state_bwd_body(a, b, r.sm);
     }
     for (int64_t b = 0; b < r.chunks; b++) {
-        if (v7_(a))
-            kept ? bwd4_body<32, 32, 64, true, true, false, true>(a, b, r.sm)
-                 : bwd4_body<32, 32, 64, false, true, false, true>(a, b, r.sm);
-        else if (v6_(a))
+        if (v6_(a))
             kept ? bwd6_body<32, 32, 64, true>(a, b, r.sm)
                  : bwd6_body<32, 32, 64, false>(a, b, r.sm);
         else if (v5_(a))

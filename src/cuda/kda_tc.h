@@ -6,8 +6,7 @@
 // context's tc_version): v5, the default since 2026-12-03 (session 6), v4 with operands rounded to
 // TF32 once, bitwise v4's results; v4 (KDA_TC_V=4) and v3 (KDA_TC_V=3), kept whole for A/B runs;
 // v6 (KDA_TC_V=6, opt-in, not yet measured), v5 with a full chunk's row count at compile time,
-// bitwise v5's results; v7 (KDA_TC_V=7, opt-in, not yet measured), v5 with fewer block barriers
-// in the intra kernel and the main backward, bitwise v5's results.
+// bitwise v5's results.
 //
 // Same arguments, layouts and dtypes as kda_fast.h (and kda_cuda.h):
 //   q, k   [B, T, H, K]   bf16, L2-normalized          v, o, do  [B, T, HV, V] bf16
@@ -55,30 +54,25 @@ extern "C" {
 // it).
 int kda_tc_selected(void);
 // The kernel version of ctx's next calls (ctx->tc_version): 5, the default, 4 (KDA_TC_V=4 at
-// kda_cuda_init), 3 (KDA_TC_V=3), 6 (KDA_TC_V=6) or 7 (KDA_TC_V=7). v4: the output's tiles and the
-// main backward's inputs through cp.async, the reverse state pass computing dΔ_intra itself, and
-// (at K 32, V 64, chunk 32) the main backward with compile-time dims and side-by-side warp groups;
-// v3 stays whole for A/B runs (bench/kda_kernel/bench_gpu.c) and as a fallback. v5 (the default;
-// measured in the model 2026-12-03: core rows 17.2 → 15.8 ms): v4 with every tensor that only mma
-// reads rounded to TF32 once, where it is produced (w, kg, qg, Aqk, the kept Akk, Δ, dΔ and some of
-// the main backward's own tiles), and its fragments loaded without the per-element cvt; cvt.rna is
+// kda_cuda_init), 3 (KDA_TC_V=3) or 6 (KDA_TC_V=6). v4: the output's tiles and the main backward's
+// inputs through cp.async, the reverse state pass computing dΔ_intra itself, and (at K 32, V 64,
+// chunk 32) the main backward with compile-time dims and side-by-side warp groups; v3 stays whole
+// for A/B runs (bench/kda_kernel/bench_gpu.c) and as a fallback. v5 (the default; measured in the
+// model 2026-12-03: core rows 17.2 → 15.8 ms): v4 with every tensor that only mma reads rounded to
+// TF32 once, where it is produced (w, kg, qg, Aqk, the kept Akk, Δ, dΔ and some of the main
+// backward's own tiles), and its fragments loaded without the per-element cvt; cvt.rna is
 // idempotent, so the results are bitwise v4's. At K 32, V 64, chunk 32; other dims run v4. v6
 // (opt-in: KDA_TC_V=6; not yet measured on a GPU): v5 (its state passes unchanged) with the intra
 // kernel and the main backward dispatching per chunk, at run time, between their bodies
 // instantiated for a full chunk (n = C rows at compile time: the loops over the rows fully unroll,
 // the row guards fold away) and v5's run-time-n bodies for a sequence's partial last chunk. The
 // same arithmetic in the same order: bitwise v5's results. At K 32, V 64, chunk 32; other dims
-// run v4. v7 (opt-in: KDA_TC_V=7; not yet measured on a GPU): v5 with a main backward whose warps
-// meet at fewer block-wide barriers (the kept form's state terms per warp pair, steps (4)-(5) as
-// two warp groups with a named barrier each, some elementwise work moved to the idle group); every
-// element's terms and every sum's order are v5's: bitwise v5's results), and an intra kernel with
-// one block barrier fewer (warps 0-1 wait only for the two warps that invert Akk's diagonal
-// blocks); the state passes are v5's. At K 32, V 64, chunk 32; other dims run v4.
-// Sets ctx's version (3, 4, 5, 6 or 7; anything else: 4) and returns the previous one. For tests
-// and benchmarks; the context's thread only.
+// run v4.
+// Sets ctx's version (3, 4, 5 or 6; anything else: 4) and returns the previous one. For tests and
+// benchmarks; the context's thread only.
 int kda_tc_set_version(KdaCudaCtx *ctx, int v);
-// The main backward's version for dims d at kernel version `version`: 4 (5, 6, 7) where bwd4 is
-// instantiated (K 32, V 64, chunk 32) and version is 4 (5, 6, 7), else 3.
+// The main backward's version for dims d at kernel version `version`: 4 (5, 6) where bwd4 is
+// instantiated (K 32, V 64, chunk 32) and version is 4 (5, 6), else 3.
 int kda_tc_bwd_main_version(int version, const KdaDims *d);
 // 1 when the tensor-core kernels take these dims with `smem_optin` bytes of shared memory per
 // block (see the list above), else 0.
