@@ -126,7 +126,7 @@ int kda_cuda_init(KdaCudaCtx *ctx, int device, KdaError *err) {
     const char *tcv = getenv("KDA_TC_V");
     // 5 (default since the GPU run of 2026-12-03, session 6: bitwise v4, KDA core rows 17.2 →
     // 15.8 ms at mb 16): v4 with the mma-only operands rounded to TF32 once (kda_tc.h); "4": v4;
-    // "3": v3 whole; "6" (opt-in, not yet measured): v5 with a full chunk's rows at compile time
+    // "3": v3 whole; "6" (opt-in, no gain measured): v5 with a full chunk's rows at compile time
     ctx->tc_version = tcv && !strcmp(tcv, "3")   ? 3
                       : tcv && !strcmp(tcv, "4") ? 4
                       : tcv && !strcmp(tcv, "6") ? 6

@@ -5,8 +5,8 @@
 // the SIMT path of kda_fast.h, which stays the GPU oracle of this one. Kernel versions (the
 // context's tc_version): v5, the default since 2026-12-03 (session 6), v4 with operands rounded to
 // TF32 once, bitwise v4's results; v4 (KDA_TC_V=4) and v3 (KDA_TC_V=3), kept whole for A/B runs;
-// v6 (KDA_TC_V=6, opt-in, not yet measured), v5 with a full chunk's row count at compile time,
-// bitwise v5's results.
+// v6 (KDA_TC_V=6, opt-in: no gain in the step, perf-log session 8), v5 with a full chunk's row
+// count at compile time, bitwise v5's results.
 //
 // Same arguments, layouts and dtypes as kda_fast.h (and kda_cuda.h):
 //   q, k   [B, T, H, K]   bf16, L2-normalized          v, o, do  [B, T, HV, V] bf16
@@ -62,8 +62,8 @@ int kda_tc_selected(void);
 // TF32 once, where it is produced (w, kg, qg, Aqk, the kept Akk, Δ, dΔ and some of the main
 // backward's own tiles), and its fragments loaded without the per-element cvt; cvt.rna is
 // idempotent, so the results are bitwise v4's. At K 32, V 64, chunk 32; other dims run v4. v6
-// (opt-in: KDA_TC_V=6; not yet measured on a GPU): v5 (its state passes unchanged) with the intra
-// kernel and the main backward dispatching per chunk, at run time, between their bodies
+// (opt-in: KDA_TC_V=6; measured, no gain in the step): v5 (its state passes unchanged) with the
+// intra kernel and the main backward dispatching per chunk, at run time, between their bodies
 // instantiated for a full chunk (n = C rows at compile time: the loops over the rows fully unroll,
 // the row guards fold away) and v5's run-time-n bodies for a sequence's partial last chunk. The
 // same arithmetic in the same order: bitwise v5's results. At K 32, V 64, chunk 32; other dims
