@@ -3,7 +3,6 @@
 
 #ifdef KDA_HAVE_CUDA
 
-#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -22,21 +21,29 @@ int gpu_test_ctx(KdaCudaCtx *ctx) {
     return err.msg[0] == 0;
 }
 
-void gpu_env_set(GpuEnv *s, const char *var, const char *val) {
+int gpu_env_set(GpuEnv *s, const char *var, const char *val) {
     const char *o = getenv(var);
-    s->var = var, s->had = o != NULL, s->old[0] = '\0';
-    if (o) {
-        CHECK_MSG(strlen(o) < sizeof s->old, "%s: value too long to restore", var);
-        snprintf(s->old, sizeof s->old, "%s", o);
+    s->var = var, s->old = o ? strdup(o) : NULL;
+    if (o && !s->old) {
+        CHECK_MSG(0, "%s: out of memory copying its value", var);
+        s->var = NULL; // restore: nothing to put back
+        return -1;
     }
-    setenv(var, val, 1);
+    if (val)
+        setenv(var, val, 1);
+    else
+        unsetenv(var);
+    return 0;
 }
 
 void gpu_env_restore(GpuEnv *s) {
-    if (s->had)
+    if (!s->var) return;
+    if (s->old)
         setenv(s->var, s->old, 1);
     else
         unsetenv(s->var);
+    free(s->old);
+    s->old = NULL;
 }
 
 #endif

@@ -16,16 +16,17 @@ int gpu_test_have(void);
 // 1; else one failed check (no device, or the initialisation's error) and 0.
 int gpu_test_ctx(KdaCudaCtx *ctx);
 
-// An environment switch the launchers read at every launch (KDA_FAST_EXP, KDA_CONV_PREFETCH, ...)
-// set for a stretch of a test: gpu_env_set saves var's value (or its absence) into *s and sets
-// var = val; gpu_env_restore puts it back, so a suite run under KDA_FAST_EXP=1 keeps it after a
-// test that toggles it. Values longer than 63 bytes are not saved (a failed check).
+// An environment switch (KDA_FAST_EXP, KDA_PDL, KDA_GRAPH, ...) set for a stretch of a test:
+// gpu_env_set saves var's value (a copy; NULL when unset) into *s and sets var = val (NULL:
+// unsets it); gpu_env_restore puts it back and frees the copy, so a suite run under
+// KDA_FAST_EXP=1 keeps it after a test that toggles it. gpu_env_set returns 0, or -1 after a
+// failed check when the old value cannot be copied: var is then left as it was and
+// gpu_env_restore does nothing, so callers need not branch on it.
 typedef struct {
     const char *var;
-    char old[64];
-    int had; // var was set
+    char *old; // var's value before gpu_env_set (owned), NULL when it was unset
 } GpuEnv;
-void gpu_env_set(GpuEnv *s, const char *var, const char *val);
+int gpu_env_set(GpuEnv *s, const char *var, const char *val);
 void gpu_env_restore(GpuEnv *s);
 
 #endif // KDA_HAVE_CUDA

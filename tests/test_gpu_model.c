@@ -1090,19 +1090,11 @@ KDA_TEST_GPU(gpu_model_memory_plan_equals_arena) {
 // the call back afterwards, so a suite run with a switch exported keeps it for later tests.
 static int create_with_(KdaCudaModel **dm, const KdaModel *m, const char *var, const char *val,
                         KdaError *err) {
-    const char *was = getenv(var);
-    char *saved = was ? strdup(was) : NULL;
-    if (was && !saved) return kda_fail(err, "create_with_: out of memory copying %s", var);
-    if (val)
-        setenv(var, val, 1);
-    else
-        unsetenv(var);
+    GpuEnv e;
+    if (gpu_env_set(&e, var, val))
+        return kda_fail(err, "create_with_: out of memory copying %s", var);
     int rc = kda_cuda_model_create(dm, &m->cfg, &m->table, m->params, 0, err);
-    if (saved)
-        setenv(var, saved, 1);
-    else
-        unsetenv(var);
-    free(saved);
+    gpu_env_restore(&e);
     return rc;
 }
 

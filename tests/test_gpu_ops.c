@@ -592,7 +592,7 @@ static ConvIn conv_in_(KdaRng *r, int64_t B, int64_t T, int64_t C, int64_t W, in
     return c;
 }
 
-// c's forward and backward with the environment variable var = val (unset afterwards), into
+// c's forward and backward with the environment variable var = val (put back afterwards), into
 // out [4] = y [n], rstd [nr], dp [n], dw [C·W] (host fp32 copies, the caller frees them).
 static void conv_run_env_(const ConvIn *c, const char *var, const char *val, float *out[4]) {
     int64_t n = c->n, nr = c->nr, B = c->B, T = c->T, C = c->C, W = c->W, K = c->K;
@@ -635,6 +635,10 @@ KDA_TEST(test_env_restores) {
     setenv(var, "was", 1);
     gpu_env_set(&e, var, "0");
     CHECK(getenv(var) && !strcmp(getenv(var), "0"));
+    gpu_env_restore(&e);
+    CHECK(getenv(var) && !strcmp(getenv(var), "was"));
+    gpu_env_set(&e, var, NULL); // NULL: unset for the stretch
+    CHECK(getenv(var) == NULL);
     gpu_env_restore(&e);
     CHECK(getenv(var) && !strcmp(getenv(var), "was"));
     unsetenv(var);

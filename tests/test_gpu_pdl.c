@@ -30,33 +30,15 @@
 #include "model/model.h"      // defines: KdaModel, kda_model_free
 #include "model/model_cuda.h" // defines: KdaCudaModel, kda_cuda_model_*
 #include "tiny_model.h"       // defines: tiny_model_init
-#include "gpu_ctx.h"          // defines: gpu_test_have
+#include "gpu_ctx.h"          // defines: gpu_test_have, GpuEnv, gpu_env_set
 #include "gpu_step.h"         // defines: GpuStep, gpu_train_step, gpu_bits_differ
-
-// The environment variable var set to val (NULL: unset); returns its previous value (a copy,
-// NULL when it was unset) for env_restore_.
-static char *env_set_(const char *var, const char *val) {
-    const char *old = getenv(var);
-    char *keep = old ? strdup(old) : NULL;
-    if (val)
-        setenv(var, val, 1);
-    else
-        unsetenv(var);
-    return keep;
-}
-static void env_restore_(const char *var, char *old) {
-    if (old)
-        setenv(var, old, 1);
-    else
-        unsetenv(var);
-    free(old);
-}
 
 // kda_cuda_init with KDA_PDL set to val (NULL: unset) while it runs.
 static int init_pdl_(KdaCudaCtx *ctx, const char *val, KdaError *err) {
-    char *old = env_set_("KDA_PDL", val);
+    GpuEnv e;
+    gpu_env_set(&e, "KDA_PDL", val);
     int rc = kda_cuda_init(ctx, 0, err);
-    env_restore_("KDA_PDL", old);
+    gpu_env_restore(&e);
     return rc;
 }
 
@@ -194,10 +176,11 @@ KDA_TEST_GPU(gpu_pdl_model_bit_identical) {
         g[pass] = kda_malloc((size_t)n * 4), p[pass] = kda_malloc((size_t)n * 4);
     for (int pass = 0; pass < 4 && !rc; pass++) {
         int pdl = pass & 1, graph = pass >= 2;
-        char *old_pdl = env_set_("KDA_PDL", pdl ? "1" : NULL);
-        char *old_graph = env_set_("KDA_GRAPH", graph ? NULL : "0"); // graphs: the default
+        GpuEnv e_pdl, e_graph;
+        gpu_env_set(&e_pdl, "KDA_PDL", pdl ? "1" : NULL);
+        gpu_env_set(&e_graph, "KDA_GRAPH", graph ? NULL : "0"); // graphs: the default
         rc = kda_cuda_model_create(&dm[pass], &m.cfg, &m.table, m.params, 0, &err);
-        env_restore_("KDA_PDL", old_pdl), env_restore_("KDA_GRAPH", old_graph);
+        gpu_env_restore(&e_pdl), gpu_env_restore(&e_graph);
         // 64 rows per logits chunk: 2 token chunks per micro-batch
         size_t budget = (size_t)64 * (size_t)kda_cuda_cls_ld(m.cfg.vocab_size) * 2;
         if (!rc) rc = kda_cuda_model_set_cls_budget(dm[pass], budget, &err);
