@@ -1170,8 +1170,8 @@ __host__ __device__ void bwd_body(const TcArgs &a, int64_t blk, float *sm) {
     FOR(i, n) a.dbeta[beta_at(a, p.b, p.t0 + i, p.j)] = dbs[i];
 }
 
-// ==== v4 (ctx->tc_version == 4; v5, the default, runs these bodies with RT; KDA_TC_V=3: v3) ====
-// (v5, KDA_TC_V=5: these bodies with RT = true at the models' dims, see tc_intra5_k)
+// ==== v4 (ctx->tc_version == 4; KDA_TC_V=3 selects the v3 bodies above) =======================
+// (v5, the default: these bodies with RT = true at the models' dims, see tc_intra5_k)
 // At K 32 / V 64 / chunk 32 (the models' dims; others run v3's intra and main backward):
 //   * intra4_body: compile-time dims; q, k, G through cp.async, βv loaded alongside; the dense
 //     enumeration of the diagonal pairs; the off-diagonal block beside the forward substitution;
