@@ -1,9 +1,10 @@
 // bench_gemm.c - the training step's large GEMMs at the 300M shapes (micro-batch 16: N = 32768
 // tokens, D = 1024, I = 4096; the LM head per 8192-row chunk, vocabulary 128,256; the attention's
-// fused input projection, 1024 -> 1160, and o_proj, 512 -> 1024) with each of
-// cuBLASLt's heuristic candidates: the burst-clock time (median of 10) beside the energy per call
-// at the sustained power draw (bench_energy.h), the quantity the step pays at the H200's 700 W cap
-// (docs/perf-log.md, "session 8: outcome"). The MLP and the head are ≈ 77 of the step's ≈ 135 ms:
+// fused input projection, 1024 -> 1160, and o_proj, 512 -> 1024; bench_proj.c times those at the
+// burst clock only, beside their copies) with each of cuBLASLt's heuristic candidates: the
+// burst-clock time (median of 10) beside the energy per call at the sustained power draw
+// (bench_energy.h), the quantity the step pays at the H200's 700 W cap (docs/perf-log.md,
+// "session 8: outcome"). The MLP and the head are ≈ 77 of the step's ≈ 135 ms:
 // a candidate a few per cent cheaper in joules moves the step more than any custom kernel left.
 //
 // Each row runs the model's own call (gemm_cuda.h: the same dtypes, transposes, strides and beta)
