@@ -18,12 +18,12 @@
 #                                 # (the KDA core's, the CE row kernel, conv), through bench_gpu
 #   bash bench/device_plan.sh 7   # the settled clock: kda.c vs FLA at mb 16/32/64 over 40 timed
 #                                 # steps after 10 (step 1 times 10 after 3), with the clock series
-#   bash bench/device_plan.sh 9   # interleaved A/B at mb TPUT_MB (16): the defaults and each
-#                                 # candidate of AB (';'-separated settings), REPS (2) rounds
 #   bash bench/device_plan.sh 8   # energy per call at the sustained power draw: every cuBLASLt
 #                                 # candidate of the step's MLP, head and attention projection
 #                                 # GEMMs (bench_gemm; GEMM_ROWS="proj": only the last), every
 #                                 # bench_gpu row and the CE row kernels (KDA_BENCH_ENERGY)
+#   bash bench/device_plan.sh 9   # interleaved A/B at mb TPUT_MB (16): the defaults and each
+#                                 # candidate of AB (';'-separated settings), REPS (2) rounds
 # Output: $OUT/stepN/ (the scripts' own outputs), $OUT/stepN.md (what is printed last), and
 # $OUT/stepN.tgz (stepN/ packed: the device tool brings back a few files per call).
 # LIMIT (default 560) bounds the whole step; every stage takes what is left.
@@ -74,8 +74,8 @@ tput() {
 case $STEP in
 1)
     # shellcheck disable=SC2086 # TP_ENV: VAR=value words for kda.c's throughput runs only
-    env ${TP_ENV:-} OUT=$D/tp FLA_ONE_CONFIG=0 FLA_LIMIT=300 KDA_LIMIT=$(($(left) - 170)) MBS="16 32 64" \
-        PROFILE=3 KDA_EXTRA_TARGETS="$B/kda_test $B/bench/bench_gpu" \
+    env ${TP_ENV:-} OUT=$D/tp FLA_ONE_CONFIG=0 FLA_LIMIT=300 KDA_LIMIT=$(($(left) - 170)) \
+        MBS="16 32 64" PROFILE=3 KDA_EXTRA_TARGETS="$B/kda_test $B/bench/bench_gpu" \
         bash bench/train_throughput/run.sh > "$D/tp.txt" 2>&1
     grep -E '^\| *(16|32|64) |^fla_train: mb|FLA autotune seed' "$D/tp.txt" "$D/tp/build.log" |
         cut -d: -f2- | tee -a "$SUM"
@@ -200,7 +200,7 @@ case $STEP in
     # docs/perf-log.md "The training step is power-bound": a row's mJ per call at the sustained
     # draw is what it costs in the capped step (the medians run at the burst clock). 2 s a row.
     # bench_gemm first: the GEMMs are most of the step's joules, and a candidate cheaper in
-    # joules than cuBLASLt's first pick is the largest lever left (KDA_GEMM_CAND runs it).
+    # joules than cuBLASLt's first pick is the largest lever left (KDA_GEMM_TILES picks it).
     kda_gpu_env > /dev/null && kda_gpu_build "$D/build.log" "$B/bench/bench_gpu" \
         "$B/bench/bench_cls" "$B/bench/bench_gemm" || exit 1
     # GEMM_ROWS: only the rows whose name contains it (e.g. "proj": the attention's projections)
