@@ -5,7 +5,7 @@
 #
 # Usage (repository root, on the GPU machine; carry .devdeps and .whl):
 #   bash bench/device_plan.sh 1   # kda.c vs FLA (full autotune, recorded results) at mb 16/32/64,
-#                                 # the whole GPU suite (also under KDA_FAST_EXP=1), bench_gpu (the
+#                                 # the whole GPU suite (also under KDA_FAST_EXP=0), bench_gpu (the
 #                                 # core's per-kernel profile), the CE row kernels' shapes;
 #                                 # TP_ENV="VAR=value ..." runs kda.c's throughput runs (only)
 #                                 # with those switches
@@ -84,12 +84,12 @@ case $STEP in
     KDA_BIN=$B/kda timeout $(($(left) - 110)) "$B/kda_test" --gpu > "$D/suite.txt" 2>&1
     say "GPU suite: rc=$? $(tail -1 "$D/suite.txt")"
     grep '^FAIL' "$D/suite.txt" | tee -a "$SUM"
-    # the suite under the fast exponentials (the candidate default, perf-log "session 9"): the
-    # tests that toggle KDA_FAST_EXP put it back (tests/gpu_ctx.h GpuEnv)
+    # the suite under the precise exponentials (the default before session 10): the tests that
+    # toggle KDA_FAST_EXP put it back (tests/gpu_ctx.h GpuEnv)
     if [ "$(left)" -gt 260 ]; then
-        KDA_FAST_EXP=1 KDA_BIN=$B/kda timeout $(($(left) - 150)) "$B/kda_test" --gpu \
+        KDA_FAST_EXP=0 KDA_BIN=$B/kda timeout $(($(left) - 150)) "$B/kda_test" --gpu \
             > "$D/suite_fx.txt" 2>&1
-        say "GPU suite, KDA_FAST_EXP=1: rc=$? $(tail -1 "$D/suite_fx.txt")"
+        say "GPU suite, KDA_FAST_EXP=0: rc=$? $(tail -1 "$D/suite_fx.txt")"
         grep '^FAIL' "$D/suite_fx.txt" | tee -a "$SUM"
     fi
     timeout $(($(left) - 50)) "$B/bench/bench_gpu" > "$D/bench_gpu.txt" 2>&1
@@ -131,7 +131,7 @@ case $STEP in
     tput pdl KDA_PDL=1
     tput conv_qkv KDA_CONV_QKV=1
     tput conv_qkv2 KDA_CONV_QKV=2
-    tput fast_exp KDA_FAST_EXP=1 # fast SiLU in the convs, fast CE sum pass (numerics)
+    tput precise_exp KDA_FAST_EXP=0 # precise SiLU in the convs, precise CE sum pass
     tput tune KDA_GEMM_TUNE=1
     ;;
 3)

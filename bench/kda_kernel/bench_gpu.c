@@ -286,12 +286,12 @@ static int b_qkv_bwd1(void *a) {
     conv_qkv_parts_(f, b);
     return kda_cuda_conv_qkv_bwd(&g, b, B, T, H * K, H * V, W, K);
 }
-// The same four with KDA_FAST_EXP=1 (the fast SiLU / SiLU', src/cuda/fast_math.cuh; read at
-// every launch, unset again after the call so the other rows run the precise kernels).
+// The same four with the fast SiLU / SiLU' (src/cuda/fast_math.cuh; KDA_FAST_EXP is read at
+// every launch; main sets it to 0 so that the other rows run the precise kernels).
 static int fast_exp_(int (*fn)(void *)) {
     setenv("KDA_FAST_EXP", "1", 1);
     int rc = fn(NULL);
-    unsetenv("KDA_FAST_EXP");
+    setenv("KDA_FAST_EXP", "0", 1);
     return rc;
 }
 static int b_qkv_fwd3_fx(void *a) {
@@ -499,6 +499,8 @@ static int b_norm(void *a) {
 
 int main(void) {
     KdaError err = {{0}};
+    // the rows not named fast-exp: the precise kernels (the fast ones are the model's default)
+    setenv("KDA_FAST_EXP", "0", 1);
     if (kda_cuda_init(&g, 0, &err)) {
         fprintf(stderr, "bench_gpu: %s\n", err.msg);
         return 1;

@@ -655,8 +655,8 @@ inline bool conv_pf_(void) {
     return e && !strcmp(e, "1");
 }
 
-// KDA_FAST_EXP=1 (fast_math.cuh; read at every launch): the fast SiLU / SiLU' (template FX) in
-// the kernels the model runs by default: the v2 forwards and plain backward, the v1 fused q/k
+// Unless KDA_FAST_EXP=0 (fast_math.cuh; read at every launch): the fast SiLU / SiLU' (template FX)
+// in the kernels the model runs by default: the v2 forwards and plain backward, the v1 fused q/k
 // backward without prefetch, the q|k|v kernels, and the v2 fused backward of KDA_CONV_V=2; for
 // W <= CONV_FX_MAX_W only (the model's W = 4: the fast instantiations exist for those W, so the
 // build grows by ~100 kernels instead of doubling). The other kernels (the v1 forwards and plain

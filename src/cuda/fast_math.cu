@@ -1,6 +1,6 @@
-// fast_math.cu - the fast (KDA_FAST_EXP=1) and precise activations of fast_math.cuh evaluated on a
-// vector, on the GPU and on the host (see fast_math.h): the tests' window on the functions the
-// conv and CE row kernels inline.
+// fast_math.cu - the fast (default; KDA_FAST_EXP=0: off) and precise activations of fast_math.cuh
+// evaluated on a vector, on the GPU and on the host (see fast_math.h): the tests' window on the
+// functions the conv and CE row kernels inline.
 #include "cuda/fast_math.h"
 
 #include "cuda/fast_math.cuh" // defines: silu_x, dsilu_x, exp_x

@@ -1,6 +1,7 @@
-// fast_math.h - the fast exponential, SiLU and SiLU' of KDA_FAST_EXP=1 (fast_math.cuh) evaluated
-// element by element on the GPU and on the host, so tests can hold both forms to float64 over a
-// sweep of x (test_fast_exp.c: fast_exp_bounds on the host, gpu_fast_exp_bounds on the device).
+// fast_math.h - the fast exponential, SiLU and SiLU' of the default (KDA_FAST_EXP=0: off;
+// fast_math.cuh) evaluated element by element on the GPU and on the host, so tests can hold both
+// forms to float64 over a sweep of x (test_fast_exp.c: fast_exp_bounds on the host,
+// gpu_fast_exp_bounds on the device).
 #ifndef KDA_CUDA_FAST_MATH_H
 #define KDA_CUDA_FAST_MATH_H
 

@@ -485,10 +485,11 @@ __host__ __device__ inline float cls2_max2_f(unsigned m2) {
 // block max of -inf (every logit of the slice -inf or NaN; the max skips NaN) sums e^x
 // instead: 0 for -inf, NaN for NaN, so a NaN logit always reaches the row's lse.
 // TRIM: the slice's groups j < nw are whole (no test), the rest (at most the last) tested.
-// FX (KDA_FAST_EXP=1, the trimmed kernel only): each term by exp_fast_f (fast_math.cuh: one FMUL
-// and one ex2.approx instead of expf's 8 instructions), the same terms in the same tree and
-// order; e^(x - m) <= 1, and the terms that carry the sum (x - m > -20) are within 1.2e-6
-// relative of e^(x - m) (docs/perf-log.md, "Fast exponentials in SiLU and the CE sum pass").
+// FX (the trimmed kernel only; the default, KDA_FAST_EXP=0: off): each term by exp_fast_f
+// (fast_math.cuh: one FMUL and one ex2.approx instead of expf's 8 instructions), the same terms in
+// the same tree and order; e^(x - m) <= 1, and the terms that carry the sum (x - m > -20) are
+// within 1.2e-6 relative of e^(x - m) (docs/perf-log.md, "Fast exponentials in SiLU and the CE sum
+// pass").
 template <bool FX = false>
 __host__ __device__ inline float cls2_sum8(uint4 q, float m) { // one group's fp32 tree
     float x[8], e[8];
@@ -722,7 +723,8 @@ __device__ inline void cls2_wait(int pending) { // this thread's copies but the 
 // thread 0 only (the one that publishes them), and the cluster combine and log S computed by
 // thread 0 only (the same function, cls2_combine, then the same double l = M + log S) and
 // broadcast through shared memory, instead of by all CLS2_THREADS threads.
-// FX (KDA_FAST_EXP=1; with TRIM only): the sum pass's terms by the fast exponential (cls2_sum8).
+// FX (unless KDA_FAST_EXP=0; with TRIM only): the sum pass's terms by the fast exponential
+// (cls2_sum8).
 template <bool TRIM, bool FX = false>
 __global__ void __launch_bounds__(CLS2_THREADS)
     cls2_row_k(kda_bf16 *lg, float *nll, float *lse, const int32_t *tg, int64_t V, int64_t ld,
@@ -1156,7 +1158,7 @@ int kda_cuda_cls_row_kernel(KdaCudaCtx *ctx, kda_bf16 *logits, float *nll, float
                               cls2_gpc(n_vocab, cl) <= CLS2_MAX_GROUPS && rows <= 0x7fffffff / cl &&
                               ((uintptr_t)logits & 15) == 0);
     size_t smem = (size_t)cls2_gpc(n_vocab, cl) * 16;
-    // KDA_FAST_EXP=1: the trimmed kernel with the fast sum pass (the other kernels: precise)
+    // unless KDA_FAST_EXP=0: the trimmed kernel with the fast sum pass (the other kernels: precise)
     bool fx = kernel == KDA_CLS_ROW_TRIM && kda_fast_exp_();
     const void *fn = fx                           ? (const void *)cls2_row_k<true, true>
                      : kernel == KDA_CLS_ROW_TRIM ? (const void *)cls2_row_k<true>

@@ -82,7 +82,7 @@ int kda_cuda_xent_bwd(KdaCudaCtx *ctx, float *dn, float *dWh, const kda_bf16 *n,
 //   8192-row chunk on an H200): KDA_CLS_ROW_CLUSTER's kernel instantiated trimmed, the same bits in
 //   fewer instructions: 32-bit indices, no test for the row's end but on its last, partial group,
 //   bf16 pairs packed in one conversion, and the cluster combine and log S computed by one thread
-//   per block instead of all of them. KDA_FAST_EXP=1 (read at every launch; default off): its sum
+//   per block instead of all of them. Unless KDA_FAST_EXP=0 (read at every launch): its sum
 //   pass takes the fast exponential (fast_math.cuh, ex2.approx: ~2^-21 relative per term), the
 //   same terms in the same order; lse within ~3e-7 of the precise kernel's (docs/perf-log.md).
 // Either way lse = M + log S (double, stored fp32) and nll = lse - x_target, so |Δnll| <~ 4e-7 +
@@ -201,9 +201,10 @@ void kda_cuda_cls_rows2_host(kda_bf16 *logits, float *nll, float *lse, const int
 void kda_cuda_cls_rows_trim_host(kda_bf16 *logits, float *nll, float *lse, const int32_t *targets,
                                  int64_t rows, int64_t n_vocab, int64_t ld, float scale, int grad,
                                  int nthreads, int cl);
-// KDA_CLS_ROW_TRIM with KDA_FAST_EXP=1's twin (the sum pass's terms by fast_math.cuh's host form
-// of the fast exponential): the device's lse within the tolerance of docs/perf-log.md ("Fast
-// exponentials in SiLU and the CE sum pass"), not its bits. Arguments as above.
+// KDA_CLS_ROW_TRIM with the fast sum pass's twin (the default; KDA_FAST_EXP=0: off; the terms by
+// fast_math.cuh's host form of the fast exponential): the device's lse within the tolerance of
+// docs/perf-log.md ("Fast exponentials in SiLU and the CE sum pass"), not its bits. Arguments as
+// above.
 void kda_cuda_cls_rows_trim_fx_host(kda_bf16 *logits, float *nll, float *lse,
                                     const int32_t *targets, int64_t rows, int64_t n_vocab,
                                     int64_t ld, float scale, int grad, int nthreads, int cl);
