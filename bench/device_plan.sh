@@ -221,7 +221,7 @@ case $STEP in
     # unprofiled (graphs on), interleaved so that the clock's drift hits both alike: a switch
     # becomes the default when its runs beat every defaults run by more than their spread.
     kda_gpu_env > /dev/null && kda_gpu_build "$D/build.log" "$B/kda" || exit 1
-    IFS=';' read -r -a cands <<< "${AB:-KDA_FAST_EXP=1;KDA_GEMM_TILES=}"
+    IFS=';' read -r -a cands <<< "${AB:-KDA_GEMM_RULES=1;KDA_FAST_EXP=0}"
     for rep in $(seq "${REPS:-2}"); do
         tput "base_$rep" PROFILE=
         for i in "${!cands[@]}"; do

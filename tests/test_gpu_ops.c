@@ -333,6 +333,43 @@ KDA_TEST(cuda_gemm_tiles_parse) {
     }
 }
 
+// KDA_GEMM_RULES's parser and matcher (host only): "1" gives the measured rules (the o_proj
+// forward's 128x128 among them), unset, "0" and empty none, anything else one error line naming
+// the variable; a rule's tile goes to the GEMM with its transposes, m, k and output dtype only.
+KDA_TEST(cuda_gemm_rules_parse) {
+    static KdaCudaCtx c; // zeroed; host only
+    KdaError err = {{0}};
+    CHECK(kda_cuda_parse_gemm_rules(NULL, c.gemm_rules, &c.n_gemm_rules, &err) == 0 &&
+          c.n_gemm_rules == 0 && kda_cuda_gemm_rule_tile(&c, 1, 0, 1024, 512, KDA_DT_F32) == 0);
+    CHECK(kda_cuda_parse_gemm_rules("1", c.gemm_rules, &c.n_gemm_rules, &err) == 0 &&
+          c.n_gemm_rules == 3);
+    CHECK(kda_cuda_gemm_rule_tile(&c, 1, 0, 1024, 512, KDA_DT_F32) == 20);
+    CHECK(kda_cuda_gemm_rule_tile(&c, 0, 0, 1024, 1160, KDA_DT_F32) == 29);
+    CHECK(kda_cuda_gemm_rule_tile(&c, 0, 0, 4096, 1024, KDA_DT_BF16) == 29);
+    const int64_t miss[][5] = {// each differs from the o_proj rule in one field
+                               {0, 0, 1024, 512, KDA_DT_F32},
+                               {1, 1, 1024, 512, KDA_DT_F32},
+                               {1, 0, 1025, 512, KDA_DT_F32},
+                               {1, 0, 1024, 513, KDA_DT_F32},
+                               {1, 0, 1024, 512, KDA_DT_BF16}};
+    for (size_t i = 0; i < sizeof miss / sizeof *miss; i++)
+        CHECK_MSG(kda_cuda_gemm_rule_tile(&c, (int)miss[i][0], (int)miss[i][1], miss[i][2],
+                                          miss[i][3], (int)miss[i][4]) == 0,
+                  "case %zu matched", i);
+    CHECK(kda_cuda_parse_gemm_rules("0", c.gemm_rules, &c.n_gemm_rules, &err) == 0 &&
+          c.n_gemm_rules == 0 && kda_cuda_gemm_rule_tile(&c, 1, 0, 1024, 512, KDA_DT_F32) == 0);
+    CHECK(kda_cuda_parse_gemm_rules("", c.gemm_rules, &c.n_gemm_rules, &err) == 0 &&
+          c.n_gemm_rules == 0);
+    const char *bad[] = {"2", "01", "yes", "1 ", "-1"};
+    for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
+        err.msg[0] = '\0';
+        c.n_gemm_rules = -1;
+        CHECK_MSG(kda_cuda_parse_gemm_rules(bad[i], c.gemm_rules, &c.n_gemm_rules, &err) == -1 &&
+                      c.n_gemm_rules == 0 && strstr(err.msg, "KDA_GEMM_RULES"),
+                  "'%s': n %d, '%s'", bad[i], c.n_gemm_rules, err.msg);
+    }
+}
+
 // KDA_GEMM_TILES (ctx->gemm_tiles): a new plan runs the first candidate whose tile comes first in
 // the list: naming candidate i's tile picks the first candidate with that tile, a list that names
 // no candidate's tile (or none) picks the heuristic's first, an earlier entry wins over a later
@@ -368,6 +405,63 @@ KDA_TEST_GPU(gpu_gemm_tiles) {
     g_ctx.gemm_tiles[0] = 201, g_ctx.gemm_tiles[1] = 197, g_ctx.n_gemm_tiles = 2;
     gemm_case_(&r, 4100, 1024, 1032); // shapes no other test caches
     g_ctx.n_gemm_tiles = saved;
+}
+
+// KDA_GEMM_RULES (ctx->gemm_rules): a rule naming candidate i's tile for the shape picks the
+// first candidate with that tile, ahead of a tile list naming another candidate's; a rule for
+// another k, or naming no candidate's tile, leaves the list's pick; the products of a plan built
+// by a rule stay right.
+KDA_TEST_GPU(gpu_gemm_rules) {
+    if (!gpu_()) return;
+    int64_t m = 1024, n = 4096, k = 1024;
+    char desc[96];
+    int nc = 0, tile[8], picked = -1, saved_t = g_ctx.n_gemm_tiles, saved_r = g_ctx.n_gemm_rules;
+    KdaCudaGemmRule saved[KDA_CUDA_GEMM_RULES_MAX];
+    memcpy(saved, g_ctx.gemm_rules, sizeof saved);
+    fwd_cand_(m, n, k, 0, desc, &nc, NULL);
+    for (int i = 0; i < nc; i++) {
+        fwd_cand_(m, n, k, i, desc, &nc, NULL);
+        CHECK_MSG(sscanf(desc, "algo %*d tile %d", &tile[i]) == 1, "'%s'", desc);
+    }
+    KdaCudaGemmRule *r = &g_ctx.gemm_rules[0]; // fwd_cand_'s form: trans_a 1, bf16 out
+    *r = (KdaCudaGemmRule){1, 0, m, k, KDA_DT_BF16, 0};
+    g_ctx.n_gemm_rules = 1, g_ctx.n_gemm_tiles = 1;
+    for (int i = 0; i < nc; i++) {
+        int first = 0, other = 0; // the first candidate with i's tile; one with another tile
+        while (tile[first] != tile[i])
+            first++;
+        while (other < nc - 1 && tile[other] == tile[i])
+            other++;
+        g_ctx.gemm_tiles[0] = tile[other];
+        r->tile = tile[i], r->k = k;
+        fwd_cand_(m, n, k, 0, desc, &nc, &picked);
+        CHECK_MSG(picked == first, "rule tile %d, list {%d}: picked %d, expected %d", tile[i],
+                  tile[other], picked, first);
+        r->k = k + 8; // the rule no longer matches: the list's pick
+        fwd_cand_(m, n, k, 0, desc, &nc, &picked);
+        CHECK(tile[picked] == tile[other]);
+        r->tile = 99999, r->k = k; // matches, names no candidate: the list's pick
+        fwd_cand_(m, n, k, 0, desc, &nc, &picked);
+        CHECK(tile[picked] == tile[other]);
+    }
+    KdaRng rr;
+    rng_seed(&rr, 127);
+    // gemm_case_'s forward (N 4104, in 1024 -> out 1040): m = 1040, k = 1024, bf16 out; the
+    // tile of its last candidate (the heuristic's least preferred)
+    int nc2 = 0, t2 = 0;
+    fwd_cand_(1040, 4104, 1024, 0, desc, &nc2, NULL);
+    fwd_cand_(1040, 4104, 1024, nc2 - 1, desc, &nc2, NULL);
+    CHECK(sscanf(desc, "algo %*d tile %d", &t2) == 1);
+    *r = (KdaCudaGemmRule){1, 0, 1040, 1024, KDA_DT_BF16, t2};
+    g_ctx.n_gemm_tiles = 0;
+    fwd_cand_(1040, 4104, 1024, 0, desc, &nc2, &picked);
+    fwd_cand_(1040, 4104, 1024, picked, desc, &nc2, NULL);
+    int tp = 0;
+    CHECK_MSG(sscanf(desc, "algo %*d tile %d", &tp) == 1 && tp == t2, "picked %d: '%s', rule %d",
+              picked, desc, t2);
+    gemm_case_(&rr, 4104, 1024, 1040); // shapes no other test caches
+    memcpy(g_ctx.gemm_rules, saved, sizeof saved);
+    g_ctx.n_gemm_rules = saved_r, g_ctx.n_gemm_tiles = saved_t;
 }
 
 // GEMM plans cached per shape (gemm_cuda.cu, the default) against a context with KDA_GEMM_PLAN=0

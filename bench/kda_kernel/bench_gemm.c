@@ -10,8 +10,9 @@
 // Each row runs the model's own call (gemm_cuda.h: the same dtypes, transposes, strides and beta)
 // with ctx.gemm_cand = i for every candidate i the heuristic returns for that shape (#0: the
 // heuristic's first, timed with the context's tile list emptied); the candidate the model runs
-// (KDA_GEMM_TILES's pick, src/cuda/cuda_common.h) is marked *. Random inputs; weight-gradient rows
-// accumulate into their dW as the model's do. Needs NVML for the energy column (else times only).
+// (KDA_GEMM_RULES' or KDA_GEMM_TILES's pick, src/cuda/cuda_common.h) is marked *. Random inputs;
+// weight-gradient rows accumulate into their dW as the model's do. Needs NVML for the energy column
+// (else times only).
 //
 // Build and run: bash bench/kda_kernel/run_cls.sh gemm (on the GPU machine; ~3 min with energy);
 // `bench_gemm PART` runs only the rows whose name contains PART (e.g. "LM head").
@@ -104,16 +105,19 @@ static int call_(void *row) {
 }
 
 // One row: every candidate's burst median and (with NVML) its sustained ms and mJ per call.
-// tiles [n_tiles]: the model's tile list (g's is empty, so that gemm_cand 0 is candidate #0).
-static void run_row_(const Row *r, const BenchNvml *nv, const int *tiles, int n_tiles) {
+// model: a context holding the model's tile list and shape rules (g holds none, so that
+// gemm_cand 0 is candidate #0).
+static void run_row_(const Row *r, const BenchNvml *nv, const KdaCudaCtx *model) {
     double fl = 2.0 * (double)r->m * (double)r->n * (double)r->k;
     int nc = 0, picked = 0;
     char desc[96];
-    memcpy(g.gemm_tiles, tiles, sizeof(int) * (size_t)n_tiles);
-    g.n_gemm_tiles = n_tiles; // a plan built now: the model's pick
+    memcpy(g.gemm_tiles, model->gemm_tiles, sizeof g.gemm_tiles);
+    memcpy(g.gemm_rules, model->gemm_rules, sizeof g.gemm_rules);
+    g.n_gemm_tiles = model->n_gemm_tiles; // a plan built now: the model's pick
+    g.n_gemm_rules = model->n_gemm_rules;
     int rc = kda_cuda_gemm_cand_desc(&g, r->ta, r->tb, r->m, r->n, r->k, r->lda, r->ldb, r->dt,
                                      r->ldd, 0, desc, sizeof desc, &nc, &picked);
-    g.n_gemm_tiles = 0;
+    g.n_gemm_tiles = 0, g.n_gemm_rules = 0;
     if (rc) die_("candidates");
     printf("%s (%.0f x per step, %.2f TFLOP a call): %d candidates\n", r->name, r->per_step,
            fl / 1e12, nc);
@@ -153,10 +157,11 @@ int main(int argc, char **argv) {
     }
     printf("%s, %d SMs; the 300M step's GEMMs at N = %d, D = %d, I = %d; head chunk %d x %d\n",
            g.info.name, g.info.sm_count, N, D, I, ROWS, V);
-    // the model's tile list (KDA_GEMM_TILES), kept aside: the plans built below take #0
-    int tiles[KDA_CUDA_GEMM_TILES_MAX], n_tiles = g.n_gemm_tiles;
-    memcpy(tiles, g.gemm_tiles, sizeof tiles);
-    g.n_gemm_tiles = 0;
+    // the model's tile list and shape rules (KDA_GEMM_TILES, KDA_GEMM_RULES), kept aside: the
+    // plans built below take #0
+    static KdaCudaCtx model;
+    model = g;
+    g.n_gemm_tiles = 0, g.n_gemm_rules = 0;
     KdaRng r;
     rng_seed(&r, 11);
     z.ld = kda_cuda_cls_ld(V);
@@ -199,8 +204,7 @@ int main(int argc, char **argv) {
     BenchNvml nvml;
     int energy = bench_energy_open(&nvml, g.device);
     for (size_t i = 0; i < sizeof rows / sizeof *rows; i++)
-        if (!only || strstr(rows[i].name, only))
-            run_row_(&rows[i], energy ? &nvml : NULL, tiles, n_tiles);
+        if (!only || strstr(rows[i].name, only)) run_row_(&rows[i], energy ? &nvml : NULL, &model);
     kda_cuda_free(&g);
     return 0;
 }

@@ -94,10 +94,47 @@ int kda_cuda_parse_gemm_tiles(const char *s, int tiles[KDA_CUDA_GEMM_TILES_MAX],
     }
 }
 
+// KDA_GEMM_RULES=1: KDA-300M's shapes (D 1024, the fused in-projection's 1160 outputs,
+// H·V 512, I 4096) whose best tile at the H200's sustained draw is one the tile list does not
+// pick (bench_gemm, all 8 candidates, mb 16; docs/log/gpu-2026-12-03.md §33), in sustained ms
+// per call, the list's pick -> the rule's:
+static const KdaCudaGemmRule GEMM_RULES_MEASURED[] = {
+    {1, 0, 1024, 512, 0, 20},  // o_proj fwd + residual, fp32 out: 176x128 0.127 -> 128x128 0.093
+    {0, 0, 1024, 1160, 0, 29}, // in-proj dX, fp32 out: 256x128 0.151 -> 128x160 0.138
+    {0, 0, 4096, 1024, 1, 29}, // MLP down dX, bf16 out: 192x192 0.465 -> 128x160 0.415 (§30)
+};
+
+int kda_cuda_parse_gemm_rules(const char *s, KdaCudaGemmRule rules[KDA_CUDA_GEMM_RULES_MAX], int *n,
+                              KdaError *err) {
+    *n = 0;
+    if (!s || !strcmp(s, "0") || !*s) return 0; // unset, "0" or empty: none
+    if (strcmp(s, "1"))
+        return kda_fail(err,
+                        "cuda: KDA_GEMM_RULES='%s': expected 1 (the measured per-shape tiles) or 0 "
+                        "(none, the default)",
+                        s);
+    for (size_t i = 0; i < sizeof GEMM_RULES_MEASURED / sizeof *GEMM_RULES_MEASURED; i++)
+        rules[(*n)++] = GEMM_RULES_MEASURED[i];
+    return 0;
+}
+
+int kda_cuda_gemm_rule_tile(const KdaCudaCtx *ctx, int trans_a, int trans_b, int64_t m, int64_t k,
+                            int d_type) {
+    for (int i = 0; i < ctx->n_gemm_rules; i++) {
+        const KdaCudaGemmRule *r = &ctx->gemm_rules[i];
+        if (r->trans_a == (trans_a != 0) && r->trans_b == (trans_b != 0) && r->m == m &&
+            r->k == k && r->d_type == d_type)
+            return r->tile;
+    }
+    return 0;
+}
+
 int kda_cuda_init(KdaCudaCtx *ctx, int device, KdaError *err) {
     memset(ctx, 0, sizeof *ctx);
     // a malformed switch fails before anything is created
     if (kda_cuda_parse_gemm_tiles(getenv("KDA_GEMM_TILES"), ctx->gemm_tiles, &ctx->n_gemm_tiles,
+                                  err) ||
+        kda_cuda_parse_gemm_rules(getenv("KDA_GEMM_RULES"), ctx->gemm_rules, &ctx->n_gemm_rules,
                                   err))
         return -1;
     ctx->device = device;

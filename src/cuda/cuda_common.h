@@ -31,6 +31,17 @@ typedef uint16_t kda_bf16; // bf16 bits on the device
 // heuristic offers them (KdaCudaCtx.gemm_tiles says why).
 #define KDA_CUDA_GEMM_TILES_DEFAULT "201,197"
 
+#define KDA_CUDA_GEMM_RULES_MAX 8 // shape rules KdaCudaCtx.gemm_rules holds
+// One GEMM shape's cuBLASLt tile (KdaCudaCtx.gemm_rules): a product of bf16 operands with these
+// transposes, m, k and output dtype, any n (the token count), runs its heuristic's first
+// candidate with this tile (cublasLtMatmulTile_t), where it offers one, ahead of gemm_tiles' list.
+typedef struct {
+    int trans_a, trans_b;
+    int64_t m, k;
+    int d_type; // the output's KdaDtype (gemm_cuda.h: 0 fp32, 1 bf16)
+    int tile;
+} KdaCudaGemmRule;
+
 typedef struct {
     char name[256];
     int cc_major, cc_minor;      // compute capability
@@ -82,6 +93,16 @@ typedef struct {
     // KDA_GEMM_TILES= (empty), n_gemm_tiles 0: the heuristic's first everywhere.
     int gemm_tiles[KDA_CUDA_GEMM_TILES_MAX];
     int n_gemm_tiles;
+    // gemm_rules: per-shape tiles, checked before gemm_tiles (KDA_GEMM_RULES at init: "1", the
+    // measured rules of cuda_common.cu; unset, "0" or empty: none). Opt-in: three of KDA-300M's
+    // projection shapes run 8-27 % faster at the H200's sustained draw on a tile the list does
+    // not give them (bench_gemm, docs/log/gpu-2026-12-03.md §33; o_proj forward: 128x128 0.093
+    // ms, the list's 176x128 0.127), about 1.2 ms a step at mb 16 summed; one step run with them
+    // (133.0 ms, §35) did not yet show it against the default's spread, and no interleaved A/B
+    // has run (docs/perf-log.md, "session 10"). Per shape, since a tile that wins on one loses
+    // on another.
+    KdaCudaGemmRule gemm_rules[KDA_CUDA_GEMM_RULES_MAX];
+    int n_gemm_rules;
     // tc_version: the tensor-core KDA core's kernels (cuda/kda_tc.h), 5 (the default since
     // 2026-12-03), 4 when KDA_TC_V=4 at init, 3 when KDA_TC_V=3, 6 when KDA_TC_V=6 (opt-in);
     // kda_tc_set_version changes it (tests, benchmarks).
@@ -138,6 +159,15 @@ int kda_cuda_init(KdaCudaCtx *ctx, int device, KdaError *err);
 // calls it first).
 int kda_cuda_parse_gemm_tiles(const char *s, int tiles[KDA_CUDA_GEMM_TILES_MAX], int *n,
                               KdaError *err);
+// KDA_GEMM_RULES's value s ("1": the measured rules into rules [KDA_CUDA_GEMM_RULES_MAX], *n of
+// them; NULL (unset), "0" or empty: none) like the above: anything else *n = 0, -1 and one line in
+// err. Host only.
+int kda_cuda_parse_gemm_rules(const char *s, KdaCudaGemmRule rules[KDA_CUDA_GEMM_RULES_MAX], int *n,
+                              KdaError *err);
+// The tile ctx's rules give a GEMM of bf16 operands (trans_a, trans_b, m, k, output KdaDtype
+// d_type), 0 when none matches. Host only.
+int kda_cuda_gemm_rule_tile(const KdaCudaCtx *ctx, int trans_a, int trans_b, int64_t m, int64_t k,
+                            int d_type);
 void kda_cuda_free(KdaCudaCtx *ctx); // accepts a zeroed struct
 int kda_cuda_sync(KdaCudaCtx *ctx);  // waits for ctx->stream; reports asynchronous errors
 

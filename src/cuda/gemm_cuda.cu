@@ -64,9 +64,14 @@ int algo_attr(const cublasLtMatmulAlgo_t &a, cublasLtMatmulAlgoConfigAttributes_
                : -1;
 }
 
-// KDA_GEMM_TILES (ctx->gemm_tiles): the index of the first candidate whose tile comes first in the
-// list; 0 (the heuristic's first) when the list is empty or names none of s's candidates.
-int pick_by_tile(const KdaCudaCtx *ctx, const LtDescs &s) {
+// The first candidate with the tile of q's rule (ctx->gemm_rules, bf16 operands only), where
+// there is one; else KDA_GEMM_TILES (ctx->gemm_tiles): the index of the first candidate whose
+// tile comes first in the list; 0 (the heuristic's first) when the list is empty or names none
+// of s's candidates.
+int pick_by_tile(const KdaCudaCtx *ctx, const PlanKey &q, const LtDescs &s) {
+    int rule = q.ab == KDA_DT_BF16 ? kda_cuda_gemm_rule_tile(ctx, q.ta, q.tb, q.m, q.k, q.dt) : 0;
+    for (int i = 0; rule && i < s.n_cand; i++)
+        if (algo_attr(s.cand[i], CUBLASLT_ALGO_CONFIG_TILE_ID) == rule) return i;
     for (int t = 0; t < ctx->n_gemm_tiles; t++)
         for (int i = 0; i < s.n_cand; i++)
             if (algo_attr(s.cand[i], CUBLASLT_ALGO_CONFIG_TILE_ID) == ctx->gemm_tiles[t]) return i;
@@ -74,7 +79,7 @@ int pick_by_tile(const KdaCudaCtx *ctx, const LtDescs &s) {
 }
 
 // Builds descriptors, layouts and the algorithm for key into s: the heuristic's first candidate,
-// or KDA_GEMM_TILES's pick among them.
+// or KDA_GEMM_RULES' / KDA_GEMM_TILES's pick among them.
 int build_plan(KdaCudaCtx *ctx, const PlanKey &q, LtDescs &s) {
     cublasOperation_t ta = q.ta ? CUBLAS_OP_T : CUBLAS_OP_N;
     cublasOperation_t tb = q.tb ? CUBLAS_OP_T : CUBLAS_OP_N;
@@ -111,7 +116,7 @@ int build_plan(KdaCudaCtx *ctx, const PlanKey &q, LtDescs &s) {
     if (s.n_cand < 1)
         return kda_cuda_fail_at(ctx, __FILE__, __LINE__, "cublasLtMatmulAlgoGetHeuristic",
                                 "no usable algorithm for this shape");
-    s.algo = s.cand[pick_by_tile(ctx, s)];
+    s.algo = s.cand[pick_by_tile(ctx, q, s)];
     return 0;
 }
 
@@ -250,7 +255,7 @@ extern "C" int kda_cuda_gemm_cand_desc(KdaCudaCtx *ctx, int trans_a, int trans_b
     LtDescs s;
     int rc = build_plan(ctx, q, s);
     *n_cand = rc ? 0 : s.n_cand;
-    if (picked) *picked = rc ? 0 : pick_by_tile(ctx, s);
+    if (picked) *picked = rc ? 0 : pick_by_tile(ctx, q, s);
     buf[0] = '\0';
     if (!rc && i < s.n_cand) algo_desc(s.cand[i], buf, len);
     s.release();

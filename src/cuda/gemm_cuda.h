@@ -58,9 +58,9 @@ int kda_cuda_gemm_probe(KdaCudaCtx *ctx, int trans_a, int trans_b, int64_t m, in
 // Candidate i of cuBLASLt's heuristic for that product (kda_cuda_gemm_probe's list; ctx->gemm_cand
 // runs it in every GEMM) described in buf [len] ("algo A tile T stages S cluster C splitk K", the
 // empty string when i >= *n_cand); *n_cand = how many candidates; *picked (picked may be NULL) =
-// the index a new plan of ctx runs (KDA_GEMM_TILES's pick, else 0). No product runs. For
-// benchmarks (bench/kda_kernel/bench_gemm.c) and tests. Returns -1 (ctx error) when no plan can
-// be built.
+// the index a new plan of ctx runs (KDA_GEMM_RULES' or KDA_GEMM_TILES's pick, else 0). No product
+// runs. For benchmarks (bench/kda_kernel/bench_gemm.c) and tests. Returns -1 (ctx error) when no
+// plan can be built.
 int kda_cuda_gemm_cand_desc(KdaCudaCtx *ctx, int trans_a, int trans_b, int64_t m, int64_t n,
                             int64_t k, int64_t lda, int64_t ldb, KdaDtype d_type, int64_t ldd,
                             int i, char *buf, size_t len, int *n_cand, int *picked);
