@@ -19,7 +19,7 @@ int gpu_test_ctx(KdaCudaCtx *ctx);
 // An environment switch (KDA_FAST_EXP, KDA_PDL, KDA_GRAPH, ...) set for a stretch of a test:
 // gpu_env_set saves var's value (a copy; NULL when unset) into *s and sets var = val (NULL:
 // unsets it); gpu_env_restore puts it back and frees the copy, so a suite run under
-// KDA_FAST_EXP=1 keeps it after a test that toggles it. gpu_env_set returns 0, or -1 after a
+// KDA_FAST_EXP=0 keeps it after a test that toggles it. gpu_env_set returns 0, or -1 after a
 // failed check when the old value cannot be copied: var is then left as it was and
 // gpu_env_restore does nothing, so callers need not branch on it.
 typedef struct {

@@ -716,7 +716,7 @@ static void conv_case_free_(ConvIn *c, float *out[2][4]) {
 }
 
 // gpu_env_set / gpu_env_restore (tests/gpu_ctx.h; host only): a variable set for a stretch goes
-// back to its value, or back to unset, so a suite run under KDA_FAST_EXP=1 keeps it past a test
+// back to its value, or back to unset, so a suite run under KDA_FAST_EXP=0 keeps it past a test
 // that toggles it.
 KDA_TEST(test_env_restores) {
     const char *var = "KDA_TEST_ENV_RESTORE";
