@@ -88,9 +88,9 @@ case $STEP in
     # toggle KDA_FAST_EXP put it back (tests/gpu_ctx.h GpuEnv)
     if [ "$(left)" -gt 260 ]; then
         KDA_FAST_EXP=0 KDA_BIN=$B/kda timeout $(($(left) - 150)) "$B/kda_test" --gpu \
-            > "$D/suite_fx.txt" 2>&1
-        say "GPU suite, KDA_FAST_EXP=0: rc=$? $(tail -1 "$D/suite_fx.txt")"
-        grep '^FAIL' "$D/suite_fx.txt" | tee -a "$SUM"
+            > "$D/suite_precise.txt" 2>&1
+        say "GPU suite, KDA_FAST_EXP=0: rc=$? $(tail -1 "$D/suite_precise.txt")"
+        grep '^FAIL' "$D/suite_precise.txt" | tee -a "$SUM"
     fi
     timeout $(($(left) - 50)) "$B/bench/bench_gpu" > "$D/bench_gpu.txt" 2>&1
     say "bench_gpu: rc=$?"

@@ -276,6 +276,19 @@ static void fwd_cand_(int64_t m, int64_t n, int64_t k, int i, char *desc, int *n
                                 picked));
 }
 
+// The same form's candidates' tiles into tile [8] (each read from its description) and the
+// context's pick into *picked (NULL: not wanted); returns how many candidates there are.
+static int fwd_tiles_(int64_t m, int64_t n, int64_t k, int tile[8], int *picked) {
+    char desc[96];
+    int nc = 0;
+    fwd_cand_(m, n, k, 0, desc, &nc, picked);
+    for (int i = 0; i < nc; i++) {
+        fwd_cand_(m, n, k, i, desc, &nc, NULL);
+        CHECK_MSG(sscanf(desc, "algo %*d tile %d", &tile[i]) == 1, "'%s'", desc);
+    }
+    return nc;
+}
+
 // KDA_GEMM_CAND=i (ctx->gemm_cand): every GEMM runs the heuristic's candidate i where the shape
 // has one: the products stay right (gemm_case_'s tolerances; another algorithm only reorders the
 // fp32 sums), on shapes with few and with many candidates; kda_cuda_gemm_cand_desc names each
@@ -378,12 +391,8 @@ KDA_TEST_GPU(gpu_gemm_tiles) {
     if (!gpu_()) return;
     int64_t m = 1024, n = 4096, k = 1024;
     char desc[96];
-    int nc = 0, tile[8], picked = -1, saved = g_ctx.n_gemm_tiles;
-    fwd_cand_(m, n, k, 0, desc, &nc, NULL);
-    for (int i = 0; i < nc; i++) {
-        fwd_cand_(m, n, k, i, desc, &nc, NULL);
-        CHECK_MSG(sscanf(desc, "algo %*d tile %d", &tile[i]) == 1, "'%s'", desc);
-    }
+    int tile[8], picked = -1, saved = g_ctx.n_gemm_tiles;
+    int nc = fwd_tiles_(m, n, k, tile, NULL);
     for (int i = 0; i < nc; i++) {
         int first = 0; // the first candidate with candidate i's tile
         while (tile[first] != tile[i])
@@ -415,14 +424,10 @@ KDA_TEST_GPU(gpu_gemm_rules) {
     if (!gpu_()) return;
     int64_t m = 1024, n = 4096, k = 1024;
     char desc[96];
-    int nc = 0, tile[8], picked = -1, saved_t = g_ctx.n_gemm_tiles, saved_r = g_ctx.n_gemm_rules;
+    int tile[8], picked = -1, saved_t = g_ctx.n_gemm_tiles, saved_r = g_ctx.n_gemm_rules;
     KdaCudaGemmRule saved[KDA_CUDA_GEMM_RULES_MAX];
     memcpy(saved, g_ctx.gemm_rules, sizeof saved);
-    fwd_cand_(m, n, k, 0, desc, &nc, NULL);
-    for (int i = 0; i < nc; i++) {
-        fwd_cand_(m, n, k, i, desc, &nc, NULL);
-        CHECK_MSG(sscanf(desc, "algo %*d tile %d", &tile[i]) == 1, "'%s'", desc);
-    }
+    int nc = fwd_tiles_(m, n, k, tile, NULL);
     KdaCudaGemmRule *r = &g_ctx.gemm_rules[0]; // fwd_cand_'s form: trans_a 1, bf16 out
     *r = (KdaCudaGemmRule){1, 0, m, k, KDA_DT_BF16, 0};
     g_ctx.n_gemm_rules = 1, g_ctx.n_gemm_tiles = 1;
@@ -448,17 +453,12 @@ KDA_TEST_GPU(gpu_gemm_rules) {
     rng_seed(&rr, 127);
     // gemm_case_'s forward (N 4104, in 1024 -> out 1040): m = 1040, k = 1024, bf16 out; the
     // tile of its last candidate (the heuristic's least preferred)
-    int nc2 = 0, t2 = 0;
-    fwd_cand_(1040, 4104, 1024, 0, desc, &nc2, NULL);
-    fwd_cand_(1040, 4104, 1024, nc2 - 1, desc, &nc2, NULL);
-    CHECK(sscanf(desc, "algo %*d tile %d", &t2) == 1);
-    *r = (KdaCudaGemmRule){1, 0, 1040, 1024, KDA_DT_BF16, t2};
+    int tile2[8], nc2 = fwd_tiles_(1040, 4104, 1024, tile2, NULL);
+    *r = (KdaCudaGemmRule){1, 0, 1040, 1024, KDA_DT_BF16, tile2[nc2 - 1]};
     g_ctx.n_gemm_tiles = 0;
-    fwd_cand_(1040, 4104, 1024, 0, desc, &nc2, &picked);
-    fwd_cand_(1040, 4104, 1024, picked, desc, &nc2, NULL);
-    int tp = 0;
-    CHECK_MSG(sscanf(desc, "algo %*d tile %d", &tp) == 1 && tp == t2, "picked %d: '%s', rule %d",
-              picked, desc, t2);
+    fwd_tiles_(1040, 4104, 1024, tile2, &picked);
+    CHECK_MSG(tile2[picked] == tile2[nc2 - 1], "picked %d (tile %d), rule %d", picked,
+              tile2[picked], tile2[nc2 - 1]);
     gemm_case_(&rr, 4104, 1024, 1040); // shapes no other test caches
     memcpy(g_ctx.gemm_rules, saved, sizeof saved);
     g_ctx.n_gemm_rules = saved_r, g_ctx.n_gemm_tiles = saved_t;

@@ -103,6 +103,8 @@ static const KdaCudaGemmRule GEMM_RULES_MEASURED[] = {
     {0, 0, 1024, 1160, 0, 29}, // in-proj dX, fp32 out: 256x128 0.151 -> 128x160 0.138
     {0, 0, 4096, 1024, 1, 29}, // MLP down dX, bf16 out: 192x192 0.465 -> 128x160 0.415 (§30)
 };
+static_assert(sizeof GEMM_RULES_MEASURED / sizeof *GEMM_RULES_MEASURED <= KDA_CUDA_GEMM_RULES_MAX,
+              "KdaCudaCtx.gemm_rules holds the measured rules");
 
 int kda_cuda_parse_gemm_rules(const char *s, KdaCudaGemmRule rules[KDA_CUDA_GEMM_RULES_MAX], int *n,
                               KdaError *err) {
