@@ -112,7 +112,11 @@ case $STEP in
         KDA_BIN=$B/kda timeout 120 "$B/kda_test" --gpu gpu_model gpu_gate gpu_adamw \
         > "$D/tests.txt" 2>&1
     say "gpu_model gpu_gate gpu_adamw with the old paths: rc=$? $(tail -1 "$D/tests.txt")"
-    # the model's tests with both new switches on (=2: the combined backward too)
+    # the model's tests on the paths the defaults of 2026-12-04 (session 11) replaced
+    KDA_GEMM_RULES=0 KDA_DY_INPLACE=0 KDA_CONV_QKV=0 KDA_TC_V=5 KDA_BIN=$B/kda timeout 60 \
+        "$B/kda_test" --gpu gpu_model gpu_fuse > "$D/tests_s10.txt" 2>&1
+    say "gpu_model gpu_fuse with session 10's defaults: rc=$? $(tail -1 "$D/tests_s10.txt")"
+    # the model's tests with both remaining switches on (=2: the combined backward too)
     KDA_CONV_QKV=2 KDA_PDL=1 KDA_BIN=$B/kda timeout 60 "$B/kda_test" --gpu gpu_model gpu_fuse \
         > "$D/tests_qkv.txt" 2>&1
     say "gpu_model gpu_fuse with KDA_CONV_QKV=2 KDA_PDL=1: rc=$? $(tail -1 "$D/tests_qkv.txt")"
@@ -123,15 +127,16 @@ case $STEP in
     tput adamw_off KDA_ADAMW_ONE=0
     tput gate_v1 KDA_GATE_V=1
     tput conv_v1 KDA_CONV_V=1
-    tput dy KDA_DY_INPLACE=1
+    tput dy_off KDA_DY_INPLACE=0 # the contiguous dY buffers and copies (default before session 11)
     tput mlp_off KDA_MLP_RECOMPUTE=0
     tput tc4 KDA_TC_V=4
-    tput tc6 KDA_TC_V=6
+    tput tc5 KDA_TC_V=5 # the default before session 11
     tput cls0 KDA_CLS_ROW=0
     tput pdl KDA_PDL=1
-    tput conv_qkv KDA_CONV_QKV=1
+    tput conv_qkv0 KDA_CONV_QKV=0 # three conv launches each way (default before session 11)
     tput conv_qkv2 KDA_CONV_QKV=2
     tput precise_exp KDA_FAST_EXP=0 # precise SiLU in the convs, precise CE sum pass
+    tput rules_off KDA_GEMM_RULES=0 # the tile list alone (default before session 11)
     tput tune KDA_GEMM_TUNE=1
     ;;
 3)
@@ -221,7 +226,9 @@ case $STEP in
     # unprofiled (graphs on), interleaved so that the clock's drift hits both alike: a switch
     # becomes the default when its runs beat every defaults run by more than their spread.
     kda_gpu_env > /dev/null && kda_gpu_build "$D/build.log" "$B/kda" || exit 1
-    IFS=';' read -r -a cands <<< "${AB:-KDA_GEMM_RULES=1;KDA_FAST_EXP=0}"
+    # default candidates: session 10's defaults (the four switches flipped in session 11, which
+    # were measured at mb 32 and 64 only) and the two remaining opt-ins
+    IFS=';' read -r -a cands <<< "${AB:-KDA_GEMM_RULES=0 KDA_DY_INPLACE=0 KDA_CONV_QKV=0 KDA_TC_V=5;KDA_CONV_QKV=2;KDA_PDL=1}"
     for rep in $(seq "${REPS:-2}"); do
         tput "base_$rep" PROFILE=
         for i in "${!cands[@]}"; do

@@ -10,6 +10,7 @@
 #include "core/error.h"  // defines: kda_malloc
 #include "cpu/xent.h"    // defines: XENT_IGNORE
 #include "model/optim.h" // defines: KdaAdamWConfig
+#include "test.h"        // defines: CHECK_MSG
 #include "tiny_model.h"  // defines: tiny_random_ids
 
 int gpu_train_step(KdaCudaModel *dm, const GpuStep *sched, int64_t s, float *loss, float *g,
@@ -44,6 +45,25 @@ int64_t gpu_bits_differ(const float *a, const float *b, int64_t n) {
     for (int64_t i = 0; i < n; i++)
         d += memcmp(&a[i], &b[i], sizeof(float)) != 0;
     return d;
+}
+
+int gpu_train_pair(KdaCudaModel *dm[2], const GpuStep *sched, int n_steps, float *g[2], float *p[2],
+                   int64_t n, const char *what) {
+    KdaError err = {{0}};
+    float loss[2];
+    for (int s = 0; s < n_steps; s++) {
+        int rc = 0;
+        for (int pass = 0; pass < 2 && !rc; pass++)
+            rc = gpu_train_step(dm[pass], &sched[s], s + 1, &loss[pass], g[pass], p[pass], &err);
+        CHECK_MSG(rc == 0, "%s, step %d: %s", what, s + 1, err.msg);
+        if (rc) return -1;
+        int64_t dg = gpu_bits_differ(g[1], g[0], n), dp = gpu_bits_differ(p[1], p[0], n);
+        int same = memcmp(&loss[1], &loss[0], sizeof(float)) == 0 && !dg && !dp;
+        CHECK_MSG(same, "%s, step %d: loss %.9g vs %.9g, %lld grads and %lld params of %lld differ",
+                  what, s + 1, loss[1], loss[0], (long long)dg, (long long)dp, (long long)n);
+        if (!same) return 1;
+    }
+    return 0;
 }
 
 #endif // KDA_HAVE_CUDA

@@ -30,5 +30,14 @@ int gpu_train_step(KdaCudaModel *dm, const GpuStep *sched, int64_t s, float *los
 // Elements of a [n] and b [n] (fp32) whose bits differ.
 int64_t gpu_bits_differ(const float *a, const float *b, int64_t n);
 
+// Trains dm[0] and dm[1] (models of the same parameters) side by side over sched [n_steps]
+// (steps 1, 2, ...): every step's loss, gradients and updated parameters must be bit-identical.
+// g[i], p[i] [n params] fp32: dm[i]'s scratch (overwritten). A failed step or a step whose bits
+// differ is one failed check naming `what` and the step; the steps after it do not run. Returns
+// 0 when every step's bits are equal, 1 when a step's differ, -1 when a step failed to run (its
+// error in the check line).
+int gpu_train_pair(KdaCudaModel *dm[2], const GpuStep *sched, int n_steps, float *g[2], float *p[2],
+                   int64_t n, const char *what);
+
 #endif // KDA_HAVE_CUDA
 #endif

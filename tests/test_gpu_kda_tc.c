@@ -12,13 +12,13 @@
 // 3e-3 for fp32 outputs (inside FLA's 5e-3 / 8e-3 / 2e-2), 1e-2 for the bf16 outputs o and dv
 // (bf16 rounding alone ~2e-3). The same tolerances hold against kda_fast (whose own error is
 // ~1e-6). A wrong fragment layout, term or race shows as >= 1e-1 or NaN.
-// Both kernel versions (kda_tc_set_version 3 and 4 on the test context; 5, the default, is v4
-// bitwise) run every shape (v5, bitwise v4 by construction, runs in gpu_kda_tc_v5_matches_v4 and
-// _matches_host; v6, bitwise v5, in gpu_kda_tc_v6_matches_v5 and _matches_host); v4 against v3 on
-// the same inputs must agree to fp32 reassociation (TOL_V4_V3 = 2e-5: the same TF32 products, other
-// summation orders in the pair sums and the dg scan; the host emulation sees at most 1.6e-6, dg
-// under a -30-nat gate), which is what shows a v4 race or a v4 phase reading a tile too early (>=
-// 1e-3; the host emulation cannot see those).
+// Both kernel versions (kda_tc_set_version 3 and 4 on the test context; 6, the default since
+// 2026-12-04, is v5 bitwise and v5 v4) run every shape (v5, bitwise v4 by construction, runs in
+// gpu_kda_tc_v5_matches_v4 and _matches_host; v6, bitwise v5, in gpu_kda_tc_v6_matches_v5 and
+// _matches_host); v4 against v3 on the same inputs must agree to fp32 reassociation (TOL_V4_V3 =
+// 2e-5: the same TF32 products, other summation orders in the pair sums and the dg scan; the host
+// emulation sees at most 1.6e-6, dg under a -30-nat gate), which is what shows a v4 race or a v4
+// phase reading a tile too early (>= 1e-3; the host emulation cannot see those).
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>

@@ -257,15 +257,15 @@ KDA_TEST_GPU(gpu_model_recompute_bit_identical) {
 // grown by three layers' backward — the same order as TF32 vs fp32 (gpu_model_core_tc: 8e-3).
 // So for v4 (and v5, bitwise v4) the gradients are held to 1e-2 rel-RMS (a wrong kept tensor shows
 // at >= 1e-1), the loss (the same forward) and keeping vs keeping plus per-block recompute (the
-// same kept tensors) stay bit-identical. Three layers, fused classifier. v6 (opt-in, bitwise v5:
-// gpu_kda_tc_v6_matches_v5) must also give v5's kept-state gradients bit for bit (T = 100: three
-// full chunks and a partial one per sequence).
+// same kept tensors) stay bit-identical. Three layers, fused classifier. v6 (the default, bitwise
+// v5: gpu_kda_tc_v6_matches_v5) must also give v5's kept-state gradients bit for bit (T = 100:
+// three full chunks and a partial one per sequence).
 static float *core_keep_case_(int version, const float *ref);
 KDA_TEST_GPU(gpu_model_core_keep_bit_identical) {
     if (!gpu_test_have()) return;
     free(core_keep_case_(3, NULL));
     free(core_keep_case_(4, NULL));
-    // the default since 2026-12-03: bitwise v4 (gpu_kda_tc_v5_matches_v4)
+    // v5 (bitwise v4: gpu_kda_tc_v5_matches_v4) and v6, the default since 2026-12-04
     float *g5 = core_keep_case_(5, NULL);
     free(core_keep_case_(6, g5));
     free(g5);
@@ -823,8 +823,8 @@ KDA_TEST_GPU(gpu_model_profile) {
     CHECK_MSG(rc == 0, "%s", err.msg);
     if (!rc) {
         // fused input projection: fwd = its GEMM, its copy-out, f1, g1; bwd = g1 and f1's dX and
-        // dW, the g0 and f0 copies into the fused dY (b, q, k, v copied too, or written there by
-        // their kernels with KDA_DY_INPLACE=1), its dW and dX
+        // dW, the g0 and f0 copies into the fused dY (b, q, k, v written there by their kernels,
+        // the default, or copied too with KDA_DY_INPLACE=0), its dW and dX
         int fz = kda_cuda_model_inproj(dm);
         // fused elementwise kernels (KDA_FUSE, default on): the q/k L2 norm runs inside the conv
         // kernels (no row), the bias inside the gated norm (one call each way instead of two),
@@ -834,16 +834,16 @@ KDA_TEST_GPU(gpu_model_profile) {
         int gu = kda_cuda_model_gateup(dm);
         // gate v2 (the default): the gate and beta in one launch each way instead of two
         int gb = kda_cuda_model_gate_beta_fused(dm) ? 1 : 2;
-        // fused dY: by default (KDA_DY_INPLACE unset) b, q, k and v are copied into it (4 copies
-        // beside g0 and f0's); with KDA_DY_INPLACE=1 their kernels write it, the fused q/k conv
+        // fused dY: with KDA_DY_INPLACE=0 b, q, k and v are copied into it (4 copies beside g0
+        // and f0's); by default (since 2026-12-04) their kernels write it, the fused q/k conv
         // only where its 4-element groups stay 8-byte aligned (model_cuda.c block_bwd_): this
         // model's in-proj width (2·64 + 128 + 2·64 + 2 = 386) is not, so q and k still copy
         const KdaConfig *c = &m.cfg;
         int64_t width = 2 * c->key_dim + c->value_dim + 2 * c->head_v_dim + c->num_v_heads,
                 kcol = c->key_dim;
         int dyi = kda_cuda_model_dy_inplace(dm), fzq = !l2f || (width % 4 == 0 && kcol % 4 == 0);
-        // KDA_CONV_QKV (opt-in, with the fused L2 kernels): q, k and v's convs in one launch
-        // forward (1, 2) and backward (2, where the fused dY's columns or the scratch halves
+        // KDA_CONV_QKV (with the fused L2 kernels; 1 by default): q, k and v's convs in one
+        // launch forward (1, 2) and backward (2, where the fused dY's columns or the scratch halves
         // take all three: model_cuda.c block_bwd_), else one launch each
         int qkv = kda_cuda_model_conv_qkv(dm), hk = (int)c->key_dim, hvv = (int)c->value_dim;
         // the backward reads the fused dY in place only with KDA_DY_INPLACE (model_cuda.c's fz is
@@ -1220,7 +1220,7 @@ KDA_TEST_GPU(gpu_model_mlp_recompute_bit_identical) {
     tiny_untied_(&m, 0.05, 97);
     KdaError err = {{0}};
     int64_t n = m.table.total_numel;
-    float *g[2] = {NULL, NULL}, *p[2] = {NULL, NULL}, loss[2];
+    float *g[2] = {NULL, NULL}, *p[2] = {NULL, NULL};
     KdaCudaModel *dm[2] = {NULL, NULL};
     int rc = 0;
     for (int pass = 0; pass < 2 && !rc; pass++) {
@@ -1232,16 +1232,7 @@ KDA_TEST_GPU(gpu_model_mlp_recompute_bit_identical) {
         CHECK_MSG(!kda_cuda_model_mlp_recompute(dm[0]) && kda_cuda_model_mlp_recompute(dm[1]),
                   "KDA_MLP_RECOMPUTE: %d without, %d with (want 0, 1)",
                   kda_cuda_model_mlp_recompute(dm[0]), kda_cuda_model_mlp_recompute(dm[1]));
-    for (int s = 0; s < 3 && !rc; s++) {
-        for (int pass = 0; pass < 2 && !rc; pass++)
-            rc = gpu_train_step(dm[pass], &SCHED[s], s + 1, &loss[pass], g[pass], p[pass], &err);
-        CHECK_MSG(rc == 0, "step %d: %s", s + 1, err.msg);
-        if (rc) break;
-        int64_t dg = gpu_bits_differ(g[1], g[0], n), dp = gpu_bits_differ(p[1], p[0], n);
-        CHECK_MSG(memcmp(&loss[1], &loss[0], sizeof(float)) == 0 && !dg && !dp,
-                  "step %d: loss %.9g vs %.9g, %lld grads and %lld params of %lld differ", s + 1,
-                  loss[1], loss[0], (long long)dg, (long long)dp, (long long)n);
-    }
+    if (!rc) rc = gpu_train_pair(dm, SCHED, 3, g, p, n, "KDA_MLP_RECOMPUTE");
     if (!rc) { // both arenas sized for the last step's 2 x 64 tokens
         const KdaConfig *c = kda_cuda_model_config(dm[0]);
         size_t a0 = kda_cuda_model_arena_bytes(dm[0]), a1 = kda_cuda_model_arena_bytes(dm[1]);
@@ -1256,59 +1247,75 @@ KDA_TEST_GPU(gpu_model_mlp_recompute_bit_identical) {
     kda_model_free(&m);
 }
 
-// KDA_CONV_QKV=2 (a layer's q, k and v convs in one launch each way; =1 runs the forward's half
-// of it) against the default (three):
-// the same kernels' bodies on the same blocks, so every step's loss, gradients and parameters are
-// bit-identical; with the separate dY buffers (the backward's q and k dp then in m->dt1's halves)
-// and with KDA_DY_INPLACE=1 (the fused dY's columns: 4 heads, so its width 644 keeps q and k's
-// columns 8-byte aligned and the backward is one launch too); and the switch is on (a silent
-// fallback would pass the bits but fail this). Cases: =1 (the forward's launch), =2, =2 with
-// KDA_DY_INPLACE=1.
+// KDA_CONV_QKV=1 (a layer's q, k and v convs in one launch forward; the default since
+// 2026-12-04) and =2 (each way) against =0 (three launches): the same kernels' bodies on the same
+// blocks, so every step's loss, gradients and parameters are bit-identical; with the separate dY
+// buffers (KDA_DY_INPLACE=0: the backward's q and k dp then in m->dt1's halves) and with the
+// fused dY's columns (KDA_DY_INPLACE=1, the default: 4 heads, so its width 644 keeps q and k's
+// columns 8-byte aligned and the backward is one launch too). Both switches are pinned in both
+// passes, so a suite run under either variable tests the same cases; the switches must read as
+// set (a silent fallback would pass the bits but fail this), and unset they must give the
+// defaults (1 and 1).
+static void conv_qkv_case_(const char *qkv, int dyi);
 KDA_TEST_GPU(gpu_model_conv_qkv_bit_identical) {
     if (!gpu_test_have()) return;
+    conv_qkv_case_("1", 0);
+    conv_qkv_case_("2", 0);
+    conv_qkv_case_("2", 1);
+    conv_qkv_case_("1", 1);
+    KdaModel m;
+    tiny_heads_(&m, 0.05, 101, 4);
+    KdaError err = {{0}};
+    KdaCudaModel *dm = NULL;
+    GpuEnv e;
+    gpu_env_set(&e, "KDA_DY_INPLACE", NULL);
+    int rc = create_with_(&dm, &m, "KDA_CONV_QKV", NULL, &err);
+    gpu_env_restore(&e);
+    CHECK_MSG(rc == 0, "%s", err.msg);
+    if (!rc)
+        CHECK_MSG(kda_cuda_model_conv_qkv(dm) == 1 && kda_cuda_model_dy_inplace(dm) == 1,
+                  "unset: KDA_CONV_QKV %d, dY in place %d (want the defaults 1, 1)",
+                  kda_cuda_model_conv_qkv(dm), kda_cuda_model_dy_inplace(dm));
+    kda_cuda_model_free(dm);
+    kda_model_free(&m);
+}
+
+// One case of gpu_model_conv_qkv_bit_identical: KDA_CONV_QKV=qkv against =0, both with
+// KDA_DY_INPLACE=dyi, over three steps.
+static void conv_qkv_case_(const char *qkv, int dyi) {
     static const GpuStep SCHED[] = {{{64, 64}, {0, 0}}, {{48, 64}, {1, 0}}, {{64, 64}, {0, 1}}};
-    for (int cs = 0; cs < 3; cs++) {
-        int dyi = cs == 2, want = cs ? 2 : 1;
-        KdaModel m;
-        tiny_heads_(&m, 0.05, 101, 4); // in-proj width 644: q and k's dY columns 8-byte aligned
-        KdaError err = {{0}};
-        int64_t n = m.table.total_numel;
-        float *g[2] = {NULL, NULL}, *p[2] = {NULL, NULL}, loss[2];
-        KdaCudaModel *dm[2] = {NULL, NULL};
-        int rc = 0;
-        if (dyi) setenv("KDA_DY_INPLACE", "1", 1);
-        for (int pass = 0; pass < 2 && !rc; pass++) {
-            g[pass] = kda_malloc((size_t)n * 4), p[pass] = kda_malloc((size_t)n * 4);
-            rc = create_with_(&dm[pass], &m, "KDA_CONV_QKV", !pass ? NULL : cs ? "2" : "1", &err);
-        }
-        unsetenv("KDA_DY_INPLACE");
-        CHECK_MSG(rc == 0, "%s", err.msg);
-        if (!rc)
-            CHECK_MSG(!kda_cuda_model_conv_qkv(dm[0]) && kda_cuda_model_conv_qkv(dm[1]) == want &&
-                          kda_cuda_model_dy_inplace(dm[1]) == dyi,
-                      "KDA_CONV_QKV: %d without, %d with (want 0, %d)",
-                      kda_cuda_model_conv_qkv(dm[0]), kda_cuda_model_conv_qkv(dm[1]), want);
-        for (int s = 0; s < 3 && !rc; s++) {
-            for (int pass = 0; pass < 2 && !rc; pass++)
-                rc =
-                    gpu_train_step(dm[pass], &SCHED[s], s + 1, &loss[pass], g[pass], p[pass], &err);
-            CHECK_MSG(rc == 0, "step %d: %s", s + 1, err.msg);
-            if (rc) break;
-            int64_t dg = gpu_bits_differ(g[1], g[0], n), dp = gpu_bits_differ(p[1], p[0], n);
-            CHECK_MSG(memcmp(&loss[1], &loss[0], sizeof(float)) == 0 && !dg && !dp,
-                      "KDA_CONV_QKV=%d, dY in place %d, step %d: loss %.9g vs %.9g, %lld grads and "
-                      "%lld params of "
-                      "%lld differ",
-                      want, dyi, s + 1, loss[1], loss[0], (long long)dg, (long long)dp,
-                      (long long)n);
-        }
-        if (!rc)
-            printf("    conv q|k|v one launch (KDA_CONV_QKV=%d, dY in place %d): bit-identical\n",
-                   want, dyi);
-        for (int pass = 0; pass < 2; pass++)
-            kda_cuda_model_free(dm[pass]), free(g[pass]), free(p[pass]);
-        kda_model_free(&m);
+    int want = qkv[0] - '0';
+    KdaModel m;
+    tiny_heads_(&m, 0.05, 101, 4); // in-proj width 644: q and k's dY columns 8-byte aligned
+    KdaError err = {{0}};
+    int64_t n = m.table.total_numel;
+    float *g[2] = {NULL, NULL}, *p[2] = {NULL, NULL};
+    KdaCudaModel *dm[2] = {NULL, NULL};
+    int rc = 0;
+    GpuEnv e;
+    gpu_env_set(&e, "KDA_DY_INPLACE", dyi ? "1" : "0");
+    for (int pass = 0; pass < 2 && !rc; pass++) {
+        g[pass] = kda_malloc((size_t)n * 4), p[pass] = kda_malloc((size_t)n * 4);
+        rc = create_with_(&dm[pass], &m, "KDA_CONV_QKV", pass ? qkv : "0", &err);
     }
+    gpu_env_restore(&e);
+    CHECK_MSG(rc == 0, "%s", err.msg);
+    if (!rc)
+        CHECK_MSG(!kda_cuda_model_conv_qkv(dm[0]) && kda_cuda_model_conv_qkv(dm[1]) == want &&
+                      kda_cuda_model_dy_inplace(dm[0]) == dyi &&
+                      kda_cuda_model_dy_inplace(dm[1]) == dyi,
+                  "KDA_CONV_QKV: %d with 0, %d with %s (want 0, %d); dY in place %d, %d (want %d)",
+                  kda_cuda_model_conv_qkv(dm[0]), kda_cuda_model_conv_qkv(dm[1]), qkv, want,
+                  kda_cuda_model_dy_inplace(dm[0]), kda_cuda_model_dy_inplace(dm[1]), dyi);
+    char what[64];
+    snprintf(what, sizeof what, "KDA_CONV_QKV=%d, dY in place %d", want, dyi);
+    if (!rc) rc = gpu_train_pair(dm, SCHED, 3, g, p, n, what);
+    if (!rc)
+        printf("    conv q|k|v one launch (KDA_CONV_QKV=%d, dY in place %d): bit-identical\n", want,
+               dyi);
+    for (int pass = 0; pass < 2; pass++)
+        kda_cuda_model_free(dm[pass]), free(g[pass]), free(p[pass]);
+    kda_model_free(&m);
 }
 
 // Off with KDA_GRAPH=0, and eager while a profile runs: the profiled iteration's ops are the eager

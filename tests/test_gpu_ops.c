@@ -346,14 +346,17 @@ KDA_TEST(cuda_gemm_tiles_parse) {
     }
 }
 
-// KDA_GEMM_RULES's parser and matcher (host only): "1" gives the measured rules (the o_proj
-// forward's 128x128 among them), unset, "0" and empty none, anything else one error line naming
-// the variable; a rule's tile goes to the GEMM with its transposes, m, k and output dtype only.
+// KDA_GEMM_RULES's parser and matcher (host only): unset (the default since 2026-12-04) and "1"
+// give the measured rules (the o_proj forward's 128x128 among them), "0" and empty none,
+// anything else one error line naming the variable; a rule's tile goes to the GEMM with its
+// transposes, m, k and output dtype only.
 KDA_TEST(cuda_gemm_rules_parse) {
     static KdaCudaCtx c; // zeroed; host only
     KdaError err = {{0}};
     CHECK(kda_cuda_parse_gemm_rules(NULL, c.gemm_rules, &c.n_gemm_rules, &err) == 0 &&
-          c.n_gemm_rules == 0 && kda_cuda_gemm_rule_tile(&c, 1, 0, 1024, 512, KDA_DT_F32) == 0);
+          c.n_gemm_rules == 3 && kda_cuda_gemm_rule_tile(&c, 1, 0, 1024, 512, KDA_DT_F32) == 20);
+    CHECK(kda_cuda_parse_gemm_rules("0", c.gemm_rules, &c.n_gemm_rules, &err) == 0 &&
+          c.n_gemm_rules == 0);
     CHECK(kda_cuda_parse_gemm_rules("1", c.gemm_rules, &c.n_gemm_rules, &err) == 0 &&
           c.n_gemm_rules == 3);
     CHECK(kda_cuda_gemm_rule_tile(&c, 1, 0, 1024, 512, KDA_DT_F32) == 20);

@@ -242,8 +242,9 @@ static int b_vconv_bwd2(void *a) {
 }
 // A layer's three convs as the model makes them (KDA_CONV_V unset: the default versions): q and k
 // fused with the L2 norm (C = 256, the fwd's q rstd in crs, k's in crk), v plain (C = 512), as
-// three launches (the default) and as one (kda_cuda_conv_qkv_*, KDA_CONV_QKV=1). The three parts
-// are disjoint column blocks of the conv buffers: q [0, 256), k [256, 512), v [512, 1024).
+// three launches (KDA_CONV_QKV=0) and as one (kda_cuda_conv_qkv_*; the model's default forward).
+// The three parts are disjoint column blocks of the conv buffers: q [0, 256), k [256, 512), v [512,
+// 1024).
 static float *crk; // k's rstd [N, H]
 static void conv_qkv_parts_(KdaConvQkvFwd f[3], KdaConvQkvBwd b[3]) {
     unsetenv("KDA_CONV_V");
@@ -399,9 +400,10 @@ static int b_fast128_fwdbwd(void *a) {
                               z.q128, z.k128, z.v128, z.gcum128, z.beta, NULL, &z.d128);
 }
 // The tensor-core core (kda_tc.h, the model's default core) on the same inputs and dims as the
-// fast rows above; each row runs kernel version tc_ver_ (kda_tc_set_version on g: 4, the default,
-// in the 'kda tc ...' rows; 3 in the 'kda tc3 ...' rows; 5, v4 with operands rounded once, in the
-// 'kda tc5 ...' rows; 6, v5 with a full chunk's rows at compile time, in the 'kda tc6 ...' rows).
+// fast rows above; each row runs kernel version tc_ver_ (kda_tc_set_version on g: 4 in the
+// 'kda tc ...' rows; 3 in the 'kda tc3 ...' rows; 5, v4 with operands rounded once, in the
+// 'kda tc5 ...' rows; 6, v5 with a full chunk's rows at compile time and the model's default
+// since 2026-12-04, in the 'kda tc6 ...' rows).
 static int tc_ver_ = 4;
 static int b_tc_fwd(void *a) {
     (void)a;

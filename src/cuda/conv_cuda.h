@@ -63,7 +63,7 @@ int kda_cuda_conv_silu_l2_bwd_ld(KdaCudaCtx *ctx, kda_bf16 *dp, int64_t ldo, flo
                                  const float *rstd, int64_t B, int64_t T, int64_t C, int64_t W,
                                  int64_t K);
 
-// ---- q, k and v of one layer in one launch (the model's KDA_CONV_QKV=1) ----------------------
+// ---- q, k and v of one layer in one launch (the model's KDA_CONV_QKV; its default forward) ----
 // part[0] = q and part[1] = k take the fused conv + SiLU + L2 path (C = HK = H·K, head dim K),
 // part[2] = v the plain conv + SiLU (C = HVV). The three convs run as one grid whose blocks are
 // the separate launches' blocks (the same kernels' bodies, the default versions of conv_v2_), so

@@ -558,7 +558,7 @@ __global__ void __launch_bounds__(32 * CONV_BT, MINB)
         break;                                                                                     \
     }
 
-// ---- q, k and v of one layer in one launch (kda_cuda_conv_qkv_*; the model's KDA_CONV_QKV=1) ----
+// ---- q, k and v of one layer in one launch (kda_cuda_conv_qkv_*; the model's KDA_CONV_QKV) -----
 // One grid does the three convs of a layer: q and k (the fused conv + SiLU + L2 path) and v (the
 // plain conv + SiLU), so the three small grids (256-2048 blocks each over 132 SMs) become one:
 // one ramp-up, one tail wave and one launch gap instead of three. Job j owns the grid's blocks
@@ -681,7 +681,7 @@ enum { CONV_K_FWD, CONV_K_BWD, CONV_K_L2_FWD, CONV_K_L2_BWD };
 // 0.076), v1 for the fused q/k + L2 backward (0.070 against v2's 0.081). Session 6 measured that
 // one at 0.064 (v1) against 0.060 (v2) after the compile-time lane groups, and the model's conv
 // bwd row 2.61 -> 2.51 ms with KDA_CONV_V=2 (one run each, docs/log/gpu-2026-12-03.md §15); it
-// stays v1 until the combined q|k|v backward (KDA_CONV_QKV=1, which runs the v1 fused body) has
+// stays v1 until the combined q|k|v backward (KDA_CONV_QKV=2, which runs the v1 fused body) has
 // been measured against it. KDA_CONV_PREFETCH only selects among the v1 kernels.
 inline bool conv_v2_(int which) {
     const char *e = getenv("KDA_CONV_V");

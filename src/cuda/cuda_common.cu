@@ -94,14 +94,15 @@ int kda_cuda_parse_gemm_tiles(const char *s, int tiles[KDA_CUDA_GEMM_TILES_MAX],
     }
 }
 
-// KDA_GEMM_RULES=1: KDA-300M's shapes (D 1024, the fused in-projection's 1160 outputs,
-// H·V 512, I 4096) whose best tile at the H200's sustained draw is one the tile list does not
-// pick (bench_gemm, all 8 candidates, mb 16; docs/log/gpu-2026-12-03.md §33), in sustained ms
-// per call, the list's pick -> the rule's:
+// KDA_GEMM_RULES (unset or "1", the default since 2026-12-04): KDA-300M's shapes (D 1024, the
+// fused in-projection's 1160 outputs, H·V 512, I 4096) whose best tile at the H200's sustained
+// draw is one the tile list does not pick (bench_gemm, all 8 candidates, mb 16;
+// docs/log/gpu-2026-12-03.md §33, and §30 for the MLP's), in sustained ms per call, the list's
+// pick -> the rule's:
 static const KdaCudaGemmRule GEMM_RULES_MEASURED[] = {
     {1, 0, 1024, 512, 0, 20},  // o_proj fwd + residual, fp32 out: 176x128 0.127 -> 128x128 0.093
     {0, 0, 1024, 1160, 0, 29}, // in-proj dX, fp32 out: 256x128 0.151 -> 128x160 0.138
-    {0, 0, 4096, 1024, 1, 29}, // MLP down dX, bf16 out: 192x192 0.465 -> 128x160 0.415 (§30)
+    {0, 0, 4096, 1024, 1, 29}, // MLP down dX, bf16 out: 192x192 0.465 -> 128x160 0.415
 };
 static_assert(sizeof GEMM_RULES_MEASURED / sizeof *GEMM_RULES_MEASURED <= KDA_CUDA_GEMM_RULES_MAX,
               "KdaCudaCtx.gemm_rules holds the measured rules");
@@ -109,11 +110,11 @@ static_assert(sizeof GEMM_RULES_MEASURED / sizeof *GEMM_RULES_MEASURED <= KDA_CU
 int kda_cuda_parse_gemm_rules(const char *s, KdaCudaGemmRule rules[KDA_CUDA_GEMM_RULES_MAX], int *n,
                               KdaError *err) {
     *n = 0;
-    if (!s || !strcmp(s, "0") || !*s) return 0; // unset, "0" or empty: none
-    if (strcmp(s, "1"))
+    if (s && (!strcmp(s, "0") || !*s)) return 0; // "0" or empty: none
+    if (s && strcmp(s, "1"))
         return kda_fail(err,
-                        "cuda: KDA_GEMM_RULES='%s': expected 1 (the measured per-shape tiles) or 0 "
-                        "(none, the default)",
+                        "cuda: KDA_GEMM_RULES='%s': expected 1 (the measured per-shape tiles, the "
+                        "default) or 0 (none)",
                         s);
     for (size_t i = 0; i < sizeof GEMM_RULES_MEASURED / sizeof *GEMM_RULES_MEASURED; i++)
         rules[(*n)++] = GEMM_RULES_MEASURED[i];
@@ -163,13 +164,15 @@ int kda_cuda_init(KdaCudaCtx *ctx, int device, KdaError *err) {
     const char *cand = getenv("KDA_GEMM_CAND"); // "1".."7"; anything else: 0
     ctx->gemm_cand = cand && cand[0] >= '1' && cand[0] <= '7' && !cand[1] ? cand[0] - '0' : 0;
     const char *tcv = getenv("KDA_TC_V");
-    // 5 (default since the GPU run of 2026-12-03, session 6: bitwise v4, KDA core rows 17.2 →
-    // 15.8 ms at mb 16): v4 with the mma-only operands rounded to TF32 once (kda_tc.h); "4": v4;
-    // "3": v3 whole; "6" (opt-in, no gain measured): v5 with a full chunk's rows at compile time
+    // 6 (the default since 2026-12-04, with three other switches measured faster at mb 32 and 64:
+    // docs/log/gpu-2026-12-04.md §3): v5 with a full chunk's rows at compile time, bitwise v5's
+    // results (kda_tc.h); "5": v5 (the default from 2026-12-03 session 6, bitwise v4: KDA core
+    // rows 17.2 → 15.8 ms at mb 16), v4 with the mma-only operands rounded to TF32 once; "4":
+    // v4; "3": v3 whole
     ctx->tc_version = tcv && !strcmp(tcv, "3")   ? 3
                       : tcv && !strcmp(tcv, "4") ? 4
-                      : tcv && !strcmp(tcv, "6") ? 6
-                                                 : 5;
+                      : tcv && !strcmp(tcv, "5") ? 5
+                                                 : 6;
     const char *gv = getenv("KDA_GATE_V");
     ctx->gate_version = gv && !strcmp(gv, "1") ? 1 : 2; // v2: measured faster (perf-log)
     const char *pdl = getenv("KDA_PDL"); // programmatic dependent launch: Hopper and later

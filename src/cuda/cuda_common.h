@@ -93,18 +93,19 @@ typedef struct {
     // KDA_GEMM_TILES= (empty), n_gemm_tiles 0: the heuristic's first everywhere.
     int gemm_tiles[KDA_CUDA_GEMM_TILES_MAX];
     int n_gemm_tiles;
-    // gemm_rules: per-shape tiles, checked before gemm_tiles (KDA_GEMM_RULES at init: "1", the
-    // measured rules of cuda_common.cu; unset, "0" or empty: none). Opt-in: three of KDA-300M's
-    // projection shapes run 8-27 % faster at the H200's sustained draw on a tile the list does
-    // not give them (bench_gemm, docs/log/gpu-2026-12-03.md §33; o_proj forward: 128x128 0.093
-    // ms, the list's 176x128 0.127), about 1.2 ms a step at mb 16 summed; one step run with them
-    // (133.0 ms, §35) did not yet show it against the default's spread, and no interleaved A/B
-    // has run (docs/perf-log.md, "session 10"). Per shape, since a tile that wins on one loses
-    // on another.
+    // gemm_rules: per-shape tiles, checked before gemm_tiles (KDA_GEMM_RULES at init: unset or
+    // "1", the measured rules of cuda_common.cu, the default since 2026-12-04; "0" or empty:
+    // none). Three of KDA-300M's projection shapes run 8-27 % faster at the H200's sustained
+    // draw on a tile the list does not give them (bench_gemm, docs/log/gpu-2026-12-03.md §33;
+    // o_proj forward: 128x128 0.093 ms, the list's 176x128 0.127), about 1.2 ms a step at mb 16
+    // summed; interleaved in the step, −0.3 ms at mb 16 and −0.8 to −1.0 at mb 32 on the mean,
+    // inside the defaults' spread alone, and with three other switches faster than every
+    // defaults run at mb 32 and 64 (docs/log/gpu-2026-12-04.md §1-§3). Per shape, since a tile
+    // that wins on one loses on another.
     KdaCudaGemmRule gemm_rules[KDA_CUDA_GEMM_RULES_MAX];
     int n_gemm_rules;
-    // tc_version: the tensor-core KDA core's kernels (cuda/kda_tc.h), 5 (the default since
-    // 2026-12-03), 4 when KDA_TC_V=4 at init, 3 when KDA_TC_V=3, 6 when KDA_TC_V=6 (opt-in);
+    // tc_version: the tensor-core KDA core's kernels (cuda/kda_tc.h), 6 (the default since
+    // 2026-12-04), 5 when KDA_TC_V=5 at init, 4 when KDA_TC_V=4, 3 when KDA_TC_V=3;
     // kda_tc_set_version changes it (tests, benchmarks).
     int tc_version;
     // gate_version: the gate + beta kernels (cuda/kda_gate_cuda.h), 2 (the default) or 1 when
@@ -159,9 +160,9 @@ int kda_cuda_init(KdaCudaCtx *ctx, int device, KdaError *err);
 // calls it first).
 int kda_cuda_parse_gemm_tiles(const char *s, int tiles[KDA_CUDA_GEMM_TILES_MAX], int *n,
                               KdaError *err);
-// KDA_GEMM_RULES's value s ("1": the measured rules into rules [KDA_CUDA_GEMM_RULES_MAX], *n of
-// them; NULL (unset), "0" or empty: none) like the above: anything else *n = 0, -1 and one line in
-// err. Host only.
+// KDA_GEMM_RULES's value s (NULL (unset) or "1": the measured rules into rules
+// [KDA_CUDA_GEMM_RULES_MAX], *n of them; "0" or empty: none) like the above: anything else *n = 0,
+// -1 and one line in err. Host only.
 int kda_cuda_parse_gemm_rules(const char *s, KdaCudaGemmRule rules[KDA_CUDA_GEMM_RULES_MAX], int *n,
                               KdaError *err);
 // The tile ctx's rules give a GEMM of bf16 operands (trans_a, trans_b, m, k, output KdaDtype

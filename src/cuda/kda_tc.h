@@ -3,10 +3,10 @@
 // intra-chunk pair terms factored through 16-token sub-block boundaries. The model's default
 // core where it fits (kda_tc_supported) since the GPU run of 2026-12-03; KDA_CORE=simt selects
 // the SIMT path of kda_fast.h, which stays the GPU oracle of this one. Kernel versions (the
-// context's tc_version): v5, the default since 2026-12-03 (session 6), v4 with operands rounded to
-// TF32 once, bitwise v4's results; v4 (KDA_TC_V=4) and v3 (KDA_TC_V=3), kept whole for A/B runs;
-// v6 (KDA_TC_V=6, opt-in: no gain in the step, perf-log session 8), v5 with a full chunk's row
-// count at compile time, bitwise v5's results.
+// context's tc_version): v6, the default since 2026-12-04, v5 with a full chunk's row count at
+// compile time, bitwise v5's results; v5 (KDA_TC_V=5; the default from 2026-12-03 session 6), v4
+// with operands rounded to TF32 once, bitwise v4's results; v4 (KDA_TC_V=4) and v3 (KDA_TC_V=3),
+// kept whole for A/B runs.
 //
 // Same arguments, layouts and dtypes as kda_fast.h (and kda_cuda.h):
 //   q, k   [B, T, H, K]   bf16, L2-normalized          v, o, do  [B, T, HV, V] bf16
@@ -53,23 +53,22 @@ extern "C" {
 // 0 when KDA_CORE=simt is set in the environment, else 1 (read on every call; the caller caches
 // it).
 int kda_tc_selected(void);
-// The kernel version of ctx's next calls (ctx->tc_version): 5, the default, 4 (KDA_TC_V=4 at
-// kda_cuda_init), 3 (KDA_TC_V=3) or 6 (KDA_TC_V=6). v4: the output's tiles and the main backward's
+// The kernel version of ctx's next calls (ctx->tc_version): 6, the default, 5 (KDA_TC_V=5 at
+// kda_cuda_init), 4 (KDA_TC_V=4) or 3 (KDA_TC_V=3). v4: the output's tiles and the main backward's
 // inputs through cp.async, the reverse state pass computing dΔ_intra itself, and (at K 32, V 64,
 // chunk 32) the main backward with compile-time dims and side-by-side warp groups; v3 stays whole
-// for A/B runs (bench/kda_kernel/bench_gpu.c) and as a fallback. v5 (the default; measured in the
+// for A/B runs (bench/kda_kernel/bench_gpu.c) and as a fallback. v5 (measured in the
 // model 2026-12-03: core rows 17.2 → 15.8 ms): v4 with every tensor that only mma reads rounded to
 // TF32 once, where it is produced (w, kg, qg, Aqk, the kept Akk, Δ, dΔ and some of the main
 // backward's own tiles), and its fragments loaded without the per-element cvt; cvt.rna is
 // idempotent, so the results are bitwise v4's. At K 32, V 64, chunk 32; other dims run v4. v6
-// (opt-in: KDA_TC_V=6; measured, no gain in the step): v5 (its state passes unchanged) with the
-// intra kernel and the main backward dispatching per chunk, at run time, between their bodies
-// instantiated for a full chunk (n = C rows at compile time: the loops over the rows fully unroll,
-// the row guards fold away) and v5's run-time-n bodies for a sequence's partial last chunk. The
-// same arithmetic in the same order: bitwise v5's results. At K 32, V 64, chunk 32; other dims
-// run v4.
-// Sets ctx's version (3, 4, 5 or 6; anything else: 4) and returns the previous one. For tests and
-// benchmarks; the context's thread only.
+// (the default since 2026-12-04; alone, no gain measured in the step, session 8): v5 (its state
+// passes unchanged) with the intra kernel and the main backward dispatching per chunk, at run time,
+// between their bodies instantiated for a full chunk (n = C rows at compile time: the loops over
+// the rows fully unroll, the row guards fold away) and v5's run-time-n bodies for a sequence's
+// partial last chunk. The same arithmetic in the same order: bitwise v5's results. At K 32, V 64,
+// chunk 32; other dims run v4. Sets ctx's version (3, 4, 5 or 6; anything else: 4) and returns the
+// previous one. For tests and benchmarks; the context's thread only.
 int kda_tc_set_version(KdaCudaCtx *ctx, int v);
 // The main backward's version for dims d at kernel version `version`: 4 (5, 6) where bwd4 is
 // instantiated (K 32, V 64, chunk 32) and version is 4 (5, 6), else 3.

@@ -130,7 +130,7 @@ struct KdaCudaModel {
     int core_tc;       // the tensor-core KDA core (cuda/kda_tc.h) where it fits; KDA_CORE=simt off
     const struct CoreOps *core; // the KDA core of this (B, T): core_pick_, once per batch shape
     int inproj;     // q|k|v|f0|g0|b back to back on the device: one input GEMM (KDA_INPROJ)
-    int dy_inplace; // beta/conv backwards write into the fused dY (KDA_DY_INPLACE=1, opt-in)
+    int dy_inplace; // beta/conv backwards write into the fused dY (default; KDA_DY_INPLACE=0 off)
     int gateup;     // gate_proj|up_proj back to back: one [2I, D] GEMM each way (KDA_GATEUP)
     // with gate|up, unless KDA_MLP_RECOMPUTE=0 at create (the default since 2026-12-03): the SwiGLU
     // product is not kept per layer; the forward writes it into one shared buffer for down_proj and
@@ -140,9 +140,10 @@ struct KdaCudaModel {
     int mlp_recompute;
     int fuse;    // fused elementwise kernels wanted (KDA_FUSE; kda_cuda_model_set_fuse)
     int fuse_l2; // conv + SiLU + L2 norm of q and k in one kernel (fuse and K fits)
-    // KDA_CONV_QKV at create (opt-in): with fuse_l2, a layer's q, k and v convs in one launch
-    // (kda_cuda_conv_qkv_fwd / _bwd; the same bits as three): 1 the forward only, 2 the backward
-    // too (bench_gpu, 2026-12-03: fwd 0.100 -> 0.088 ms a layer, bwd 0.191 -> 0.223, slower)
+    // KDA_CONV_QKV at create: with fuse_l2, a layer's q, k and v convs in one launch
+    // (kda_cuda_conv_qkv_fwd / _bwd; the same bits as three): 1 the forward only (the default
+    // since 2026-12-04), 2 the backward too (bench_gpu, 2026-12-03: fwd 0.100 -> 0.088 ms a
+    // layer, bwd 0.191 -> 0.223, slower), 0 (KDA_CONV_QKV=0) three launches each way
     int conv_qkv;
     int fuse_gn; // gated out-norm with the g_proj.1 bias folded in (fuse and V fits)
     int fuse_dh; // RMSNorm backward writes the bf16 dh (no fp32 -> bf16 cast)
@@ -480,17 +481,20 @@ static void configure_(KdaCudaModel *m, const KdaConfig *cfg, const KdaParamTabl
         got = 0;
     int64_t off = kda_cuda_device_offsets(&m->dtab, t, want, &got);
     m->inproj = (got & KDA_LAYOUT_INPROJ) != 0;
-    const char *dyi =
-        getenv("KDA_DY_INPLACE"); // "1": strided dY writes (kda_cuda_model_dy_inplace)
-    m->dy_inplace = m->inproj && dyi && !strcmp(dyi, "1");
+    // strided dY writes (kda_cuda_model_dy_inplace): the default since 2026-12-04; "0": the
+    // contiguous buffers and column copies
+    const char *dyi = getenv("KDA_DY_INPLACE");
+    m->dy_inplace = m->inproj && !(dyi && !strcmp(dyi, "0"));
     m->gateup = (got & KDA_LAYOUT_GATEUP) != 0;
     // the SwiGLU product recomputed in the backward (default since the GPU run of 2026-12-03,
     // session 6: NVML peak 30.8 → 28.0 GiB at mb 16, under FLA's 29.0, for +0.5 ms); "0" keeps
     // one product per layer
     const char *mr = getenv("KDA_MLP_RECOMPUTE");
     m->mlp_recompute = m->gateup && !(mr && !strcmp(mr, "0"));
-    const char *qkv = getenv("KDA_CONV_QKV"); // q, k, v convs in one launch (with fuse_l2):
-    m->conv_qkv = !qkv ? 0 : !strcmp(qkv, "1") ? 1 : !strcmp(qkv, "2") ? 2 : 0; // "1" fwd, "2" both
+    // q, k, v convs in one launch (with fuse_l2; kda_cuda_model_conv_qkv): the forward's (1) by
+    // default since 2026-12-04; "2" both ways, "0" three launches each way
+    const char *qkv = getenv("KDA_CONV_QKV");
+    m->conv_qkv = qkv && !strcmp(qkv, "0") ? 0 : qkv && !strcmp(qkv, "2") ? 2 : 1;
     m->dtotal = off > 0 ? off : ROW_ALIGN;
     m->dtab.total_numel = m->dtotal;
 }
@@ -1171,8 +1175,8 @@ static int block_bwd_(KdaCudaModel *m, const KdaLayerTensors *P, KdaLayerTensors
               m->core->bwd(x, m->dq, m->dk, m->dv, m->dg, m->dbeta, NULL, m->d_o, NULL, L->q, L->k,
                            L->v, L->gcum, L->beta, NULL, &d));
 
-    // With the fused input projection and KDA_DY_INPLACE=1 the beta and conv backwards write
-    // their dY straight into its columns of m->inb (row stride ic.width; no copy), else into
+    // With the fused input projection (and KDA_DY_INPLACE unset or 1) the beta and conv backwards
+    // write their dY straight into its columns of m->inb (row stride ic.width; no copy), else into
     // m->db / m->dt2, then the part's own GEMMs or (fused input projection) a column copy. The
     // fused q/k kernel writes 4-element groups: its columns need a width and column offsets
     // that keep them 8-byte aligned, else it writes m->dt2 and is copied.

@@ -209,10 +209,11 @@ int kda_cuda_model_unpack(KdaCudaModel *m, float *dense, const float *d_buf, Kda
 int kda_cuda_model_inproj(const KdaCudaModel *m);
 // 1 when, with the fused input projection, the beta and conv backwards write their dY straight
 // into the fused dY buffer's columns (row stride: kda_cuda_*_bwd_ld) instead of a contiguous
-// buffer and a column copy. Opt-in (environment KDA_DY_INPLACE=1 at create): the strided
-// outputs match (gpu_bwd_strided_outputs; its one failure was the test's readback race), but
-// the step measured -0.2..-0.8 ms, inside the run-to-run noise (docs/perf-log.md, 2026-12-03,
-// session 5).
+// buffer and a column copy. The default since 2026-12-04 (environment KDA_DY_INPLACE=0 at create
+// keeps the copies): the strided outputs match (gpu_bwd_strided_outputs) and the bits are the
+// copies' (gpu_model_conv_qkv_bit_identical); alone it measured -0.2..-0.9 ms a mb-16 step,
+// inside the noise, and with three other switches it beat every default run at mb 32 and 64
+// (docs/log/gpu-2026-12-04.md §3).
 int kda_cuda_model_dy_inplace(const KdaCudaModel *m);
 // 1 when the MLP runs gate|up as one GEMM each way (KDA_LAYOUT_GATEUP; the default, KDA_GATEUP=0
 // at create turns it off; 0 when the sizes do not allow it).
@@ -230,12 +231,12 @@ int kda_cuda_model_mlp_recompute(const KdaCudaModel *m);
 // environment KDA_PDL=1 at create, on compute capability >= 9.0; cuda_common.h).
 int kda_cuda_model_pdl(const KdaCudaModel *m);
 // How each block runs its q, k and v convs (environment KDA_CONV_QKV at create, with the fused
-// conv + L2 kernels; opt-in): 0 three launches each way, 1 one launch forward
-// (kda_cuda_conv_qkv_fwd; KDA_CONV_QKV=1), 2 one launch each way (+ kda_cuda_conv_qkv_bwd;
-// KDA_CONV_QKV=2), the same bits as the three launches (the backward keeps three where the fused
-// dY's columns or the scratch buffers do not allow it, and the launchers where their kernels do
-// not). bench_gpu on an H200 (2026-12-03): forward 0.100 -> 0.088 ms a layer, backward 0.191 ->
-// 0.223 (its v blocks at 2 per SM instead of 3).
+// conv + L2 kernels): 0 three launches each way (KDA_CONV_QKV=0), 1 one launch forward
+// (kda_cuda_conv_qkv_fwd; the default since 2026-12-04), 2 one launch each way (+
+// kda_cuda_conv_qkv_bwd; KDA_CONV_QKV=2), the same bits as the three launches (the backward keeps
+// three where the fused dY's columns or the scratch buffers do not allow it, and the launchers
+// where their kernels do not). bench_gpu on an H200 (2026-12-03): forward 0.100 -> 0.088 ms a
+// layer, backward 0.191 -> 0.223 (its v blocks at 2 per SM instead of 3).
 int kda_cuda_model_conv_qkv(const KdaCudaModel *m);
 
 // The model's config (derived fields filled) and device name, for logs.
