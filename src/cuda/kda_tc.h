@@ -67,8 +67,9 @@ int kda_tc_selected(void);
 // between their bodies instantiated for a full chunk (n = C rows at compile time: the loops over
 // the rows fully unroll, the row guards fold away) and v5's run-time-n bodies for a sequence's
 // partial last chunk. The same arithmetic in the same order: bitwise v5's results. At K 32, V 64,
-// chunk 32; other dims run v4. Sets ctx's version (3, 4, 5 or 6; anything else: 4) and returns the
-// previous one. For tests and benchmarks; the context's thread only.
+// chunk 32; other dims run v4.
+// Sets ctx's version (3, 4, 5 or 6; anything else: 4) and returns the previous one. For tests and
+// benchmarks; the context's thread only.
 int kda_tc_set_version(KdaCudaCtx *ctx, int v);
 // The main backward's version for dims d at kernel version `version`: 4 (5, 6) where bwd4 is
 // instantiated (K 32, V 64, chunk 32) and version is 4 (5, 6), else 3.
