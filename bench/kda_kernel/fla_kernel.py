@@ -220,7 +220,7 @@ def compare(c_text, fla_rows):
                        f"| {_ratio(f, ks[2])} |")
     out += ["", "kda.c rows (bench_gpu.c, CUDA events, median of 10): SIMT = 'kda fast ...' "
             "(kda_fast.h, KDA_CORE=simt), TC v3 / v4 = 'kda tc3 ...' / 'kda tc ...' (kda_tc.h, "
-            "the default core; KDA_TC_V=3 selects v3, v5 is the default); 'kept' = the "
+            "the default core; KDA_TC_V=3 selects v3, v6 is the default); 'kept' = the "
             "M0 forms (fwd_keep + bwd_kept, no state recompute: what the model runs; FLA "
             "recomputes, so its column repeats the plain fwd+bwd); layer = core + "
             "'gate+cumsum fwd' (+ 'gate bwd'). bench_gpu.c times the L2 norms and β sigmoid "

@@ -1171,7 +1171,7 @@ __host__ __device__ void bwd_body(const TcArgs &a, int64_t blk, float *sm) {
 }
 
 // ==== v4 (ctx->tc_version == 4; KDA_TC_V=3 selects the v3 bodies above) =======================
-// (v5, the default: these bodies with RT = true at the models' dims, see tc_intra5_k)
+// (v5: these bodies with RT = true at the models' dims, see tc_intra5_k; v6, the default, v5's)
 // At K 32 / V 64 / chunk 32 (the models' dims; others run v3's intra and main backward):
 //   * intra4_body: compile-time dims; q, k, G through cp.async, βv loaded alongside; the dense
 //     enumeration of the diagonal pairs; the off-diagonal block beside the forward substitution;
