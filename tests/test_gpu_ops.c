@@ -353,12 +353,13 @@ KDA_TEST(cuda_gemm_tiles_parse) {
 KDA_TEST(cuda_gemm_rules_parse) {
     static KdaCudaCtx c; // zeroed; host only
     KdaError err = {{0}};
-    CHECK(kda_cuda_parse_gemm_rules(NULL, c.gemm_rules, &c.n_gemm_rules, &err) == 0 &&
-          c.n_gemm_rules == 3 && kda_cuda_gemm_rule_tile(&c, 1, 0, 1024, 512, KDA_DT_F32) == 20);
-    CHECK(kda_cuda_parse_gemm_rules("0", c.gemm_rules, &c.n_gemm_rules, &err) == 0 &&
-          c.n_gemm_rules == 0);
-    CHECK(kda_cuda_parse_gemm_rules("1", c.gemm_rules, &c.n_gemm_rules, &err) == 0 &&
-          c.n_gemm_rules == 3);
+    CHECK(kda_cuda_parse_gemm_rules(NULL, c.gemm_pick.rules, &c.gemm_pick.n_rules, &err) == 0 &&
+          c.gemm_pick.n_rules == 3 &&
+          kda_cuda_gemm_rule_tile(&c, 1, 0, 1024, 512, KDA_DT_F32) == 20);
+    CHECK(kda_cuda_parse_gemm_rules("0", c.gemm_pick.rules, &c.gemm_pick.n_rules, &err) == 0 &&
+          c.gemm_pick.n_rules == 0);
+    CHECK(kda_cuda_parse_gemm_rules("1", c.gemm_pick.rules, &c.gemm_pick.n_rules, &err) == 0 &&
+          c.gemm_pick.n_rules == 3);
     CHECK(kda_cuda_gemm_rule_tile(&c, 1, 0, 1024, 512, KDA_DT_F32) == 20);
     CHECK(kda_cuda_gemm_rule_tile(&c, 0, 0, 1024, 1160, KDA_DT_F32) == 29);
     CHECK(kda_cuda_gemm_rule_tile(&c, 0, 0, 4096, 1024, KDA_DT_BF16) == 29);
@@ -372,54 +373,58 @@ KDA_TEST(cuda_gemm_rules_parse) {
         CHECK_MSG(kda_cuda_gemm_rule_tile(&c, (int)miss[i][0], (int)miss[i][1], miss[i][2],
                                           miss[i][3], (int)miss[i][4]) == 0,
                   "case %zu matched", i);
-    CHECK(kda_cuda_parse_gemm_rules("0", c.gemm_rules, &c.n_gemm_rules, &err) == 0 &&
-          c.n_gemm_rules == 0 && kda_cuda_gemm_rule_tile(&c, 1, 0, 1024, 512, KDA_DT_F32) == 0);
-    CHECK(kda_cuda_parse_gemm_rules("", c.gemm_rules, &c.n_gemm_rules, &err) == 0 &&
-          c.n_gemm_rules == 0);
+    CHECK(kda_cuda_parse_gemm_rules("0", c.gemm_pick.rules, &c.gemm_pick.n_rules, &err) == 0 &&
+          c.gemm_pick.n_rules == 0 &&
+          kda_cuda_gemm_rule_tile(&c, 1, 0, 1024, 512, KDA_DT_F32) == 0);
+    CHECK(kda_cuda_parse_gemm_rules("", c.gemm_pick.rules, &c.gemm_pick.n_rules, &err) == 0 &&
+          c.gemm_pick.n_rules == 0);
     const char *bad[] = {"2", "01", "yes", "1 ", "-1"};
     for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
         err.msg[0] = '\0';
-        c.n_gemm_rules = -1;
-        CHECK_MSG(kda_cuda_parse_gemm_rules(bad[i], c.gemm_rules, &c.n_gemm_rules, &err) == -1 &&
-                      c.n_gemm_rules == 0 && strstr(err.msg, "KDA_GEMM_RULES"),
-                  "'%s': n %d, '%s'", bad[i], c.n_gemm_rules, err.msg);
+        c.gemm_pick.n_rules = -1;
+        CHECK_MSG(kda_cuda_parse_gemm_rules(bad[i], c.gemm_pick.rules, &c.gemm_pick.n_rules,
+                                            &err) == -1 &&
+                      c.gemm_pick.n_rules == 0 && strstr(err.msg, "KDA_GEMM_RULES"),
+                  "'%s': n %d, '%s'", bad[i], c.gemm_pick.n_rules, err.msg);
     }
 }
 
-// KDA_GEMM_TILES (ctx->gemm_tiles): a new plan runs the first candidate whose tile comes first in
-// the list: naming candidate i's tile picks the first candidate with that tile, a list that names
-// no candidate's tile (or none) picks the heuristic's first, an earlier entry wins over a later
-// one; the products of a plan built with a preference stay right (gemm_case_'s tolerances).
+// KDA_GEMM_TILES (ctx->gemm_pick.tiles): a new plan runs the first candidate whose tile comes first
+// in the list: naming candidate i's tile picks the first candidate with that tile, a list that
+// names no candidate's tile (or none) picks the heuristic's first, an earlier entry wins over a
+// later one; the products of a plan built with a preference stay right (gemm_case_'s tolerances).
 KDA_TEST_GPU(gpu_gemm_tiles) {
     if (!gpu_()) return;
     int64_t m = 1024, n = 4096, k = 1024;
     char desc[96];
-    int tile[8], picked = -1, saved = g_ctx.n_gemm_tiles;
+    int tile[8], picked = -1;
+    KdaCudaGemmPick *pk = &g_ctx.gemm_pick; // put back whole at the end
+    const KdaCudaGemmPick saved = *pk;
     int nc = fwd_tiles_(m, n, k, tile, NULL);
     for (int i = 0; i < nc; i++) {
         int first = 0; // the first candidate with candidate i's tile
         while (tile[first] != tile[i])
             first++;
-        g_ctx.gemm_tiles[0] = 99999, g_ctx.gemm_tiles[1] = tile[i], g_ctx.n_gemm_tiles = 2;
+        pk->tiles[0] = 99999, pk->tiles[1] = tile[i], pk->n_tiles = 2;
         fwd_cand_(m, n, k, 0, desc, &nc, &picked);
         CHECK_MSG(picked == first, "tiles {99999, %d}: picked %d, expected %d", tile[i], picked,
                   first);
-        g_ctx.gemm_tiles[0] = tile[nc - 1], g_ctx.gemm_tiles[1] = tile[i]; // the earlier wins
+        pk->tiles[0] = tile[nc - 1], pk->tiles[1] = tile[i]; // the earlier entry wins
         fwd_cand_(m, n, k, 0, desc, &nc, &picked);
         CHECK(tile[picked] == tile[nc - 1]);
     }
-    g_ctx.gemm_tiles[0] = 99999, g_ctx.n_gemm_tiles = 1;
+    pk->tiles[0] = 99999, pk->n_tiles = 1;
     fwd_cand_(m, n, k, 0, desc, &nc, &picked);
     CHECK(picked == 0);
     KdaRng r;
     rng_seed(&r, 113);
     // docs/log/gpu-2026-12-03.md §26: 176x128 and 168x128
-    g_ctx.gemm_tiles[0] = 201, g_ctx.gemm_tiles[1] = 197, g_ctx.n_gemm_tiles = 2;
+    pk->tiles[0] = 201, pk->tiles[1] = 197, pk->n_tiles = 2;
     gemm_case_(&r, 4100, 1024, 1032); // shapes no other test caches
-    g_ctx.n_gemm_tiles = saved;
+    *pk = saved;
 }
 
-// KDA_GEMM_RULES (ctx->gemm_rules): a rule naming candidate i's tile for the shape picks the
+// KDA_GEMM_RULES (ctx->gemm_pick.rules): a rule naming candidate i's tile for the shape picks the
 // first candidate with that tile, ahead of a tile list naming another candidate's; a rule for
 // another k, or naming no candidate's tile, leaves the list's pick; the products of a plan built
 // by a rule stay right.
@@ -427,20 +432,20 @@ KDA_TEST_GPU(gpu_gemm_rules) {
     if (!gpu_()) return;
     int64_t m = 1024, n = 4096, k = 1024;
     char desc[96];
-    int tile[8], picked = -1, saved_t = g_ctx.n_gemm_tiles, saved_r = g_ctx.n_gemm_rules;
-    KdaCudaGemmRule saved[KDA_CUDA_GEMM_RULES_MAX];
-    memcpy(saved, g_ctx.gemm_rules, sizeof saved);
+    int tile[8], picked = -1;
+    KdaCudaGemmPick *pk = &g_ctx.gemm_pick; // put back whole at the end
+    const KdaCudaGemmPick saved = *pk;
     int nc = fwd_tiles_(m, n, k, tile, NULL);
-    KdaCudaGemmRule *r = &g_ctx.gemm_rules[0]; // fwd_cand_'s form: trans_a 1, bf16 out
+    KdaCudaGemmRule *r = &pk->rules[0]; // fwd_cand_'s form: trans_a 1, bf16 out
     *r = (KdaCudaGemmRule){1, 0, m, k, KDA_DT_BF16, 0};
-    g_ctx.n_gemm_rules = 1, g_ctx.n_gemm_tiles = 1;
+    pk->n_rules = 1, pk->n_tiles = 1;
     for (int i = 0; i < nc; i++) {
         int first = 0, other = 0; // the first candidate with i's tile; one with another tile
         while (tile[first] != tile[i])
             first++;
         while (other < nc - 1 && tile[other] == tile[i])
             other++;
-        g_ctx.gemm_tiles[0] = tile[other];
+        pk->tiles[0] = tile[other];
         r->tile = tile[i], r->k = k;
         fwd_cand_(m, n, k, 0, desc, &nc, &picked);
         CHECK_MSG(picked == first, "rule tile %d, list {%d}: picked %d, expected %d", tile[i],
@@ -458,13 +463,12 @@ KDA_TEST_GPU(gpu_gemm_rules) {
     // tile of its last candidate (the heuristic's least preferred)
     int tile2[8], nc2 = fwd_tiles_(1040, 4104, 1024, tile2, NULL);
     *r = (KdaCudaGemmRule){1, 0, 1040, 1024, KDA_DT_BF16, tile2[nc2 - 1]};
-    g_ctx.n_gemm_tiles = 0;
+    pk->n_tiles = 0;
     fwd_tiles_(1040, 4104, 1024, tile2, &picked);
     CHECK_MSG(tile2[picked] == tile2[nc2 - 1], "picked %d (tile %d), rule %d", picked,
               tile2[picked], tile2[nc2 - 1]);
     gemm_case_(&rr, 4104, 1024, 1040); // shapes no other test caches
-    memcpy(g_ctx.gemm_rules, saved, sizeof saved);
-    g_ctx.n_gemm_rules = saved_r, g_ctx.n_gemm_tiles = saved_t;
+    *pk = saved;
 }
 
 // GEMM plans cached per shape (gemm_cuda.cu, the default) against a context with KDA_GEMM_PLAN=0

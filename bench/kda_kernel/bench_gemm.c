@@ -104,20 +104,19 @@ static int call_(void *row) {
     return ((const Row *)row)->fn();
 }
 
+static const KdaCudaGemmPick NO_PICK; // no rules, no tiles: cuBLASLt's candidate #0
+
 // One row: every candidate's burst median and (with NVML) its sustained ms and mJ per call.
-// model: a context holding the model's tile list and shape rules (g holds none, so that
-// gemm_cand 0 is candidate #0).
-static void run_row_(const Row *r, const BenchNvml *nv, const KdaCudaCtx *model) {
+// model: the model's tile list and shape rules (g holds none, so that gemm_cand 0 is candidate
+// #0).
+static void run_row_(const Row *r, const BenchNvml *nv, const KdaCudaGemmPick *model) {
     double fl = 2.0 * (double)r->m * (double)r->n * (double)r->k;
     int nc = 0, picked = 0;
     char desc[96];
-    memcpy(g.gemm_tiles, model->gemm_tiles, sizeof g.gemm_tiles);
-    memcpy(g.gemm_rules, model->gemm_rules, sizeof g.gemm_rules);
-    g.n_gemm_tiles = model->n_gemm_tiles; // a plan built now: the model's pick
-    g.n_gemm_rules = model->n_gemm_rules;
+    g.gemm_pick = *model; // a plan built now: the model's pick
     int rc = kda_cuda_gemm_cand_desc(&g, r->ta, r->tb, r->m, r->n, r->k, r->lda, r->ldb, r->dt,
                                      r->ldd, 0, desc, sizeof desc, &nc, &picked);
-    g.n_gemm_tiles = 0, g.n_gemm_rules = 0;
+    g.gemm_pick = NO_PICK;
     if (rc) die_("candidates");
     printf("%s (%.0f x per step, %.2f TFLOP a call): %d candidates\n", r->name, r->per_step,
            fl / 1e12, nc);
@@ -159,9 +158,8 @@ int main(int argc, char **argv) {
            g.info.name, g.info.sm_count, N, D, I, ROWS, V);
     // the model's tile list and shape rules (KDA_GEMM_TILES, KDA_GEMM_RULES), kept aside: the
     // plans built below take #0
-    static KdaCudaCtx model;
-    model = g;
-    g.n_gemm_tiles = 0, g.n_gemm_rules = 0;
+    const KdaCudaGemmPick model = g.gemm_pick;
+    g.gemm_pick = NO_PICK;
     KdaRng r;
     rng_seed(&r, 11);
     z.ld = kda_cuda_cls_ld(V);

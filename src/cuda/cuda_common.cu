@@ -105,7 +105,11 @@ static const KdaCudaGemmRule GEMM_RULES_MEASURED[] = {
     {0, 0, 4096, 1024, 1, 29}, // MLP down dX, bf16 out: 192x192 0.465 -> 128x160 0.415
 };
 static_assert(sizeof GEMM_RULES_MEASURED / sizeof *GEMM_RULES_MEASURED <= KDA_CUDA_GEMM_RULES_MAX,
-              "KdaCudaCtx.gemm_rules holds the measured rules");
+              "KdaCudaCtx.gemm_pick.rules holds the measured rules");
+// The step graph's fingerprint hashes KdaCudaGemmPick's bytes: no padding may hold garbage.
+static_assert(sizeof(KdaCudaGemmPick) == sizeof(KdaCudaGemmRule) * KDA_CUDA_GEMM_RULES_MAX +
+                                             sizeof(int) * (KDA_CUDA_GEMM_TILES_MAX + 2),
+              "KdaCudaGemmPick has no padding");
 
 int kda_cuda_parse_gemm_rules(const char *s, KdaCudaGemmRule rules[KDA_CUDA_GEMM_RULES_MAX], int *n,
                               KdaError *err) {
@@ -123,8 +127,8 @@ int kda_cuda_parse_gemm_rules(const char *s, KdaCudaGemmRule rules[KDA_CUDA_GEMM
 
 int kda_cuda_gemm_rule_tile(const KdaCudaCtx *ctx, int trans_a, int trans_b, int64_t m, int64_t k,
                             int d_type) {
-    for (int i = 0; i < ctx->n_gemm_rules; i++) {
-        const KdaCudaGemmRule *r = &ctx->gemm_rules[i];
+    for (int i = 0; i < ctx->gemm_pick.n_rules; i++) {
+        const KdaCudaGemmRule *r = &ctx->gemm_pick.rules[i];
         if (r->trans_a == (trans_a != 0) && r->trans_b == (trans_b != 0) && r->m == m &&
             r->k == k && r->d_type == d_type)
             return r->tile;
@@ -135,10 +139,10 @@ int kda_cuda_gemm_rule_tile(const KdaCudaCtx *ctx, int trans_a, int trans_b, int
 int kda_cuda_init(KdaCudaCtx *ctx, int device, KdaError *err) {
     memset(ctx, 0, sizeof *ctx);
     // a malformed switch fails before anything is created
-    if (kda_cuda_parse_gemm_tiles(getenv("KDA_GEMM_TILES"), ctx->gemm_tiles, &ctx->n_gemm_tiles,
-                                  err) ||
-        kda_cuda_parse_gemm_rules(getenv("KDA_GEMM_RULES"), ctx->gemm_rules, &ctx->n_gemm_rules,
-                                  err))
+    if (kda_cuda_parse_gemm_tiles(getenv("KDA_GEMM_TILES"), ctx->gemm_pick.tiles,
+                                  &ctx->gemm_pick.n_tiles, err) ||
+        kda_cuda_parse_gemm_rules(getenv("KDA_GEMM_RULES"), ctx->gemm_pick.rules,
+                                  &ctx->gemm_pick.n_rules, err))
         return -1;
     ctx->device = device;
     if (kda_cuda_query(device, &ctx->info, err)) return -1;

@@ -26,21 +26,46 @@ extern "C" { // C linkage for error.h too when a .cu includes this
 
 typedef uint16_t kda_bf16; // bf16 bits on the device
 
-#define KDA_CUDA_GEMM_TILES_MAX 8 // tile ids KDA_GEMM_TILES may list (KdaCudaCtx.gemm_tiles)
+#define KDA_CUDA_GEMM_TILES_MAX 8 // tile ids KDA_GEMM_TILES may list (KdaCudaGemmPick.tiles)
 // KDA_GEMM_TILES unset: cuBLASLt's 176x128 (201), then 168x128 (197) tiles where a shape's
-// heuristic offers them (KdaCudaCtx.gemm_tiles says why).
+// heuristic offers them (KdaCudaGemmPick.tiles says why).
 #define KDA_CUDA_GEMM_TILES_DEFAULT "201,197"
 
-#define KDA_CUDA_GEMM_RULES_MAX 8 // shape rules KdaCudaCtx.gemm_rules holds
-// One GEMM shape's cuBLASLt tile (KdaCudaCtx.gemm_rules): a product of bf16 operands with these
+#define KDA_CUDA_GEMM_RULES_MAX 8 // shape rules KdaCudaGemmPick.rules holds
+// One GEMM shape's cuBLASLt tile (KdaCudaGemmPick.rules): a product of bf16 operands with these
 // transposes, m, k and output dtype, any n (the token count), runs its heuristic's first
-// candidate with this tile (cublasLtMatmulTile_t), where it offers one, ahead of gemm_tiles' list.
+// candidate with this tile (cublasLtMatmulTile_t), where it offers one, ahead of the tile list.
 typedef struct {
     int trans_a, trans_b;
     int64_t m, k;
     int d_type; // the output's KdaDtype (gemm_cuda.h: 0 fp32, 1 bf16)
     int tile;
 } KdaCudaGemmRule;
+
+// The GEMM candidate policy of a context (KdaCudaCtx.gemm_pick). Rules first: their int64_t
+// fields align the struct, and the order leaves no padding for the graph fingerprint to hash.
+typedef struct {
+    // rules: per-shape tiles, checked before tiles (KDA_GEMM_RULES at init: unset or
+    // "1", the measured rules of cuda_common.cu, the default since 2026-12-04; "0" or empty:
+    // none). Three of KDA-300M's projection shapes run 8-27 % faster at the H200's sustained
+    // draw on a tile the list does not give them (bench_gemm, docs/log/gpu-2026-12-03.md §33;
+    // o_proj forward: 128x128 0.093 ms, the list's 176x128 0.127), about 1.2 ms a step at mb 16
+    // summed; interleaved in the step, −0.3 ms at mb 16 and −0.8 to −1.0 at mb 32 on the mean,
+    // inside the defaults' spread alone, and with three other switches faster than every
+    // defaults run at mb 32 and 64 (docs/log/gpu-2026-12-04.md §1-§3). Per shape, since a tile
+    // that wins on one loses on another.
+    KdaCudaGemmRule rules[KDA_CUDA_GEMM_RULES_MAX];
+    // tiles: KDA_GEMM_TILES at init (cuBLASLt tile ids, cublasLt.h's cublasLtMatmulTile_t;
+    // at most 8; unset: KDA_CUDA_GEMM_TILES_DEFAULT): a new plan runs the first of its heuristic
+    // candidates whose tile comes first in this list (none listed among them: the heuristic's
+    // first). Under the H200's power cap the heuristic's first pick (192x192 tiles on the MLP
+    // and head shapes) ran 8-9 % slower at the sustained draw than 176x128 and 168x128 ones
+    // (docs/log/gpu-2026-12-03.md §26), and the step at mb 16 0.4-0.9 ms faster with the list
+    // than every run without it (§27: the default since 2026-12-03, session 9).
+    // KDA_GEMM_TILES= (empty), n_tiles 0: the heuristic's first everywhere.
+    int tiles[KDA_CUDA_GEMM_TILES_MAX];
+    int n_rules, n_tiles;
+} KdaCudaGemmPick;
 
 typedef struct {
     char name[256];
@@ -83,27 +108,10 @@ typedef struct {
     // For measuring the candidates' energy at the power cap (bench/kda_kernel/bench_gemm.c,
     // docs/perf-log.md "session 8"); tests and benchmarks may set the field between calls.
     int gemm_cand;
-    // gemm_tiles: KDA_GEMM_TILES at init (cuBLASLt tile ids, cublasLt.h's cublasLtMatmulTile_t;
-    // at most 8; unset: KDA_CUDA_GEMM_TILES_DEFAULT): a new plan runs the first of its heuristic
-    // candidates whose tile comes first in this list (none listed among them: the heuristic's
-    // first). Under the H200's power cap the heuristic's first pick (192x192 tiles on the MLP
-    // and head shapes) ran 8-9 % slower at the sustained draw than 176x128 and 168x128 ones
-    // (docs/log/gpu-2026-12-03.md §26), and the step at mb 16 0.4-0.9 ms faster with the list
-    // than every run without it (§27: the default since 2026-12-03, session 9).
-    // KDA_GEMM_TILES= (empty), n_gemm_tiles 0: the heuristic's first everywhere.
-    int gemm_tiles[KDA_CUDA_GEMM_TILES_MAX];
-    int n_gemm_tiles;
-    // gemm_rules: per-shape tiles, checked before gemm_tiles (KDA_GEMM_RULES at init: unset or
-    // "1", the measured rules of cuda_common.cu, the default since 2026-12-04; "0" or empty:
-    // none). Three of KDA-300M's projection shapes run 8-27 % faster at the H200's sustained
-    // draw on a tile the list does not give them (bench_gemm, docs/log/gpu-2026-12-03.md §33;
-    // o_proj forward: 128x128 0.093 ms, the list's 176x128 0.127), about 1.2 ms a step at mb 16
-    // summed; interleaved in the step, −0.3 ms at mb 16 and −0.8 to −1.0 at mb 32 on the mean,
-    // inside the defaults' spread alone, and with three other switches faster than every
-    // defaults run at mb 32 and 64 (docs/log/gpu-2026-12-04.md §1-§3). Per shape, since a tile
-    // that wins on one loses on another.
-    KdaCudaGemmRule gemm_rules[KDA_CUDA_GEMM_RULES_MAX];
-    int n_gemm_rules;
+    // gemm_pick: which cuBLASLt candidate a new plan runs (KDA_GEMM_RULES, KDA_GEMM_TILES at
+    // init; KdaCudaGemmPick says how); one struct so that a benchmark or test can set it aside
+    // and put it back whole, and the step graph's fingerprint hashes it whole.
+    KdaCudaGemmPick gemm_pick;
     // tc_version: the tensor-core KDA core's kernels (cuda/kda_tc.h), 6 (the default since
     // 2026-12-04), 5 when KDA_TC_V=5 at init, 4 when KDA_TC_V=4, 3 when KDA_TC_V=3;
     // kda_tc_set_version changes it (tests, benchmarks).

@@ -71,15 +71,15 @@ int first_with_tile(const LtDescs &s, int tile) {
     return -1;
 }
 
-// The first candidate with the tile of q's rule (ctx->gemm_rules, bf16 operands only), where
-// there is one; else KDA_GEMM_TILES (ctx->gemm_tiles): the index of the first candidate whose
+// The first candidate with the tile of q's rule (ctx->gemm_pick.rules, bf16 operands only), where
+// there is one; else KDA_GEMM_TILES (ctx->gemm_pick.tiles): the index of the first candidate whose
 // tile comes first in the list; 0 (the heuristic's first) when the list is empty or names none
 // of s's candidates.
 int pick_by_tile(const KdaCudaCtx *ctx, const PlanKey &q, const LtDescs &s) {
     int rule = q.ab == KDA_DT_BF16 ? kda_cuda_gemm_rule_tile(ctx, q.ta, q.tb, q.m, q.k, q.dt) : 0;
     int i = rule ? first_with_tile(s, rule) : -1;
-    for (int t = 0; i < 0 && t < ctx->n_gemm_tiles; t++)
-        i = first_with_tile(s, ctx->gemm_tiles[t]);
+    for (int t = 0; i < 0 && t < ctx->gemm_pick.n_tiles; t++)
+        i = first_with_tile(s, ctx->gemm_pick.tiles[t]);
     return i < 0 ? 0 : i;
 }
 

@@ -1373,16 +1373,16 @@ static uint64_t graph_fp_(const KdaCudaModel *m) {
     const void *ptr[] = {m->arena, m->keep, m->ctx.ws, m->ctx.lt_ws, m->p, m->g, m->pb, m->scal};
     size_t size[] = {(size_t)m->cap_tokens, m->arena_bytes, m->keep_cap, m->ctx.ws_size,
                      m->cls_budget};
-    int sw[] = {m->recompute,     m->fuse_l2,          m->fuse_gn,         m->fuse_dh,
-                m->inproj,        m->gateup,           m->cls_row,         m->core_keep,
-                m->core_tc,       m->dy_inplace,       m->ctx.tc_version,  m->ctx.plan_off,
-                m->ctx.gemm_tune, m->ctx.gate_version, m->mlp_recompute,   m->conv_qkv,
-                m->ctx.gemm_cand, m->ctx.n_gemm_tiles, m->ctx.n_gemm_rules};
+    int sw[] = {m->recompute,     m->fuse_l2,          m->fuse_gn,        m->fuse_dh,
+                m->inproj,        m->gateup,           m->cls_row,        m->core_keep,
+                m->core_tc,       m->dy_inplace,       m->ctx.tc_version, m->ctx.plan_off,
+                m->ctx.gemm_tune, m->ctx.gate_version, m->mlp_recompute,  m->conv_qkv,
+                m->ctx.gemm_cand};
     uint64_t h = kda_step_graph_fp(KDA_STEP_GRAPH_FP0, ptr, sizeof ptr);
     h = kda_step_graph_fp(h, size, sizeof size);
     h = kda_step_graph_fp(h, sw, sizeof sw);
-    h = kda_step_graph_fp(h, m->ctx.gemm_tiles, sizeof m->ctx.gemm_tiles); // KDA_GEMM_TILES
-    h = kda_step_graph_fp(h, m->ctx.gemm_rules, sizeof m->ctx.gemm_rules); // KDA_GEMM_RULES
+    // KDA_GEMM_RULES, KDA_GEMM_TILES (no padding: cuda_common.cu's static_assert)
+    h = kda_step_graph_fp(h, &m->ctx.gemm_pick, sizeof m->ctx.gemm_pick);
     for (size_t i = 0; i < sizeof PER_CALL_ENV / sizeof PER_CALL_ENV[0]; i++)
         h = kda_step_graph_fp_str(h, getenv(PER_CALL_ENV[i]));
     return h;
