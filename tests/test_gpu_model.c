@@ -289,13 +289,14 @@ static float *core_keep_case_(int version, const float *ref) {
         g[pass] = kda_malloc((size_t)n * 4);
     int rc = 0;
     for (int pass = 0; pass < 3 && !rc; pass++) {
-        if (pass == 0) setenv("KDA_CORE_KEEP", "0", 1);
+        // both put back as they were, so a suite run under KDA_TC_V keeps it for later tests
+        GpuEnv e_keep, e_ver;
+        gpu_env_set(&e_keep, "KDA_CORE_KEEP", pass == 0 ? "0" : NULL);
         char ver[2] = {(char)('0' + version), 0};
-        setenv("KDA_TC_V", ver, 1); // the model's context reads it at init
+        gpu_env_set(&e_ver, "KDA_TC_V", ver); // the model's context reads it at init
         KdaCudaModel *dm = NULL;
         rc = kda_cuda_model_create(&dm, &m.cfg, &m.table, m.params, 0, &err);
-        unsetenv("KDA_CORE_KEEP");
-        unsetenv("KDA_TC_V");
+        gpu_env_restore(&e_keep), gpu_env_restore(&e_ver);
         if (!rc) rc = kda_cuda_model_set_recompute(dm, pass == 2, &err);
         if (!rc) rc = gpu_step_fused_(dm, ids, B, T, NULL, &loss[pass], g[pass], &err);
         kda_cuda_model_free(dm);
