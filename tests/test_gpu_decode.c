@@ -34,6 +34,7 @@
 #include "model/model.h"      // defines: KdaModel
 #include "model/runtime.h"    // defines: KdaRuntime, kda_runtime_*
 #include "kda_case.h"         // defines: kda_case_rel_rms, kda_case_from_bf16
+#include "gpu_ctx.h"          // defines: GpuEnv, gpu_env_set, gpu_env_restore
 #include "tiny_model.h"       // defines: tiny_runtime, tiny_random_ids
 
 #define TOL_KERNEL_S    1e-5
@@ -275,11 +276,13 @@ KDA_TEST_GPU(gpu_decode_graph_equals_eager) {
     KdaCudaModel *g = NULL;
     KdaCudaDecode *eager = NULL, *graph = NULL;
     KdaError err = {{0}};
-    setenv("KDA_DECODE_GRAPH", "0", 1);
+    GpuEnv dg; // eager, then the default (unset: the graph), then the suite's value back
+    gpu_env_set(&dg, "KDA_DECODE_GRAPH", "0");
     int rc = kda_cuda_model_create(&g, &m.cfg, &m.table, m.params, 0, &err) ||
              kda_cuda_decode_create(g, &eager, &err);
-    unsetenv("KDA_DECODE_GRAPH");
+    unsetenv("KDA_DECODE_GRAPH"); // inside dg's stretch: restored below
     rc = rc || kda_cuda_decode_create(g, &graph, &err);
+    gpu_env_restore(&dg);
     CHECK_MSG(rc == 0, "%s", err.msg);
     int64_t V = m.cfg.vocab_size;
     int32_t ids[48];

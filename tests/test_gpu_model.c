@@ -352,12 +352,13 @@ KDA_TEST_GPU(gpu_model_core_tc) {
     for (int pass = 0; pass < 3; pass++)
         g[pass] = kda_malloc((size_t)n * 4);
     for (int pass = 0; pass < 3 && !rc; pass++) {
-        if (pass == 0) setenv("KDA_CORE", "simt", 1); // the default is tc since 2026-12-03
-        if (pass == 2) setenv("KDA_CORE_KEEP", "0", 1);
+        GpuEnv core, keep; // pinned in every pass (unset: the defaults, tc and kept), then put back
+        gpu_env_set(&core, "KDA_CORE",
+                    pass == 0 ? "simt" : NULL); // the default is tc since 2026-12-03
+        gpu_env_set(&keep, "KDA_CORE_KEEP", pass == 2 ? "0" : NULL);
         KdaCudaModel *dm = NULL;
         rc = kda_cuda_model_create(&dm, &m.cfg, &m.table, m.params, 0, &err);
-        unsetenv("KDA_CORE");
-        unsetenv("KDA_CORE_KEEP");
+        gpu_env_restore(&core), gpu_env_restore(&keep);
         if (!rc) rc = gpu_step_fused_(dm, ids, B, T, NULL, &loss[pass], g[pass], &err);
         kda_cuda_model_free(dm);
     }
@@ -952,10 +953,11 @@ KDA_TEST_GPU(gpu_fuse_model_matches_unfused) {
     float *g[2] = {kda_malloc((size_t)n * 4), kda_malloc((size_t)n * 4)}, loss[2] = {0, 0};
     int fused[2] = {-1, -1}, rc = 0;
     for (int pass = 0; pass < 2 && !rc; pass++) {
-        if (pass == 0) setenv("KDA_FUSE", "0", 1);
+        GpuEnv fuse; // pinned in both passes (unset: fused, the default), then put back
+        gpu_env_set(&fuse, "KDA_FUSE", pass == 0 ? "0" : NULL);
         KdaCudaModel *dm = NULL;
         rc = kda_cuda_model_create(&dm, &m.cfg, &m.table, m.params, 0, &err);
-        unsetenv("KDA_FUSE");
+        gpu_env_restore(&fuse);
         if (!rc) fused[pass] = kda_cuda_model_fused(dm);
         if (!rc) rc = gpu_step_fused_(dm, ids, B, T, NULL, &loss[pass], g[pass], &err);
         if (!rc && pass == 1) { // the setter: off again gives the KDA_FUSE=0 model's bits
@@ -1010,14 +1012,13 @@ static void fused_gemms_case_(int64_t heads) {
     float *g[2] = {kda_malloc((size_t)n * 4), kda_malloc((size_t)n * 4)}, loss[2] = {0, 0};
     int on[2] = {-1, -1}, rc = 0;
     for (int pass = 0; pass < 2 && !rc; pass++) {
-        if (pass == 0) { // the defaults are the fused GEMMs since 2026-12-03
-            setenv("KDA_GATEUP", "0", 1);
-            setenv("KDA_INPROJ", "0", 1);
-        }
+        // pinned in both passes (unset: the fused GEMMs, the defaults since 2026-12-03), put back
+        GpuEnv gu, ip;
+        gpu_env_set(&gu, "KDA_GATEUP", pass == 0 ? "0" : NULL);
+        gpu_env_set(&ip, "KDA_INPROJ", pass == 0 ? "0" : NULL);
         KdaCudaModel *dm = NULL;
         rc = kda_cuda_model_create(&dm, &m.cfg, &m.table, m.params, 0, &err);
-        unsetenv("KDA_GATEUP");
-        unsetenv("KDA_INPROJ");
+        gpu_env_restore(&gu), gpu_env_restore(&ip);
         if (!rc) on[pass] = kda_cuda_model_gateup(dm) + 2 * kda_cuda_model_inproj(dm);
         if (!rc) rc = gpu_step_fused_(dm, ids, B, T, NULL, &loss[pass], g[pass], &err);
         kda_cuda_model_free(dm);

@@ -796,7 +796,8 @@ KDA_TEST_GPU(gpu_bwd_strided_outputs) {
     } cs[] = {{2, 65, 256, 4, 32, 0, 1160}, {2, 65, 512, 4, 0, 512, 1160}, {1, 33, 5, 3, 0, 2, 9}};
     for (int cv = 0; cv < 6; cv++) { // the v1 kernels, then v2 (KDA_CONV_V=2)
         int c = cv % 3;
-        setenv("KDA_CONV_V", cv < 3 ? "1" : "2", 1);
+        GpuEnv cvv;
+        gpu_env_set(&cvv, "KDA_CONV_V", cv < 3 ? "1" : "2");
         int64_t B = cs[c].B, T = cs[c].T, C = cs[c].C, W = cs[c].W, K = cs[c].K, ld = cs[c].ld;
         int64_t n = B * T * C, nw = B * T * ld, nr = K > 0 ? B * T * (C / K) : 1;
         float *p = bf16r_(randn_(&r, n, 1.0f), n), *w = randn_(&r, C * W, 0.5f);
@@ -827,7 +828,7 @@ KDA_TEST_GPU(gpu_bwd_strided_outputs) {
                 bad += h2[i * ld + j] != want;
             }
         float *a = get_f32_(g1, C * W), *b = get_f32_(g2, C * W);
-        unsetenv("KDA_CONV_V");
+        gpu_env_restore(&cvv);
         CHECK_MSG(bad == 0 && !memcmp(a, b, (size_t)(C * W) * 4),
                   "case %d (v%d): %lld dp elements differ (or dw) with the row stride", c,
                   cv < 3 ? 1 : 2, (long long)bad);
@@ -1531,7 +1532,8 @@ KDA_TEST_GPU(gpu_conv_v2) {
     if (!gpu_()) return;
     KdaRng r;
     rng_seed(&r, 171);
-    setenv("KDA_CONV_V", "2", 1);
+    GpuEnv cvv;
+    gpu_env_set(&cvv, "KDA_CONV_V", "2");
     conv_case_(&r, 2, 1, 36, 4, 0);
     conv_case_(&r, 3, 65, 36, 4, 0);
     conv_case_(&r, 2, 33, 6, 3, 0);
@@ -1545,7 +1547,7 @@ KDA_TEST_GPU(gpu_conv_v2) {
     fuse_conv_l2_case_(&r, 3, 17, 3, 64, 8);
     fuse_conv_l2_case_(&r, 1, 40, 2, 128, 2);
     fuse_conv_l2_case_(&r, 16, 2048, 8, 32, 4);
-    unsetenv("KDA_CONV_V");
+    gpu_env_restore(&cvv);
 }
 
 // The fused q/k kernels are instantiated per head size K (its lane group, K / VEC lanes, is a
@@ -1559,13 +1561,14 @@ KDA_TEST_GPU(gpu_fuse_conv_l2_each_k) {
     rng_seed(&r, 173);
     const int64_t Ks[] = {8, 16, 32, 64, 128};
     for (int v = 1; v <= 2; v++) {
-        setenv("KDA_CONV_V", v == 1 ? "1" : "2", 1);
+        GpuEnv cvv;
+        gpu_env_set(&cvv, "KDA_CONV_V", v == 1 ? "1" : "2");
         for (int k = 0; k < 5; k++) {
             fuse_conv_l2_case_(&r, 2, 37, 3, Ks[k], 4);
             if (v == 1) conv_pf_case_(&r, 1, 33, 3 * Ks[k], 3, Ks[k]);
         }
+        gpu_env_restore(&cvv);
     }
-    unsetenv("KDA_CONV_V");
 }
 
 // q, k and v's convs in one launch (kda_cuda_conv_qkv_fwd / _bwd, the model's KDA_CONV_QKV=1)
@@ -1675,7 +1678,8 @@ KDA_TEST_GPU(gpu_conv_qkv_matches_separate) {
     if (!gpu_()) return;
     KdaRng r;
     rng_seed(&r, 191);
-    unsetenv("KDA_CONV_V"), unsetenv("KDA_CONV_PREFETCH");
+    GpuEnv cvv, pf; // the default kernels whatever the suite runs under, put back at the end
+    gpu_env_set(&cvv, "KDA_CONV_V", NULL), gpu_env_set(&pf, "KDA_CONV_PREFETCH", NULL);
     conv_qkv_gpu_case_(&r, 16, 2048, 8, 32, 512, 4, 0, 1);   // the 300M shapes, mb 16
     conv_qkv_gpu_case_(&r, 2, 2048, 8, 32, 512, 4, 1160, 1); // the fused dY: ldo 1160
     conv_qkv_gpu_case_(&r, 3, 37, 3, 16, 40, 3, 0, 1);       // partial tiles and blocks, B = 3
@@ -1684,8 +1688,8 @@ KDA_TEST_GPU(gpu_conv_qkv_matches_separate) {
     conv_qkv_gpu_case_(&r, 1, 300, 2, 64, 256, 4, 0, 1);
     conv_qkv_gpu_case_(&r, 2, 33, 2, 32, 64, 8, 0, 0); // W = 8: the separate launches inside
     setenv("KDA_CONV_V", "1", 1);                      // other kernels: the separate launches
-    conv_qkv_gpu_case_(&r, 2, 33, 2, 32, 64, 4, 0, 0);
-    unsetenv("KDA_CONV_V");
+    conv_qkv_gpu_case_(&r, 2, 33, 2, 32, 64, 4, 0, 0); // (cvv puts the suite's value back)
+    gpu_env_restore(&cvv), gpu_env_restore(&pf);
 }
 
 // One conv case with KDA_FAST_EXP=1 (the fast SiLU / SiLU', src/cuda/fast_math.cuh) against the
@@ -1734,7 +1738,8 @@ KDA_TEST_GPU(gpu_conv_fast_exp) {
     if (!gpu_()) return;
     KdaRng r;
     rng_seed(&r, 197);
-    unsetenv("KDA_CONV_V"), unsetenv("KDA_CONV_PREFETCH");
+    GpuEnv cvv, pf; // the default kernels whatever the suite runs under, put back at the end
+    gpu_env_set(&cvv, "KDA_CONV_V", NULL), gpu_env_set(&pf, "KDA_CONV_PREFETCH", NULL);
     conv_fx_case_(&r, 16, 2048, 512, 4, 0);  // v: the model's shape
     conv_fx_case_(&r, 16, 2048, 256, 4, 32); // q, k: H 8 x K 32
     conv_fx_case_(&r, 2, 65, 36, 3, 0);
@@ -1743,13 +1748,14 @@ KDA_TEST_GPU(gpu_conv_fast_exp) {
     setenv("KDA_CONV_V", "2", 1);        // the v2 fused backward
     conv_fx_case_(&r, 2, 2048, 256, 4, 32);
     conv_fx_case_(&r, 2, 63, 3 * 16, 1, 16);
-    unsetenv("KDA_CONV_V");
+    unsetenv("KDA_CONV_V"); // (cvv puts the suite's value back at the end)
     GpuEnv fx;
     gpu_env_set(&fx, "KDA_FAST_EXP", "1");
     conv_qkv_gpu_case_(&r, 16, 2048, 8, 32, 512, 4, 0, 1);
     conv_qkv_gpu_case_(&r, 2, 2048, 8, 32, 512, 4, 1160, 1);
     conv_qkv_gpu_case_(&r, 3, 37, 3, 16, 40, 3, 0, 1);
     gpu_env_restore(&fx);
+    gpu_env_restore(&cvv), gpu_env_restore(&pf);
 }
 
 KDA_TEST_GPU(gpu_fuse_gnorm_bias) {
@@ -1822,10 +1828,12 @@ KDA_TEST_GPU(gpu_rmsnorm_bwd_reg_matches_loop) {
             float *dwb = dev_f32_(w, D), *dx_ = dev_f32_(x, n), *ddy = dev_f32_(dy, n);
             float *dw_ = dev_f32_(w, D), *drs = dev_f32_(rs, N);
             kda_bf16 *ha = dev_poison_((size_t)n * 2), *hb = dev_poison_((size_t)n * 2);
+            GpuEnv rb; // the register kernel (unset), then the loop kernel; then the suite's value
+            gpu_env_set(&rb, "KDA_RMS_BWD", NULL);
             ok_(kda_cuda_rmsnorm_bwd_bf16(&g_ctx, dxa, ha, dwa, ddy, dx_, dw_, drs, N, D, acc));
             setenv("KDA_RMS_BWD", "loop", 1);
             ok_(kda_cuda_rmsnorm_bwd_bf16(&g_ctx, dxb_, hb, dwb, ddy, dx_, dw_, drs, N, D, acc));
-            unsetenv("KDA_RMS_BWD");
+            gpu_env_restore(&rb);
             float *a = get_f32_(dxa, n), *b = get_f32_(dxb_, n), *wa = get_f32_(dwa, D);
             float *wb = get_f32_(dwb, D), *h1 = get_bf16_(ha, n), *h2 = get_bf16_(hb, n);
             CHECK_MSG(!memcmp(a, b, (size_t)n * 4) && !memcmp(h1, h2, (size_t)n * 4) &&
@@ -1852,10 +1860,12 @@ KDA_TEST_GPU(gpu_rmsnorm_fwd_reg_matches_loop) {
         float *dx_ = dev_f32_(x, n), *dw_ = dev_f32_(w, D);
         kda_bf16 *ya = dev_poison_((size_t)n * 2), *yb = dev_poison_((size_t)n * 2);
         float *ra = dev_poison_((size_t)N * 4), *rb = dev_poison_((size_t)N * 4);
+        GpuEnv rf; // the register kernel (unset), then the loop kernel; then the suite's value
+        gpu_env_set(&rf, "KDA_RMS_FWD", NULL);
         ok_(kda_cuda_rmsnorm_fwd(&g_ctx, ya, ra, dx_, dw_, N, D, 1e-6f));
         setenv("KDA_RMS_FWD", "loop", 1);
         ok_(kda_cuda_rmsnorm_fwd(&g_ctx, yb, rb, dx_, dw_, N, D, 1e-6f));
-        unsetenv("KDA_RMS_FWD");
+        gpu_env_restore(&rf);
         float *a = get_bf16_(ya, n), *b = get_bf16_(yb, n), *sa = get_f32_(ra, N);
         float *sb = get_f32_(rb, N);
         CHECK_MSG(!memcmp(a, b, (size_t)n * 4) && !memcmp(sa, sb, (size_t)N * 4),
