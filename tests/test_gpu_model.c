@@ -352,9 +352,9 @@ KDA_TEST_GPU(gpu_model_core_tc) {
     for (int pass = 0; pass < 3; pass++)
         g[pass] = kda_malloc((size_t)n * 4);
     for (int pass = 0; pass < 3 && !rc; pass++) {
-        GpuEnv core, keep; // pinned in every pass (unset: the defaults, tc and kept), then put back
-        gpu_env_set(&core, "KDA_CORE",
-                    pass == 0 ? "simt" : NULL); // the default is tc since 2026-12-03
+        // pinned in every pass (unset: the defaults, tc since 2026-12-03, and kept), then put back
+        GpuEnv core, keep;
+        gpu_env_set(&core, "KDA_CORE", pass == 0 ? "simt" : NULL);
         gpu_env_set(&keep, "KDA_CORE_KEEP", pass == 2 ? "0" : NULL);
         KdaCudaModel *dm = NULL;
         rc = kda_cuda_model_create(&dm, &m.cfg, &m.table, m.params, 0, &err);
