@@ -4,8 +4,8 @@
 // folder in /tmp (page cache only; a few µs).
 //
 // Input layout: byte 0 selects the mode, the rest is the data.
-//   (mode & 0x3f) % 9 = 0..7  task arc_easy, arc_challenge, openbookqa, piqa, hellaswag, winogrande,
-//                    mmlu, race: the data is the task's .jsonl file;
+//   (mode & 0x3f) % 9 = 0..7  task arc_easy, arc_challenge, openbookqa, piqa, hellaswag,
+//                    winogrande, mmlu, race: the data is the task's .jsonl file;
 //   (mode & 0x3f) % 9 = 8  OLMo: the data up to the first NUL byte is config.json, the rest is
 //                    requests.jsonl.gz (no NUL: no config.json);
 //   mode & 0x40      the harness gzips the file (exercises zlib's path with valid streams;

@@ -30,7 +30,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
                 c.num_v_heads <= 0 || c.head_v_dim <= 0 || c.intermediate_size <= 0)
                 abort(); // accepted with a non-positive dimension
             if (c.num_v_heads % c.num_heads) abort();
-            if (c.key_dim != c.num_heads * c.head_dim || c.value_dim != c.num_v_heads * c.head_v_dim ||
+            if (c.key_dim != c.num_heads * c.head_dim ||
+                c.value_dim != c.num_v_heads * c.head_v_dim ||
                 c.gate_dim != c.num_v_heads * c.head_dim)
                 abort();
             if (c.key_dim <= 0 || c.value_dim <= 0 || c.gate_dim <= 0) abort(); // overflowed

@@ -75,7 +75,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
         docs++;
         if (len && !text) abort();
         unsigned h = 0;
-        for (size_t i = 0; i < len; i++) h += (unsigned char)text[i]; // every byte readable
+        for (size_t i = 0; i < len; i++)
+            h += (unsigned char)text[i]; // every byte readable
         (void)h;
         (void)docreader_where(r);
     }

@@ -1,5 +1,5 @@
-// test_readback_lint.c - a CPU-suite check on the GPU op tests' source: device outputs are read back
-// through the test context's stream, never with a bare cudaMemcpy.
+// test_readback_lint.c - a CPU-suite check on the GPU op tests' source: device outputs are read
+// back through the test context's stream, never with a bare cudaMemcpy.
 // Why: the kernels run on ctx->stream, created cudaStreamNonBlocking, and a bare cudaMemcpy runs
 // on the legacy default stream, which does not wait for it; the copy can read an output before
 // its kernel has written it. gpu_bwd_strided_outputs failed that way on the GPU (whole rows still

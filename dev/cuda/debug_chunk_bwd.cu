@@ -1,7 +1,7 @@
 // debug_chunk_bwd.cu - the chunked KDA backward kernel (src/cuda/kda_cuda.cu, included whole so
 // its internal kernel can be launched directly) against the CPU reference kda_chunk_bwd, launched
-// with several block sizes. Built in variants (-O3, -G, -DKDA_CB_FENCE) by dev/cuda/debug_run.sh to tell
-// a compiler/visibility problem from a logic error. Inputs as tests/test_gpu_kda.c.
+// with several block sizes. Built in variants (-O3, -G, -DKDA_CB_FENCE) by dev/cuda/debug_run.sh to
+// tell a compiler/visibility problem from a logic error. Inputs as tests/test_gpu_kda.c.
 //
 // Usage: debug_chunk_bwd [T B H K V]
 #include <math.h>
