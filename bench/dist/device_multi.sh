@@ -135,8 +135,8 @@ skip() { # NAME WHY: a row of the report's "not run" list, and a line now
 # torchrun: torch's elastic agent serves its own TCP store on MASTER_PORT (the static rendezvous
 # always; c10d unless TORCH_DISABLE_SHARE_RDZV_TCP_STORE=1, torch >= 2.4) and says so with
 # TORCHELASTIC_USE_AGENT_STORE=True; kda's rank 0 then serves its rendezvous on MASTER_PORT + 1
-# (src/dist/dist.h, since 2026-12-03; not yet run under a real torchrun). The launch stage tries
-# both forms, the other stages use kda's launcher or plain variables (env).
+# (src/dist/dist.h, since 2026-12-03; run under torchrun on CPU ranks 2026-12-04). The launch
+# stage tries both forms, the other stages use kda's launcher or plain variables (env).
 train() {
     local name=$1 launch=$2 n=$3 devs=$4 t=$5 pre=()
     shift 5
