@@ -37,7 +37,7 @@ static int bare_switch_(const char *l) {
 static int unguarded_(const char *path, int *first) {
     FILE *f = fopen(path, "r");
     if (!f) return -1;
-    static char kind[LINES_MAX]; // per line: 'f' function start, 'b' bare, 's' set, 'r' restore
+    char kind[LINES_MAX]; // per line: 'f' function start, 'b' bare, 's' set, 'r' restore
     char line[4096];
     int n = 0;
     while (fgets(line, sizeof line, f)) {
@@ -76,8 +76,7 @@ KDA_TEST(tests_change_gpu_switches_inside_gpu_env) {
     struct dirent *e;
     while ((e = readdir(d)) != NULL) {
         size_t len = strlen(e->d_name);
-        if (strncmp(e->d_name, "test_gpu_", 9) || len < 3 || strcmp(e->d_name + len - 2, ".c"))
-            continue;
+        if (strncmp(e->d_name, "test_gpu_", 9) || strcmp(e->d_name + len - 2, ".c")) continue;
         char path[512];
         snprintf(path, sizeof path, "tests/%s", e->d_name);
         int first = 0, n = unguarded_(path, &first);
